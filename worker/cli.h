@@ -1,0 +1,23 @@
+/* The `llmq` command line: one entry per subcommand, and helpers every subcommand shares.
+ *
+ * A subcommand is `int cmd_<name>(int argc, char **argv)`: argv[0] is the subcommand's name,
+ * options are parsed with getopt_long. It returns the process exit status: 0 ok, 1 the work
+ * failed, 2 the command line was wrong (cli_usage_error prints why). */
+#pragma once
+
+struct cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary; /* one line for `llmq help` */
+};
+
+/* The table in worker/main.c, terminated by a zeroed entry. */
+extern const struct cli_command cli_commands[];
+
+/* Prints "llmq <cmd>: <message>" and a hint to run --help on stderr; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* For getopt_long's '?' case: reports the offending option (optopt / argv[optind-1]); returns 2. */
+int cli_bad_option(const char *cmd, int argc, char **argv);
+
+/* Subcommands (one worker/cmd_<name>.c each). */
