@@ -1,0 +1,87 @@
+/* The seam between host logic and compute.
+ *
+ * The scheduler hands a backend one step: a list of sequences, for each the new tokens to run
+ * (a prompt chunk, or the one token of a decode), where they start, the KV block table that
+ * covers them, and its sampling parameters. The backend runs the forward pass, writes K and V
+ * of the new tokens into the paged cache, and for each sequence whose step reaches the end of
+ * its known tokens samples one token (with logprobs on request). Nothing else crosses the seam:
+ * block allocation, stopping and text live on the host.
+ *
+ * Backends: "cpu" (fp32 reference, engine/cpu_backend.c) and "cuda" (kernels/). */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/dtype.h"
+#include "engine/sampling.h"
+
+struct model;
+
+/* One sequence in one step. All pointers are borrowed for the duration of the call. */
+struct be_seq {
+    const int32_t *tokens;       /* every token of the sequence so far: prompt, then output */
+    int n_prompt;                /* how many of tokens[] are prompt */
+    int n_tokens;                /* how many tokens[] holds (prompt + output) */
+    int pos;                     /* first position to run: tokens[pos, pos + n_new) are new */
+    int n_new;                   /* >= 1 */
+    const int32_t *block_table;  /* physical KV blocks for positions [0, pos + n_new) */
+    int n_blocks;
+    bool sample;                 /* pos + n_new == n_tokens: sample the next token */
+    const struct sampling_params *sp;
+    const int32_t *banned;       /* ids that must not be sampled now (EOS before min_tokens) */
+    int n_banned;
+};
+
+/* What a backend returns for a sequence with sample == true. */
+struct be_out {
+    int32_t token;
+    float logprob;               /* log-softmax of the raw logits at token (when sp->logprobs >= 0) */
+    int n_top;                   /* = sp->logprobs when > 0, else 0 */
+    int32_t top_ids[SAMPLING_MAX_LOGPROBS];   /* by descending logprob, ties by lower id */
+    float top_logprobs[SAMPLING_MAX_LOGPROBS];
+};
+
+struct backend_opts {
+    int block_size;              /* tokens per KV block */
+    int max_num_seqs;            /* most sequences in one step */
+    int max_num_batched_tokens;  /* most new tokens in one step */
+    int max_model_len;           /* longest sequence */
+    int threads;                 /* CPU threads, 0 = all */
+    double gpu_memory_utilization;
+    int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
+    enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
+    bool cuda_graphs;
+};
+
+struct backend;
+
+struct backend_ops {
+    const char *name;
+    /* Runs one step. out[i] is written for each seqs[i] with sample set. Returns 0, or -1 with
+     * be->err set: then no output is valid and the caller fails the step's sequences. */
+    int (*step)(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
+    void (*free)(struct backend *be);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+    int num_blocks;   /* KV pool size in blocks, fixed at open */
+    int block_size;
+    char err[512];    /* the last error */
+};
+
+/* Opens "cpu", "cuda" or "auto" (cuda when built and a device is usable, else cpu) for a loaded
+ * model. The model must outlive the backend. NULL with err on failure. */
+struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
+                             size_t errlen);
+static inline int backend_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
+{
+    return be->ops->step(be, seqs, n, out);
+}
+static inline const char *backend_name(const struct backend *be) { return be->ops->name; }
+void backend_free(struct backend *be);
+
+/* Constructors the dispatcher calls. */
+struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);
+struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);

@@ -1,0 +1,104 @@
+/* The generation engine: requests in, tokens and text out, over any backend.
+ *
+ * It owns the scheduler (continuous batching, chunked prefill, admission by prompt-length
+ * bucket, preemption by recompute), the paged KV block manager, stopping (EOS, stop ids, stop
+ * strings across token boundaries, max_tokens, min_tokens) and incremental detokenization.
+ * `llmq run`, the worker and `llmq bench` all drive it the same way:
+ *
+ *     engine_add(...) as requests arrive;
+ *     while (engine_has_work(e)) {
+ *         engine_step(e, &changed, &n);      // one forward step
+ *         for each changed seq: read its new tokens / text; if finished, use it, engine_release(e, seq)
+ *     }
+ *
+ * Single-threaded: all calls on one engine from one thread. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/sampling.h"
+
+struct model;
+struct tokenizer;
+
+enum finish_reason { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR };
+/* "stop", "length", "cancelled", "error"; NULL for FINISH_NONE. */
+const char *finish_reason_name(enum finish_reason r);
+
+struct engine_opts {
+    struct backend_opts be;       /* block_size, max_num_seqs, max_num_batched_tokens, max_model_len, ... */
+    const char *backend;          /* "auto" | "cpu" | "cuda" */
+    int long_prefill_chunk;       /* most tokens of one prompt per step (0 = max_num_batched_tokens) */
+};
+/* block_size 32, max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 0 (= the model's),
+ * backend "auto", gpu_memory_utilization 0.92, cuda_graphs true. */
+struct engine_opts engine_opts_default(void);
+
+struct engine_request {
+    const int32_t *prompt;        /* copied by engine_add */
+    int n_prompt;                 /* >= 1 */
+    struct sampling_params sp;
+    bool has_seed;                /* false: the engine draws a seed */
+    int max_tokens;               /* >= 1 */
+    int min_tokens;               /* EOS and stop ids are banned until this many tokens */
+    bool ignore_eos;
+    const char *const *stop;      /* stop strings (copied); output ends before the first match */
+    int n_stop;
+    const int32_t *stop_ids;      /* extra stop token ids (copied) */
+    int n_stop_ids;
+    bool skip_special_tokens;     /* in the text (default true) */
+    void *user;                   /* returned untouched in engine_seq.user */
+};
+/* Zeroed, with sp = sampling_params_default(), max_tokens 16, skip_special_tokens true. */
+struct engine_request engine_request_default(void);
+
+/* A request as it runs. Fields are read-only for callers; valid until engine_release. */
+struct engine_seq {
+    void *user;
+    int n_prompt;
+    int32_t *tokens;              /* prompt then generated ids (a final EOS/stop id included) */
+    int n_output;                 /* generated ids so far */
+    int n_new_output;             /* ids generated in the last engine_step (0 or 1) */
+    char *text;                   /* generated text so far, stop string removed, NUL-terminated */
+    size_t text_len;
+    struct be_out *logprobs;      /* [n_output] when sp.logprobs >= 0, else NULL */
+    bool finished;
+    enum finish_reason finish;
+    char error[256];              /* FINISH_ERROR: why */
+    double t_arrival, t_first_token, t_finished; /* CLOCK_MONOTONIC seconds; 0 until it happens */
+    int n_preemptions;
+};
+
+struct engine_stats {
+    int running, waiting;         /* sequences */
+    int kv_blocks_used, kv_blocks_total;
+    uint64_t steps, preemptions, prompt_tokens, generated_tokens;
+};
+
+/* Opens the backend for `m` and sizes the scheduler. tok is borrowed for text and may not be
+ * NULL. NULL with err on failure. */
+struct engine *engine_open(const struct model *m, const struct tokenizer *tok, const struct engine_opts *o,
+                           char *err, size_t errlen);
+void engine_free(struct engine *e);
+
+/* Queues a request. Returns its seq, or NULL with err when the request can never run (empty
+ * prompt, prompt + max_tokens over max_model_len, bad sampling values, token ids out of range). */
+struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, char *err, size_t errlen);
+
+/* Runs one step if there is work. *changed lists the seqs that got a token or finished in this
+ * step (borrowed until the next call). Returns 0, or -1 when the backend failed: the step's
+ * sequences are then finished with FINISH_ERROR (listed in *changed) and the engine stays usable. */
+int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed);
+
+/* Stops a queued or running seq: it finishes with FINISH_CANCELLED at the next engine_step (and
+ * is listed in its *changed). */
+void engine_cancel(struct engine *e, struct engine_seq *s);
+
+/* Frees a finished seq. */
+void engine_release(struct engine *e, struct engine_seq *s);
+
+bool engine_has_work(const struct engine *e);
+void engine_get_stats(const struct engine *e, struct engine_stats *st);
+const char *engine_backend_name(const struct engine *e);

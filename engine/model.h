@@ -1,0 +1,98 @@
+/* A Hugging Face model folder, read but not yet placed on a backend: its configuration and
+ * borrowed views of every weight tensor in the mmap'd safetensors files.
+ *
+ * Supported architectures: Qwen3ForCausalLM (q/k RMSNorm, no biases), Qwen2ForCausalLM (q/k/v
+ * bias, no q/k norm) and LlamaForCausalLM (neither) — one forward pass with flags. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/dtype.h"
+
+#define MODEL_MAX_EOS 8
+
+enum model_arch { ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA };
+enum rope_type { ROPE_DEFAULT, ROPE_YARN, ROPE_LLAMA3 };
+
+struct model_config {
+    enum model_arch arch;
+    char arch_name[64];    /* "Qwen3ForCausalLM" ... as in config.json */
+    int hidden;            /* hidden_size, C */
+    int intermediate;      /* intermediate_size, F */
+    int n_layers;          /* num_hidden_layers, L */
+    int n_heads;           /* num_attention_heads, H */
+    int n_kv_heads;        /* num_key_value_heads, KVH (H % KVH == 0) */
+    int head_dim;          /* head_dim, D (default C / H; H * D may differ from C) */
+    int vocab;             /* vocab_size, V */
+    int max_position;      /* max_position_embeddings */
+    float rms_eps;         /* rms_norm_eps */
+    double rope_theta;     /* rope_theta (base) */
+    bool tie_embeddings;   /* tie_word_embeddings: lm_head is embed_tokens */
+    bool qk_norm;          /* per-head RMSNorm on q and k before RoPE (Qwen3) */
+    bool qkv_bias;         /* biases on q, k, v projections (Qwen2) */
+    struct {
+        enum rope_type type;
+        double factor;            /* yarn/llama3 scaling factor */
+        int original_max;         /* original_max_position_embeddings */
+        double beta_fast, beta_slow, attn_factor, low_freq_factor, high_freq_factor;
+    } rope_scaling;
+    enum dtype torch_dtype;   /* as declared; weights keep their own dtypes */
+    bool fp8_blocks;          /* quantization_config: fp8 e4m3 weights with block scales */
+    int fp8_block[2];         /* weight_block_size [out, in], e.g. 128, 128 */
+    /* generation_config.json (and config.json fallbacks) */
+    int eos_ids[MODEL_MAX_EOS];
+    int n_eos;
+    int bos_id, pad_id;       /* -1 when absent */
+    bool has_sampling_defaults; /* the fields below came from generation_config.json */
+    float gen_temperature, gen_top_p, gen_min_p, gen_repetition_penalty;
+    int gen_top_k;
+};
+
+/* A borrowed view of one tensor inside an mmap'd file. */
+struct tensor_view {
+    const char *name;          /* borrowed from the safetensors header, lives as long as the model */
+    enum dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data;          /* into the mmap */
+    const struct tensor_view *scale_inv; /* F8_E4M3 weights: fp32/bf16 block scales [ceil(out/B0), ceil(in/B1)] */
+};
+
+struct layer_weights {
+    struct tensor_view attn_norm;          /* (C) input_layernorm */
+    struct tensor_view wq, wk, wv;         /* (H*D, C), (KVH*D, C), (KVH*D, C) */
+    struct tensor_view bq, bk, bv;         /* (H*D), (KVH*D) — qkv_bias only; else data == NULL */
+    struct tensor_view q_norm, k_norm;     /* (D) — qk_norm only */
+    struct tensor_view wo;                 /* (C, H*D) */
+    struct tensor_view mlp_norm;           /* (C) post_attention_layernorm */
+    struct tensor_view w_gate, w_up;       /* (F, C) */
+    struct tensor_view w_down;             /* (C, F) */
+};
+
+struct model {
+    char dir[4096];
+    struct model_config cfg;
+    struct tensor_view embed;       /* (V, C) model.embed_tokens.weight */
+    struct tensor_view final_norm;  /* (C) model.norm.weight */
+    struct tensor_view lm_head;     /* (V, C); == embed when tie_embeddings */
+    struct layer_weights *layers;   /* [n_layers] */
+    struct st_set *files;           /* the mmap'd safetensors files (engine/safetensors.h) */
+};
+
+/* Reads config.json, generation_config.json and the safetensors (model.safetensors, or the
+ * shards listed in model.safetensors.index.json) of `dir`, and checks every tensor's presence,
+ * shape and dtype. On failure returns NULL and writes e.g.
+ * "model.layers.3.self_attn.q_proj.weight in model-00001-of-00002.safetensors: shape [512, 64],
+ *  expected [1024, 64]" into err. Free with model_free. */
+struct model *model_load(const char *dir, char *err, size_t errlen);
+void model_free(struct model *m);
+
+/* Parses only config.json (+ generation_config.json when present) into *cfg. */
+int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen);
+
+/* Converts a weight view to fp32, dequantizing F8_E4M3 with its block scales. dst holds
+ * the product of the view's shape. Returns 0, or -1 with err for an unsupported dtype. */
+int tensor_to_f32(const struct tensor_view *t, float *dst, char *err, size_t errlen);
+
+/* Number of elements of a view. */
+int64_t tensor_numel(const struct tensor_view *t);
