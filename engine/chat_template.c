@@ -65,7 +65,10 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
     b->p[b->len] = 0;
 }
 
-static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+static void sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
 
 /* ---- Python string helpers on a (pointer, length) view */
 
@@ -74,7 +77,10 @@ struct view {
     size_t n;
 };
 
-static struct view view_of(const char *s) { return (struct view){s, strlen(s)}; }
+static struct view view_of(const char *s)
+{
+    return (struct view){s, strlen(s)};
+}
 
 static struct view lstrip_nl(struct view v)
 {
@@ -92,7 +98,10 @@ static struct view rstrip_nl(struct view v)
     return v;
 }
 
-static struct view strip_nl(struct view v) { return rstrip_nl(lstrip_nl(v)); }
+static struct view strip_nl(struct view v)
+{
+    return rstrip_nl(lstrip_nl(v));
+}
 
 /* First occurrence of needle in v (memmem), or NULL. */
 static const char *find_first(struct view v, const char *needle)
@@ -113,7 +122,10 @@ static const char *find_last(struct view v, const char *needle)
     return NULL;
 }
 
-static bool starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+static bool starts_with(const char *s, const char *prefix)
+{
+    return !strncmp(s, prefix, strlen(prefix));
+}
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -127,8 +139,8 @@ static int check_role(const char *role, size_t i, char *err, size_t errlen)
 {
     if (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"))
         return 0;
-    return fail(err, errlen, "messages[%zu].role: '%.64s' is not supported (only system, user and assistant)", i,
-                role);
+    return fail(err, errlen, "messages[%zu].role: '%.64s' is not supported (only system, user and assistant)",
+                i, role);
 }
 
 static int check_messages(const struct chat_message *msgs, size_t n, char *err, size_t errlen)
@@ -152,7 +164,8 @@ static size_t last_query_index(const struct chat_message *msgs, size_t n)
 {
     for (size_t i = n; i-- > 0;) {
         const char *c = msgs[i].content;
-        if (!strcmp(msgs[i].role, "user") && !(starts_with(c, TOOL_RESPONSE_OPEN) && ends_with(c, TOOL_RESPONSE_CLOSE)))
+        if (!strcmp(msgs[i].role, "user") &&
+            !(starts_with(c, TOOL_RESPONSE_OPEN) && ends_with(c, TOOL_RESPONSE_CLOSE)))
             return i;
     }
     return n - 1;
@@ -196,8 +209,8 @@ static void render_assistant(struct sbuf *b, const struct chat_message *m, bool 
     sb_str(b, "<|im_end|>\n");
 }
 
-int chat_render(const struct chat_message *msgs, size_t n, const struct chat_options *opt, char **out, char *err,
-                size_t errlen)
+int chat_render(const struct chat_message *msgs, size_t n, const struct chat_options *opt, char **out,
+                char *err, size_t errlen)
 {
     *out = NULL;
     if (check_messages(msgs, n, err, errlen))

@@ -26,14 +26,17 @@ struct chat_options {
 /* Defaults: add_generation_prompt = true, enable_thinking = true. */
 struct chat_options chat_options_default(void);
 
-/* Renders the messages into a new NUL-terminated string *out (caller frees with free()).
+/* Renders the messages into a new NUL-terminated string *out (caller frees with free()); opt may be
+ * NULL for chat_options_default().
  * Returns 0, or -1 with a message in err (e.g. "messages[2].role: 'tool' is not supported"). */
-int chat_render(const struct chat_message *msgs, size_t n, const struct chat_options *opt, char **out, char *err,
-                size_t errlen);
+int chat_render(const struct chat_message *msgs, size_t n, const struct chat_options *opt, char **out,
+                char *err, size_t errlen);
 
 /* Reads a JSON array of {"role", "content", "reasoning_content"?} objects into *msgs (an array the
  * caller frees with free(); its strings borrow from `messages`, which must outlive it). Unknown
  * message keys other than "name", wrong types, a missing role or content, and tool calls are errors
- * naming the index: "messages[1].content: expected a string". Returns 0 or -1 with err. */
+ * naming the index: "messages[1].content: expected a string". "reasoning_content": null is the same
+ * as absent; "tool_calls": null or [] is accepted (the template renders them like an absent key).
+ * Returns 0 or -1 with err. */
 int chat_messages_from_json(const struct json_t *messages, struct chat_message **msgs, size_t *n, char *err,
                             size_t errlen);
