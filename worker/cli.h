@@ -21,3 +21,4 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_bad_option(const char *cmd, int argc, char **argv);
 
 /* Subcommands (one worker/cmd_<name>.c each). */
+int cmd_config(int argc, char **argv);

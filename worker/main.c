@@ -7,6 +7,7 @@
 #include "worker/cli.h"
 
 const struct cli_command cli_commands[] = {
+    {"config", cmd_config, "print the effective configuration, list its keys, check a file"},
     {NULL, NULL, NULL},
 };
 
