@@ -82,6 +82,14 @@ static inline int backend_step(struct backend *be, const struct be_seq *seqs, in
 static inline const char *backend_name(const struct backend *be) { return be->ops->name; }
 void backend_free(struct backend *be);
 
+/* RoPE inverse frequencies of a model, shared by every backend: inv_freq[i] for i < head_dim / 2
+ * and the factor that multiplies cos and sin (1 except for yarn), computed in float32 exactly as
+ * transformers' _compute_default_rope_parameters / _compute_yarn_parameters /
+ * _compute_llama3_parameters do. Returns 0, or -1 with err for an odd head_dim or bad scaling. */
+struct model_config;
+int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *attn_scale, char *err,
+                       size_t errlen);
+
 /* Constructors the dispatcher calls. */
 struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);
 struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);

@@ -15,6 +15,7 @@ size_t dtype_size(enum dtype t);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f); /* round to nearest even (subnormals too); overflow to inf; NaN stays NaN */
 float e4m3_to_f32(uint8_t b); /* OCP FP8 E4M3 (fn): no infinities, 0x7f/0xff are NaN */
 uint8_t f32_to_e4m3(float f); /* round to nearest even, saturating at ±448 */
 

@@ -21,19 +21,33 @@
 #include "engine/sampling.h"
 
 struct model;
-struct tokenizer;
+struct tok;
+
+#define ENGINE_MAX_LANES 4
 
 enum finish_reason { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR };
 /* "stop", "length", "cancelled", "error"; NULL for FINISH_NONE. */
 const char *finish_reason_name(enum finish_reason r);
 
+/* Caps of one lane (e.g. 0 = short jobs, 1 = long documents), inside the global ones; 0 = global. */
+struct engine_lane {
+    int max_num_seqs;
+    int max_num_batched_tokens;
+    int max_model_len;
+};
+
 struct engine_opts {
     struct backend_opts be;       /* block_size, max_num_seqs, max_num_batched_tokens, max_model_len, ... */
     const char *backend;          /* "auto" | "cpu" | "cuda" */
     int long_prefill_chunk;       /* most tokens of one prompt per step (0 = max_num_batched_tokens) */
+    bool enable_prefix_caching;   /* reuse the K/V of full blocks shared with earlier prompts */
+    uint64_t seed;                /* base of the seeds drawn for requests without one */
+    int num_lanes;                /* 0 or 1 = one lane with the global caps */
+    struct engine_lane lanes[ENGINE_MAX_LANES];
 };
 /* block_size 32, max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 0 (= the model's),
- * backend "auto", gpu_memory_utilization 0.92, cuda_graphs true. */
+ * backend "auto", gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
+ * cuda_graphs true, prefix caching on, seed 0, one lane. */
 struct engine_opts engine_opts_default(void);
 
 struct engine_request {
@@ -49,6 +63,7 @@ struct engine_request {
     const int32_t *stop_ids;      /* extra stop token ids (copied) */
     int n_stop_ids;
     bool skip_special_tokens;     /* in the text (default true) */
+    int lane;                     /* 0 .. num_lanes - 1 */
     void *user;                   /* returned untouched in engine_seq.user */
 };
 /* Zeroed, with sp = sampling_params_default(), max_tokens 16, skip_special_tokens true. */
@@ -74,13 +89,25 @@ struct engine_seq {
 struct engine_stats {
     int running, waiting;         /* sequences */
     int kv_blocks_used, kv_blocks_total;
-    uint64_t steps, preemptions, prompt_tokens, generated_tokens;
+    uint64_t steps, preemptions, prompt_tokens, generated_tokens; /* steps that ran the backend; prompt
+                                                                     tokens of the requests added */
+    int lane_running[ENGINE_MAX_LANES], lane_waiting[ENGINE_MAX_LANES];
+    int kv_blocks_cached;         /* free blocks still holding a reusable prefix */
+    uint64_t computed_tokens;     /* tokens run through the backend (prefill chunks, recompute, decode) */
+    uint64_t prefix_queries, prefix_hits; /* full blocks looked up in / found in the prefix cache */
+    uint64_t cached_tokens;       /* prompt tokens not computed thanks to the prefix cache */
 };
 
 /* Opens the backend for `m` and sizes the scheduler. tok is borrowed for text and may not be
- * NULL. NULL with err on failure. */
-struct engine *engine_open(const struct model *m, const struct tokenizer *tok, const struct engine_opts *o,
-                           char *err, size_t errlen);
+ * NULL. NULL with err on failure. When the KV pool holds fewer tokens than max_model_len, the
+ * engine's max_model_len is lowered to what it holds (logged). */
+struct engine *engine_open(const struct model *m, const struct tok *tok, const struct engine_opts *o, char *err,
+                           size_t errlen);
+/* The same over a backend the caller opened for m (the engine takes it over and frees it, also
+ * on failure); o->backend is not used. For tests that wrap a backend, and for tools that open
+ * one themselves. */
+struct engine *engine_open_backend(const struct model *m, const struct tok *tok, struct backend *be,
+                                   const struct engine_opts *o, char *err, size_t errlen);
 void engine_free(struct engine *e);
 
 /* Queues a request. Returns its seq, or NULL with err when the request can never run (empty
@@ -102,3 +129,5 @@ void engine_release(struct engine *e, struct engine_seq *s);
 bool engine_has_work(const struct engine *e);
 void engine_get_stats(const struct engine *e, struct engine_stats *st);
 const char *engine_backend_name(const struct engine *e);
+/* The longest sequence (prompt + max_tokens) engine_add accepts in a lane (-1 = any lane). */
+int engine_max_model_len(const struct engine *e, int lane);

@@ -56,6 +56,7 @@ struct tensor_view {
     int64_t shape[4];
     const void *data;          /* into the mmap */
     const struct tensor_view *scale_inv; /* F8_E4M3 weights: fp32/bf16 block scales [ceil(out/B0), ceil(in/B1)] */
+    int block[2];              /* F8_E4M3 with scale_inv: the block [B0, B1] (weight_block_size); else 0 */
 };
 
 struct layer_weights {

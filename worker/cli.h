@@ -22,3 +22,6 @@ int cli_bad_option(const char *cmd, int argc, char **argv);
 
 /* Subcommands (one worker/cmd_<name>.c each). */
 int cmd_config(int argc, char **argv);
+int cmd_make_tiny_model(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);

@@ -8,6 +8,9 @@
 
 const struct cli_command cli_commands[] = {
     {"config", cmd_config, "print the effective configuration, list its keys, check a file"},
+    {"make-tiny-model", cmd_make_tiny_model, "write a random checkpoint in Hugging Face layout (tests, demos)"},
+    {"tokenize", cmd_tokenize, "text <-> token ids and chat prompts as JSON lines; tokenizer benchmark"},
+    {"run", cmd_run, "run a JSONL file of jobs through the engine offline, results in input order"},
     {NULL, NULL, NULL},
 };
 

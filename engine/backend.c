@@ -1,0 +1,131 @@
+/* Backend dispatch ("cpu", "cuda", "auto") and what every backend shares. */
+#include "engine/backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/gpu.h"
+#include "engine/log.h"
+#include "engine/model.h"
+
+struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
+                             size_t errlen)
+{
+    if (!name || !strcmp(name, "auto")) {
+        char why[256] = "";
+        if (gpu_backend_built() && gpu_describe(why, sizeof why) == 0) {
+            log_info("backend auto: cuda on %s", why);
+            return cuda_backend_open(m, o, err, errlen);
+        }
+        if (gpu_backend_built())
+            log_info("backend auto: cpu (no usable GPU: %s)", why);
+        else
+            log_info("backend auto: cpu (built without the CUDA backend)");
+        return cpu_backend_open(m, o, err, errlen);
+    }
+    if (!strcmp(name, "cpu"))
+        return cpu_backend_open(m, o, err, errlen);
+    if (!strcmp(name, "cuda"))
+        return cuda_backend_open(m, o, err, errlen);
+    snprintf(err, errlen, "unknown backend '%s' (expected auto, cpu or cuda)", name);
+    return NULL;
+}
+
+void backend_free(struct backend *be)
+{
+    if (be)
+        be->ops->free(be);
+}
+
+#ifndef LLMQ_HAVE_CUDA_BACKEND
+struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
+                                  size_t errlen)
+{
+    (void)m;
+    (void)o;
+    snprintf(err, errlen, "this llmq was built without the CUDA backend");
+    return NULL;
+}
+#endif
+
+/* The float32 arithmetic below mirrors transformers' torch code operation by operation (python
+ * scalars meet float32 tensors as floats; python-side arithmetic stays double). */
+int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *attn_scale, char *err,
+                       size_t errlen)
+{
+    const int dim = cfg->head_dim, half = dim / 2;
+    if (dim <= 0 || dim % 2) {
+        snprintf(err, errlen, "head_dim %d: RoPE needs an even head dimension", dim);
+        return -1;
+    }
+    if (!(cfg->rope_theta > 0)) {
+        snprintf(err, errlen, "rope_theta %g: must be positive", cfg->rope_theta);
+        return -1;
+    }
+    const float base = (float)cfg->rope_theta;
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)dim); /* base ** (arange / dim) */
+    *attn_scale = 1.0f;
+    const double factor = cfg->rope_scaling.factor;
+
+    switch (cfg->rope_scaling.type) {
+    case ROPE_DEFAULT:
+        return 0;
+
+    case ROPE_YARN: {
+        if (!(factor > 0)) {
+            snprintf(err, errlen, "rope_scaling yarn: factor %g must be positive", factor);
+            return -1;
+        }
+        int orig = cfg->rope_scaling.original_max > 0 ? cfg->rope_scaling.original_max : cfg->max_position;
+        double beta_fast = cfg->rope_scaling.beta_fast > 0 ? cfg->rope_scaling.beta_fast : 32;
+        double beta_slow = cfg->rope_scaling.beta_slow > 0 ? cfg->rope_scaling.beta_slow : 1;
+        double af = cfg->rope_scaling.attn_factor;
+        if (!(af > 0))
+            af = factor <= 1 ? 1.0 : 0.1 * log(factor) + 1.0;
+        *attn_scale = (float)af;
+        /* find_correction_range with truncate = True */
+        double lb = 2 * log((double)base);
+        double low = floor(dim * log(orig / (beta_fast * 2 * M_PI)) / lb);
+        double high = ceil(dim * log(orig / (beta_slow * 2 * M_PI)) / lb);
+        low = low > 0 ? low : 0;
+        high = high < dim - 1 ? high : dim - 1;
+        if (low == high)
+            high += 0.001;
+        for (int i = 0; i < half; i++) {
+            float ramp = ((float)i - (float)low) / (float)(high - low);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float extra = 1.0f - ramp;
+            float inter = 1.0f / ((float)factor * powf(base, (float)(2 * i) / (float)dim));
+            inv_freq[i] = inter * (1.0f - extra) + inv_freq[i] * extra;
+        }
+        return 0;
+    }
+
+    case ROPE_LLAMA3: {
+        double lf = cfg->rope_scaling.low_freq_factor, hf = cfg->rope_scaling.high_freq_factor;
+        int old = cfg->rope_scaling.original_max;
+        if (!(factor > 0) || !(lf > 0) || !(hf > lf) || old <= 0) {
+            snprintf(err, errlen,
+                     "rope_scaling llama3: needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                     "original_max_position_embeddings > 0 (got %g, %g, %g, %d)",
+                     factor, lf, hf, old);
+            return -1;
+        }
+        float low_wl = (float)(old / lf), high_wl = (float)(old / hf);
+        for (int i = 0; i < half; i++) {
+            float inv = inv_freq[i];
+            float wl = (float)(2 * M_PI) / inv;
+            float l = wl > low_wl ? inv / (float)factor : inv;
+            float smooth = ((float)old / wl - (float)lf) / (float)(hf - lf);
+            float smoothed = (1.0f - smooth) * l / (float)factor + smooth * l;
+            bool medium = !(wl < high_wl) && !(wl > low_wl);
+            inv_freq[i] = medium ? smoothed : l;
+        }
+        return 0;
+    }
+    }
+    snprintf(err, errlen, "unknown rope_scaling type %d", (int)cfg->rope_scaling.type);
+    return -1;
+}

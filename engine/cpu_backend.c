@@ -1,0 +1,666 @@
+/* The fp32 CPU reference backend: the oracle every faster path is tested against.
+ *
+ * Weights are converted to fp32 at open (tensor_to_f32) into one allocation: q/k/v fused into
+ * one (H+2KVH)·D × C matrix and gate/up into one 2F × C matrix. One step runs every new token of
+ * every sequence as one [T, ·] activation matrix; attention reads the paged KV pool through each
+ * sequence's block table; logits are computed only for the last token of sequences that sample.
+ *
+ * KV pool layout (fp32), one allocation of num_blocks blocks:
+ *     kv[layer][K|V][block][kv_head][slot][d]    (L, 2, num_blocks, KVH, block_size, D)
+ * so position p of a sequence lives in block block_table[p / block_size], slot p % block_size,
+ * and one block of one KV head is block_size·D contiguous floats.
+ *
+ * Every per-token computation (GEMM rows, norms, RoPE, attention over positions in order) is done
+ * the same way whatever else is in the batch, so a sequence's logits do not depend on batching,
+ * chunking, block size or which blocks it was given. Threads: OpenMP over GEMM output columns,
+ * over rows, and over (token, head) pairs in attention. */
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/log.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+
+#define KV_DEFAULT_CAP_BYTES ((int64_t)512 << 20) /* default KV pool cap when kv_cache_bytes is 0 */
+#define LOGIT_CHUNK 16                            /* sequences whose logits are computed at once */
+#define GEMM_NB 16                                /* weight rows per GEMM work item */
+
+struct cpu_layer {
+    const float *attn_norm;       /* (C) */
+    const float *wqkv;            /* (QKV, C): wq rows, then wk, then wv */
+    const float *bqkv;            /* (QKV), or NULL without qkv_bias */
+    const float *q_norm, *k_norm; /* (D), or NULL without qk_norm */
+    const float *wo;              /* (C, H*D) */
+    const float *mlp_norm;        /* (C) */
+    const float *wgu;             /* (2F, C): gate rows, then up rows */
+    const float *wdown;           /* (C, F) */
+};
+
+struct cpu_backend {
+    struct backend base; /* first, so a struct backend * is a struct cpu_backend * */
+    struct model_config cfg;
+    int nthreads;
+    int C, F, L, H, KVH, D, V;
+    int QKV, HD, KVD; /* (H + 2 KVH) D, H D, KVH D */
+    float eps;
+
+    float *weights;           /* the one allocation behind every pointer below */
+    const float *embed;       /* (V, C) */
+    const float *lm_head;     /* (V, C); == embed when tied */
+    const float *final_norm;  /* (C) */
+    struct cpu_layer *layers; /* [L] */
+    float *inv_freq;          /* (D/2) */
+    float attn_scale;         /* RoPE cos/sin factor (yarn) */
+
+    float *kv;      /* the pool, layout above */
+    size_t kv_slab; /* floats of one (block, kv head): block_size * D */
+    size_t kv_part; /* floats of K (or V) of one layer: num_blocks * KVH * kv_slab */
+
+    /* step scratch, grown on demand */
+    int cap_rows, cap_ctx;
+    float *x, *h, *qkv, *att, *tmp, *gu,
+        *act;               /* [T, C], [T, C], [T, QKV], [T, HD], [T, C], [T, 2F], [T, F] */
+    float *rcos, *rsin;     /* [T, D/2] */
+    int *row_seq, *row_pos; /* [T] */
+    float *scores;          /* [nthreads, cap_ctx] */
+    float *hfin, *logits;   /* [LOGIT_CHUNK, C], [LOGIT_CHUNK, V] */
+    int *pick;              /* [LOGIT_CHUNK] sequence index per logits row */
+    char (*perr)[256];      /* [LOGIT_CHUNK] sampler errors */
+    struct samp_ctx **samp; /* [nthreads] */
+};
+
+/* ---- math */
+
+/* sum a[k] b[k] in a fixed order: 8 lanes over k, combined pairwise, then the tail */
+static inline float dot(const float *a, const float *b, int K)
+{
+    float acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[k + j] * b[k + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; k < K; k++)
+        s += a[k] * b[k];
+    return s;
+}
+
+/* dot(x_r, w) for four rows sharing the loads of w; bitwise equal to four dot() calls */
+static inline void dot4(const float *w, const float *x0, const float *x1, const float *x2, const float *x3,
+                        int K, float out[4])
+{
+    float a0[8] = {0}, a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) {
+            float wv = w[k + j];
+            a0[j] += x0[k + j] * wv;
+            a1[j] += x1[k + j] * wv;
+            a2[j] += x2[k + j] * wv;
+            a3[j] += x3[k + j] * wv;
+        }
+    const float *xs[4] = {x0, x1, x2, x3};
+    float *as[4] = {a0, a1, a2, a3};
+    for (int r = 0; r < 4; r++) {
+        const float *a = as[r];
+        float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        for (int kk = k; kk < K; kk++)
+            s += xs[r][kk] * w[kk];
+        out[r] = s;
+    }
+}
+
+/* y[M, N] = x[M, K] · w[N, K]^T. Work items are blocks of GEMM_NB rows of w (kept in cache while
+ * every row of x passes over them); the K loop is innermost over contiguous memory. */
+static void matmul(float *y, const float *x, const float *w, int M, int N, int K, int nt)
+{
+    int nblk = (N + GEMM_NB - 1) / GEMM_NB;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int b = 0; b < nblk; b++) {
+        int n0 = b * GEMM_NB, n1 = n0 + GEMM_NB < N ? n0 + GEMM_NB : N;
+        int m = 0;
+        for (; m + 4 <= M; m += 4) {
+            const float *x0 = x + (size_t)m * K;
+            for (int n = n0; n < n1; n++) {
+                float o[4];
+                dot4(w + (size_t)n * K, x0, x0 + K, x0 + 2 * (size_t)K, x0 + 3 * (size_t)K, K, o);
+                for (int r = 0; r < 4; r++)
+                    y[(size_t)(m + r) * N + n] = o[r];
+            }
+        }
+        for (; m < M; m++)
+            for (int n = n0; n < n1; n++)
+                y[(size_t)m * N + n] = dot(x + (size_t)m * K, w + (size_t)n * K, K);
+    }
+}
+
+/* HF RMSNorm in fp32: w * (x * rsqrt(mean(x^2) + eps)); the mean is accumulated in double */
+static inline void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float var = (float)(ss / n);
+    float r = 1.0f / sqrtf(var + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = w[i] * (x[i] * r);
+}
+
+/* NeoX RoPE on one head: v[i], v[i + D/2] rotated by angle i (HF rotate_half) */
+static inline void rope(float *v, const float *c, const float *s, int half)
+{
+    for (int i = 0; i < half; i++) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+    }
+}
+
+/* ---- open */
+
+/* Converts one weight into dst after checking its shape (d1 == 0: a vector of d0). */
+static int load_weight(const struct tensor_view *t, const char *what, int layer, int64_t d0, int64_t d1,
+                       float *dst, char *err, size_t errlen)
+{
+    char name[128];
+    if (t->name)
+        snprintf(name, sizeof name, "%s", t->name);
+    else if (layer >= 0)
+        snprintf(name, sizeof name, "layer %d %s", layer, what);
+    else
+        snprintf(name, sizeof name, "%s", what);
+    if (!t->data) {
+        snprintf(err, errlen, "%s: missing", name);
+        return -1;
+    }
+    bool ok =
+        d1 ? (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->ndim == 1 && t->shape[0] == d0);
+    if (!ok) {
+        char got[96] = "";
+        size_t o = 0;
+        for (int i = 0; i < t->ndim && i < 4 && o < sizeof got; i++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (d1)
+            snprintf(err, errlen, "%s: shape [%s], expected [%lld, %lld]", name, got, (long long)d0,
+                     (long long)d1);
+        else
+            snprintf(err, errlen, "%s: shape [%s], expected [%lld]", name, got, (long long)d0);
+        return -1;
+    }
+    char e2[256];
+    if (tensor_to_f32(t, dst, e2, sizeof e2) != 0) {
+        snprintf(err, errlen, "%s: %s", name, e2);
+        return -1;
+    }
+    return 0;
+}
+
+static void cpu_free(struct backend *be);
+static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
+static const struct backend_ops cpu_ops = {"cpu", cpu_step, cpu_free};
+
+static int load_weights(struct cpu_backend *b, const struct model *m, char *err, size_t errlen)
+{
+    const struct model_config *c = &b->cfg;
+    const int64_t C = b->C, F = b->F, D = b->D, V = b->V, QKV = b->QKV, HD = b->HD, KVD = b->KVD;
+    size_t per_layer = (size_t)(C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD +
+                                C + 2 * F * C + C * F);
+    size_t total = (size_t)(V * C) * (c->tie_embeddings ? 1 : 2) + (size_t)C + per_layer * (size_t)b->L;
+    b->weights = malloc(total * sizeof(float));
+    b->layers = calloc((size_t)b->L, sizeof *b->layers);
+    if (!b->weights || !b->layers) {
+        snprintf(err, errlen, "out of memory for %.1f MiB of fp32 weights", (double)total * 4 / (1 << 20));
+        return -1;
+    }
+    float *p = b->weights;
+#define TAKE(dst, n)                                                                                         \
+    do {                                                                                                     \
+        (dst) = p;                                                                                           \
+        p += (n);                                                                                            \
+    } while (0)
+    float *w;
+    TAKE(w, V * C);
+    if (load_weight(&m->embed, "embed_tokens", -1, V, C, w, err, errlen))
+        return -1;
+    b->embed = w;
+    if (c->tie_embeddings) {
+        b->lm_head = b->embed;
+    } else {
+        TAKE(w, V * C);
+        if (load_weight(&m->lm_head, "lm_head", -1, V, C, w, err, errlen))
+            return -1;
+        b->lm_head = w;
+    }
+    TAKE(w, C);
+    if (load_weight(&m->final_norm, "norm", -1, C, 0, w, err, errlen))
+        return -1;
+    b->final_norm = w;
+
+    for (int l = 0; l < b->L; l++) {
+        const struct layer_weights *lw = &m->layers[l];
+        struct cpu_layer *cl = &b->layers[l];
+        TAKE(w, C);
+        if (load_weight(&lw->attn_norm, "input_layernorm", l, C, 0, w, err, errlen))
+            return -1;
+        cl->attn_norm = w;
+        TAKE(w, QKV * C);
+        if (load_weight(&lw->wq, "q_proj", l, HD, C, w, err, errlen) ||
+            load_weight(&lw->wk, "k_proj", l, KVD, C, w + HD * C, err, errlen) ||
+            load_weight(&lw->wv, "v_proj", l, KVD, C, w + (HD + KVD) * C, err, errlen))
+            return -1;
+        cl->wqkv = w;
+        if (c->qkv_bias) {
+            TAKE(w, QKV);
+            if (load_weight(&lw->bq, "q_proj.bias", l, HD, 0, w, err, errlen) ||
+                load_weight(&lw->bk, "k_proj.bias", l, KVD, 0, w + HD, err, errlen) ||
+                load_weight(&lw->bv, "v_proj.bias", l, KVD, 0, w + HD + KVD, err, errlen))
+                return -1;
+            cl->bqkv = w;
+        }
+        if (c->qk_norm) {
+            TAKE(w, 2 * D);
+            if (load_weight(&lw->q_norm, "q_norm", l, D, 0, w, err, errlen) ||
+                load_weight(&lw->k_norm, "k_norm", l, D, 0, w + D, err, errlen))
+                return -1;
+            cl->q_norm = w;
+            cl->k_norm = w + D;
+        }
+        TAKE(w, C * HD);
+        if (load_weight(&lw->wo, "o_proj", l, C, HD, w, err, errlen))
+            return -1;
+        cl->wo = w;
+        TAKE(w, C);
+        if (load_weight(&lw->mlp_norm, "post_attention_layernorm", l, C, 0, w, err, errlen))
+            return -1;
+        cl->mlp_norm = w;
+        TAKE(w, 2 * F * C);
+        if (load_weight(&lw->w_gate, "gate_proj", l, F, C, w, err, errlen) ||
+            load_weight(&lw->w_up, "up_proj", l, F, C, w + F * C, err, errlen))
+            return -1;
+        cl->wgu = w;
+        TAKE(w, C * F);
+        if (load_weight(&lw->w_down, "down_proj", l, C, F, w, err, errlen))
+            return -1;
+        cl->wdown = w;
+    }
+#undef TAKE
+    return 0;
+}
+
+static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *err, size_t errlen)
+{
+    const int bs = o->block_size;
+    if (bs <= 0) {
+        snprintf(err, errlen, "block_size %d: must be positive", bs);
+        return -1;
+    }
+    int max_len = o->max_model_len > 0 ? o->max_model_len : b->cfg.max_position;
+    if (max_len <= 0) {
+        snprintf(err, errlen, "max_model_len is not set and the model has no max_position_embeddings");
+        return -1;
+    }
+    int64_t block_bytes = (int64_t)b->L * 2 * b->KVH * bs * b->D * (int64_t)sizeof(float);
+    int64_t seq_blocks = ((int64_t)max_len + bs - 1) / bs;
+    int64_t nb;
+    if (o->kv_cache_bytes > 0) {
+        nb = o->kv_cache_bytes / block_bytes;
+    } else {
+        int64_t need = (int64_t)(o->max_num_seqs > 0 ? o->max_num_seqs : 1) * seq_blocks;
+        int64_t cap = KV_DEFAULT_CAP_BYTES / block_bytes;
+        nb = need < cap ? need : cap;
+    }
+    if (nb > (1 << 30))
+        nb = 1 << 30;
+    if (nb < seq_blocks) {
+        snprintf(
+            err, errlen,
+            "KV cache of %lld blocks (%.1f MiB%s) cannot hold one sequence of max_model_len %d "
+            "(%lld blocks of %d tokens, %.1f MiB of fp32 KV); raise kv_cache_bytes or lower max_model_len",
+            (long long)nb, (double)(nb * block_bytes) / (1 << 20),
+            o->kv_cache_bytes > 0 ? " from kv_cache_bytes" : ", the default cap", max_len,
+            (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20));
+        return -1;
+    }
+    b->base.num_blocks = (int)nb;
+    b->base.block_size = bs;
+    b->kv_slab = (size_t)bs * b->D;
+    b->kv_part = (size_t)nb * b->KVH * b->kv_slab;
+    b->kv = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float));
+    if (!b->kv) {
+        snprintf(err, errlen, "out of memory for a %.1f MiB KV cache",
+                 (double)(nb * block_bytes) / (1 << 20));
+        return -1;
+    }
+    log_info("cpu backend: KV cache %lld blocks of %d tokens = %lld tokens, %.1f MiB fp32 (max_model_len %d)",
+             (long long)nb, bs, (long long)nb * bs, (double)(nb * block_bytes) / (1 << 20), max_len);
+    return 0;
+}
+
+struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err,
+                                 size_t errlen)
+{
+    const struct model_config *c = &m->cfg;
+    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
+        snprintf(err, errlen,
+                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
+                 "head_dim %d, vocab %d",
+                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+        return NULL;
+    }
+    struct cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    b->base.ops = &cpu_ops;
+    b->cfg = *c;
+    b->C = c->hidden, b->F = c->intermediate, b->L = c->n_layers, b->H = c->n_heads, b->KVH = c->n_kv_heads;
+    b->D = c->head_dim, b->V = c->vocab;
+    b->HD = b->H * b->D, b->KVD = b->KVH * b->D, b->QKV = b->HD + 2 * b->KVD;
+    b->eps = c->rms_eps;
+    b->nthreads = o->threads > 0 ? o->threads : omp_get_max_threads();
+
+    b->inv_freq = malloc((size_t)(b->D / 2 + 1) * sizeof(float));
+    if (!b->inv_freq) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (backend_rope_freqs(c, b->inv_freq, &b->attn_scale, err, errlen))
+        goto fail;
+    if (load_weights(b, m, err, errlen) || size_kv(b, o, err, errlen))
+        goto fail;
+
+    b->hfin = malloc((size_t)LOGIT_CHUNK * b->C * sizeof(float));
+    b->logits = malloc((size_t)LOGIT_CHUNK * b->V * sizeof(float));
+    b->pick = malloc(LOGIT_CHUNK * sizeof *b->pick);
+    b->perr = malloc(LOGIT_CHUNK * sizeof *b->perr);
+    b->samp = calloc((size_t)b->nthreads, sizeof *b->samp);
+    if (!b->hfin || !b->logits || !b->pick || !b->perr || !b->samp) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int t = 0; t < b->nthreads; t++)
+        if (!(b->samp[t] = samp_new(b->V))) {
+            snprintf(err, errlen, "out of memory for the sampler");
+            goto fail;
+        }
+    log_info("cpu backend: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %d threads", c->arch_name,
+             b->L, b->C, b->H, b->KVH, b->D, b->V, b->nthreads);
+    return &b->base;
+fail:
+    cpu_free(&b->base);
+    return NULL;
+}
+
+static void cpu_free(struct backend *be)
+{
+    struct cpu_backend *b = (struct cpu_backend *)be;
+    if (!b)
+        return;
+    free(b->weights);
+    free(b->layers);
+    free(b->inv_freq);
+    free(b->kv);
+    free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
+    free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores);
+    free(b->hfin), free(b->logits), free(b->pick), free(b->perr);
+    if (b->samp)
+        for (int t = 0; t < b->nthreads; t++)
+            samp_free(b->samp[t]);
+    free(b->samp);
+    free(b);
+}
+
+/* ---- step */
+
+static int grow(void **p, size_t bytes)
+{
+    void *q = realloc(*p, bytes);
+    if (!q)
+        return -1;
+    *p = q;
+    return 0;
+}
+
+static int reserve(struct cpu_backend *b, int rows, int ctx)
+{
+    if (rows > b->cap_rows) {
+        size_t r = (size_t)rows, f = sizeof(float);
+        if (grow((void **)&b->x, r * b->C * f) || grow((void **)&b->h, r * b->C * f) ||
+            grow((void **)&b->qkv, r * b->QKV * f) || grow((void **)&b->att, r * b->HD * f) ||
+            grow((void **)&b->tmp, r * b->C * f) || grow((void **)&b->gu, r * 2 * b->F * f) ||
+            grow((void **)&b->act, r * b->F * f) || grow((void **)&b->rcos, r * (b->D / 2 + 1) * f) ||
+            grow((void **)&b->rsin, r * (b->D / 2 + 1) * f) || grow((void **)&b->row_seq, r * sizeof(int)) ||
+            grow((void **)&b->row_pos, r * sizeof(int)))
+            return -1;
+        b->cap_rows = rows;
+    }
+    if (ctx > b->cap_ctx) {
+        if (grow((void **)&b->scores, (size_t)b->nthreads * ctx * sizeof(float)))
+            return -1;
+        b->cap_ctx = ctx;
+    }
+    return 0;
+}
+
+static int check_seq(struct cpu_backend *b, const struct be_seq *s, int i)
+{
+    const int bs = b->base.block_size;
+    char *err = b->base.err;
+    size_t el = sizeof b->base.err;
+    if (!s->tokens || s->n_new < 1 || s->pos < 0 || s->n_prompt < 0 || s->n_prompt > s->n_tokens ||
+        s->pos + s->n_new > s->n_tokens) {
+        snprintf(err, el, "sequence %d: bad step: pos %d, n_new %d, n_prompt %d, n_tokens %d", i, s->pos,
+                 s->n_new, s->n_prompt, s->n_tokens);
+        return -1;
+    }
+    int end = s->pos + s->n_new, need = (end + bs - 1) / bs;
+    if (!s->block_table || s->n_blocks < need) {
+        snprintf(err, el, "sequence %d: %d KV blocks for %d positions, need %d of %d tokens", i, s->n_blocks,
+                 end, need, bs);
+        return -1;
+    }
+    for (int k = 0; k < need; k++)
+        if (s->block_table[k] < 0 || s->block_table[k] >= b->base.num_blocks) {
+            snprintf(err, el, "sequence %d: block_table[%d] = %d is outside the pool of %d blocks", i, k,
+                     s->block_table[k], b->base.num_blocks);
+            return -1;
+        }
+    for (int p = s->pos; p < end; p++)
+        if (s->tokens[p] < 0 || s->tokens[p] >= b->V) {
+            snprintf(err, el, "sequence %d: token %d at position %d is outside the vocabulary of %d", i,
+                     s->tokens[p], p, b->V);
+            return -1;
+        }
+    if (s->sample && (!s->sp || end != s->n_tokens)) {
+        snprintf(err, el, "sequence %d: sample set but %s", i,
+                 !s->sp ? "no sampling parameters" : "the step does not reach the last token");
+        return -1;
+    }
+    return 0;
+}
+
+/* q/k norm and RoPE of every row in place in qkv, then K and V of every row into the pool. */
+static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int layer,
+                          const struct be_seq *seqs, int T)
+{
+    const int D = b->D, half = D / 2, bs = b->base.block_size;
+    float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
+#pragma omp parallel for schedule(static) num_threads(b->nthreads)
+    for (int r = 0; r < T; r++) {
+        float *q = b->qkv + (size_t)r * b->QKV, *k = q + b->HD, *v = k + b->KVD;
+        const float *c = b->rcos + (size_t)r * half, *s = b->rsin + (size_t)r * half;
+        for (int h = 0; h < b->H; h++) {
+            if (cl->q_norm)
+                rmsnorm(q + h * D, q + h * D, cl->q_norm, D, b->eps);
+            rope(q + h * D, c, s, half);
+        }
+        for (int g = 0; g < b->KVH; g++) {
+            if (cl->k_norm)
+                rmsnorm(k + g * D, k + g * D, cl->k_norm, D, b->eps);
+            rope(k + g * D, c, s, half);
+        }
+        const struct be_seq *sq = &seqs[b->row_seq[r]];
+        int p = b->row_pos[r];
+        size_t blk = (size_t)sq->block_table[p / bs], off = (size_t)(p % bs) * D;
+        for (int g = 0; g < b->KVH; g++) {
+            size_t at = (blk * b->KVH + g) * b->kv_slab + off;
+            memcpy(kpool + at, k + g * D, (size_t)D * sizeof(float));
+            memcpy(vpool + at, v + g * D, (size_t)D * sizeof(float));
+        }
+    }
+}
+
+/* Causal attention of every (row, head) over positions [0, pos] read from the pool. */
+static void attention(struct cpu_backend *b, int layer, const struct be_seq *seqs, int T)
+{
+    const int D = b->D, H = b->H, bs = b->base.block_size, rep = b->H / b->KVH;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    const float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->nthreads)
+    for (int it = 0; it < T * H; it++) {
+        int r = it / H, h = it % H, g = h / rep, ctx = b->row_pos[r] + 1;
+        const int32_t *bt = seqs[b->row_seq[r]].block_table;
+        const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
+        float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
+        float mx = -INFINITY;
+        for (int j0 = 0; j0 < ctx; j0 += bs) {
+            const float *kb = kpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            for (int j = 0; j < n; j++) {
+                float s = dot(q, kb + (size_t)j * D, D) * scale;
+                sc[j0 + j] = s;
+                mx = s > mx ? s : mx;
+            }
+        }
+        double sum = 0;
+        for (int j = 0; j < ctx; j++) {
+            float e = expf(sc[j] - mx);
+            sc[j] = e;
+            sum += e;
+        }
+        float *o = b->att + (size_t)r * b->HD + (size_t)h * D;
+        memset(o, 0, (size_t)D * sizeof(float));
+        for (int j0 = 0; j0 < ctx; j0 += bs) {
+            const float *vb = vpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            for (int j = 0; j < n; j++) {
+                float p = (float)(sc[j0 + j] / sum);
+                const float *vv = vb + (size_t)j * D;
+                for (int d = 0; d < D; d++)
+                    o[d] += p * vv[d];
+            }
+        }
+    }
+}
+
+static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
+{
+    struct cpu_backend *b = (struct cpu_backend *)be;
+    const int C = b->C, F = b->F, half = b->D / 2, nt = b->nthreads;
+    be->err[0] = 0;
+    int T = 0, ctx = 1;
+    for (int i = 0; i < n; i++) {
+        if (check_seq(b, &seqs[i], i))
+            return -1;
+        T += seqs[i].n_new;
+        if (seqs[i].pos + seqs[i].n_new > ctx)
+            ctx = seqs[i].pos + seqs[i].n_new;
+    }
+    if (T == 0)
+        return 0;
+    if (reserve(b, T, ctx)) {
+        snprintf(be->err, sizeof be->err, "out of memory for a step of %d tokens", T);
+        return -1;
+    }
+
+    /* rows: embeddings, positions, RoPE angles (float32 as transformers: pos * inv_freq) */
+    for (int i = 0, r = 0; i < n; i++)
+        for (int t = 0; t < seqs[i].n_new; t++, r++) {
+            b->row_seq[r] = i;
+            b->row_pos[r] = seqs[i].pos + t;
+        }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < T; r++) {
+        const struct be_seq *s = &seqs[b->row_seq[r]];
+        memcpy(b->x + (size_t)r * C, b->embed + (size_t)s->tokens[b->row_pos[r]] * C,
+               (size_t)C * sizeof(float));
+        for (int i = 0; i < half; i++) {
+            float ang = (float)b->row_pos[r] * b->inv_freq[i];
+            b->rcos[(size_t)r * half + i] = (float)cos((double)ang) * b->attn_scale;
+            b->rsin[(size_t)r * half + i] = (float)sin((double)ang) * b->attn_scale;
+        }
+    }
+
+    for (int l = 0; l < b->L; l++) {
+        const struct cpu_layer *cl = &b->layers[l];
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int r = 0; r < T; r++)
+            rmsnorm(b->h + (size_t)r * C, b->x + (size_t)r * C, cl->attn_norm, C, b->eps);
+        matmul(b->qkv, b->h, cl->wqkv, T, b->QKV, C, nt);
+        if (cl->bqkv)
+            for (int r = 0; r < T; r++)
+                for (int j = 0; j < b->QKV; j++)
+                    b->qkv[(size_t)r * b->QKV + j] += cl->bqkv[j];
+        qk_rope_store(b, cl, l, seqs, T);
+        attention(b, l, seqs, T);
+        matmul(b->tmp, b->att, cl->wo, T, C, b->HD, nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int r = 0; r < T; r++) {
+            float *x = b->x + (size_t)r * C;
+            const float *a = b->tmp + (size_t)r * C;
+            for (int j = 0; j < C; j++)
+                x[j] += a[j];
+            rmsnorm(b->h + (size_t)r * C, x, cl->mlp_norm, C, b->eps);
+        }
+        matmul(b->gu, b->h, cl->wgu, T, 2 * F, C, nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int r = 0; r < T; r++) {
+            const float *g = b->gu + (size_t)r * 2 * F, *u = g + F;
+            float *a = b->act + (size_t)r * F;
+            for (int j = 0; j < F; j++)
+                a[j] = g[j] * (1.0f / (1.0f + expf(-g[j]))) * u[j];
+        }
+        matmul(b->tmp, b->act, cl->wdown, T, C, F, nt);
+        for (size_t j = 0; j < (size_t)T * C; j++)
+            b->x[j] += b->tmp[j];
+    }
+
+    /* logits of the last row of each sampling sequence, LOGIT_CHUNK sequences at a time */
+    int last = -1, failed = -1;
+    for (int i0 = 0; i0 < n && failed < 0;) {
+        int k = 0, r = 0;
+        for (int i = 0; i < n; i++) {
+            r += seqs[i].n_new;
+            if (i > last && seqs[i].sample && k < LOGIT_CHUNK) {
+                b->pick[k] = i;
+                rmsnorm(b->hfin + (size_t)k * C, b->x + (size_t)(r - 1) * C, b->final_norm, C, b->eps);
+                k++;
+                last = i;
+            }
+        }
+        if (k == 0)
+            break;
+        matmul(b->logits, b->hfin, b->lm_head, k, b->V, C, nt);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int j = 0; j < k; j++) {
+            int i = b->pick[j];
+            b->perr[j][0] = 0;
+            samp_sample(b->samp[omp_get_thread_num()], b->logits + (size_t)j * b->V, &seqs[i], &out[i],
+                        b->perr[j], sizeof b->perr[j]);
+        }
+        for (int j = 0; j < k && failed < 0; j++)
+            if (b->perr[j][0]) {
+                failed = b->pick[j];
+                snprintf(be->err, sizeof be->err, "sequence %d: sampling: %s", failed, b->perr[j]);
+            }
+        i0 = last + 1;
+    }
+    return failed < 0 ? 0 : -1;
+}

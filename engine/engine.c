@@ -1,0 +1,768 @@
+/* The generation engine (see engine.h): requests in, the scheduler plans each step, the backend
+ * runs it, and the host appends tokens, detokenizes incrementally and decides when to stop.
+ *
+ * Stopping, checked after each sampled token in vLLM's order: an EOS id (unless ignore_eos) or a
+ * stop id -> "stop" (the id is kept in tokens but adds no text); then stop strings on the text
+ * (once more than min_tokens tokens exist) -> "stop", text cut before the match; then max_tokens
+ * -> "length". EOS and stop ids are banned from sampling until min_tokens tokens exist. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/kv_blocks.h"
+#include "engine/log.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/stop.h"
+#include "engine/tokenizer.h"
+
+struct eseq {
+    struct engine_seq pub; /* first, so an engine_seq * is an eseq * */
+    struct sched_seq sq;
+    struct sampling_params spv; /* validated, seeded; be_seq.sp points here */
+    int max_tokens, min_tokens;
+    bool ignore_eos;
+    int32_t *stop_ids; /* [n_stop_ids] */
+    int n_stop_ids;
+    int32_t *banned; /* [n_banned]: EOS ids (unless ignore_eos) and stop ids, until min_tokens */
+    int n_banned;
+    struct stop_matcher stop;
+    struct tok_stream *ts;
+    char *full; /* all text decoded so far (pub.text shows a prefix of it) */
+    size_t full_len, full_cap, text_cap;
+    int tokens_cap, logprobs_cap;
+    bool cancel;                /* cancelled, finish not yet reported */
+    bool admitted;              /* running since its last admission (for the cached-token count) */
+    int prev_idx;               /* index in engine.prev while n_new_output is 1, else -1 */
+    uint64_t changed_stamp;     /* the step in whose *changed it is listed */
+    struct eseq *lprev, *lnext; /* every unreleased seq */
+};
+
+struct engine {
+    const struct model *m;
+    const struct tok *tok;
+    struct engine_opts o;
+    struct backend *be;
+    struct kv_pool *kv;
+    struct sched *s;
+    int vocab, num_lanes;
+    uint64_t seed_ctr;
+    uint64_t stamp;      /* engine_step calls */
+    struct be_seq *bseq; /* [max_num_seqs] */
+    struct be_out *bout;
+    struct engine_seq **changed;
+    int n_changed, changed_cap;
+    struct eseq **prev; /* seqs whose n_new_output is set */
+    int n_prev, prev_cap;
+    struct eseq **cancels;
+    int n_cancels, cancels_cap;
+    struct eseq *live;
+    int n_live;
+    struct engine_stats st;
+};
+
+const char *finish_reason_name(enum finish_reason r)
+{
+    switch (r) {
+    case FINISH_STOP:
+        return "stop";
+    case FINISH_LENGTH:
+        return "length";
+    case FINISH_CANCELLED:
+        return "cancelled";
+    case FINISH_ERROR:
+        return "error";
+    default:
+        return NULL;
+    }
+}
+
+struct engine_opts engine_opts_default(void)
+{
+    struct engine_opts o;
+    memset(&o, 0, sizeof o);
+    o.be.block_size = 32;
+    o.be.max_num_seqs = 256;
+    o.be.max_num_batched_tokens = 8192;
+    o.be.max_model_len = 0;
+    o.be.threads = 0;
+    o.be.gpu_memory_utilization = 0.92;
+    o.be.kv_cache_bytes = 0;
+    o.be.kv_dtype = DT_BF16;
+    o.be.cuda_graphs = true;
+    o.backend = "auto";
+    o.long_prefill_chunk = 0;
+    o.enable_prefix_caching = true;
+    o.seed = 0;
+    o.num_lanes = 1;
+    return o;
+}
+
+struct engine_request engine_request_default(void)
+{
+    struct engine_request r;
+    memset(&r, 0, sizeof r);
+    r.sp = sampling_params_default();
+    r.max_tokens = 16;
+    r.skip_special_tokens = true;
+    return r;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Grows *buf (of *cap elements of size sz) to hold at least need; 0 or -1 when out of memory. */
+static int grow(void **buf, int *cap, int need, size_t sz)
+{
+    if (need <= *cap)
+        return 0;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *nb = realloc(*buf, (size_t)c * sz);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = c;
+    return 0;
+}
+
+static int grow_bytes(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    char *nb = realloc(*buf, c);
+    if (!nb)
+        return -1;
+    *buf = nb;
+    *cap = c;
+    return 0;
+}
+
+/* ---- open / free */
+
+struct engine *engine_open(const struct model *m, const struct tok *tok, const struct engine_opts *o,
+                           char *err, size_t errlen)
+{
+    if (!m || !tok || !o) {
+        snprintf(err, errlen, "engine_open: model, tokenizer and options are required");
+        return NULL;
+    }
+    struct engine_opts oo = *o;
+    if (oo.be.max_model_len <= 0)
+        oo.be.max_model_len = m->cfg.max_position;
+    if (oo.be.max_model_len <= 0) {
+        snprintf(err, errlen,
+                 "engine: max_model_len is not set and the model has no max_position_embeddings");
+        return NULL;
+    }
+    struct backend *be = backend_open(o->backend ? o->backend : "auto", m, &oo.be, err, errlen);
+    if (!be)
+        return NULL;
+    return engine_open_backend(m, tok, be, &oo, err, errlen);
+}
+
+struct engine *engine_open_backend(const struct model *m, const struct tok *tok, struct backend *be,
+                                   const struct engine_opts *o, char *err, size_t errlen)
+{
+    if (!m || !tok || !o || !be) {
+        snprintf(err, errlen, "engine_open: model, tokenizer, backend and options are required");
+        backend_free(be);
+        return NULL;
+    }
+    if (o->num_lanes < 0 || o->num_lanes > ENGINE_MAX_LANES) {
+        snprintf(err, errlen, "engine: %d lanes (1..%d)", o->num_lanes, ENGINE_MAX_LANES);
+        backend_free(be);
+        return NULL;
+    }
+    if (o->be.max_num_seqs < 1 || o->be.max_num_batched_tokens < 1) {
+        snprintf(err, errlen, "engine: max_num_seqs %d and max_num_batched_tokens %d must be >= 1",
+                 o->be.max_num_seqs, o->be.max_num_batched_tokens);
+        backend_free(be);
+        return NULL;
+    }
+    struct engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "engine: out of memory");
+        backend_free(be);
+        return NULL;
+    }
+    e->be = be;
+    e->m = m;
+    e->tok = tok;
+    e->o = *o;
+    e->o.backend = NULL; /* not kept: the caller's string */
+    e->vocab = m->cfg.vocab;
+    e->seed_ctr = o->seed;
+    e->num_lanes = o->num_lanes ? o->num_lanes : 1;
+
+    struct backend_opts bo = o->be;
+    if (bo.max_model_len <= 0)
+        bo.max_model_len = m->cfg.max_position;
+    if (bo.max_model_len <= 0) {
+        snprintf(err, errlen,
+                 "engine: max_model_len is not set and the model has no max_position_embeddings");
+        goto fail;
+    }
+    e->o.be = bo;
+    e->kv = kv_pool_create(e->be->num_blocks, e->be->block_size, o->enable_prefix_caching, err, errlen);
+    if (!e->kv)
+        goto fail;
+    int64_t cap = (int64_t)e->be->num_blocks * e->be->block_size;
+    int mml = bo.max_model_len;
+    if (mml > cap) {
+        log_warn("engine: the KV pool holds %lld tokens (%d blocks of %d), less than max_model_len %d; "
+                 "sequences are limited to %lld tokens",
+                 (long long)cap, e->be->num_blocks, e->be->block_size, mml, (long long)cap);
+        mml = (int)cap;
+    }
+    struct sched_opts so = sched_opts_default();
+    so.max_num_seqs = bo.max_num_seqs;
+    so.max_num_batched_tokens = bo.max_num_batched_tokens;
+    so.max_model_len = mml;
+    so.long_prefill_chunk = o->long_prefill_chunk;
+    so.num_lanes = e->num_lanes;
+    for (int l = 0; l < o->num_lanes; l++) {
+        so.lanes[l].max_num_seqs = o->lanes[l].max_num_seqs;
+        so.lanes[l].max_num_batched_tokens = o->lanes[l].max_num_batched_tokens;
+        so.lanes[l].max_model_len = o->lanes[l].max_model_len;
+    }
+    e->s = sched_create(&so, e->kv, err, errlen);
+    if (!e->s)
+        goto fail;
+    e->bseq = calloc((size_t)bo.max_num_seqs, sizeof *e->bseq);
+    e->bout = calloc((size_t)bo.max_num_seqs, sizeof *e->bout);
+    if (!e->bseq || !e->bout) {
+        snprintf(err, errlen, "engine: out of memory");
+        goto fail;
+    }
+    e->st.kv_blocks_total = e->be->num_blocks;
+    log_info("engine: backend %s, KV pool %d blocks of %d tokens, max_model_len %d, prefix caching %s",
+             backend_name(e->be), e->be->num_blocks, e->be->block_size, mml,
+             o->enable_prefix_caching ? "on" : "off");
+    return e;
+fail:
+    engine_free(e);
+    return NULL;
+}
+
+static void seq_free(struct eseq *q)
+{
+    if (!q)
+        return;
+    stop_free(&q->stop);
+    tok_stream_free(q->ts);
+    kv_table_free(&q->sq.kv);
+    free(q->pub.tokens);
+    free(q->pub.text);
+    free(q->pub.logprobs);
+    free(q->full);
+    free(q->stop_ids);
+    free(q->banned);
+    free(q);
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    while (e->live) {
+        struct eseq *q = e->live;
+        e->live = q->lnext;
+        sched_finish(e->s, &q->sq);
+        seq_free(q);
+    }
+    sched_free(e->s);
+    kv_pool_free(e->kv);
+    backend_free(e->be);
+    free(e->bseq);
+    free(e->bout);
+    free(e->changed);
+    free(e->prev);
+    free(e->cancels);
+    free(e);
+}
+
+const char *engine_backend_name(const struct engine *e)
+{
+    return backend_name(e->be);
+}
+
+int engine_max_model_len(const struct engine *e, int lane)
+{
+    const struct sched_opts *so = sched_get_opts(e->s);
+    int mml = so->max_model_len;
+    if (lane >= 0 && lane < e->num_lanes && so->num_lanes > lane && so->lanes[lane].max_model_len > 0 &&
+        so->lanes[lane].max_model_len < mml)
+        mml = so->lanes[lane].max_model_len;
+    return mml;
+}
+
+bool engine_has_work(const struct engine *e)
+{
+    return sched_has_work(e->s) || e->n_cancels > 0;
+}
+
+void engine_get_stats(const struct engine *e, struct engine_stats *st)
+{
+    *st = e->st;
+    st->running = sched_num_running(e->s, -1);
+    st->waiting = sched_num_waiting(e->s, -1);
+    for (int l = 0; l < ENGINE_MAX_LANES; l++) {
+        st->lane_running[l] = sched_num_running(e->s, l);
+        st->lane_waiting[l] = sched_num_waiting(e->s, l);
+    }
+    struct kv_stats ks;
+    kv_get_stats(e->kv, &ks);
+    st->kv_blocks_used = ks.used;
+    st->kv_blocks_total = ks.num_blocks;
+    st->kv_blocks_cached = ks.cached;
+    st->prefix_queries = ks.queries;
+    st->prefix_hits = ks.hits;
+}
+
+/* ---- add */
+
+static int check_sampling(struct sampling_params *sp, char *err, size_t errlen)
+{
+    if (!(sp->temperature >= 0) || !isfinite(sp->temperature)) {
+        snprintf(err, errlen, "temperature must be a number >= 0, got %g", sp->temperature);
+        return -1;
+    }
+    if (!(sp->top_p > 0 && sp->top_p <= 1)) {
+        snprintf(err, errlen, "top_p must be in (0, 1], got %g", sp->top_p);
+        return -1;
+    }
+    if (sp->top_k == -1)
+        sp->top_k = 0; /* vLLM spells "off" -1 */
+    if (sp->top_k < 0) {
+        snprintf(err, errlen, "top_k must be >= 0 (or -1 for off), got %d", sp->top_k);
+        return -1;
+    }
+    if (!(sp->min_p >= 0 && sp->min_p <= 1)) {
+        snprintf(err, errlen, "min_p must be in [0, 1], got %g", sp->min_p);
+        return -1;
+    }
+    if (!(sp->repetition_penalty > 0) || !isfinite(sp->repetition_penalty)) {
+        snprintf(err, errlen, "repetition_penalty must be > 0, got %g", sp->repetition_penalty);
+        return -1;
+    }
+    if (!(sp->presence_penalty >= -2 && sp->presence_penalty <= 2)) {
+        snprintf(err, errlen, "presence_penalty must be in [-2, 2], got %g", sp->presence_penalty);
+        return -1;
+    }
+    if (!(sp->frequency_penalty >= -2 && sp->frequency_penalty <= 2)) {
+        snprintf(err, errlen, "frequency_penalty must be in [-2, 2], got %g", sp->frequency_penalty);
+        return -1;
+    }
+    if (sp->logprobs < -1 || sp->logprobs > SAMPLING_MAX_LOGPROBS) {
+        snprintf(err, errlen, "logprobs must be in [0, %d] (or absent), got %d", SAMPLING_MAX_LOGPROBS,
+                 sp->logprobs);
+        return -1;
+    }
+    return 0;
+}
+
+static void live_unlink(struct engine *e, struct eseq *q)
+{
+    if (q->lprev)
+        q->lprev->lnext = q->lnext;
+    else
+        e->live = q->lnext;
+    if (q->lnext)
+        q->lnext->lprev = q->lprev;
+    q->lprev = q->lnext = NULL;
+}
+
+struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, char *err, size_t errlen)
+{
+    if (!r->prompt || r->n_prompt < 1) {
+        snprintf(err, errlen, "the prompt is empty");
+        return NULL;
+    }
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab) {
+            snprintf(err, errlen, "prompt token %d is id %d, outside the vocabulary [0, %d)", i,
+                     (int)r->prompt[i], e->vocab);
+            return NULL;
+        }
+    if (r->max_tokens < 1) {
+        snprintf(err, errlen, "max_tokens must be >= 1, got %d", r->max_tokens);
+        return NULL;
+    }
+    if (r->min_tokens < 0 || r->min_tokens > r->max_tokens) {
+        snprintf(err, errlen, "min_tokens must be in [0, max_tokens = %d], got %d", r->max_tokens,
+                 r->min_tokens);
+        return NULL;
+    }
+    if (r->lane < 0 || r->lane >= e->num_lanes) {
+        snprintf(err, errlen, "lane %d does not exist (%d lanes)", r->lane, e->num_lanes);
+        return NULL;
+    }
+    int mml = engine_max_model_len(e, r->lane);
+    if ((int64_t)r->n_prompt + r->max_tokens > mml) {
+        if (r->n_prompt >= mml)
+            snprintf(err, errlen, "the prompt has %d tokens; max_model_len is %d", r->n_prompt, mml);
+        else
+            snprintf(err, errlen,
+                     "%d prompt tokens + max_tokens %d exceed max_model_len %d (at most %d new tokens)",
+                     r->n_prompt, r->max_tokens, mml, mml - r->n_prompt);
+        return NULL;
+    }
+    if (r->n_stop < 0 || r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids)) {
+        snprintf(err, errlen, "bad stop list");
+        return NULL;
+    }
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= e->vocab) {
+            snprintf(err, errlen, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
+                     (int)r->stop_ids[i], e->vocab);
+            return NULL;
+        }
+    struct sampling_params sp = r->sp;
+    if (check_sampling(&sp, err, errlen))
+        return NULL;
+    if (!r->has_seed)
+        sp.seed = splitmix64(e->seed_ctr++);
+
+    struct eseq *q = calloc(1, sizeof *q);
+    if (!q)
+        goto oom;
+    q->prev_idx = -1;
+    if (stop_init(&q->stop, r->stop, r->n_stop, err, errlen)) {
+        seq_free(q);
+        return NULL;
+    }
+    q->max_tokens = r->max_tokens;
+    q->min_tokens = r->min_tokens;
+    q->ignore_eos = r->ignore_eos;
+    int n_eos = r->ignore_eos ? 0 : e->m->cfg.n_eos;
+    q->stop_ids = malloc(((size_t)r->n_stop_ids + 1) * sizeof *q->stop_ids);
+    q->banned = malloc(((size_t)r->n_stop_ids + (size_t)n_eos + 1) * sizeof *q->banned);
+    int cap = r->n_prompt + (r->max_tokens < 64 ? r->max_tokens : 64);
+    q->pub.tokens = malloc((size_t)cap * sizeof *q->pub.tokens);
+    q->tokens_cap = cap;
+    q->ts = tok_stream_new(e->tok, r->skip_special_tokens);
+    if (!q->stop_ids || !q->banned || !q->pub.tokens || !q->ts || grow_bytes(&q->pub.text, &q->text_cap, 64))
+        goto oom;
+    if (r->n_stop_ids)
+        memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
+    q->n_stop_ids = r->n_stop_ids;
+    for (int i = 0; i < n_eos; i++)
+        q->banned[q->n_banned++] = e->m->cfg.eos_ids[i];
+    for (int i = 0; i < r->n_stop_ids; i++)
+        q->banned[q->n_banned++] = r->stop_ids[i];
+    memcpy(q->pub.tokens, r->prompt, (size_t)r->n_prompt * sizeof *q->pub.tokens);
+    q->pub.text[0] = 0;
+    q->pub.user = r->user;
+    q->pub.n_prompt = r->n_prompt;
+    q->pub.t_arrival = now_s();
+    if (sp.logprobs >= 0 && grow((void **)&q->pub.logprobs, &q->logprobs_cap, 4, sizeof *q->pub.logprobs))
+        goto oom;
+    q->sq.tokens = q->pub.tokens;
+    q->sq.n_tokens = r->n_prompt;
+    q->sq.max_len = r->n_prompt + r->max_tokens;
+    q->sq.lane = r->lane;
+    q->sq.user = q;
+    q->spv = sp;
+    /* per-seq lists of a step never need to grow inside engine_step */
+    int need = e->n_live + 1;
+    if (grow((void **)&e->changed, &e->changed_cap, need, sizeof *e->changed) ||
+        grow((void **)&e->prev, &e->prev_cap, need, sizeof *e->prev) ||
+        grow((void **)&e->cancels, &e->cancels_cap, need, sizeof *e->cancels))
+        goto oom;
+    if (sched_add(e->s, &q->sq, err, errlen)) {
+        seq_free(q);
+        return NULL;
+    }
+    q->lnext = e->live;
+    if (e->live)
+        e->live->lprev = q;
+    e->live = q;
+    e->n_live++;
+    e->st.prompt_tokens += (uint64_t)r->n_prompt;
+    return &q->pub;
+oom:
+    seq_free(q);
+    snprintf(err, errlen, "out of memory for a request of %d prompt tokens", r->n_prompt);
+    return NULL;
+}
+
+/* ---- a step's output */
+
+static void changed_add(struct engine *e, struct eseq *q)
+{
+    if (q->changed_stamp == e->stamp)
+        return;
+    q->changed_stamp = e->stamp;
+    e->changed[e->n_changed++] = &q->pub; /* capacity >= live seqs, grown by engine_add */
+}
+
+static void clear_new_outputs(struct engine *e)
+{
+    for (int i = 0; i < e->n_prev; i++)
+        if (e->prev[i]) {
+            e->prev[i]->pub.n_new_output = 0;
+            e->prev[i]->prev_idx = -1;
+        }
+    e->n_prev = 0;
+}
+
+static int full_append(struct eseq *q, const char *s, size_t n)
+{
+    if (!n)
+        return 0;
+    if (grow_bytes(&q->full, &q->full_cap, q->full_len + n + 1))
+        return -1;
+    memcpy(q->full + q->full_len, s, n);
+    q->full_len += n;
+    return 0;
+}
+
+/* Shows full[0, vis) as the seq's text. */
+static int publish(struct eseq *q, size_t vis)
+{
+    if (vis < q->pub.text_len) { /* only a final cut can shrink it; stop_visible_len prevents that */
+        q->pub.text_len = vis;
+        q->pub.text[vis] = 0;
+        return 0;
+    }
+    if (vis == q->pub.text_len)
+        return 0;
+    if (grow_bytes(&q->pub.text, &q->text_cap, vis + 1))
+        return -1;
+    memcpy(q->pub.text + q->pub.text_len, q->full + q->pub.text_len, vis - q->pub.text_len);
+    q->pub.text_len = vis;
+    q->pub.text[vis] = 0;
+    return 0;
+}
+
+/* Finishes q (once): flushes the decoder when asked, shows the whole text, frees its blocks. */
+static void finish(struct engine *e, struct eseq *q, enum finish_reason why, const char *msg, bool flush)
+{
+    if (q->pub.finished)
+        return;
+    if (flush && q->ts) {
+        const char *t;
+        size_t n;
+        tok_stream_flush(q->ts, &t, &n);
+        full_append(q, t, n);
+    }
+    publish(q, q->full_len);
+    q->pub.finished = true;
+    q->pub.finish = why;
+    if (msg)
+        snprintf(q->pub.error, sizeof q->pub.error, "%s", msg);
+    q->pub.t_finished = now_s();
+    if (q->cancel) { /* finished otherwise before its cancel was seen */
+        for (int i = 0; i < e->n_cancels; i++)
+            if (e->cancels[i] == q) {
+                memmove(e->cancels + i, e->cancels + i + 1,
+                        (size_t)(e->n_cancels - i - 1) * sizeof *e->cancels);
+                e->n_cancels--;
+                break;
+            }
+        q->cancel = false;
+    }
+    sched_finish(e->s, &q->sq);
+    changed_add(e, q);
+}
+
+static bool is_stop_id(const struct engine *e, const struct eseq *q, int32_t t)
+{
+    if (!q->ignore_eos)
+        for (int i = 0; i < e->m->cfg.n_eos; i++)
+            if (t == e->m->cfg.eos_ids[i])
+                return true;
+    for (int i = 0; i < q->n_stop_ids; i++)
+        if (t == q->stop_ids[i])
+            return true;
+    return false;
+}
+
+/* Appends a sampled token and applies the stop rules. */
+static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
+{
+    int32_t t = o->token;
+    char msg[256];
+    if (t < 0 || t >= e->vocab) {
+        snprintf(msg, sizeof msg, "backend %s returned token id %d, outside the vocabulary [0, %d)",
+                 backend_name(e->be), (int)t, e->vocab);
+        finish(e, q, FINISH_ERROR, msg, true);
+        return;
+    }
+    int n = q->sq.n_tokens;
+    if (grow((void **)&q->pub.tokens, &q->tokens_cap, n + 1, sizeof *q->pub.tokens) ||
+        (q->spv.logprobs >= 0 &&
+         grow((void **)&q->pub.logprobs, &q->logprobs_cap, q->pub.n_output + 1, sizeof *q->pub.logprobs))) {
+        finish(e, q, FINISH_ERROR, "out of memory for the output", true);
+        return;
+    }
+    q->sq.tokens = q->pub.tokens;
+    q->pub.tokens[n] = t;
+    q->sq.n_tokens = n + 1;
+    if (q->spv.logprobs >= 0)
+        q->pub.logprobs[q->pub.n_output] = *o;
+    int n_out = ++q->pub.n_output;
+    q->pub.n_new_output = 1;
+    if (q->prev_idx < 0) {
+        q->prev_idx = e->n_prev;
+        e->prev[e->n_prev++] = q;
+    }
+    if (q->pub.t_first_token == 0)
+        q->pub.t_first_token = now_s();
+    e->st.generated_tokens++;
+    changed_add(e, q);
+
+    /* 1. EOS / stop ids: the id stays in tokens, its text is not added */
+    if (n_out >= q->min_tokens && is_stop_id(e, q, t)) {
+        finish(e, q, FINISH_STOP, NULL, true);
+        return;
+    }
+    size_t old = q->full_len;
+    const char *piece;
+    size_t len;
+    char err[128];
+    if (tok_stream_push(q->ts, t, &piece, &len, err, sizeof err) == 0) {
+        if (full_append(q, piece, len)) {
+            finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
+            return;
+        }
+    } else {
+        log_debug("engine: token %d has no text: %s", (int)t, err); /* ids past the tokenizer's vocabulary */
+    }
+    /* 2. stop strings, once more than min_tokens tokens exist */
+    if (q->stop.n > 0 && n_out > q->min_tokens) {
+        long m = q->full ? stop_find(&q->stop, q->full, q->full_len, old) : -1;
+        if (m >= 0) {
+            q->full_len = (size_t)m;
+            finish(e, q, FINISH_STOP, NULL, false);
+            return;
+        }
+    }
+    /* 3. max_tokens */
+    if (n_out >= q->max_tokens) {
+        finish(e, q, FINISH_LENGTH, NULL, true);
+        return;
+    }
+    if (publish(q, q->stop.n && q->full ? stop_visible_len(&q->stop, q->full, q->full_len) : q->full_len))
+        finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
+}
+
+int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
+{
+    e->stamp++;
+    e->n_changed = 0;
+    clear_new_outputs(e);
+    int ret = 0;
+
+    while (e->n_cancels > 0) /* finish() takes each off the list */
+        finish(e, e->cancels[0], FINISH_CANCELLED, NULL, true);
+
+    struct sched_out out;
+    if (sched_schedule(e->s, &out))
+        log_error("engine: out of memory while scheduling; running the part of the step that was planned");
+    for (int i = 0; i < out.n_failed; i++) {
+        struct eseq *q = out.failed[i]->user;
+        finish(e, q, FINISH_ERROR, q->sq.error, true);
+    }
+    for (int i = 0; i < out.n_preempted; i++) {
+        struct eseq *q = out.preempted[i]->user;
+        q->pub.n_preemptions = q->sq.n_preemptions;
+        q->admitted = false;
+        e->st.preemptions++;
+    }
+    if (out.n_items == 0)
+        goto done;
+
+    for (int i = 0; i < out.n_items; i++) {
+        const struct sched_item *it = &out.items[i];
+        struct eseq *q = it->seq->user;
+        struct be_seq *b = &e->bseq[i];
+        b->tokens = q->pub.tokens;
+        b->n_prompt = q->pub.n_prompt;
+        b->n_tokens = q->sq.n_tokens;
+        b->pos = it->pos;
+        b->n_new = it->n_new;
+        b->block_table = q->sq.kv.blocks;
+        b->n_blocks = q->sq.kv.n_blocks;
+        b->sample = it->sample;
+        b->sp = &q->spv;
+        bool ban = q->pub.n_output < q->min_tokens && q->n_banned > 0;
+        b->banned = ban ? q->banned : NULL;
+        b->n_banned = ban ? q->n_banned : 0;
+        if (!q->admitted) {
+            q->admitted = true;
+            e->st.cached_tokens += (uint64_t)q->sq.n_cached;
+        }
+    }
+    e->st.steps++;
+    if (backend_step(e->be, e->bseq, out.n_items, e->bout)) {
+        char msg[sizeof e->be->err + 64];
+        snprintf(msg, sizeof msg, "backend %s: %s", backend_name(e->be), e->be->err);
+        log_error("engine: step of %d sequences failed: %s", out.n_items, msg);
+        for (int i = 0; i < out.n_items; i++)
+            finish(e, out.items[i].seq->user, FINISH_ERROR, msg, true);
+        ret = -1;
+        goto done;
+    }
+    sched_commit(e->s, &out);
+    e->st.computed_tokens += (uint64_t)out.n_tokens;
+    for (int i = 0; i < out.n_items; i++)
+        if (out.items[i].sample)
+            on_token(e, out.items[i].seq->user, &e->bout[i]);
+done:
+    *changed = e->changed;
+    *n_changed = e->n_changed;
+    return ret;
+}
+
+void engine_cancel(struct engine *e, struct engine_seq *s)
+{
+    struct eseq *q = (struct eseq *)s;
+    if (!q || q->pub.finished || q->cancel)
+        return;
+    q->cancel = true;
+    e->cancels[e->n_cancels++] = q; /* capacity >= live seqs */
+}
+
+void engine_release(struct engine *e, struct engine_seq *s)
+{
+    struct eseq *q = (struct eseq *)s;
+    if (!q)
+        return;
+    if (q->cancel) {
+        for (int i = 0; i < e->n_cancels; i++)
+            if (e->cancels[i] == q) {
+                memmove(e->cancels + i, e->cancels + i + 1,
+                        (size_t)(e->n_cancels - i - 1) * sizeof *e->cancels);
+                e->n_cancels--;
+                break;
+            }
+    }
+    if (q->prev_idx >= 0)
+        e->prev[q->prev_idx] = NULL;
+    sched_finish(e->s, &q->sq);
+    live_unlink(e, q);
+    e->n_live--;
+    seq_free(q);
+}

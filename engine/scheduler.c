@@ -1,0 +1,497 @@
+/* The continuous-batching scheduler (see scheduler.h). */
+#include "engine/scheduler.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct lane {
+    struct sched_lane_opts o; /* resolved: no zeros, never above the global caps */
+    struct sched_seq *wait_head, *wait_tail;
+    int n_waiting, n_running;
+};
+
+struct sched {
+    struct sched_opts o;
+    struct kv_pool *kv;
+    int num_lanes, watermark;
+    struct lane lanes[SCHED_MAX_LANES];
+    struct sched_seq *run_head, *run_tail; /* in arrival order */
+    int n_running;
+    uint64_t next_arrival;
+    /* the current plan */
+    struct sched_item *items;
+    struct sched_seq **preempted;
+    struct sched_seq **failed;
+    int failed_cap;
+    struct sched_out out;
+};
+
+/* What is left of one step's caps while it is planned. */
+struct budget {
+    int tokens;
+    int lane_tokens[SCHED_MAX_LANES];
+    bool preempted;
+};
+
+enum admit { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NO_FIT, ADMIT_FAILED, ADMIT_OOM };
+
+struct sched_opts sched_opts_default(void)
+{
+    struct sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_num_seqs = 256;
+    o.max_num_batched_tokens = 8192;
+    o.max_model_len = 4096;
+    o.watermark_blocks = -1;
+    o.num_lanes = 1;
+    return o;
+}
+
+int sched_bucket(int n)
+{
+    int b = 0;
+    while (n > 1) {
+        n >>= 1;
+        b++;
+    }
+    return b;
+}
+
+static int min_i(int a, int b)
+{
+    return a < b ? a : b;
+}
+static int cap_or(int v, int global)
+{
+    return v > 0 && v < global ? v : global;
+}
+
+struct sched *sched_create(const struct sched_opts *o, struct kv_pool *kv, char *err, size_t errlen)
+{
+    if (o->max_num_seqs < 1 || o->max_num_batched_tokens < 1 || o->max_model_len < 1 ||
+        o->long_prefill_chunk < 0) {
+        snprintf(err, errlen,
+                 "scheduler: max_num_seqs %d, max_num_batched_tokens %d, max_model_len %d must be >= 1 "
+                 "(long_prefill_chunk %d >= 0)",
+                 o->max_num_seqs, o->max_num_batched_tokens, o->max_model_len, o->long_prefill_chunk);
+        return NULL;
+    }
+    if (o->num_lanes < 0 || o->num_lanes > SCHED_MAX_LANES) {
+        snprintf(err, errlen, "scheduler: %d lanes (1..%d)", o->num_lanes, SCHED_MAX_LANES);
+        return NULL;
+    }
+    struct sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "scheduler: out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    s->kv = kv;
+    s->num_lanes = o->num_lanes ? o->num_lanes : 1;
+    for (int l = 0; l < s->num_lanes; l++) {
+        const struct sched_lane_opts *lo = &o->lanes[l];
+        if (o->num_lanes == 0)
+            lo = &(struct sched_lane_opts){0, 0, 0};
+        if (lo->max_num_seqs < 0 || lo->max_num_batched_tokens < 0 || lo->max_model_len < 0) {
+            snprintf(err, errlen, "scheduler: lane %d has a negative cap", l);
+            sched_free(s);
+            return NULL;
+        }
+        s->lanes[l].o.max_num_seqs = cap_or(lo->max_num_seqs, o->max_num_seqs);
+        s->lanes[l].o.max_num_batched_tokens = cap_or(lo->max_num_batched_tokens, o->max_num_batched_tokens);
+        s->lanes[l].o.max_model_len = cap_or(lo->max_model_len, o->max_model_len);
+    }
+    s->watermark = o->watermark_blocks >= 0 ? o->watermark_blocks : kv_num_blocks(kv) / 100;
+    if (o->watermark_blocks < 0 && s->watermark < 1)
+        s->watermark = 1;
+    s->items = calloc((size_t)o->max_num_seqs, sizeof *s->items);
+    s->preempted = calloc((size_t)o->max_num_seqs, sizeof *s->preempted);
+    if (!s->items || !s->preempted) {
+        snprintf(err, errlen, "scheduler: out of memory for %d sequences", o->max_num_seqs);
+        sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_free(struct sched *s)
+{
+    if (!s)
+        return;
+    free(s->items);
+    free(s->preempted);
+    free(s->failed);
+    free(s);
+}
+
+const struct sched_opts *sched_get_opts(const struct sched *s)
+{
+    return &s->o;
+}
+
+int sched_num_running(const struct sched *s, int lane)
+{
+    return lane < 0 ? s->n_running : lane < s->num_lanes ? s->lanes[lane].n_running : 0;
+}
+
+int sched_num_waiting(const struct sched *s, int lane)
+{
+    if (lane >= 0)
+        return lane < s->num_lanes ? s->lanes[lane].n_waiting : 0;
+    int n = 0;
+    for (int l = 0; l < s->num_lanes; l++)
+        n += s->lanes[l].n_waiting;
+    return n;
+}
+
+bool sched_has_work(const struct sched *s)
+{
+    return s->n_running > 0 || sched_num_waiting(s, -1) > 0;
+}
+
+/* ---- lists */
+
+static void wait_unlink(struct sched *s, struct sched_seq *q)
+{
+    struct lane *L = &s->lanes[q->lane];
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        L->wait_head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        L->wait_tail = q->prev;
+    q->prev = q->next = NULL;
+    L->n_waiting--;
+}
+
+static void wait_push(struct sched *s, struct sched_seq *q, bool front)
+{
+    struct lane *L = &s->lanes[q->lane];
+    if (front) {
+        q->prev = NULL;
+        q->next = L->wait_head;
+        if (L->wait_head)
+            L->wait_head->prev = q;
+        else
+            L->wait_tail = q;
+        L->wait_head = q;
+    } else {
+        q->next = NULL;
+        q->prev = L->wait_tail;
+        if (L->wait_tail)
+            L->wait_tail->next = q;
+        else
+            L->wait_head = q;
+        L->wait_tail = q;
+    }
+    L->n_waiting++;
+    q->state = SCHED_WAITING;
+}
+
+static void run_unlink(struct sched *s, struct sched_seq *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        s->run_head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        s->run_tail = q->prev;
+    q->prev = q->next = NULL;
+    s->n_running--;
+    s->lanes[q->lane].n_running--;
+}
+
+/* Inserts q in arrival order (from the tail: new admissions are usually the youngest). */
+static void run_push(struct sched *s, struct sched_seq *q)
+{
+    struct sched_seq *after = s->run_tail;
+    while (after && after->arrival > q->arrival)
+        after = after->prev;
+    q->prev = after;
+    q->next = after ? after->next : s->run_head;
+    if (q->next)
+        q->next->prev = q;
+    else
+        s->run_tail = q;
+    if (after)
+        after->next = q;
+    else
+        s->run_head = q;
+    s->n_running++;
+    s->lanes[q->lane].n_running++;
+    q->state = SCHED_RUNNING;
+}
+
+/* ---- add / finish */
+
+int sched_add(struct sched *s, struct sched_seq *q, char *err, size_t errlen)
+{
+    if (q->lane < 0 || q->lane >= s->num_lanes) {
+        snprintf(err, errlen, "lane %d does not exist (%d lanes)", q->lane, s->num_lanes);
+        return -1;
+    }
+    if (q->n_tokens < 1 || !q->tokens) {
+        snprintf(err, errlen, "empty prompt");
+        return -1;
+    }
+    if (q->max_len < q->n_tokens) {
+        snprintf(err, errlen, "max_len %d is below the %d tokens given", q->max_len, q->n_tokens);
+        return -1;
+    }
+    int mml = s->lanes[q->lane].o.max_model_len;
+    if (q->max_len > mml) {
+        snprintf(err, errlen, "%d prompt tokens + %d to generate exceed max_model_len %d", q->n_tokens,
+                 q->max_len - q->n_tokens, mml);
+        return -1;
+    }
+    if (q->state == SCHED_WAITING || q->state == SCHED_RUNNING) {
+        snprintf(err, errlen, "sequence added twice");
+        return -1;
+    }
+    q->n_computed = q->n_cached = q->n_preemptions = 0;
+    q->error[0] = 0;
+    q->arrival = s->next_arrival++;
+    kv_table_init(&q->kv);
+    wait_push(s, q, false);
+    return 0;
+}
+
+void sched_finish(struct sched *s, struct sched_seq *q)
+{
+    if (q->state == SCHED_WAITING)
+        wait_unlink(s, q);
+    else if (q->state == SCHED_RUNNING)
+        run_unlink(s, q);
+    else
+        return;
+    kv_table_release(s->kv, &q->kv);
+    kv_table_free(&q->kv);
+    q->state = SCHED_DONE;
+}
+
+/* Removes q for good and lists it in out.failed with the reason. */
+static int fail_seq(struct sched *s, struct sched_seq *q, const char *why)
+{
+    if (s->out.n_failed == s->failed_cap) {
+        int cap = s->failed_cap ? 2 * s->failed_cap : 16;
+        struct sched_seq **nf = realloc(s->failed, (size_t)cap * sizeof *nf);
+        if (!nf)
+            return -2;
+        s->failed = nf;
+        s->failed_cap = cap;
+        s->out.failed = nf;
+    }
+    snprintf(q->error, sizeof q->error, "%s", why);
+    sched_finish(s, q);
+    s->failed[s->out.n_failed++] = q;
+    return 0;
+}
+
+/* Fails q when all of its n_tokens can never be resident in the pool at once. */
+static int check_fits_alone(struct sched *s, struct sched_seq *q, bool *failed)
+{
+    int bs = kv_block_size(s->kv), nb = kv_num_blocks(s->kv);
+    *failed = false;
+    if (kv_blocks_for(s->kv, q->n_tokens) <= nb)
+        return 0;
+    char why[160];
+    snprintf(why, sizeof why,
+             "%d tokens need %d KV blocks of %d tokens; the whole pool has %d blocks (%d tokens)",
+             q->n_tokens, kv_blocks_for(s->kv, q->n_tokens), bs, nb, nb * bs);
+    *failed = true;
+    return fail_seq(s, q, why);
+}
+
+static void preempt(struct sched *s, struct sched_seq *q)
+{
+    run_unlink(s, q);
+    kv_table_release(s->kv, &q->kv);
+    q->n_computed = 0;
+    q->n_preemptions++;
+    wait_push(s, q, true);
+    s->preempted[s->out.n_preempted++] = q;
+}
+
+static void add_item(struct sched *s, struct budget *b, struct sched_seq *q, int n_new)
+{
+    assert(s->out.n_items < s->o.max_num_seqs);
+    struct sched_item *it = &s->items[s->out.n_items++];
+    it->seq = q;
+    it->pos = q->n_computed;
+    it->n_new = n_new;
+    it->sample = q->n_computed + n_new == q->n_tokens;
+    s->out.n_tokens += n_new;
+    if (!(n_new == 1 && it->sample && q->n_computed > 0))
+        s->out.n_prefill_items++;
+    b->tokens -= n_new;
+    b->lane_tokens[q->lane] -= n_new;
+}
+
+/* ---- running sequences */
+
+static int schedule_running(struct sched *s, struct budget *b)
+{
+    struct sched_seq *q = s->run_head;
+    while (q && b->tokens > 0) {
+        struct sched_seq *next = q->next;
+        int remaining = q->n_tokens - q->n_computed;
+        assert(remaining >= 1); /* the caller appends each sampled token */
+        int lane_left = b->lane_tokens[q->lane];
+        if (lane_left <= 0) {
+            q = next;
+            continue;
+        }
+        int n_new = min_i(remaining, min_i(b->tokens, lane_left));
+        if (s->o.long_prefill_chunk > 0)
+            n_new = min_i(n_new, s->o.long_prefill_chunk);
+        bool failed;
+        if (check_fits_alone(s, q, &failed))
+            return -2;
+        if (failed) {
+            q = next;
+            continue;
+        }
+        bool self_preempted = false;
+        int rc;
+        while ((rc = kv_table_grow(s->kv, &q->kv, q->n_computed + n_new)) == -1) {
+            struct sched_seq *victim = s->run_tail;
+            b->preempted = true;
+            if (victim == q) {
+                if (q == s->run_head) { /* alone and still short: cannot happen after the check above */
+                    if (fail_seq(s, q, "the KV pool cannot hold this sequence even alone"))
+                        return -2;
+                } else {
+                    preempt(s, q);
+                }
+                self_preempted = true;
+                break;
+            }
+            preempt(s, victim);
+        }
+        if (rc == -2)
+            return -2;
+        if (self_preempted)
+            break; /* q was the tail: nobody left behind it */
+        add_item(s, b, q, n_new);
+        q = q->next; /* not `next`: preemption may have removed it */
+    }
+    return 0;
+}
+
+/* ---- admission */
+
+static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq *q, bool allow_chunk)
+{
+    struct lane *L = &s->lanes[q->lane];
+    if (s->n_running >= s->o.max_num_seqs || L->n_running >= L->o.max_num_seqs || b->tokens <= 0 ||
+        b->lane_tokens[q->lane] <= 0)
+        return ADMIT_NO_ROOM;
+    int room = min_i(b->tokens, b->lane_tokens[q->lane]);
+    if (s->o.long_prefill_chunk > 0)
+        room = min_i(room, s->o.long_prefill_chunk);
+    if (!allow_chunk) { /* cheap test first: even its longest possible cached prefix leaves too much */
+        int bs = kv_block_size(s->kv);
+        int best_cached = kv_prefix_caching(s->kv) ? (q->n_tokens - 1) / bs * bs : 0;
+        if (q->n_tokens - best_cached > room)
+            return ADMIT_NO_FIT;
+    }
+    bool failed;
+    if (check_fits_alone(s, q, &failed))
+        return ADMIT_OOM;
+    if (failed)
+        return ADMIT_FAILED;
+    int cached = kv_table_match(s->kv, &q->kv, q->tokens, q->n_tokens - 1);
+    if (cached < 0)
+        return ADMIT_OOM;
+    int remaining = q->n_tokens - cached;
+    int n_new = min_i(remaining, room);
+    enum admit r = ADMIT_OK;
+    if (!allow_chunk && n_new < remaining) {
+        r = ADMIT_NO_FIT;
+    } else {
+        int need = kv_blocks_for(s->kv, cached + n_new) - q->kv.n_blocks;
+        int wm = s->n_running > 0 ? s->watermark : 0;
+        if (need + wm > kv_num_free(s->kv))
+            r = ADMIT_NO_ROOM;
+        else if (kv_table_grow(s->kv, &q->kv, cached + n_new))
+            r = ADMIT_OOM;
+    }
+    if (r != ADMIT_OK) {
+        kv_table_release(s->kv, &q->kv);
+        return r;
+    }
+    wait_unlink(s, q);
+    run_push(s, q);
+    q->n_computed = q->n_cached = cached;
+    add_item(s, b, q, n_new);
+    return ADMIT_OK;
+}
+
+static int admit_lane(struct sched *s, struct budget *b, int lane)
+{
+    struct lane *L = &s->lanes[lane];
+    /* 1. the oldest waiting sequence (a failed one makes way for the next) */
+    struct sched_seq *head;
+    enum admit r;
+    for (;;) {
+        head = L->wait_head;
+        if (!head)
+            return 0;
+        r = try_admit(s, b, head, true);
+        if (r == ADMIT_OOM)
+            return -2;
+        if (r != ADMIT_FAILED)
+            break;
+    }
+    if (r != ADMIT_OK)
+        return 0;
+    /* 2. others from its bucket whose whole prefill fits; 3. the rest in arrival order */
+    int bucket = sched_bucket(head->n_tokens);
+    for (int pass = 0; pass < 2; pass++) {
+        struct sched_seq *q = L->wait_head;
+        while (q) {
+            struct sched_seq *next = q->next;
+            if (pass == 1 || sched_bucket(q->n_tokens) == bucket) {
+                r = try_admit(s, b, q, pass == 1);
+                if (r == ADMIT_OOM)
+                    return -2;
+                if (r == ADMIT_NO_ROOM)
+                    break;
+            }
+            q = next;
+        }
+    }
+    return 0;
+}
+
+int sched_schedule(struct sched *s, struct sched_out *out)
+{
+    memset(&s->out, 0, sizeof s->out);
+    s->out.items = s->items;
+    s->out.preempted = s->preempted;
+    s->out.failed = s->failed;
+    struct budget b = {.tokens = s->o.max_num_batched_tokens};
+    for (int l = 0; l < s->num_lanes; l++)
+        b.lane_tokens[l] = s->lanes[l].o.max_num_batched_tokens;
+    int rc = schedule_running(s, &b);
+    for (int l = 0; rc == 0 && !b.preempted && l < s->num_lanes; l++)
+        rc = admit_lane(s, &b, l);
+    *out = s->out;
+    return rc;
+}
+
+void sched_commit(struct sched *s, const struct sched_out *out)
+{
+    for (int i = 0; i < out->n_items; i++) {
+        struct sched_seq *q = out->items[i].seq;
+        assert(q->state == SCHED_RUNNING && q->n_computed == out->items[i].pos);
+        q->n_computed += out->items[i].n_new;
+        kv_table_commit(s->kv, &q->kv, q->tokens, q->n_computed); /* out of memory only loses cache entries */
+    }
+}

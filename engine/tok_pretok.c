@@ -1,0 +1,508 @@
+/* Pre-tokenizer steps (Split, Digits, ByteLevel) compiled with PCRE2; see tok_pretok.h. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "engine/tok_pretok.h"
+
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tok_utf8.h"
+
+enum step_kind { STEP_SPLIT, STEP_BYTELEVEL };
+
+/* SplitDelimiterBehavior */
+enum behavior { B_REMOVED, B_ISOLATED, B_MERGED_WITH_PREVIOUS, B_MERGED_WITH_NEXT, B_CONTIGUOUS };
+
+struct tok_pretok_step {
+    enum step_kind kind;
+    pcre2_code *re;         /* NULL for a ByteLevel step without its regex */
+    enum behavior behavior; /* what happens to the matches */
+    bool invert;            /* the pattern matches what lies between the delimiters */
+    bool prefix_space;      /* ByteLevel add_prefix_space */
+};
+
+struct seg {
+    size_t off, len;
+    bool match;
+};
+
+struct tok_pretok_level {
+    struct seg *v; /* the current piece's splits at this step */
+    size_t n, cap;
+    char *buf; /* the piece with a space in front (ByteLevel add_prefix_space) */
+    size_t buf_cap;
+};
+
+/* GPT-2's pattern, used by ByteLevel with use_regex (as in HF's byte_level.rs). */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* Oniguruma's \w: letters, marks, numbers, connector punctuation (PCRE2 10.42's lacks marks). */
+#define WORD_SET "\\p{L}\\p{M}\\p{N}\\p{Pc}"
+
+/* Oniguruma's (and Rust's) \s: Unicode White_Space. PCRE2's also has U+180E. */
+#define SPACE_SET                                                                                            \
+    "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+
+char *tok_pretok_translate_regex(const char *pat)
+{
+    size_t n = strlen(pat), cap = n * 8 + sizeof SPACE_SET * 4 + 16, o = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        size_t room = cap - o;
+        if (room < sizeof SPACE_SET + 8) {
+            cap *= 2;
+            char *t = realloc(out, cap);
+            if (!t) {
+                free(out);
+                return NULL;
+            }
+            out = t;
+        }
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = pat[++i];
+            if (e == 's')
+                o += (size_t)sprintf(out + o, in_class ? "%s" : "[%s]", SPACE_SET);
+            else if (e == 'S' && !in_class)
+                o += (size_t)sprintf(out + o, "[^%s]", SPACE_SET);
+            else if (e == 'w')
+                o += (size_t)sprintf(out + o, in_class ? "%s" : "[%s]", WORD_SET);
+            else if (e == 'W' && !in_class)
+                o += (size_t)sprintf(out + o, "[^%s]", WORD_SET);
+            else {
+                out[o++] = '\\';
+                out[o++] = e;
+            }
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            out[o++] = c;
+            if (i + 1 < n && pat[i + 1] == '^')
+                out[o++] = pat[++i];
+            if (i + 1 < n && pat[i + 1] == ']') /* a leading ']' is a literal */
+                out[o++] = pat[++i];
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < n && pat[i + 1] == ':') { /* [:alpha:] inside a class */
+            const char *end = strstr(pat + i + 2, ":]");
+            if (end) {
+                size_t k = (size_t)(end + 2 - (pat + i));
+                memcpy(out + o, pat + i, k);
+                o += k;
+                i += k - 1;
+                continue;
+            }
+        }
+        if (in_class && c == ']')
+            in_class = false;
+        out[o++] = c;
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* ---- loading */
+
+static int compile(pcre2_code **re, const char *pattern, bool literal, const char *where, const char *path,
+                   char *err, size_t errlen)
+{
+    char *pat = literal ? NULL : tok_pretok_translate_regex(pattern);
+    if (!literal && !pat) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int code;
+    PCRE2_SIZE at;
+    /* Oniguruma's ^ and $ match at line boundaries (Ruby semantics): PCRE2_MULTILINE.
+     * PCRE2_LITERAL refuses UCP and MULTILINE. */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+    *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), PCRE2_ZERO_TERMINATED, opts, &code, &at, NULL);
+    free(pat);
+    if (!*re) {
+        char msg[256];
+        pcre2_get_error_message(code, (PCRE2_UCHAR *)msg, sizeof msg);
+        snprintf(err, errlen, "%s: %s: the pattern does not compile with PCRE2 at offset %zu: %s", where,
+                 path, (size_t)at, msg);
+        return -1;
+    }
+    pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE); /* without JIT (not built in) it still works, slower */
+    return 0;
+}
+
+static int get_bool(const json_t *o, const char *key, bool dflt, bool *out, const char *where,
+                    const char *path, char *err, size_t errlen)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_boolean(v)) {
+        snprintf(err, errlen, "%s: %s.%s: expected true or false", where, path, key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int add_step(struct tok_pretok *p, const json_t *j, const char *where, const char *path, char *err,
+                    size_t errlen)
+{
+    if (!json_is_object(j)) {
+        snprintf(err, errlen, "%s: %s: expected an object", where, path);
+        return -1;
+    }
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type) {
+        snprintf(err, errlen, "%s: %s.type: expected a string", where, path);
+        return -1;
+    }
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(j, "pretokenizers");
+        if (!json_is_array(list)) {
+            snprintf(err, errlen, "%s: %s.pretokenizers: expected an array", where, path);
+            return -1;
+        }
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
+            if (add_step(p, json_array_get(list, i), where, sub, err, errlen) != 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (p->n > 0 && p->steps[p->n - 1].kind == STEP_BYTELEVEL) {
+        snprintf(err, errlen, "%s: %s: a step after ByteLevel is not supported", where, path);
+        return -1;
+    }
+    struct tok_pretok_step *t = realloc(p->steps, (size_t)(p->n + 1) * sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    p->steps = t;
+    struct tok_pretok_step *s = &p->steps[p->n];
+    memset(s, 0, sizeof *s);
+    char sub[300];
+    if (!strcmp(type, "Split")) {
+        s->kind = STEP_SPLIT;
+        const json_t *pat = json_object_get(j, "pattern");
+        const char *regex = json_string_value(json_object_get(pat, "Regex"));
+        const char *literal = json_string_value(json_object_get(pat, "String"));
+        if (!json_is_object(pat) || (!regex && !literal)) {
+            snprintf(err, errlen, "%s: %s.pattern: expected {\"Regex\": string} or {\"String\": string}",
+                     where, path);
+            return -1;
+        }
+        const char *bname = json_string_value(json_object_get(j, "behavior"));
+        static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
+                                            "Contiguous"};
+        int b = -1;
+        for (int i = 0; bname && i < 5; i++)
+            if (!strcmp(bname, names[i]))
+                b = i;
+        if (b < 0) {
+            snprintf(
+                err, errlen,
+                "%s: %s.behavior: expected one of Removed, Isolated, MergedWithPrevious, MergedWithNext, "
+                "Contiguous",
+                where, path);
+            return -1;
+        }
+        s->behavior = (enum behavior)b;
+        if (get_bool(j, "invert", false, &s->invert, where, path, err, errlen) != 0)
+            return -1;
+        snprintf(sub, sizeof sub, "%s.pattern.%s", path, regex ? "Regex" : "String");
+        if (regex && literal) {
+            snprintf(err, errlen, "%s: %s.pattern: both Regex and String", where, path);
+            return -1;
+        }
+        if (literal && !*literal) { /* HF: an empty String pattern matches nothing */
+            if (compile(&s->re, "(*FAIL)", false, where, sub, err, errlen) != 0)
+                return -1;
+        } else if (compile(&s->re, regex ? regex : literal, !regex, where, sub, err, errlen) != 0)
+            return -1;
+    } else if (!strcmp(type, "Digits")) {
+        bool individual;
+        if (get_bool(j, "individual_digits", false, &individual, where, path, err, errlen) != 0)
+            return -1;
+        s->kind = STEP_SPLIT;
+        s->behavior = B_ISOLATED;
+        snprintf(sub, sizeof sub, "%s.individual_digits", path);
+        if (compile(&s->re, individual ? "\\p{N}" : "\\p{N}+", false, where, sub, err, errlen) != 0)
+            return -1;
+    } else if (!strcmp(type, "ByteLevel")) {
+        bool use_regex;
+        s->kind = STEP_BYTELEVEL;
+        s->behavior = B_ISOLATED;
+        if (get_bool(j, "add_prefix_space", true, &s->prefix_space, where, path, err, errlen) != 0 ||
+            get_bool(j, "use_regex", true, &use_regex, where, path, err, errlen) != 0)
+            return -1;
+        snprintf(sub, sizeof sub, "%s.use_regex", path);
+        if (use_regex && compile(&s->re, GPT2_PATTERN, false, where, sub, err, errlen) != 0)
+            return -1;
+    } else {
+        snprintf(err, errlen, "%s: %s.type: '%s' is not supported (Split, Digits, ByteLevel, Sequence)",
+                 where, path, type);
+        return -1;
+    }
+    p->n++;
+    return 0;
+}
+
+int tok_pretok_from_json(struct tok_pretok *p, const json_t *j, const char *where, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (!j || json_is_null(j)) {
+        snprintf(err, errlen, "%s: pre_tokenizer: missing; a byte-level BPE tokenizer needs a ByteLevel step",
+                 where);
+        return -1;
+    }
+    if (add_step(p, j, where, "pre_tokenizer", err, errlen) != 0) {
+        tok_pretok_free(p);
+        return -1;
+    }
+    if (p->n == 0 || p->steps[p->n - 1].kind != STEP_BYTELEVEL) {
+        snprintf(err, errlen,
+                 "%s: pre_tokenizer: no ByteLevel step; only byte-level BPE tokenizers are supported", where);
+        tok_pretok_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+void tok_pretok_free(struct tok_pretok *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; i < p->n; i++)
+        pcre2_code_free(p->steps[i].re);
+    free(p->steps);
+    p->steps = NULL;
+    p->n = 0;
+}
+
+void tok_pretok_work_free(struct tok_pretok_work *w)
+{
+    if (!w)
+        return;
+    pcre2_match_data_free(w->md);
+    pcre2_match_context_free(w->mctx);
+    pcre2_jit_stack_free(w->jit_stack);
+    for (int i = 0; i < w->nlevels; i++) {
+        free(w->levels[i].v);
+        free(w->levels[i].buf);
+    }
+    free(w->levels);
+    memset(w, 0, sizeof *w);
+}
+
+/* ---- running */
+
+static int push(struct tok_pretok_level *l, size_t off, size_t len, bool match)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct seg *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (struct seg){off, len, match};
+    return 0;
+}
+
+/* One pcre2_match, retried with a 16 MiB JIT stack when the default one is too small. */
+static int match_at(const pcre2_code *re, const char *s, size_t len, size_t start, struct tok_pretok_work *w,
+                    char *err, size_t errlen)
+{
+    int rc = pcre2_match(re, (PCRE2_SPTR)s, len, start, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !w->jit_stack) {
+        w->mctx = pcre2_match_context_create(NULL);
+        w->jit_stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
+        if (!w->mctx || !w->jit_stack) {
+            snprintf(err, errlen, "out of memory");
+            return -2;
+        }
+        pcre2_jit_stack_assign(w->mctx, NULL, w->jit_stack);
+        rc = pcre2_match(re, (PCRE2_SPTR)s, len, start, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
+    }
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    if (rc < 0) {
+        char msg[256];
+        pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, sizeof msg);
+        snprintf(err, errlen, "pre-tokenizer regex failed on a %zu-byte piece: %s", len, msg);
+        return -2;
+    }
+    return 1;
+}
+
+/* The (offsets, is_match) list of HF's Pattern::find_matches for SysRegex (Oniguruma's
+ * find_iter: an empty match right where the previous match ended is skipped). */
+static int find_matches(const pcre2_code *re, const char *s, size_t len, struct tok_pretok_work *w,
+                        struct tok_pretok_level *l, char *err, size_t errlen)
+{
+    size_t start = 0, prev = 0, last_end = 0;
+    bool any = false;
+    l->n = 0;
+    while (start <= len) {
+        int rc = match_at(re, s, len, start, w, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            break;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
+        size_t ms = ov[0], me = ov[1];
+        if (ms == me && any && me == last_end) {
+            if (start >= len)
+                break;
+            uint32_t cp;
+            start += (size_t)tok_utf8_next(s + start, &cp);
+            continue;
+        }
+        if (prev != ms && push(l, prev, ms - prev, false) != 0)
+            goto oom;
+        if (push(l, ms, me - ms, true) != 0)
+            goto oom;
+        prev = me;
+        start = me;
+        last_end = me;
+        any = true;
+    }
+    if (prev != len && push(l, prev, len - prev, false) != 0)
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* NormalizedString::split's folds: rewrites l->v in place into the pieces to keep (match = false
+ * marks a piece to keep; true one to drop, used by Removed). */
+static void apply_behavior(struct tok_pretok_level *l, enum behavior b, bool invert)
+{
+    struct seg *v = l->v;
+    size_t n = l->n, k = 0;
+    if (invert)
+        for (size_t i = 0; i < n; i++)
+            v[i].match = !v[i].match;
+    switch (b) {
+    case B_REMOVED:
+        return;
+    case B_ISOLATED:
+        for (size_t i = 0; i < n; i++)
+            v[i].match = false;
+        return;
+    case B_CONTIGUOUS: {
+        bool prev = false;
+        for (size_t i = 0; i < n; i++) {
+            bool m = v[i].match;
+            if (m == prev && k > 0)
+                v[k - 1].len = v[i].off + v[i].len - v[k - 1].off;
+            else
+                v[k++] = (struct seg){v[i].off, v[i].len, false};
+            prev = m;
+        }
+        break;
+    }
+    case B_MERGED_WITH_PREVIOUS: {
+        bool prev = false;
+        for (size_t i = 0; i < n; i++) {
+            bool m = v[i].match;
+            if (m && !prev && k > 0)
+                v[k - 1].len = v[i].off + v[i].len - v[k - 1].off;
+            else
+                v[k++] = (struct seg){v[i].off, v[i].len, false};
+            prev = m;
+        }
+        break;
+    }
+    case B_MERGED_WITH_NEXT: { /* the same fold from the right */
+        bool prev = false;
+        k = n;
+        for (size_t i = n; i-- > 0;) {
+            bool m = v[i].match;
+            if (m && !prev && k < n)
+                v[k].len = v[k].off + v[k].len - v[i].off, v[k].off = v[i].off;
+            else
+                v[--k] = (struct seg){v[i].off, v[i].len, false};
+            prev = m;
+        }
+        memmove(v, v + k, (n - k) * sizeof *v);
+        k = n - k;
+        break;
+    }
+    }
+    l->n = k;
+}
+
+static int run_level(const struct tok_pretok *p, int k, const char *s, size_t len, struct tok_pretok_work *w,
+                     tok_piece_fn emit, void *ctx, char *err, size_t errlen)
+{
+    if (len == 0)
+        return 0;
+    if (k == p->n)
+        return emit(ctx, s, len);
+    const struct tok_pretok_step *st = &p->steps[k];
+    struct tok_pretok_level *l = &w->levels[k];
+    if (st->kind == STEP_BYTELEVEL && st->prefix_space && s[0] != ' ') {
+        if (len + 1 > l->buf_cap) {
+            char *b = realloc(l->buf, len + 64);
+            if (!b) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            l->buf = b;
+            l->buf_cap = len + 64;
+        }
+        l->buf[0] = ' ';
+        memcpy(l->buf + 1, s, len);
+        s = l->buf;
+        len++;
+    }
+    if (!st->re)
+        return run_level(p, k + 1, s, len, w, emit, ctx, err, errlen);
+    if (find_matches(st->re, s, len, w, l, err, errlen) != 0)
+        return -1;
+    apply_behavior(l, st->behavior, st->invert);
+    for (size_t i = 0; i < l->n; i++) {
+        if (l->v[i].match) /* Removed */
+            continue;
+        int rc = run_level(p, k + 1, s + l->v[i].off, l->v[i].len, w, emit, ctx, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int tok_pretok_run(const struct tok_pretok *p, const char *s, size_t len, struct tok_pretok_work *w,
+                   tok_piece_fn emit, void *ctx, char *err, size_t errlen)
+{
+    if (!w->md) {
+        w->md = pcre2_match_data_create(1, NULL);
+        if (!w->md) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    if (w->nlevels < p->n) {
+        struct tok_pretok_level *lv = realloc(w->levels, (size_t)p->n * sizeof *lv);
+        if (!lv) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        memset(lv + w->nlevels, 0, (size_t)(p->n - w->nlevels) * sizeof *lv);
+        w->levels = lv;
+        w->nlevels = p->n;
+    }
+    return run_level(p, 0, s, len, w, emit, ctx, err, errlen);
+}

@@ -1,0 +1,365 @@
+/* The result writer: every shape of docs/JOBS.md, checked by parsing the written line back with
+ * jansson and comparing field by field with the output it was given. */
+#include <jansson.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "worker/job.h"
+#include "worker/result.h"
+
+static void parse_job(const char *line, struct job *j)
+{
+    char err[256];
+    int rc = job_parse(line, strlen(line), NULL, j, err, sizeof err);
+    if (rc)
+        fail_msg("%s: %s", line, err);
+}
+
+/* Writes the line and reads it back; the line must be one line of valid JSON. */
+static json_t *roundtrip(const struct job *j, const struct res_output *o, res_token_fn fn)
+{
+    char *line = res_line(j, o, fn, NULL);
+    assert_non_null(line);
+    assert_null(strchr(line, '\n'));
+    json_error_t e;
+    json_t *v = json_loads(line, 0, &e);
+    if (!v)
+        fail_msg("not JSON: %s (%s)", line, e.text);
+    free(line);
+    return v;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v))
+        fail_msg("'%s' is not a string", key);
+    return json_string_value(v);
+}
+
+static json_int_t num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        fail_msg("'%s' is not an integer", key);
+    return json_integer_value(v);
+}
+
+/* Token strings for OpenAI logprobs: id 1 -> "a", 2 -> "bc", 3 -> the first byte of "é" (a partial
+ * character), 4 -> " é" */
+static const char *tokens(const void *ctx, int32_t id, size_t *len)
+{
+    static const char *t[] = {NULL, "a", "bc", "\xC3", " \xC3\xA9"};
+    if (id < 1 || id > 4)
+        return NULL;
+    *len = strlen(t[id]);
+    return t[id];
+}
+
+static const int32_t prompt_ids[] = {11, 12, 13};
+static const int32_t out_ids[] = {1, 2, 3};
+
+static struct be_out lp_of(int32_t tok, float lp, int n_top)
+{
+    struct be_out o = {.token = tok, .logprob = lp, .n_top = n_top};
+    for (int k = 0; k < n_top; k++) {
+        o.top_ids[k] = k + 1;
+        o.top_logprobs[k] = -0.25f * (float)(k + 1);
+    }
+    return o;
+}
+
+static struct res_output completed(const struct be_out *lps)
+{
+    struct res_output o = {.finish = FINISH_STOP,
+                           .text = "abc\xEF\xBF\xBD",
+                           .text_len = 6,
+                           .prompt_tokens = 3,
+                           .completion_tokens = 3,
+                           .prompt_ids = prompt_ids,
+                           .token_ids = out_ids,
+                           .logprobs = lps,
+                           .model = "tiny",
+                           .created = 1700000000};
+    return o;
+}
+
+static void test_llmq_completed(void **state)
+{
+    struct job j;
+    parse_job("{\"id\": \"j1\", \"prompt\": \"x\", \"return_token_ids\": true, \"logprobs\": 2, "
+              "\"metadata\": {\"doc\": \"a.txt\"}}",
+              &j);
+    struct be_out lps[3] = {lp_of(1, -0.5f, 2), lp_of(2, -INFINITY, 2), lp_of(3, -1.5f, 2)};
+    struct res_output o = completed(lps);
+    json_t *r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "id"), "j1");
+    assert_string_equal(str(r, "status"), "completed");
+    assert_string_equal(str(r, "text"), "abc\xEF\xBF\xBD");
+    assert_string_equal(str(r, "finish_reason"), "stop");
+    assert_null(json_object_get(r, "error"));
+    json_t *u = json_object_get(r, "usage");
+    assert_int_equal(num(u, "prompt_tokens"), 3);
+    assert_int_equal(num(u, "completion_tokens"), 3);
+    json_t *pids = json_object_get(r, "prompt_token_ids"), *tids = json_object_get(r, "token_ids");
+    assert_int_equal(json_array_size(pids), 3);
+    assert_int_equal(json_integer_value(json_array_get(pids, 2)), 13);
+    assert_int_equal(json_array_size(tids), 3);
+    assert_int_equal(json_integer_value(json_array_get(tids, 0)), 1);
+    json_t *l = json_object_get(r, "logprobs");
+    assert_int_equal(json_array_size(l), 3);
+    json_t *e0 = json_array_get(l, 0);
+    assert_int_equal(num(e0, "token_id"), 1);
+    assert_float_equal(json_real_value(json_object_get(e0, "logprob")), -0.5, 1e-7);
+    json_t *top = json_object_get(e0, "top_logprobs");
+    assert_int_equal(json_array_size(top), 2);
+    assert_int_equal(num(json_array_get(top, 1), "token_id"), 2);
+    assert_float_equal(json_real_value(json_object_get(json_array_get(top, 1), "logprob")), -0.5, 1e-7);
+    /* JSON has no -inf: written as -9999 */
+    assert_float_equal(json_real_value(json_object_get(json_array_get(l, 1), "logprob")), -9999.0, 0);
+    assert_string_equal(str(json_object_get(r, "metadata"), "doc"), "a.txt");
+    assert_int_equal(json_object_size(r), 9);
+    json_decref(r);
+    job_free(&j);
+}
+
+static void test_llmq_minimal_and_cancelled(void **state)
+{
+    struct job j;
+    parse_job("{\"prompt\": \"x\"}", &j);
+    assert_int_equal(job_assign_id(&j), 0);
+    struct res_output o = completed(NULL);
+    o.finish = FINISH_LENGTH;
+    json_t *r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "id"), j.id);
+    assert_string_equal(str(r, "finish_reason"), "length");
+    /* no token ids, logprobs or metadata unless asked for */
+    assert_null(json_object_get(r, "prompt_token_ids"));
+    assert_null(json_object_get(r, "token_ids"));
+    assert_null(json_object_get(r, "logprobs"));
+    assert_null(json_object_get(r, "metadata"));
+    assert_int_equal(json_object_size(r), 5);
+    json_decref(r);
+    o.finish = FINISH_CANCELLED;
+    r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "status"), "cancelled");
+    assert_string_equal(str(r, "finish_reason"), "cancelled");
+    assert_string_equal(str(r, "text"), "abc\xEF\xBF\xBD");
+    json_decref(r);
+    job_free(&j);
+}
+
+static void test_llmq_failed(void **state)
+{
+    struct job j;
+    char err[256];
+    const char *line = "{\"id\": \"bad-1\", \"prompt\": \"x\", \"max_tokens\": -3, \"metadata\": {\"k\": 1}}";
+    int rc = job_parse(line, strlen(line), NULL, &j, err, sizeof err);
+    assert_int_equal(rc, JOB_ERR_INVALID);
+    struct res_output o = res_failed(rc, err);
+    json_t *r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "id"), "bad-1");
+    assert_string_equal(str(r, "status"), "failed");
+    assert_string_equal(str(r, "error"), err);
+    assert_null(json_object_get(r, "text"));
+    assert_null(json_object_get(r, "usage"));
+    /* metadata is echoed only when the job parsed far enough to read it */
+    json_decref(r);
+    job_free(&j);
+
+    /* an error message cut inside a UTF-8 character is still written as valid JSON */
+    parse_job("{\"id\": \"u\", \"prompt\": \"x\"}", &j);
+    o = res_failed(JOB_ERR_ENGINE, "bad \xC3");
+    r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "error"), "bad \xEF\xBF\xBD");
+    json_decref(r);
+    /* FINISH_ERROR from the engine without a message */
+    o = completed(NULL);
+    o.finish = FINISH_ERROR;
+    r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "status"), "failed");
+    json_decref(r);
+    job_free(&j);
+}
+
+static void check_batch_envelope(json_t *r, const char *custom_id)
+{
+    assert_int_equal(strncmp(str(r, "id"), "batch_req_", 10), 0);
+    assert_int_equal(strlen(str(r, "id")), 10 + 32);
+    assert_string_equal(str(r, "custom_id"), custom_id);
+    assert_int_equal(json_object_size(r), 4);
+}
+
+static void test_openai_chat(void **state)
+{
+    struct job j;
+    parse_job("{\"custom_id\": \"req-1\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
+              "{\"model\": \"gpt-x\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+              "\"logprobs\": true, "
+              "\"top_logprobs\": 2}}",
+              &j);
+    struct be_out lps[3] = {lp_of(1, -0.5f, 2), lp_of(2, -1.0f, 2), lp_of(3, -1.5f, 2)};
+    struct res_output o = completed(lps);
+    o.finish = FINISH_LENGTH;
+    json_t *r = roundtrip(&j, &o, tokens);
+    check_batch_envelope(r, "req-1");
+    assert_true(json_is_null(json_object_get(r, "error")));
+    json_t *resp = json_object_get(r, "response");
+    assert_int_equal(num(resp, "status_code"), 200);
+    assert_int_equal(strncmp(str(resp, "request_id"), "req_", 4), 0);
+    json_t *body = json_object_get(resp, "body");
+    assert_int_equal(strncmp(str(body, "id"), "chatcmpl-", 9), 0);
+    assert_string_equal(str(body, "object"), "chat.completion");
+    assert_int_equal(num(body, "created"), 1700000000);
+    assert_string_equal(str(body, "model"), "tiny"); /* ours, not the request's */
+    json_t *u = json_object_get(body, "usage");
+    assert_int_equal(num(u, "prompt_tokens"), 3);
+    assert_int_equal(num(u, "completion_tokens"), 3);
+    assert_int_equal(num(u, "total_tokens"), 6);
+    json_t *choices = json_object_get(body, "choices");
+    assert_int_equal(json_array_size(choices), 1);
+    json_t *c0 = json_array_get(choices, 0);
+    assert_int_equal(num(c0, "index"), 0);
+    assert_string_equal(str(c0, "finish_reason"), "length");
+    json_t *msg = json_object_get(c0, "message");
+    assert_string_equal(str(msg, "role"), "assistant");
+    assert_string_equal(str(msg, "content"), "abc\xEF\xBF\xBD");
+    json_t *content = json_object_get(json_object_get(c0, "logprobs"), "content");
+    assert_int_equal(json_array_size(content), 3);
+    json_t *e1 = json_array_get(content, 1);
+    assert_string_equal(str(e1, "token"), "bc");
+    assert_float_equal(json_real_value(json_object_get(e1, "logprob")), -1.0, 1e-7);
+    json_t *bytes = json_object_get(e1, "bytes");
+    assert_int_equal(json_array_size(bytes), 2);
+    assert_int_equal(json_integer_value(json_array_get(bytes, 0)), 'b');
+    /* a partial UTF-8 character: U+FFFD in "token", the exact byte in "bytes" */
+    json_t *e2 = json_array_get(content, 2);
+    assert_string_equal(str(e2, "token"), "\xEF\xBF\xBD");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(e2, "bytes"), 0)), 0xC3);
+    json_t *top = json_object_get(e2, "top_logprobs");
+    assert_int_equal(json_array_size(top), 2);
+    assert_string_equal(str(json_array_get(top, 0), "token"), "a");
+    assert_float_equal(json_real_value(json_object_get(json_array_get(top, 0), "logprob")), -0.25, 1e-7);
+    json_decref(r);
+
+    /* without logprobs: null */
+    job_free(&j);
+    parse_job("{\"custom_id\": \"req-2\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+              "[{\"role\": \"user\", \"content\": \"hi\"}]}}",
+              &j);
+    o = completed(NULL);
+    r = roundtrip(&j, &o, tokens);
+    c0 = json_array_get(json_object_get(json_object_get(json_object_get(r, "response"), "body"), "choices"),
+                        0);
+    assert_true(json_is_null(json_object_get(c0, "logprobs")));
+    assert_string_equal(str(c0, "finish_reason"), "stop");
+    json_decref(r);
+    job_free(&j);
+}
+
+static void test_openai_completion(void **state)
+{
+    struct job j;
+    parse_job("{\"custom_id\": \"c-1\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
+              "\"logprobs\": 2}}",
+              &j);
+    struct be_out lps[3] = {lp_of(4, -0.5f, 2), lp_of(2, -1.0f, 2), lp_of(1, -1.5f, 0)};
+    struct res_output o = completed(lps);
+    json_t *r = roundtrip(&j, &o, tokens);
+    check_batch_envelope(r, "c-1");
+    json_t *body = json_object_get(json_object_get(r, "response"), "body");
+    assert_string_equal(str(body, "object"), "text_completion");
+    assert_int_equal(strncmp(str(body, "id"), "cmpl-", 5), 0);
+    json_t *c0 = json_array_get(json_object_get(body, "choices"), 0);
+    assert_string_equal(str(c0, "text"), "abc\xEF\xBF\xBD");
+    assert_null(json_object_get(c0, "message"));
+    json_t *lp = json_object_get(c0, "logprobs");
+    json_t *toks = json_object_get(lp, "tokens");
+    assert_int_equal(json_array_size(toks), 3);
+    assert_string_equal(json_string_value(json_array_get(toks, 0)), " \xC3\xA9");
+    assert_float_equal(json_real_value(json_array_get(json_object_get(lp, "token_logprobs"), 1)), -1.0, 1e-7);
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    assert_int_equal(json_array_size(tops), 3);
+    assert_float_equal(json_real_value(json_object_get(json_array_get(tops, 0), "bc")), -0.5, 1e-7);
+    assert_int_equal(json_object_size(json_array_get(tops, 2)), 0);
+    /* text_offset counts characters, as Python does: " é" is 2 */
+    json_t *offs = json_object_get(lp, "text_offset");
+    assert_int_equal(json_integer_value(json_array_get(offs, 0)), 0);
+    assert_int_equal(json_integer_value(json_array_get(offs, 1)), 2);
+    assert_int_equal(json_integer_value(json_array_get(offs, 2)), 4);
+    json_decref(r);
+    job_free(&j);
+}
+
+static void test_openai_errors(void **state)
+{
+    struct job j;
+    char err[256];
+    const char *line =
+        "{\"custom_id\": \"e-1\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [], "
+        "\"n\": 1}}";
+    int rc = job_parse(line, strlen(line), NULL, &j, err, sizeof err);
+    assert_int_equal(rc, JOB_ERR_INVALID);
+    struct res_output o = res_failed(rc, err);
+    json_t *r = roundtrip(&j, &o, tokens);
+    check_batch_envelope(r, "e-1");
+    assert_true(json_is_null(json_object_get(r, "response")));
+    json_t *e = json_object_get(r, "error");
+    assert_string_equal(str(e, "code"), "invalid_request");
+    assert_string_equal(str(e, "message"), err);
+    json_decref(r);
+    job_free(&j);
+
+    /* a line that is not JSON but mentions custom_id: OpenAI shape, custom_id null */
+    line = "{\"custom_id\": \"e-2\", broken";
+    rc = job_parse(line, strlen(line), NULL, &j, err, sizeof err);
+    o = res_failed(rc, err);
+    r = roundtrip(&j, &o, tokens);
+    assert_true(json_is_null(json_object_get(r, "custom_id")));
+    assert_string_equal(str(json_object_get(r, "error"), "code"), "invalid_json");
+    json_decref(r);
+    job_free(&j);
+
+    /* prompt too long; cancelled */
+    parse_job("{\"custom_id\": \"e-3\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}", &j);
+    o = res_failed(JOB_ERR_CONTEXT, "too long");
+    r = roundtrip(&j, &o, tokens);
+    assert_string_equal(str(json_object_get(r, "error"), "code"), "context_length_exceeded");
+    json_decref(r);
+    o = completed(NULL);
+    o.finish = FINISH_CANCELLED;
+    r = roundtrip(&j, &o, tokens);
+    assert_true(json_is_null(json_object_get(r, "response")));
+    assert_string_equal(str(json_object_get(r, "error"), "code"), "cancelled");
+    json_decref(r);
+    job_free(&j);
+}
+
+static void test_random_ids(void **state)
+{
+    char a[64], b[64];
+    res_random_id("req_", a, sizeof a);
+    res_random_id("req_", b, sizeof b);
+    assert_int_equal(strlen(a), 4 + 32);
+    assert_string_not_equal(a, b);
+    assert_int_equal(strspn(a + 4, "0123456789abcdef"), 32);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llmq_completed),    cmocka_unit_test(test_llmq_minimal_and_cancelled),
+        cmocka_unit_test(test_llmq_failed),       cmocka_unit_test(test_openai_chat),
+        cmocka_unit_test(test_openai_completion), cmocka_unit_test(test_openai_errors),
+        cmocka_unit_test(test_random_ids),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

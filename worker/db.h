@@ -1,0 +1,193 @@
+/* The SQLite store: finished jobs, workers and their per-interval metrics.
+ *
+ * The schema is schemas/NNN_<name>.sql, embedded into the binary (schemas/CMakeLists.txt) and
+ * applied by db_open; docs/SQLITE.md describes the tables for users. Connections use WAL,
+ * synchronous=NORMAL, busy_timeout and foreign_keys=ON.
+ *
+ * Usage (the worker):
+ *
+ *     struct db *db;
+ *     struct db_opts o = db_opts_default();
+ *     o.busy_timeout_ms = cfg.sqlite.busy_timeout_ms;
+ *     if (db_open(cfg.sqlite.path, &o, &db, err, sizeof err)) { log(err); return 1; }
+ *     ...
+ *     struct db_result r[256];                  // r[i] = db_result_empty(), then fill in
+ *     int rc = db_put_results(db, r, n, row_rc); // one transaction
+ *     if (rc == DB_BUSY)  keep the jobs in the processing list, try again later (nothing written)
+ *     else if (rc == DB_ERR) log(db_errmsg(db)); nothing written; the same
+ *     else ack every job; rows with row_rc[i] == DB_ERR_ROW were rejected (rc was DB_ERR_ROW)
+ *     db_close(db);
+ *
+ * Delivery is at-least-once, so one job id may be written more than once (a replay after a crash
+ * between commit and ack, a job reaped from a worker that was slow rather than dead). The row for
+ * an id always reflects its most useful processing:
+ *   - a write replaces the row when its status ranks at least as high as the row's, with
+ *     completed > cancelled > failed; among equals the later write wins (the last processing);
+ *   - otherwise the row is kept (a completed result is never replaced by a failed or cancelled
+ *     replay, a cancellation is not replaced by a later failure);
+ *   - attempts is always the larger of the two.
+ *
+ * A struct db is used by one thread at a time; open one per thread that needs one. Error messages
+ * name the database path and carry SQLite's message; the last one stays on the handle
+ * (db_errmsg) until the next failing call. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct db;
+struct sqlite3;
+
+/* Return codes (0 = ok). */
+enum {
+    DB_OK = 0,
+    DB_ERR = -1,      /* failed; nothing of this call was written */
+    DB_BUSY = -2,     /* the database stayed locked by another connection past every retry of this
+                         call; nothing was written, try again later */
+    DB_ERR_ROW = -3,  /* db_put_results: some rows were rejected (row_rc), the others committed */
+    DB_ERR_NEWER = -4 /* db_open: the database's schema is newer than this binary knows */
+};
+
+/* One embedded migration; db_migrations[i].version == i + 1. */
+struct db_migration {
+    int version;      /* its PRAGMA user_version once applied */
+    const char *name; /* "001_init" */
+    const char *sql;  /* the file's text */
+};
+/* schemas/NNN_<name>.sql, in order (generated at build time). */
+extern const struct db_migration db_migrations[];
+extern const int db_n_migrations;
+
+struct db_opts {
+    int busy_timeout_ms; /* PRAGMA busy_timeout: how long one SQLite call waits for a lock (5000) */
+    int busy_retries;    /* after that, how many more times a write call tries, with backoff (2) */
+    int backoff_ms;      /* first backoff; doubles each retry, at most 1 s, with jitter (50) */
+    bool readonly;       /* open for reading (exports): no creating, no migrating, writes fail */
+    /* The migrations to apply; NULL = the embedded ones (tests pass their own lists). */
+    const struct db_migration *migrations;
+    int n_migrations;
+};
+struct db_opts db_opts_default(void);
+
+/* Opens (creating if needed, unless readonly) the database at `path` and brings its schema up to
+ * date: each missing migration runs in its own transaction. Fails on a database whose schema is
+ * newer than this binary's (DB_ERR_NEWER), a file that is not a SQLite database, or a database of
+ * another program (tables, but no llmq schema). o may be NULL (defaults). On success *out is the
+ * handle (the caller owns it: db_close); on failure *out is NULL, err says why and the return
+ * value is DB_ERR, DB_BUSY or DB_ERR_NEWER. */
+int db_open(const char *path, const struct db_opts *o, struct db **out, char *err, size_t errlen);
+
+/* Finalizes the cached statements and closes the connection. Accepts NULL. */
+void db_close(struct db *db);
+
+/* The last error on this handle ("" if none); valid until the next call on the handle. */
+const char *db_errmsg(const struct db *db);
+/* The path given to db_open (borrowed, lives as long as the handle). */
+const char *db_path(const struct db *db);
+/* The schema version (PRAGMA user_version) after db_open. */
+int db_schema_version(const struct db *db);
+/* The underlying connection, for tests and ad-hoc queries (borrowed; do not close it). */
+struct sqlite3 *db_handle(struct db *db);
+
+/* Unix time in seconds, with fractions (CLOCK_REALTIME). */
+double db_now(void);
+
+/* ---- jobs */
+
+enum db_status { DB_COMPLETED, DB_FAILED, DB_CANCELLED };
+/* "completed", "failed", "cancelled"; NULL when out of range. */
+const char *db_status_name(int status);
+/* The enum for a name, or -1. */
+int db_status_from_name(const char *name);
+
+enum db_form { DB_FORM_LLMQ, DB_FORM_OPENAI };
+
+/* One row of `jobs` (docs/SQLITE.md and schemas/001_init.sql say what each column means).
+ * Strings are borrowed: NULL is SQL NULL. Reals: NAN is SQL NULL. */
+struct db_result {
+    const char *id; /* required */
+    const char *custom_id;
+    const char *queue;
+    enum db_status status;
+    const char *model;
+    const char *params; /* JSON text */
+    const char *output; /* generated text: output_len bytes (0 = up to the NUL) */
+    size_t output_len;
+    const char *finish_reason;
+    int64_t prompt_tokens, completion_tokens;
+    const char *error;
+    int64_t attempts;
+    const char *worker_id;
+    double created_at, started_at, first_token_at, finished_at; /* Unix seconds; finished_at required */
+    double ttft_ms, latency_ms, queue_ms;
+    const char *metadata; /* JSON text */
+    const char *result;   /* the result line (JSON) */
+    enum db_form request_form;
+};
+/* A row with every string NULL, every real NAN, counts 0, attempts 1, status completed, form llmq. */
+struct db_result db_result_empty(void);
+
+/* Writes rows[0..n) in one transaction (BEGIN IMMEDIATE ... COMMIT), each as the upsert described
+ * at the top of this file. A row is rejected, and the others still written, when it breaks a rule
+ * of the schema (no id, bad status, finished_at missing, JSON that does not parse, ...); row_rc
+ * (NULL, or n entries) then says which: 0 written, DB_ERR_ROW rejected, and db_errmsg names the
+ * first one. Returns DB_OK, DB_ERR_ROW, DB_BUSY (locked past the retries: nothing written) or
+ * DB_ERR (nothing written). n == 0 is a no-op. */
+int db_put_results(struct db *db, const struct db_result *rows, size_t n, int *row_rc);
+
+/* Which rows db_query_results returns, in order of finished_at, then id. */
+struct db_query {
+    int status;            /* an enum db_status, or -1 for all */
+    double since, until;   /* finished_at >= since, < until; NAN = unbounded */
+    const char *id;        /* only this job id (NULL = any) */
+    const char *custom_id; /* only this custom_id (NULL = any) */
+    int form;              /* an enum db_form, or -1 for all */
+    int64_t limit;         /* at most this many rows; 0 = all */
+};
+/* status -1, since and until NAN, no ids, form -1, no limit. */
+struct db_query db_query_all(void);
+
+/* Called once per row; the row and its strings are borrowed for the call only. Return 0 to go
+ * on, anything else to stop (db_query_results then returns that value). */
+typedef int (*db_row_fn)(void *ctx, const struct db_result *row);
+
+/* Streams the matching rows to fn, from one read snapshot (WAL: writers are not blocked).
+ * Returns 0, fn's nonzero value, or DB_ERR / DB_BUSY with db_errmsg. */
+int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void *ctx);
+
+/* ---- workers and metrics */
+
+struct db_worker {
+    const char *id; /* required */
+    const char *host;
+    int64_t pid;
+    const char *gpu, *model, *backend, *version;
+    double started_at; /* Unix seconds; also the first last_seen_at */
+};
+/* Inserts the worker, or resets the row of a worker that restarts under the same id (jobs_done 0,
+ * stopped_at NULL). */
+int db_put_worker(struct db *db, const struct db_worker *w);
+
+/* Sets last_seen_at = now and jobs_done (since the worker started); with `stopped` also
+ * stopped_at = now. A worker id with no row is an error (DB_ERR). */
+int db_touch_worker(struct db *db, const char *id, double now, int64_t jobs_done, bool stopped);
+
+/* One row of worker_metrics. Reals: NAN is SQL NULL (a percentile with no samples, kv_usage
+ * before the engine runs); gpu_mem_bytes < 0 is NULL. */
+struct db_metrics {
+    const char *worker_id; /* a worker already written with db_put_worker */
+    double ts, interval_s;
+    int64_t jobs_done, jobs_failed;
+    double prompt_tokens_per_s, generation_tokens_per_s;
+    double ttft_p50_ms, ttft_p95_ms, itl_p50_ms, itl_p95_ms, e2e_p50_ms, e2e_p95_ms;
+    int64_t running, waiting;
+    double kv_usage, prefix_cache_hit_rate;
+    int64_t preemptions;
+    int64_t gpu_mem_bytes;
+};
+/* Every real NAN, every count 0, gpu_mem_bytes -1. */
+struct db_metrics db_metrics_empty(void);
+
+/* Writes metrics rows in one transaction; a row for a (worker_id, ts) already there replaces it.
+ * Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a bad row fails the call). */
+int db_put_metrics(struct db *db, const struct db_metrics *rows, size_t n);

@@ -1,0 +1,162 @@
+/* A generation job: one JSON object in either form of DESIGN.md "Jobs and results", parsed and
+ * validated into a struct, then turned into an engine_request.
+ *
+ *   llmq's own:  {"id", "prompt" | "messages" | "template"+"vars", "max_tokens", "temperature", ...}
+ *   OpenAI Batch: {"custom_id", "method": "POST", "url": "/v1/chat/completions" | "/v1/completions",
+ *                  "body": {...}}
+ *
+ * docs/JOBS.md is the user's reference: every field, its type, default and bounds, and the error
+ * messages. Errors name the field and the value: "field 'max_tokens': expected an integer >= 1, got -3".
+ *
+ * Usage (`llmq run`, the worker):
+ *
+ *     struct job j;
+ *     int rc = job_parse(line, len, &opts, &j, err, sizeof err);   // j is always initialised
+ *     job_assign_id(&j);                                          // when the job has none
+ *     if (rc == 0) rc = job_prepare(&j, tok, max_model_len, &in, err, sizeof err);
+ *     if (rc == 0) seq = engine_add(e, &in.req, err, sizeof err); // in.req borrows from j and in
+ *     ...
+ *     job_input_free(&in); job_free(&j);
+ *
+ * Not thread-safe per job; different jobs may be parsed on different threads. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/chat_template.h"
+#include "engine/engine.h"
+#include "engine/sampling.h"
+
+struct json_t; /* jansson */
+struct cfg_sampling;
+struct model_config;
+struct tok;
+
+#define JOB_MAX_DEPTH 32        /* nesting of arrays and objects in a job's JSON */
+#define JOB_MAX_ID_BYTES 256    /* "id" / "custom_id" */
+#define JOB_MAX_STOP 16         /* stop strings per job */
+#define JOB_MAX_STOP_BYTES 1024 /* bytes per stop string */
+#define JOB_MAX_STOP_IDS 64     /* stop_token_ids per job */
+#define JOB_ID_LEN 36           /* a generated id: a UUIDv7 in its 36-character text form */
+
+/* Failure kinds: what job_parse / job_prepare return. job_error_code() names them for OpenAI's
+ * error.code and for SQLite. */
+enum job_error {
+    JOB_OK = 0,
+    JOB_ERR_JSON = -1,      /* "invalid_json": not JSON, bad UTF-8 or escape, too deep, not an object */
+    JOB_ERR_TOO_LARGE = -2, /* "job_too_large": over queues.max_job_bytes */
+    JOB_ERR_INVALID =
+        -3, /* "invalid_request": a field is missing, unknown, of the wrong type or out of range */
+    JOB_ERR_CONTEXT = -4, /* "context_length_exceeded": prompt (+ max_tokens) over max_model_len */
+    JOB_ERR_ENGINE = -5,  /* "engine_error": the engine refused or failed the job */
+};
+/* "invalid_json", ...; "" for JOB_OK. */
+const char *job_error_code(int rc);
+
+enum job_form {
+    JOB_FORM_LLMQ,       /* llmq's own */
+    JOB_FORM_CHAT,       /* OpenAI Batch line for /v1/chat/completions */
+    JOB_FORM_COMPLETION, /* OpenAI Batch line for /v1/completions */
+};
+
+/* Values for fields a job leaves out. The job's own values always win. */
+struct job_defaults {
+    int max_tokens;
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    int top_k;
+    bool enable_thinking;
+};
+/* max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, penalties off, enable_thinking true. */
+struct job_defaults job_defaults_builtin(void);
+/* The config's sampling section. */
+void job_defaults_from_cfg(struct job_defaults *d, const struct cfg_sampling *s);
+/* generation_config.json's defaults over *d, as vLLM does with --generation-config auto: each of
+ * temperature, top_p, top_k, min_p, repetition_penalty (values from mc, validated by model_load)
+ * and max_new_tokens (as max_tokens) that the file of model_dir sets. A no-op when it sets none.
+ * Call it after job_defaults_from_cfg when sampling.use_generation_config is set. */
+void job_defaults_from_model(struct job_defaults *d, const struct model_config *mc, const char *model_dir);
+
+/* Returns the text of the prompt template `name`, or NULL when there is no such template. */
+typedef const char *(*job_template_fn)(void *ctx, const char *name);
+
+struct job_opts {
+    struct job_defaults defaults;
+    int64_t max_bytes;             /* longest job JSON in bytes; 0 = no limit (queues.max_job_bytes) */
+    job_template_fn template_find; /* NULL: no templates are configured */
+    void *template_ctx;
+};
+/* Built-in defaults, no size limit, no templates. */
+struct job_opts job_opts_default(void);
+
+struct job {
+    enum job_form form;
+    char *id;          /* llmq "id" or OpenAI "custom_id" (owned); NULL when the job has none */
+    bool id_generated; /* id came from job_assign_id */
+
+    /* The input: exactly one of prompt, prompt_ids, messages is set after a successful parse. */
+    char *prompt;        /* text sent as is (llmq "prompt", a rendered template, completions "prompt") */
+    int32_t *prompt_ids; /* [n_prompt_ids] completions "prompt" given as token ids */
+    int n_prompt_ids;
+    struct json_t *messages;   /* owned reference to the (normalised) messages array */
+    struct chat_message *msgs; /* [n_msgs], borrowing from messages */
+    size_t n_msgs;
+    bool enable_thinking; /* chat template option for messages */
+
+    /* Generation. */
+    struct sampling_params sp; /* sp.logprobs: -1 none, 0 the chosen token's, N also the top N */
+    bool has_seed;
+    int max_tokens;
+    bool max_tokens_given; /* the job set it (else it is the default and may be clamped) */
+    int min_tokens;
+    bool ignore_eos;
+    bool skip_special_tokens;
+    char **stop; /* [n_stop] owned */
+    int n_stop;
+    int32_t *stop_ids; /* [n_stop_ids] owned */
+    int n_stop_ids;
+
+    /* Output. */
+    bool return_token_ids;
+    struct json_t *metadata; /* owned reference to the job's "metadata" object, or NULL */
+};
+
+/* Parses and validates one job from `len` bytes of JSON (need not be NUL-terminated). *j is
+ * always initialised, even on failure, and must be given to job_free. On failure j->form and
+ * j->id are set as far as the line could be read (a line that is not JSON is taken for an OpenAI
+ * line when it contains the text "custom_id"), so the caller can answer in the right shape.
+ * Returns JOB_OK or a negative enum job_error with the message in err. */
+int job_parse(const char *line, size_t len, const struct job_opts *o, struct job *j, char *err,
+              size_t errlen);
+
+/* Frees what the job owns and zeroes it. Accepts NULL. */
+void job_free(struct job *j);
+
+/* Writes a new id: a UUIDv7 (RFC 9562: 48-bit Unix milliseconds, then random bits), e.g.
+ * "01932c07-a4b1-7c3e-9f2a-3b5e8d0c1f47". Ids made later sort after earlier ones. */
+void job_new_id(char out[JOB_ID_LEN + 1]);
+
+/* Gives a job without an id a new one (job_new_id) and sets id_generated. Returns 0, or -1 when
+ * out of memory. */
+int job_assign_id(struct job *j);
+
+/* A job ready for engine_add: its prompt tokens and the request. */
+struct job_input {
+    int32_t *tokens; /* [n_tokens] owned */
+    int n_tokens;
+    struct engine_request req; /* borrows from the job and from tokens; user is NULL */
+};
+
+/* Renders (chat template) and tokenizes the job's input and fills in->req. A prompt of
+ * max_model_len tokens or more, or a prompt plus an explicit max_tokens over max_model_len, is
+ * JOB_ERR_CONTEXT; a default max_tokens is clamped to what fits. tok is borrowed. Returns
+ * JOB_OK, or a negative enum job_error with err; *in is always initialised (job_input_free). */
+int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, struct job_input *in,
+                char *err, size_t errlen);
+void job_input_free(struct job_input *in);
+
+/* The job's effective parameters as a new JSON object (for SQLite's params column):
+ * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
+ * min_tokens, ignore_eos, skip_special_tokens, enable_thinking (messages only), return_token_ids.
+ * NULL when out of memory. */
+struct json_t *job_params_json(const struct job *j);
