@@ -1,0 +1,116 @@
+/* Helpers for the kernel tests (tests/gpu/test_k_*.cu): skip without a GPU, device buffers,
+ * random inputs, and comparisons with a printed verdict. Header-only, CUDA C++. */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* Exits 77 (ctest: skipped) with the driver's reason when no CUDA device is usable. */
+static inline void gpu_require(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        printf("SKIPPED: no usable CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        fflush(stdout);
+        exit(77);
+    }
+}
+
+#define GPU_OK(call)                                                                                               \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                 \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+/* For launchers: non-zero return -> print k_last_error() and fail. */
+#define K_OK(call)                                                                                                 \
+    do {                                                                                                           \
+        if ((call) != 0) {                                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, k_last_error());                  \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+/* Deterministic random numbers for inputs (xorshift64*; seed per test case). */
+static inline uint64_t gt_next(uint64_t *s)
+{
+    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+static inline float gt_uniform(uint64_t *s) { return (float)((gt_next(s) >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }
+static inline float gt_normal(uint64_t *s)
+{
+    float a = 0;
+    for (int i = 0; i < 4; i++)
+        a += gt_uniform(s);
+    return a * 0.8660254f; /* sum of 4 U(-1,1) has variance 4/3 */
+}
+
+static inline float gt_bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+/* Host array of n bf16 normals * scale, also returned as the rounded floats in `f` (may be NULL). */
+static inline bf16 *gt_random_bf16(size_t n, float scale, uint64_t *seed, float *f)
+{
+    bf16 *h = (bf16 *)malloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16(gt_normal(seed) * scale);
+        if (f)
+            f[i] = __bfloat162float(h[i]);
+    }
+    return h;
+}
+
+template <typename T> static inline T *gt_to_device(const T *h, size_t n)
+{
+    T *d;
+    GPU_OK(cudaMalloc(&d, n * sizeof(T)));
+    GPU_OK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+/* Device buffer filled with 0xFF bytes (NaN for floats): unwritten outputs show up. */
+template <typename T> static inline T *gt_poisoned(size_t n)
+{
+    T *d;
+    GPU_OK(cudaMalloc(&d, n * sizeof(T)));
+    GPU_OK(cudaMemset(d, 0xff, n * sizeof(T)));
+    return d;
+}
+template <typename T> static inline T *gt_to_host(const T *d, size_t n)
+{
+    T *h = (T *)malloc(n * sizeof(T));
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(h, d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* ||got - ref|| / ||ref|| over n values; NaN anywhere in got fails. Prints one line; returns 1 if
+ * within tol. */
+static inline int gt_compare(const char *what, const float *got, const double *ref, size_t n, double tol)
+{
+    double num = 0, den = 0, worst = 0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || isinf(got[i])) {
+            printf("FAIL %s: element %zu is %f (unwritten or overflow)\n", what, i, got[i]);
+            return 0;
+        }
+        double d = (double)got[i] - ref[i];
+        num += d * d, den += ref[i] * ref[i];
+        if (fabs(d) > worst)
+            worst = fabs(d), worst_i = i;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    int ok = rel <= tol;
+    printf("%s %s: rel err %.3e (tol %.1e), worst |d| %.3e at %zu (got %f, ref %f)\n", ok ? "ok  " : "FAIL", what, rel,
+           tol, worst, worst_i, got[worst_i], ref[worst_i]);
+    return ok;
+}
