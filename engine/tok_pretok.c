@@ -320,15 +320,18 @@ static int push(struct tok_pretok_level *l, size_t off, size_t len, bool match)
     return 0;
 }
 
-/* One pcre2_match, retried with a 16 MiB JIT stack when the default one is too small. */
+/* One pcre2_match. The split patterns backtrack at most linearly, but over a long run (megabytes
+ * of spaces) that exceeds PCRE2's default match limit of 10^7, so the limit grows with the
+ * subject. A match that needs more than the default 32 KiB JIT stack is retried with 16 MiB. */
 static int match_at(const pcre2_code *re, const char *s, size_t len, size_t start, struct tok_pretok_work *w,
                     char *err, size_t errlen)
 {
+    uint64_t limit = 10000000 + 64 * (uint64_t)len;
+    pcre2_set_match_limit(w->mctx, limit > UINT32_MAX ? UINT32_MAX : (uint32_t)limit);
     int rc = pcre2_match(re, (PCRE2_SPTR)s, len, start, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !w->jit_stack) {
-        w->mctx = pcre2_match_context_create(NULL);
         w->jit_stack = pcre2_jit_stack_create(32 * 1024, 16 * 1024 * 1024, NULL);
-        if (!w->mctx || !w->jit_stack) {
+        if (!w->jit_stack) {
             snprintf(err, errlen, "out of memory");
             return -2;
         }
@@ -489,7 +492,8 @@ int tok_pretok_run(const struct tok_pretok *p, const char *s, size_t len, struct
 {
     if (!w->md) {
         w->md = pcre2_match_data_create(1, NULL);
-        if (!w->md) {
+        w->mctx = pcre2_match_context_create(NULL);
+        if (!w->md || !w->mctx) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }

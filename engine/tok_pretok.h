@@ -29,7 +29,7 @@ struct tok_pretok {
  * tok_pretok_work_free. */
 struct tok_pretok_work {
     struct pcre2_real_match_data_8 *md;
-    struct pcre2_real_match_context_8 *mctx; /* with a large JIT stack, made on first need */
+    struct pcre2_real_match_context_8 *mctx; /* match limit, and a large JIT stack when needed */
     struct pcre2_real_jit_stack_8 *jit_stack;
     struct tok_pretok_level *levels; /* per step: the current piece's splits */
     int nlevels;
