@@ -628,7 +628,7 @@ struct field {
 
 static const struct field fields[] = {
     {"id", F_LLMQ, h_id, NULL},
-    {"prompt", F_LLMQ, h_prompt, NULL},
+    {"prompt", F_LLMQ, h_completion_prompt, NULL},
     {"prompt", F_COMPL, h_completion_prompt, NULL},
     {"messages", F_LLMQ | F_CHAT, h_messages, NULL},
     {"template", F_LLMQ, h_template, NULL},
@@ -865,7 +865,7 @@ static int llmq_form(struct pctx *c, json_t *root)
     int rc = read_fields(c, root, F_LLMQ, NULL);
     if (rc)
         return rc;
-    int inputs = (j->prompt != NULL) + (j->messages != NULL) + (c->template_name != NULL);
+    int inputs = (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) + (c->template_name != NULL);
     if (inputs == 0)
         return fail(c->err, c->errlen,
                     "missing field: one of 'prompt', 'messages' or 'template' is required");

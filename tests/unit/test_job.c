@@ -66,8 +66,10 @@ static const struct bad_case bad_cases[] = {
      "field 'id': must not contain control characters"},
     /* prompt and messages */
     {"{\"prompt\": \"\"}", JOB_ERR_INVALID, "field 'prompt': must not be empty"},
-    {"{\"prompt\": 7}", JOB_ERR_INVALID, "field 'prompt': expected a string, got 7"},
-    {"{\"prompt\": [\"a\"]}", JOB_ERR_INVALID, "field 'prompt': expected a string"},
+    {"{\"prompt\": 7}", JOB_ERR_INVALID, "field 'prompt': expected a non-empty string, or a list of token ids, got 7"},
+    {"{\"prompt\": [\"a\", \"b\"]}", JOB_ERR_INVALID, "field 'prompt': only one prompt per request (2 given)"},
+    {"{\"prompt\": [1, -2]}", JOB_ERR_INVALID, "field 'prompt[1]': expected a token id (an integer >= 0)"},
+    {"{\"prompt\": []}", JOB_ERR_INVALID, "field 'prompt': expected a non-empty string, or a list of token ids"},
     {"{\"messages\": []}", JOB_ERR_INVALID,
      "field 'messages': expected a non-empty list of messages, got []"},
     {"{\"messages\": \"hi\"}", JOB_ERR_INVALID, "field 'messages': expected a non-empty list"},
