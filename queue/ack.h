@@ -1,0 +1,40 @@
+/* Acknowledging finished jobs. The caller commits the results to SQLite first and acks after
+ * (at-least-once delivery: a crash in between replays the job, and the SQLite upsert keyed by
+ * job id makes the replay harmless).
+ *
+ * For every job, atomically and for the whole batch in one MULTI/EXEC (one round trip):
+ * LREM from the processing list; HSET the hash's final status, finished_at, counters, error;
+ * EXPIRE after result_ttl; SREM from <p>:cancel; XADD the state change to <p>:events. */
+#pragma once
+
+#include "queue/fetch.h"
+
+struct rq;
+
+/* The states of a job's hash (the `status` field). */
+enum rq_status {
+    RQ_STATUS_QUEUED,
+    RQ_STATUS_RUNNING,
+    RQ_STATUS_COMPLETED,
+    RQ_STATUS_FAILED,
+    RQ_STATUS_CANCELLED,
+};
+/* "queued", "running", "completed", "failed", "cancelled". */
+const char *rq_status_name(enum rq_status s);
+
+/* How one job ended. */
+struct rq_result {
+    const struct rq_job *job;  /* borrowed */
+    enum rq_status status;     /* completed, failed or cancelled */
+    const char *error;         /* NULL = none (an error left by an earlier attempt is removed) */
+    const char *finish_reason; /* "stop", "length", ...; NULL = not recorded */
+    int prompt_tokens;         /* < 0 = leave as it is */
+    int completion_tokens;     /* < 0 = leave as it is */
+    double first_token_at;     /* unix seconds; 0 = leave as it is */
+};
+
+/* Acks res[0..n) in one transaction. Returns how many of the jobs were still in this worker's
+ * processing list (the others were taken back by a reaper, or Redis lost them in a restart
+ * without persistence; their hash is updated all the same), or -1 (rq_error; nothing changed,
+ * the jobs are still held, try again). */
+int rq_ack(struct rq *q, const struct rq_result *res, int n);

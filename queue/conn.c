@@ -1,0 +1,336 @@
+/* See conn.h. */
+#include "queue/conn.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/log.h"
+
+#define BACKOFF_MIN_MS 100
+
+int64_t rq_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double rq_wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static struct timeval tv_ms(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+void rq_conn_init(struct rq_conn *c, const struct cfg_redis_addr *addr, const char *name,
+                  int connect_timeout_ms, int cmd_timeout_ms, int reconnect_max_ms)
+{
+    memset(c, 0, sizeof *c);
+    c->addr = *addr;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 2000;
+    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : c->connect_timeout_ms;
+    c->reconnect_max_ms = reconnect_max_ms >= BACKOFF_MIN_MS ? reconnect_max_ms : BACKOFF_MIN_MS;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    c->seed = (unsigned)rq_mono_ms() ^ (unsigned)getpid() ^ (unsigned)(uintptr_t)c;
+    /* hiredis writes with write(2): a server that went away must not kill the process. */
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
+}
+
+void rq_conn_close(struct rq_conn *c)
+{
+    if (!c)
+        return;
+    if (c->ctx)
+        redisFree(c->ctx);
+    c->ctx = NULL;
+    c->pending = 0;
+    c->unflushed = false;
+}
+
+void rq_conn_describe(const struct rq_conn *c, char *buf, size_t len)
+{
+    if (c->addr.unix_path[0])
+        snprintf(buf, len, "unix:%s", c->addr.unix_path);
+    else if (strchr(c->addr.host, ':'))
+        snprintf(buf, len, "[%s]:%d", c->addr.host, c->addr.port);
+    else
+        snprintf(buf, len, "%s:%d", c->addr.host, c->addr.port);
+}
+
+/* hiredis' message for a context error, with a timeout said as one. */
+static void ctx_error(const struct rq_conn *c, const redisContext *ctx, int timeout_ms, char *buf, size_t len)
+{
+    if (ctx->err == REDIS_ERR_IO &&
+        (strstr(ctx->errstr, "temporarily unavailable") || strstr(ctx->errstr, "timed out")))
+        snprintf(buf, len, "no answer within %d ms (timeout)", timeout_ms);
+    else
+        snprintf(buf, len, "%s", ctx->errstr[0] ? ctx->errstr : "connection error");
+}
+
+/* One command during the handshake; 0, or -1 with the reason in msg. */
+static int handshake(redisContext *ctx, char *msg, size_t len, const char *what, int argc, const char **argv)
+{
+    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+    if (!r) {
+        snprintf(msg, len, "%s: %s", what, ctx->errstr[0] ? ctx->errstr : "no reply");
+        return -1;
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(msg, len, "%s failed: %.*s", what, (int)r->len, r->str);
+        rc = -1;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int connect_once(struct rq_conn *c, char *msg, size_t len)
+{
+    struct timeval tv = tv_ms(c->connect_timeout_ms);
+    redisContext *ctx = c->addr.unix_path[0] ? redisConnectUnixWithTimeout(c->addr.unix_path, tv)
+                                             : redisConnectWithTimeout(c->addr.host, c->addr.port, tv);
+    if (!ctx) {
+        snprintf(msg, len, "out of memory");
+        return -1;
+    }
+    if (ctx->err) {
+        ctx_error(c, ctx, c->connect_timeout_ms, msg, len);
+        redisFree(ctx);
+        return -1;
+    }
+    redisSetTimeout(ctx, tv);
+    if (!c->addr.unix_path[0])
+        redisEnableKeepAlive(ctx);
+    int rc = 0;
+    if (c->addr.user[0]) {
+        const char *argv[] = {"AUTH", c->addr.user, c->addr.password};
+        rc = handshake(ctx, msg, len, "AUTH (ACL user)", 3, argv);
+    } else if (c->addr.password[0]) {
+        const char *argv[] = {"AUTH", c->addr.password};
+        rc = handshake(ctx, msg, len, "AUTH", 2, argv);
+    }
+    if (rc == 0 && c->addr.db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", c->addr.db);
+        const char *argv[] = {"SELECT", db};
+        rc = handshake(ctx, msg, len, "SELECT", 2, argv);
+    }
+    if (rc == 0) { /* a server that wants a password answers NOAUTH here */
+        const char *argv[] = {"PING"};
+        rc = handshake(ctx, msg, len, "PING", 1, argv);
+        if (rc && strstr(msg, "NOAUTH"))
+            snprintf(msg, len,
+                     "the server requires a password (NOAUTH): set redis.password or put it in redis.url");
+    }
+    if (rc == 0) { /* LMOVE, BLMOVE, LPOS and SMISMEMBER need 6.2 (skipped if an ACL forbids INFO) */
+        redisReply *r = redisCommand(ctx, "INFO server");
+        if (r && r->type == REDIS_REPLY_STRING) {
+            const char *v = strstr(r->str, "redis_version:");
+            int major = 0, minor = 0;
+            if (v && sscanf(v + 14, "%d.%d", &major, &minor) == 2 &&
+                (major < 6 || (major == 6 && minor < 2))) {
+                snprintf(msg, len, "the server runs Redis %d.%d; llmq needs Redis 6.2 or newer", major,
+                         minor);
+                rc = -1;
+            }
+        }
+        if (r) {
+            freeReplyObject(r);
+        } else {
+            snprintf(msg, len, "INFO: %s", ctx->errstr[0] ? ctx->errstr : "no reply");
+            rc = -1;
+        }
+    }
+    if (rc == 0 && c->client_name[0]) { /* best effort: an ACL may forbid it */
+        redisReply *r = redisCommand(ctx, "CLIENT SETNAME %s", c->client_name);
+        if (r) {
+            freeReplyObject(r);
+        } else {
+            snprintf(msg, len, "CLIENT SETNAME: %s", ctx->errstr[0] ? ctx->errstr : "no reply");
+            rc = -1;
+        }
+    }
+    if (rc) {
+        redisFree(ctx);
+        return -1;
+    }
+    redisSetTimeout(ctx, tv_ms(c->cmd_timeout_ms));
+    c->ctx = ctx;
+    return 0;
+}
+
+static int attempt(struct rq_conn *c)
+{
+    char addr[300], msg[400];
+    rq_conn_describe(c, addr, sizeof addr);
+    int64_t now = rq_mono_ms();
+    if (connect_once(c, msg, sizeof msg) == 0) {
+        if (!c->quiet) {
+            if (c->failures > 0 || c->down_since_ms)
+                log_info("redis %s (%s connection): connected again after %.1f s (%d failed attempt%s)", addr,
+                         c->name, c->down_since_ms ? (now - c->down_since_ms) / 1000.0 : 0.0, c->failures,
+                         c->failures == 1 ? "" : "s");
+            else
+                log_debug("redis %s (%s connection): connected", addr, c->name);
+        }
+        c->was_up = true;
+        c->failures = 0;
+        c->backoff_ms = BACKOFF_MIN_MS;
+        c->down_since_ms = 0;
+        c->retry_at_ms = 0;
+        c->epoch++;
+        c->connects++;
+        c->err[0] = 0;
+        return 0;
+    }
+    if (!c->down_since_ms)
+        c->down_since_ms = now;
+    c->failures++;
+    int delay = c->backoff_ms;
+    /* +-20% jitter so that many workers do not reconnect in lockstep */
+    delay += (int)(((int)(rand_r(&c->seed) % 41) - 20) * (long)delay / 100);
+    if (delay < 1)
+        delay = 1;
+    c->retry_at_ms = now + delay;
+    c->backoff_ms = c->backoff_ms * 2 > c->reconnect_max_ms ? c->reconnect_max_ms : c->backoff_ms * 2;
+    snprintf(c->err, sizeof c->err, "redis %s: %s", addr, msg);
+    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+    if (!c->quiet)
+        log_warn("redis %s (%s connection): cannot connect: %s; next attempt in %d ms", addr, c->name, msg,
+                 delay);
+    return -1;
+}
+
+int rq_conn_connect_now(struct rq_conn *c)
+{
+    if (c->ctx)
+        return 0;
+    return attempt(c);
+}
+
+int rq_conn_ready(struct rq_conn *c)
+{
+    if (c->ctx)
+        return 0;
+    int64_t wait = rq_conn_retry_in_ms(c);
+    if (wait > 0) {
+        char addr[300];
+        rq_conn_describe(c, addr, sizeof addr);
+        snprintf(c->err, sizeof c->err, "redis %s: %s (unavailable; next reconnect attempt in %lld ms)", addr,
+                 c->last_error[0] ? c->last_error : "connection lost", (long long)wait);
+        return -1;
+    }
+    return attempt(c);
+}
+
+void rq_conn_drop(struct rq_conn *c, const char *why)
+{
+    char addr[300];
+    rq_conn_describe(c, addr, sizeof addr);
+    bool was_connected = c->ctx != NULL;
+    rq_conn_close(c);
+    snprintf(c->err, sizeof c->err, "redis %s: %s", addr, why);
+    snprintf(c->last_error, sizeof c->last_error, "%s", why);
+    if (was_connected) {
+        if (!c->quiet)
+            log_warn("redis %s (%s connection): connection lost: %s; reconnecting", addr, c->name, why);
+        c->down_since_ms = rq_mono_ms();
+        c->retry_at_ms = 0; /* first attempt at once: a restarted server is usually back */
+    }
+}
+
+int64_t rq_conn_retry_in_ms(const struct rq_conn *c)
+{
+    if (c->ctx || !c->retry_at_ms)
+        return 0;
+    int64_t d = c->retry_at_ms - rq_mono_ms();
+    return d > 0 ? d : 0;
+}
+
+int rq_conn_append_argv(struct rq_conn *c, int argc, const char **argv, const size_t *lens)
+{
+    if (!c->ctx && rq_conn_ready(c))
+        return -1;
+    if (redisAppendCommandArgv(c->ctx, argc, argv, lens) != REDIS_OK) {
+        rq_conn_drop(c, "out of memory building a command");
+        return -1;
+    }
+    c->pending++;
+    c->unflushed = true;
+    c->commands++;
+    return 0;
+}
+
+int rq_conn_read(struct rq_conn *c, redisReply **r)
+{
+    *r = NULL;
+    if (!c->ctx) {
+        if (!c->err[0])
+            snprintf(c->err, sizeof c->err, "not connected");
+        return -1;
+    }
+    if (c->pending <= 0) {
+        snprintf(c->err, sizeof c->err, "internal error: a reply was read that no command asked for");
+        return -1;
+    }
+    if (c->unflushed) {
+        c->round_trips++;
+        c->unflushed = false;
+    }
+    void *reply = NULL;
+    if (redisGetReply(c->ctx, &reply) != REDIS_OK || !reply) {
+        char msg[300];
+        ctx_error(c, c->ctx, c->cmd_timeout_ms, msg, sizeof msg);
+        rq_conn_drop(c, msg);
+        return -1;
+    }
+    c->pending--;
+    *r = reply;
+    return 0;
+}
+
+void rq_conn_discard(struct rq_conn *c)
+{
+    while (c->ctx && c->pending > 0) {
+        redisReply *r;
+        if (rq_conn_read(c, &r))
+            break;
+        freeReplyObject(r);
+    }
+}
+
+redisReply *rq_conn_command(struct rq_conn *c, const char *fmt, ...)
+{
+    if (!c->ctx && rq_conn_ready(c))
+        return NULL;
+    rq_conn_discard(c);
+    if (!c->ctx && rq_conn_ready(c))
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = redisvAppendCommand(c->ctx, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK) {
+        rq_conn_drop(c, "out of memory building a command");
+        return NULL;
+    }
+    c->pending++;
+    c->unflushed = true;
+    c->commands++;
+    redisReply *r;
+    return rq_conn_read(c, &r) ? NULL : r;
+}

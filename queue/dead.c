@@ -1,0 +1,40 @@
+/* See dead.h. */
+#include "queue/dead.h"
+
+#include "queue/rq.h"
+
+int rq_dead(struct rq *q, const struct rq_job *job, const char *error)
+{
+    rq_stamp(q);
+    struct rq_pipe *p = &q->pipe;
+    rq_pipe_reset(p);
+    rq_script_cmd(q, p, RQ_SCRIPT_DEAD, q->proc_key, NULL, 0);
+    rq_pipe_arg(p, job->raw, job->len);
+    rq_pipe_str(p, error ? error : "failed");
+    rq_pipe_str(p, job->queue[0] ? job->queue : q->default_queue);
+    rq_pipe_str(p, job->id);
+    if (rq_pipe_exec(p, &q->cmd, &q->scripts))
+        return rq_fail_conn(q, "dead-letter");
+    const redisReply *r = p->reply[0];
+    if (rq_reply_error(r, "dead-letter", q->err, sizeof q->err))
+        return -1;
+    rq_held_remove(q, job->raw, job->len);
+    return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+}
+
+int rq_dead_requeue(struct rq *q, const char *const *ids, int n)
+{
+    rq_stamp(q);
+    struct rq_pipe *p = &q->pipe;
+    rq_pipe_reset(p);
+    rq_script_cmd(q, p, RQ_SCRIPT_DEAD_REQUEUE, q->proc_key, NULL, 0);
+    rq_pipe_str(p, n == 0 ? "1" : "0");
+    for (int i = 0; i < n; i++)
+        rq_pipe_str(p, ids[i]);
+    if (rq_pipe_exec(p, &q->cmd, &q->scripts))
+        return rq_fail_conn(q, "requeue-dead");
+    const redisReply *r = p->reply[0];
+    if (rq_reply_error(r, "requeue-dead", q->err, sizeof q->err))
+        return -1;
+    return r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+}

@@ -1,0 +1,64 @@
+/* Reliable fetch: jobs move from <p>:queue:<name> into this worker's <p>:processing:<worker>
+ * atomically (LMOVE/BLMOVE ... RIGHT LEFT), so a job is always in exactly one list and survives
+ * a crash of the worker (the reaper puts it back, queue/reaper.h).
+ *
+ * At fetch each job with an id is marked running in its hash (<p>:job:<id>: status running,
+ * worker, queue, started_at, created_at if unset, attempts + 1), an event is added, and a
+ * pending cancel is reported, all inside the same script as the move. A job in llmq's form
+ * without an id gets one (a UUIDv7): the entry in the processing list is replaced by the JSON
+ * with the id (LPOS + LSET, atomically), so a replay after a crash keeps the same id.
+ *
+ * Waiting jobs are taken without blocking, as many as allowed, in one round trip; the call blocks
+ * (BLMOVE on the dedicated blocking connection, at most block_ms in all) only when every queue
+ * is empty. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "queue/keys.h"
+
+struct rq;
+
+/* A job held by this worker. */
+struct rq_job {
+    char *raw;                    /* its JSON exactly as in the processing list (owned, NUL-terminated) */
+    size_t len;                   /* bytes of raw */
+    char id[RQ_ID_MAX + 1];       /* its id (own or assigned); "" when it has none (not JSON ...) */
+    bool id_assigned;             /* rq gave it the id at this fetch (raw includes it) */
+    char queue[RQ_QUEUE_MAX + 1]; /* the queue it came from */
+    int attempts;                 /* deliveries so far, this one included (0 without an id) */
+    bool cancel_requested;        /* its id was in <p>:cancel at fetch */
+};
+
+/* Frees what j owns and zeroes it. Accepts NULL. */
+void rq_job_free(struct rq_job *j);
+/* Copies src into dst (a new raw). 0, or -1 out of memory. */
+int rq_job_copy(struct rq_job *dst, const struct rq_job *src);
+
+/* One queue to fetch from and the most jobs to take from it in this call (0 = none now, e.g.
+ * its lane is full). */
+struct rq_source {
+    const char *queue; /* "short", "long" */
+    int max;
+};
+
+enum rq_order {
+    RQ_ORDER_PRIORITY,    /* empty the first source (up to its max) before looking at the next */
+    RQ_ORDER_ROUND_ROBIN, /* one job from each source in turn */
+};
+
+/* block_ms: 0 never blocks; < 0 blocks up to the configured redis.block_timeout_ms. */
+#define RQ_BLOCK_DEFAULT (-1)
+
+/* Fetches up to `max` jobs from the sources (1..8) in `order` into out[0..max). Returns how many
+ * (0 after block_ms with nothing to do) or -1 (rq_error). When Redis cannot be reached a
+ * blocking fetch still waits out block_ms (sleeping) before it fails, so a worker loop does not
+ * spin. The caller owns the jobs (rq_job_free) and must end each one with rq_ack, rq_retry,
+ * rq_requeue or rq_dead. */
+int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max, int block_ms,
+             struct rq_job *out);
+
+/* Puts back every entry of this worker's processing list that rq does not hold (a fetch whose
+ * replies were lost). Done by rq_fetch on its own after such a loss; exposed for tests.
+ * Returns how many were put back, or -1. */
+int rq_reconcile(struct rq *q);

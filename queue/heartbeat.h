@@ -1,0 +1,24 @@
+/* Liveness: every worker refreshes its heartbeat hash <p>:worker:<id> (host, pid, gpu, model,
+ * started_at, jobs_done, tokens_per_s, running, last_seen) with a TTL of heartbeat_ttl_s and
+ * keeps its id in the set <p>:workers. A worker whose hash expired is considered dead, and any
+ * other worker's reaper (queue/reaper.h) puts its jobs back. */
+#pragma once
+#include <stdint.h>
+
+struct rq;
+
+/* What a worker tells about itself (strings borrowed; NULL = ""). */
+struct rq_worker_info {
+    const char *gpu;     /* "NVIDIA H200" or "cpu" */
+    const char *model;   /* model name */
+    int64_t jobs_done;   /* since start */
+    double tokens_per_s; /* recent generation throughput */
+    int running;         /* jobs in the engine now */
+};
+
+/* HSET + EXPIRE + SADD in one MULTI/EXEC. 0, or -1. */
+int rq_heartbeat(struct rq *q, const struct rq_worker_info *info);
+
+/* At a clean exit: deletes the heartbeat, and leaves <p>:workers if the processing list is empty
+ * (otherwise the reaper takes the rest at once, as the heartbeat is gone). 0, or -1. */
+int rq_heartbeat_stop(struct rq *q);

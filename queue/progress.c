@@ -1,0 +1,75 @@
+/* See progress.h. */
+#include "queue/progress.h"
+
+#include <stdlib.h>
+
+#include "queue/rq.h"
+
+int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
+{
+    if (n <= 0)
+        return 0;
+    rq_stamp(q);
+    struct rq_pipe *p = &q->pipe;
+    rq_pipe_reset(p);
+    char(*hk)[RQ_KEY_MAX] = malloc((size_t)n * sizeof *hk);
+    if (!hk)
+        return rq_fail(q, "progress: out of memory");
+    for (int i = 0; i < n; i++) {
+        const struct rq_progress *x = &pr[i];
+        if (!x->id || !x->id[0])
+            continue;
+        if (rq_key_job(&q->keys, x->id, hk[i], RQ_KEY_MAX))
+            continue;
+        rq_pipe_cmd(p, "HSET");
+        rq_pipe_str(p, hk[i]);
+        rq_pipe_str(p, "updated_at");
+        rq_pipe_str(p, q->now);
+        if (x->progress >= 0) {
+            rq_pipe_str(p, "progress");
+            rq_pipe_fmt(p, "%.4f", x->progress > 1 ? 1.0 : x->progress);
+        }
+        if (x->prompt_tokens >= 0) {
+            rq_pipe_str(p, "prompt_tokens");
+            rq_pipe_int(p, x->prompt_tokens);
+        }
+        if (x->completion_tokens >= 0) {
+            rq_pipe_str(p, "completion_tokens");
+            rq_pipe_int(p, x->completion_tokens);
+        }
+        if (x->first_token_at > 0) {
+            rq_pipe_str(p, "first_token_at");
+            rq_pipe_fmt(p, "%.3f", x->first_token_at);
+        }
+        rq_pipe_cmd(p, "XADD");
+        rq_pipe_str(p, q->keys.events);
+        rq_pipe_str(p, "MAXLEN");
+        rq_pipe_str(p, "~");
+        rq_pipe_str(p, q->maxlen_s);
+        rq_pipe_str(p, "*");
+        rq_pipe_str(p, "id");
+        rq_pipe_str(p, x->id);
+        rq_pipe_str(p, "status");
+        rq_pipe_str(p, "running");
+        rq_pipe_str(p, "worker");
+        rq_pipe_str(p, q->worker);
+        rq_pipe_str(p, "ts");
+        rq_pipe_str(p, q->now);
+        if (x->progress >= 0) {
+            rq_pipe_str(p, "progress");
+            rq_pipe_fmt(p, "%.4f", x->progress > 1 ? 1.0 : x->progress);
+        }
+        if (x->completion_tokens >= 0) {
+            rq_pipe_str(p, "completion_tokens");
+            rq_pipe_int(p, x->completion_tokens);
+        }
+    }
+    int rc = rq_pipe_exec(p, &q->cmd, &q->scripts);
+    free(hk);
+    if (rc)
+        return rq_fail_conn(q, "progress");
+    for (int i = 0; i < p->nreply; i++)
+        if (rq_reply_error(p->reply[i], "progress", q->err, sizeof q->err))
+            return -1;
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* Progress of running jobs into their hashes (<p>:job:<id>: progress, completion_tokens,
+ * prompt_tokens, first_token_at) and onto <p>:events, pipelined: one round trip for the whole
+ * batch, however many jobs (a worker calls it every few generated tokens, not per token). */
+#pragma once
+
+struct rq;
+
+struct rq_progress {
+    const char *id;        /* the job's id (borrowed); NULL or "" = skipped */
+    double progress;       /* 0..1; < 0 = leave as it is */
+    int prompt_tokens;     /* < 0 = leave as it is */
+    int completion_tokens; /* < 0 = leave as it is */
+    double first_token_at; /* unix seconds; 0 = leave as it is */
+};
+
+/* Writes p[0..n): per job one HSET and one XADD (MAXLEN ~ events_maxlen), all in one pipeline.
+ * 0, or -1 (rq_error): the connection failed (nothing is known to be written), or some reply
+ * was an error (the others were written). */
+int rq_progress(struct rq *q, const struct rq_progress *p, int n);

@@ -1,0 +1,129 @@
+/* The Redis queue handle: options, the two connections (one for commands, a dedicated one for
+ * blocking fetches so a blocked BLMOVE never delays progress or acks), the key layout, the
+ * loaded scripts, and the sticky error string.
+ *
+ *     struct rq_opts o;
+ *     rq_opts_from_cfg(&o, &cfg);              // or rq_opts_default + fields
+ *     struct rq *q;
+ *     if (rq_open(&o, &q, err, sizeof err)) ... bad options ...
+ *     if (rq_connect(q)) log_warn("%s", rq_error(q));   // optional: it reconnects by itself
+ *     ... rq_fetch / rq_progress / rq_ack / rq_tick ... (queue/fetch.h etc.)
+ *     rq_free(q);
+ *
+ * Every operation returns 0 (or a count) on success and -1 on failure, with the reason in
+ * rq_error(q) ("ack: redis 127.0.0.1:6379: Connection refused (unavailable; next reconnect
+ * attempt in 400 ms)"). A failure never loses a job: a job stays in the worker's processing list
+ * until an ack, retry, requeue or dead-letter of it succeeds, so the caller simply tries again
+ * later. Operations on held jobs are idempotent except fetch, whose own losses (a reply lost
+ * with the connection after Redis moved jobs) rq repairs by itself on the next fetch.
+ *
+ * One thread uses a struct rq; a worker with several threads opens one per thread. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "queue/conn.h"
+#include "queue/keys.h"
+#include "queue/pipe.h"
+#include "queue/scripts.h"
+
+struct cfg;
+
+struct rq_opts {
+    const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
+    const char *username; /* ACL user; NULL or "" = the URL's */
+    const char *password; /* NULL or "" = the URL's */
+    int db;               /* -1 = the URL's (0 if it has none) */
+    const char *prefix;   /* key prefix; NULL = "llmq" */
+    const char *worker_id;     /* NULL or "" = <hostname>-<pid> */
+    const char *default_queue; /* where jobs go whose origin is unknown; NULL = "short" */
+    int connect_timeout_ms;    /* connect, and every non-blocking command */
+    int block_timeout_ms;      /* longest blocking fetch */
+    int reconnect_max_ms;      /* ceiling of the reconnect backoff */
+    int max_attempts;          /* deliveries before the dead list */
+    int retry_backoff_base_ms, retry_backoff_max_ms;
+    int result_ttl_s;         /* a finished job's hash expires after this; 0 = never */
+    int events_maxlen;        /* XADD <p>:events MAXLEN ~ this */
+    int heartbeat_ttl_s;      /* TTL of <p>:worker:<id> */
+    int heartbeat_interval_s; /* rq_tick: heartbeat period */
+    int reaper_interval_s;    /* rq_tick: reaper period */
+    int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
+    bool quiet;               /* no log lines from the connections (tests) */
+};
+
+/* The defaults of conf/llmq.yaml (redis://127.0.0.1:6379/0, prefix llmq, ...). */
+void rq_opts_default(struct rq_opts *o);
+/* From the configuration; o borrows c's strings (c must outlive rq_open). */
+void rq_opts_from_cfg(struct rq_opts *o, const struct cfg *c);
+
+/* A job held in memory by rq: a fingerprint of its JSON (see held in struct rq). */
+struct rq_held {
+    uint64_t hash;
+    size_t len;
+};
+
+struct rq {
+    struct rq_opts o; /* strings below point into owned copies */
+    struct rq_keys keys;
+    char worker[RQ_NAME_MAX + 1];
+    char default_queue[RQ_QUEUE_MAX + 1];
+    char proc_key[RQ_KEY_MAX]; /* <p>:processing:<worker> */
+    char hb_key[RQ_KEY_MAX];   /* <p>:worker:<worker> */
+    struct rq_conn cmd;        /* commands, pipelines, scripts */
+    struct rq_conn blk;        /* BLMOVE only */
+    struct rq_scripts scripts;
+    struct rq_pipe pipe; /* reused by every operation */
+
+    /* preformatted common script arguments */
+    char now[32]; /* rq_stamp: unix seconds with milliseconds */
+    char maxlen_s[16], ttl_s[16], maxbytes_s[24], maxatt_s[16];
+
+    double started_at; /* unix seconds at rq_open */
+    char host[256];
+
+    /* Jobs fetched and not yet let go (ack, retry, requeue, dead): their processing-list
+     * entries are ours. After a fetch lost its replies, anything else in our processing list
+     * was moved by Redis without our knowing and is put back (see fetch.c). */
+    struct rq_held *held;
+    int nheld, capheld;
+    bool need_reconcile;
+    int rr_next; /* the source a blocking fetch starts with (rotates) */
+
+    int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
+
+    char *owned[6]; /* copies of the option strings */
+    char err[1024];
+};
+
+/* Checks the options and prepares the handle (no connection yet). 0, or -1 with err. */
+int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen);
+/* Closes both connections and frees q. Accepts NULL. */
+void rq_free(struct rq *q);
+
+/* The last error (sticky, "" if none yet). Valid until the next call on q. */
+const char *rq_error(const struct rq *q);
+/* This worker's id (the name in <p>:processing:<id>). */
+const char *rq_worker_id(const struct rq *q);
+/* Connects both connections now (ignoring the backoff). 0, or -1 with the reason. */
+int rq_connect(struct rq *q);
+/* Number of jobs rq considers held by this worker. */
+int rq_held_count(const struct rq *q);
+
+/* ---- for the files of queue/ */
+
+/* Formats into q->err; returns -1. */
+int rq_fail(struct rq *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "<what>: <the command connection's error>"; returns -1. */
+int rq_fail_conn(struct rq *q, const char *what);
+/* Sets q->now to the current time; returns it. */
+double rq_stamp(struct rq *q);
+/* Starts an EVALSHA of s in p with the common KEYS (events, dead, cancel, `proc`), then the
+ * extra keys xkeys[0..nx), then the common ARGV; the caller appends the script's own ARGV. */
+void rq_script_cmd(struct rq *q, struct rq_pipe *p, enum rq_script s, const char *proc,
+                   const char *const *xkeys, int nx);
+/* Held-job bookkeeping. */
+int rq_held_add(struct rq *q, const char *raw, size_t len);
+void rq_held_remove(struct rq *q, const char *raw, size_t len);
+/* 64-bit FNV-1a of raw: the fingerprint of a held job. */
+uint64_t rq_hash(const char *raw, size_t len);

@@ -1,0 +1,51 @@
+/* The Lua scripts that make multi-key steps atomic. They are loaded with SCRIPT LOAD once per
+ * connection (after every reconnect) and run with EVALSHA; a NOSCRIPT answer (a SCRIPT FLUSH, a
+ * failover) loads them again and repeats the call (see rq_pipe_exec).
+ *
+ * Every script takes the same first KEYS and ARGV, so one helper builds the call (rq_script_cmd
+ * in queue/rq.h); its own keys and arguments follow:
+ *
+ *   KEYS[1] <p>:events   KEYS[2] <p>:dead   KEYS[3] <p>:cancel   KEYS[4] the processing list it
+ *   works on (the caller's, or a lapsed worker's for the reaper)
+ *   ARGV[1] <p>:job:   ARGV[2] <p>:queue:   ARGV[3] the caller's worker id   ARGV[4] now (unix s)
+ *   ARGV[5] events MAXLEN   ARGV[6] result TTL s (0 = none)   ARGV[7] default queue name
+ *   ARGV[8] max job bytes (0 = no limit)   ARGV[9] max_attempts
+ *
+ * A job's id is read inside the scripts with the same rule as rq_job_id (queue/jobid.h): the
+ * string "custom_id" of an OpenAI batch line, else the string "id", 1..256 bytes without control
+ * characters. */
+#pragma once
+#include <stdint.h>
+
+struct rq_conn;
+
+enum rq_script {
+    RQ_SCRIPT_FETCH,        /* move up to N jobs from queues into processing, mark them running */
+    RQ_SCRIPT_START,        /* mark a job already in processing running (after BLMOVE / giving it an id) */
+    RQ_SCRIPT_REQUEUE,      /* processing -> the front of a queue */
+    RQ_SCRIPT_REAP,         /* a lapsed worker's processing list -> queues (or dead) */
+    RQ_SCRIPT_RETRY,        /* processing -> retry zset (or dead when out of attempts) */
+    RQ_SCRIPT_RETRY_DUE,    /* retry zset -> queues for entries that are due */
+    RQ_SCRIPT_DEAD,         /* processing -> dead */
+    RQ_SCRIPT_DEAD_REQUEUE, /* dead -> queues */
+    RQ_SCRIPT_CANCEL,       /* add ids to the cancel set unless their job already ended */
+    RQ_SCRIPT_COUNT
+};
+
+#define RQ_SCRIPT_COMMON_KEYS 4
+#define RQ_SCRIPT_COMMON_ARGS 9
+
+/* SHA1s of the loaded scripts and the connection epoch they were loaded in. */
+struct rq_scripts {
+    char sha[RQ_SCRIPT_COUNT][41];
+    uint64_t epoch; /* rq_conn.epoch at the last load; 0 = never */
+};
+
+/* "fetch", "start", ... */
+const char *rq_script_name(enum rq_script s);
+/* The full Lua source (a static string). */
+const char *rq_script_source(enum rq_script s);
+
+/* SCRIPT LOAD of every script in one round trip, unless already done on this connection
+ * (force: regardless). 0, or -1 with the reason in c->err. */
+int rq_scripts_load(struct rq_scripts *sc, struct rq_conn *c, int force);

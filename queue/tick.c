@@ -1,0 +1,52 @@
+/* See tick.h. */
+#include "queue/tick.h"
+
+#include <string.h>
+
+#include "queue/retry.h"
+#include "queue/rq.h"
+
+int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_result *res)
+{
+    struct rq_tick_result dummy;
+    if (!res)
+        res = &dummy;
+    memset(res, 0, sizeof *res);
+    int64_t now = rq_mono_ms();
+    int rc = 0;
+    char first[sizeof q->err] = "";
+    if (now >= q->next_heartbeat_ms) {
+        if (rq_heartbeat(q, info) == 0) {
+            res->heartbeat = true;
+            q->next_heartbeat_ms = now + 1000LL * q->o.heartbeat_interval_s;
+        } else {
+            rc = -1;
+            memcpy(first, q->err, sizeof first);
+        }
+    }
+    if (now >= q->next_reap_ms) {
+        if (rq_reap(q, &res->reap) == 0) {
+            res->reaped = true;
+            q->next_reap_ms = now + 1000LL * q->o.reaper_interval_s;
+        } else if (rc == 0) {
+            rc = -1;
+            memcpy(first, q->err, sizeof first);
+        }
+    }
+    if (now >= q->next_retry_ms) {
+        int period = q->o.retry_backoff_base_ms / 2 < 1000 ? q->o.retry_backoff_base_ms / 2 : 1000;
+        if (period < 10)
+            period = 10;
+        int n = rq_retry_due(q, 1000);
+        if (n >= 0) {
+            res->retried = n;
+            q->next_retry_ms = now + period;
+        } else if (rc == 0) {
+            rc = -1;
+            memcpy(first, q->err, sizeof first);
+        }
+    }
+    if (rc)
+        memcpy(q->err, first, sizeof first);
+    return rc;
+}

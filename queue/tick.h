@@ -1,0 +1,22 @@
+/* The periodic Redis chores of a worker, for its main loop to call every step (cheap when
+ * nothing is due): the heartbeat every heartbeat_interval_s, the reaper every
+ * reaper_interval_s, and moving due retries back to their queues every second (or every
+ * retry_backoff_base_ms / 2 when that is shorter). */
+#pragma once
+#include <stdbool.h>
+
+#include "queue/heartbeat.h"
+#include "queue/reaper.h"
+
+struct rq;
+
+struct rq_tick_result {
+    bool heartbeat;             /* a heartbeat was sent */
+    bool reaped;                /* the reaper ran */
+    struct rq_reap_result reap; /* what it did */
+    int retried;                /* retry entries moved back to their queue */
+};
+
+/* Does what is due. 0, or -1 with the first failure in rq_error (the other chores still ran;
+ * a failed chore is tried again at the next call). res may be NULL. */
+int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_result *res);

@@ -1,0 +1,352 @@
+/* queue/conn.c against real redis-servers: SELECT db (URL and option), unix sockets, AUTH with a
+ * password and with an ACL user (created with redis-cli), clear errors for missing or wrong
+ * credentials, fast failure and exponential backoff while the server is down, reconnection after
+ * a restart (both connections, scripts loaded again), the NOSCRIPT fallback, client names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "queue/ack.h"
+#include "queue/fetch.h"
+#include "queue/progress.h"
+#include "queue/push.h"
+#include "queue/rq.h"
+#include "redis_server.h"
+
+static struct redis_server srv;
+static redisContext *adm;
+
+#define cmd(...) rs_cmd(adm, __VA_ARGS__)
+#define ival(...) rs_int(adm, __VA_ARGS__)
+#define sval(...) rs_str(adm, __VA_ARGS__)
+#define run(...) rs_do(adm, __VA_ARGS__)
+
+static int group_setup(void **state)
+{
+    redis_server_require();
+    if (redis_server_start(&srv, NULL)) {
+        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
+        return -1;
+    }
+    adm = redis_server_connect(&srv);
+    return adm ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    if (adm)
+        redisFree(adm);
+    redis_server_cleanup(&srv);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    if (!adm || adm->err) { /* a restart in an earlier test broke it */
+        if (adm)
+            redisFree(adm);
+        adm = redis_server_connect(&srv);
+        if (!adm)
+            return -1;
+    }
+    redisReply *r = redisCommand(adm, "FLUSHALL");
+    if (!r)
+        return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+static struct rq *open_url(const char *url, const char *user, const char *password, int db)
+{
+    struct rq_opts o;
+    rq_opts_default(&o);
+    o.url = url;
+    o.username = user;
+    o.password = password;
+    o.db = db;
+    o.worker_id = "w1";
+    o.quiet = true;
+    o.connect_timeout_ms = 500;
+    o.block_timeout_ms = 300;
+    o.reconnect_max_ms = 400;
+    struct rq *q;
+    char err[512];
+    if (rq_open(&o, &q, err, sizeof err))
+        fail_msg("rq_open: %s", err);
+    return q;
+}
+
+static void push1(struct rq *q, const char *id)
+{
+    char raw[64];
+    snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
+    struct rq_push_item it = {raw, strlen(raw), id};
+    if (rq_push(q, "short", &it, 1))
+        fail_msg("push: %s", rq_error(q));
+}
+
+/* push + fetch + ack through q; returns 0 when it all worked */
+static int round_trip(struct rq *q, const char *id)
+{
+    push1(q, id);
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    int n = rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j);
+    if (n != 1)
+        return -1;
+    int rc = strcmp(j.id, id) ? -1 : 0;
+    struct rq_result res = {
+        .job = &j, .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    if (rq_ack(q, &res, 1) != 1)
+        rc = -1;
+    rq_job_free(&j);
+    return rc;
+}
+
+static void test_select_db(void **state)
+{
+    struct rq *q = open_url(srv.url, NULL, NULL, 3);
+    push1(q, "in-db-3");
+    assert_int_equal(ival("LLEN llmq:queue:short"), 0); /* the admin connection is on db 0 */
+    run("SELECT 3");
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1);
+    run("DEL llmq:queue:short");
+    assert_int_equal(round_trip(q, "again-3"), 0);
+    assert_string_equal(sval("HGET llmq:job:again-3 status"), "completed");
+    run("SELECT 0");
+    rq_free(q);
+    /* the db in the URL */
+    char url[128];
+    snprintf(url, sizeof url, "%s/5", srv.url);
+    q = open_url(url, NULL, NULL, -1);
+    push1(q, "in-db-5");
+    run("SELECT 5");
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1);
+    run("SELECT 0");
+    rq_free(q);
+}
+
+static void test_unix_socket(void **state)
+{
+    char url[300];
+    snprintf(url, sizeof url, "unix://%s?db=2", srv.sock);
+    struct rq *q = open_url(url, NULL, NULL, -1);
+    assert_int_equal(rq_connect(q), 0);
+    push1(q, "via-socket");
+    run("SELECT 2");
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1);
+    run("DEL llmq:queue:short");
+    run("SELECT 0");
+    assert_int_equal(round_trip(q, "sock-2"), 0);
+    rq_free(q);
+    /* a bare socket path */
+    q = open_url(srv.sock, NULL, NULL, -1);
+    assert_int_equal(round_trip(q, "bare-path"), 0);
+    rq_free(q);
+}
+
+static void test_auth_password_and_acl_user(void **state)
+{
+    struct redis_server sec;
+    const char *extra[] = {"--requirepass", "s3cret", NULL};
+    assert_int_equal(redis_server_start(&sec, extra), 0);
+    /* no password: a clear error, not a crash */
+    struct rq *q = open_url(sec.url, NULL, NULL, -1);
+    assert_int_equal(rq_connect(q), -1);
+    assert_non_null(strstr(rq_error(q), "NOAUTH"));
+    assert_non_null(strstr(rq_error(q), "redis.password"));
+    rq_free(q);
+    /* a wrong one */
+    q = open_url(sec.url, NULL, "wrong", -1);
+    assert_int_equal(rq_connect(q), -1);
+    assert_non_null(strstr(rq_error(q), "AUTH failed"));
+    rq_free(q);
+    /* the right one, as an option and in the URL */
+    q = open_url(sec.url, NULL, "s3cret", -1);
+    assert_int_equal(rq_connect(q), 0);
+    assert_int_equal(round_trip(q, "authed"), 0);
+    rq_free(q);
+    char url[160];
+    snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d/1", sec.port);
+    q = open_url(url, NULL, NULL, -1);
+    assert_int_equal(round_trip(q, "authed-url"), 0);
+    rq_free(q);
+
+    /* an ACL user limited to llmq's keys, made with redis-cli */
+    char out[256];
+    assert_int_equal(
+        redis_cli(&sec, out, sizeof out, "ACL SETUSER llmqw on '>w%%rk pw' '~llmq:*' '&*' '+@all'"), 0);
+    assert_non_null(strstr(out, "OK"));
+    snprintf(url, sizeof url, "redis://llmqw:w%%25rk%%20pw@127.0.0.1:%d", sec.port); /* percent-encoded */
+    q = open_url(url, NULL, NULL, -1);
+    assert_int_equal(rq_connect(q), 0);
+    assert_int_equal(round_trip(q, "acl-url"), 0);
+    rq_free(q);
+    q = open_url(sec.url, "llmqw", "w%rk pw", -1);
+    assert_int_equal(round_trip(q, "acl-opts"), 0);
+    /* the user really is limited: a key outside llmq:* is refused (so the ACL is in force) */
+    redisReply *r = rq_conn_command(&q->cmd, "SET other:key 1");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "NOPERM"));
+    freeReplyObject(r);
+    rq_free(q);
+    q = open_url(sec.url, "llmqw", "nope", -1);
+    assert_int_equal(rq_connect(q), -1);
+    assert_non_null(strstr(rq_error(q), "AUTH (ACL user) failed"));
+    rq_free(q);
+    redis_server_cleanup(&sec);
+}
+
+/* Nothing listens: operations fail fast (no hang), with the next attempt in the message, and
+ * the attempts back off exponentially up to reconnect_max_ms. */
+static void test_down_and_backoff(void **state)
+{
+    int port = redis_server_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    struct rq *q = open_url(url, NULL, NULL, -1);
+    assert_int_equal(rq_connect(q), -1);
+    assert_non_null(strstr(rq_error(q), "Connection refused"));
+    int64_t t0 = rq_mono_ms();
+    struct rq_progress pr = {"x", 0.5, -1, -1, 0};
+    assert_int_equal(rq_progress(q, &pr, 1), -1);
+    assert_true(rq_mono_ms() - t0 < 50);
+    assert_non_null(strstr(rq_error(q), "progress: "));
+    assert_non_null(strstr(rq_error(q), "next reconnect attempt in"));
+    /* the delays double: 100, 200, 400 (the cap), 400 */
+    int want[] = {200, 400, 400, 400};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(q->cmd.backoff_ms, want[i]);
+        assert_int_equal(rq_conn_connect_now(&q->cmd), -1);
+    }
+    assert_int_equal(q->cmd.failures, 5);
+    int64_t wait = rq_conn_retry_in_ms(&q->cmd);
+    assert_true(wait > 0 && wait <= 480); /* 400 +- 20% */
+    /* a blocking fetch while down waits out its block time instead of spinning, then fails */
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    t0 = rq_mono_ms();
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, RQ_BLOCK_DEFAULT, &j), -1);
+    int64_t dt = rq_mono_ms() - t0;
+    assert_true(dt >= 250 && dt < 1500);
+    /* a server appears on that port: the next attempt after the backoff connects */
+    struct redis_server late = {0};
+    snprintf(late.dir, sizeof late.dir, "/tmp/llmq-redis-XXXXXX");
+    assert_non_null(mkdtemp(late.dir));
+    snprintf(late.sock, sizeof late.sock, "%s/redis.sock", late.dir);
+    snprintf(late.log, sizeof late.log, "%s/redis.log", late.dir);
+    late.port = port;
+    assert_int_equal(redis_server_spawn(&late), 0);
+    int ok = -1;
+    t0 = rq_mono_ms();
+    while (ok != 0 && rq_mono_ms() - t0 < 3000) {
+        ok = rq_progress(q, &pr, 1);
+        if (ok)
+            redis_server_sleep_ms(20);
+    }
+    assert_int_equal(ok, 0);
+    assert_true(rq_mono_ms() - t0 <= 600); /* within the capped backoff */
+    assert_int_equal(q->cmd.failures, 0);
+    assert_int_equal(q->cmd.backoff_ms, 100);
+    rq_free(q);
+    redis_server_cleanup(&late);
+}
+
+/* The server restarts (no persistence: its data is gone, that is Redis's behaviour); rq notices,
+ * reconnects both connections, loads its scripts again and keeps working. */
+static void test_reconnect_after_restart(void **state)
+{
+    struct rq *q = open_url(srv.url, NULL, NULL, -1);
+    assert_int_equal(round_trip(q, "before"), 0);
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 100, &j), 0); /* the blocking one is up */
+    assert_int_equal(q->cmd.connects, 1);
+    assert_int_equal(q->blk.connects, 1);
+    redisFree(adm);
+    adm = NULL;
+    assert_int_equal(redis_server_restart(&srv), 0);
+    adm = redis_server_connect(&srv);
+    assert_non_null(adm);
+    /* the first command on the dead socket fails; the next reconnects at once */
+    int fails = 0;
+    struct rq_progress pr = {"x", 0.5, -1, -1, 0};
+    while (rq_progress(q, &pr, 1) != 0) {
+        assert_non_null(strstr(rq_error(q), "progress: redis 127.0.0.1:"));
+        assert_true(++fails < 5);
+        redis_server_sleep_ms(20);
+    }
+    assert_true(fails <= 1);
+    assert_int_equal(q->cmd.connects, 2);
+    assert_int_equal(round_trip(q, "after"), 0); /* scripts loaded again on the new server */
+    /* the blocking connection comes back too */
+    char bg[256];
+    snprintf(bg, sizeof bg,
+             "(sleep 0.2; redis-cli -p %d LPUSH llmq:queue:short '{\"id\":\"blk\"}') >/dev/null 2>&1 &",
+             srv.port);
+    assert_int_equal(system(bg), 0);
+    int n = 0;
+    for (int i = 0; i < 20 && n <= 0; i++)
+        n = rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 300, &j);
+    assert_int_equal(n, 1);
+    assert_string_equal(j.id, "blk");
+    assert_int_equal(q->blk.connects, 2);
+    struct rq_result res = {
+        .job = &j, .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    assert_int_equal(rq_ack(q, &res, 1), 1);
+    rq_job_free(&j);
+    rq_free(q);
+}
+
+static void test_noscript_fallback(void **state)
+{
+    struct rq *q = open_url(srv.url, NULL, NULL, -1);
+    assert_int_equal(round_trip(q, "s1"), 0);
+    run("SCRIPT FLUSH"); /* an operator, or a failover to a fresh replica */
+    push1(q, "s2");
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    uint64_t epoch = q->scripts.epoch;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_string_equal(j.id, "s2");
+    assert_int_equal(q->scripts.epoch, epoch); /* same connection: loaded again after NOSCRIPT */
+    redisReply *ex = cmd("SCRIPT EXISTS %s", q->scripts.sha[RQ_SCRIPT_FETCH]);
+    assert_int_equal(ex->element[0]->integer, 1);
+    freeReplyObject(ex);
+    struct rq_result res = {
+        .job = &j, .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    assert_int_equal(rq_ack(q, &res, 1), 1);
+    rq_job_free(&j);
+    rq_free(q);
+}
+
+static void test_client_names(void **state)
+{
+    struct rq *q = open_url(srv.url, NULL, NULL, -1);
+    assert_int_equal(rq_connect(q), 0);
+    const char *list = sval("CLIENT LIST");
+    assert_non_null(strstr(list, "name=llmq:w1 "));
+    assert_non_null(strstr(list, "name=llmq:w1:blocking "));
+    rq_free(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_select_db, setup),
+        cmocka_unit_test_setup(test_unix_socket, setup),
+        cmocka_unit_test_setup(test_auth_password_and_acl_user, setup),
+        cmocka_unit_test_setup(test_down_and_backoff, setup),
+        cmocka_unit_test_setup(test_reconnect_after_restart, setup),
+        cmocka_unit_test_setup(test_noscript_fallback, setup),
+        cmocka_unit_test_setup(test_client_names, setup),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,461 @@
+/* queue/fetch.c against a real redis-server: reliable moves into the processing list, batches,
+ * priority and round-robin order over queues, blocking with a timeout, ids given at fetch and
+ * kept across a crash, jobs pushed by redis-cli, cancel at fetch, and the repair of a fetch
+ * whose reply was lost. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "queue/ack.h"
+#include "queue/fetch.h"
+#include "queue/jobid.h"
+#include "queue/push.h"
+#include "queue/reaper.h"
+#include "queue/rq.h"
+#include "redis_server.h"
+
+static struct redis_server srv;
+static redisContext *adm; /* a plain connection for looking at what rq did */
+
+static int group_setup(void **state)
+{
+    redis_server_require();
+    if (redis_server_start(&srv, NULL)) {
+        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
+        return -1;
+    }
+    adm = redis_server_connect(&srv);
+    return adm ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    if (adm)
+        redisFree(adm);
+    redis_server_cleanup(&srv);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    redisReply *r = redisCommand(adm, "FLUSHALL");
+    if (!r)
+        return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+#define cmd(...) rs_cmd(adm, __VA_ARGS__)
+#define ival(...) rs_int(adm, __VA_ARGS__)
+#define sval(...) rs_str(adm, __VA_ARGS__)
+#define run(...) rs_do(adm, __VA_ARGS__)
+
+static struct rq *open_rq(const char *worker)
+{
+    struct rq_opts o;
+    rq_opts_default(&o);
+    o.url = srv.url;
+    o.worker_id = worker;
+    o.quiet = true;
+    struct rq *q;
+    char err[512];
+    if (rq_open(&o, &q, err, sizeof err))
+        fail_msg("rq_open: %s", err);
+    return q;
+}
+
+static void push(struct rq *q, const char *queue, const char *raw, const char *id)
+{
+    struct rq_push_item it = {raw, strlen(raw), id};
+    if (rq_push(q, queue, &it, 1))
+        fail_msg("push: %s", rq_error(q));
+}
+
+static void ack_all(struct rq *q, struct rq_job *jobs, int n)
+{
+    struct rq_result res[64] = {0};
+    for (int i = 0; i < n; i++)
+        res[i] = (struct rq_result){
+            .job = &jobs[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    assert_int_equal(rq_ack(q, res, n), n);
+    for (int i = 0; i < n; i++)
+        rq_job_free(&jobs[i]);
+}
+
+static void test_fetch_one(void **state)
+{
+    struct rq *q = open_rq("w1");
+    push(q, "short", "{\"id\":\"a1\",\"prompt\":\"hello\"}", "a1");
+    assert_string_equal(sval("HGET llmq:job:a1 status"), "queued");
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 1);
+    assert_string_equal(j[0].raw, "{\"id\":\"a1\",\"prompt\":\"hello\"}");
+    assert_string_equal(j[0].id, "a1");
+    assert_string_equal(j[0].queue, "short");
+    assert_int_equal(j[0].attempts, 1);
+    assert_false(j[0].id_assigned);
+    assert_false(j[0].cancel_requested);
+    /* moved: gone from the queue, in the processing list; the hash says running */
+    assert_int_equal(ival("LLEN llmq:queue:short"), 0);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 1);
+    const char *s = sval("LINDEX llmq:processing:w1 0");
+    assert_string_equal(s, j[0].raw);
+    assert_string_equal(sval("HGET llmq:job:a1 status"), "running");
+    assert_string_equal(sval("HGET llmq:job:a1 worker"), "w1");
+    assert_string_equal(sval("HGET llmq:job:a1 queue"), "short");
+    assert_string_equal(sval("HGET llmq:job:a1 attempts"), "1");
+    const char *started = sval("HGET llmq:job:a1 started_at");
+    assert_true(fabs(strtod(started, NULL) - rq_wall_s()) < 5);
+    assert_int_equal(ival("HEXISTS llmq:job:a1 created_at"), 1);
+    assert_int_equal(rq_held_count(q), 1);
+    /* an event for the state change */
+    redisReply *ev = cmd("XREVRANGE llmq:events + - COUNT 1");
+    assert_int_equal(ev->elements, 1);
+    assert_string_equal(rs_stream_field(ev->element[0], "status"), "running");
+    assert_string_equal(rs_stream_field(ev->element[0], "id"), "a1");
+    freeReplyObject(ev);
+    /* nothing more: a non-blocking fetch returns 0 at once */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j + 1), 0);
+    ack_all(q, j, 1);
+    assert_int_equal(rq_held_count(q), 0);
+    rq_free(q);
+}
+
+static void test_batch_fifo(void **state)
+{
+    struct rq *q = open_rq("w1");
+    struct rq_source src = {"short", 100};
+    struct rq_job j[64];
+    /* the first script call on a connection loads the scripts (one round trip, once) */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 20, 0, j), 0);
+    struct rq_push_item items[50];
+    char raws[50][64], ids[50][16];
+    for (int i = 0; i < 50; i++) {
+        snprintf(ids[i], sizeof ids[i], "j%02d", i);
+        snprintf(raws[i], sizeof raws[i], "{\"id\":\"%s\",\"prompt\":\"p\"}", ids[i]);
+        items[i] = (struct rq_push_item){raws[i], strlen(raws[i]), ids[i]};
+    }
+    assert_int_equal(rq_push(q, "short", items, 50), 0);
+    uint64_t rt = q->cmd.round_trips;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 20, 0, j), 20);
+    assert_int_equal(q->cmd.round_trips - rt, 1); /* the whole batch in one round trip */
+    for (int i = 0; i < 20; i++)                  /* first pushed, first fetched */
+        assert_string_equal(j[i].id, ids[i]);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 20);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 30);
+    ack_all(q, j, 20);
+    /* the per-queue limit binds too */
+    src.max = 7;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 20, 0, j), 7);
+    assert_string_equal(j[0].id, "j20");
+    ack_all(q, j, 7);
+    rq_free(q);
+}
+
+static void push_n(struct rq *q, const char *queue, const char *tag, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char raw[64], id[32];
+        snprintf(id, sizeof id, "%s%d", tag, i);
+        snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
+        push(q, queue, raw, id);
+    }
+}
+
+static void test_priority_and_round_robin(void **state)
+{
+    struct rq *q = open_rq("w1");
+    push_n(q, "short", "s", 3);
+    push_n(q, "long", "l", 3);
+    struct rq_source src[2] = {{"short", 10}, {"long", 10}};
+    struct rq_job j[16];
+    /* priority: all of short, then long */
+    assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_PRIORITY, 4, 0, j), 4);
+    assert_string_equal(j[0].id, "s0");
+    assert_string_equal(j[1].id, "s1");
+    assert_string_equal(j[2].id, "s2");
+    assert_string_equal(j[3].id, "l0");
+    assert_string_equal(j[3].queue, "long");
+    assert_string_equal(sval("HGET llmq:job:l0 queue"), "long");
+    ack_all(q, j, 4);
+
+    run("FLUSHALL");
+    push_n(q, "short", "s", 3);
+    push_n(q, "long", "l", 3);
+    /* round robin: one each in turn, the longer queue finishing alone */
+    src[1].max = 10;
+    assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_ROUND_ROBIN, 5, 0, j), 5);
+    const char *want[] = {"s0", "l0", "s1", "l1", "s2"};
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(j[i].id, want[i]);
+    ack_all(q, j, 5);
+    /* a lane that is full takes nothing: long max 0 */
+    push_n(q, "short", "t", 2);
+    src[1].max = 0;
+    assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_ROUND_ROBIN, 10, 0, j), 2);
+    assert_string_equal(j[0].id, "t0");
+    assert_string_equal(j[1].id, "t1");
+    assert_int_equal(ival("LLEN llmq:queue:long"), 1);
+    ack_all(q, j, 2);
+    /* bad sources are refused */
+    struct rq_source bad = {"no:colons", 1};
+    assert_int_equal(rq_fetch(q, &bad, 1, RQ_ORDER_PRIORITY, 1, 0, j), -1);
+    assert_non_null(strstr(rq_error(q), "not a queue name"));
+    rq_free(q);
+}
+
+static double mono_ms(void)
+{
+    return (double)rq_mono_ms();
+}
+
+static void test_blocking(void **state)
+{
+    struct rq *q = open_rq("w1");
+    struct rq_source src[2] = {{"short", 4}, {"long", 4}};
+    struct rq_job j[8];
+    /* nothing comes: returns 0 after about block_ms */
+    double t0 = mono_ms();
+    assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_PRIORITY, 4, 300, j), 0);
+    double dt = mono_ms() - t0;
+    assert_true(dt >= 250 && dt < 1500);
+
+    /* a job pushed by another client (redis-cli, not llmq) while we block wakes the fetch up,
+     * on the second queue as well as the first */
+    char bg[512];
+    snprintf(bg, sizeof bg,
+             "(sleep 0.3; redis-cli -p %d LPUSH llmq:queue:long '{\"id\":\"cli-1\",\"prompt\":\"from "
+             "redis-cli\"}')"
+             " >/dev/null 2>&1 &",
+             srv.port);
+    assert_int_equal(system(bg), 0);
+    t0 = mono_ms();
+    int n = 0;
+    for (int i = 0; i < 10 && n == 0; i++) /* block_ms 1000 split between the two queues */
+        n = rq_fetch(q, src, 2, RQ_ORDER_PRIORITY, 4, 1000, j);
+    dt = mono_ms() - t0;
+    assert_int_equal(n, 1);
+    assert_true(dt < 2500);
+    assert_string_equal(j[0].id, "cli-1");
+    assert_string_equal(j[0].queue, "long");
+    assert_string_equal(j[0].raw, "{\"id\":\"cli-1\",\"prompt\":\"from redis-cli\"}");
+    assert_int_equal(j[0].attempts, 1);
+    assert_string_equal(sval("HGET llmq:job:cli-1 status"), "running");
+    ack_all(q, j, 1);
+
+    /* after a blocking wake-up, what else waits comes in the same call */
+    snprintf(bg, sizeof bg,
+             "(sleep 0.3; redis-cli -p %d LPUSH llmq:queue:short '{\"id\":\"b1\"}' '{\"id\":\"b2\"}' "
+             "'{\"id\":\"b3\"}')"
+             " >/dev/null 2>&1 &",
+             srv.port);
+    assert_int_equal(system(bg), 0);
+    n = 0;
+    for (int i = 0; i < 10 && n == 0; i++)
+        n = rq_fetch(q, src, 2, RQ_ORDER_PRIORITY, 4, 1000, j);
+    assert_int_equal(n, 3);
+    assert_string_equal(j[0].id, "b1");
+    assert_string_equal(j[1].id, "b2");
+    assert_string_equal(j[2].id, "b3");
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 3);
+    ack_all(q, j, 3);
+    /* the blocking calls ran on their own connection */
+    assert_true(q->blk.commands > 0);
+    rq_free(q);
+}
+
+/* A job without an id gets one at fetch, written into the processing list, so that after a
+ * crash the replayed job has the same id. */
+static void test_id_assigned_and_kept_across_crash(void **state)
+{
+    char out[256];
+    assert_int_equal(redis_cli(&srv, out, sizeof out, "LPUSH llmq:queue:short '{\"prompt\":\"no id here\"}'"),
+                     0);
+    struct rq *q = open_rq("crashy");
+    struct rq_source src = {"short", 4};
+    struct rq_job j[4];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 4, 0, j), 1);
+    assert_true(j[0].id_assigned);
+    assert_int_equal(strlen(j[0].id), 36);
+    char id[RQ_ID_MAX + 1];
+    assert_int_equal(rq_job_id(j[0].raw, j[0].len, 0, id), RQ_ID_FOUND);
+    assert_string_equal(id, j[0].id);
+    /* the processing list holds the JSON with the id */
+    const char *inlist = sval("LINDEX llmq:processing:crashy 0");
+    assert_string_equal(inlist, j[0].raw);
+    assert_int_equal(ival("LLEN llmq:processing:crashy"), 1);
+    assert_string_equal(sval("HGET llmq:job:%s status", j[0].id), "running");
+    assert_string_equal(sval("HGET llmq:job:%s attempts", j[0].id), "1");
+    char first_id[RQ_ID_MAX + 1];
+    strcpy(first_id, j[0].id);
+    char first_raw[256];
+    snprintf(first_raw, sizeof first_raw, "%s", j[0].raw);
+    rq_job_free(&j[0]);
+    rq_free(q); /* "crash": no ack, no heartbeat (so the reaper sees it lapsed) */
+    run("SADD llmq:workers crashy");
+
+    struct rq *q2 = open_rq("survivor");
+    struct rq_reap_result rr;
+    assert_int_equal(rq_reap(q2, &rr), 0);
+    assert_int_equal(rr.workers, 1);
+    assert_int_equal(rr.requeued, 1);
+    assert_int_equal(rq_fetch(q2, &src, 1, RQ_ORDER_PRIORITY, 4, 0, j), 1);
+    assert_string_equal(j[0].id, first_id); /* same id */
+    assert_string_equal(j[0].raw, first_raw);
+    assert_false(j[0].id_assigned);
+    assert_int_equal(j[0].attempts, 2);
+    ack_all(q2, j, 1);
+    rq_free(q2);
+}
+
+static void test_jobs_without_usable_id(void **state)
+{
+    struct rq *q = open_rq("w1");
+    const char *oai =
+        "{\"custom_id\":\"req-1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{}}";
+    const char *oai_noid = "{\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}";
+    const char *nul = "{\"id\":null,\"prompt\":\"p\"}";
+    const char *garbage = "this is not JSON";
+    push(q, "short", oai, NULL);
+    push(q, "short", oai_noid, NULL);
+    push(q, "short", nul, NULL);
+    push(q, "short", garbage, NULL);
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 4);
+    /* find them by content */
+    int seen = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(j[i].raw, oai)) { /* an OpenAI line is known by its custom_id, unchanged */
+            assert_string_equal(j[i].id, "req-1");
+            assert_int_equal(j[i].attempts, 1);
+            seen |= 1;
+        } else if (!strcmp(j[i].raw, oai_noid)) { /* left alone: the parser will fail it */
+            assert_string_equal(j[i].id, "");
+            assert_int_equal(j[i].attempts, 0);
+            seen |= 2;
+        } else if (!strcmp(j[i].raw, garbage)) {
+            assert_string_equal(j[i].id, "");
+            assert_false(j[i].id_assigned);
+            seen |= 4;
+        } else { /* "id": null got an id */
+            assert_true(j[i].id_assigned);
+            json_t *root = json_loads(j[i].raw, JSON_REJECT_DUPLICATES, NULL);
+            assert_non_null(root);
+            assert_string_equal(json_string_value(json_object_get(root, "id")), j[i].id);
+            json_decref(root);
+            seen |= 8;
+        }
+    }
+    assert_int_equal(seen, 15);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 4);
+    ack_all(q, j, 4);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
+    rq_free(q);
+}
+
+static void test_cancel_seen_at_fetch(void **state)
+{
+    struct rq *q = open_rq("w1");
+    push(q, "short", "{\"id\":\"c1\",\"prompt\":\"x\"}", "c1");
+    push(q, "short", "{\"id\":\"c2\",\"prompt\":\"x\"}", "c2");
+    char out[64];
+    assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel c2"), 0);
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 2);
+    assert_false(j[0].cancel_requested);
+    assert_true(j[1].cancel_requested);
+    struct rq_result res[2] = {
+        {.job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1},
+        {.job = &j[1], .status = RQ_STATUS_CANCELLED, .prompt_tokens = -1, .completion_tokens = 0},
+    };
+    assert_int_equal(rq_ack(q, res, 2), 2);
+    assert_string_equal(sval("HGET llmq:job:c2 status"), "cancelled");
+    assert_int_equal(ival("SISMEMBER llmq:cancel c2"), 0); /* cleaned up */
+    rq_job_free(&j[0]);
+    rq_job_free(&j[1]);
+    rq_free(q);
+}
+
+/* A fetch whose reply was lost (the connection died after Redis moved the jobs) leaves jobs in
+ * the processing list that rq does not know about; the next fetch puts them back first. */
+static void test_reconcile_lost_fetch(void **state)
+{
+    struct rq *q = open_rq("w1");
+    push_n(q, "short", "r", 3);
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, j), 1); /* r0: really held */
+    /* as if a fetch had moved r1 and the reply never came */
+    redisReply *r = cmd("LMOVE llmq:queue:short llmq:processing:w1 RIGHT LEFT");
+    freeReplyObject(r);
+    run("HINCRBY llmq:job:r1 attempts 1");
+    q->need_reconcile = true;
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 2);
+    /* the next fetch first puts r1 back at the front, then fetches it properly */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j + 1), 2);
+    assert_false(q->need_reconcile);
+    assert_string_equal(j[1].id, "r1");
+    assert_int_equal(j[1].attempts, 1); /* the lost delivery was not counted */
+    assert_string_equal(j[2].id, "r2");
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 3);
+    /* with nothing unknown, reconcile does nothing */
+    assert_int_equal(rq_reconcile(q), 0);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 3);
+    ack_all(q, j, 3);
+    rq_free(q);
+}
+
+/* Two workers fetching concurrently never get the same job. */
+static void test_two_workers_disjoint(void **state)
+{
+    struct rq *a = open_rq("wa"), *b = open_rq("wb");
+    push_n(a, "short", "d", 40);
+    struct rq_source src = {"short", 100};
+    struct rq_job ja[64], jb[64];
+    int na = 0, nb = 0;
+    while (na + nb < 40) {
+        int k = rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 3, 0, ja + na);
+        assert_true(k >= 0);
+        na += k;
+        k = rq_fetch(b, &src, 1, RQ_ORDER_PRIORITY, 5, 0, jb + nb);
+        assert_true(k >= 0);
+        nb += k;
+    }
+    assert_int_equal(na + nb, 40);
+    for (int x = 0; x < na; x++)
+        for (int y = 0; y < nb; y++)
+            assert_string_not_equal(ja[x].id, jb[y].id);
+    assert_int_equal(ival("LLEN llmq:processing:wa"), na);
+    assert_int_equal(ival("LLEN llmq:processing:wb"), nb);
+    ack_all(a, ja, na);
+    ack_all(b, jb, nb);
+    rq_free(a);
+    rq_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_fetch_one, setup),
+        cmocka_unit_test_setup(test_batch_fifo, setup),
+        cmocka_unit_test_setup(test_priority_and_round_robin, setup),
+        cmocka_unit_test_setup(test_blocking, setup),
+        cmocka_unit_test_setup(test_id_assigned_and_kept_across_crash, setup),
+        cmocka_unit_test_setup(test_jobs_without_usable_id, setup),
+        cmocka_unit_test_setup(test_cancel_seen_at_fetch, setup),
+        cmocka_unit_test_setup(test_reconcile_lost_fetch, setup),
+        cmocka_unit_test_setup(test_two_workers_disjoint, setup),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,286 @@
+/* queue/stats.c, queue/cancel.c and queue/tick.c against a real redis-server: the numbers
+ * `llmq status` shows (each one checked against what was set up), the --drain check, cancel
+ * requests and checks, and the periodic chores. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "queue/ack.h"
+#include "queue/cancel.h"
+#include "queue/dead.h"
+#include "queue/fetch.h"
+#include "queue/heartbeat.h"
+#include "queue/progress.h"
+#include "queue/push.h"
+#include "queue/retry.h"
+#include "queue/rq.h"
+#include "queue/stats.h"
+#include "queue/tick.h"
+#include "redis_server.h"
+
+static struct redis_server srv;
+static redisContext *adm;
+
+#define cmd(...) rs_cmd(adm, __VA_ARGS__)
+#define ival(...) rs_int(adm, __VA_ARGS__)
+#define sval(...) rs_str(adm, __VA_ARGS__)
+#define run(...) rs_do(adm, __VA_ARGS__)
+
+static int group_setup(void **state)
+{
+    redis_server_require();
+    if (redis_server_start(&srv, NULL)) {
+        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
+        return -1;
+    }
+    adm = redis_server_connect(&srv);
+    return adm ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    if (adm)
+        redisFree(adm);
+    redis_server_cleanup(&srv);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    redisReply *r = redisCommand(adm, "FLUSHALL");
+    if (!r)
+        return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+static struct rq *open_rq(const char *worker)
+{
+    struct rq_opts o;
+    rq_opts_default(&o);
+    o.url = srv.url;
+    o.worker_id = worker;
+    o.quiet = true;
+    o.retry_backoff_base_ms = 100;
+    o.heartbeat_interval_s = 1;
+    o.reaper_interval_s = 1;
+    struct rq *q;
+    char err[512];
+    if (rq_open(&o, &q, err, sizeof err))
+        fail_msg("rq_open: %s", err);
+    return q;
+}
+
+static void push_n(struct rq *q, const char *queue, const char *tag, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char raw[64], id[32];
+        snprintf(id, sizeof id, "%s%d", tag, i);
+        snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
+        struct rq_push_item it = {raw, strlen(raw), id};
+        assert_int_equal(rq_push(q, queue, &it, 1), 0);
+    }
+}
+
+static const char *const queues[] = {"short", "long"};
+
+static void test_stats_and_drain(void **state)
+{
+    struct rq *a = open_rq("worker-a");
+    bool drained;
+    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
+    assert_true(drained); /* nothing anywhere */
+
+    push_n(a, "short", "s", 7);
+    push_n(a, "long", "l", 2);
+    struct rq_worker_info info = {
+        .gpu = "cpu", .model = "tiny", .jobs_done = 5, .tokens_per_s = 42.5, .running = 2};
+    assert_int_equal(rq_heartbeat(a, &info), 0);
+    struct rq_source src = {"short", 2};
+    struct rq_job j[4];
+    assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2);
+    struct rq_progress pr[2] = {{j[0].id, 0.25, 10, 4, 0}, {j[1].id, 0.75, 10, 12, 0}};
+    assert_int_equal(rq_progress(a, pr, 2), 0);
+    /* one job in retry, one dead */
+    assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j + 2), 2);
+    assert_int_equal(rq_retry(a, &j[2], "transient", NULL), RQ_RETRY_SCHEDULED);
+    assert_int_equal(rq_dead(a, &j[3], "broken"), 1);
+    /* a lapsed worker left a job behind; a cancel is pending */
+    run("SADD llmq:workers ghost");
+    run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gj\"}");
+    run("SADD llmq:cancel s1 zzz");
+
+    struct rq_stats s;
+    assert_int_equal(rq_stats(a, queues, 2, true, &s), 0);
+    assert_int_equal(s.nqueues, 2);
+    assert_string_equal(s.queues[0].name, "short");
+    assert_int_equal(s.queues[0].len, 3);
+    assert_string_equal(s.queues[1].name, "long");
+    assert_int_equal(s.queues[1].len, 2);
+    assert_int_equal(s.retry, 1);
+    assert_int_equal(s.dead, 1);
+    assert_int_equal(s.cancel, 2);
+    assert_int_equal(s.running, 3);
+    assert_int_equal(s.nworkers, 2);
+    /* sorted by id: ghost, worker-a */
+    assert_string_equal(s.workers[0].id, "ghost");
+    assert_false(s.workers[0].alive);
+    assert_int_equal(s.workers[0].holding, 1);
+    assert_string_equal(s.workers[1].id, "worker-a");
+    assert_true(s.workers[1].alive);
+    assert_true(s.workers[1].ttl_s > 0);
+    assert_int_equal(s.workers[1].holding, 2);
+    assert_string_equal(s.workers[1].gpu, "cpu");
+    assert_string_equal(s.workers[1].model, "tiny");
+    assert_int_equal(s.workers[1].jobs_done, 5);
+    assert_true(s.workers[1].tokens_per_s > 42.4 && s.workers[1].tokens_per_s < 42.6);
+    assert_int_equal(s.workers[1].pid, (long)getpid());
+    assert_true(s.workers[1].started_at > 1.7e9);
+    /* running jobs with their progress */
+    assert_int_equal(s.njobs, 3);
+    int found = 0;
+    for (int i = 0; i < s.njobs; i++) {
+        if (!strcmp(s.jobs[i].id, j[0].id)) {
+            assert_true(s.jobs[i].progress > 0.24 && s.jobs[i].progress < 0.26);
+            assert_int_equal(s.jobs[i].completion_tokens, 4);
+            assert_string_equal(s.jobs[i].worker, "worker-a");
+            assert_string_equal(s.jobs[i].queue, "short");
+            assert_int_equal(s.jobs[i].attempts, 1);
+            found++;
+        } else if (!strcmp(s.jobs[i].id, "gj")) {
+            assert_string_equal(s.jobs[i].worker, "ghost");
+            assert_true(s.jobs[i].progress < 0); /* no hash: unknown */
+            found++;
+        }
+    }
+    assert_int_equal(found, 2);
+    rq_stats_free(&s);
+    rq_stats_free(&s); /* harmless twice */
+
+    /* drain: not while queues, the retry set or a lapsed worker's list hold anything */
+    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
+    assert_false(drained);
+    run("DEL llmq:queue:short llmq:queue:long");
+    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
+    assert_false(drained); /* retry and ghost */
+    run("DEL llmq:retry");
+    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
+    assert_false(drained); /* ghost */
+    run("DEL llmq:processing:ghost");
+    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
+    assert_true(drained); /* our own two running jobs are our own business */
+    rq_job_free(&j[2]);
+    rq_job_free(&j[3]);
+    rq_job_free(&j[0]);
+    rq_job_free(&j[1]);
+    rq_free(a);
+}
+
+static void test_cancel(void **state)
+{
+    struct rq *q = open_rq("w1");
+    push_n(q, "short", "c", 4);
+    struct rq_source src = {"short", 3};
+    struct rq_job j[4];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 3, 0, j), 3);
+    /* c0 finished already: a cancel for it is refused; c1 running and c3 queued are accepted */
+    struct rq_result done = {
+        .job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    assert_int_equal(rq_ack(q, &done, 1), 1);
+    const char *ask[] = {"c0", "c1", "c3"};
+    bool acc[3];
+    assert_int_equal(rq_cancel(q, ask, 3, acc), 2);
+    assert_false(acc[0]);
+    assert_true(acc[1]);
+    assert_true(acc[2]);
+    assert_int_equal(ival("SISMEMBER llmq:cancel c0"), 0);
+    /* a client that is not llmq asks too */
+    char out[64];
+    assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel c2"), 0);
+    /* the worker's per-step check: all held ids in one round trip */
+    const char *held[] = {"c1", "c2", "nothere"};
+    bool cancel[3];
+    uint64_t rt = q->cmd.round_trips;
+    assert_int_equal(rq_cancel_check(q, held, 3, cancel), 0);
+    assert_int_equal(q->cmd.round_trips - rt, 1);
+    assert_true(cancel[0]);
+    assert_true(cancel[1]);
+    assert_false(cancel[2]);
+    /* the queued one is seen at fetch */
+    struct rq_job k;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &k), 1);
+    assert_string_equal(k.id, "c3");
+    assert_true(k.cancel_requested);
+    /* acking as cancelled cleans up; clear does too */
+    struct rq_result res[2] = {
+        {.job = &j[1], .status = RQ_STATUS_CANCELLED, .prompt_tokens = -1, .completion_tokens = 3},
+        {.job = &k, .status = RQ_STATUS_CANCELLED, .prompt_tokens = -1, .completion_tokens = 0},
+    };
+    assert_int_equal(rq_ack(q, res, 2), 2);
+    assert_int_equal(ival("SCARD llmq:cancel"), 1);
+    const char *c2[] = {"c2"};
+    assert_int_equal(rq_cancel_clear(q, c2, 1), 0);
+    assert_int_equal(ival("SCARD llmq:cancel"), 0);
+    assert_string_equal(sval("HGET llmq:job:c1 status"), "cancelled");
+    assert_string_equal(sval("HGET llmq:job:c1 completion_tokens"), "3");
+    for (int i = 0; i < 3; i++)
+        rq_job_free(&j[i]);
+    rq_job_free(&k);
+    rq_free(q);
+}
+
+static void test_tick(void **state)
+{
+    struct rq *q = open_rq("ticker");
+    run("SADD llmq:workers ghost");
+    run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gt\"}");
+    push_n(q, "short", "t", 1);
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_int_equal(rq_retry(q, &j, "transient", NULL), RQ_RETRY_SCHEDULED);
+    rq_job_free(&j);
+    struct rq_worker_info info = {.model = "m"};
+    struct rq_tick_result tr;
+    assert_int_equal(rq_tick(q, &info, &tr), 0);
+    assert_true(tr.heartbeat);
+    assert_true(tr.reaped);
+    assert_int_equal(tr.reap.workers, 1);
+    assert_int_equal(tr.reap.requeued, 1);
+    assert_int_equal(ival("EXISTS llmq:worker:ticker"), 1);
+    /* right after: nothing is due */
+    assert_int_equal(rq_tick(q, &info, &tr), 0);
+    assert_false(tr.heartbeat);
+    assert_false(tr.reaped);
+    /* the retry (base 100 ms, +-25%) comes due and is moved by a later tick */
+    int retried = 0;
+    for (int i = 0; i < 100 && !retried; i++) {
+        redis_server_sleep_ms(20);
+        assert_int_equal(rq_tick(q, &info, &tr), 0);
+        retried += tr.retried;
+    }
+    assert_int_equal(retried, 1);
+    assert_int_equal(ival("ZCARD llmq:retry"), 0);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 2); /* the reaped one and the retried one */
+    /* after heartbeat_interval_s (1 s) the heartbeat is due again */
+    redis_server_sleep_ms(1000);
+    assert_int_equal(rq_tick(q, &info, &tr), 0);
+    assert_true(tr.heartbeat);
+    rq_free(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_stats_and_drain, setup),
+        cmocka_unit_test_setup(test_cancel, setup),
+        cmocka_unit_test_setup(test_tick, setup),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
