@@ -299,6 +299,17 @@ static inline int redis_cli(const struct redis_server *s, char *out, size_t outl
 
 #ifdef cmocka_unit_test /* assertions on a plain connection, for cmocka tests */
 
+/* A reply of redisvCommand, checked: fails the test when there is none (the connection failed)
+ * and, with no_error, when it is an error reply. */
+static inline redisReply *rs_checked(redisContext *c, redisReply *r, bool no_error)
+{
+    if (!r)
+        fail_msg("redis (test connection): %s", c->errstr);
+    if (no_error && r->type == REDIS_REPLY_ERROR)
+        fail_msg("redis (test connection): %s", r->str);
+    return r;
+}
+
 /* A command that must succeed (any reply but an error); fails the test otherwise. The caller
  * frees the reply. */
 static inline redisReply *rs_cmd(redisContext *c, const char *fmt, ...)
@@ -307,11 +318,7 @@ static inline redisReply *rs_cmd(redisContext *c, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
-    if (!r)
-        fail_msg("redis (test connection): %s", c->errstr);
-    if (r->type == REDIS_REPLY_ERROR)
-        fail_msg("redis (test connection): %s", r->str);
-    return r;
+    return rs_checked(c, r, true);
 }
 
 /* A command whose reply must be an integer. */
@@ -321,8 +328,7 @@ static inline long long rs_int(redisContext *c, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
-    if (!r)
-        fail_msg("redis (test connection): %s", c->errstr);
+    rs_checked(c, r, false);
     if (r->type != REDIS_REPLY_INTEGER)
         fail_msg("expected an integer reply, got type %d (%s)", r->type, r->str ? r->str : "");
     long long v = r->integer;
@@ -337,11 +343,7 @@ static inline void rs_do(redisContext *c, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
-    if (!r)
-        fail_msg("redis (test connection): %s", c->errstr);
-    if (r->type == REDIS_REPLY_ERROR)
-        fail_msg("redis (test connection): %s", r->str);
-    freeReplyObject(r);
+    freeReplyObject(rs_checked(c, r, true));
 }
 
 /* A string reply as a string; "(nil)" for a nil or any other reply. It stays valid for the
@@ -354,8 +356,7 @@ static inline const char *rs_str(redisContext *c, const char *fmt, ...)
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
     va_end(ap);
-    if (!r)
-        fail_msg("redis (test connection): %s", c->errstr);
+    rs_checked(c, r, false);
     char *s = r->type == REDIS_REPLY_STRING ? strndup(r->str, r->len) : strdup("(nil)");
     freeReplyObject(r);
     unsigned i = next++ % 32;

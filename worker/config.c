@@ -22,13 +22,29 @@ static int check_redis_url(const void *v, char *msg, size_t len)
     return cfg_redis_url_parse(*(char *const *)v, &a, msg, len);
 }
 
+/* -1 with "longer than <max> characters" in msg when s is */
+static int check_length(const char *s, size_t max, char *msg, size_t len)
+{
+    if (strlen(s) <= max)
+        return 0;
+    snprintf(msg, len, "longer than %zu characters", max);
+    return -1;
+}
+
+/* Whether s has only letters, digits and characters of `extra`. */
+static bool only_chars(const char *s, const char *extra)
+{
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr(extra, *s))
+            return false;
+    return true;
+}
+
 static int check_prefix(const void *v, char *msg, size_t len)
 {
     const char *s = *(char *const *)v;
-    if (strlen(s) > 64) {
-        snprintf(msg, len, "longer than 64 characters");
+    if (check_length(s, 64, msg, len))
         return -1;
-    }
     for (const char *p = s; *p; p++)
         if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p)) {
             snprintf(msg, len, "\"%s\" contains a space or control character", s);
@@ -44,15 +60,12 @@ static int check_prefix(const void *v, char *msg, size_t len)
 static int check_worker_id(const void *v, char *msg, size_t len)
 {
     const char *s = *(char *const *)v;
-    if (strlen(s) > 128) {
-        snprintf(msg, len, "longer than 128 characters");
+    if (check_length(s, 128, msg, len))
+        return -1;
+    if (!only_chars(s, "._@-")) {
+        snprintf(msg, len, "\"%s\": use letters, digits and . _ @ - only", s);
         return -1;
     }
-    for (const char *p = s; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._@-", *p)) {
-            snprintf(msg, len, "\"%s\": use letters, digits and . _ @ - only", s);
-            return -1;
-        }
     return 0;
 }
 
@@ -296,40 +309,51 @@ static size_t levenshtein(const char *a, const char *b)
     return row[lb];
 }
 
-const struct cfg_key *cfg_key_suggest(const char *dotted)
+/* The key (not the templates entry) named `name` in any section, or NULL. */
+static const struct cfg_key *key_named(const char *name)
 {
-    const char *dot = strchr(dotted, '.');
-    const struct cfg_key *best = NULL;
-    size_t bestd = SIZE_MAX;
-    if (!dot) { /* a section name, or a key written outside its section */
-        for (size_t i = 0; i < N_KEYS; i++)
-            if (!is_map(&keys[i]) && !strcmp(keys[i].name, dotted))
-                return &keys[i];
-        for (size_t i = 0; i < N_KEYS; i++) {
-            size_t d = levenshtein(dotted, keys[i].section);
-            if (d < bestd) {
-                bestd = d;
-                best = &keys[i];
-            }
-        }
-        return bestd <= 2 && bestd < strlen(dotted) ? best : NULL;
-    }
-    const char *name = dot + 1;
-    for (size_t i = 0; i < N_KEYS; i++) /* the right name in the wrong section */
+    for (size_t i = 0; i < N_KEYS; i++)
         if (!is_map(&keys[i]) && !strcmp(keys[i].name, name))
             return &keys[i];
+    return NULL;
+}
+
+/* The key whose section (full: whose "section.name"; the templates entry left out) is the
+ * nearest to s in edit distance, which goes into *dist. */
+static const struct cfg_key *nearest_key(const char *s, bool full, size_t *dist)
+{
+    const struct cfg_key *best = NULL;
+    *dist = SIZE_MAX;
     for (size_t i = 0; i < N_KEYS; i++) {
-        if (is_map(&keys[i]))
+        char text[128];
+        if (full && is_map(&keys[i]))
             continue;
-        char full[128];
-        snprintf(full, sizeof full, "%s.%s", keys[i].section, keys[i].name);
-        size_t d = levenshtein(dotted, full);
-        if (d < bestd) {
-            bestd = d;
+        if (full)
+            snprintf(text, sizeof text, "%s.%s", keys[i].section, keys[i].name);
+        else
+            snprintf(text, sizeof text, "%s", keys[i].section);
+        size_t d = levenshtein(s, text);
+        if (d < *dist) {
+            *dist = d;
             best = &keys[i];
         }
     }
-    return bestd <= 3 && bestd < strlen(name) ? best : NULL;
+    return best;
+}
+
+const struct cfg_key *cfg_key_suggest(const char *dotted)
+{
+    const char *dot = strchr(dotted, '.');
+    const char *name = dot ? dot + 1 : dotted;
+    /* the right name in the wrong section, or written outside its section */
+    const struct cfg_key *k = key_named(name);
+    if (k)
+        return k;
+    size_t d;
+    k = nearest_key(dotted, dot != NULL, &d);
+    if (!dot) /* a mistyped section name */
+        return d <= 2 && d < strlen(dotted) ? k : NULL;
+    return d <= 3 && d < strlen(name) ? k : NULL;
 }
 
 void cfg_key_env_name(const struct cfg_key *k, char *buf, size_t len)
@@ -438,8 +462,7 @@ union cfg_val {
     int64_t z;
 };
 
-/* text as "..." for a message: escaped, cut at 60 characters */
-static const char *quoted(const char *s, char *buf, size_t len)
+const char *cfg_quote(const char *s, char *buf, size_t len)
 {
     size_t n = 0;
     buf[n++] = '"';
@@ -624,7 +647,7 @@ static int parse_value(const struct cfg_key *k, const char *text, bool is_null, 
         break;
     }
     if (!ok) {
-        snprintf(msg, len, "%s, got %s", expected(k, e, sizeof e), quoted(text, q, sizeof q));
+        snprintf(msg, len, "%s, got %s", expected(k, e, sizeof e), cfg_quote(text, q, sizeof q));
         return -1;
     }
     if (k->check && k->check(out, msg, len))
@@ -678,12 +701,7 @@ static void set_origin(struct cfg_origin *o, int source, int line, const char *n
 
 static bool template_name_ok(const char *s)
 {
-    if (!*s || strlen(s) > 64)
-        return false;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && !strchr("_-.", *s))
-            return false;
-    return true;
+    return *s && strlen(s) <= 64 && only_chars(s, "_-.");
 }
 
 /* Adds or replaces a template; takes ownership of text. */
@@ -918,7 +936,7 @@ static const char *kind(const yaml_event_t *ev, char *buf, size_t len)
     case YAML_SEQUENCE_START_EVENT:
         return "a sequence";
     case YAML_SCALAR_EVENT:
-        return quoted(scalar(ev), buf, len);
+        return cfg_quote(scalar(ev), buf, len);
     default:
         return "nothing";
     }
@@ -1125,14 +1143,11 @@ int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
         return -1;
     }
     char *p = strdup(path);
-    if (!p) {
-        free(text);
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -1;
+    if (p) {
+        free(c->path);
+        c->path = p;
     }
-    free(c->path);
-    c->path = p;
-    struct yreader *r = calloc(1, sizeof *r);
+    struct yreader *r = p ? calloc(1, sizeof *r) : NULL;
     if (!r) {
         free(text);
         snprintf(err, errlen, "%s: out of memory", path);
@@ -1240,15 +1255,21 @@ const char *cfg_template_find(const struct cfg *c, const char *name)
     return NULL;
 }
 
-const char *cfg_choice(const char *dotted, int value)
+/* The name of value in an enum key's choices, or NULL when it is none of them. */
+static const char *choice_name(const struct cfg_key *k, int value)
 {
-    const struct cfg_key *k = cfg_key_find(dotted);
-    if (!k || k->type != CFG_T_ENUM || value < 0)
-        return NULL;
     for (int i = 0; k->choices[i]; i++)
         if (i == value)
             return k->choices[i];
     return NULL;
+}
+
+const char *cfg_choice(const char *dotted, int value)
+{
+    const struct cfg_key *k = cfg_key_find(dotted);
+    if (!k || k->type != CFG_T_ENUM)
+        return NULL;
+    return choice_name(k, value);
 }
 
 void cfg_format_value(const struct cfg *c, const struct cfg_key *k, char *buf, size_t len)
@@ -1268,11 +1289,7 @@ void cfg_format_value(const struct cfg *c, const struct cfg_key *k, char *buf, s
         snprintf(buf, len, "%s", *(const bool *)p ? "true" : "false");
         break;
     case CFG_T_ENUM: {
-        const char *s = NULL;
-        int v = *(const int *)p;
-        for (int i = 0; k->choices[i]; i++)
-            if (i == v)
-                s = k->choices[i];
+        const char *s = choice_name(k, *(const int *)p);
         snprintf(buf, len, "%s", s ? s : "?");
         break;
     }
@@ -1339,24 +1356,14 @@ static void write_quoted(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* redis://user:secret@host -> redis://user:****@host */
-static void redact_url(const char *url, char *buf, size_t len)
+/* "  key: value", the value quoted or as is */
+static void write_key_value(FILE *f, const char *key, const char *val, bool quote)
 {
-    snprintf(buf, len, "%s", url);
-    char *auth = strstr(buf, "://");
-    if (!auth)
-        return;
-    auth += 3;
-    char *at = strchr(auth, '@');
-    char *slash = strchr(auth, '/');
-    if (!at || (slash && slash < at))
-        return;
-    char *colon = memchr(auth, ':', (size_t)(at - auth));
-    if (!colon || colon + 1 == at)
-        return;
-    char rest[512];
-    snprintf(rest, sizeof rest, "%s", at);
-    snprintf(colon + 1, len - (size_t)(colon + 1 - buf), "****%s", rest);
+    fprintf(f, "  %s: ", key);
+    if (quote)
+        write_quoted(f, val);
+    else
+        fputs(val, f);
 }
 
 static void write_line(FILE *f, const char *key, const char *val, bool quote, const char *comment)
@@ -1364,19 +1371,11 @@ static void write_line(FILE *f, const char *key, const char *val, bool quote, co
     char line[1024];
     FILE *m = fmemopen(line, sizeof line, "w");
     if (m) {
-        fprintf(m, "  %s: ", key);
-        if (quote)
-            write_quoted(m, val);
-        else
-            fputs(val, m);
+        write_key_value(m, key, val, quote);
         fclose(m);
     }
     if (!m || strlen(line) >= sizeof line - 1) { /* too long to align: write it directly */
-        fprintf(f, "  %s: ", key);
-        if (quote)
-            write_quoted(f, val);
-        else
-            fputs(val, f);
+        write_key_value(f, key, val, quote);
         line[0] = 0;
     } else {
         fputs(line, f);
@@ -1414,7 +1413,7 @@ void cfg_write_yaml(const struct cfg *c, FILE *f, unsigned flags)
             snprintf(val, sizeof val, "****");
         if (flags & CFG_YAML_REDACT && k->check == check_redis_url) {
             char tmp[1024];
-            redact_url(val, tmp, sizeof tmp);
+            cfg_redis_url_redact(val, tmp, sizeof tmp);
             memcpy(val, tmp, sizeof val);
         }
         cfg_format_origin(c, k, comment, sizeof comment);
@@ -1426,188 +1425,4 @@ void cfg_write_yaml(const struct cfg *c, FILE *f, unsigned flags)
             write_line(f, k->name, val, false, flags & CFG_YAML_ORIGIN ? comment : NULL);
         }
     }
-}
-
-/* ---- Redis URLs */
-
-static int urlerr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int urlerr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    ch = tolower(ch);
-    return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-}
-
-/* Percent-decodes s[0..n) into out; -1 on a bad escape or when it does not fit. */
-static int pct_decode(const char *s, size_t n, char *out, size_t outlen)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int ch = (unsigned char)s[i];
-        if (ch == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int h = hexval((unsigned char)s[i + 1]), l = hexval((unsigned char)s[i + 2]);
-            if (h < 0 || l < 0)
-                return -1;
-            ch = h * 16 + l;
-            i += 2;
-        }
-        if (o + 1 >= outlen)
-            return -1;
-        out[o++] = (char)ch;
-    }
-    out[o] = 0;
-    return 0;
-}
-
-static int parse_db(const char *s, size_t n, int *db, char *err, size_t errlen)
-{
-    char buf[16];
-    if (n == 0 || n >= sizeof buf)
-        goto bad;
-    memcpy(buf, s, n);
-    buf[n] = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isdigit((unsigned char)buf[i]))
-            goto bad;
-    long v = strtol(buf, NULL, 10);
-    if (v > 65535)
-        goto bad;
-    *db = (int)v;
-    return 0;
-bad:
-    return urlerr(err, errlen, "database must be a number in [0, 65535], got \"%.*s\"",
-                  (int)(n > 20 ? 20 : n), s);
-}
-
-int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    out->port = 6379;
-    bool unix_sock;
-    const char *p;
-    if (!strncasecmp(url, "rediss://", 9))
-        return urlerr(err, errlen, "rediss:// (TLS) is not supported; use redis:// or unix://");
-    if (!strncasecmp(url, "redis://", 8)) {
-        unix_sock = false;
-        p = url + 8;
-    } else if (!strncasecmp(url, "unix://", 7)) {
-        unix_sock = true;
-        p = url + 7;
-    } else {
-        char q[96];
-        return urlerr(err, errlen, "expected redis://host:port[/db] or unix:///path.sock, got %s",
-                      quoted(url, q, sizeof q));
-    }
-    const char *query = strchr(p, '?');
-    const char *end = query ? query : p + strlen(p);
-    const char *slash = memchr(p, '/', (size_t)(end - p));
-    const char *auth_end = slash ? slash : end;
-    /* userinfo: the last '@' before the path */
-    const char *at = NULL;
-    for (const char *s = p; s < auth_end; s++)
-        if (*s == '@')
-            at = s;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        size_t ulen = colon ? (size_t)(colon - p) : (size_t)(at - p);
-        if (pct_decode(p, ulen, out->user, sizeof out->user))
-            return urlerr(err, errlen, "bad user name in the URL (a %% escape or too long)");
-        if (colon && pct_decode(colon + 1, (size_t)(at - colon - 1), out->password, sizeof out->password))
-            return urlerr(err, errlen, "bad password in the URL (a %% escape or too long)");
-        p = at + 1;
-    }
-    if (unix_sock) {
-        if (p != auth_end)
-            return urlerr(err, errlen, "a unix:// URL takes no host: unix:///path/to/redis.sock");
-        size_t n = (size_t)(end - p);
-        if (n < 2)
-            return urlerr(err, errlen, "missing socket path: unix:///path/to/redis.sock");
-        if (n >= sizeof out->unix_path)
-            return urlerr(err, errlen, "socket path too long");
-        memcpy(out->unix_path, p, n);
-        out->unix_path[n] = 0;
-    } else {
-        const char *hend = auth_end, *portp = NULL;
-        if (*p == '[') {
-            const char *rb = memchr(p, ']', (size_t)(auth_end - p));
-            if (!rb)
-                return urlerr(err, errlen, "unclosed '[' in the host");
-            if (rb + 1 < auth_end) {
-                if (rb[1] != ':')
-                    return urlerr(err, errlen, "expected ':port' after ']'");
-                portp = rb + 2;
-            }
-            p++;
-            hend = rb;
-        } else {
-            const char *colon = memchr(p, ':', (size_t)(auth_end - p));
-            if (colon) {
-                hend = colon;
-                portp = colon + 1;
-            }
-        }
-        size_t hn = (size_t)(hend - p);
-        if (hn == 0)
-            return urlerr(err, errlen, "missing host: redis://host:port");
-        if (hn >= sizeof out->host)
-            return urlerr(err, errlen, "host name too long");
-        memcpy(out->host, p, hn);
-        out->host[hn] = 0;
-        if (portp) {
-            size_t pn = (size_t)(auth_end - portp);
-            bool digits = pn > 0 && pn < 10;
-            for (size_t i = 0; i < pn && digits; i++)
-                digits = isdigit((unsigned char)portp[i]);
-            long port = digits ? strtol(portp, NULL, 10) : -1;
-            if (!digits || port < 1 || port > 65535)
-                return urlerr(err, errlen, "port \"%.*s\" is not a number in [1, 65535]",
-                              (int)(pn > 20 ? 20 : pn), portp);
-            out->port = (int)port;
-        }
-        if (slash && slash + 1 < end && parse_db(slash + 1, (size_t)(end - slash - 1), &out->db, err, errlen))
-            return -1;
-    }
-    if (query) {
-        const char *s = query + 1;
-        while (*s) {
-            size_t n = strcspn(s, "&");
-            if (n > 3 && !strncmp(s, "db=", 3)) {
-                if (parse_db(s + 3, n - 3, &out->db, err, errlen))
-                    return -1;
-            } else {
-                return urlerr(err, errlen, "unknown URL parameter \"%.*s\" (only db=N)",
-                              (int)(n > 40 ? 40 : n), s);
-            }
-            s += n + (s[n] == '&');
-        }
-    }
-    return 0;
-}
-
-int cfg_redis_endpoint(const struct cfg *c, struct cfg_redis_addr *out, char *err, size_t errlen)
-{
-    char msg[256];
-    if (cfg_redis_url_parse(c->redis.url, out, msg, sizeof msg)) {
-        snprintf(err, errlen, "redis.url: %s", msg);
-        return -1;
-    }
-    if (*c->redis.username)
-        snprintf(out->user, sizeof out->user, "%s", c->redis.username);
-    if (*c->redis.password)
-        snprintf(out->password, sizeof out->password, "%s", c->redis.password);
-    if (c->redis.db >= 0)
-        out->db = c->redis.db;
-    return 0;
 }

@@ -37,6 +37,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "worker/redis_url.h" /* struct cfg_redis_addr, cfg_redis_url_parse, cfg_redis_endpoint */
+
 /* model.dtype: the dtype weights are placed in on the backend. */
 enum cfg_dtype { CFG_DTYPE_AUTO, CFG_DTYPE_BF16, CFG_DTYPE_FP16, CFG_DTYPE_FP32, CFG_DTYPE_FP8 };
 /* engine.backend */
@@ -251,6 +253,9 @@ const char *cfg_choice(const char *dotted_key, int value);
 void cfg_format_value(const struct cfg *c, const struct cfg_key *k, char *buf, size_t len);
 /* Where a key's value came from: "default", "conf/x.yaml:12", "env LLMQ_X", "flag --db". */
 void cfg_format_origin(const struct cfg *c, const struct cfg_key *k, char *buf, size_t len);
+/* s in double quotes for an error message: '"' and '\\' escaped, control bytes as \xNN, cut
+ * after 60 characters with "...". Returns buf. */
+const char *cfg_quote(const char *s, char *buf, size_t len);
 
 enum {
     CFG_YAML_ORIGIN = 1, /* a trailing comment on each value saying where it came from */
@@ -258,20 +263,3 @@ enum {
 };
 /* Writes the effective values as YAML that cfg_load_file reads back to the same struct. */
 void cfg_write_yaml(const struct cfg *c, FILE *f, unsigned flags);
-
-/* ---- Redis addresses */
-
-struct cfg_redis_addr {
-    char host[256];      /* "" for a unix socket; IPv6 without brackets */
-    int port;            /* 6379 when absent */
-    char unix_path[512]; /* "" for TCP */
-    char user[128];      /* "" = none (percent-decoded) */
-    char password[256];  /* "" = none (percent-decoded) */
-    int db;              /* 0 when absent */
-};
-
-/* Parses redis://[[user]:password@]host[:port][/db][?db=N] (host may be [IPv6]) and
- * unix://[[user]:password@]/path.sock[?db=N]. rediss:// (TLS) is refused. */
-int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, size_t errlen);
-/* The address to connect to: redis.url, then redis.username/password/db where set. */
-int cfg_redis_endpoint(const struct cfg *c, struct cfg_redis_addr *out, char *err, size_t errlen);

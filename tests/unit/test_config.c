@@ -1145,6 +1145,13 @@ static void test_round_trip(void **state)
     assert_non_null(strstr(text, "# flag --x"));
     assert_non_null(strstr(text, "  username: \"username: say"));
     free(text);
+    /* a raw '@' inside the password: the parser ends the credentials at the last '@' before the
+     * path, so must the redaction */
+    char red[256];
+    cfg_redis_url_redact("redis://u:p@ss@host:6379/0", red, sizeof red);
+    assert_string_equal(red, "redis://u:****@host:6379/0");
+    cfg_redis_url_redact("redis://host:6379/0", red, sizeof red);
+    assert_string_equal(red, "redis://host:6379/0");
     cfg_free(&a);
     /* defaults written with their origins, and an empty templates section, read back too */
     cfg_defaults(&a);

@@ -18,42 +18,14 @@
 #include "queue/push.h"
 #include "queue/requeue.h"
 #include "queue/rq.h"
-#include "redis_server.h"
+#include "rq_test.h"
 
-static struct redis_server srv;
-static redisContext *adm;
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
+/* Also zeroes INFO commandstats, which calls() reads. */
 static int setup(void **state)
 {
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
+    if (rq_test_flush(state))
         return -1;
-    freeReplyObject(r);
-    r = redisCommand(adm, "CONFIG RESETSTAT");
+    redisReply *r = redisCommand(adm, "CONFIG RESETSTAT");
     if (r)
         freeReplyObject(r);
     return 0;
@@ -61,19 +33,11 @@ static int setup(void **state)
 
 static struct rq *open_rq(const char *worker, int events_maxlen, int result_ttl_s)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = srv.url;
-    o.worker_id = worker;
-    o.quiet = true;
+    struct rq_opts o = rq_test_opts(srv.url, worker);
     if (events_maxlen > 0)
         o.events_maxlen = events_maxlen;
     o.result_ttl_s = result_ttl_s;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
+    return rq_test_open(&o);
 }
 
 /* Pushes n jobs "<tag><i>" and fetches them all into jobs[]. */
@@ -327,5 +291,5 @@ int main(void)
         cmocka_unit_test_setup(test_events_capped, setup),
         cmocka_unit_test_setup(test_requeue_on_shutdown, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -15,37 +15,12 @@
 #include "queue/bench.h"
 #include "queue/fetch.h"
 #include "queue/rq.h"
-#include "redis_server.h"
+#include "rq_test.h"
 
-static struct redis_server srv;
-
-static int group_setup(void **state)
+static void bench_over(const char *url, const char *what)
 {
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
-static void run(const char *url, const char *what)
-{
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = url;
-    o.worker_id = "bench";
-    o.quiet = true;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
+    struct rq_opts o = rq_test_opts(url, "bench");
+    struct rq *q = rq_test_open(&o);
     struct rq_bench b;
     if (rq_bench(q, "short", 8, 1, 512, &b)) /* warm-up: connect, load the scripts */
         fail_msg("bench: %s", rq_error(q));
@@ -65,22 +40,19 @@ static void run(const char *url, const char *what)
     fflush(stdout);
     assert_int_equal(b.round_trips, 3); /* fetch, progress, ack: one each for all 256 jobs */
     assert_int_equal(rq_held_count(q), 0);
-    redisContext *c = redis_server_connect(&srv);
-    assert_non_null(c);
-    assert_int_equal(rs_int(c, "LLEN llmq:queue:short"), 0);
-    assert_int_equal(rs_int(c, "LLEN llmq:processing:bench"), 0);
-    redisFree(c);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 0);
+    assert_int_equal(ival("LLEN llmq:processing:bench"), 0);
     rq_free(q);
 }
 
 static void test_bench_tcp(void **state)
 {
-    run(srv.url, "tcp");
+    bench_over(srv.url, "tcp");
 }
 
 static void test_bench_unix(void **state)
 {
-    run(srv.sock, "unix");
+    bench_over(srv.sock, "unix");
 }
 
 int main(void)
@@ -89,5 +61,5 @@ int main(void)
         cmocka_unit_test(test_bench_tcp),
         cmocka_unit_test(test_bench_unix),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

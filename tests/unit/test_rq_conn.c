@@ -17,34 +17,7 @@
 #include "queue/progress.h"
 #include "queue/push.h"
 #include "queue/rq.h"
-#include "redis_server.h"
-
-static struct redis_server srv;
-static redisContext *adm;
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
+#include "rq_test.h"
 
 static int setup(void **state)
 {
@@ -55,46 +28,26 @@ static int setup(void **state)
         if (!adm)
             return -1;
     }
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
-        return -1;
-    freeReplyObject(r);
-    return 0;
+    return rq_test_flush(state);
 }
 
+/* Short timeouts: the tests with a server down wait for them. */
 static struct rq *open_url(const char *url, const char *user, const char *password, int db)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = url;
+    struct rq_opts o = rq_test_opts(url, "w1");
     o.username = user;
     o.password = password;
     o.db = db;
-    o.worker_id = "w1";
-    o.quiet = true;
     o.connect_timeout_ms = 500;
     o.block_timeout_ms = 300;
     o.reconnect_max_ms = 400;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
-}
-
-static void push1(struct rq *q, const char *id)
-{
-    char raw[64];
-    snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
-    struct rq_push_item it = {raw, strlen(raw), id};
-    if (rq_push(q, "short", &it, 1))
-        fail_msg("push: %s", rq_error(q));
+    return rq_test_open(&o);
 }
 
 /* push + fetch + ack through q; returns 0 when it all worked */
 static int round_trip(struct rq *q, const char *id)
 {
-    push1(q, id);
+    rq_test_push_id(q, "short", id);
     struct rq_source src = {"short", 1};
     struct rq_job j;
     int n = rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j);
@@ -112,7 +65,7 @@ static int round_trip(struct rq *q, const char *id)
 static void test_select_db(void **state)
 {
     struct rq *q = open_url(srv.url, NULL, NULL, 3);
-    push1(q, "in-db-3");
+    rq_test_push_id(q, "short", "in-db-3");
     assert_int_equal(ival("LLEN llmq:queue:short"), 0); /* the admin connection is on db 0 */
     run("SELECT 3");
     assert_int_equal(ival("LLEN llmq:queue:short"), 1);
@@ -125,7 +78,7 @@ static void test_select_db(void **state)
     char url[128];
     snprintf(url, sizeof url, "%s/5", srv.url);
     q = open_url(url, NULL, NULL, -1);
-    push1(q, "in-db-5");
+    rq_test_push_id(q, "short", "in-db-5");
     run("SELECT 5");
     assert_int_equal(ival("LLEN llmq:queue:short"), 1);
     run("SELECT 0");
@@ -138,7 +91,7 @@ static void test_unix_socket(void **state)
     snprintf(url, sizeof url, "unix://%s?db=2", srv.sock);
     struct rq *q = open_url(url, NULL, NULL, -1);
     assert_int_equal(rq_connect(q), 0);
-    push1(q, "via-socket");
+    rq_test_push_id(q, "short", "via-socket");
     run("SELECT 2");
     assert_int_equal(ival("LLEN llmq:queue:short"), 1);
     run("DEL llmq:queue:short");
@@ -287,11 +240,7 @@ static void test_reconnect_after_restart(void **state)
     assert_int_equal(q->cmd.connects, 2);
     assert_int_equal(round_trip(q, "after"), 0); /* scripts loaded again on the new server */
     /* the blocking connection comes back too */
-    char bg[256];
-    snprintf(bg, sizeof bg,
-             "(sleep 0.2; redis-cli -p %d LPUSH llmq:queue:short '{\"id\":\"blk\"}') >/dev/null 2>&1 &",
-             srv.port);
-    assert_int_equal(system(bg), 0);
+    rq_test_lpush_later(0.2, "short", "'{\"id\":\"blk\"}'");
     int n = 0;
     for (int i = 0; i < 20 && n <= 0; i++)
         n = rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 300, &j);
@@ -310,7 +259,7 @@ static void test_noscript_fallback(void **state)
     struct rq *q = open_url(srv.url, NULL, NULL, -1);
     assert_int_equal(round_trip(q, "s1"), 0);
     run("SCRIPT FLUSH"); /* an operator, or a failover to a fresh replica */
-    push1(q, "s2");
+    rq_test_push_id(q, "short", "s2");
     struct rq_source src = {"short", 1};
     struct rq_job j;
     uint64_t epoch = q->scripts.epoch;
@@ -348,5 +297,5 @@ int main(void)
         cmocka_unit_test_setup(test_noscript_fallback, setup),
         cmocka_unit_test_setup(test_client_names, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

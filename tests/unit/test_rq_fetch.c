@@ -20,63 +20,12 @@
 #include "queue/push.h"
 #include "queue/reaper.h"
 #include "queue/rq.h"
-#include "redis_server.h"
-
-static struct redis_server srv;
-static redisContext *adm; /* a plain connection for looking at what rq did */
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
+#include "rq_test.h"
 
 static struct rq *open_rq(const char *worker)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = srv.url;
-    o.worker_id = worker;
-    o.quiet = true;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
-}
-
-static void push(struct rq *q, const char *queue, const char *raw, const char *id)
-{
-    struct rq_push_item it = {raw, strlen(raw), id};
-    if (rq_push(q, queue, &it, 1))
-        fail_msg("push: %s", rq_error(q));
+    struct rq_opts o = rq_test_opts(srv.url, worker);
+    return rq_test_open(&o);
 }
 
 static void ack_all(struct rq *q, struct rq_job *jobs, int n)
@@ -93,7 +42,7 @@ static void ack_all(struct rq *q, struct rq_job *jobs, int n)
 static void test_fetch_one(void **state)
 {
     struct rq *q = open_rq("w1");
-    push(q, "short", "{\"id\":\"a1\",\"prompt\":\"hello\"}", "a1");
+    rq_test_push(q, "short", "{\"id\":\"a1\",\"prompt\":\"hello\"}", "a1");
     assert_string_equal(sval("HGET llmq:job:a1 status"), "queued");
     struct rq_source src = {"short", 8};
     struct rq_job j[8];
@@ -161,21 +110,11 @@ static void test_batch_fifo(void **state)
     rq_free(q);
 }
 
-static void push_n(struct rq *q, const char *queue, const char *tag, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char raw[64], id[32];
-        snprintf(id, sizeof id, "%s%d", tag, i);
-        snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
-        push(q, queue, raw, id);
-    }
-}
-
 static void test_priority_and_round_robin(void **state)
 {
     struct rq *q = open_rq("w1");
-    push_n(q, "short", "s", 3);
-    push_n(q, "long", "l", 3);
+    rq_test_push_n(q, "short", "s", 3);
+    rq_test_push_n(q, "long", "l", 3);
     struct rq_source src[2] = {{"short", 10}, {"long", 10}};
     struct rq_job j[16];
     /* priority: all of short, then long */
@@ -189,8 +128,8 @@ static void test_priority_and_round_robin(void **state)
     ack_all(q, j, 4);
 
     run("FLUSHALL");
-    push_n(q, "short", "s", 3);
-    push_n(q, "long", "l", 3);
+    rq_test_push_n(q, "short", "s", 3);
+    rq_test_push_n(q, "long", "l", 3);
     /* round robin: one each in turn, the longer queue finishing alone */
     src[1].max = 10;
     assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_ROUND_ROBIN, 5, 0, j), 5);
@@ -199,7 +138,7 @@ static void test_priority_and_round_robin(void **state)
         assert_string_equal(j[i].id, want[i]);
     ack_all(q, j, 5);
     /* a lane that is full takes nothing: long max 0 */
-    push_n(q, "short", "t", 2);
+    rq_test_push_n(q, "short", "t", 2);
     src[1].max = 0;
     assert_int_equal(rq_fetch(q, src, 2, RQ_ORDER_ROUND_ROBIN, 10, 0, j), 2);
     assert_string_equal(j[0].id, "t0");
@@ -231,13 +170,7 @@ static void test_blocking(void **state)
 
     /* a job pushed by another client (redis-cli, not llmq) while we block wakes the fetch up,
      * on the second queue as well as the first */
-    char bg[512];
-    snprintf(bg, sizeof bg,
-             "(sleep 0.3; redis-cli -p %d LPUSH llmq:queue:long '{\"id\":\"cli-1\",\"prompt\":\"from "
-             "redis-cli\"}')"
-             " >/dev/null 2>&1 &",
-             srv.port);
-    assert_int_equal(system(bg), 0);
+    rq_test_lpush_later(0.3, "long", "'{\"id\":\"cli-1\",\"prompt\":\"from redis-cli\"}'");
     t0 = mono_ms();
     int n = 0;
     for (int i = 0; i < 10 && n == 0; i++) /* block_ms 1000 split between the two queues */
@@ -253,12 +186,7 @@ static void test_blocking(void **state)
     ack_all(q, j, 1);
 
     /* after a blocking wake-up, what else waits comes in the same call */
-    snprintf(bg, sizeof bg,
-             "(sleep 0.3; redis-cli -p %d LPUSH llmq:queue:short '{\"id\":\"b1\"}' '{\"id\":\"b2\"}' "
-             "'{\"id\":\"b3\"}')"
-             " >/dev/null 2>&1 &",
-             srv.port);
-    assert_int_equal(system(bg), 0);
+    rq_test_lpush_later(0.3, "short", "'{\"id\":\"b1\"}' '{\"id\":\"b2\"}' '{\"id\":\"b3\"}'");
     n = 0;
     for (int i = 0; i < 10 && n == 0; i++)
         n = rq_fetch(q, src, 2, RQ_ORDER_PRIORITY, 4, 1000, j);
@@ -325,10 +253,10 @@ static void test_jobs_without_usable_id(void **state)
     const char *oai_noid = "{\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{}}";
     const char *nul = "{\"id\":null,\"prompt\":\"p\"}";
     const char *garbage = "this is not JSON";
-    push(q, "short", oai, NULL);
-    push(q, "short", oai_noid, NULL);
-    push(q, "short", nul, NULL);
-    push(q, "short", garbage, NULL);
+    rq_test_push(q, "short", oai, NULL);
+    rq_test_push(q, "short", oai_noid, NULL);
+    rq_test_push(q, "short", nul, NULL);
+    rq_test_push(q, "short", garbage, NULL);
     struct rq_source src = {"short", 8};
     struct rq_job j[8];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 4);
@@ -366,8 +294,8 @@ static void test_jobs_without_usable_id(void **state)
 static void test_cancel_seen_at_fetch(void **state)
 {
     struct rq *q = open_rq("w1");
-    push(q, "short", "{\"id\":\"c1\",\"prompt\":\"x\"}", "c1");
-    push(q, "short", "{\"id\":\"c2\",\"prompt\":\"x\"}", "c2");
+    rq_test_push_id(q, "short", "c1");
+    rq_test_push_id(q, "short", "c2");
     char out[64];
     assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel c2"), 0);
     struct rq_source src = {"short", 8};
@@ -392,7 +320,7 @@ static void test_cancel_seen_at_fetch(void **state)
 static void test_reconcile_lost_fetch(void **state)
 {
     struct rq *q = open_rq("w1");
-    push_n(q, "short", "r", 3);
+    rq_test_push_n(q, "short", "r", 3);
     struct rq_source src = {"short", 8};
     struct rq_job j[8];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, j), 1); /* r0: really held */
@@ -420,7 +348,7 @@ static void test_reconcile_lost_fetch(void **state)
 static void test_two_workers_disjoint(void **state)
 {
     struct rq *a = open_rq("wa"), *b = open_rq("wb");
-    push_n(a, "short", "d", 40);
+    rq_test_push_n(a, "short", "d", 40);
     struct rq_source src = {"short", 100};
     struct rq_job ja[64], jb[64];
     int na = 0, nb = 0;
@@ -447,15 +375,15 @@ static void test_two_workers_disjoint(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_fetch_one, setup),
-        cmocka_unit_test_setup(test_batch_fifo, setup),
-        cmocka_unit_test_setup(test_priority_and_round_robin, setup),
-        cmocka_unit_test_setup(test_blocking, setup),
-        cmocka_unit_test_setup(test_id_assigned_and_kept_across_crash, setup),
-        cmocka_unit_test_setup(test_jobs_without_usable_id, setup),
-        cmocka_unit_test_setup(test_cancel_seen_at_fetch, setup),
-        cmocka_unit_test_setup(test_reconcile_lost_fetch, setup),
-        cmocka_unit_test_setup(test_two_workers_disjoint, setup),
+        cmocka_unit_test_setup(test_fetch_one, rq_test_flush),
+        cmocka_unit_test_setup(test_batch_fifo, rq_test_flush),
+        cmocka_unit_test_setup(test_priority_and_round_robin, rq_test_flush),
+        cmocka_unit_test_setup(test_blocking, rq_test_flush),
+        cmocka_unit_test_setup(test_id_assigned_and_kept_across_crash, rq_test_flush),
+        cmocka_unit_test_setup(test_jobs_without_usable_id, rq_test_flush),
+        cmocka_unit_test_setup(test_cancel_seen_at_fetch, rq_test_flush),
+        cmocka_unit_test_setup(test_reconcile_lost_fetch, rq_test_flush),
+        cmocka_unit_test_setup(test_two_workers_disjoint, rq_test_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -21,59 +21,15 @@
 #include "queue/push.h"
 #include "queue/reaper.h"
 #include "queue/rq.h"
-#include "redis_server.h"
-
-static struct redis_server srv;
-static redisContext *adm;
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
+#include "rq_test.h"
 
 static struct rq *open_rq(const char *worker, int hb_ttl_s)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = srv.url;
-    o.worker_id = worker;
-    o.quiet = true;
+    struct rq_opts o = rq_test_opts(srv.url, worker);
     o.max_attempts = 3;
     if (hb_ttl_s > 0)
         o.heartbeat_ttl_s = hb_ttl_s;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
+    return rq_test_open(&o);
 }
 
 static void test_heartbeat(void **state)
@@ -164,8 +120,7 @@ static void test_reap_fake_dead_worker(void **state)
 static void test_heartbeat_expiry(void **state)
 {
     struct rq *w = open_rq("short-lived", 1); /* TTL 1 s */
-    struct rq_push_item it = {"{\"id\":\"e1\",\"prompt\":\"x\"}", 24, "e1"};
-    assert_int_equal(rq_push(w, "short", &it, 1), 0);
+    rq_test_push_id(w, "short", "e1");
     assert_int_equal(rq_heartbeat(w, NULL), 0);
     struct rq_source src = {"short", 1};
     struct rq_job j;
@@ -197,8 +152,7 @@ static void test_poison_goes_dead(void **state)
 {
     const char *poison = "{\"id\":\"poison\",\"prompt\":\"kills workers\"}";
     struct rq *client = open_rq("client", 30);
-    struct rq_push_item it = {poison, strlen(poison), "poison"};
-    assert_int_equal(rq_push(client, "short", &it, 1), 0);
+    rq_test_push(client, "short", poison, "poison");
     struct rq *reaper = open_rq("reaper", 30);
     struct rq_source src = {"short", 4};
     for (int round = 1; round <= 3; round++) {
@@ -286,11 +240,11 @@ static void test_recover_own_list(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_heartbeat, setup),
-        cmocka_unit_test_setup(test_reap_fake_dead_worker, setup),
-        cmocka_unit_test_setup(test_heartbeat_expiry, setup),
-        cmocka_unit_test_setup(test_poison_goes_dead, setup),
-        cmocka_unit_test_setup(test_recover_own_list, setup),
+        cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
+        cmocka_unit_test_setup(test_reap_fake_dead_worker, rq_test_flush),
+        cmocka_unit_test_setup(test_heartbeat_expiry, rq_test_flush),
+        cmocka_unit_test_setup(test_poison_goes_dead, rq_test_flush),
+        cmocka_unit_test_setup(test_recover_own_list, rq_test_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -18,34 +18,17 @@
 #include "queue/progress.h"
 #include "queue/push.h"
 #include "queue/rq.h"
-#include "redis_server.h"
+#include "rq_test.h"
 
-static struct rq *open_rq(const struct redis_server *s, const char *worker)
+/* Each test starts srv itself (with its own options) and cleans it up; short timeouts, for the
+ * calls made while the server is down. */
+static struct rq *open_rq(const char *worker)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = s->url;
-    o.worker_id = worker;
-    o.quiet = true;
+    struct rq_opts o = rq_test_opts(srv.url, worker);
     o.connect_timeout_ms = 500;
     o.block_timeout_ms = 200;
     o.reconnect_max_ms = 300;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
-}
-
-static void push_n(struct rq *q, const char *tag, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char raw[64], id[32];
-        snprintf(id, sizeof id, "%s%d", tag, i);
-        snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
-        struct rq_push_item it = {raw, strlen(raw), id};
-        assert_int_equal(rq_push(q, "short", &it, 1), 0);
-    }
+    return rq_test_open(&o);
 }
 
 /* Retries op until it returns >= 0 or `ms` pass; returns its last result. */
@@ -61,10 +44,9 @@ static void push_n(struct rq *q, const char *tag, int n)
 static void test_down_then_back_without_persistence(void **state)
 {
     redis_server_require();
-    struct redis_server srv;
     assert_int_equal(redis_server_start(&srv, NULL), 0);
-    struct rq *q = open_rq(&srv, "w1");
-    push_n(q, "j", 10);
+    struct rq *q = open_rq("w1");
+    rq_test_push_n(q, "short", "j", 10);
     struct rq_source src = {"short", 10};
     struct rq_job j[10];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 10, 0, j), 10);
@@ -101,21 +83,17 @@ static void test_down_then_back_without_persistence(void **state)
     assert_int_equal(rq_held_count(q), 0);
     for (int i = 0; i < 10; i++)
         rq_job_free(&j[i]);
-    redisContext *adm = redis_server_connect(&srv);
+    adm = redis_server_connect(&srv);
     assert_non_null(adm);
     assert_string_equal(rs_str(adm, "HGET llmq:job:j3 status"), "completed");
     /* and the worker keeps working, both connections */
-    push_n(q, "k", 3);
+    rq_test_push_n(q, "short", "k", 3);
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 10, 0, j), 3);
     for (int i = 0; i < 3; i++)
         res[i] = (struct rq_result){
             .job = &j[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, res, 3), 3);
-    char bg[256];
-    snprintf(bg, sizeof bg,
-             "(sleep 0.2; redis-cli -p %d LPUSH llmq:queue:short '{\"id\":\"late\"}') >/dev/null 2>&1 &",
-             srv.port);
-    assert_int_equal(system(bg), 0);
+    rq_test_lpush_later(0.2, "short", "'{\"id\":\"late\"}'");
     int n = 0;
     for (int i = 0; i < 20 && n <= 0; i++)
         n = rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 10, 200, j + 3);
@@ -135,11 +113,10 @@ static void test_down_then_back_without_persistence(void **state)
 static void test_nothing_lost_with_aof(void **state)
 {
     redis_server_require();
-    struct redis_server srv;
     const char *extra[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
     assert_int_equal(redis_server_start(&srv, extra), 0);
-    struct rq *q = open_rq(&srv, "w1");
-    push_n(q, "a", 100);
+    struct rq *q = open_rq("w1");
+    rq_test_push_n(q, "short", "a", 100);
     struct rq_source src = {"short", 10};
     struct rq_job j[10];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 10, 0, j), 10);
@@ -153,7 +130,7 @@ static void test_nothing_lost_with_aof(void **state)
     assert_int_equal(rq_ack(q, res + 5, 5), -1); /* fails while down, jobs still held */
     assert_int_equal(redis_server_again(&srv), 0);
 
-    redisContext *adm = redis_server_connect(&srv);
+    adm = redis_server_connect(&srv);
     assert_non_null(adm);
     assert_int_equal(rs_int(adm, "LLEN llmq:queue:short"), 90);
     assert_int_equal(rs_int(adm, "LLEN llmq:processing:w1"), 5); /* the unacked are still there */

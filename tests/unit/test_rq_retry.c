@@ -18,60 +18,16 @@
 #include "queue/push.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
-#include "redis_server.h"
-
-static struct redis_server srv;
-static redisContext *adm;
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
+#include "rq_test.h"
 
 static struct rq *open_rq(const char *worker)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = srv.url;
-    o.worker_id = worker;
-    o.quiet = true;
+    struct rq_opts o = rq_test_opts(srv.url, worker);
     o.max_attempts = 3;
     o.retry_backoff_base_ms = 200;
     o.retry_backoff_max_ms = 2000;
     o.result_ttl_s = 600;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
+    return rq_test_open(&o);
 }
 
 static int fetch1(struct rq *q, const char *queue, struct rq_job *j)
@@ -84,8 +40,7 @@ static void test_retry_backoff_then_dead(void **state)
 {
     const char *raw = "{\"id\":\"r1\",\"prompt\":\"flaky\",\"max_tokens\":3}";
     struct rq *q = open_rq("w1");
-    struct rq_push_item it = {raw, strlen(raw), "r1"};
-    assert_int_equal(rq_push(q, "long", &it, 1), 0);
+    rq_test_push(q, "long", raw, "r1");
     /* something else waits in the queue: a due retry goes behind it */
     run("LPUSH llmq:queue:long %s", "{\"id\":\"other\"}");
     struct rq_job j;
@@ -190,8 +145,7 @@ static void test_unparseable_dead_at_once(void **state)
 
     /* a job with an id that fails validation: dead, and its hash says failed with the error */
     const char *bad = "{\"id\":\"v1\",\"prompt\":\"\",\"max_tokens\":-3}";
-    struct rq_push_item it = {bad, strlen(bad), "v1"};
-    assert_int_equal(rq_push(q, "short", &it, 1), 0);
+    rq_test_push(q, "short", bad, "v1");
     assert_int_equal(fetch1(q, "short", &j), 1);
     assert_int_equal(rq_dead(q, &j, "invalid_request: field 'max_tokens': expected an integer >= 1, got -3"),
                      1);
@@ -216,8 +170,7 @@ static void test_requeue_dead(void **state)
                            "{\"id\":\"d3\",\"prompt\":\"c\"}"};
     const char *ids[3] = {"d1", "d2", "d3"};
     for (int i = 0; i < 3; i++) {
-        struct rq_push_item it = {raws[i], strlen(raws[i]), ids[i]};
-        assert_int_equal(rq_push(q, i == 2 ? "long" : "short", &it, 1), 0);
+        rq_test_push(q, i == 2 ? "long" : "short", raws[i], ids[i]);
         struct rq_job j;
         assert_int_equal(fetch1(q, i == 2 ? "long" : "short", &j), 1);
         assert_int_equal(rq_dead(q, &j, "broken"), 1);
@@ -256,9 +209,9 @@ static void test_requeue_dead(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_retry_backoff_then_dead, setup),
-        cmocka_unit_test_setup(test_unparseable_dead_at_once, setup),
-        cmocka_unit_test_setup(test_requeue_dead, setup),
+        cmocka_unit_test_setup(test_retry_backoff_then_dead, rq_test_flush),
+        cmocka_unit_test_setup(test_unparseable_dead_at_once, rq_test_flush),
+        cmocka_unit_test_setup(test_requeue_dead, rq_test_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

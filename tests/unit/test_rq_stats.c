@@ -22,70 +22,15 @@
 #include "queue/rq.h"
 #include "queue/stats.h"
 #include "queue/tick.h"
-#include "redis_server.h"
-
-static struct redis_server srv;
-static redisContext *adm;
-
-#define cmd(...) rs_cmd(adm, __VA_ARGS__)
-#define ival(...) rs_int(adm, __VA_ARGS__)
-#define sval(...) rs_str(adm, __VA_ARGS__)
-#define run(...) rs_do(adm, __VA_ARGS__)
-
-static int group_setup(void **state)
-{
-    redis_server_require();
-    if (redis_server_start(&srv, NULL)) {
-        fprintf(stderr, "cannot start redis-server (see %s)\n", srv.log);
-        return -1;
-    }
-    adm = redis_server_connect(&srv);
-    return adm ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    if (adm)
-        redisFree(adm);
-    redis_server_cleanup(&srv);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    redisReply *r = redisCommand(adm, "FLUSHALL");
-    if (!r)
-        return -1;
-    freeReplyObject(r);
-    return 0;
-}
+#include "rq_test.h"
 
 static struct rq *open_rq(const char *worker)
 {
-    struct rq_opts o;
-    rq_opts_default(&o);
-    o.url = srv.url;
-    o.worker_id = worker;
-    o.quiet = true;
+    struct rq_opts o = rq_test_opts(srv.url, worker);
     o.retry_backoff_base_ms = 100;
     o.heartbeat_interval_s = 1;
     o.reaper_interval_s = 1;
-    struct rq *q;
-    char err[512];
-    if (rq_open(&o, &q, err, sizeof err))
-        fail_msg("rq_open: %s", err);
-    return q;
-}
-
-static void push_n(struct rq *q, const char *queue, const char *tag, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char raw[64], id[32];
-        snprintf(id, sizeof id, "%s%d", tag, i);
-        snprintf(raw, sizeof raw, "{\"id\":\"%s\",\"prompt\":\"x\"}", id);
-        struct rq_push_item it = {raw, strlen(raw), id};
-        assert_int_equal(rq_push(q, queue, &it, 1), 0);
-    }
+    return rq_test_open(&o);
 }
 
 static const char *const queues[] = {"short", "long"};
@@ -97,8 +42,8 @@ static void test_stats_and_drain(void **state)
     assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
     assert_true(drained); /* nothing anywhere */
 
-    push_n(a, "short", "s", 7);
-    push_n(a, "long", "l", 2);
+    rq_test_push_n(a, "short", "s", 7);
+    rq_test_push_n(a, "long", "l", 2);
     struct rq_worker_info info = {
         .gpu = "cpu", .model = "tiny", .jobs_done = 5, .tokens_per_s = 42.5, .running = 2};
     assert_int_equal(rq_heartbeat(a, &info), 0);
@@ -185,7 +130,7 @@ static void test_stats_and_drain(void **state)
 static void test_cancel(void **state)
 {
     struct rq *q = open_rq("w1");
-    push_n(q, "short", "c", 4);
+    rq_test_push_n(q, "short", "c", 4);
     struct rq_source src = {"short", 3};
     struct rq_job j[4];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 3, 0, j), 3);
@@ -240,7 +185,7 @@ static void test_tick(void **state)
     struct rq *q = open_rq("ticker");
     run("SADD llmq:workers ghost");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gt\"}");
-    push_n(q, "short", "t", 1);
+    rq_test_push_n(q, "short", "t", 1);
     struct rq_source src = {"short", 1};
     struct rq_job j;
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
@@ -278,9 +223,9 @@ static void test_tick(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_stats_and_drain, setup),
-        cmocka_unit_test_setup(test_cancel, setup),
-        cmocka_unit_test_setup(test_tick, setup),
+        cmocka_unit_test_setup(test_stats_and_drain, rq_test_flush),
+        cmocka_unit_test_setup(test_cancel, rq_test_flush),
+        cmocka_unit_test_setup(test_tick, rq_test_flush),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
