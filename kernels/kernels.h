@@ -37,6 +37,14 @@ int k_fail(const char *file, int line, const char *what, cudaError_t e);
             return k_fail(__FILE__, __LINE__, #call, k_e_);                                                        \
     } while (0)
 #define K_CHECK_LAUNCH() K_CHECK(cudaGetLastError())
+/* Records "file:line: " + a printf-style message (bad arguments, cuBLAS failures); returns -1. */
+int k_failf(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* In a launcher: fails with the message unless cond holds, e.g. K_REQUIRE(D % 2 == 0, "D %d odd", D). */
+#define K_REQUIRE(cond, ...)                                                                                       \
+    do {                                                                                                           \
+        if (!(cond))                                                                                               \
+            return k_failf(__FILE__, __LINE__, __VA_ARGS__);                                                       \
+    } while (0)
 
 /* ---- embedding.cu: out[t, :] = table[ids[t], :] (ids checked against vocab: out of range -> zeros) */
 int k_embedding(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, bf16 *out,
@@ -106,6 +114,14 @@ size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max_ctx_len);
 int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
                        void *workspace, size_t workspace_bytes, cudaStream_t stream);
+/* k_attention_decode with the split chosen by the caller (tests, tuning): part_keys keys per partition
+ * (rounded up to a multiple of 64), 0 = automatic (what k_attention_decode does), -1 = no split (one
+ * CTA per sequence and KV head). Its workspace: k_attention_decode_workspace_split(..., part_keys). */
+size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys);
+int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                             const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
+                             float scale, int part_keys, void *workspace, size_t workspace_bytes,
+                             cudaStream_t stream);
 
 /* ---- sampling.cu: the GPU sampler, the same function as engine/sampler.c (the oracle).
  * logits [n, V] fp32 (raw model logits), one row per sequence to sample. Per row (device arrays):

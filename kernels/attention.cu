@@ -1,0 +1,741 @@
+/* Causal attention over the paged KV cache: FlashAttention-2 style prefill and GQA-aware,
+ * split-over-the-context decode. Contract and layouts: kernels/kernels.h; design notes and numbers:
+ * docs/KERNELS.md, section "Attention".
+ *
+ * Both kernels use mma.sync m16n8k16 (bf16 in, fp32 accumulate; sm_80 and sm_90), K and V tiles of
+ * 64 keys gathered from the paged cache with 16-byte cp.async into XOR-swizzled shared memory
+ * (conflict-free ldmatrix), and an online softmax in fp32 in the log2 domain.
+ *
+ * GQA: a CTA works for one KV head and all G = H / KVH query heads that share it. Its "rows" are
+ * packed (token, head) pairs, row = token * G + g, so every K/V tile is loaded once for G heads. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "kernels/kernels.h"
+
+namespace
+{
+
+/* ------------------------------------------------------------------------------------------------
+ * kernels
+ * ---------------------------------------------------------------------------------------------- */
+
+constexpr int KV_TILE = 64; /* keys per K/V tile (both kernels) */
+constexpr float NEG_INF = -INFINITY;
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy global -> shared; valid == false writes 16 zero bytes and reads nothing. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid)
+{
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a · b for one m16n8k16 tile: a row-major 16x16 (4 regs), b "col" 16x8 (2 regs), c 16x8 fp32. */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Element offset of 16-byte chunk c of row r in a [rows][D] bf16 tile whose chunks are XOR-swizzled
+ * by the row's low 3 bits: the 8 rows an ldmatrix reads at one column hit 8 different bank groups. */
+template <int D> __device__ __forceinline__ int swz(int r, int c)
+{
+    return r * D + ((c ^ (r & 7)) << 3);
+}
+
+/* ldmatrix addressing in a swizzled tile. For the K operand (x4 = two 8-key n-tiles x the two
+ * 8-column halves of a 16-column k-step) and the V operand (x4.trans = two 8-key halves x two 8-column
+ * n-tiles) the row a lane addresses has lane % 8 as its low 3 bits, so column pair i (chunks 2i, 2i+1)
+ * sits at frag_base ^ (i * 32) bytes: the row part has no bits below 2 * D. Rows 16 apart add
+ * 16 * D * 2 bytes. */
+template <int D> __device__ __forceinline__ uint32_t k_frag_base(int lane)
+{
+    const int r = (lane % 8) + 8 * (lane / 16), c = (lane / 8) % 2;
+    return (uint32_t)(r * D * 2 + ((c ^ (lane % 8)) << 4));
+}
+template <int D> __device__ __forceinline__ uint32_t v_frag_base(int lane)
+{
+    const int r = (lane % 8) + 8 * ((lane / 8) % 2), c = lane / 16;
+    return (uint32_t)(r * D * 2 + ((c ^ (lane % 8)) << 4));
+}
+
+/* Issues the cp.asyncs of one K and one V tile: keys j0 .. j0+63 of KV head kvh, read through the
+ * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
+ * the last block may hold anything, and 0 * NaN would poison P·V). */
+template <int D, int NT>
+__device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
+                                             const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
+                                             int kvh, int KVH, int bs, int j0, int jlim, int tid)
+{
+    constexpr int CPR = D / 8;    /* chunks per row */
+    constexpr int RPP = NT / CPR; /* rows per pass */
+    static_assert(KV_TILE % RPP == 0, "tile rows must divide evenly among threads");
+    const int c = tid % CPR;
+    const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV);
+#pragma unroll
+    for (int i = 0; i < KV_TILE / RPP; i++) {
+        const int r = tid / CPR + i * RPP;
+        const int j = j0 + r;
+        const bool ok = j < jlim;
+        size_t off = 0;
+        if (ok) {
+            const int blk = btab[j / bs];
+            off = (((size_t)blk * KVH + kvh) * bs + (j % bs)) * D + c * 8;
+        }
+        const uint32_t so = (uint32_t)swz<D>(r, c) * 2;
+        cp_async16(k_base + so, kc + off, ok);
+        cp_async16(v_base + so, vc + off, ok);
+    }
+}
+
+/* ---- prefill: grid (row tiles, KVH, n_seqs), BM packed rows per CTA, 16 per warp (BM = 128: 8 warps,
+ * the default; 64: 4 warps, two CTAs per SM) */
+template <int D, int BM> constexpr int prefill_smem()
+{
+    return (BM + 4 * KV_TILE) * D * 2;
+}
+/* CTAs per SM the register budget is cut for: at D = 128 a thread needs ~235 registers */
+template <int D, int BM> constexpr int prefill_min_ctas()
+{
+    return (D <= 64 ? 2 : 1) * (128 / BM);
+}
+
+template <int D, int BM, int NT = BM * 2>
+__global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
+    attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const bf16 *__restrict__ kc,
+                             const bf16 *__restrict__ vc, const int32_t *__restrict__ q_start,
+                             const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ btabs,
+                             int max_blocks, bf16 *__restrict__ out, int H, int KVH, int bs, float sl2)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [BM][D] */
+    bf16 *sK = sQ + BM * D;                        /* [2][KV_TILE][D] */
+    bf16 *sV = sK + 2 * KV_TILE * D;               /* [2][KV_TILE][D] */
+
+    const int G = H / KVH;
+    const int s = blockIdx.z, kvh = blockIdx.y;
+    const int tile = gridDim.x - 1 - blockIdx.x; /* the longest (last) row tiles start first */
+    const int q0 = q_start[s], n_q = q_start[s + 1] - q0, ctx = ctx_len[s];
+    const int rows = n_q * G, r0 = tile * BM;
+    if (r0 >= rows)
+        return;
+    const int past = ctx - n_q; /* position of the first query token */
+    const int kv_end = past + min(r0 + BM - 1, rows - 1) / G + 1;
+    const int n_tiles = (kv_end + KV_TILE - 1) / KV_TILE;
+    const int32_t *btab = btabs + (size_t)s * max_blocks;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+    { /* Q tile: packed row r -> token r / G, head kvh * G + r % G; rows past the end are zeros */
+        constexpr int CPR = D / 8, RPP = NT / CPR;
+        const int c = tid % CPR;
+#pragma unroll
+        for (int i = 0; i < BM / RPP; i++) {
+            const int r = tid / CPR + i * RPP, pr = r0 + r;
+            const bool ok = pr < rows;
+            const bf16 *src = q;
+            if (ok) {
+                const int tok = pr / G, g = pr - tok * G;
+                src = q + (size_t)(q0 + tok) * q_stride + (size_t)(kvh * G + g) * D + c * 8;
+            }
+            cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
+        }
+    }
+    cp_async_commit();
+    load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    /* this warp's 16 rows: Q fragments, and the query position of the thread's two rows (g4, g4+8);
+     * padding rows past the end act as the last row and are not stored */
+    const int g4 = lane / 4, t4 = lane % 4;
+    const int wr0 = r0 + warp * 16;
+    const bool warp_active = wr0 < rows;
+    const int qposA = past + min(wr0 + g4, rows - 1) / G;
+    const int qposB = past + min(wr0 + g4 + 8, rows - 1) / G;
+    const int w_qmin = past + min(wr0, rows - 1) / G;
+    const int w_qmax = past + min(wr0 + 15, rows - 1) / G;
+
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16) * 2);
+
+    const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int st = it & 1;
+        if (it + 1 < n_tiles)
+            load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc, btab, kvh,
+                                KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        const int j0 = it * KV_TILE;
+        if (warp_active && j0 <= w_qmax) {
+            /* S = Q K^T for 16 rows x 64 keys */
+            float sc[KV_TILE / 8][4];
+#pragma unroll
+            for (int i = 0; i < KV_TILE / 8; i++)
+                sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+            const uint32_t kb = smem_u32(sK + st * KV_TILE * D);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                for (int np = 0; np < KV_TILE / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kb + np * 16 * D * 2 + (kfb ^ (kk * 32)));
+                    mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
+                    mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
+                }
+            }
+            /* causal mask (also covers keys >= kv_end: every qpos < kv_end) */
+            if (j0 + KV_TILE - 1 > w_qmin) {
+#pragma unroll
+                for (int nt = 0; nt < KV_TILE / 8; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = j0 + nt * 8 + 2 * t4 + e;
+                        if (j > qposA)
+                            sc[nt][e] = NEG_INF;
+                        if (j > qposB)
+                            sc[nt][2 + e] = NEG_INF;
+                    }
+                }
+            }
+            /* online softmax; a row whose keys are all masked so far keeps m = -inf and p = 0 */
+            float mxA = mA, mxB = mB;
+#pragma unroll
+            for (int nt = 0; nt < KV_TILE / 8; nt++) {
+                mxA = fmaxf(mxA, fmaxf(sc[nt][0], sc[nt][1]));
+                mxB = fmaxf(mxB, fmaxf(sc[nt][2], sc[nt][3]));
+            }
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+            const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
+            const float alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
+            mA = mxA, mB = mxB;
+            lA *= alA, lB *= alB;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+            uint32_t pf[KV_TILE / 16][4];
+#pragma unroll
+            for (int nt = 0; nt < KV_TILE / 8; nt++) {
+                const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+                            p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
+                const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+                            p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
+                lA += p0 + p1, lB += p2 + p3;
+                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+            }
+            /* O += P V */
+            const uint32_t vb = smem_u32(sV + st * KV_TILE * D);
+#pragma unroll
+            for (int kk = 0; kk < KV_TILE / 16; kk++) {
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, vb + kk * 16 * D * 2 + (vfb ^ (dp * 32)));
+                    mma_bf16(o[2 * dp], pf[kk], b[0], b[1]);
+                    mma_bf16(o[2 * dp + 1], pf[kk], b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* stage st is overwritten by the next iteration's load */
+    }
+
+    if (!warp_active)
+        return;
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int pr = wr0 + g4 + half * 8;
+        if (pr >= rows)
+            continue;
+        const float inv = 1.f / (half ? lB : lA);
+        const int tok = pr / G, g = pr - tok * G;
+        bf16 *dst = out + (size_t)(q0 + tok) * H * D + (size_t)(kvh * G + g) * D + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+            *reinterpret_cast<uint32_t *>(dst + nt * 8) =
+                pack_bf16(o[nt][half * 2] * inv, o[nt][half * 2 + 1] * inv);
+    }
+}
+
+/* ---- decode: grid (partitions, KVH, n_seqs), 4 warps; the G query heads of the KV head are the
+ * rows of one m16 tile (rows >= G are zero); each warp takes 16 keys of every 64-key tile and
+ * keeps its own softmax state; the 4 warps combine at the end. A sequence whose context fits one
+ * partition writes `out` directly; otherwise each partition writes its normalized fp32 output and
+ * (max, sum) to the workspace and decode_reduce_kernel combines them. */
+constexpr int DC_THREADS = 128;
+template <int D> constexpr int decode_stages()
+{
+    return D >= 128 ? 3 : 4;
+}
+template <int D> constexpr int decode_smem()
+{
+    return 16 * D * 2 + decode_stages<D>() * 2 * KV_TILE * D * 2;
+}
+
+template <int D>
+__global__ void __launch_bounds__(DC_THREADS)
+    attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const bf16 *__restrict__ kc,
+                            const bf16 *__restrict__ vc, const int32_t *__restrict__ q_start,
+                            const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ btabs,
+                            int max_blocks, bf16 *__restrict__ out, int H, int KVH, int bs, float sl2,
+                            int part_keys, int n_part_max, float *__restrict__ ws_o,
+                            float2 *__restrict__ ws_ml)
+{
+    constexpr int NS = decode_stages<D>();
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
+    bf16 *sKV = sQ + 16 * D;                       /* [NS][K, V][KV_TILE][D] */
+
+    const int G = H / KVH;
+    const int s = blockIdx.z, kvh = blockIdx.y, p = blockIdx.x;
+    const int ctx = max(ctx_len[s], 0);
+    /* partitions of this sequence; the last launched one takes any remainder (max_ctx_len too small) */
+    const int n_part_s = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
+    if (p >= n_part_s)
+        return;
+    const int start = p * part_keys;
+    const int end = p == n_part_s - 1 ? ctx : start + part_keys;
+    const int n_tiles = (end - start + KV_TILE - 1) / KV_TILE;
+    const int qrow = q_start[s];
+    const int32_t *btab = btabs + (size_t)s * max_blocks;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+    { /* Q: rows g < G are the query heads kvh * G + g */
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int i = 0; i < 16 * CPR / DC_THREADS; i++) {
+            const int idx = tid + i * DC_THREADS, r = idx / CPR, c = idx % CPR;
+            const bool ok = r < G;
+            const bf16 *src = ok ? q + (size_t)qrow * q_stride + (size_t)(kvh * G + r) * D + c * 8 : q;
+            cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
+        }
+    }
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (st < n_tiles)
+            load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc, vc,
+                                        btab, kvh, KVH, bs, start + st * KV_TILE, end, tid);
+        cp_async_commit();
+    }
+    cp_async_wait<NS - 2>(); /* Q and tile 0 */
+    __syncthreads();
+
+    const int g4 = lane / 4, t4 = lane % 4;
+    const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(lane % 16, kk * 2 + lane / 16) * 2);
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        {
+            const int nxt = it + NS - 1;
+            if (nxt < n_tiles) {
+                const int sn = nxt % NS;
+                load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D, kc,
+                                            vc, btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+            }
+            cp_async_commit();
+        }
+        cp_async_wait<NS - 1>();
+        __syncthreads();
+
+        const int st = it % NS;
+        const int wj0 = start + it * KV_TILE + warp * 16; /* this warp's 16 keys */
+        if (wj0 < end) {
+            const uint32_t kb = smem_u32(sKV + st * 2 * KV_TILE * D) + warp * 16 * D * 2;
+            const uint32_t vb = kb + KV_TILE * D * 2;
+            float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t b[4];
+                ldsm_x4(b, kb + (kfb ^ (kk * 32)));
+                mma_bf16(sc[0], qf[kk], b[0], b[1]);
+                mma_bf16(sc[1], qf[kk], b[2], b[3]);
+            }
+            if (wj0 + 15 >= end) {
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        if (wj0 + nt * 8 + 2 * t4 + e >= end)
+                            sc[nt][e] = sc[nt][2 + e] = NEG_INF;
+                    }
+                }
+            }
+            float mxA = fmaxf(mA, fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1])));
+            float mxB = fmaxf(mB, fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3])));
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+            const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
+            const float alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
+            mA = mxA, mB = mxB;
+            lA *= alA, lB *= alB;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+            uint32_t pf[4];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+                            p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
+                const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+                            p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
+                lA += p0 + p1, lB += p2 + p3;
+                pf[nt * 2] = pack_bf16(p0, p1);
+                pf[nt * 2 + 1] = pack_bf16(p2, p3);
+            }
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, vb + (vfb ^ (dp * 32)));
+                mma_bf16(o[2 * dp], pf, b[0], b[1]);
+                mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    /* combine the 4 warps through shared memory (the K/V stages are free now) */
+    cp_async_wait<0>();
+    __syncthreads();
+    float *sO = reinterpret_cast<float *>(sKV); /* [4 warps][16 rows][D] */
+    float *sM = sO + 4 * 16 * D;                /* [4][16] */
+    float *sL = sM + 4 * 16;                    /* [4][16] */
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+    if (t4 == 0) {
+        sM[warp * 16 + g4] = mA, sM[warp * 16 + g4 + 8] = mB;
+        sL[warp * 16 + g4] = lA, sL[warp * 16 + g4 + 8] = lB;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        *reinterpret_cast<float2 *>(sO + (warp * 16 + g4) * D + nt * 8 + 2 * t4) =
+            make_float2(o[nt][0], o[nt][1]);
+        *reinterpret_cast<float2 *>(sO + (warp * 16 + g4 + 8) * D + nt * 8 + 2 * t4) =
+            make_float2(o[nt][2], o[nt][3]);
+    }
+    __syncthreads();
+
+    const int H_D = H * D;
+    for (int idx = tid; idx < G * D / 2; idx += DC_THREADS) {
+        const int r = idx / (D / 2), d = (idx % (D / 2)) * 2;
+        float M = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < 4; w++)
+            M = fmaxf(M, sM[w * 16 + r]);
+        float L = 0.f, x = 0.f, y = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const float mw = sM[w * 16 + r];
+            const float e = mw == NEG_INF ? 0.f : fast_exp2((mw - M) * sl2);
+            const float2 v = *reinterpret_cast<const float2 *>(sO + (w * 16 + r) * D + d);
+            L += sL[w * 16 + r] * e, x += v.x * e, y += v.y * e;
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        const int h = kvh * G + r;
+        if (n_part_s == 1) {
+            *reinterpret_cast<uint32_t *>(out + (size_t)qrow * H_D + (size_t)h * D + d) =
+                pack_bf16(x * inv, y * inv);
+        } else {
+            const size_t slot = ((size_t)s * H + h) * n_part_max + p;
+            *reinterpret_cast<float2 *>(ws_o + slot * D + d) = make_float2(x * inv, y * inv);
+            if (d == 0)
+                ws_ml[slot] = make_float2(M * sl2, L); /* every partition has >= 1 key: M is finite */
+        }
+    }
+}
+
+/* One warp per (sequence, head) of a split sequence: out = sum_p w_p o_p / sum_p w_p with
+ * w_p = l_p * 2^(m_p - max m). Block (32, 4). */
+template <int D>
+__global__ void __launch_bounds__(128)
+    attention_decode_reduce_kernel(const float *__restrict__ ws_o, const float2 *__restrict__ ws_ml,
+                                   const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
+                                   bf16 *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
+{
+    constexpr int V = D / 32; /* elements per lane */
+    const int gw = blockIdx.x * 4 + threadIdx.y, lane = threadIdx.x;
+    const int s = gw / H, h = gw % H;
+    if (s >= n_seqs)
+        return;
+    const int ctx = max(ctx_len[s], 0);
+    const int n = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
+    if (n <= 1)
+        return; /* written by the partition kernel */
+    const size_t base = ((size_t)s * H + h) * n_part_max;
+    float M = NEG_INF;
+    for (int p = lane; p < n; p += 32)
+        M = fmaxf(M, ws_ml[base + p].x);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float acc[V], L = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; v++)
+        acc[v] = 0.f;
+    for (int p = 0; p < n; p++) {
+        const float2 ml = ws_ml[base + p];
+        const float w = ml.y * fast_exp2(ml.x - M);
+        L += w;
+        const float *src = ws_o + (base + p) * D + lane * V;
+        if constexpr (V == 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(src);
+            acc[0] += w * x.x, acc[1] += w * x.y, acc[2] += w * x.z, acc[3] += w * x.w;
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                acc[v] += w * src[v];
+        }
+    }
+    const float inv = 1.f / L;
+    bf16 *dst = out + (size_t)q_start[s] * H * D + (size_t)h * D + lane * V;
+#pragma unroll
+    for (int v = 0; v < V; v += 2)
+        *reinterpret_cast<uint32_t *>(dst + v) = pack_bf16(acc[v] * inv, acc[v + 1] * inv);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * launchers
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Raises a kernel's dynamic shared-memory limit once per device. */
+template <typename F> int raise_smem(F *kernel, int bytes, bool (&done)[16])
+{
+    int dev = 0;
+    K_CHECK(cudaGetDevice(&dev));
+    if (dev < 16 && done[dev])
+        return 0;
+    K_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (dev < 16)
+        done[dev] = true;
+    return 0;
+}
+
+int check_common(const char *fn, const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                 const struct k_attn_batch *b, const bf16 *out, int H, int KVH, int D, int block_size)
+{
+    K_REQUIRE(b && q && k_cache && v_cache && out, "%s: NULL pointer", fn);
+    K_REQUIRE(b->n_seqs <= 0 || (b->q_start && b->ctx_len && b->block_tables), "%s: NULL batch array", fn);
+    K_REQUIRE(D == 64 || D == 128, "%s: head dim %d (64 or 128 supported)", fn, D);
+    K_REQUIRE(H > 0 && KVH > 0 && H % KVH == 0, "%s: H %d is not a positive multiple of KVH %d", fn, H, KVH);
+    K_REQUIRE(block_size > 0 && b->max_blocks > 0, "%s: block_size %d, max_blocks %d", fn, block_size,
+              b->max_blocks);
+    K_REQUIRE(q_stride >= H * D && q_stride % 8 == 0, "%s: q_stride %d (>= H * D = %d, a multiple of 8)", fn,
+              q_stride, H * D);
+    K_REQUIRE(((uintptr_t)q | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0 && (uintptr_t)out % 4 == 0,
+              "%s: q, k_cache, v_cache must be 16-byte aligned, out 4-byte aligned", fn);
+    K_REQUIRE(b->n_seqs <= 65535, "%s: %d sequences (at most 65535 per launch)", fn, b->n_seqs);
+    return 0;
+}
+
+/* Decode partitioning. Automatic: partitions of >= 512 keys, at most max(1, 4096 / n_seqs) of them
+ * per sequence (bounds the workspace at ~4096 * H * (4 * D + 8) bytes); part_keys > 0: that many
+ * keys (rounded up to a multiple of 64); < 0: one partition (no split). */
+constexpr int DC_AUTO_PART = 512;
+constexpr int DC_AUTO_SLOTS = 4096;
+void decode_plan(int n_seqs, int max_ctx_len, int part_keys, int *part, int *n_part)
+{
+    const int ctx = max_ctx_len > 0 ? max_ctx_len : 1;
+    if (part_keys < 0) {
+        *part = ctx, *n_part = 1;
+        return;
+    }
+    if (part_keys == 0) {
+        const int cap = max(1, DC_AUTO_SLOTS / max(n_seqs, 1));
+        const int n = min((ctx + DC_AUTO_PART - 1) / DC_AUTO_PART, cap);
+        part_keys = (ctx + n - 1) / n;
+    }
+    *part = (part_keys + KV_TILE - 1) / KV_TILE * KV_TILE;
+    *n_part = (ctx + *part - 1) / *part;
+    if (*n_part == 1)
+        *part = ctx; /* never split: part >= ctx */
+}
+
+size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
+{
+    return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
+}
+
+template <int D, int BM>
+int launch_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                   const k_attn_batch *b, bf16 *out, int H, int KVH, int block_size, float sl2,
+                   cudaStream_t stream)
+{
+    static bool smem_done[16];
+    if (raise_smem(attention_prefill_kernel<D, BM>, prefill_smem<D, BM>(), smem_done))
+        return -1;
+    const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
+    K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
+    dim3 grid((unsigned)tiles, KVH, b->n_seqs);
+    attention_prefill_kernel<D, BM><<<grid, BM * 2, prefill_smem<D, BM>(), stream>>>(
+        q, q_stride, k_cache, v_cache, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+        block_size, sl2);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+template <int D>
+int launch_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                  const k_attn_batch *b, bf16 *out, int H, int KVH, int block_size, float sl2, int part,
+                  int n_part, void *ws, cudaStream_t stream)
+{
+    static bool smem_done[16];
+    if (raise_smem(attention_decode_kernel<D>, decode_smem<D>(), smem_done))
+        return -1;
+    float *ws_o = (float *)ws;
+    float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
+    dim3 grid(n_part, KVH, b->n_seqs);
+    attention_decode_kernel<D><<<grid, DC_THREADS, decode_smem<D>(), stream>>>(
+        q, q_stride, k_cache, v_cache, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+        block_size, sl2, part, n_part, ws_o, ws_ml);
+    K_CHECK_LAUNCH();
+    if (n_part > 1) {
+        const long long warps = (long long)b->n_seqs * H;
+        attention_decode_reduce_kernel<D><<<(unsigned)((warps + 3) / 4), dim3(32, 4), 0, stream>>>(
+            ws_o, ws_ml, b->q_start, b->ctx_len, out, b->n_seqs, H, part, n_part);
+        K_CHECK_LAUNCH();
+    }
+    return 0;
+}
+
+} // namespace
+
+extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                   const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                   int block_size, float scale, cudaStream_t stream)
+{
+    if (check_common("k_attention_prefill", q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size))
+        return -1;
+    if (b->n_seqs <= 0 || b->max_q_len <= 0)
+        return 0;
+    const float sl2 = scale * 1.4426950408889634f;
+    /* tuning hook (docs/KERNELS.md): LLMQ_ATTN_PREFILL_BM=64 selects 64-row CTAs of 4 warps */
+    const char *bm_env = getenv("LLMQ_ATTN_PREFILL_BM");
+    const bool bm64 = bm_env && atoi(bm_env) == 64;
+    if (D == 128)
+        return bm64 ? launch_prefill<128, 64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
+                                              stream)
+                    : launch_prefill<128, 128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
+                                               stream);
+    return bm64 ? launch_prefill<64, 64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
+                                         stream)
+                : launch_prefill<64, 128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
+                                          stream);
+}
+
+extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
+{
+    int part, n_part;
+    decode_plan(n_seqs, max_ctx_len, part_keys, &part, &n_part);
+    return decode_ws_bytes(n_seqs, H, D, n_part);
+}
+
+extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max_ctx_len)
+{
+    return k_attention_decode_workspace_split(n_seqs, H, D, max_ctx_len, 0);
+}
+
+extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                        int block_size, float scale, int part_keys, void *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream)
+{
+    const char *fn = "k_attention_decode";
+    if (check_common(fn, q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size))
+        return -1;
+    K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
+    if (b->n_seqs <= 0)
+        return 0;
+    int part, n_part;
+    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part);
+    const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
+    K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
+              "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
+              workspace ? workspace_bytes : (size_t)0);
+    const float sl2 = scale * 1.4426950408889634f;
+    return D == 128 ? launch_decode<128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2, part,
+                                         n_part, workspace, stream)
+                    : launch_decode<64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2, part,
+                                        n_part, workspace, stream);
+}
+
+extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                  const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                  int block_size, float scale, void *workspace, size_t workspace_bytes,
+                                  cudaStream_t stream)
+{
+    return k_attention_decode_split(q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size, scale, 0,
+                                    workspace, workspace_bytes, stream);
+}

@@ -1,0 +1,197 @@
+// RMSNorm over the fp32 residual stream, optionally fused with the residual add:
+//   k_rmsnorm:     out = bf16(residual * rsqrt(mean(residual^2) + eps) * w)
+//   k_add_rmsnorm: residual += x; then the same.
+// One block per row. Vector path (cols % 8 == 0, 16-byte aligned pointers): each thread owns R
+// units of 8 columns, loads them once into registers (2 x float4 of residual, 16 bytes of x),
+// writes the updated residual, and after a block reduction of the sum of squares writes 16 bytes of
+// out per unit: every byte moves once. Scalar path otherwise: two passes over the row (the second
+// re-reads the residual from L1/L2).
+#include "kernels/kernels.h"
+
+// ---- kernels
+
+// Sum of v over the block; every thread gets the result. blockDim.x is a multiple of 32, <= 1024.
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nwarps ? part[lane] : 0.f;
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0)
+            total = v;
+    }
+    __syncthreads();
+    return total;
+}
+
+__device__ __forceinline__ void bf16x8_to_float(uint4 u, float *f)
+{
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 p = __bfloat1622float2(h[i]);
+        f[2 * i] = p.x, f[2 * i + 1] = p.y;
+    }
+}
+
+__device__ __forceinline__ uint4 float_to_bf16x8(const float *f)
+{
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return u;
+}
+
+// grid (rows), block (threads, a multiple of 32, <= 512); unit u of the row = columns [8u, 8u + 8), thread
+// tid owns units tid, tid + threads, ... (R of them, coalesced across the block).
+template <int R, bool ADD>
+__global__ void __launch_bounds__(512)
+    rmsnorm_vec_kernel(float *__restrict__ residual, const bf16 *__restrict__ x, const bf16 *__restrict__ w,
+                       bf16 *__restrict__ out, int cols, float eps)
+{
+    const int n8 = cols / 8;
+    const size_t row = (size_t)blockIdx.x * cols;
+    float4 *res = (float4 *)(residual + row);
+    const uint4 *xr = ADD ? (const uint4 *)(x + row) : nullptr;
+    const uint4 *wr = (const uint4 *)w;
+    uint4 *o = (uint4 *)(out + row);
+
+    float v[R][8];
+    uint4 xv[R];
+    // all loads first, so that R independent loads are in flight per thread
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int u = r * blockDim.x + threadIdx.x;
+        if (u < n8) {
+            float4 a = res[2 * u], b = res[2 * u + 1];
+            v[r][0] = a.x, v[r][1] = a.y, v[r][2] = a.z, v[r][3] = a.w;
+            v[r][4] = b.x, v[r][5] = b.y, v[r][6] = b.z, v[r][7] = b.w;
+            if (ADD)
+                xv[r] = __ldg(xr + u);
+        }
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int u = r * blockDim.x + threadIdx.x;
+        if (u < n8) {
+            if (ADD) {
+                float xf[8];
+                bf16x8_to_float(xv[r], xf);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    v[r][i] += xf[i];
+                res[2 * u] = make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
+                res[2 * u + 1] = make_float4(v[r][4], v[r][5], v[r][6], v[r][7]);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                ss += v[r][i] * v[r][i];
+        }
+    }
+    const float rr = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int u = r * blockDim.x + threadIdx.x;
+        if (u < n8) {
+            float wf[8], y[8];
+            bf16x8_to_float(__ldg(wr + u), wf);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                y[i] = v[r][i] * rr * wf[i];
+            o[u] = float_to_bf16x8(y);
+        }
+    }
+}
+
+// Any cols, any alignment: pass 1 adds (ADD) and sums squares, pass 2 re-reads and normalizes.
+template <bool ADD>
+__global__ void __launch_bounds__(256)
+    rmsnorm_scalar_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
+                          const bf16 *__restrict__ w, bf16 *__restrict__ out, int cols, float eps)
+{
+    const size_t row = (size_t)blockIdx.x * cols;
+    float *res = residual + row;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        float v = res[i];
+        if (ADD) {
+            v += __bfloat162float(x[row + i]);
+            res[i] = v;
+        }
+        ss += v * v;
+    }
+    const float rr = rsqrtf(block_sum(ss) / (float)cols + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x)
+        out[row + i] = __float2bfloat16(res[i] * rr * __bfloat162float(w[i]));
+}
+
+// ---- launchers
+
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+template <bool ADD>
+static int rmsnorm_launch(float *residual, const bf16 *x, const bf16 *w, bf16 *out, int rows, int cols,
+                          float eps, cudaStream_t stream)
+{
+    const char *name = ADD ? "k_add_rmsnorm" : "k_rmsnorm";
+    K_REQUIRE(rows >= 0 && cols > 0, "%s: bad shape rows %d cols %d", name, rows, cols);
+    if (rows == 0)
+        return 0;
+    K_REQUIRE(residual && w && out && (!ADD || x), "%s: NULL pointer", name);
+    K_REQUIRE(!(eps < 0), "%s: eps %g < 0", name, (double)eps);
+
+    const bool vec =
+        cols % 8 == 0 && aligned16(residual) && aligned16(w) && aligned16(out) && (!ADD || aligned16(x));
+    const int n8 = cols / 8;
+    int R = 0, threads = 0;
+    if (vec) {
+        // the fewest units per thread that keeps the block at <= 256 threads; wider blocks (up to
+        // 512, 128 registers a thread: no spills at R = 8) only for rows over 16384 columns
+        for (int r = 1; r <= 8 && !R; r *= 2) {
+            int t = ((n8 + r - 1) / r + 31) / 32 * 32;
+            if (t <= 256 || (r == 8 && t <= 512))
+                R = r, threads = t;
+        }
+    }
+    if (R == 1)
+        rmsnorm_vec_kernel<1, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+    else if (R == 2)
+        rmsnorm_vec_kernel<2, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+    else if (R == 4)
+        rmsnorm_vec_kernel<4, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+    else if (R == 8)
+        rmsnorm_vec_kernel<8, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+    else {
+        threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
+        rmsnorm_scalar_kernel<ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+    }
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int k_rmsnorm(const float *residual, const bf16 *w, bf16 *out, int rows, int cols, float eps,
+                         cudaStream_t stream)
+{
+    // the non-ADD kernels never write the residual
+    return rmsnorm_launch<false>((float *)residual, nullptr, w, out, rows, cols, eps, stream);
+}
+
+extern "C" int k_add_rmsnorm(float *residual, const bf16 *x, const bf16 *w, bf16 *out, int rows, int cols,
+                             float eps, cudaStream_t stream)
+{
+    return rmsnorm_launch<true>(residual, x, w, out, rows, cols, eps, stream);
+}

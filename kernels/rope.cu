@@ -1,0 +1,253 @@
+// The attention prologue in one pass over the fused QKV activations (kernels/kernels.h):
+// bias add, per-head q/k RMSNorm, NeoX RoPE, q back in place, k and v into the paged cache.
+//
+// One block per token. The block first computes the token's D/2 (cos, sin) pairs into shared
+// memory (D/2 sincosf per token instead of one per element of every head), then walks the token's
+// H + 2*KVH head items (q heads, k heads, v heads).
+// - Vector path (D in {16, 32, 64, 128, 256}, 16-byte aligned buffers): a group of G = D/8 lanes
+//   owns one head, 8 contiguous elements (16 bytes) per lane. The RMSNorm sum is a shuffle
+//   reduction inside the group; the rotate_half partner of lane s is lane s ^ G/2, fetched with one
+//   shuffle per element. Every lane runs the same number of iterations so the shuffles never diverge.
+// - Fallback (any other even D, or unaligned buffers): one warp per head, two passes over it.
+// Memory-bound: each element of qkv is read once and written once (q in place, k and v to the cache).
+#include "kernels/kernels.h"
+
+// ---- kernels
+
+struct rope_args {
+    bf16 *qkv;
+    const bf16 *bias, *q_norm, *k_norm;
+    float eps;
+    const int32_t *positions;
+    const float *inv_freq;
+    float attn_scale;
+    const int32_t *slot_mapping;
+    bf16 *k_cache, *v_cache;
+    int H, KVH, D, block_size;
+};
+
+// shared cos/sin of token blockIdx.x: cs[i], sn[i] for i < D/2, already multiplied by attn_scale
+__device__ __forceinline__ void rope_table(const rope_args &a, int pos, float *cs, float *sn)
+{
+    for (int i = threadIdx.x; i < a.D / 2; i += blockDim.x) {
+        float s, c;
+        sincosf((float)pos * a.inv_freq[i], &s, &c); // the angle rounded to fp32 as transformers does
+        cs[i] = c * a.attn_scale;
+        sn[i] = s * a.attn_scale;
+    }
+    __syncthreads();
+}
+
+// k/v head g of a token at cache slot `slot`: element 0 of its row in the cache
+__device__ __forceinline__ size_t cache_at(const rope_args &a, int slot, int g)
+{
+    const int blk = slot / a.block_size, off = slot % a.block_size;
+    return (((size_t)blk * a.KVH + g) * a.block_size + off) * a.D;
+}
+
+// grid (T), block (threads, a multiple of 32 and of G), dynamic shared D * 4 bytes
+template <int G> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
+{
+    constexpr int D = G * 8, HG = G / 2;
+    extern __shared__ __align__(16) float smem[];
+    float *cs = smem, *sn = smem + D / 2;
+    const int t = blockIdx.x, NH = a.H + 2 * a.KVH;
+    const int pos = a.positions[t], slot = a.slot_mapping[t];
+    rope_table(a, pos, cs, sn);
+
+    const int sub = threadIdx.x % G, groups = blockDim.x / G;
+    const bool first = sub < HG;
+    const int fi0 = (sub % HG) * 8; // angle index of element 0
+    bf16 *row = a.qkv + (size_t)t * NH * D;
+    const int iters = (NH + groups - 1) / groups;
+    for (int it = 0; it < iters; it++) {
+        const int hh = it * groups + threadIdx.x / G;
+        const bool valid = hh < NH;
+        const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2; // q, k, v
+        const int col = hh * D + sub * 8;
+        float x[8];
+        uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 p = __bfloat1622float2(h2[i]);
+            x[2 * i] = p.x, x[2 * i + 1] = p.y;
+        }
+        if (a.bias && valid) {
+            uint4 braw = __ldg((const uint4 *)(a.bias + col));
+            const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float2 p = __bfloat1622float2(b2[i]);
+                x[2 * i] += p.x, x[2 * i + 1] += p.y;
+            }
+        }
+        // per-head RMSNorm (q with q_norm, k with k_norm); the shuffles run on every lane
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            ss += x[i] * x[i];
+#pragma unroll
+        for (int o = HG; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
+        if (nw && valid) {
+            const float r = rsqrtf(ss / (float)D + a.eps);
+            uint4 wraw = __ldg((const uint4 *)(nw + sub * 8));
+            const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float2 p = __bfloat1622float2(w2[i]);
+                x[2 * i] = x[2 * i] * r * p.x, x[2 * i + 1] = x[2 * i + 1] * r * p.y;
+            }
+        }
+        // NeoX RoPE: first half v[i] = a c - b s, second half v[i + D/2] = b c + a s
+        float y[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = __shfl_xor_sync(0xffffffffu, x[i], HG);
+        if (!valid)
+            continue;
+        uint4 outv;
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
+        if (kind < 2) {
+            // 16-byte shared loads (fi0 is a multiple of 8)
+            const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
+            const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
+            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+            float r[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        }
+        if (kind == 0)
+            *(uint4 *)(row + col) = outv;
+        else if (slot >= 0) {
+            const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
+            bf16 *cache = kind == 1 ? a.k_cache : a.v_cache;
+            *(uint4 *)(cache + cache_at(a, slot, g) + sub * 8) = outv;
+        }
+    }
+}
+
+// Any even D, any alignment: one warp per head item, pass 1 sums squares, pass 2 rotates pairs.
+__global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
+{
+    extern __shared__ __align__(16) float smem[];
+    const int D = a.D, half = D / 2;
+    float *cs = smem, *sn = smem + half;
+    const int t = blockIdx.x, NH = a.H + 2 * a.KVH;
+    const int pos = a.positions[t], slot = a.slot_mapping[t];
+    rope_table(a, pos, cs, sn);
+
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    bf16 *row = a.qkv + (size_t)t * NH * D;
+    for (int hh = threadIdx.x / 32; hh < NH; hh += warps) { // warp-uniform
+        const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2;
+        const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
+        const bf16 *in = row + (size_t)hh * D;
+        const bf16 *bias = a.bias ? a.bias + (size_t)hh * D : nullptr;
+        float r = 1.f;
+        if (nw) {
+            float ss = 0.f;
+            for (int i = lane; i < D; i += 32) {
+                float v = __bfloat162float(in[i]) + (bias ? __bfloat162float(bias[i]) : 0.f);
+                ss += v * v;
+            }
+            for (int o = 16; o > 0; o >>= 1)
+                ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            r = rsqrtf(ss / (float)D + a.eps);
+        }
+        if (kind == 2 && slot < 0)
+            continue;
+        bf16 *dst = kind == 0 ? row + (size_t)hh * D
+                              : (kind == 1 ? a.k_cache : a.v_cache) +
+                                    cache_at(a, slot < 0 ? 0 : slot, hh - a.H - (kind == 2 ? a.KVH : 0));
+        for (int i = lane; i < half; i += 32) {
+            float x0 = __bfloat162float(in[i]) + (bias ? __bfloat162float(bias[i]) : 0.f);
+            float x1 = __bfloat162float(in[i + half]) + (bias ? __bfloat162float(bias[i + half]) : 0.f);
+            if (nw) {
+                x0 = x0 * r * __bfloat162float(nw[i]);
+                x1 = x1 * r * __bfloat162float(nw[i + half]);
+            }
+            if (kind < 2) {
+                const float c = cs[i], s = sn[i];
+                const float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+                x0 = y0, x1 = y1;
+            }
+            if (kind == 0 || slot >= 0) {
+                dst[i] = __float2bfloat16(x0);
+                dst[i + half] = __float2bfloat16(x1);
+            }
+        }
+    }
+}
+
+// ---- launchers
+
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
+                                 float eps, const int32_t *positions, const float *inv_freq, float attn_scale,
+                                 const int32_t *slot_mapping, bf16 *k_cache, bf16 *v_cache, int T, int H,
+                                 int KVH, int D, int block_size, cudaStream_t stream)
+{
+    K_REQUIRE(T >= 0 && H > 0 && KVH > 0 && H % KVH == 0 && D > 0 && D % 2 == 0 && block_size > 0,
+              "k_qk_norm_rope_kv: bad shape T %d H %d KVH %d D %d block_size %d (need H %% KVH == 0, even D)",
+              T, H, KVH, D, block_size);
+    K_REQUIRE(D <= 4096, "k_qk_norm_rope_kv: head_dim %d > 4096", D);
+    if (T == 0)
+        return 0;
+    K_REQUIRE(qkv && positions && inv_freq && slot_mapping && k_cache && v_cache,
+              "k_qk_norm_rope_kv: NULL pointer (qkv %p positions %p inv_freq %p slot_mapping %p k_cache %p "
+              "v_cache %p)",
+              (void *)qkv, (const void *)positions, (const void *)inv_freq, (const void *)slot_mapping,
+              (void *)k_cache, (void *)v_cache);
+    K_REQUIRE(!(eps < 0), "k_qk_norm_rope_kv: eps %g < 0", (double)eps);
+
+    rope_args a = {qkv,          bias,    q_norm,  k_norm, eps, positions, inv_freq,  attn_scale,
+                   slot_mapping, k_cache, v_cache, H,      KVH, D,         block_size};
+    const int NH = H + 2 * KVH;
+    const size_t smem = (size_t)D * sizeof(float);
+    const bool vec = (D == 16 || D == 32 || D == 64 || D == 128 || D == 256) && aligned16(qkv) &&
+                     aligned16(k_cache) && aligned16(v_cache) && (!bias || aligned16(bias)) &&
+                     (!q_norm || aligned16(q_norm)) && (!k_norm || aligned16(k_norm));
+    if (vec) {
+        // lanes for all heads of a token, split into the fewest passes of <= 256 threads
+        const int G = D / 8, lanes = NH * G, iters = (lanes + 255) / 256;
+        const int threads = ((lanes + iters - 1) / iters + 31) / 32 * 32;
+        switch (G) {
+        case 2:
+            qk_rope_vec_kernel<2><<<T, threads, smem, stream>>>(a);
+            break;
+        case 4:
+            qk_rope_vec_kernel<4><<<T, threads, smem, stream>>>(a);
+            break;
+        case 8:
+            qk_rope_vec_kernel<8><<<T, threads, smem, stream>>>(a);
+            break;
+        case 16:
+            qk_rope_vec_kernel<16><<<T, threads, smem, stream>>>(a);
+            break;
+        default:
+            qk_rope_vec_kernel<32><<<T, threads, smem, stream>>>(a);
+            break;
+        }
+    } else {
+        const int threads = NH >= 8 ? 256 : NH * 32;
+        qk_rope_scalar_kernel<<<T, threads, smem, stream>>>(a);
+    }
+    K_CHECK_LAUNCH();
+    return 0;
+}

@@ -1,0 +1,601 @@
+/* Kernel tests: k_attention_prefill and k_attention_decode (kernels/attention.cu) against a
+ * double-precision reference computed here by plain loops over the same paged cache, plus timing.
+ *
+ * Inputs: the KV pool is poisoned (bf16 0xFFFF = NaN) and only the slots of each sequence's
+ * positions 0 .. ctx-1 get random values; block tables are a random permutation of the pool, so a
+ * sequence's blocks are shuffled and non-contiguous; table entries past a sequence's blocks point
+ * at spare (poisoned) blocks. Reading a wrong block, a slot past the context, or a key the causal
+ * mask excludes makes NaN. q sits inside a qkv-shaped buffer (stride (H + 2*KVH) * D) whose k/v
+ * parts are poisoned too. Outputs are poisoned before every run and every element of every row must
+ * be finite afterwards, also in rows whose value is not compared.
+ *
+ * Tolerance. The kernels compute S = Q K^T exactly enough (bf16 products, fp32 sums), the softmax
+ * in fp32, round the probabilities P to bf16 for the P·V tensor-core product (relative error
+ * <= 2^-9 per weight, random across keys) and round the output to bf16 (<= 2^-9 per element). Each
+ * rounding alone gives a norm-relative error of about 2^-9 / sqrt(3) = 1.1e-3, so ~2e-3 is
+ * expected. Checks: ||got - ref|| / ||ref|| over a case <= 1e-2, and the worst single (token, head)
+ * row's relative error <= 2.5e-2 (a row has only D elements, so its error is noisier). A missing or
+ * extra key moves a row by about its softmax weight, far above 1e-2 for the short rows and for
+ * the sharp score distributions these inputs have (q ~ 2 N(0,1), k ~ N(0,1): scores ~ N(0, 4)).
+ *
+ * Large cases check a random sample of query rows (always the first and last rows of each
+ * sequence) against the reference to bound the host time. Seeds are fresh per run (printed;
+ * LLMQ_TEST_SEED=N reproduces a run). */
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <time.h>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+
+#define TOL_NORM 1e-2
+#define TOL_ROW 2.5e-2
+#define Q_SCALE 2.0f
+#define REF_BUDGET 2e10 /* double flops of reference per prefill case before rows are sampled */
+
+static int failures = 0, cases = 0;
+static uint64_t base_seed;
+
+static uint64_t case_seed(uint64_t k)
+{
+    uint64_t z = base_seed + k * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) | 1;
+}
+
+static inline float bits2f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t f2bits(float f)
+{
+    bf16 h = __float2bfloat16(f);
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+
+/* Runs f(i) for i in [0, n) on all host cores. */
+template <typename F> static void parallel_for(int n, F f)
+{
+    int nt = (int)std::thread::hardware_concurrency();
+    nt = std::max(1, std::min(nt, 64));
+    std::atomic<int> next(0);
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; t++)
+        th.emplace_back([&]() {
+            for (int i; (i = next.fetch_add(1)) < n;)
+                f(i);
+        });
+    for (auto &t : th)
+        t.join();
+}
+
+struct cfg {
+    int H, KVH, D, bs;
+};
+
+/* One batch over one layer's paged cache, on the host and the device. */
+struct paged {
+    cfg c{};
+    int n = 0, max_blocks = 0, num_blocks = 0, max_q = 0, max_ctx = 0, total_q = 0, q_stride = 0;
+    std::vector<int> nq, ctx;
+    std::vector<int32_t> q_start, btab;
+    std::vector<uint16_t> k, v, q; /* bf16 bits: pool [num_blocks][KVH][bs][D], q [total_q][q_stride] */
+    bf16 *dk = nullptr, *dv = nullptr, *dq = nullptr, *dout = nullptr;
+    int32_t *dqs = nullptr, *dctx = nullptr, *dbt = nullptr;
+
+    const uint16_t *krow(int s, int j, int kvh) const
+    {
+        size_t blk = (size_t)btab[(size_t)s * max_blocks + j / c.bs];
+        return &k[((blk * c.KVH + kvh) * c.bs + j % c.bs) * c.D];
+    }
+    const uint16_t *vrow(int s, int j, int kvh) const
+    {
+        size_t blk = (size_t)btab[(size_t)s * max_blocks + j / c.bs];
+        return &v[((blk * c.KVH + kvh) * c.bs + j % c.bs) * c.D];
+    }
+    k_attn_batch batch() const
+    {
+        k_attn_batch b;
+        b.n_seqs = n, b.q_start = dqs, b.ctx_len = dctx, b.block_tables = dbt, b.max_blocks = max_blocks;
+        b.max_q_len = max_q, b.max_ctx_len = max_ctx;
+        return b;
+    }
+    size_t out_elems() const { return (size_t)total_q * c.H * c.D; }
+    void free_dev()
+    {
+        cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dqs), cudaFree(dctx),
+            cudaFree(dbt);
+        dk = dv = dq = dout = nullptr, dqs = dctx = dbt = nullptr;
+    }
+};
+
+/* Builds the pool, tables and q for sequences (nq[s], ctx[s]) and uploads them. */
+static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std::vector<int> &ctx,
+                  uint64_t seed)
+{
+    P.c = c, P.nq = nq, P.ctx = ctx, P.n = (int)nq.size();
+    std::vector<int> need(P.n);
+    int used = 0;
+    P.max_blocks = 1, P.max_q = 0, P.max_ctx = 0, P.total_q = 0;
+    P.q_start.assign(P.n + 1, 0);
+    for (int s = 0; s < P.n; s++) {
+        need[s] = (ctx[s] + c.bs - 1) / c.bs;
+        used += need[s];
+        P.max_blocks = std::max(P.max_blocks, need[s] + 1); /* one spare column: entries past the end */
+        P.max_q = std::max(P.max_q, nq[s]), P.max_ctx = std::max(P.max_ctx, ctx[s]);
+        P.q_start[s + 1] = P.q_start[s] + nq[s];
+    }
+    P.total_q = P.q_start[P.n];
+    const int spare = std::max(8, used / 16);
+    P.num_blocks = used + spare;
+    std::vector<int32_t> perm(P.num_blocks);
+    for (int i = 0; i < P.num_blocks; i++)
+        perm[i] = i;
+    for (int i = P.num_blocks - 1; i > 0; i--)
+        std::swap(perm[i], perm[gt_next(&seed) % (uint64_t)(i + 1)]);
+    P.btab.assign((size_t)P.n * P.max_blocks, 0);
+    int off = 0;
+    for (int s = 0; s < P.n; s++) {
+        for (int b = 0; b < P.max_blocks; b++)
+            P.btab[(size_t)s * P.max_blocks + b] =
+                b < need[s] ? perm[off + b] : perm[used + (int)(gt_next(&seed) % (uint64_t)spare)];
+        off += need[s];
+    }
+    const size_t pool = (size_t)P.num_blocks * c.KVH * c.bs * c.D;
+    P.k.assign(pool, 0xFFFF), P.v.assign(pool, 0xFFFF);
+    std::vector<uint64_t> seeds(P.n);
+    for (int s = 0; s < P.n; s++)
+        seeds[s] = gt_next(&seed) | 1;
+    parallel_for(P.n, [&](int s) {
+        uint64_t st = seeds[s];
+        for (int j = 0; j < P.ctx[s]; j++)
+            for (int h = 0; h < c.KVH; h++) {
+                uint16_t *kr = const_cast<uint16_t *>(P.krow(s, j, h)),
+                         *vr = const_cast<uint16_t *>(P.vrow(s, j, h));
+                for (int d = 0; d < c.D; d++)
+                    kr[d] = f2bits(gt_normal(&st)), vr[d] = f2bits(gt_normal(&st));
+            }
+    });
+    P.q_stride = (c.H + 2 * c.KVH) * c.D;
+    P.q.assign((size_t)std::max(P.total_q, 1) * P.q_stride, 0xFFFF);
+    for (int t = 0; t < P.total_q; t++)
+        for (int i = 0; i < c.H * c.D; i++)
+            P.q[(size_t)t * P.q_stride + i] = f2bits(gt_normal(&seed) * Q_SCALE);
+
+    P.dk = gt_to_device((const bf16 *)P.k.data(), pool);
+    P.dv = gt_to_device((const bf16 *)P.v.data(), pool);
+    P.dq = gt_to_device((const bf16 *)P.q.data(), P.q.size());
+    P.dqs = gt_to_device(P.q_start.data(), P.q_start.size());
+    std::vector<int32_t> ctx32(ctx.begin(), ctx.end());
+    P.dctx = gt_to_device(ctx32.data(), ctx32.size());
+    P.dbt = gt_to_device(P.btab.data(), P.btab.size());
+    P.dout = gt_poisoned<bf16>(std::max<size_t>(P.out_elems(), 1));
+}
+
+/* Reference output of query i of sequence s, head h (D doubles). */
+static void ref_row(const paged &P, int s, int i, int h, double *out)
+{
+    const cfg &c = P.c;
+    const int G = c.H / c.KVH, kvh = h / G;
+    const int qpos = P.ctx[s] - P.nq[s] + i;
+    const uint16_t *qr = &P.q[(size_t)(P.q_start[s] + i) * P.q_stride + (size_t)h * c.D];
+    std::vector<double> q(c.D), sc(qpos + 1);
+    for (int d = 0; d < c.D; d++)
+        q[d] = bits2f(qr[d]);
+    const double scale = 1.0 / sqrt((double)c.D);
+    double m = -INFINITY;
+    for (int j = 0; j <= qpos; j++) {
+        const uint16_t *kr = P.krow(s, j, kvh);
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (int d = 0; d < c.D; d += 4) {
+            a0 += q[d] * bits2f(kr[d]), a1 += q[d + 1] * bits2f(kr[d + 1]);
+            a2 += q[d + 2] * bits2f(kr[d + 2]), a3 += q[d + 3] * bits2f(kr[d + 3]);
+        }
+        sc[j] = (a0 + a1 + a2 + a3) * scale;
+        m = std::max(m, sc[j]);
+    }
+    double sum = 0;
+    for (int d = 0; d < c.D; d++)
+        out[d] = 0;
+    for (int j = 0; j <= qpos; j++) {
+        const double p = exp(sc[j] - m);
+        sum += p;
+        const uint16_t *vr = P.vrow(s, j, kvh);
+        for (int d = 0; d < c.D; d++)
+            out[d] += p * bits2f(vr[d]);
+    }
+    for (int d = 0; d < c.D; d++)
+        out[d] /= sum;
+}
+
+struct qrow {
+    int s, i;
+};
+
+/* Reference outputs of the given rows, all heads: [rows][H][D]. */
+static std::vector<double> reference(const paged &P, const std::vector<qrow> &rows)
+{
+    const int HD = P.c.H * P.c.D;
+    std::vector<double> ref((size_t)rows.size() * HD);
+    parallel_for((int)rows.size() * P.c.H, [&](int k) {
+        const int r = k / P.c.H, h = k % P.c.H;
+        ref_row(P, rows[r].s, rows[r].i, h, &ref[(size_t)r * HD + (size_t)h * P.c.D]);
+    });
+    return ref;
+}
+
+/* Compares the device output with the reference on the given rows (all heads); every row of the
+ * output must be finite. One printed line; returns 1 on pass. */
+static int check(const char *what, const paged &P, const std::vector<qrow> &rows,
+                 const std::vector<double> &ref)
+{
+    const cfg &c = P.c;
+    const size_t n_out = P.out_elems();
+    std::vector<uint16_t> got(n_out);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(got.data(), P.dout, n_out * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n_out; i++) {
+        float f = bits2f(got[i]);
+        if (!std::isfinite(f)) {
+            size_t t = i / ((size_t)c.H * c.D), h = i / c.D % c.H;
+            printf("FAIL %s: output row %zu head %zu element %zu is %f (unwritten or bad read)\n", what, t, h,
+                   i % c.D, f);
+            return 0;
+        }
+    }
+    const int HD = c.H * c.D;
+    double num = 0, den = 0, worst_row = 0;
+    int wr_s = 0, wr_i = 0, wr_h = 0;
+    for (size_t r = 0; r < rows.size(); r++) {
+        const size_t t = (size_t)P.q_start[rows[r].s] + rows[r].i;
+        for (int h = 0; h < c.H; h++) {
+            double rn = 0, rd = 0;
+            for (int d = 0; d < c.D; d++) {
+                const double g = bits2f(got[t * HD + (size_t)h * c.D + d]),
+                             e = ref[r * HD + (size_t)h * c.D + d];
+                rn += (g - e) * (g - e), rd += e * e;
+            }
+            num += rn, den += rd;
+            const double rel = sqrt(rn / std::max(rd, 1e-30));
+            if (rel > worst_row)
+                worst_row = rel, wr_s = rows[r].s, wr_i = rows[r].i, wr_h = h;
+        }
+    }
+    const double rel = sqrt(num / std::max(den, 1e-30));
+    const int ok = rel <= TOL_NORM && worst_row <= TOL_ROW;
+    printf("%s %s: rel err %.3e (tol %.0e), worst row %.3e (tol %.1e; seq %d query %d head %d), %zu rows "
+           "checked\n",
+           ok ? "ok  " : "FAIL", what, rel, TOL_NORM, worst_row, TOL_ROW, wr_s, wr_i, wr_h, rows.size());
+    fflush(stdout);
+    return ok;
+}
+
+static void tally(int ok)
+{
+    cases++;
+    if (!ok)
+        failures++;
+}
+
+static const char *cfg_name(const cfg &c, char *buf, size_t n)
+{
+    snprintf(buf, n, "H%d/KVH%d D%d bs%d", c.H, c.KVH, c.D, c.bs);
+    return buf;
+}
+
+/* ---- prefill */
+
+static void prefill_case(const char *label, const cfg &c, const std::vector<int> &nq,
+                         const std::vector<int> &ctx, uint64_t seed)
+{
+    paged P;
+    build(P, c, nq, ctx, seed);
+    /* rows to check: all, or a random sample within REF_BUDGET (first/last two of each sequence kept) */
+    double cost = 0;
+    for (int s = 0; s < P.n; s++)
+        cost += (double)nq[s] * ctx[s] * c.H * c.D * 4;
+    const double frac = std::min(1.0, REF_BUDGET / std::max(cost, 1.0));
+    std::vector<qrow> rows;
+    uint64_t st = seed ^ 0x5555;
+    for (int s = 0; s < P.n; s++)
+        for (int i = 0; i < nq[s]; i++)
+            if (i < 2 || i >= nq[s] - 2 || frac >= 1.0 ||
+                (gt_next(&st) >> 11) * (1.0 / 9007199254740992.0) < frac)
+                rows.push_back({s, i});
+
+    const std::vector<double> ref = reference(P, rows);
+    k_attn_batch b = P.batch();
+    const float scale = 1.f / sqrtf((float)c.D);
+    char name[200], cn[64];
+    for (int bm : {128, 64}) {
+        setenv("LLMQ_ATTN_PREFILL_BM", bm == 64 ? "64" : "128", 1);
+        GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
+        K_OK(k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale, 0));
+        snprintf(name, sizeof name, "prefill %s %s (%d seqs, max n_q %d, max ctx %d, %s rows/CTA)", label,
+                 cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, bm == 64 ? "64" : "128");
+        tally(check(name, P, rows, ref));
+    }
+    unsetenv("LLMQ_ATTN_PREFILL_BM");
+    P.free_dev();
+}
+
+/* ---- decode */
+
+static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_part, uint64_t seed)
+{
+    paged P;
+    std::vector<int> nq(ctx.size(), 1);
+    build(P, c, nq, ctx, seed);
+    std::vector<qrow> rows;
+    for (int s = 0; s < P.n; s++)
+        rows.push_back({s, 0});
+    const std::vector<double> ref = reference(P, rows);
+    k_attn_batch b = P.batch();
+    const float scale = 1.f / sqrtf((float)c.D);
+    char name[200], cn[64];
+    struct mode {
+        const char *name;
+        int part; /* 0 auto, -1 none, > 0 forced */
+    } modes[] = {{"auto", 0}, {"no split", -1}, {"split", split_part}};
+    for (const mode &m : modes) {
+        const size_t ws_bytes = m.part == 0
+                                    ? k_attention_decode_workspace(P.n, c.H, c.D, P.max_ctx)
+                                    : k_attention_decode_workspace_split(P.n, c.H, c.D, P.max_ctx, m.part);
+        void *ws = nullptr;
+        if (ws_bytes) {
+            GPU_OK(cudaMalloc(&ws, ws_bytes));
+            GPU_OK(cudaMemset(ws, 0xff, ws_bytes));
+        }
+        GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
+        if (m.part == 0)
+            K_OK(k_attention_decode(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale,
+                                    ws, ws_bytes, 0));
+        else
+            K_OK(k_attention_decode_split(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs,
+                                          scale, m.part, ws, ws_bytes, 0));
+        char part[32] = "";
+        if (m.part > 0)
+            snprintf(part, sizeof part, " %d keys", m.part);
+        snprintf(name, sizeof name, "decode %s %d seqs, ctx %d..%d, %s%s (workspace %.1f MB)",
+                 cfg_name(c, cn, sizeof cn), P.n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx,
+                 m.name, part, ws_bytes / 1e6);
+        tally(check(name, P, rows, ref));
+        GPU_OK(cudaFree(ws));
+    }
+    P.free_dev();
+}
+
+/* Launcher argument checks: bad arguments are refused with a message, nothing launched. */
+static void argument_checks(void)
+{
+    const cfg c = {8, 2, 128, 16};
+    paged P;
+    build(P, c, {1, 1}, {3000, 40}, case_seed(999));
+    k_attn_batch b = P.batch();
+    int ok = 1;
+    const size_t need = k_attention_decode_workspace_split(P.n, c.H, c.D, P.max_ctx, 64);
+    void *ws = nullptr;
+    GPU_OK(cudaMalloc(&ws, need));
+    if (k_attention_decode_split(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, 0.1f, 64,
+                                 ws, need - 1, 0) == 0 ||
+        !strstr(k_last_error(), "workspace"))
+        ok = 0, printf("     short workspace not refused (%s)\n", k_last_error());
+    if (k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, 96, c.bs, 0.1f, 0) == 0)
+        ok = 0, printf("     D = 96 not refused\n");
+    if (k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, 9, c.KVH, c.D, c.bs, 0.1f, 0) == 0)
+        ok = 0, printf("     H %% KVH != 0 not refused\n");
+    if (k_attention_decode(P.dq, 34 * c.D, P.dk, P.dv, &b, P.dout, 34, 2, c.D, c.bs, 0.1f, ws, need, 0) ==
+            0 ||
+        !strstr(k_last_error(), "query heads"))
+        ok = 0, printf("     17 query heads per KV head not refused by decode (%s)\n", k_last_error());
+    GPU_OK(cudaGetLastError());
+    printf("%s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", k_last_error());
+    tally(ok);
+    GPU_OK(cudaFree(ws));
+    P.free_dev();
+}
+
+/* ---- timing (informational) */
+
+__global__ void fill_random_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        p[i] = __float2bfloat16(((float)(z >> 40) * (1.f / 16777216.f) * 2.f - 1.f) * scale);
+    }
+}
+static void fill_random(bf16 *p, size_t n, uint64_t seed, float scale)
+{
+    fill_random_kernel<<<2048, 256>>>(p, n, seed, scale);
+    GPU_OK(cudaGetLastError());
+}
+
+/* Median time in ms of fn() over `reps` runs after 3 warm-ups. */
+template <typename F> static double time_ms(int reps, F fn)
+{
+    cudaEvent_t a, b;
+    GPU_OK(cudaEventCreate(&a));
+    GPU_OK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        fn();
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; i++) {
+        GPU_OK(cudaEventRecord(a));
+        fn();
+        GPU_OK(cudaEventRecord(b));
+        GPU_OK(cudaEventSynchronize(b));
+        GPU_OK(cudaEventElapsedTime(&t[i], a, b));
+    }
+    GPU_OK(cudaEventDestroy(a));
+    GPU_OK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+
+/* Device batch of n_seqs sequences of n_q new tokens each at context ctx, over a shared random pool. */
+struct dev_batch {
+    int32_t *qs, *ctx, *bt;
+    int max_blocks;
+};
+static dev_batch make_dev_batch(int n_seqs, int n_q, int ctx, int bs, int num_blocks, uint64_t seed)
+{
+    dev_batch d;
+    d.max_blocks = (ctx + bs - 1) / bs;
+    std::vector<int32_t> perm(num_blocks), qs(n_seqs + 1), cl(n_seqs, ctx), bt((size_t)n_seqs * d.max_blocks);
+    for (int i = 0; i < num_blocks; i++)
+        perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--)
+        std::swap(perm[i], perm[gt_next(&seed) % (uint64_t)(i + 1)]);
+    for (size_t i = 0; i < bt.size(); i++)
+        bt[i] = perm[i % num_blocks];
+    for (int s = 0; s <= n_seqs; s++)
+        qs[s] = s * n_q;
+    d.qs = gt_to_device(qs.data(), qs.size());
+    d.ctx = gt_to_device(cl.data(), cl.size());
+    d.bt = gt_to_device(bt.data(), bt.size());
+    return d;
+}
+static void free_dev_batch(dev_batch &d)
+{
+    cudaFree(d.qs), cudaFree(d.ctx), cudaFree(d.bt);
+}
+
+static void timing(void)
+{
+    const int H = 40, KVH = 8, D = 128, bs = 32;
+    const int q_stride = (H + 2 * KVH) * D;
+    const float scale = 1.f / sqrtf((float)D);
+    cudaDeviceProp prop;
+    GPU_OK(cudaGetDeviceProperties(&prop, 0));
+    printf("timing on %s (%d SMs); ceilings 776 TFLOP/s bf16 dense, 4.2 TB/s copy\n", prop.name,
+           prop.multiProcessorCount);
+
+    { /* prefill: 8 x 4096 new tokens, causal, no earlier context */
+        const int n = 8, T = 4096, num_blocks = n * T / bs;
+        const size_t pool = (size_t)num_blocks * KVH * bs * D;
+        bf16 *k, *v, *q, *out;
+        GPU_OK(cudaMalloc(&k, pool * 2));
+        GPU_OK(cudaMalloc(&v, pool * 2));
+        GPU_OK(cudaMalloc(&q, (size_t)n * T * q_stride * 2));
+        GPU_OK(cudaMalloc(&out, (size_t)n * T * H * D * 2));
+        fill_random(k, pool, 11, 1.f), fill_random(v, pool, 12, 1.f);
+        fill_random(q, (size_t)n * T * q_stride, 13, 1.f);
+        dev_batch d = make_dev_batch(n, T, T, bs, num_blocks, case_seed(7001));
+        k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, T, T};
+        const double flops = (double)n * 2 * 2 * T * (double)T / 2 * D * H;
+        for (const char *bm : {"128", "64"}) {
+            setenv("LLMQ_ATTN_PREFILL_BM", bm, 1);
+            const double ms = time_ms(10, [&]() {
+                K_OK(k_attention_prefill(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, 0));
+            });
+            printf("time prefill %d x %d causal H%d/KVH%d D%d bs%d, %s rows/CTA: %.3f ms, %.1f TFLOP/s "
+                   "(%.0f%% of "
+                   "776)\n",
+                   n, T, H, KVH, D, bs, bm, ms, flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
+        }
+        unsetenv("LLMQ_ATTN_PREFILL_BM");
+        free_dev_batch(d);
+        GPU_OK(cudaFree(k));
+        GPU_OK(cudaFree(v));
+        GPU_OK(cudaFree(q));
+        GPU_OK(cudaFree(out));
+    }
+    { /* decode: one random pool of 16384 blocks (2.1 GB of K and V), two batch shapes */
+        const int num_blocks = 16384;
+        const size_t pool = (size_t)num_blocks * KVH * bs * D;
+        bf16 *k, *v, *q, *out;
+        GPU_OK(cudaMalloc(&k, pool * 2));
+        GPU_OK(cudaMalloc(&v, pool * 2));
+        GPU_OK(cudaMalloc(&q, (size_t)256 * q_stride * 2));
+        GPU_OK(cudaMalloc(&out, (size_t)256 * H * D * 2));
+        fill_random(k, pool, 21, 1.f), fill_random(v, pool, 22, 1.f),
+            fill_random(q, (size_t)256 * q_stride, 23, 1.f);
+        const int shapes[2][2] = {{256, 2048}, {8, 65536}};
+        for (const auto &sh : shapes) {
+            const int n = sh[0], ctx = sh[1];
+            dev_batch d = make_dev_batch(n, 1, ctx, bs, num_blocks, case_seed(7002 + n));
+            k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, 1, ctx};
+            const double bytes = (double)n * ctx * KVH * D * 2 * 2;
+            for (int part : {0, -1}) {
+                const size_t wsb = k_attention_decode_workspace_split(n, H, D, ctx, part);
+                void *ws = nullptr;
+                if (wsb)
+                    GPU_OK(cudaMalloc(&ws, wsb));
+                const double ms = time_ms(20, [&]() {
+                    K_OK(k_attention_decode_split(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, part, ws,
+                                                  wsb, 0));
+                });
+                printf("time decode %d seqs x %d ctx H%d/KVH%d D%d bs%d, %s: %.3f ms, %.0f GB/s of K/V "
+                       "(%.0f%% of "
+                       "4200)\n",
+                       n, ctx, H, KVH, D, bs, part == 0 ? "auto split" : "no split", ms, bytes / ms / 1e6,
+                       bytes / ms / 1e6 / 4200 * 100);
+                GPU_OK(cudaFree(ws));
+            }
+            free_dev_batch(d);
+        }
+        GPU_OK(cudaFree(k));
+        GPU_OK(cudaFree(v));
+        GPU_OK(cudaFree(q));
+        GPU_OK(cudaFree(out));
+    }
+}
+
+int main(void)
+{
+    gpu_require();
+    const char *env = getenv("LLMQ_TEST_SEED");
+    base_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu (LLMQ_TEST_SEED reproduces)\n", (unsigned long long)base_seed);
+    uint64_t k = 0;
+
+    argument_checks();
+
+    /* prefill, one sequence, n_q = ctx */
+    const cfg single[] = {{40, 8, 128, 32}, {16, 8, 64, 16}};
+    for (const cfg &c : single)
+        for (int n : {1, 7, 128, 1000, 4097})
+            prefill_case("single", c, {n}, {n}, case_seed(k++));
+
+    /* prefill, mixed batches: fresh prompts, chunks continuing after ~3000 cached tokens, decode-like rows */
+    const cfg heads[] = {{40, 8, 128, 32}, {16, 8, 128, 16}, {32, 8, 128, 32}, {4, 4, 128, 16},
+                         {40, 8, 64, 16},  {16, 8, 64, 32},  {32, 8, 64, 16},  {4, 4, 64, 32}};
+    const std::vector<int> mix_nq = {1, 7, 300, 130, 1, 64, 513, 17, 1000, 129};
+    const std::vector<int> mix_ctx = {1, 7, 300, 3130, 3001, 3064, 513, 3017, 4000, 129};
+    for (const cfg &c : heads)
+        prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
+
+    /* decode: batches 1, 3, 64, 256 with contexts from 1 to 32k mixed in one batch */
+    for (const cfg &c : heads) {
+        for (int n : {1, 3, 64, 256}) {
+            uint64_t st = case_seed(k++);
+            std::vector<int> ctx(n);
+            for (int s = 0; s < n; s++) {
+                const double maxlog = log(n == 256 ? 8192.0 : 32768.0);
+                ctx[s] = (int)exp((gt_next(&st) >> 11) * (1.0 / 9007199254740992.0) * maxlog);
+                ctx[s] = std::max(1, ctx[s]);
+            }
+            if (n == 1)
+                ctx[0] = 32767;
+            if (n >= 3)
+                ctx[0] = 1, ctx[1] = 32768, ctx[2] = n == 3 ? 1000 : 17;
+            decode_case(c, ctx, n <= 3 ? 64 : n <= 64 ? 256 : 512, st);
+        }
+    }
+
+    timing();
+    printf("%s: %d of %d checks passed\n", failures ? "FAIL" : "PASS", cases - failures, cases);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,657 @@
+/* Kernel tests: embedding, rmsnorm, add_rmsnorm, qk_norm_rope_kv, silu_mul against plain double
+ * references computed here from the same bf16/fp32 inputs, plus timing lines at realistic sizes.
+ *
+ * Tolerances (each check prints its numbers):
+ * - bf16 outputs are computed in fp32 and rounded once: round-to-nearest moves a value by at most
+ *   half an ulp, <= 2^-8 of its magnitude. Every element must satisfy
+ *   |got - ref| <= BF16_RTOL * |ref| + atol, BF16_RTOL = 2^-8 * 1.001 (the 0.1% covers fp32 vs double
+ *   arithmetic before the rounding); atol (1e-5 to 1e-6, far below the values' scale of ~1) covers
+ *   cancellation in RoPE, where fp32 errors are relative to the inputs, not to the small result.
+ *   The norm-relative error ||got - ref|| / ||ref|| (about 1.1e-3 for uniform rounding) must be
+ *   <= 4e-3. The elementwise bound is the strict one: a single wrong element fails it.
+ * - fp32 outputs (the residual after add, the fp32 embedding): one fp32 rounding of the exact value,
+ *   rtol 2^-23; copies must be bit-exact.
+ * - NaN/inf anywhere fails: outputs are poisoned (0xFF bytes = NaN) before every run, so an
+ *   unwritten element shows. The paged KV cache is poisoned too and every slot the test did not
+ *   map must still hold the poison afterwards.
+ * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run). */
+#include <algorithm>
+#include <cmath>
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+extern "C" {
+#include "engine/backend.h"
+#include "engine/model.h"
+}
+
+#define BF16_RTOL (1.0 / 256 * 1.001)
+#define BF16_NORM_TOL 4e-3
+#define F32_RTOL (1.0 / 8388608) /* 2^-23 */
+
+static int failures = 0;
+static uint64_t base_seed;
+
+/* The xorshift state of test case k: base_seed and k mixed (splitmix64), never 0. */
+static uint64_t case_seed(uint64_t k)
+{
+    uint64_t z = base_seed + k * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) | 1;
+}
+
+/* ---- comparison: elementwise bound and norm-relative error, one printed line */
+
+struct acc {
+    double num = 0, den = 0, worst = -1, worst_got = 0, worst_ref = 0;
+    size_t n = 0, bad = 0, worst_i = 0, nonfinite = 0, first_nonfinite = 0;
+};
+static void acc_add(acc &a, double got, double ref, double rtol, double atol)
+{
+    if (!std::isfinite(got)) {
+        if (!a.nonfinite++)
+            a.first_nonfinite = a.n;
+        a.n++;
+        return;
+    }
+    double d = fabs(got - ref), bound = rtol * fabs(ref) + atol;
+    a.num += d * d, a.den += ref * ref;
+    if (d > bound)
+        a.bad++;
+    double ratio = d / bound;
+    if (ratio > a.worst)
+        a.worst = ratio, a.worst_i = a.n, a.worst_got = got, a.worst_ref = ref;
+    a.n++;
+}
+/* Prints "ok  " or "FAIL" with the numbers; counts a failure. */
+static bool acc_report(const acc &a, const char *what, double norm_tol)
+{
+    double rel = a.den > 0 ? sqrt(a.num / a.den) : sqrt(a.num);
+    bool ok = a.nonfinite == 0 && a.bad == 0 && rel <= norm_tol && a.n > 0;
+    printf("%s %-58s n %9zu  rel %.2e (tol %.0e)  worst |d|/bound %.3f at %zu (got %.6g ref %.6g)  "
+           "out-of-bound %zu"
+           "  nan/inf %zu",
+           ok ? "ok  " : "FAIL", what, a.n, rel, norm_tol, a.worst, a.worst_i, a.worst_got, a.worst_ref,
+           a.bad, a.nonfinite);
+    if (a.nonfinite)
+        printf(" (first at %zu)", a.first_nonfinite);
+    printf("\n");
+    if (!ok)
+        failures++;
+    return ok;
+}
+static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok)
+        failures++;
+}
+
+/* ---- helpers */
+
+static float bf(bf16 h)
+{
+    return __bfloat162float(h);
+}
+static uint16_t bits(bf16 h)
+{
+    uint16_t u;
+    memcpy(&u, &h, 2);
+    return u;
+}
+static std::vector<bf16> rand_bf16(size_t n, float scale, float offset, uint64_t *s)
+{
+    std::vector<bf16> v(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = __float2bfloat16(offset + gt_normal(s) * scale);
+    return v;
+}
+/* Cheaper for 10^8 elements: uniform in [-scale, scale]. */
+static std::vector<bf16> rand_bf16_uniform(size_t n, float scale, uint64_t *s)
+{
+    std::vector<bf16> v(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = __float2bfloat16(gt_uniform(s) * scale);
+    return v;
+}
+template <typename T> static T *dev(const std::vector<T> &h)
+{
+    return gt_to_device(h.data(), h.size());
+}
+template <typename T> static std::vector<T> host(const T *d, size_t n)
+{
+    std::vector<T> h(n);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* Median time in ms of fn() over reps runs after 3 warm-ups, each timed with its own events. */
+template <typename F> static double median_ms(F fn, int reps = 20)
+{
+    cudaEvent_t a, b;
+    GPU_OK(cudaEventCreate(&a));
+    GPU_OK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        K_OK(fn());
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; i++) {
+        GPU_OK(cudaEventRecord(a));
+        K_OK(fn());
+        GPU_OK(cudaEventRecord(b));
+        GPU_OK(cudaEventSynchronize(b));
+        GPU_OK(cudaEventElapsedTime(&t[i], a, b));
+    }
+    GPU_OK(cudaEventDestroy(a));
+    GPU_OK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+static void print_time(const char *what, double ms, double bytes)
+{
+    printf("time %-58s %8.4f ms  %7.1f GB/s  (%.0f%% of 4.2 TB/s copy)\n", what, ms, bytes / ms * 1e-6,
+           bytes / ms * 1e-6 / 4200 * 100);
+}
+
+/* ---- embedding */
+
+static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64_t seed)
+{
+    uint64_t s = seed;
+    std::vector<bf16> table = rand_bf16(V * (size_t)hidden, 1.f, 0.f, &s);
+    std::vector<int32_t> ids(n);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)(gt_next(&s) % (uint64_t)V);
+    const int32_t bad[] = {-1, V, V + 12345, INT32_MIN, INT32_MAX};
+    if (n >= 8) /* a few out-of-range ids at random places */
+        for (int j = 0; j < 5; j++)
+            ids[gt_next(&s) % (uint64_t)n] = bad[j];
+    else if (n >= 2)
+        ids[n - 1] = -1;
+    bf16 *dtab = dev(table);
+    int32_t *dids = dev(ids);
+    size_t total = (size_t)n * hidden + out_offset;
+    bf16 *o16 = gt_poisoned<bf16>(total);
+    float *o32 = gt_poisoned<float>(total);
+    K_OK(k_embedding(dids, n, dtab, V, hidden, o16 + out_offset, 0));
+    K_OK(k_embedding_f32(dids, n, dtab, V, hidden, o32 + out_offset, 0));
+    std::vector<bf16> g16 = host(o16 + out_offset, (size_t)n * hidden);
+    std::vector<float> g32 = host(o32 + out_offset, (size_t)n * hidden);
+    size_t wrong16 = 0, wrong32 = 0, first = (size_t)-1;
+    int n_bad_ids = 0;
+    for (int t = 0; t < n; t++) {
+        bool in = ids[t] >= 0 && ids[t] < V;
+        n_bad_ids += !in;
+        for (int c = 0; c < hidden; c++) {
+            size_t i = (size_t)t * hidden + c;
+            uint16_t want = in ? bits(table[(size_t)ids[t] * hidden + c]) : 0;
+            float want32 = in ? bf(table[(size_t)ids[t] * hidden + c]) : 0.f;
+            uint32_t g32b, w32b;
+            memcpy(&g32b, &g32[i], 4);
+            memcpy(&w32b, &want32, 4);
+            if (bits(g16[i]) != want) {
+                wrong16++;
+                first = std::min(first, i);
+            }
+            if (g32b != w32b) {
+                wrong32++;
+                first = std::min(first, i);
+            }
+        }
+    }
+    check(
+        wrong16 == 0 && wrong32 == 0,
+        "embedding V %6d hidden %5d n %5d out+%d (%d out-of-range ids -> zeros): bit-exact, %zu bf16 and %zu "
+        "fp32 elements wrong%s",
+        V, hidden, n, out_offset, n_bad_ids, wrong16, wrong32,
+        first != (size_t)-1 ? " (see first index)" : "");
+    if (first != (size_t)-1)
+        printf("     first wrong element %zu\n", first);
+    GPU_OK(cudaFree(dtab));
+    GPU_OK(cudaFree(dids));
+    GPU_OK(cudaFree(o16));
+    GPU_OK(cudaFree(o32));
+}
+
+static void test_embedding(void)
+{
+    test_embedding_case(5000, 5120, 300, 0, case_seed(1));
+    test_embedding_case(1000, 64, 7, 0, case_seed(2));
+    test_embedding_case(777, 100, 33, 0, case_seed(3)); /* hidden % 8 != 0: scalar path */
+    test_embedding_case(50, 1024, 1, 0, case_seed(4));
+    test_embedding_case(300, 1024, 9, 1, case_seed(5)); /* misaligned output: scalar path */
+    check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "embedding n_tokens 0 is a no-op");
+    int rc = k_embedding(NULL, 4, NULL, 10, 64, NULL, 0);
+    check(rc == -1 && strstr(k_last_error(), "embedding"), "embedding NULL pointers fail cleanly: \"%s\"",
+          k_last_error());
+
+    /* timing: 8192 tokens of a 5120-wide table */
+    const int T = 8192, C = 5120, V = 32768;
+    uint64_t s = case_seed(6);
+    std::vector<bf16> table = rand_bf16_uniform((size_t)V * C, 1.f, &s);
+    std::vector<int32_t> ids(T);
+    for (int i = 0; i < T; i++)
+        ids[i] = (int32_t)(gt_next(&s) % V);
+    bf16 *dtab = dev(table), *o16 = gt_poisoned<bf16>((size_t)T * C);
+    int32_t *dids = dev(ids);
+    float *o32 = gt_poisoned<float>((size_t)T * C);
+    double ms = median_ms([&] { return k_embedding(dids, T, dtab, V, C, o16, 0); });
+    print_time("k_embedding T 8192 C 5120 (read 2 B + write 2 B / element)", ms, (double)T * C * 4);
+    ms = median_ms([&] { return k_embedding_f32(dids, T, dtab, V, C, o32, 0); });
+    print_time("k_embedding_f32 T 8192 C 5120 (read 2 B + write 4 B)", ms, (double)T * C * 6);
+    GPU_OK(cudaFree(dtab));
+    GPU_OK(cudaFree(dids));
+    GPU_OK(cudaFree(o16));
+    GPU_OK(cudaFree(o32));
+}
+
+/* ---- rmsnorm and add_rmsnorm */
+
+static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
+{
+    uint64_t s = seed;
+    const float eps = 1e-6f;
+    const size_t n = (size_t)rows * cols;
+    std::vector<float> res(n + res_offset);
+    for (int r = 0; r < rows; r++) {
+        /* rows of very different scales: 0.01 .. 100 */
+        float scale = powf(10.f, -2.f + 4.f * (gt_uniform(&s) * 0.5f + 0.5f));
+        for (int c = 0; c < cols; c++)
+            res[res_offset + (size_t)r * cols + c] = gt_normal(&s) * scale;
+    }
+    std::vector<bf16> x = rand_bf16(n, 0.5f, 0.f, &s), w = rand_bf16(cols, 0.2f, 1.f, &s);
+    float *dres = dev(res);
+    bf16 *dx = dev(x), *dw = dev(w), *dout = gt_poisoned<bf16>(n);
+    float *r0 = dres + res_offset;
+    char what[128];
+
+    /* k_rmsnorm: out = norm(residual) * w, residual untouched */
+    K_OK(k_rmsnorm(r0, dw, dout, rows, cols, eps, 0));
+    std::vector<bf16> out = host(dout, n);
+    std::vector<float> res_after = host(r0, n);
+    acc a;
+    for (int r = 0; r < rows; r++) {
+        const float *v = &res[res_offset + (size_t)r * cols];
+        double ss = 0;
+        for (int c = 0; c < cols; c++)
+            ss += (double)v[c] * v[c];
+        double rr = 1.0 / sqrt(ss / cols + eps);
+        for (int c = 0; c < cols; c++)
+            acc_add(a, bf(out[(size_t)r * cols + c]), v[c] * rr * bf(w[c]), BF16_RTOL, 1e-6);
+    }
+    snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
+    acc_report(a, what, BF16_NORM_TOL);
+    check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
+          "rmsnorm rows %4d cols %5d: residual "
+          "left unchanged",
+          rows, cols);
+
+    /* k_add_rmsnorm: residual += x, out = norm(residual) * w */
+    GPU_OK(cudaMemset(dout, 0xff, n * sizeof(bf16)));
+    K_OK(k_add_rmsnorm(r0, dx, dw, dout, rows, cols, eps, 0));
+    out = host(dout, n);
+    res_after = host(r0, n);
+    acc ar, ao;
+    for (int r = 0; r < rows; r++) {
+        const float *v = &res[res_offset + (size_t)r * cols];
+        const bf16 *xr = &x[(size_t)r * cols];
+        std::vector<double> sum(cols);
+        double ss = 0;
+        for (int c = 0; c < cols; c++) {
+            double exact = (double)v[c] + bf(xr[c]);
+            acc_add(ar, res_after[(size_t)r * cols + c], exact, F32_RTOL, 0);
+            sum[c] = (double)(float)exact; /* the stored residual the norm sees */
+            ss += sum[c] * sum[c];
+        }
+        double rr = 1.0 / sqrt(ss / cols + eps);
+        for (int c = 0; c < cols; c++)
+            acc_add(ao, bf(out[(size_t)r * cols + c]), sum[c] * rr * bf(w[c]), BF16_RTOL, 1e-6);
+    }
+    snprintf(what, sizeof what, "add_rmsnorm rows %4d cols %5d%s: residual", rows, cols,
+             res_offset ? " (misaligned)" : "");
+    acc_report(ar, what, 2e-7);
+    snprintf(what, sizeof what, "add_rmsnorm rows %4d cols %5d%s: out", rows, cols,
+             res_offset ? " (misaligned)" : "");
+    acc_report(ao, what, BF16_NORM_TOL);
+    GPU_OK(cudaFree(dres));
+    GPU_OK(cudaFree(dx));
+    GPU_OK(cudaFree(dw));
+    GPU_OK(cudaFree(dout));
+}
+
+static void test_rmsnorm(void)
+{
+    const int cols[] = {64, 1024, 5120, 4096 + 8};
+    const int rows[] = {1, 7, 4096};
+    uint64_t k = 100;
+    for (int c : cols)
+        for (int r : rows)
+            test_rmsnorm_case(r, c, 0, case_seed(k++));
+    test_rmsnorm_case(7, 1001, 0, case_seed(k++)); /* cols % 8 != 0: scalar path */
+    test_rmsnorm_case(300, 1001, 0, case_seed(k++));
+    test_rmsnorm_case(5, 1024, 1, case_seed(k++));    /* residual not 16-byte aligned: scalar path */
+    test_rmsnorm_case(300, 16384, 0, case_seed(k++)); /* 8 units a thread, 256 threads */
+    test_rmsnorm_case(3, 24576, 0, case_seed(k++));   /* 8 units a thread, 384 threads */
+    test_rmsnorm_case(2, 40000, 0, case_seed(k++));   /* too wide for registers: scalar path */
+    check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "rmsnorm rows 0 is a no-op");
+    int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);
+    check(rc == -1 && strstr(k_last_error(), "cols 0"), "add_rmsnorm cols 0 fails cleanly: \"%s\"",
+          k_last_error());
+
+    /* timing at T = 8192, C = 5120 */
+    const int T = 8192, C = 5120;
+    uint64_t s = case_seed(199);
+    std::vector<float> res((size_t)T * C);
+    for (auto &v : res)
+        v = gt_uniform(&s);
+    std::vector<bf16> x = rand_bf16_uniform((size_t)T * C, 0.1f, &s), w = rand_bf16(C, 0.2f, 1.f, &s);
+    float *dres = dev(res);
+    bf16 *dx = dev(x), *dw = dev(w), *dout = gt_poisoned<bf16>((size_t)T * C);
+    double ms = median_ms([&] { return k_rmsnorm(dres, dw, dout, T, C, 1e-6f, 0); });
+    print_time("k_rmsnorm T 8192 C 5120 (read 4 B + write 2 B / element)", ms, (double)T * C * 6);
+    ms = median_ms([&] { return k_add_rmsnorm(dres, dx, dw, dout, T, C, 1e-6f, 0); });
+    print_time("k_add_rmsnorm T 8192 C 5120 (read 4+2 B + write 4+2 B)", ms, (double)T * C * 12);
+    GPU_OK(cudaFree(dres));
+    GPU_OK(cudaFree(dx));
+    GPU_OK(cudaFree(dw));
+    GPU_OK(cudaFree(dout));
+}
+
+/* ---- qk_norm_rope_kv */
+
+struct rope_case {
+    enum model_arch arch; /* QWEN3: q/k norms; QWEN2: bias; LLAMA: neither */
+    int D, H, KVH, T, block_size;
+    enum rope_type rope;
+    int max_pos;    /* positions drawn from [0, max_pos) */
+    int qkv_offset; /* elements: a misaligned qkv exercises the scalar path */
+};
+
+static const char *arch_name(enum model_arch a)
+{
+    return a == ARCH_QWEN3 ? "qwen3" : a == ARCH_QWEN2 ? "qwen2" : "llama";
+}
+
+static void test_rope_case(const rope_case &rc, uint64_t seed)
+{
+    uint64_t s = seed;
+    const int D = rc.D, H = rc.H, KVH = rc.KVH, T = rc.T, bs = rc.block_size, half = D / 2;
+    const int NH = H + 2 * KVH, QKV = NH * D;
+    const bool norms = rc.arch == ARCH_QWEN3, bias = rc.arch == ARCH_QWEN2;
+    const float eps = 1e-6f;
+
+    struct model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.arch = rc.arch;
+    cfg.head_dim = D;
+    cfg.max_position = 40960;
+    cfg.rope_theta = rc.arch == ARCH_LLAMA ? 500000.0 : 1000000.0;
+    cfg.rope_scaling.type = rc.rope;
+    if (rc.rope == ROPE_YARN) {
+        cfg.rope_scaling.factor = 4.0;
+        cfg.rope_scaling.original_max = 32768;
+    } else if (rc.rope == ROPE_LLAMA3) {
+        cfg.rope_scaling.factor = 8.0;
+        cfg.rope_scaling.low_freq_factor = 1.0;
+        cfg.rope_scaling.high_freq_factor = 4.0;
+        cfg.rope_scaling.original_max = 8192;
+    }
+    std::vector<float> inv_freq(half);
+    float attn_scale = 0;
+    char err[256];
+    if (backend_rope_freqs(&cfg, inv_freq.data(), &attn_scale, err, sizeof err)) {
+        check(false, "backend_rope_freqs: %s", err);
+        return;
+    }
+
+    /* inputs */
+    std::vector<bf16> qkv = rand_bf16((size_t)T * QKV, norms ? 2.f : 1.f, 0.f, &s);
+    std::vector<bf16> b = rand_bf16(QKV, 0.5f, 0.f, &s);
+    std::vector<bf16> qn = rand_bf16(D, 0.2f, 1.f, &s), kn = rand_bf16(D, 0.2f, 1.f, &s);
+    std::vector<int32_t> pos(T), slot(T);
+    for (int t = 0; t < T; t++)
+        pos[t] = (int32_t)(gt_next(&s) % (uint64_t)rc.max_pos);
+    pos[0] = T > 1 ? 0 : rc.max_pos - 1; /* the extremes */
+    if (T > 1)
+        pos[T - 1] = rc.max_pos - 1;
+    /* the cache: shuffled physical blocks; token t goes to a random distinct logical slot, ~10% skipped */
+    const int nblocks = (T + bs - 1) / bs + 3;
+    std::vector<int> blocks(nblocks), logical(T);
+    for (int i = 0; i < nblocks; i++)
+        blocks[i] = i;
+    for (int i = nblocks - 1; i > 0; i--)
+        std::swap(blocks[i], blocks[gt_next(&s) % (uint64_t)(i + 1)]);
+    for (int i = 0; i < T; i++)
+        logical[i] = i;
+    for (int i = T - 1; i > 0; i--)
+        std::swap(logical[i], logical[gt_next(&s) % (uint64_t)(i + 1)]);
+    int skipped = 0;
+    for (int t = 0; t < T; t++) {
+        bool skip = T > 1 && gt_next(&s) % 10 == 0;
+        slot[t] = skip ? -1 : blocks[logical[t] / bs] * bs + logical[t] % bs;
+        skipped += skip;
+    }
+    const size_t cache_n = (size_t)nblocks * KVH * bs * D;
+
+    bf16 *dqkv_base = gt_poisoned<bf16>((size_t)T * QKV + rc.qkv_offset), *dqkv = dqkv_base + rc.qkv_offset;
+    GPU_OK(cudaMemcpy(dqkv, qkv.data(), qkv.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+    bf16 *db = dev(b), *dqn = dev(qn), *dkn = dev(kn);
+    int32_t *dpos = dev(pos), *dslot = dev(slot);
+    float *dfreq = dev(inv_freq);
+    bf16 *dk = gt_poisoned<bf16>(cache_n), *dv = gt_poisoned<bf16>(cache_n);
+    K_OK(k_qk_norm_rope_kv(dqkv, bias ? db : NULL, norms ? dqn : NULL, norms ? dkn : NULL, eps, dpos, dfreq,
+                           attn_scale, dslot, dk, dv, T, H, KVH, D, bs, 0));
+    std::vector<bf16> gq = host(dqkv, (size_t)T * QKV), gk = host(dk, cache_n), gv = host(dv, cache_n);
+
+    /* reference, in double from the bf16 inputs; the angle is rounded to fp32 as transformers does */
+    acc aq, ak, av;
+    std::vector<char> written(cache_n, 0);
+    std::vector<double> x(D), c(half), sn(half);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float ang = (float)pos[t] * inv_freq[i];
+            c[i] = cos((double)ang) * attn_scale, sn[i] = sin((double)ang) * attn_scale;
+        }
+        for (int hh = 0; hh < NH; hh++) {
+            const int kind = hh < H ? 0 : hh < H + KVH ? 1 : 2;
+            for (int i = 0; i < D; i++)
+                x[i] = (double)bf(qkv[(size_t)t * QKV + hh * D + i]) + (bias ? bf(b[hh * D + i]) : 0.0);
+            if (norms && kind < 2) {
+                double ss = 0;
+                for (int i = 0; i < D; i++)
+                    ss += x[i] * x[i];
+                double r = 1.0 / sqrt(ss / D + eps);
+                const std::vector<bf16> &w = kind == 0 ? qn : kn;
+                for (int i = 0; i < D; i++)
+                    x[i] = x[i] * r * bf(w[i]);
+            }
+            if (kind < 2)
+                for (int i = 0; i < half; i++) {
+                    double a0 = x[i], a1 = x[i + half];
+                    x[i] = a0 * c[i] - a1 * sn[i];
+                    x[i + half] = a1 * c[i] + a0 * sn[i];
+                }
+            if (kind == 0) {
+                for (int i = 0; i < D; i++)
+                    acc_add(aq, bf(gq[(size_t)t * QKV + hh * D + i]), x[i], BF16_RTOL, 1e-5);
+            } else if (slot[t] >= 0) {
+                const int g = hh - H - (kind == 2 ? KVH : 0);
+                const size_t at = (((size_t)(slot[t] / bs) * KVH + g) * bs + slot[t] % bs) * D;
+                for (int i = 0; i < D; i++) {
+                    acc_add(kind == 1 ? ak : av, bf((kind == 1 ? gk : gv)[at + i]), x[i], BF16_RTOL, 1e-5);
+                    written[at + i] = 1;
+                }
+            }
+        }
+    }
+    size_t clobbered = 0, first = 0;
+    for (size_t i = 0; i < cache_n; i++)
+        if (!written[i] && (bits(gk[i]) != 0xffff || bits(gv[i]) != 0xffff))
+            if (!clobbered++)
+                first = i;
+
+    char what[160];
+    snprintf(what, sizeof what, "rope %s D %3d H %2d KVH %d T %4d bs %2d%s%s%s", arch_name(rc.arch), D, H,
+             KVH, T, bs,
+             rc.rope == ROPE_YARN     ? " yarn"
+             : rc.rope == ROPE_LLAMA3 ? " llama3"
+                                      : "",
+             rc.qkv_offset ? " misaligned" : "", rc.max_pos > 105615 ? " long" : "");
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s: q", what);
+    acc_report(aq, w2, BF16_NORM_TOL);
+    snprintf(w2, sizeof w2, "%s: k cache", what);
+    acc_report(ak, w2, BF16_NORM_TOL);
+    snprintf(w2, sizeof w2, "%s: v cache", what);
+    acc_report(av, w2, BF16_NORM_TOL);
+    check(clobbered == 0,
+          "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g", what,
+          clobbered, first, skipped, attn_scale);
+
+    GPU_OK(cudaFree(dqkv_base));
+    GPU_OK(cudaFree(db));
+    GPU_OK(cudaFree(dqn));
+    GPU_OK(cudaFree(dkn));
+    GPU_OK(cudaFree(dpos));
+    GPU_OK(cudaFree(dslot));
+    GPU_OK(cudaFree(dfreq));
+    GPU_OK(cudaFree(dk));
+    GPU_OK(cudaFree(dv));
+}
+
+static void test_rope(void)
+{
+    const enum model_arch archs[] = {ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA};
+    const int Ds[] = {64, 128};
+    const int heads[][2] = {{40, 8}, {16, 8}, {4, 4}};
+    const int Ts[] = {1, 37, 300};
+    uint64_t k = 300;
+    int i = 0;
+    for (enum model_arch a : archs)
+        for (int D : Ds)
+            for (auto &h : heads) {
+                const int T = Ts[i % 3], bs = i % 2 ? 16 : 32;
+                i++;
+                test_rope_case({a, D, h[0], h[1], T, bs, ROPE_DEFAULT, 100000, 0}, case_seed(k++));
+            }
+    /* the other vector widths, the scalar fallback, rope scalings, long positions, misalignment */
+    test_rope_case({ARCH_QWEN3, 16, 4, 2, 50, 32, ROPE_DEFAULT, 4096, 0}, case_seed(k++)); /* tiny models */
+    test_rope_case({ARCH_QWEN3, 32, 8, 2, 50, 16, ROPE_DEFAULT, 4096, 0}, case_seed(k++));
+    test_rope_case({ARCH_QWEN3, 256, 8, 2, 40, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++));
+    test_rope_case({ARCH_QWEN2, 96, 12, 4, 40, 32, ROPE_DEFAULT, 100000, 0},
+                   case_seed(k++));                                                          /* scalar path */
+    test_rope_case({ARCH_QWEN3, 80, 8, 8, 40, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++)); /* scalar path */
+    test_rope_case({ARCH_QWEN3, 128, 40, 8, 100, 32, ROPE_YARN, 131072, 0}, case_seed(k++));
+    test_rope_case({ARCH_LLAMA, 128, 32, 8, 100, 32, ROPE_LLAMA3, 131072, 0}, case_seed(k++));
+    test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 1000000, 0}, case_seed(k++));
+    test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 100000, 4}, case_seed(k++));
+    test_rope_case({ARCH_QWEN2, 64, 16, 8, 64, 32, ROPE_DEFAULT, 100000, 1}, case_seed(k++));
+    check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64, 32,
+                            0) == 0,
+          "rope T 0 is a no-op");
+    int rc = k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 4, 8, 3, 64,
+                               32, 0);
+    check(rc == -1 && strstr(k_last_error(), "KVH 3"), "rope H %% KVH != 0 fails cleanly: \"%s\"",
+          k_last_error());
+
+    /* timing: Qwen3-14B, T = 8192 tokens */
+    const int T = 8192, H = 40, KVH = 8, D = 128, bs = 32, NH = H + 2 * KVH;
+    uint64_t s = case_seed(399);
+    std::vector<bf16> qkv = rand_bf16_uniform((size_t)T * NH * D, 2.f, &s), qn = rand_bf16(D, 0.2f, 1.f, &s);
+    std::vector<int32_t> pos(T), slot(T);
+    for (int t = 0; t < T; t++)
+        pos[t] = t, slot[t] = t;
+    std::vector<float> inv_freq(D / 2);
+    for (int i = 0; i < D / 2; i++)
+        inv_freq[i] = 1.0f / powf(1e6f, (float)(2 * i) / D);
+    bf16 *dqkv = dev(qkv), *dqn = dev(qn), *dk = gt_poisoned<bf16>((size_t)T * KVH * D),
+         *dv = gt_poisoned<bf16>((size_t)T * KVH * D);
+    int32_t *dpos = dev(pos), *dslot = dev(slot);
+    float *dfreq = dev(inv_freq);
+    double ms = median_ms([&] {
+        return k_qk_norm_rope_kv(dqkv, NULL, dqn, dqn, 1e-6f, dpos, dfreq, 1.f, dslot, dk, dv, T, H, KVH, D,
+                                 bs, 0);
+    });
+    print_time("k_qk_norm_rope_kv Qwen3-14B T 8192 (qkv read, q+k+v written)", ms,
+               (double)T * NH * D * 2 * 2);
+    GPU_OK(cudaFree(dqkv));
+    GPU_OK(cudaFree(dqn));
+    GPU_OK(cudaFree(dk));
+    GPU_OK(cudaFree(dv));
+    GPU_OK(cudaFree(dpos));
+    GPU_OK(cudaFree(dslot));
+    GPU_OK(cudaFree(dfreq));
+}
+
+/* ---- silu_mul */
+
+static void test_silu_case(int T, int F, uint64_t seed)
+{
+    uint64_t s = seed;
+    std::vector<bf16> gu = rand_bf16_uniform((size_t)T * 2 * F, 6.f, &s);
+    bf16 *dgu = dev(gu), *dout = gt_poisoned<bf16>((size_t)T * F);
+    K_OK(k_silu_mul(dgu, dout, T, F, 0));
+    std::vector<bf16> out = host(dout, (size_t)T * F);
+    acc a;
+    for (int t = 0; t < T; t++)
+        for (int f = 0; f < F; f++) {
+            double g = bf(gu[(size_t)t * 2 * F + f]), u = bf(gu[(size_t)t * 2 * F + F + f]);
+            acc_add(a, bf(out[(size_t)t * F + f]), g / (1.0 + exp(-g)) * u, BF16_RTOL, 1e-6);
+        }
+    char what[96];
+    snprintf(what, sizeof what, "silu_mul T %4d F %5d", T, F);
+    acc_report(a, what, BF16_NORM_TOL);
+    GPU_OK(cudaFree(dgu));
+    GPU_OK(cudaFree(dout));
+}
+
+static void test_silu(void)
+{
+    const int Ts[] = {1, 7, 100, 4096};
+    uint64_t k = 500;
+    for (int T : Ts)
+        test_silu_case(T, 17408, case_seed(k++));
+    test_silu_case(33, 1003, case_seed(k++)); /* F % 8 != 0: scalar path */
+    test_silu_case(5, 24, case_seed(k++));
+    test_silu_case(3, 3000, case_seed(k++)); /* F / 8 = 375: two blocks a row */
+    check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "silu_mul T 0 is a no-op");
+
+    const int T = 8192, F = 17408;
+    uint64_t s = case_seed(599);
+    std::vector<bf16> gu = rand_bf16_uniform((size_t)T * 2 * F, 6.f, &s);
+    bf16 *dgu = dev(gu), *dout = gt_poisoned<bf16>((size_t)T * F);
+    double ms = median_ms([&] { return k_silu_mul(dgu, dout, T, F, 0); });
+    print_time("k_silu_mul T 8192 F 17408 (read 4 B + write 2 B / output)", ms, (double)T * F * 6);
+    GPU_OK(cudaFree(dgu));
+    GPU_OK(cudaFree(dout));
+}
+
+int main(void)
+{
+    gpu_require();
+    const char *e = getenv("LLMQ_TEST_SEED");
+    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+    if (!base_seed)
+        base_seed = 1;
+    cudaDeviceProp p;
+    GPU_OK(cudaGetDeviceProperties(&p, 0));
+    printf("device %s, %d SMs; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", p.name, p.multiProcessorCount,
+           (unsigned long long)base_seed, (unsigned long long)base_seed);
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_silu();
+    GPU_OK(cudaDeviceSynchronize());
+    printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
+    return failures ? 1 : 0;
+}

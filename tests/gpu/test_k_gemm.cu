@@ -1,0 +1,395 @@
+/* k_gemm_bf16 (cuBLASLt) against a double reference: Y[M, N] = X[M, K] . W[N, K]^T.
+ *
+ * Shapes: every GEMM of Qwen3-14B (C 5120, H 40, KVH 8, D 128, F 17408, V 151936) at M = 1, 3, 16,
+ * 128, 1000, 4096, checked on 2000 random (m, n) pairs plus the four corners (the reference costs
+ * K multiply-adds per output), with the whole output scanned on the device for NaN/inf (outputs are
+ * poisoned first, so an unwritten tile shows); small and odd shapes are checked in full.
+ *
+ * Tolerances. The products of bf16 inputs are exact in fp32; what differs from the double reference
+ * is the fp32 accumulation (bounded, per output, by a small multiple of 2^-24 * sum_k |x_k w_k|; we
+ * allow atol = 2e-6 * sum_k |x_k w_k|, 30x the random-walk estimate of sequential fp32 summation
+ * and far more than blocked tensor-core summation gives) and then the output rounding:
+ * - bf16 out: |got - ref| <= 2^-8 * 1.001 * |ref| + atol per element (half an ulp of bf16), and
+ *   ||got - ref|| / ||ref|| <= 4e-3;
+ * - fp32 out (logits): |got - ref| <= 1e-6 * |ref| + atol, norm-relative <= 5e-5.
+ * Inputs are fresh random numbers from a seeded hash on the device (seed printed; LLMQ_TEST_SEED=N
+ * reproduces); X ~ N(0, 1), W ~ N(0, 1/K) so outputs are O(1).
+ *
+ * Alignment: cuBLASLt's bf16 tensor-core kernels want 16-byte aligned rows, so N and K multiples of
+ * 8; the backend only has such shapes. Odd N or K must either compute the right answer (the
+ * heuristic offers a slower kernel) or fail cleanly with a message; both are reported.
+ *
+ * Timing: each Qwen3-14B shape, median of 20 runs after 3 warm-ups, rotating among enough weight
+ * copies (>= 256 MiB in all) that L2 (50 MiB) cannot serve them; printed as weight bandwidth (N K 2
+ * bytes over the time) and TFLOP/s (2 M N K over the time), against the H200's measured 4.2 TB/s
+ * copy and 776 TFLOP/s bf16 dense. */
+#include <algorithm>
+#include <cmath>
+#include <stdarg.h>
+#include <string>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+
+#define BF16_RTOL (1.0 / 256 * 1.001)
+#define F32_RTOL 1e-6
+#define ATOL_FRAC 2e-6
+
+static int failures = 0;
+static uint64_t base_seed;
+
+static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok)
+        failures++;
+}
+
+/* ---- device helpers (test-local kernels) */
+
+__host__ __device__ static inline uint64_t splitmix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* p[i] = bf16(scale * approx N(0,1)): the sum of four 16-bit uniforms of one hash, standardized */
+__global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        float a = 0;
+        for (int j = 0; j < 4; j++)
+            a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
+        p[i] = __float2bfloat16((a - 2.f) * 1.7320508f * scale); /* var of 4 U(0,1) is 1/3 */
+    }
+}
+static void fill(bf16 *p, size_t n, uint64_t seed, float scale)
+{
+    fill_kernel<<<1024, 256>>>(p, n, seed, scale);
+    GPU_OK(cudaGetLastError());
+}
+
+__global__ void count_nonfinite_kernel(const void *y, int f32, size_t n, unsigned long long *count)
+{
+    unsigned long long c = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = f32 ? ((const float *)y)[i] : __bfloat162float(((const bf16 *)y)[i]);
+        c += !isfinite(v);
+    }
+    if (c)
+        atomicAdd(count, c);
+}
+static unsigned long long count_nonfinite(const void *y, int f32, size_t n)
+{
+    unsigned long long *d, h = 0;
+    GPU_OK(cudaMalloc(&d, sizeof *d));
+    GPU_OK(cudaMemset(d, 0, sizeof *d));
+    count_nonfinite_kernel<<<1024, 256>>>(y, f32, n, d);
+    GPU_OK(cudaGetLastError());
+    GPU_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+    GPU_OK(cudaFree(d));
+    return h;
+}
+
+__global__ void gather_kernel(const void *y, int f32, const size_t *idx, int n, float *out)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = f32 ? ((const float *)y)[idx[i]] : __bfloat162float(((const bf16 *)y)[idx[i]]);
+}
+
+static std::vector<bf16> to_host(const bf16 *d, size_t n)
+{
+    std::vector<bf16> h(n);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* ---- one checked product */
+
+struct gemm_case {
+    const char *name;
+    int M, N, K, y_f32;
+    int x_off, w_off, y_off; /* element offsets into the buffers (alignment tests) */
+    bool odd;                /* odd N or K: a clean failure is acceptable */
+};
+
+/* Checks Y against the reference on `pairs` (m, n) (all of them when pairs is empty).
+ * X, W, Y are device pointers of the product itself. Returns false on failure. */
+static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y, int y_f32, int M, int N,
+                   int K, std::vector<std::pair<int, int>> pairs)
+{
+    bool full = pairs.empty();
+    if (full)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++)
+                pairs.push_back({m, n});
+    unsigned long long bad_values = count_nonfinite(Y, y_f32, (size_t)M * N);
+
+    /* gather the sampled outputs on the device */
+    const int P = (int)pairs.size();
+    std::vector<size_t> idx(P);
+    for (int i = 0; i < P; i++)
+        idx[i] = (size_t)pairs[i].first * N + pairs[i].second;
+    size_t *didx;
+    float *dout;
+    GPU_OK(cudaMalloc(&didx, P * sizeof(size_t)));
+    GPU_OK(cudaMalloc(&dout, P * sizeof(float)));
+    GPU_OK(cudaMemcpy(didx, idx.data(), P * sizeof(size_t), cudaMemcpyHostToDevice));
+    gather_kernel<<<(P + 255) / 256, 256>>>(Y, y_f32, didx, P, dout);
+    GPU_OK(cudaGetLastError());
+    std::vector<float> got(P);
+    GPU_OK(cudaMemcpy(got.data(), dout, P * sizeof(float), cudaMemcpyDeviceToHost));
+    GPU_OK(cudaFree(didx));
+    GPU_OK(cudaFree(dout));
+
+    /* the rows of X and W the samples need */
+    std::vector<bf16> xh = to_host(X, (size_t)M * K);
+    std::vector<int> rows_w;
+    for (auto &p : pairs)
+        rows_w.push_back(p.second);
+    std::sort(rows_w.begin(), rows_w.end());
+    rows_w.erase(std::unique(rows_w.begin(), rows_w.end()), rows_w.end());
+    std::vector<int> w_at(N, -1);
+    std::vector<bf16> wh(rows_w.size() * (size_t)K);
+    if (full || rows_w.size() * 4 > (size_t)N) {
+        wh = to_host(W, (size_t)N * K);
+        for (int n = 0; n < N; n++)
+            w_at[n] = n;
+    } else
+        for (size_t r = 0; r < rows_w.size(); r++) {
+            GPU_OK(
+                cudaMemcpy(&wh[r * K], W + (size_t)rows_w[r] * K, K * sizeof(bf16), cudaMemcpyDeviceToHost));
+            w_at[rows_w[r]] = (int)r;
+        }
+
+    double num = 0, den = 0, worst = -1, worst_got = 0, worst_ref = 0;
+    size_t bad = 0, nan = 0;
+    int worst_m = 0, worst_n = 0;
+    std::vector<float> xf(K);
+    int last_m = -1;
+    for (int i = 0; i < P; i++) {
+        const int m = pairs[i].first, n = pairs[i].second;
+        if (m != last_m) {
+            for (int k = 0; k < K; k++)
+                xf[k] = __bfloat162float(xh[(size_t)m * K + k]);
+            last_m = m;
+        }
+        const bf16 *w = &wh[(size_t)w_at[n] * K];
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+            double p = (double)xf[k] * __bfloat162float(w[k]);
+            ref += p, mag += fabs(p);
+        }
+        if (!std::isfinite(got[i])) {
+            nan++;
+            continue;
+        }
+        double d = fabs(got[i] - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) + ATOL_FRAC * mag;
+        num += d * d, den += ref * ref;
+        bad += d > bound;
+        if (d / bound > worst)
+            worst = d / bound, worst_m = m, worst_n = n, worst_got = got[i], worst_ref = ref;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    bool ok = bad == 0 && nan == 0 && bad_values == 0 && rel <= tol;
+    printf(
+        "%s %-46s %s %6d checked  rel %.2e (tol %.0e)  worst |d|/bound %.3f at (%d, %d) got %.6g ref %.6g  "
+        "out-of-bound %zu  nan/inf in Y %llu\n",
+        ok ? "ok  " : "FAIL", what, full ? "full   " : "sampled", P, rel, tol, worst, worst_m, worst_n,
+        worst_got, worst_ref, bad, bad_values);
+    if (!ok)
+        failures++;
+    return ok;
+}
+
+/* Runs and checks one small case, full comparison. */
+static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
+{
+    bf16 *xb, *wb;
+    void *yb;
+    const size_t ysz = c.y_f32 ? 4 : 2;
+    GPU_OK(cudaMalloc(&xb, ((size_t)c.M * c.K + c.x_off) * sizeof(bf16)));
+    GPU_OK(cudaMalloc(&wb, ((size_t)c.N * c.K + c.w_off) * sizeof(bf16)));
+    GPU_OK(cudaMalloc(&yb, ((size_t)c.M * c.N + c.y_off) * ysz));
+    bf16 *X = xb + c.x_off, *W = wb + c.w_off;
+    void *Y = (char *)yb + c.y_off * ysz;
+    fill(X, (size_t)c.M * c.K, seed, 1.f);
+    fill(W, (size_t)c.N * c.K, seed ^ 0x5555, 1.f / sqrtf((float)c.K));
+    GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
+    char what[128];
+    snprintf(what, sizeof what, "%s M %d N %d K %d %s%s", c.name, c.M, c.N, c.K, c.y_f32 ? "f32" : "bf16",
+             c.x_off || c.w_off || c.y_off ? " offset" : "");
+    int rc = k_gemm_bf16(g, X, W, Y, c.y_f32, c.M, c.N, c.K, 0);
+    if (rc != 0 && c.odd) {
+        check(strlen(k_last_error()) > 0, "%s: not supported, failed cleanly: %s", what, k_last_error());
+    } else if (rc != 0) {
+        check(false, "%s: %s", what, k_last_error());
+    } else {
+        GPU_OK(cudaDeviceSynchronize());
+        verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
+        /* the cached plan, again, on fresh poison */
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
+        K_OK(k_gemm_bf16(g, X, W, Y, c.y_f32, c.M, c.N, c.K, 0));
+        GPU_OK(cudaDeviceSynchronize());
+        snprintf(what + strlen(what), sizeof what - strlen(what), " (again)");
+        verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
+    }
+    GPU_OK(cudaFree(xb));
+    GPU_OK(cudaFree(wb));
+    GPU_OK(cudaFree(yb));
+}
+
+/* ---- Qwen3-14B shapes: sampled check and timing */
+
+struct big_shape {
+    const char *name;
+    int N, K, y_f32;
+};
+
+static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
+                          std::vector<std::string> &table)
+{
+    const int Ms[] = {1, 3, 16, 128, 1000, 4096};
+    const int Mmax = 4096;
+    const size_t wbytes = (size_t)s.N * s.K * 2, ysz = s.y_f32 ? 4 : 2;
+    const int copies = (int)std::min<size_t>(8, std::max<size_t>(1, ((size_t)256 << 20) / wbytes + 1));
+    bf16 *X, *Wc;
+    void *Y;
+    GPU_OK(cudaMalloc(&X, (size_t)Mmax * s.K * 2));
+    GPU_OK(cudaMalloc(&Wc, wbytes * copies));
+    GPU_OK(cudaMalloc(&Y, (size_t)Mmax * s.N * ysz));
+    fill(X, (size_t)Mmax * s.K, seed, 1.f);
+    fill(Wc, (size_t)s.N * s.K, seed ^ 0x77, 1.f / sqrtf((float)s.K));
+    for (int c = 1; c < copies; c++)
+        GPU_OK(cudaMemcpy((char *)Wc + c * wbytes, Wc, wbytes, cudaMemcpyDeviceToDevice));
+    cudaEvent_t e0, e1;
+    GPU_OK(cudaEventCreate(&e0));
+    GPU_OK(cudaEventCreate(&e1));
+    uint64_t r = seed;
+    for (int M : Ms) {
+        /* check: fresh poison, one product, 2000 random samples and the corners */
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
+        char what[128];
+        snprintf(what, sizeof what, "%-8s M %4d N %6d K %5d %s", s.name, M, s.N, s.K,
+                 s.y_f32 ? "f32" : "bf16");
+        if (k_gemm_bf16(g, X, Wc, Y, s.y_f32, M, s.N, s.K, 0)) {
+            check(false, "%s: %s", what, k_last_error());
+            continue;
+        }
+        GPU_OK(cudaDeviceSynchronize());
+        std::vector<std::pair<int, int>> pairs = {{0, 0}, {0, s.N - 1}, {M - 1, 0}, {M - 1, s.N - 1}};
+        for (int i = 0; i < 2000; i++)
+            pairs.push_back({(int)(gt_next(&r) % (uint64_t)M), (int)(gt_next(&r) % (uint64_t)s.N)});
+        std::sort(pairs.begin(), pairs.end());
+        verify(what, X, Wc, Y, s.y_f32, M, s.N, s.K, pairs);
+
+        /* time: 3 warm-ups, then 20 runs each between its own events, weights rotating */
+        for (int i = 0; i < 3; i++)
+            K_OK(k_gemm_bf16(g, X, (bf16 *)((char *)Wc + (i % copies) * wbytes), Y, s.y_f32, M, s.N, s.K, 0));
+        std::vector<float> t(20);
+        for (int i = 0; i < 20; i++) {
+            const bf16 *W = (const bf16 *)((const char *)Wc + (i % copies) * wbytes);
+            GPU_OK(cudaEventRecord(e0));
+            K_OK(k_gemm_bf16(g, X, W, Y, s.y_f32, M, s.N, s.K, 0));
+            GPU_OK(cudaEventRecord(e1));
+            GPU_OK(cudaEventSynchronize(e1));
+            GPU_OK(cudaEventElapsedTime(&t[i], e0, e1));
+        }
+        std::sort(t.begin(), t.end());
+        const double ms = t[10], tbs = wbytes / ms * 1e-9, tflops = 2.0 * M * s.N * s.K / ms * 1e-9;
+        char line[256];
+        snprintf(
+            line, sizeof line,
+            "time %-8s M %4d N %6d K %5d %s: %9.4f ms  weights %5.2f TB/s (%3.0f%% of 4.2)  %6.1f TFLOP/s "
+            "(%3.0f%% of 776)",
+            s.name, M, s.N, s.K, s.y_f32 ? "f32 " : "bf16", ms, tbs, tbs / 4.2 * 100, tflops,
+            tflops / 776 * 100);
+        printf("%s\n", line);
+        table.push_back(line);
+    }
+    GPU_OK(cudaEventDestroy(e0));
+    GPU_OK(cudaEventDestroy(e1));
+    GPU_OK(cudaFree(X));
+    GPU_OK(cudaFree(Wc));
+    GPU_OK(cudaFree(Y));
+}
+
+int main(void)
+{
+    gpu_require();
+    const char *e = getenv("LLMQ_TEST_SEED");
+    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+    cudaDeviceProp p;
+    GPU_OK(cudaGetDeviceProperties(&p, 0));
+    printf("device %s, %d SMs, L2 %d MiB; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", p.name,
+           p.multiProcessorCount, p.l2CacheSize >> 20, (unsigned long long)base_seed,
+           (unsigned long long)base_seed);
+
+    setenv("LLMQ_GEMM_LOG", "1", 0); /* stderr: the algorithm cuBLASLt chose for each shape */
+    struct k_gemm *g = k_gemm_create(0);
+    if (!g) {
+        printf("FAIL k_gemm_create: %s\n", k_last_error());
+        return 1;
+    }
+    /* argument checks */
+    check(k_gemm_bf16(g, NULL, NULL, NULL, 0, 0, 64, 64, 0) == 0, "gemm M 0 is a no-op");
+    int rc = k_gemm_bf16(g, NULL, NULL, NULL, 0, 4, 0, 64, 0);
+    check(rc == -1 && strstr(k_last_error(), "N 0"), "gemm N 0 fails cleanly: \"%s\"", k_last_error());
+    rc = k_gemm_bf16(NULL, NULL, NULL, NULL, 0, 4, 8, 8, 0);
+    check(rc == -1 && strstr(k_last_error(), "NULL handle"), "gemm without a handle fails cleanly: \"%s\"",
+          k_last_error());
+
+    /* small and odd shapes, full check */
+    const gemm_case small[] = {
+        {"small", 37, 300, 200, 0, 0, 0, 0, false},
+        {"small", 37, 300, 200, 1, 0, 0, 0, false},
+        {"small", 1, 8, 8, 0, 0, 0, 0, false},
+        {"small", 5, 24, 64, 1, 0, 0, 0, false},
+        {"small", 129, 264, 136, 0, 0, 0, 0, false},
+        {"small", 64, 512, 4096, 0, 0, 0, 0, false},
+        {"small", 3, 1000, 256, 1, 0, 0, 0, false}, /* offsets: 16-byte aligned, not 256 */
+        {"small", 37, 304, 200, 0, 8, 8, 8, false},
+        {"small", 37, 304, 200, 1, 8, 16, 4, false},
+        /* odd N / K: correct, or a clean failure */
+        {"odd", 37, 301, 200, 0, 0, 0, 0, true},
+        {"odd", 37, 300, 203, 0, 0, 0, 0, true},
+        {"odd", 7, 301, 203, 1, 0, 0, 0, true},
+        {"odd", 37, 300, 200, 0, 1, 0, 0, true},
+    };
+    uint64_t k = 1;
+    for (const gemm_case &c : small)
+        small_case(g, c, splitmix(base_seed + k++));
+
+    /* Qwen3-14B */
+    const big_shape big[] = {
+        {"qkv", (40 + 16) * 128, 5120, 0}, {"o_proj", 5120, 5120, 0},    {"gate_up", 2 * 17408, 5120, 0},
+        {"down", 5120, 17408, 0},          {"lm_head", 151936, 5120, 1},
+    };
+    std::vector<std::string> table;
+    for (const big_shape &s : big)
+        big_shape_run(g, s, splitmix(base_seed + k++), table);
+    k_gemm_free(g);
+    k_gemm_free(NULL);
+
+    printf("\nsummary (median of 20, weights rotating through >= 256 MiB):\n");
+    for (auto &l : table)
+        printf("%s\n", l.c_str());
+    GPU_OK(cudaDeviceSynchronize());
+    printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
+    return failures ? 1 : 0;
+}
