@@ -25,3 +25,8 @@ int cmd_config(int argc, char **argv);
 int cmd_make_tiny_model(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+int cmd_enqueue(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_cancel(int argc, char **argv);
+int cmd_requeue_dead(int argc, char **argv);

@@ -19,6 +19,7 @@
 #include "engine/tokenizer.h"
 #include "worker/cli.h"
 #include "worker/config.h"
+#include "worker/engine_cfg.h"
 #include "worker/job.h"
 #include "worker/progress.h"
 #include "worker/result.h"
@@ -282,26 +283,6 @@ static void clamp_lanes(struct cfg *c)
         q->long_threshold_tokens = q->short_max_model_len - 1;
 }
 
-static struct engine_opts engine_opts_from_cfg(const struct cfg *c)
-{
-    struct engine_opts o = engine_opts_default();
-    o.be.block_size = c->engine.block_size;
-    o.be.max_num_seqs = c->engine.max_num_seqs;
-    o.be.max_num_batched_tokens = c->engine.max_num_batched_tokens;
-    o.be.max_model_len = c->model.max_model_len;
-    o.be.threads = c->engine.threads;
-    o.be.gpu_memory_utilization = c->engine.gpu_memory_utilization;
-    o.be.kv_cache_bytes = c->engine.cpu_kv_cache_bytes;
-    if (c->engine.kv_cache_dtype == CFG_KV_FP8)
-        o.be.kv_dtype = DT_F8_E4M3;
-    o.be.cuda_graphs = c->engine.cuda_graphs;
-    const char *backend = cfg_choice("engine.backend", c->engine.backend);
-    o.backend = backend ? backend : "auto";
-    o.enable_prefix_caching = c->engine.enable_prefix_caching;
-    o.seed = (uint64_t)c->engine.seed;
-    return o;
-}
-
 static void base_name(const char *dir, char *out, size_t len)
 {
     char tmp[4096];
@@ -358,7 +339,7 @@ static int setup(struct run *r, const char *input, const char *output)
         fprintf(stderr, "llmq %s: tokenizer %s: %s\n", CMD, tok_dir, err);
         return 1;
     }
-    struct engine_opts eo = engine_opts_from_cfg(c);
+    struct engine_opts eo = engine_cfg_opts(c);
     r->eng = engine_open(r->model, r->tok, &eo, err, sizeof err);
     if (!r->eng) {
         fprintf(stderr, "llmq %s: engine: %s\n", CMD, err);

@@ -1,0 +1,309 @@
+/* `llmq enqueue`: validates a JSONL file of jobs and pushes the good ones onto a Redis queue. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "queue/jobid.h"
+#include "queue/push.h"
+#include "queue/rq.h"
+#include "worker/cli.h"
+#include "worker/cli_redis.h"
+#include "worker/config.h"
+#include "worker/job.h"
+#include "worker/progress.h"
+
+static const char CMD[] = "enqueue";
+
+#define BATCH 1000        /* jobs per pipelined push */
+#define MAX_REPORTED 20   /* bad lines described on stderr; the rest are counted */
+#define BYTES_PER_TOKEN 4 /* --queue auto: a rough estimate of English text */
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "Usage: llmq enqueue [-c FILE] [--redis URL] [--queue short|long|auto] [--print-ids] [IN.jsonl|-]\n"
+        "\n"
+        "Reads jobs, one JSON object per line (llmq's form or OpenAI Batch request lines; docs/JOBS.md),\n"
+        "from IN or stdin, checks each the way a worker will (fields, types, bounds, templates of the\n"
+        "config), gives llmq-form jobs without an \"id\" a new one (a UUIDv7, written into the job), and\n"
+        "pushes the good ones onto the queue in pipelined batches, in file order (the first line is\n"
+        "fetched first). Bad lines are reported with their line number and not pushed. Blank lines are\n"
+        "skipped. Checks that need the model (prompt length against max_model_len) happen in the worker.\n"
+        "\n"
+        "Options:\n"
+        "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): redis, prefix, limits, templates\n"
+        "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
+        "  -q, --queue Q       short (default), long, or auto: long when the prompt's estimated length\n"
+        "                      (its bytes / 4) is over queues.long_threshold_tokens, else short. A worker\n"
+        "                      moves short-queue jobs that turn out longer to the long queue anyway\n"
+        "      --print-ids     print each pushed job's id on stdout, one per line (OpenAI lines: custom_id)\n"
+        "  -h, --help          this text\n"
+        "\n"
+        "A progress bar is drawn on stderr when it is a terminal; a summary line is always printed.\n"
+        "Exit status: 0 every line was pushed, 1 some lines were bad (the others were pushed) or Redis\n"
+        "failed, 2 the command line is wrong.\n");
+}
+
+struct pending {
+    const char *queue;
+    struct rq_push_item *items;
+    char **owned; /* the lines (copies) */
+    int n;
+};
+
+struct enq {
+    struct rq *q;
+    bool print_ids;
+    struct pending p[2]; /* short, long */
+    long pushed[2], bad, reported;
+    struct progress *bar;
+    bool failed;
+};
+
+static void flush(struct enq *e, struct pending *p)
+{
+    if (p->n == 0 || e->failed)
+        return;
+    if (rq_push(e->q, p->queue, p->items, p->n)) {
+        progress_clear(e->bar);
+        fprintf(stderr, "llmq %s: pushing onto queue %s failed: %s\n", CMD, p->queue, rq_error(e->q));
+        e->failed = true;
+    } else {
+        e->pushed[p == &e->p[1]] += p->n;
+        if (e->print_ids)
+            for (int i = 0; i < p->n; i++)
+                printf("%s\n", p->items[i].id);
+    }
+    for (int i = 0; i < p->n; i++) {
+        free(p->owned[i]);
+        free((char *)p->items[i].id);
+    }
+    p->n = 0;
+}
+
+static size_t prompt_bytes(const struct job *j)
+{
+    if (j->prompt)
+        return strlen(j->prompt);
+    if (j->prompt_ids)
+        return (size_t)j->n_prompt_ids * BYTES_PER_TOKEN;
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_msgs; i++)
+        n += j->msgs[i].content ? strlen(j->msgs[i].content) : 0;
+    return n;
+}
+
+static const char *find_template(void *ctx, const char *name)
+{
+    return cfg_template_find(ctx, name);
+}
+
+static long count_lines(const char *path)
+{
+    struct stat st;
+    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode))
+        return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    long n = 0;
+    int ch, last = '\n';
+    while ((ch = getc(f)) != EOF) {
+        n += ch == '\n';
+        last = ch;
+    }
+    fclose(f);
+    return n + (last != '\n');
+}
+
+/* One line: validate, give it an id, queue it for the next push. */
+static void take(struct enq *e, const struct job_opts *jo, const struct cfg *c, int mode, char *line,
+                 size_t len, long lineno)
+{
+    char err[1024];
+    struct job j;
+    int rc = job_parse(line, len, jo, &j, err, sizeof err);
+    if (rc) {
+        e->bad++;
+        if (e->reported++ < MAX_REPORTED) {
+            progress_clear(e->bar);
+            fprintf(stderr, "llmq %s: line %ld: %s (not pushed)\n", CMD, lineno, err);
+        }
+        job_free(&j);
+        return;
+    }
+    char *raw = NULL, *id = NULL;
+    size_t rawlen = len;
+    if (!j.id) { /* llmq form without an id: give it one inside the JSON, so every copy has it */
+        char nid[RQ_ID_MAX + 1];
+        rq_new_id(nid);
+        id = strdup(nid);
+        if (!id || rq_job_add_id(line, len, nid, &raw, &rawlen)) {
+            free(id);
+            e->bad++;
+            fprintf(stderr, "llmq %s: line %ld: out of memory\n", CMD, lineno);
+            job_free(&j);
+            return;
+        }
+    } else {
+        id = strdup(j.id);
+        raw = malloc(len + 1);
+        if (raw) {
+            memcpy(raw, line, len);
+            raw[len] = 0;
+        }
+    }
+    int lane = mode;
+    if (mode == 2)
+        lane = prompt_bytes(&j) / BYTES_PER_TOKEN > (size_t)c->queues.long_threshold_tokens;
+    job_free(&j);
+    struct pending *p = &e->p[lane];
+    if (!raw || !id) {
+        free(raw);
+        free(id);
+        e->bad++;
+        fprintf(stderr, "llmq %s: line %ld: out of memory\n", CMD, lineno);
+        return;
+    }
+    p->owned[p->n] = raw;
+    p->items[p->n] = (struct rq_push_item){.raw = raw, .len = rawlen, .id = id};
+    p->n++;
+    if (p->n == BATCH)
+        flush(e, p);
+}
+
+int cmd_enqueue(int argc, char **argv)
+{
+    enum { O_REDIS = 256, O_IDS };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'}, {"redis", required_argument, NULL, O_REDIS},
+        {"queue", required_argument, NULL, 'q'},  {"print-ids", no_argument, NULL, O_IDS},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    const char *config = cfg_default_path(), *redis = NULL, *queue = "short";
+    bool print_ids = false;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "c:q:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'c':
+            config = optarg;
+            break;
+        case O_REDIS:
+            redis = optarg;
+            break;
+        case 'q':
+            queue = optarg;
+            break;
+        case O_IDS:
+            print_ids = true;
+            break;
+        default:
+            return cli_bad_option(CMD, argc, argv);
+        }
+    }
+    int mode = !strcmp(queue, "short") ? 0 : !strcmp(queue, "long") ? 1 : !strcmp(queue, "auto") ? 2 : -1;
+    if (mode < 0)
+        return cli_usage_error(CMD, "--queue: expected short, long or auto, got '%s'", queue);
+    if (argc - optind > 1)
+        return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind + 1]);
+    const char *input = optind < argc ? argv[optind] : "-";
+
+    struct cfg c;
+    int rc = cli_redis_config(CMD, config, redis, &c);
+    if (rc) {
+        cfg_free(&c);
+        return rc;
+    }
+    FILE *in = strcmp(input, "-") ? fopen(input, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "llmq %s: cannot read %s: %s\n", CMD, input, strerror(errno));
+        cfg_free(&c);
+        return 1;
+    }
+    struct enq e;
+    memset(&e, 0, sizeof e);
+    e.print_ids = print_ids;
+    e.p[0].queue = "short";
+    e.p[1].queue = "long";
+    for (int i = 0; i < 2; i++) {
+        e.p[i].items = calloc(BATCH, sizeof *e.p[i].items);
+        e.p[i].owned = calloc(BATCH, sizeof *e.p[i].owned);
+    }
+    rc = 0;
+    if (!e.p[0].items || !e.p[0].owned || !e.p[1].items || !e.p[1].owned) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        rc = 1;
+    } else {
+        rc = cli_redis_open(CMD, &c, &e.q);
+    }
+    if (rc == 0) {
+        struct job_opts jo = job_opts_default();
+        job_defaults_from_cfg(&jo.defaults, &c.sampling);
+        jo.max_bytes = c.queues.max_job_bytes;
+        if (c.n_templates) {
+            jo.template_find = find_template;
+            jo.template_ctx = &c;
+        }
+        e.bar = progress_new(stderr, "lines", count_lines(input));
+        char *line = NULL;
+        size_t cap = 0;
+        long lineno = 0, jobs = 0;
+        ssize_t n;
+        while (!e.failed && (n = getline(&line, &cap, in)) >= 0) {
+            lineno++;
+            size_t len = (size_t)n;
+            while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+                line[--len] = 0;
+            size_t k = 0;
+            while (k < len && (line[k] == ' ' || line[k] == '\t'))
+                k++;
+            if (k == len)
+                continue;
+            take(&e, &jo, &c, mode, line, len, lineno);
+            jobs++;
+            progress_update(e.bar, lineno, 0);
+        }
+        if (ferror(in)) {
+            progress_clear(e.bar);
+            fprintf(stderr, "llmq %s: reading %s after line %ld: %s\n", CMD, input, lineno, strerror(errno));
+            e.failed = true;
+        }
+        free(line);
+        flush(&e, &e.p[0]);
+        flush(&e, &e.p[1]);
+        progress_update(e.bar, lineno, 0);
+        progress_finish(e.bar);
+        if (e.reported > MAX_REPORTED)
+            fprintf(stderr, "llmq %s: ... and %ld more bad lines\n", CMD, e.reported - MAX_REPORTED);
+        fprintf(stderr,
+                "llmq %s: %ld job%s read: %ld pushed (%ld to %s%s, %ld to %s%s), %ld bad (not pushed)%s\n",
+                CMD, jobs, jobs == 1 ? "" : "s", e.pushed[0] + e.pushed[1], e.pushed[0], e.q->keys.queue_stem,
+                "short", e.pushed[1], e.q->keys.queue_stem, "long", e.bad,
+                e.failed ? "; stopped by the error above" : "");
+        rc = e.failed || e.bad ? 1 : 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < e.p[i].n; k++) {
+            free(e.p[i].owned[k]);
+            free((char *)e.p[i].items[k].id);
+        }
+        free(e.p[i].items);
+        free(e.p[i].owned);
+    }
+    progress_free(e.bar);
+    rq_free(e.q);
+    if (in != stdin)
+        fclose(in);
+    cfg_free(&c);
+    return rc;
+}

@@ -1,0 +1,98 @@
+/* `llmq requeue-dead [--all | ID...]`: puts dead-lettered jobs back on their queue. */
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "queue/dead.h"
+#include "queue/keys.h"
+#include "queue/rq.h"
+#include "worker/cli.h"
+#include "worker/cli_redis.h"
+#include "worker/config.h"
+
+static const char CMD[] = "requeue-dead";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: llmq requeue-dead [-c FILE] [--redis URL] (--all | ID...)\n"
+            "\n"
+            "Puts jobs from the dead-letter list (llmq:dead) back at the end of the queue they failed on,\n"
+            "with a fresh hash (status queued, attempts 0): those with the given ids, or with --all every\n"
+            "entry (also those without an id, e.g. lines that were not JSON). Fix what made them fail\n"
+            "first (a config template, max_model_len, the job itself), or they come back to the dead list.\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): the redis section\n"
+            "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
+            "      --all           every dead entry\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "Exit status: 0 (prints how many were requeued), 1 when an id was not in the dead list or Redis\n"
+            "failed, 2 when the command line is wrong.\n");
+}
+
+int cmd_requeue_dead(int argc, char **argv)
+{
+    enum { O_REDIS = 256, O_ALL };
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"redis", required_argument, NULL, O_REDIS},
+        {"all", no_argument, NULL, O_ALL},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config = cfg_default_path(), *redis = NULL;
+    bool all = false;
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'c':
+            config = optarg;
+            break;
+        case O_REDIS:
+            redis = optarg;
+            break;
+        case O_ALL:
+            all = true;
+            break;
+        default:
+            return cli_bad_option(CMD, argc, argv);
+        }
+    }
+    int n = argc - optind;
+    if (all && n)
+        return cli_usage_error(CMD, "give either --all or ids, not both");
+    if (!all && !n)
+        return cli_usage_error(CMD, "give the ids to requeue, or --all");
+    for (int i = optind; i < argc; i++)
+        if (!argv[i][0] || strlen(argv[i]) > RQ_ID_MAX)
+            return cli_usage_error(CMD, "'%.40s' is not a job id (1 to %d bytes)", argv[i], RQ_ID_MAX);
+    struct cfg c;
+    int rc = cli_redis_config(CMD, config, redis, &c);
+    struct rq *q = NULL;
+    if (rc == 0)
+        rc = cli_redis_open(CMD, &c, &q);
+    if (rc == 0) {
+        int moved = rq_dead_requeue(q, (const char *const *)argv + optind, n);
+        if (moved < 0) {
+            fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(q));
+            rc = 1;
+        } else {
+            printf("requeued %d job%s\n", moved, moved == 1 ? "" : "s");
+            rc = !all && moved < n ? 1 : 0;
+            if (rc)
+                fprintf(stderr, "llmq %s: %d of the %d ids were not in %s\n", CMD, n - moved, n,
+                        q->keys.dead);
+        }
+    }
+    rq_free(q);
+    cfg_free(&c);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* See engine_cfg.h. */
+#include "worker/engine_cfg.h"
+
+#include "worker/config.h"
+
+struct engine_opts engine_cfg_opts(const struct cfg *c)
+{
+    struct engine_opts o = engine_opts_default();
+    o.be.block_size = c->engine.block_size;
+    o.be.max_num_seqs = c->engine.max_num_seqs;
+    o.be.max_num_batched_tokens = c->engine.max_num_batched_tokens;
+    o.be.max_model_len = c->model.max_model_len;
+    o.be.threads = c->engine.threads;
+    o.be.gpu_memory_utilization = c->engine.gpu_memory_utilization;
+    o.be.kv_cache_bytes = c->engine.cpu_kv_cache_bytes;
+    if (c->engine.kv_cache_dtype == CFG_KV_FP8)
+        o.be.kv_dtype = DT_F8_E4M3;
+    o.be.cuda_graphs = c->engine.cuda_graphs;
+    const char *backend = cfg_choice("engine.backend", c->engine.backend);
+    o.backend = backend ? backend : "auto";
+    o.enable_prefix_caching = c->engine.enable_prefix_caching;
+    o.seed = (uint64_t)c->engine.seed;
+    return o;
+}
+
+void engine_cfg_lanes(struct engine_opts *o, const struct cfg *c)
+{
+    const struct cfg_queues *q = &c->queues;
+    o->num_lanes = 2;
+    o->lanes[ENGINE_CFG_LANE_SHORT] = (struct engine_lane){
+        .max_num_seqs = q->short_max_num_seqs,
+        .max_num_batched_tokens = q->short_max_num_batched_tokens,
+        .max_model_len = q->short_max_model_len,
+    };
+    o->lanes[ENGINE_CFG_LANE_LONG] = (struct engine_lane){
+        .max_num_seqs = q->long_max_num_seqs,
+        .max_num_batched_tokens = q->long_max_num_batched_tokens,
+        .max_model_len = q->long_max_model_len,
+    };
+}
