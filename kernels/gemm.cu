@@ -97,8 +97,68 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
         }                                                                                                    \
     } while (0)
 
-// Makes the descriptors and picks the algorithm for key into *p; on failure *p is left empty.
-static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p)
+// Skinny GEMMs (decode steps: M <= GEMM_TUNE_MAX_M) are weight-bandwidth bound, and the heuristic's
+// first pick moves the weights at only ~50% of the copy bandwidth for some Qwen3-14B shapes (QKV,
+// o_proj at M = 1). For those, the first call times the heuristic's best GEMM_TUNE_CANDIDATES
+// algorithms on the call's own operands (one warm-up, then the median of three) and keeps the
+// fastest. Not while the stream is being captured into a graph (then the first pick is kept; the
+// backend runs each graph's step eagerly once before capturing it, so its plans are tuned).
+#define GEMM_TUNE_CANDIDATES 8
+#define GEMM_TUNE_MAX_M 256
+
+struct gemm_tune {
+    const void *X, *W;
+    void *Y;
+    cudaStream_t stream;
+};
+
+// Returns the index of the fastest candidate that runs; 0 when timing is not possible.
+static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int n,
+                     const gemm_tune *t)
+{
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess)
+        return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 0;
+    }
+    const float alpha = 1.f, beta = 0.f;
+    int best = 0;
+    float best_ms = 1e30f;
+    for (int c = 0; c < n; c++) {
+        if (cand[c].state != CUBLAS_STATUS_SUCCESS || cand[c].workspaceSize > g->ws_bytes)
+            continue;
+        float ms[3];
+        bool ok = true;
+        for (int r = -1; r < 3 && ok; r++) {
+            ok = cudaEventRecord(e0, t->stream) == cudaSuccess &&
+                 cublasLtMatmul(g->lt, p->op, &alpha, t->W, p->a, t->X, p->b, &beta, t->Y, p->d, t->Y, p->d,
+                                &cand[c].algo, g->ws, g->ws_bytes, t->stream) == CUBLAS_STATUS_SUCCESS &&
+                 cudaEventRecord(e1, t->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+            if (ok && r >= 0)
+                ok = cudaEventElapsedTime(&ms[r], e0, e1) == cudaSuccess;
+        }
+        if (!ok) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        float med = ms[0] < ms[1] ? (ms[1] < ms[2] ? ms[1] : (ms[0] < ms[2] ? ms[2] : ms[0]))
+                                  : (ms[0] < ms[2] ? ms[0] : (ms[1] < ms[2] ? ms[2] : ms[1]));
+        if (med < best_ms)
+            best_ms = med, best = c;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (g->log)
+        fprintf(stderr, "gemm tune M %d N %d K %d: %d candidates, chose #%d (%.1f us)\n", p->key.M, p->key.N,
+                p->key.K, n, best, best_ms * 1000.f);
+    return best;
+}
+
+// Makes the descriptors and picks the algorithm for key into *p (timing candidates when tune is
+// not NULL); on failure *p is left empty.
+static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
 {
     memset(p, 0, sizeof *p);
     const gemm_key &k = p_key;
@@ -132,16 +192,20 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p)
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                  sizeof schemes);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    cublasLtMatmulHeuristicResult_t cand[GEMM_TUNE_CANDIDATES];
+    memset(cand, 0, sizeof cand);
     int found = 0;
+    const int want = (tune && k.M <= GEMM_TUNE_MAX_M) ? GEMM_TUNE_CANDIDATES : 1;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res, &found);
+        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, want, cand, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s == CUBLAS_STATUS_SUCCESS && found == 0)
         s = CUBLAS_STATUS_NOT_SUPPORTED;
     LT_CHECK("cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape and alignment)", s);
-    LT_CHECK("cublasLtMatmulAlgoGetHeuristic (result)", res.state);
+    LT_CHECK("cublasLtMatmulAlgoGetHeuristic (result)", cand[0].state);
+    p->key = k;
+    int best = found > 1 ? plan_tune(g, p, cand, found, tune) : 0;
+    const cublasLtMatmulHeuristicResult_t &res = cand[best];
     p->algo = res.algo;
     p->key = k;
     p->used = true;
@@ -259,7 +323,10 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
                 return -1;
             p = slot_of(g->plans, g->cap, key);
         }
-        if (plan_make(g, key, p))
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        const bool capturing = cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
+        const gemm_tune t = {X, W, Y, stream};
+        if (plan_make(g, key, p, capturing ? NULL : &t))
             return -1;
         g->n++;
     }

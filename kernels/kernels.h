@@ -132,7 +132,10 @@ int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, c
  * Outputs: token[r]; logprob[r] (log-softmax of raw logits at token); top_ids/top_lp [n][20] (the first
  * params[r].logprobs entries valid, descending, ties by lower id). The random number is
  * sampling_uniform(seed, step) of engine/sampling.h, bit for bit. logits may be modified in place.
- * workspace: at least k_sample_workspace(n, V) bytes. */
+ * token[r] = -1 (logprob NaN) where samp_sample would fail: a NaN or +inf logit, or no id left after
+ * penalties and bans. hist/hist_start/n_prompt and banned/banned_start may be NULL (none); logprob and
+ * top_ids/top_lp may be NULL (not written; top entries past N are -1 / -inf). V <= 2^20.
+ * workspace: at least k_sample_workspace(n, V) bytes (about n * V * 4), 16-byte aligned, no init. */
 struct k_sample_params {
     float temperature, top_p, min_p;
     float repetition_penalty, presence_penalty, frequency_penalty;

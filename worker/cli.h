@@ -30,3 +30,4 @@ int cmd_enqueue(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
 int cmd_requeue_dead(int argc, char **argv);
+int cmd_bench(int argc, char **argv);

@@ -16,6 +16,7 @@ const struct cli_command cli_commands[] = {
     {"status", cmd_status, "queue depths, retry and dead counts, live workers, running jobs"},
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
     {"requeue-dead", cmd_requeue_dead, "put dead-lettered jobs back on their queue"},
+    {"bench", cmd_bench, "a fixed workload through the engine: throughput, latency, roofline as one JSON line"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,51 @@
+/* What `llmq bench` measures with: the named workloads, the roofline model of a step, a backend
+ * wrapper that applies it to every step the engine runs, and percentiles.
+ *
+ * The roofline (docs/CUDA_BACKEND.md explains it): a step's ideal time is
+ *     max(bytes / BENCH_COPY_BPS, flops / BENCH_BF16_FLOPS)
+ * with bytes = every weight read once (bf16; the lm_head only when some row samples; the embedding
+ * only the rows gathered) + K and V of every sequence's whole context read once + K and V of the new
+ * tokens written, and flops = 2 * (linear weights) * tokens + 2 * V * C * sampled rows + attention
+ * (4 * H * D per layer per query-key pair of the causal mask). Activations are not counted. The
+ * rates are the H200's measured ceilings: 4.2 TB/s copy, 776 TFLOP/s dense bf16. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+
+#define BENCH_COPY_BPS 4.2e12
+#define BENCH_BF16_FLOPS 776e12
+
+struct bench_workload {
+    const char *name;
+    int requests, input_len, output_len;
+};
+/* chat 1000 x 512 / 128, decode 512 x 128 / 1024, summarize 200 x 4096 / 256, longdoc 8 x 65536 / 256,
+ * single 1 x 128 / 512 (DESIGN.md). NULL for an unknown name. */
+const struct bench_workload *bench_workload_find(const char *name);
+/* "chat, decode, summarize, longdoc, single" */
+const char *bench_workload_names(void);
+
+struct bench_roofline {
+    uint64_t steps, tokens, sampled;
+    double bytes, flops;        /* summed over steps */
+    double ideal_s;             /* sum of each step's max(bytes / bw, flops / rate) */
+    double compute_bound_steps; /* steps whose flops term was the larger */
+};
+
+/* Adds one step (the sequences a backend was given) to r for a model of config c. */
+void bench_roofline_step(struct bench_roofline *r, const struct model_config *c, const struct be_seq *seqs,
+                         int n);
+
+/* A backend that runs `inner` and adds every step to *r (which must outlive it). Freeing it frees
+ * inner. NULL when out of memory (inner is then freed too). */
+struct backend *bench_wrap_backend(struct backend *inner, const struct model_config *c,
+                                   struct bench_roofline *r);
+/* The backend a wrapper runs (borrowed), or be itself when it is not a wrapper. */
+struct backend *bench_inner_backend(struct backend *be);
+
+/* The p-th percentile (0..100, linear interpolation between closest ranks, as numpy's default) of
+ * v[0..n); sorts v in place. 0 when n is 0. */
+double bench_percentile(double *v, size_t n, double p);

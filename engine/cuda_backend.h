@@ -1,0 +1,22 @@
+/* What the CUDA backend tells its callers beyond engine/backend.h (memory, graphs), for `llmq bench`
+ * and the logs. Implemented by kernels/cuda_backend.cu; only in builds with LLMQ_HAVE_CUDA_BACKEND. */
+#pragma once
+#include <stdint.h>
+
+struct backend;
+
+struct cuda_backend_stats {
+    char device[128]; /* "NVIDIA H200" */
+    int64_t device_total_bytes;
+    int64_t weights_bytes;   /* bf16 weights on the device */
+    int64_t kv_bytes;        /* the KV pool */
+    int64_t alloc_bytes;     /* everything this backend allocated (weights, KV, activations, workspaces) */
+    int64_t peak_used_bytes; /* highest (total - free) device memory seen: all allocations, graphs, context */
+    int graphs;              /* decode graphs captured */
+    uint64_t graph_replays;  /* steps run by replaying a graph */
+    uint64_t eager_steps;    /* steps launched kernel by kernel */
+};
+
+/* Fills *st for a backend opened as "cuda" (directly or through "auto"). Returns 0, or -1 when be
+ * is not a CUDA backend. */
+int cuda_backend_get_stats(const struct backend *be, struct cuda_backend_stats *st);

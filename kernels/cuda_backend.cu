@@ -1,0 +1,843 @@
+// The CUDA backend (engine/backend.h): bf16 weights, paged bf16 KV cache, fp32 residual stream.
+//
+// One step, as the host builds it:
+//   rows     the step's new tokens, decode sequences (n_new == 1) first, then prefill sequences,
+//            so each attention kernel sees one contiguous group;
+//   inputs   token ids, positions, KV slots (from the block tables), per group q_start / ctx_len /
+//            block tables, sampler parameters and histories: filled in pinned host buffers and
+//            copied with one cudaMemcpyAsync per array into fixed device buffers;
+//   forward  embedding, then per layer add_rmsnorm, QKV GEMM, q/k norm + RoPE + KV write,
+//            attention (decode group, prefill group), o_proj GEMM, add_rmsnorm, gate/up GEMM,
+//            SiLU*up, down GEMM; the final norm and lm_head only for rows that get logits;
+//   sampling k_sample on fp32 logits; token, logprob and top logprobs copied back; one sync.
+// Pure decode steps (every sequence n_new == 1) can run as CUDA graphs (cuda_graphs.cu).
+//
+// Memory: weights, activations for max_num_batched_tokens rows, logits for max_num_seqs rows,
+// workspaces and staging are allocated first; the KV pool then takes what
+// gpu_memory_utilization * total leaves of the measured free memory, less a reserve for graphs.
+//
+// Errors: every CUDA call and launcher is checked; a failed step returns -1 with the reason in
+// be->err. After a sticky error (the CUDA context is lost) every later step fails at once and says so.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_backend.cuh"
+
+extern "C" {
+#include "engine/cuda_backend.h"
+#include "engine/log.h"
+}
+
+#define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
+#define HIST_INIT 1024                    // sampler history ints per sequence allocated at open
+#define BANNED_INIT 16
+
+static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
+static void cb_free(struct backend *be);
+static const struct backend_ops cuda_ops = {"cuda", cb_step, cb_free};
+
+// ---- errors and memory
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int cb_fail_cuda(struct cuda_backend *b, const char *file, int line, const char *what, cudaError_t e)
+{
+    snprintf(b->base.err, sizeof b->base.err, "%s:%d: %s: %s (%s)", base_name(file), line, what,
+             cudaGetErrorString(e), cudaGetErrorName(e));
+    return -1;
+}
+
+int cb_fail_k(struct cuda_backend *b, const char *what)
+{
+    snprintf(b->base.err, sizeof b->base.err, "%s: %s", what, k_last_error());
+    return -1;
+}
+
+int cb_malloc(struct cuda_backend *b, void **p, size_t bytes, const char *what)
+{
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        snprintf(
+            b->base.err, sizeof b->base.err,
+            "cudaMalloc of %.1f MiB for %s: %s (%.1f MiB free of %.1f MiB; lower max_num_batched_tokens, "
+            "max_num_seqs or gpu_memory_utilization)",
+            (double)bytes / (1 << 20), what, cudaGetErrorString(e), (double)fr / (1 << 20),
+            (double)tot / (1 << 20));
+        *p = NULL;
+        return -1;
+    }
+    b->alloc_bytes += bytes;
+    return 0;
+}
+
+static void note_peak(struct cuda_backend *b)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > b->peak_used)
+        b->peak_used = tot - fr;
+}
+
+static int buf_alloc(struct cuda_backend *b, struct cb_buf *x, size_t bytes, const char *what)
+{
+    x->cap = bytes ? bytes : 16;
+    if (cb_malloc(b, &x->d, x->cap, what))
+        return -1;
+    cudaError_t e = cudaHostAlloc(&x->h, x->cap, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        x->h = NULL;
+        return cb_fail_cuda(b, __FILE__, __LINE__, "cudaHostAlloc", e);
+    }
+    return 0;
+}
+
+static void buf_free(struct cuda_backend *b, struct cb_buf *x)
+{
+    if (x->d) {
+        cudaFree(x->d);
+        b->alloc_bytes -= x->cap;
+    }
+    if (x->h)
+        cudaFreeHost(x->h);
+    x->d = x->h = NULL;
+    x->cap = 0;
+}
+
+// Grows x to hold at least `bytes` (contents are not kept). Only between steps: the stream is idle.
+static int buf_reserve(struct cuda_backend *b, struct cb_buf *x, size_t bytes, const char *what)
+{
+    if (bytes <= x->cap)
+        return 0;
+    size_t cap = x->cap * 2 > bytes ? x->cap * 2 : bytes;
+    buf_free(b, x);
+    if (buf_alloc(b, x, cap, what))
+        return -1;
+    note_peak(b);
+    return 0;
+}
+
+static int upload(struct cuda_backend *b, const struct cb_buf *x, size_t bytes)
+{
+    if (bytes)
+        CB_CUDA(cudaMemcpyAsync(x->d, x->h, bytes, cudaMemcpyHostToDevice, b->stream));
+    return 0;
+}
+
+// After a failed step: a non-sticky error is cleared; a sticky one marks the backend broken.
+static void after_failure(struct cuda_backend *b)
+{
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(b->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(b->stream, &g);
+        if (g)
+            cudaGraphDestroy(g);
+    }
+    cudaError_t e = cudaStreamSynchronize(b->stream);
+    if (e == cudaSuccess)
+        return;
+    (void)cudaGetLastError();
+    e = cudaStreamSynchronize(b->stream);
+    if (e == cudaSuccess)
+        return;
+    b->broken = true;
+    size_t n = strlen(b->base.err);
+    snprintf(b->base.err + n, sizeof b->base.err - n,
+             " [the CUDA context is lost (%s): this backend cannot run further steps]", cudaGetErrorName(e));
+    log_error("cuda backend: %s", b->base.err);
+}
+
+// ---- small kernels of the forward pass
+
+// resid_out[j] = resid[rows[j]], tmp_out[j] = tmp[rows[j]]: the rows that get logits
+__global__ void gather_rows_kernel(const float *resid, const bf16 *tmp, const int32_t *rows, float *resid_out,
+                                   bf16 *tmp_out, int C)
+{
+    const size_t r = (size_t)rows[blockIdx.x], j = blockIdx.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        resid_out[j * C + c] = resid[r * C + c];
+        tmp_out[j * C + c] = tmp[r * C + c];
+    }
+}
+
+__global__ void iota_kernel(int32_t *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = i;
+}
+
+// ---- the forward pass (enqueues only: no host synchronization, so it can be captured)
+
+int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
+{
+    const int T = p->T, C = b->C, F = b->F, QKV = b->QKV, HD = b->HD, bs = b->base.block_size;
+    const float scale = 1.0f / sqrtf((float)b->D);
+    cudaStream_t st = b->stream;
+    const int32_t *ids = (const int32_t *)b->ids.d, *pos = (const int32_t *)b->pos.d,
+                  *slot = (const int32_t *)b->slot.d;
+
+    CB_K(k_embedding_f32(ids, T, b->embed, b->V, C, b->resid, st));
+    for (int l = 0; l < b->L; l++) {
+        const struct cb_layer *cl = &b->layers[l];
+        if (l == 0)
+            CB_K(k_rmsnorm(b->resid, cl->attn_norm, b->h, T, C, b->eps, st));
+        else
+            CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->attn_norm, b->h, T, C, b->eps, st));
+        CB_K(k_gemm_bf16(b->gemm, b->h, cl->wqkv, b->qkv, 0, T, QKV, C, st));
+        CB_K(k_qk_norm_rope_kv(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq,
+                               b->attn_scale, slot, cl->k_cache, cl->v_cache, T, b->H, b->KVH, b->D, bs, st));
+        if (p->nd > 0)
+            CB_K(k_attention_decode(b->qkv, QKV, cl->k_cache, cl->v_cache, &p->dec, b->att, b->H, b->KVH,
+                                    b->D, bs, scale, b->attn_ws, b->attn_ws_bytes, st));
+        if (p->np > 0)
+            CB_K(k_attention_prefill(b->qkv + (size_t)p->nd * QKV, QKV, cl->k_cache, cl->v_cache, &p->pre,
+                                     b->att + (size_t)p->nd * HD, b->H, b->KVH, b->D, bs, scale, st));
+        CB_K(k_gemm_bf16(b->gemm, b->att, cl->wo, b->tmp, 0, T, C, HD, st));
+        CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
+        CB_K(k_gemm_bf16(b->gemm, b->h, cl->wgu, b->gu, 0, T, 2 * F, C, st));
+        CB_K(k_silu_mul(b->gu, b->act, T, F, st));
+        CB_K(k_gemm_bf16(b->gemm, b->act, cl->wdown, b->tmp, 0, T, C, F, st));
+    }
+    if (p->n_logits == 0)
+        return 0;
+    // the last layer's down projection is still to be added: the final norm does it, on logits rows only
+    if (p->gather) {
+        gather_rows_kernel<<<p->n_logits, 256, 0, st>>>(b->resid, b->tmp, (const int32_t *)b->last_rows.d,
+                                                        b->resid_last, b->tmp_last, C);
+        CB_CUDA(cudaGetLastError());
+        CB_K(k_add_rmsnorm(b->resid_last, b->tmp_last, b->final_norm, b->h_last, p->n_logits, C, b->eps, st));
+    } else {
+        CB_K(k_add_rmsnorm(b->resid, b->tmp, b->final_norm, b->h_last, p->n_logits, C, b->eps, st));
+    }
+    CB_K(k_gemm_bf16(b->gemm, b->h_last, b->lm_head, b->logits, 1, p->n_logits, b->V, C, st));
+    return 0;
+}
+
+// ---- open
+
+static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
+{
+    const int bs = b->base.block_size;
+    size_t fr = 0, tot = 0;
+    CB_CUDA(cudaMemGetInfo(&fr, &tot));
+    double util =
+        o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1 ? o->gpu_memory_utilization : 0.92;
+    const size_t block_bytes = (size_t)b->L * 2 * b->KVH * bs * b->D * sizeof(bf16);
+    double used = (double)(tot - fr), budget = util * (double)tot - used - (double)GRAPH_RESERVE;
+    const char *why = "gpu_memory_utilization";
+    if (o->kv_cache_bytes > 0 && (double)o->kv_cache_bytes < budget) {
+        budget = (double)o->kv_cache_bytes;
+        why = "kv_cache_bytes";
+    }
+    int64_t nb = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
+    if (nb > (1 << 30))
+        nb = 1 << 30;
+    if (nb < 1) {
+        snprintf(b->base.err, sizeof b->base.err,
+                 "no room for a KV cache: %.2f GB of %.2f GB are in use after weights and activations "
+                 "(gpu_memory_utilization %.2f leaves %.2f GB; one block of %d tokens is %.1f MiB); lower "
+                 "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization",
+                 used / 1e9, (double)tot / 1e9, util, util * (double)tot / 1e9, bs,
+                 (double)block_bytes / (1 << 20));
+        return -1;
+    }
+    // a fragmented device may refuse one large allocation: retry a little smaller
+    for (int attempt = 0;; attempt++) {
+        cudaError_t e = cudaMalloc(&b->kv, (size_t)nb * block_bytes);
+        if (e == cudaSuccess)
+            break;
+        (void)cudaGetLastError();
+        b->kv = NULL;
+        if (attempt == 10 || nb < 2)
+            return cb_fail_cuda(b, __FILE__, __LINE__, "cudaMalloc(KV cache)", e);
+        nb = nb * 95 / 100;
+    }
+    b->kv_bytes = (size_t)nb * block_bytes;
+    b->alloc_bytes += b->kv_bytes;
+    CB_CUDA(cudaMemsetAsync(b->kv, 0, b->kv_bytes, b->stream)); // finite values in never-written slots
+    b->base.num_blocks = (int)nb;
+    const size_t part = (size_t)nb * b->KVH * bs * b->D; // elements of K (or V) of one layer
+    for (int l = 0; l < b->L; l++) {
+        b->layers[l].k_cache = (bf16 *)b->kv + (size_t)l * 2 * part;
+        b->layers[l].v_cache = b->layers[l].k_cache + part;
+    }
+    log_info(
+        "cuda backend: KV cache %lld blocks of %d tokens = %lld tokens, %.2f GB bf16 (%s; %.2f GB of %.2f GB "
+        "in use before it)",
+        (long long)nb, bs, (long long)nb * bs, (double)b->kv_bytes / 1e9, why, used / 1e9, (double)tot / 1e9);
+    if ((int64_t)nb * bs < b->max_model_len)
+        log_warn("cuda backend: the KV cache holds %lld tokens, less than max_model_len %d",
+                 (long long)nb * bs, b->max_model_len);
+    return 0;
+}
+
+static int alloc_buffers(struct cuda_backend *b)
+{
+    const size_t R = b->rows, S = b->max_seqs, C = b->C;
+    if (cb_malloc(b, (void **)&b->resid, R * C * 4, "residual") ||
+        cb_malloc(b, (void **)&b->h, R * C * 2, "norm") ||
+        cb_malloc(b, (void **)&b->qkv, R * b->QKV * 2, "qkv") ||
+        cb_malloc(b, (void **)&b->att, R * b->HD * 2, "attn") ||
+        cb_malloc(b, (void **)&b->tmp, R * C * 2, "sublayer out") ||
+        cb_malloc(b, (void **)&b->gu, R * 2 * b->F * 2, "gate/up") ||
+        cb_malloc(b, (void **)&b->act, R * b->F * 2, "mlp act") ||
+        cb_malloc(b, (void **)&b->resid_last, S * C * 4, "last rows") ||
+        cb_malloc(b, (void **)&b->tmp_last, S * C * 2, "last rows") ||
+        cb_malloc(b, (void **)&b->h_last, S * C * 2, "last rows") ||
+        cb_malloc(b, (void **)&b->logits, S * b->V * 4, "logits") ||
+        cb_malloc(b, (void **)&b->qs_dec, (S + 1) * 4, "q_start"))
+        return -1;
+    iota_kernel<<<(unsigned)((S + 1 + 255) / 256), 256, 0, b->stream>>>(b->qs_dec, (int)S + 1);
+    CB_CUDA(cudaGetLastError());
+    // the decode split depends on the batch (at most ~4096 partitions in all), so take the largest need
+    // over every batch size a step or a padded graph can have
+    b->attn_ws_bytes = 0;
+    for (int n = 1; n <= (int)S; n++) {
+        size_t w = k_attention_decode_workspace(n, b->H, b->D, b->max_model_len);
+        b->attn_ws_bytes = w > b->attn_ws_bytes ? w : b->attn_ws_bytes;
+    }
+    b->samp_ws_bytes = k_sample_workspace((int)S, b->V);
+    if (cb_malloc(b, &b->attn_ws, b->attn_ws_bytes, "decode attention workspace") ||
+        cb_malloc(b, &b->samp_ws, b->samp_ws_bytes, "sampler workspace"))
+        return -1;
+    const size_t MB = b->max_blocks;
+    if (buf_alloc(b, &b->ids, R * 4, "ids") || buf_alloc(b, &b->pos, R * 4, "positions") ||
+        buf_alloc(b, &b->slot, R * 4, "slots") || buf_alloc(b, &b->ctx_dec, S * 4, "ctx_len") ||
+        buf_alloc(b, &b->btab_dec, S * MB * 4, "block tables") ||
+        buf_alloc(b, &b->qs_pre, (S + 1) * 4, "q_start") || buf_alloc(b, &b->ctx_pre, S * 4, "ctx_len") ||
+        buf_alloc(b, &b->btab_pre, S * MB * 4, "block tables") ||
+        buf_alloc(b, &b->last_rows, S * 4, "last rows") ||
+        buf_alloc(b, &b->params, S * sizeof(struct k_sample_params), "sampling params") ||
+        buf_alloc(b, &b->hist, S * HIST_INIT * 4, "token histories") ||
+        buf_alloc(b, &b->hist_start, (S + 1) * 4, "history starts") ||
+        buf_alloc(b, &b->n_prompt, S * 4, "n_prompt") ||
+        buf_alloc(b, &b->banned, S * BANNED_INIT * 4, "banned ids") ||
+        buf_alloc(b, &b->banned_start, (S + 1) * 4, "banned starts") ||
+        buf_alloc(b, &b->out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
+        return -1;
+    b->row_seq = (int *)calloc(S, sizeof(int));
+    b->order = (int *)calloc(S, sizeof(int));
+    if (!b->row_seq || !b->order) {
+        snprintf(b->base.err, sizeof b->base.err, "out of host memory");
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
+                                             size_t errlen)
+{
+    const struct model_config *c = &m->cfg;
+    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
+        snprintf(err, errlen,
+                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
+                 "head_dim %d, "
+                 "vocab %d",
+                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+        return NULL;
+    }
+    if (o->kv_dtype != DT_BF16) {
+        snprintf(err, errlen,
+                 "KV cache dtype %s: the CUDA backend keeps its KV cache in bf16 (fp8 KV is not "
+                 "implemented yet); set engine.kv_cache_dtype to bf16",
+                 dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+        return NULL;
+    }
+    if (o->block_size <= 0) {
+        snprintf(err, errlen, "block_size %d: must be positive", o->block_size);
+        return NULL;
+    }
+    int max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
+    if (max_len <= 0) {
+        snprintf(err, errlen, "max_model_len is not set and the model has no max_position_embeddings");
+        return NULL;
+    }
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        snprintf(err, errlen, "no usable CUDA device: %s",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    b->base.ops = &cuda_ops;
+    b->base.block_size = o->block_size;
+    b->cfg = *c;
+    b->C = c->hidden, b->F = c->intermediate, b->L = c->n_layers, b->H = c->n_heads, b->KVH = c->n_kv_heads;
+    b->D = c->head_dim, b->V = c->vocab;
+    b->HD = b->H * b->D, b->KVD = b->KVH * b->D, b->QKV = b->HD + 2 * b->KVD;
+    b->eps = c->rms_eps;
+    b->max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
+    b->max_tokens = o->max_num_batched_tokens > 0 ? o->max_num_batched_tokens : 8192;
+    b->max_model_len = max_len;
+    b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
+    b->use_graphs = o->cuda_graphs;
+    b->rows = b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs;
+    b->device = 0;
+
+    float *inv = NULL;
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice(0)", e);
+        goto fail;
+    }
+    snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
+    b->total_mem = prop.totalGlobalMem;
+    if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamCreateWithFlags", e);
+        goto fail;
+    }
+    b->gemm = k_gemm_create(CB_GEMM_WORKSPACE);
+    if (!b->gemm) {
+        snprintf(b->base.err, sizeof b->base.err, "cuBLASLt: %s", k_last_error());
+        goto fail;
+    }
+    b->alloc_bytes += CB_GEMM_WORKSPACE;
+
+    inv = (float *)malloc((size_t)(b->D / 2 + 1) * sizeof(float));
+    if (!inv) {
+        snprintf(b->base.err, sizeof b->base.err, "out of memory");
+        goto fail;
+    }
+    if (backend_rope_freqs(c, inv, &b->attn_scale, b->base.err, sizeof b->base.err))
+        goto fail;
+    if (cb_malloc(b, (void **)&b->inv_freq, (size_t)(b->D / 2) * sizeof(float), "rope"))
+        goto fail;
+    if ((e = cudaMemcpy(b->inv_freq, inv, (size_t)(b->D / 2) * sizeof(float), cudaMemcpyHostToDevice)) !=
+        cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemcpy(inv_freq)", e);
+        goto fail;
+    }
+    free(inv);
+    inv = NULL;
+
+    if (cb_load_weights(b, m) || alloc_buffers(b))
+        goto fail;
+    if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
+        goto fail;
+    }
+    if (size_kv(b, o))
+        goto fail;
+    if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
+        goto fail;
+    }
+    note_peak(b);
+    log_info(
+        "cuda backend: %s on %s (%.1f GB), %d layers, hidden %d, heads %d/%d x %d, vocab %d; up to %d "
+        "sequences and %d tokens per step, max_model_len %d, %.2f GB allocated (activations and workspaces "
+        "%.2f GB), decode graphs %s",
+        c->arch_name, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D, b->V,
+        b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
+        (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off");
+    return &b->base;
+fail:
+    free(inv);
+    snprintf(err, errlen, "%s", b->base.err[0] ? b->base.err : "cuda backend: open failed");
+    cb_free(&b->base);
+    return NULL;
+}
+
+static void cb_free(struct backend *be)
+{
+    struct cuda_backend *b = (struct cuda_backend *)be;
+    if (!b)
+        return;
+    if (b->stream)
+        cudaStreamSynchronize(b->stream);
+    if (b->n_graphs || b->graph_replays || b->eager_steps)
+        log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured",
+                 (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs);
+    cb_graphs_free(b);
+    k_gemm_free(b->gemm);
+    void *dev[] = {b->wbuf,   b->kv,     b->inv_freq, b->resid,   b->h,          b->qkv,
+                   b->att,    b->tmp,    b->gu,       b->act,     b->resid_last, b->tmp_last,
+                   b->h_last, b->logits, b->qs_dec,   b->attn_ws, b->samp_ws};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i])
+            cudaFree(dev[i]);
+    struct cb_buf *bufs[] = {&b->ids,       &b->pos,    &b->slot,         &b->ctx_dec,
+                             &b->btab_dec,  &b->qs_pre, &b->ctx_pre,      &b->btab_pre,
+                             &b->last_rows, &b->params, &b->hist,         &b->hist_start,
+                             &b->n_prompt,  &b->banned, &b->banned_start, &b->out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        buf_free(b, bufs[i]);
+    free(b->layers);
+    free(b->row_seq);
+    free(b->order);
+    if (b->stream)
+        cudaStreamDestroy(b->stream);
+    free(b);
+}
+
+extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_backend_stats *st)
+{
+    if (!be || be->ops != &cuda_ops)
+        return -1;
+    struct cuda_backend *b = (struct cuda_backend *)be;
+    note_peak(b);
+    memset(st, 0, sizeof *st);
+    snprintf(st->device, sizeof st->device, "%.127s", b->device_name);
+    st->device_total_bytes = (int64_t)b->total_mem;
+    st->weights_bytes = (int64_t)b->wbytes;
+    st->kv_bytes = (int64_t)b->kv_bytes;
+    st->alloc_bytes = (int64_t)b->alloc_bytes;
+    st->peak_used_bytes = (int64_t)b->peak_used;
+    st->graphs = b->n_graphs;
+    st->graph_replays = b->graph_replays;
+    st->eager_steps = b->eager_steps;
+    return 0;
+}
+
+// ---- step
+
+static int check_seq(struct cuda_backend *b, const struct be_seq *s, int i)
+{
+    const int bs = b->base.block_size;
+    char *err = b->base.err;
+    size_t el = sizeof b->base.err;
+    if (!s->tokens || s->n_new < 1 || s->pos < 0 || s->n_prompt < 0 || s->n_prompt > s->n_tokens ||
+        s->pos + s->n_new > s->n_tokens) {
+        snprintf(err, el, "sequence %d: bad step: pos %d, n_new %d, n_prompt %d, n_tokens %d", i, s->pos,
+                 s->n_new, s->n_prompt, s->n_tokens);
+        return -1;
+    }
+    int end = s->pos + s->n_new, need = (end + bs - 1) / bs;
+    if (end > b->max_model_len) {
+        snprintf(err, el, "sequence %d: %d positions exceed max_model_len %d of this backend", i, end,
+                 b->max_model_len);
+        return -1;
+    }
+    if (!s->block_table || s->n_blocks < need) {
+        snprintf(err, el, "sequence %d: %d KV blocks for %d positions, need %d of %d tokens", i, s->n_blocks,
+                 end, need, bs);
+        return -1;
+    }
+    for (int k = 0; k < need; k++)
+        if (s->block_table[k] < 0 || s->block_table[k] >= b->base.num_blocks) {
+            snprintf(err, el, "sequence %d: block_table[%d] = %d is outside the pool of %d blocks", i, k,
+                     s->block_table[k], b->base.num_blocks);
+            return -1;
+        }
+    for (int p = s->pos; p < end; p++)
+        if (s->tokens[p] < 0 || s->tokens[p] >= b->V) {
+            snprintf(err, el, "sequence %d: token %d at position %d is outside the vocabulary of %d", i,
+                     s->tokens[p], p, b->V);
+            return -1;
+        }
+    if (s->sample && (!s->sp || end != s->n_tokens)) {
+        snprintf(err, el, "sequence %d: sample set but %s", i,
+                 !s->sp ? "no sampling parameters" : "the step does not reach the last token");
+        return -1;
+    }
+    return 0;
+}
+
+// One row's token, position and KV slot.
+static void put_row(struct cuda_backend *b, int r, const struct be_seq *s, int p)
+{
+    const int bs = b->base.block_size;
+    ((int32_t *)b->ids.h)[r] = s->tokens[p];
+    ((int32_t *)b->pos.h)[r] = p;
+    ((int32_t *)b->slot.h)[r] = s->block_table[p / bs] * bs + p % bs;
+}
+
+// Row k of a block-table array of stride mb: the sequence's blocks, then block 0.
+static void put_btab(int32_t *bt, int k, int mb, const struct be_seq *s, int ctx, int bs)
+{
+    int need = (ctx + bs - 1) / bs;
+    int32_t *row = bt + (size_t)k * mb;
+    memcpy(row, s->block_table, (size_t)need * sizeof(int32_t));
+    for (int j = need; j < mb; j++)
+        row[j] = 0;
+}
+
+static bool needs_history(const struct sampling_params *sp)
+{
+    return sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
+}
+
+// Sampler inputs for rows 0 .. n_samp-1 (row j samples seqs[b->row_seq[j]]), uploaded.
+static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs, int n_samp)
+{
+    size_t n_hist = 0, n_ban = 0;
+    for (int j = 0; j < n_samp; j++) {
+        const struct be_seq *s = &seqs[b->row_seq[j]];
+        if (!s->sample)
+            continue;
+        if (needs_history(s->sp))
+            n_hist += (size_t)(s->sp->repetition_penalty != 1.0f ? s->n_tokens : s->n_tokens - s->n_prompt);
+        n_ban += (size_t)(s->banned && s->n_banned > 0 ? s->n_banned : 0);
+    }
+    if (buf_reserve(b, &b->hist, n_hist * 4, "token histories") ||
+        buf_reserve(b, &b->banned, n_ban * 4, "banned ids"))
+        return -1;
+    struct k_sample_params *pr = (struct k_sample_params *)b->params.h;
+    int32_t *hist = (int32_t *)b->hist.h, *hs = (int32_t *)b->hist_start.h, *np = (int32_t *)b->n_prompt.h;
+    int32_t *ban = (int32_t *)b->banned.h, *bst = (int32_t *)b->banned_start.h;
+    size_t oh = 0, ob = 0;
+    for (int j = 0; j < n_samp; j++) {
+        const struct be_seq *s = &seqs[b->row_seq[j]];
+        struct k_sample_params *q = &pr[j];
+        hs[j] = (int32_t)oh;
+        bst[j] = (int32_t)ob;
+        np[j] = 0;
+        if (!s->sample) { // a decode row that does not sample (its output is ignored): greedy, nothing else
+            memset(q, 0, sizeof *q);
+            q->top_p = 1.0f;
+            q->repetition_penalty = 1.0f;
+            q->logprobs = -1;
+            continue;
+        }
+        const struct sampling_params *sp = s->sp;
+        q->temperature = sp->temperature;
+        q->top_p = sp->top_p;
+        q->min_p = sp->min_p;
+        q->repetition_penalty = sp->repetition_penalty;
+        q->presence_penalty = sp->presence_penalty;
+        q->frequency_penalty = sp->frequency_penalty;
+        q->top_k = sp->top_k;
+        q->logprobs = sp->logprobs;
+        q->seed = sp->seed;
+        q->step = (uint64_t)(s->n_tokens - s->n_prompt);
+        if (needs_history(sp)) {
+            int from = sp->repetition_penalty != 1.0f ? 0 : s->n_prompt;
+            memcpy(hist + oh, s->tokens + from, (size_t)(s->n_tokens - from) * 4);
+            oh += (size_t)(s->n_tokens - from);
+            np[j] = from == 0 ? s->n_prompt : 0;
+        }
+        if (s->banned && s->n_banned > 0) {
+            memcpy(ban + ob, s->banned, (size_t)s->n_banned * 4);
+            ob += (size_t)s->n_banned;
+        }
+    }
+    hs[n_samp] = (int32_t)oh;
+    bst[n_samp] = (int32_t)ob;
+    if (upload(b, &b->params, (size_t)n_samp * sizeof *pr) ||
+        upload(b, &b->hist_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->n_prompt, (size_t)n_samp * 4) ||
+        upload(b, &b->banned_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->hist, oh * 4) ||
+        upload(b, &b->banned, ob * 4))
+        return -1;
+    return 0;
+}
+
+static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out)
+{
+    const int bs = b->base.block_size, S = b->max_seqs;
+    // decode sequences first, then prefill sequences
+    int nd = 0, np = 0, max_ctx_dec = 0, max_ctx_pre = 0, max_q_pre = 0, T = 0;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].n_new == 1) {
+            b->order[nd++] = i;
+            if (seqs[i].pos + 1 > max_ctx_dec)
+                max_ctx_dec = seqs[i].pos + 1;
+        }
+    for (int i = 0; i < n; i++)
+        if (seqs[i].n_new > 1) {
+            b->order[nd + np++] = i;
+            int ctx = seqs[i].pos + seqs[i].n_new;
+            max_ctx_pre = ctx > max_ctx_pre ? ctx : max_ctx_pre;
+            max_q_pre = seqs[i].n_new > max_q_pre ? seqs[i].n_new : max_q_pre;
+        }
+    for (int i = 0; i < n; i++)
+        T += seqs[i].n_new;
+    const bool pure = np == 0;
+    const bool graph = pure && b->use_graphs;
+    const int B = graph ? cb_graph_batch(b, nd) : nd;
+    const int gctx = graph ? cb_graph_ctx(b, max_ctx_dec) : max_ctx_dec;
+    const int dec_ctx = graph ? gctx : max_ctx_dec;
+    const int mb_dec = dec_ctx > 0 ? (dec_ctx + bs - 1) / bs : 1;
+    const int mb_pre = max_ctx_pre > 0 ? (max_ctx_pre + bs - 1) / bs : 1;
+    const int rows = graph ? B : T;
+
+    // rows: decode group (padded to B with dummy rows), then prefill group
+    int32_t *ctx_dec = (int32_t *)b->ctx_dec.h, *btab_dec = (int32_t *)b->btab_dec.h;
+    int32_t *qs_pre = (int32_t *)b->qs_pre.h, *ctx_pre = (int32_t *)b->ctx_pre.h,
+            *btab_pre = (int32_t *)b->btab_pre.h;
+    int32_t *last = (int32_t *)b->last_rows.h;
+    int r = 0;
+    for (int k = 0; k < nd; k++, r++) {
+        const struct be_seq *s = &seqs[b->order[k]];
+        put_row(b, r, s, s->pos);
+        ctx_dec[k] = s->pos + 1;
+        put_btab(btab_dec, k, mb_dec, s, s->pos + 1, bs);
+    }
+    for (int k = nd; k < B; k++, r++) { // dummy rows: no KV write, attend to one key of block 0
+        ((int32_t *)b->ids.h)[r] = 0;
+        ((int32_t *)b->pos.h)[r] = 0;
+        ((int32_t *)b->slot.h)[r] = -1;
+        ctx_dec[k] = 1;
+        memset(btab_dec + (size_t)k * mb_dec, 0, (size_t)mb_dec * 4);
+    }
+    int n_samp = 0;
+    if (pure) {
+        for (int k = 0; k < nd; k++)
+            b->row_seq[n_samp++] = b->order[k];
+    } else {
+        for (int k = 0; k < nd; k++)
+            if (seqs[b->order[k]].sample) {
+                last[n_samp] = k;
+                b->row_seq[n_samp++] = b->order[k];
+            }
+    }
+    for (int k = 0; k < np; k++) {
+        const struct be_seq *s = &seqs[b->order[nd + k]];
+        qs_pre[k] = r - nd;
+        for (int t = 0; t < s->n_new; t++, r++)
+            put_row(b, r, s, s->pos + t);
+        ctx_pre[k] = s->pos + s->n_new;
+        put_btab(btab_pre, k, mb_pre, s, s->pos + s->n_new, bs);
+        if (s->sample) {
+            last[n_samp] = r - 1;
+            b->row_seq[n_samp++] = b->order[nd + k];
+        }
+    }
+    qs_pre[np] = r - nd;
+    if (r != rows || n_samp > S) {
+        snprintf(b->base.err, sizeof b->base.err, "internal: %d rows laid out for %d, %d sampled rows", r,
+                 rows, n_samp);
+        return -1;
+    }
+
+    if (upload(b, &b->ids, (size_t)rows * 4) || upload(b, &b->pos, (size_t)rows * 4) ||
+        upload(b, &b->slot, (size_t)rows * 4))
+        return -1;
+    if (B > 0 && (upload(b, &b->ctx_dec, (size_t)B * 4) || upload(b, &b->btab_dec, (size_t)B * mb_dec * 4)))
+        return -1;
+    if (np > 0 && (upload(b, &b->qs_pre, (size_t)(np + 1) * 4) || upload(b, &b->ctx_pre, (size_t)np * 4) ||
+                   upload(b, &b->btab_pre, (size_t)np * mb_pre * 4)))
+        return -1;
+    if (!pure && n_samp > 0 && upload(b, &b->last_rows, (size_t)n_samp * 4))
+        return -1;
+    if (n_samp > 0 && put_sampler_inputs(b, seqs, n_samp))
+        return -1;
+
+    struct cb_plan p;
+    memset(&p, 0, sizeof p);
+    p.T = rows;
+    p.nd = B;
+    p.np = np;
+    p.dec.n_seqs = B;
+    p.dec.q_start = b->qs_dec;
+    p.dec.ctx_len = (const int32_t *)b->ctx_dec.d;
+    p.dec.block_tables = (const int32_t *)b->btab_dec.d;
+    p.dec.max_blocks = mb_dec;
+    p.dec.max_q_len = 1;
+    p.dec.max_ctx_len = dec_ctx;
+    p.pre.n_seqs = np;
+    p.pre.q_start = (const int32_t *)b->qs_pre.d;
+    p.pre.ctx_len = (const int32_t *)b->ctx_pre.d;
+    p.pre.block_tables = (const int32_t *)b->btab_pre.d;
+    p.pre.max_blocks = mb_pre;
+    p.pre.max_q_len = max_q_pre;
+    p.pre.max_ctx_len = max_ctx_pre;
+    p.n_logits = pure ? B : n_samp; // a padded graph computes logits for its dummy rows too
+    p.gather = !pure;
+    if (graph) {
+        if (cb_graph_run(b, &p, B, gctx))
+            return -1;
+    } else {
+        if (cb_forward(b, &p))
+            return -1;
+        b->eager_steps++;
+    }
+
+    if (n_samp > 0) {
+        char *o = (char *)b->out.d;
+        int32_t *tok = (int32_t *)o;
+        float *lp = (float *)(o + (size_t)S * 4);
+        int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
+        float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
+        CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
+                      (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
+                      (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
+                      (const int32_t *)b->banned_start.d, tok, lp, top_ids, top_lp, b->samp_ws,
+                      b->samp_ws_bytes, b->stream));
+        bool want_top = false;
+        for (int j = 0; j < n_samp; j++) {
+            const struct be_seq *s = &seqs[b->row_seq[j]];
+            want_top |= s->sample && s->sp->logprobs > 0;
+        }
+        size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
+        CB_CUDA(cudaMemcpyAsync(b->out.h, b->out.d, bytes, cudaMemcpyDeviceToHost, b->stream));
+    }
+    CB_CUDA(cudaStreamSynchronize(b->stream));
+
+    const char *o = (const char *)b->out.h;
+    const int32_t *tok = (const int32_t *)o;
+    const float *lp = (const float *)(o + (size_t)S * 4);
+    const int32_t *top_ids = (const int32_t *)(o + (size_t)S * 8);
+    const float *top_lp = (const float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
+    for (int j = 0; j < n_samp; j++) {
+        int i = b->row_seq[j];
+        const struct be_seq *s = &seqs[i];
+        if (!s->sample)
+            continue;
+        struct be_out *bo = &out[i];
+        if (tok[j] < 0 || tok[j] >= b->V) {
+            snprintf(b->base.err, sizeof b->base.err,
+                     "sequence %d: the GPU sampler returned token %d, outside the vocabulary of %d (NaN "
+                     "logits, or "
+                     "every token banned?)",
+                     i, tok[j], b->V);
+            return -1;
+        }
+        bo->token = tok[j];
+        bo->logprob = s->sp->logprobs >= 0 ? lp[j] : 0.0f;
+        int nt = s->sp->logprobs > 0 ? s->sp->logprobs : 0;
+        nt = nt > CB_TOP ? CB_TOP : nt;
+        bo->n_top = nt;
+        for (int t = 0; t < nt; t++) {
+            bo->top_ids[t] = top_ids[(size_t)j * CB_TOP + t];
+            bo->top_logprobs[t] = top_lp[(size_t)j * CB_TOP + t];
+        }
+    }
+    return 0;
+}
+
+static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
+{
+    struct cuda_backend *b = (struct cuda_backend *)be;
+    if (b->broken) // be->err still holds the error that broke it
+        return -1;
+    be->err[0] = 0;
+    if (n <= 0)
+        return 0;
+    if (n > b->max_seqs) {
+        snprintf(be->err, sizeof be->err,
+                 "%d sequences in one step; this backend was opened for max_num_seqs %d", n, b->max_seqs);
+        return -1;
+    }
+    int64_t T = 0;
+    for (int i = 0; i < n; i++) {
+        if (check_seq(b, &seqs[i], i))
+            return -1;
+        T += seqs[i].n_new;
+    }
+    if (T > b->max_tokens) {
+        snprintf(be->err, sizeof be->err,
+                 "%lld tokens in one step; this backend was opened for max_num_batched_tokens %d",
+                 (long long)T, b->max_tokens);
+        return -1;
+    }
+    int rc = run_step(b, seqs, n, out);
+    if (rc)
+        after_failure(b);
+    return rc;
+}

@@ -1,0 +1,159 @@
+// The CUDA backend's state, shared by its three files (private to kernels/):
+//   cuda_backend.cu  open/free, memory plan, one step (host descriptors, forward, sampling)
+//   cuda_weights.cu  weights to the device: bf16 conversion, QKV and gate/up fusion, random weights
+//   cuda_graphs.cu   decode steps as CUDA graphs, one per (batch bucket, context bucket)
+#pragma once
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+extern "C" {
+#include "engine/backend.h"
+#include "engine/model.h"
+}
+
+#define CB_TOP 20         // top logprobs per row the sampler writes (SAMPLING_MAX_LOGPROBS)
+#define CB_MAX_GRAPHS 256 // decode graphs kept (batch buckets x context buckets)
+#define CB_GEMM_WORKSPACE (32u << 20)
+#define CB_MIN_GRAPH_CTX 512 // smallest context bucket of a decode graph
+
+struct cb_layer {
+    const bf16 *attn_norm;       // (C)
+    const bf16 *wqkv;            // (QKV, C): q rows, k rows, v rows
+    const bf16 *bqkv;            // (QKV) or NULL
+    const bf16 *q_norm, *k_norm; // (D) or NULL
+    const bf16 *wo;              // (C, HD)
+    const bf16 *mlp_norm;        // (C)
+    const bf16 *wgu;             // (2F, C): gate rows, up rows
+    const bf16 *wdown;           // (C, F)
+    bf16 *k_cache, *v_cache;     // (num_blocks, KVH, block_size, D)
+};
+
+// A host array mirrored on the device: pinned host h, device d, both `cap` bytes.
+struct cb_buf {
+    void *h, *d;
+    size_t cap;
+};
+
+// What one forward pass runs (device pointers inside point at fixed buffers, so a pass can be
+// captured into a graph and replayed after the buffers are refilled).
+struct cb_plan {
+    int T;  // rows (tokens, dummy rows of a padded graph batch included)
+    int nd; // rows 0 .. nd-1: one decode query each (k_attention_decode)
+    int np; // prefill sequences, rows nd .. T-1 (k_attention_prefill)
+    struct k_attn_batch dec, pre;
+    int n_logits; // rows that get logits
+    bool gather;  // logits rows are gathered through last_rows; else rows 0 .. n_logits-1
+};
+
+struct cb_graph {
+    int batch, ctx; // bucket: padded rows, context bound (max_ctx_len of the capture)
+    cudaGraphExec_t exec;
+};
+
+struct cuda_backend {
+    struct backend base; // first: a struct backend * is a struct cuda_backend *
+    struct model_config cfg;
+    int C, F, L, H, KVH, D, V, QKV, HD, KVD;
+    float eps;
+    int max_seqs;   // S: most sequences per step
+    int max_tokens; // most new tokens per step (max_num_batched_tokens)
+    int rows;       // activation rows allocated: max(max_tokens, largest graph bucket)
+    int max_model_len;
+    int max_blocks; // per sequence: ceil(max_model_len / block_size)
+    bool use_graphs;
+    bool broken; // a sticky CUDA error: every later step fails at once
+    int device;
+    char device_name[256];
+    size_t total_mem;
+
+    cudaStream_t stream;
+    struct k_gemm *gemm;
+
+    // weights: one allocation
+    void *wbuf;
+    size_t wbytes;
+    const bf16 *embed, *lm_head, *final_norm; // (V, C), (V, C) (== embed when tied), (C)
+    struct cb_layer *layers;                  // [L]
+    float *inv_freq;                          // (D/2) device
+    float attn_scale;
+
+    // KV pool: one allocation, [L][K|V][num_blocks][KVH][block_size][D] bf16
+    void *kv;
+    size_t kv_bytes;
+
+    // activations, [rows, ·]
+    float *resid;      // (rows, C) fp32 residual stream
+    bf16 *h;           // (rows, C) normed input of a sublayer
+    bf16 *qkv;         // (rows, QKV)
+    bf16 *att;         // (rows, HD)
+    bf16 *tmp;         // (rows, C) sublayer output, added to resid by the next add_rmsnorm
+    bf16 *gu;          // (rows, 2F)
+    bf16 *act;         // (rows, F)
+    float *resid_last; // (S, C) gathered last rows
+    bf16 *tmp_last;    // (S, C)
+    bf16 *h_last;      // (S, C)
+    float *logits;     // (S, V)
+    int32_t *qs_dec;   // (S + 1) 0, 1, ..., S (constant)
+    void *attn_ws;
+    size_t attn_ws_bytes;
+    void *samp_ws;
+    size_t samp_ws_bytes;
+
+    // step inputs, host (pinned) and device
+    struct cb_buf ids, pos, slot;                                   // int32 (rows)
+    struct cb_buf ctx_dec, btab_dec;                                // int32 (S), (S * max_blocks)
+    struct cb_buf qs_pre, ctx_pre, btab_pre;                        // int32 (S + 1), (S), (S * max_blocks)
+    struct cb_buf last_rows;                                        // int32 (S)
+    struct cb_buf params;                                           // struct k_sample_params (S)
+    struct cb_buf hist, hist_start, n_prompt, banned, banned_start; // sampler, CSR; hist and banned grow
+    // step outputs: token (S) int32, logprob (S) f32, top ids (S, 20) int32, top lp (S, 20) f32
+    struct cb_buf out;
+    // host scratch
+    int *row_seq; // [S] sequence index of each sampler row
+    int *order;   // [S] sequences in row order (decode first)
+
+    // graphs
+    struct cb_graph graphs[CB_MAX_GRAPHS];
+    int n_graphs;
+    uint64_t graph_replays, eager_steps, captures_failed;
+
+    // memory accounting
+    size_t alloc_bytes; // device bytes this backend allocated (KV pool included)
+    size_t peak_used;   // highest total - free seen
+};
+
+// ---- cuda_backend.cu
+// Records "what: CUDA message" in be->err; marks the backend broken on a sticky error. Returns -1.
+int cb_fail_cuda(struct cuda_backend *b, const char *file, int line, const char *what, cudaError_t e);
+// Records a launcher's failure (k_last_error()). Returns -1.
+int cb_fail_k(struct cuda_backend *b, const char *what);
+int cb_malloc(struct cuda_backend *b, void **p, size_t bytes, const char *what);
+int cb_forward(struct cuda_backend *b, const struct cb_plan *p);
+
+#define CB_CUDA(call)                                                                                        \
+    do {                                                                                                     \
+        cudaError_t cb_e_ = (call);                                                                          \
+        if (cb_e_ != cudaSuccess)                                                                            \
+            return cb_fail_cuda(b, __FILE__, __LINE__, #call, cb_e_);                                        \
+    } while (0)
+#define CB_K(call)                                                                                           \
+    do {                                                                                                     \
+        if ((call) != 0)                                                                                     \
+            return cb_fail_k(b, #call);                                                                      \
+    } while (0)
+
+// ---- cuda_weights.cu: allocates b->wbuf and fills every weight pointer from m. 0, or -1 with
+// b->base.err.
+int cb_load_weights(struct cuda_backend *b, const struct model *m);
+
+// ---- cuda_graphs.cu
+// Padded batch size for n decode rows (1, 2, 4, 8, 16, 24, 32, ... multiples of 8), and the
+// context bucket for a longest context of ctx (CB_MIN_GRAPH_CTX * 2^k, capped at max_model_len).
+int cb_graph_batch(const struct cuda_backend *b, int n);
+int cb_graph_ctx(const struct cuda_backend *b, int ctx);
+// Runs plan p (a padded pure-decode step of bucket (batch, ctx)) through its graph, capturing it
+// on first use (the first use runs eagerly, then captures). 0, or -1 with b->base.err.
+int cb_graph_run(struct cuda_backend *b, const struct cb_plan *p, int batch, int ctx);
+void cb_graphs_free(struct cuda_backend *b);
