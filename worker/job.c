@@ -223,7 +223,12 @@ static int read_float(struct pctx *c, const char *name, const json_t *v, double 
     double x = 0;
     if (read_num(c, name, v, lo, lo_open, hi, hi_open, &x))
         return JOB_ERR_INVALID;
-    *out = (float)x;
+    /* the bounds hold for the float that is stored, not only for the double read (1e-50 would
+     * become 0 and 1e300 infinity) */
+    float f = (float)x;
+    if (!isfinite(f) || (lo_open ? f <= lo : f < lo) || (hi_open ? f >= hi : f > hi))
+        return bad(c, name, v, "%g is not representable as a 32-bit float in the allowed range", x);
+    *out = f;
     return 0;
 }
 
