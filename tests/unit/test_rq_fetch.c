@@ -90,7 +90,7 @@ static void test_batch_fifo(void **state)
     char raws[50][64], ids[50][16];
     for (int i = 0; i < 50; i++) {
         snprintf(ids[i], sizeof ids[i], "j%02d", i);
-        snprintf(raws[i], sizeof raws[i], "{\"id\":\"%s\",\"prompt\":\"p\"}", ids[i]);
+        snprintf(raws[i], sizeof raws[i], "{\"id\":\"%.15s\",\"prompt\":\"p\"}", ids[i]);
         items[i] = (struct rq_push_item){raws[i], strlen(raws[i]), ids[i]};
     }
     assert_int_equal(rq_push(q, "short", items, 50), 0);
