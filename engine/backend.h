@@ -51,7 +51,19 @@ struct backend_opts {
     double gpu_memory_utilization;
     int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
-    bool cuda_graphs;
+    bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
+    /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).
+     * The CPU forward rounds to bf16 (nearest even) exactly where the CUDA forward stores bf16:
+     * weights, normed activations, GEMM outputs, q/k/v after RoPE, attention probabilities before
+     * the P·V product (with the CUDA kernels' tiling of the running max), attention output, SiLU·up;
+     * the residual stream and the logits stay fp32. See docs/CUDA_BACKEND.md, "Accuracy against
+     * the CPU oracle". */
+    bool emulate_bf16;
+    /* With emulate_bf16, for tests: != 0 moves each activation by -4 .. +4 fp32 ulps (a hash of its
+     * bits and this seed) before its bf16 rounding, a stand-in for another fp32 evaluation order (a
+     * GEMM summing a few hundred products in another order lands a few ulps away). The spread this
+     * causes is the oracle's own sensitivity, against which a GPU is judged. 0: none. */
+    uint64_t emulate_bf16_jitter;
 };
 
 struct backend;

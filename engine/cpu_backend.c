@@ -13,7 +13,17 @@
  * Every per-token computation (GEMM rows, norms, RoPE, attention over positions in order) is done
  * the same way whatever else is in the batch, so a sequence's logits do not depend on batching,
  * chunking, block size or which blocks it was given. Threads: OpenMP over GEMM output columns,
- * over rows, and over (token, head) pairs in attention. */
+ * over rows, and over (token, head) pairs in attention.
+ *
+ * bf16 emulation (backend_opts.emulate_bf16, for testing the CUDA backend): the same forward, with a
+ * rounding to bf16 (nearest even) wherever kernels/cuda_backend.cu stores bf16 — every weight at open;
+ * the normed sublayer inputs (input, post-attention and final norm); the QKV GEMM output (before the
+ * bias); q after norm and RoPE, k and v as the bf16 KV cache holds them; the attention probabilities
+ * as the tensor-core P·V product takes them (attention_emu); the attention output; the o_proj,
+ * gate/up, SiLU·up and down outputs. The residual stream and the logits stay fp32, as on the GPU.
+ * Attention then depends on how a step is laid out (decode rows vs prefill rows, the decode split),
+ * as it does on the GPU, so the batching invariance above holds only between steps laid out alike.
+ * Off (the default), none of this code runs and the fp32 forward is bit for bit what it was. */
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -29,6 +39,13 @@
 #define KV_DEFAULT_CAP_BYTES ((int64_t)512 << 20) /* default KV pool cap when kv_cache_bytes is 0 */
 #define LOGIT_CHUNK 16                            /* sequences whose logits are computed at once */
 #define GEMM_NB 16                                /* weight rows per GEMM work item */
+
+/* bf16 emulation: the CUDA kernels' constants (kernels/attention.cu, kernels/cuda_graphs.cu) */
+#define EMU_KV_TILE 64        /* keys per K/V tile of both attention kernels */
+#define EMU_DC_WARPS 4        /* k_attention_decode: warps per CTA, 16 keys of each tile per warp */
+#define EMU_DC_PART 512       /* decode_plan: automatic partitions of >= 512 keys */
+#define EMU_DC_SLOTS 4096     /* decode_plan: at most max(1, 4096 / n_seqs) partitions per sequence */
+#define EMU_GRAPH_MIN_CTX 512 /* CB_MIN_GRAPH_CTX: the smallest context bucket of a decode graph */
 
 struct cpu_layer {
     const float *attn_norm;       /* (C) */
@@ -56,6 +73,15 @@ struct cpu_backend {
     struct cpu_layer *layers; /* [L] */
     float *inv_freq;          /* (D/2) */
     float attn_scale;         /* RoPE cos/sin factor (yarn) */
+
+    /* bf16 emulation (emulate_bf16); everything here is unused when emu is false */
+    bool emu;
+    uint64_t emu_jitter; /* emulate_bf16_jitter */
+    bool emu_graphs;     /* pure decode steps are laid out as the CUDA backend's decode graphs */
+    int emu_max_seqs;    /* max_num_seqs and max_model_len as the CUDA backend takes them (graph buckets) */
+    int emu_max_len;
+    size_t n_weights; /* floats in weights */
+    float *mrun;      /* [nthreads, cap_ctx] the running max each key's probability was rounded against */
 
     float *kv;      /* the pool, layout above */
     size_t kv_slab; /* floats of one (block, kv head): block_size * D */
@@ -161,6 +187,88 @@ static inline void rope(float *v, const float *c, const float *s, int half)
     }
 }
 
+/* ---- bf16 emulation */
+
+/* x rounded to bf16 and back: nearest, ties to even (f32_to_bf16, __float2bfloat16_rn); NaN kept */
+static inline float bf16r(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* x moved by -4 .. +4 ulps, a hash of its bits and seed (emulate_bf16_jitter); zeros, infinities
+ * and NaNs are kept, and a step never leaves the finite numbers of x's sign */
+static inline float jitter(float x, uint64_t seed)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) == 0 || (u & 0x7f800000u) == 0x7f800000u)
+        return x;
+    uint64_t h = (seed ^ u) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    uint32_t v = u + (uint32_t)(h % 9) - 4u;
+    if ((v & 0x7f800000u) == 0x7f800000u || (v ^ u) >> 31)
+        return x;
+    memcpy(&x, &v, sizeof x);
+    return x;
+}
+
+/* An activation as the CUDA backend stores it: rounded to bf16 (after the jitter, when asked). */
+static inline float emu_round(const struct cpu_backend *b, float x)
+{
+    return bf16r(b->emu_jitter ? jitter(x, b->emu_jitter) : x);
+}
+
+static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
+{
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
+    for (size_t i = 0; i < n; i++)
+        x[i] = emu_round(b, x[i]);
+}
+
+/* The decode attention's split over the context, as decode_plan in kernels/attention.cu makes it
+ * automatically for a launch of n_seqs sequences whose longest context is max_ctx: part keys per
+ * partition (a multiple of 64), n_part partitions at most; one partition when it does not split. */
+static void emu_decode_plan(int n_seqs, int max_ctx, int *part, int *n_part)
+{
+    const int ctx = max_ctx > 0 ? max_ctx : 1;
+    int cap = EMU_DC_SLOTS / (n_seqs > 1 ? n_seqs : 1);
+    cap = cap > 1 ? cap : 1;
+    int n = (ctx + EMU_DC_PART - 1) / EMU_DC_PART;
+    n = n < cap ? n : cap;
+    int pk = (ctx + n - 1) / n;
+    *part = (pk + EMU_KV_TILE - 1) / EMU_KV_TILE * EMU_KV_TILE;
+    *n_part = (ctx + *part - 1) / *part;
+    if (*n_part == 1)
+        *part = ctx;
+}
+
+/* A pure decode step of n sequences with contexts up to ctx as a CUDA decode graph sees it: the batch
+ * bucket (cb_graph_batch) and the context bucket (cb_graph_ctx). */
+static int emu_graph_batch(int n, int max_seqs)
+{
+    int B = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
+    return B < max_seqs ? B : max_seqs;
+}
+
+static int emu_graph_ctx(int ctx, int max_len, int bs)
+{
+    int cap = (max_len + bs - 1) / bs * bs, c = EMU_GRAPH_MIN_CTX;
+    while (c < ctx && c < cap)
+        c *= 2;
+    if (c > cap)
+        c = cap;
+    return c < ctx ? ctx : c;
+}
+
 /* ---- open */
 
 /* Converts one weight into dst after checking its shape (d1 == 0: a vector of d0). */
@@ -212,6 +320,7 @@ static int load_weights(struct cpu_backend *b, const struct model *m, char *err,
                                 C + 2 * F * C + C * F);
     size_t total = (size_t)(V * C) * (c->tie_embeddings ? 1 : 2) + (size_t)C + per_layer * (size_t)b->L;
     b->weights = malloc(total * sizeof(float));
+    b->n_weights = total;
     b->layers = calloc((size_t)b->L, sizeof *b->layers);
     if (!b->weights || !b->layers) {
         snprintf(err, errlen, "out of memory for %.1f MiB of fp32 weights", (double)total * 4 / (1 << 20));
@@ -375,6 +484,16 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         goto fail;
     if (load_weights(b, m, err, errlen) || size_kv(b, o, err, errlen))
         goto fail;
+    if (o->emulate_bf16) { /* the CUDA backend's weights: every tensor rounded to bf16 once */
+        b->emu = true;
+        b->emu_graphs = o->cuda_graphs;
+        b->emu_max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
+        b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
+        b->emu_jitter = o->emulate_bf16_jitter;
+#pragma omp parallel for schedule(static) num_threads(b->nthreads)
+        for (size_t i = 0; i < b->n_weights; i++)
+            b->weights[i] = bf16r(b->weights[i]);
+    }
 
     b->hfin = malloc((size_t)LOGIT_CHUNK * b->C * sizeof(float));
     b->logits = malloc((size_t)LOGIT_CHUNK * b->V * sizeof(float));
@@ -390,8 +509,9 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
             snprintf(err, errlen, "out of memory for the sampler");
             goto fail;
         }
-    log_info("cpu backend: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %d threads", c->arch_name,
-             b->L, b->C, b->H, b->KVH, b->D, b->V, b->nthreads);
+    log_info("cpu backend: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %d threads%s", c->arch_name,
+             b->L, b->C, b->H, b->KVH, b->D, b->V, b->nthreads,
+             b->emu ? (b->emu_graphs ? ", bf16 emulation (decode graphs)" : ", bf16 emulation") : "");
     return &b->base;
 fail:
     cpu_free(&b->base);
@@ -408,7 +528,7 @@ static void cpu_free(struct backend *be)
     free(b->inv_freq);
     free(b->kv);
     free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
-    free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores);
+    free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores), free(b->mrun);
     free(b->hfin), free(b->logits), free(b->pick), free(b->perr);
     if (b->samp)
         for (int t = 0; t < b->nthreads; t++)
@@ -443,6 +563,8 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
     }
     if (ctx > b->cap_ctx) {
         if (grow((void **)&b->scores, (size_t)b->nthreads * ctx * sizeof(float)))
+            return -1;
+        if (b->emu && grow((void **)&b->mrun, (size_t)b->nthreads * ctx * sizeof(float)))
             return -1;
         b->cap_ctx = ctx;
     }
@@ -506,6 +628,9 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
                 rmsnorm(k + g * D, k + g * D, cl->k_norm, D, b->eps);
             rope(k + g * D, c, s, half);
         }
+        if (b->emu) /* k_qk_norm_rope_kv stores q, k and v in bf16 */
+            for (int j = 0; j < b->QKV; j++)
+                q[j] = emu_round(b, q[j]);
         const struct be_seq *sq = &seqs[b->row_seq[r]];
         int p = b->row_pos[r];
         size_t blk = (size_t)sq->block_table[p / bs], off = (size_t)(p % bs) * D;
@@ -560,6 +685,93 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
     }
 }
 
+/* Attention as the CUDA kernels round it (emulate_bf16). Raw scores q·k in fp32; each probability
+ * p = 2^(s·sl2 - m·sl2) (sl2 = log2(e) / sqrt(D), as the kernels fold the scale into exp2) is rounded
+ * to bf16 before the P·V product, where m is the running maximum its kernel had reached when it
+ * processed the key; the normalizer sums the unrounded p; the output is rounded to bf16. Mathematically
+ * key j contributes bf16(2^((s_j - m_j) sl2)) · 2^((m_j - M) sl2) · v_j to out · l, M the row maximum:
+ * the kernels' rescaling of the accumulator by 2^((m_old - m_new) sl2) at each new maximum gives the
+ * same up to fp32 rounding. The running maximum m_j:
+ *   rows of sequences with n_new > 1 (k_attention_prefill): one per row, over 64-key tiles from
+ *     position 0 (tile t takes the max over keys 0 .. 64 t + 63);
+ *   rows of sequences with n_new == 1 (k_attention_decode): the context is split into partitions of
+ *     `part` keys (n_part at most, the last one takes the rest), and within a partition each of 4 warps
+ *     takes keys 16 w .. 16 w + 15 of every 64-key tile with its own running max.
+ * The kernels' exp2 is ex2.approx (within 2 ulp of exp2f) and their fp32 sums run in another order:
+ * those differences move a rounding only where a value sits within a few fp32 ulps of a bf16 tie. */
+static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq *seqs, int T, int part,
+                          int n_part)
+{
+    const int D = b->D, H = b->H, bs = b->base.block_size, rep = b->H / b->KVH;
+    const float sl2 = (1.0f / sqrtf((float)D)) * 1.4426950408889634f;
+    const float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->nthreads)
+    for (int it = 0; it < T * H; it++) {
+        int r = it / H, h = it % H, g = h / rep, ctx = b->row_pos[r] + 1;
+        const struct be_seq *sq = &seqs[b->row_seq[r]];
+        const int32_t *bt = sq->block_table;
+        const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
+        float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
+        float *mr = b->mrun + (size_t)omp_get_thread_num() * b->cap_ctx;
+        float M = -INFINITY;
+        for (int j0 = 0; j0 < ctx; j0 += bs) {
+            const float *kb = kpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            for (int j = 0; j < n; j++) {
+                float s = dot(q, kb + (size_t)j * D, D);
+                sc[j0 + j] = s;
+                M = fmaxf(M, s);
+            }
+        }
+        if (sq->n_new == 1) {
+            int np = (ctx + part - 1) / part;
+            np = np < 1 ? 1 : np > n_part ? n_part : np;
+            for (int p = 0; p < np; p++) {
+                int start = p * part, end = p == np - 1 ? ctx : start + part;
+                for (int w = 0; w < EMU_DC_WARPS; w++) {
+                    float m = -INFINITY;
+                    for (int t0 = start + 16 * w; t0 < end; t0 += EMU_KV_TILE) {
+                        int t1 = t0 + 16 < end ? t0 + 16 : end;
+                        for (int j = t0; j < t1; j++)
+                            m = fmaxf(m, sc[j]);
+                        for (int j = t0; j < t1; j++)
+                            mr[j] = m;
+                    }
+                }
+            }
+        } else {
+            float m = -INFINITY;
+            for (int t0 = 0; t0 < ctx; t0 += EMU_KV_TILE) {
+                int t1 = t0 + EMU_KV_TILE < ctx ? t0 + EMU_KV_TILE : ctx;
+                for (int j = t0; j < t1; j++)
+                    m = fmaxf(m, sc[j]);
+                for (int j = t0; j < t1; j++)
+                    mr[j] = m;
+            }
+        }
+        const float Ms = M * sl2;
+        float l = 0;
+        float *o = b->att + (size_t)r * b->HD + (size_t)h * D;
+        memset(o, 0, (size_t)D * sizeof(float));
+        for (int j0 = 0; j0 < ctx; j0 += bs) {
+            const float *vb = vpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            for (int j = 0; j < n; j++) {
+                const float ms = mr[j0 + j] * sl2;
+                const float p = exp2f(fmaf(sc[j0 + j], sl2, -ms)), c = exp2f(ms - Ms);
+                const float w = emu_round(b, p) * c;
+                l += p * c;
+                const float *vv = vb + (size_t)j * D;
+                for (int d = 0; d < D; d++)
+                    o[d] += w * vv[d];
+            }
+        }
+        const float inv = 1.0f / l;
+        for (int d = 0; d < D; d++)
+            o[d] = emu_round(b, o[d] * inv);
+    }
+}
+
 static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {
     struct cpu_backend *b = (struct cpu_backend *)be;
@@ -598,19 +810,45 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
         }
     }
 
+    /* bf16 emulation: the decode attention's split as the CUDA backend launches it for this step */
+    int dec_part = 1, dec_nparts = 1;
+    if (b->emu) {
+        int nd = 0, dctx = 0;
+        for (int i = 0; i < n; i++)
+            if (seqs[i].n_new == 1) {
+                nd++;
+                dctx = seqs[i].pos + 1 > dctx ? seqs[i].pos + 1 : dctx;
+            }
+        if (b->emu_graphs && nd == n) { /* a pure decode step runs as the graph of its buckets */
+            dctx = emu_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
+            nd = emu_graph_batch(nd, b->emu_max_seqs);
+        }
+        emu_decode_plan(nd, dctx, &dec_part, &dec_nparts);
+    }
+    const size_t TC = (size_t)T * C;
+
     for (int l = 0; l < b->L; l++) {
         const struct cpu_layer *cl = &b->layers[l];
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int r = 0; r < T; r++)
             rmsnorm(b->h + (size_t)r * C, b->x + (size_t)r * C, cl->attn_norm, C, b->eps);
+        if (b->emu)
+            round_bf16(b, b->h, TC, nt);
         matmul(b->qkv, b->h, cl->wqkv, T, b->QKV, C, nt);
+        if (b->emu) /* the GEMM's bf16 output; the bias is added in fp32 by k_qk_norm_rope_kv */
+            round_bf16(b, b->qkv, (size_t)T * b->QKV, nt);
         if (cl->bqkv)
             for (int r = 0; r < T; r++)
                 for (int j = 0; j < b->QKV; j++)
                     b->qkv[(size_t)r * b->QKV + j] += cl->bqkv[j];
         qk_rope_store(b, cl, l, seqs, T);
-        attention(b, l, seqs, T);
+        if (b->emu)
+            attention_emu(b, l, seqs, T, dec_part, dec_nparts);
+        else
+            attention(b, l, seqs, T);
         matmul(b->tmp, b->att, cl->wo, T, C, b->HD, nt);
+        if (b->emu)
+            round_bf16(b, b->tmp, TC, nt);
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int r = 0; r < T; r++) {
             float *x = b->x + (size_t)r * C;
@@ -619,15 +857,25 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
                 x[j] += a[j];
             rmsnorm(b->h + (size_t)r * C, x, cl->mlp_norm, C, b->eps);
         }
+        if (b->emu)
+            round_bf16(b, b->h, TC, nt);
         matmul(b->gu, b->h, cl->wgu, T, 2 * F, C, nt);
+        if (b->emu)
+            round_bf16(b, b->gu, (size_t)T * 2 * F, nt);
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int r = 0; r < T; r++) {
             const float *g = b->gu + (size_t)r * 2 * F, *u = g + F;
             float *a = b->act + (size_t)r * F;
-            for (int j = 0; j < F; j++)
-                a[j] = g[j] * (1.0f / (1.0f + expf(-g[j]))) * u[j];
+            if (b->emu) /* k_silu_mul: g / (1 + e^-g) * u in fp32, stored in bf16 */
+                for (int j = 0; j < F; j++)
+                    a[j] = emu_round(b, g[j] / (1.0f + expf(-g[j])) * u[j]);
+            else
+                for (int j = 0; j < F; j++)
+                    a[j] = g[j] * (1.0f / (1.0f + expf(-g[j]))) * u[j];
         }
         matmul(b->tmp, b->act, cl->wdown, T, C, F, nt);
+        if (b->emu)
+            round_bf16(b, b->tmp, TC, nt);
         for (size_t j = 0; j < (size_t)T * C; j++)
             b->x[j] += b->tmp[j];
     }
@@ -641,6 +889,8 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             if (i > last && seqs[i].sample && k < LOGIT_CHUNK) {
                 b->pick[k] = i;
                 rmsnorm(b->hfin + (size_t)k * C, b->x + (size_t)(r - 1) * C, b->final_norm, C, b->eps);
+                if (b->emu)
+                    round_bf16(b, b->hfin + (size_t)k * C, (size_t)C, 1);
                 k++;
                 last = i;
             }
