@@ -11,12 +11,12 @@ const struct cli_command cli_commands[] = {
     {"make-tiny-model", cmd_make_tiny_model, "write a random checkpoint in Hugging Face layout (tests, demos)"},
     {"tokenize", cmd_tokenize, "text <-> token ids and chat prompts as JSON lines; tokenizer benchmark"},
     {"run", cmd_run, "run a JSONL file of jobs through the engine offline, results in input order"},
+    {"bench", cmd_bench, "a fixed workload through the engine: throughput, latency, roofline as one JSON line"},
     {"worker", cmd_worker, "take jobs from the Redis queues, run them, write results into SQLite"},
     {"enqueue", cmd_enqueue, "validate a JSONL file of jobs and push them onto a Redis queue"},
     {"status", cmd_status, "queue depths, retry and dead counts, live workers, running jobs"},
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
     {"requeue-dead", cmd_requeue_dead, "put dead-lettered jobs back on their queue"},
-    {"bench", cmd_bench, "a fixed workload through the engine: throughput, latency, roofline as one JSON line"},
     {NULL, NULL, NULL},
 };
 
