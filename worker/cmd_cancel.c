@@ -1,5 +1,5 @@
 /* `llmq cancel ID...`: asks for jobs to be cancelled (queued or running). */
-#include <getopt.h>
+#include <getopt.h> /* optind */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,43 +34,18 @@ static void usage(FILE *f)
 
 int cmd_cancel(int argc, char **argv)
 {
-    enum { O_REDIS = 256 };
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"redis", required_argument, NULL, O_REDIS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *config = cfg_default_path(), *redis = NULL;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'c':
-            config = optarg;
-            break;
-        case O_REDIS:
-            redis = optarg;
-            break;
-        default:
-            return cli_bad_option(CMD, argc, argv);
-        }
-    }
+    const struct cli_redis_spec spec = {.usage = usage};
+    struct cli_redis_args a;
+    if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
+        return a.exit;
     int n = argc - optind;
     if (n < 1)
         return cli_usage_error(CMD, "give the ids of the jobs to cancel");
-    for (int i = optind; i < argc; i++)
-        if (!argv[i][0] || strlen(argv[i]) > RQ_ID_MAX)
-            return cli_usage_error(CMD, "'%.40s' is not a job id (1 to %d bytes)", argv[i], RQ_ID_MAX);
+    if (cli_redis_check_ids(CMD, argc, argv, optind))
+        return 2;
     struct cfg c;
-    int rc = cli_redis_config(CMD, config, redis, &c);
-    struct rq *q = NULL;
-    if (rc == 0)
-        rc = cli_redis_open(CMD, &c, &q);
+    struct rq *q;
+    int rc = cli_redis_connect(CMD, &a, &c, &q);
     bool *ok = rc ? NULL : calloc((size_t)n, sizeof *ok);
     if (rc == 0 && !ok) {
         fprintf(stderr, "llmq %s: out of memory\n", CMD);

@@ -177,40 +177,38 @@ static void take(struct enq *e, const struct job_opts *jo, const struct cfg *c, 
         flush(e, p);
 }
 
+enum { O_IDS = CLI_REDIS_O_OWN };
+
+/* enqueue's own options (the strings are borrowed from argv). */
+struct enq_args {
+    const char *queue; /* -q/--queue */
+    bool print_ids;    /* --print-ids */
+};
+
+static void on_opt(int opt, const char *arg, void *ctx)
+{
+    struct enq_args *ea = ctx;
+    if (opt == 'q')
+        ea->queue = arg;
+    else if (opt == O_IDS)
+        ea->print_ids = true;
+}
+
 int cmd_enqueue(int argc, char **argv)
 {
-    enum { O_REDIS = 256, O_IDS };
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'}, {"redis", required_argument, NULL, O_REDIS},
-        {"queue", required_argument, NULL, 'q'},  {"print-ids", no_argument, NULL, O_IDS},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    static const struct option own[] = {
+        {"queue", required_argument, NULL, 'q'},
+        {"print-ids", no_argument, NULL, O_IDS},
+        {NULL, 0, NULL, 0},
     };
-    const char *config = cfg_default_path(), *redis = NULL, *queue = "short";
-    bool print_ids = false;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:q:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'c':
-            config = optarg;
-            break;
-        case O_REDIS:
-            redis = optarg;
-            break;
-        case 'q':
-            queue = optarg;
-            break;
-        case O_IDS:
-            print_ids = true;
-            break;
-        default:
-            return cli_bad_option(CMD, argc, argv);
-        }
-    }
+    struct enq_args ea = {.queue = "short"};
+    const struct cli_redis_spec spec = {
+        .usage = usage, .shortopts = "q:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
+    struct cli_redis_args a;
+    if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
+        return a.exit;
+    const char *queue = ea.queue;
+    bool print_ids = ea.print_ids;
     int mode = !strcmp(queue, "short") ? 0 : !strcmp(queue, "long") ? 1 : !strcmp(queue, "auto") ? 2 : -1;
     if (mode < 0)
         return cli_usage_error(CMD, "--queue: expected short, long or auto, got '%s'", queue);
@@ -219,7 +217,7 @@ int cmd_enqueue(int argc, char **argv)
     const char *input = optind < argc ? argv[optind] : "-";
 
     struct cfg c;
-    int rc = cli_redis_config(CMD, config, redis, &c);
+    int rc = cli_redis_config(CMD, a.config, a.redis, &c);
     if (rc) {
         cfg_free(&c);
         return rc;

@@ -1,5 +1,5 @@
 /* `llmq requeue-dead [--all | ID...]`: puts dead-lettered jobs back on their queue. */
-#include <getopt.h>
+#include <getopt.h> /* optind, struct option */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,52 +33,37 @@ static void usage(FILE *f)
             "failed, 2 when the command line is wrong.\n");
 }
 
+enum { O_ALL = CLI_REDIS_O_OWN };
+
+/* --all is the only option of its own: ctx is the bool it sets. */
+static void on_opt(int opt, const char *arg, void *ctx)
+{
+    (void)arg;
+    if (opt == O_ALL)
+        *(bool *)ctx = true;
+}
+
 int cmd_requeue_dead(int argc, char **argv)
 {
-    enum { O_REDIS = 256, O_ALL };
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"redis", required_argument, NULL, O_REDIS},
+    static const struct option own[] = {
         {"all", no_argument, NULL, O_ALL},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *config = cfg_default_path(), *redis = NULL;
     bool all = false;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'c':
-            config = optarg;
-            break;
-        case O_REDIS:
-            redis = optarg;
-            break;
-        case O_ALL:
-            all = true;
-            break;
-        default:
-            return cli_bad_option(CMD, argc, argv);
-        }
-    }
+    const struct cli_redis_spec spec = {.usage = usage, .longopts = own, .on_opt = on_opt, .ctx = &all};
+    struct cli_redis_args a;
+    if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
+        return a.exit;
     int n = argc - optind;
     if (all && n)
         return cli_usage_error(CMD, "give either --all or ids, not both");
     if (!all && !n)
         return cli_usage_error(CMD, "give the ids to requeue, or --all");
-    for (int i = optind; i < argc; i++)
-        if (!argv[i][0] || strlen(argv[i]) > RQ_ID_MAX)
-            return cli_usage_error(CMD, "'%.40s' is not a job id (1 to %d bytes)", argv[i], RQ_ID_MAX);
+    if (cli_redis_check_ids(CMD, argc, argv, optind))
+        return 2;
     struct cfg c;
-    int rc = cli_redis_config(CMD, config, redis, &c);
-    struct rq *q = NULL;
-    if (rc == 0)
-        rc = cli_redis_open(CMD, &c, &q);
+    struct rq *q;
+    int rc = cli_redis_connect(CMD, &a, &c, &q);
     if (rc == 0) {
         int moved = rq_dead_requeue(q, (const char *const *)argv + optind, n);
         if (moved < 0) {

@@ -250,16 +250,6 @@ static bool blank(char *line, size_t *len)
     return true;
 }
 
-static int set_flag(struct cfg *c, const char *key, const char *value, const char *flag)
-{
-    char err[512];
-    if (cfg_set(c, key, value, flag, err, sizeof err)) {
-        fprintf(stderr, "llmq %s: %s\n", CMD, err);
-        return 2;
-    }
-    return 0;
-}
-
 /* `llmq run` has one lane: the worker's per-queue caps do not apply, so they follow the engine's
  * (otherwise --max-num-seqs 2 would fail cfg_validate against queues.short_max_num_seqs). */
 static void clamp_lanes(struct cfg *c)
@@ -281,17 +271,6 @@ static void clamp_lanes(struct cfg *c)
         q->long_max_model_len = mlen;
     if (q->short_max_model_len && q->long_threshold_tokens >= q->short_max_model_len)
         q->long_threshold_tokens = q->short_max_model_len - 1;
-}
-
-static void base_name(const char *dir, char *out, size_t len)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    size_t n = strlen(tmp);
-    while (n > 1 && tmp[n - 1] == '/')
-        tmp[--n] = 0;
-    const char *slash = strrchr(tmp, '/');
-    snprintf(out, len, "%s", slash && slash[1] ? slash + 1 : tmp);
 }
 
 static void run_free(struct run *r)
@@ -346,10 +325,7 @@ static int setup(struct run *r, const char *input, const char *output)
         return 1;
     }
     r->max_model_len = engine_max_model_len(r->eng, 0);
-    if (c->model.name[0])
-        snprintf(r->model_name, sizeof r->model_name, "%s", c->model.name);
-    else
-        base_name(c->model.path, r->model_name, sizeof r->model_name);
+    engine_cfg_model_name(c, r->model_name, sizeof r->model_name);
 
     r->jopts = job_opts_default();
     job_defaults_from_cfg(&r->jopts.defaults, &c->sampling);
@@ -456,10 +432,7 @@ int cmd_run(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     /* flags are applied after the file, in the order given */
-    struct {
-        const char *key, *value, *flag;
-    } flags[16];
-    int n_flags = 0;
+    struct engine_cfg_flags flags = {0};
     const char *input = NULL, *output = NULL, *config = cfg_default_path();
     int opt;
     optind = 1;
@@ -503,12 +476,8 @@ int cmd_run(int argc, char **argv)
         default:
             return cli_bad_option(CMD, argc, argv);
         }
-        if (n_flags == (int)(sizeof flags / sizeof flags[0]))
+        if (engine_cfg_flag_add(&flags, key, optarg, flag))
             return cli_usage_error(CMD, "too many options");
-        flags[n_flags].key = key;
-        flags[n_flags].value = optarg;
-        flags[n_flags].flag = flag;
-        n_flags++;
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
@@ -520,17 +489,10 @@ int cmd_run(int argc, char **argv)
     struct run r;
     memset(&r, 0, sizeof r);
     char err[1024];
-    cfg_defaults(&r.cfg);
-    if ((config && cfg_load_file(&r.cfg, config, err, sizeof err)) || cfg_load_env(&r.cfg, err, sizeof err)) {
-        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+    int rc = engine_cfg_load(CMD, config, &flags, &r.cfg);
+    if (rc) {
         cfg_free(&r.cfg);
-        return 1;
-    }
-    for (int i = 0; i < n_flags; i++) {
-        if (set_flag(&r.cfg, flags[i].key, flags[i].value, flags[i].flag)) {
-            cfg_free(&r.cfg);
-            return 2;
-        }
+        return rc;
     }
     clamp_lanes(&r.cfg);
     if (cfg_validate(&r.cfg, err, sizeof err)) {
@@ -542,7 +504,7 @@ int cmd_run(int argc, char **argv)
         cfg_free(&r.cfg);
         return cli_usage_error(CMD, "--model is required (or model.path in the config)");
     }
-    int rc = setup(&r, input, output);
+    rc = setup(&r, input, output);
     if (rc == 0)
         rc = run_batch(&r);
     run_free(&r);

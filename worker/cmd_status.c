@@ -144,47 +144,43 @@ static void print_json(const struct rq_stats *s, const char *prefix)
     json_decref(o);
 }
 
+enum { O_JSON = CLI_REDIS_O_OWN };
+
+/* status's own options. */
+struct status_args {
+    bool json;  /* --json */
+    bool watch; /* -w/--watch */
+};
+
+static void on_opt(int opt, const char *arg, void *ctx)
+{
+    struct status_args *sa = ctx;
+    (void)arg;
+    if (opt == O_JSON)
+        sa->json = true;
+    else if (opt == 'w')
+        sa->watch = true;
+}
+
 int cmd_status(int argc, char **argv)
 {
-    enum { O_REDIS = 256, O_JSON };
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'}, {"redis", required_argument, NULL, O_REDIS},
-        {"json", no_argument, NULL, O_JSON},      {"watch", no_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    static const struct option own[] = {
+        {"json", no_argument, NULL, O_JSON},
+        {"watch", no_argument, NULL, 'w'},
+        {NULL, 0, NULL, 0},
     };
-    const char *config = cfg_default_path(), *redis = NULL;
-    bool json = false, watch = false;
-    int opt;
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:wh", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'c':
-            config = optarg;
-            break;
-        case O_REDIS:
-            redis = optarg;
-            break;
-        case O_JSON:
-            json = true;
-            break;
-        case 'w':
-            watch = true;
-            break;
-        default:
-            return cli_bad_option(CMD, argc, argv);
-        }
-    }
+    struct status_args st = {0};
+    const struct cli_redis_spec spec = {
+        .usage = usage, .shortopts = "w", .longopts = own, .on_opt = on_opt, .ctx = &st};
+    struct cli_redis_args a;
+    if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
+        return a.exit;
+    bool json = st.json, watch = st.watch;
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
     struct cfg c;
-    int rc = cli_redis_config(CMD, config, redis, &c);
-    struct rq *q = NULL;
-    if (rc == 0)
-        rc = cli_redis_open(CMD, &c, &q);
+    struct rq *q;
+    int rc = cli_redis_connect(CMD, &a, &c, &q);
     if (rc) {
         cfg_free(&c);
         return rc;

@@ -6,6 +6,7 @@
 
 #include "worker/cli.h"
 #include "worker/config.h"
+#include "worker/engine_cfg.h"
 #include "worker/worker.h"
 
 static const char CMD[] = "worker";
@@ -67,10 +68,7 @@ int cmd_worker(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    struct {
-        const char *key, *value, *flag;
-    } flags[16];
-    int n_flags = 0;
+    struct engine_cfg_flags flags = {0};
     const char *config = cfg_default_path();
     struct wk_opts o = {0};
     bool seqs_flag = false;
@@ -123,30 +121,19 @@ int cmd_worker(int argc, char **argv)
         default:
             return cli_bad_option(CMD, argc, argv);
         }
-        if (n_flags == (int)(sizeof flags / sizeof flags[0]))
+        if (engine_cfg_flag_add(&flags, key, optarg, flag))
             return cli_usage_error(CMD, "too many options");
-        flags[n_flags].key = key;
-        flags[n_flags].value = optarg;
-        flags[n_flags].flag = flag;
-        n_flags++;
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
 
     struct cfg c;
     char err[1024];
-    cfg_defaults(&c);
-    if ((config && cfg_load_file(&c, config, err, sizeof err)) || cfg_load_env(&c, err, sizeof err)) {
-        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+    int rc = engine_cfg_load(CMD, config, &flags, &c);
+    if (rc) {
         cfg_free(&c);
-        return 1;
+        return rc;
     }
-    for (int i = 0; i < n_flags; i++)
-        if (cfg_set(&c, flags[i].key, flags[i].value, flags[i].flag, err, sizeof err)) {
-            fprintf(stderr, "llmq %s: %s\n", CMD, err);
-            cfg_free(&c);
-            return 2;
-        }
     /* --max-num-seqs below the lane caps lowers them too, as one expects of a global cap */
     if (seqs_flag && c.queues.short_max_num_seqs > c.engine.max_num_seqs)
         c.queues.short_max_num_seqs = c.engine.max_num_seqs;
@@ -161,7 +148,7 @@ int cmd_worker(int argc, char **argv)
         cfg_free(&c);
         return cli_usage_error(CMD, "--model is required (or model.path in the config)");
     }
-    int rc = wk_run(&c, &o);
+    rc = wk_run(&c, &o);
     cfg_free(&c);
     return rc;
 }

@@ -1,6 +1,9 @@
 /* See engine_cfg.h. */
 #include "worker/engine_cfg.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "worker/config.h"
 
 struct engine_opts engine_cfg_opts(const struct cfg *c)
@@ -37,4 +40,46 @@ void engine_cfg_lanes(struct engine_opts *o, const struct cfg *c)
         .max_num_batched_tokens = q->long_max_num_batched_tokens,
         .max_model_len = q->long_max_model_len,
     };
+}
+
+int engine_cfg_flag_add(struct engine_cfg_flags *f, const char *key, const char *value, const char *flag)
+{
+    if (f->n == (int)(sizeof f->v / sizeof f->v[0]))
+        return -1;
+    f->v[f->n].key = key;
+    f->v[f->n].value = value;
+    f->v[f->n].flag = flag;
+    f->n++;
+    return 0;
+}
+
+int engine_cfg_load(const char *cmd, const char *config, const struct engine_cfg_flags *f, struct cfg *c)
+{
+    char err[1024];
+    cfg_defaults(c);
+    if ((config && cfg_load_file(c, config, err, sizeof err)) || cfg_load_env(c, err, sizeof err)) {
+        fprintf(stderr, "llmq %s: %s\n", cmd, err);
+        return 1;
+    }
+    for (int i = 0; i < f->n; i++)
+        if (cfg_set(c, f->v[i].key, f->v[i].value, f->v[i].flag, err, sizeof err)) {
+            fprintf(stderr, "llmq %s: %s\n", cmd, err);
+            return 2;
+        }
+    return 0;
+}
+
+void engine_cfg_model_name(const struct cfg *c, char *out, size_t len)
+{
+    if (c->model.name[0]) {
+        snprintf(out, len, "%s", c->model.name);
+        return;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", c->model.path);
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/')
+        tmp[--n] = 0;
+    const char *slash = strrchr(tmp, '/');
+    snprintf(out, len, "%s", slash && slash[1] ? slash + 1 : tmp);
 }

@@ -1022,17 +1022,6 @@ static const char *find_template(void *ctx, const char *name)
     return cfg_template_find(ctx, name);
 }
 
-static void base_name(const char *dir, char *out, size_t len)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    size_t n = strlen(tmp);
-    while (n > 1 && tmp[n - 1] == '/')
-        tmp[--n] = 0;
-    const char *slash = strrchr(tmp, '/');
-    snprintf(out, len, "%s", slash && slash[1] ? slash + 1 : tmp);
-}
-
 static int setup(struct wk *w)
 {
     const struct cfg *c = w->cfg;
@@ -1059,10 +1048,7 @@ static int setup(struct wk *w)
         log_error("%s", err);
         return -1;
     }
-    if (c->model.name[0])
-        snprintf(w->model_name, sizeof w->model_name, "%s", c->model.name);
-    else
-        base_name(c->model.path, w->model_name, sizeof w->model_name);
+    engine_cfg_model_name(c, w->model_name, sizeof w->model_name);
     const char *backend = engine_backend_name(w->eng);
     if (!strcmp(backend, "cpu") || gpu_describe(w->gpu, sizeof w->gpu))
         snprintf(w->gpu, sizeof w->gpu, "cpu");
