@@ -847,7 +847,24 @@ static int configure(struct db *db)
     return DB_OK;
 }
 
+static int set_wal_once(struct db *db);
+
+/* Switching a new file to WAL takes an exclusive lock, and SQLite answers SQLITE_BUSY at once
+ * (without the busy handler) when another connection is switching or migrating the same new file
+ * at that moment: several workers starting together on an empty path. Retried with backoff for up
+ * to busy_timeout. */
 static int set_wal(struct db *db)
+{
+    double t0 = db_now();
+    int rc, pause_ms = 5;
+    while ((rc = set_wal_once(db)) == DB_BUSY && (db_now() - t0) * 1000.0 < db->o.busy_timeout_ms) {
+        usleep((useconds_t)pause_ms * 1000);
+        pause_ms = pause_ms < 100 ? pause_ms * 2 : 100;
+    }
+    return rc;
+}
+
+static int set_wal_once(struct db *db)
 {
     /* journal_mode answers the mode it ended in: "wal", or "memory" for an in-memory database
      * (which cannot use WAL and needs no locking). Anything else is an error. */
