@@ -129,3 +129,45 @@ int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *a
     snprintf(err, errlen, "unknown rope_scaling type %d", (int)cfg->rope_scaling.type);
     return -1;
 }
+
+int backend_check_seq(struct backend *be, const struct be_seq *s, int i, int vocab, int max_model_len)
+{
+    const int bs = be->block_size;
+    char *err = be->err;
+    size_t el = sizeof be->err;
+    if (!s->tokens || s->n_new < 1 || s->pos < 0 || s->n_prompt < 0 || s->n_prompt > s->n_tokens ||
+        s->pos + s->n_new > s->n_tokens) {
+        snprintf(err, el, "sequence %d: bad step: pos %d, n_new %d, n_prompt %d, n_tokens %d", i, s->pos,
+                 s->n_new, s->n_prompt, s->n_tokens);
+        return -1;
+    }
+    int end = s->pos + s->n_new, need = (end + bs - 1) / bs;
+    if (max_model_len > 0 && end > max_model_len) {
+        snprintf(err, el, "sequence %d: %d positions exceed max_model_len %d of this backend", i, end,
+                 max_model_len);
+        return -1;
+    }
+    if (!s->block_table || s->n_blocks < need) {
+        snprintf(err, el, "sequence %d: %d KV blocks for %d positions, need %d of %d tokens", i, s->n_blocks,
+                 end, need, bs);
+        return -1;
+    }
+    for (int k = 0; k < need; k++)
+        if (s->block_table[k] < 0 || s->block_table[k] >= be->num_blocks) {
+            snprintf(err, el, "sequence %d: block_table[%d] = %d is outside the pool of %d blocks", i, k,
+                     s->block_table[k], be->num_blocks);
+            return -1;
+        }
+    for (int p = s->pos; p < end; p++)
+        if (s->tokens[p] < 0 || s->tokens[p] >= vocab) {
+            snprintf(err, el, "sequence %d: token %d at position %d is outside the vocabulary of %d", i,
+                     s->tokens[p], p, vocab);
+            return -1;
+        }
+    if (s->sample && (!s->sp || end != s->n_tokens)) {
+        snprintf(err, el, "sequence %d: sample set but %s", i,
+                 !s->sp ? "no sampling parameters" : "the step does not reach the last token");
+        return -1;
+    }
+    return 0;
+}

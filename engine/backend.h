@@ -102,6 +102,12 @@ struct model_config;
 int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *attn_scale, char *err,
                        size_t errlen);
 
+/* Checks one sequence of a step against the seam's contract (positions, block table inside the
+ * pool of be->num_blocks, token ids below vocab, sample only at the last token) and, when
+ * max_model_len > 0, its length. Returns 0, or -1 with "sequence i: ..." in be->err. Shared by the
+ * backends so that both refuse the same steps with the same words. */
+int backend_check_seq(struct backend *be, const struct be_seq *s, int i, int vocab, int max_model_len);
+
 /* Constructors the dispatcher calls. */
 struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);
 struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);

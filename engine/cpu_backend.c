@@ -571,42 +571,6 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
     return 0;
 }
 
-static int check_seq(struct cpu_backend *b, const struct be_seq *s, int i)
-{
-    const int bs = b->base.block_size;
-    char *err = b->base.err;
-    size_t el = sizeof b->base.err;
-    if (!s->tokens || s->n_new < 1 || s->pos < 0 || s->n_prompt < 0 || s->n_prompt > s->n_tokens ||
-        s->pos + s->n_new > s->n_tokens) {
-        snprintf(err, el, "sequence %d: bad step: pos %d, n_new %d, n_prompt %d, n_tokens %d", i, s->pos,
-                 s->n_new, s->n_prompt, s->n_tokens);
-        return -1;
-    }
-    int end = s->pos + s->n_new, need = (end + bs - 1) / bs;
-    if (!s->block_table || s->n_blocks < need) {
-        snprintf(err, el, "sequence %d: %d KV blocks for %d positions, need %d of %d tokens", i, s->n_blocks,
-                 end, need, bs);
-        return -1;
-    }
-    for (int k = 0; k < need; k++)
-        if (s->block_table[k] < 0 || s->block_table[k] >= b->base.num_blocks) {
-            snprintf(err, el, "sequence %d: block_table[%d] = %d is outside the pool of %d blocks", i, k,
-                     s->block_table[k], b->base.num_blocks);
-            return -1;
-        }
-    for (int p = s->pos; p < end; p++)
-        if (s->tokens[p] < 0 || s->tokens[p] >= b->V) {
-            snprintf(err, el, "sequence %d: token %d at position %d is outside the vocabulary of %d", i,
-                     s->tokens[p], p, b->V);
-            return -1;
-        }
-    if (s->sample && (!s->sp || end != s->n_tokens)) {
-        snprintf(err, el, "sequence %d: sample set but %s", i,
-                 !s->sp ? "no sampling parameters" : "the step does not reach the last token");
-        return -1;
-    }
-    return 0;
-}
 
 /* q/k norm and RoPE of every row in place in qkv, then K and V of every row into the pool. */
 static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int layer,
@@ -779,7 +743,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
     be->err[0] = 0;
     int T = 0, ctx = 1;
     for (int i = 0; i < n; i++) {
-        if (check_seq(b, &seqs[i], i))
+        if (backend_check_seq(&b->base, &seqs[i], i, b->V, 0))
             return -1;
         T += seqs[i].n_new;
         if (seqs[i].pos + seqs[i].n_new > ctx)
