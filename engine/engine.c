@@ -307,6 +307,11 @@ const char *engine_backend_name(const struct engine *e)
     return backend_name(e->be);
 }
 
+const struct backend *engine_backend(const struct engine *e)
+{
+    return e->be;
+}
+
 int engine_max_model_len(const struct engine *e, int lane)
 {
     const struct sched_opts *so = sched_get_opts(e->s);
@@ -713,6 +718,13 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
         if (!q->admitted) {
             q->admitted = true;
             e->st.cached_tokens += (uint64_t)q->sq.n_cached;
+            if (e->o.enable_prefix_caching && q->sq.n_preemptions == 0) {
+                e->st.prefix_query_tokens += (uint64_t)q->sq.n_tokens;
+                e->st.prefix_hit_tokens += (uint64_t)q->sq.n_cached;
+            } else if (e->o.enable_prefix_caching) {
+                e->st.prefix_preempted_query_tokens += (uint64_t)q->sq.n_tokens;
+                e->st.prefix_preempted_hit_tokens += (uint64_t)q->sq.n_cached;
+            }
         }
     }
     e->st.steps++;
@@ -727,6 +739,8 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
     }
     sched_commit(e->s, &out);
     e->st.computed_tokens += (uint64_t)out.n_tokens;
+    for (int i = 0; i < out.n_items; i++)
+        e->st.lane_computed_tokens[out.items[i].seq->lane] += (uint64_t)out.items[i].n_new;
     for (int i = 0; i < out.n_items; i++)
         if (out.items[i].sample)
             on_token(e, out.items[i].seq->user, &e->bout[i]);

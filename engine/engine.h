@@ -96,6 +96,14 @@ struct engine_stats {
     uint64_t computed_tokens;     /* tokens run through the backend (prefill chunks, recompute, decode) */
     uint64_t prefix_queries, prefix_hits; /* full blocks looked up in / found in the prefix cache */
     uint64_t cached_tokens;       /* prompt tokens not computed thanks to the prefix cache */
+    /* Prefix cache in tokens, as vLLM counts vllm:prefix_cache_queries / _hits: once per request, at
+     * its first admission, queries += its tokens and hits += the tokens found cached (a multiple of
+     * the block size, at most n_prompt - 1). Readmissions after a preemption count apart, so a
+     * victim finding its own blocks again does not raise the hit rate. Nothing is counted while
+     * prefix caching is off. Hit rate = prefix_hit_tokens / prefix_query_tokens. */
+    uint64_t prefix_query_tokens, prefix_hit_tokens;
+    uint64_t prefix_preempted_query_tokens, prefix_preempted_hit_tokens;
+    uint64_t lane_computed_tokens[ENGINE_MAX_LANES]; /* computed_tokens by lane */
 };
 
 /* Opens the backend for `m` and sizes the scheduler. tok is borrowed for text and may not be
@@ -129,5 +137,7 @@ void engine_release(struct engine *e, struct engine_seq *s);
 bool engine_has_work(const struct engine *e);
 void engine_get_stats(const struct engine *e, struct engine_stats *st);
 const char *engine_backend_name(const struct engine *e);
+/* The backend the engine steps (borrowed; for backend-specific figures such as GPU memory). */
+const struct backend *engine_backend(const struct engine *e);
 /* The longest sequence (prompt + max_tokens) engine_add accepts in a lane (-1 = any lane). */
 int engine_max_model_len(const struct engine *e, int lane);

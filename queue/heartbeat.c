@@ -32,6 +32,12 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     rq_pipe_fmt(p, "%.1f", info->tokens_per_s);
     rq_pipe_str(p, "running");
     rq_pipe_int(p, info->running);
+    rq_pipe_str(p, "waiting");
+    rq_pipe_int(p, info->waiting);
+    if (info->kv_blocks_total > 0) {
+        rq_pipe_str(p, "kv_usage");
+        rq_pipe_fmt(p, "%.4f", (double)info->kv_blocks_used / info->kv_blocks_total);
+    }
     rq_pipe_str(p, "last_seen");
     rq_pipe_str(p, q->now);
     rq_pipe_cmd(p, "EXPIRE");

@@ -1,7 +1,7 @@
 /* Liveness: every worker refreshes its heartbeat hash <p>:worker:<id> (host, pid, gpu, model,
- * started_at, jobs_done, tokens_per_s, running, last_seen) with a TTL of heartbeat_ttl_s and
- * keeps its id in the set <p>:workers. A worker whose hash expired is considered dead, and any
- * other worker's reaper (queue/reaper.h) puts its jobs back. */
+ * started_at, jobs_done, tokens_per_s, running, waiting, kv_usage, last_seen) with a TTL of
+ * heartbeat_ttl_s and keeps its id in the set <p>:workers. A worker whose hash expired is
+ * considered dead, and any other worker's reaper (queue/reaper.h) puts its jobs back. */
 #pragma once
 #include <stdint.h>
 
@@ -14,6 +14,8 @@ struct rq_worker_info {
     int64_t jobs_done;   /* since start */
     double tokens_per_s; /* recent generation throughput */
     int running;         /* jobs in the engine now */
+    int waiting;         /* sequences admitted by the engine, waiting for a place in the batch */
+    int kv_blocks_used, kv_blocks_total; /* KV cache blocks; total 0 = unknown (kv_usage not written) */
 };
 
 /* HSET + EXPIRE + SADD in one MULTI/EXEC. 0, or -1. */

@@ -78,7 +78,8 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
     rq_pipe_cmd(p, "SCARD");
     rq_pipe_str(p, q->keys.cancel);
     static const char *const fields[] = {"host",       "pid",       "gpu",          "model",
-                                         "started_at", "jobs_done", "tokens_per_s", "last_seen"};
+                                         "started_at", "jobs_done", "tokens_per_s", "last_seen",
+                                         "running",    "waiting",   "kv_usage"};
     for (int i = 0; i < nw; i++) {
         const redisReply *w = m->element[i];
         char id[RQ_NAME_MAX + 1];
@@ -132,6 +133,11 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
             w->jobs_done = strtoll(b, NULL, 10);
             w->tokens_per_s = num_of(h->element[6]);
             w->last_seen = num_of(h->element[7]);
+            w->running = (int)num_of(h->element[8]);
+            w->waiting = (int)num_of(h->element[9]);
+            w->kv_usage = h->element[10]->type == REDIS_REPLY_STRING ? num_of(h->element[10]) : -1;
+        } else {
+            w->kv_usage = -1;
         }
         s->running += w->holding;
     }
@@ -186,6 +192,9 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
             rq_pipe_str(&q->pipe, "attempts");
             rq_pipe_str(&q->pipe, "started_at");
             rq_pipe_str(&q->pipe, "queue");
+            rq_pipe_str(&q->pipe, "prompt_tokens");
+            rq_pipe_str(&q->pipe, "first_token_at");
+            rq_pipe_str(&q->pipe, "updated_at");
             nj++;
         }
     }
@@ -195,7 +204,7 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
         for (int i = 0; i < nj; i++) {
             const redisReply *h = q->pipe.reply[i];
             struct rq_running_job *j = &s->jobs[i];
-            if (h->type != REDIS_REPLY_ARRAY || h->elements != 5)
+            if (h->type != REDIS_REPLY_ARRAY || h->elements != 8)
                 continue;
             if (h->element[0]->type == REDIS_REPLY_STRING)
                 j->progress = num_of(h->element[0]);
@@ -203,6 +212,9 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
             j->attempts = (int)num_of(h->element[2]);
             j->started_at = num_of(h->element[3]);
             copy_str(j->queue, sizeof j->queue, h->element[4]);
+            j->prompt_tokens = (int64_t)num_of(h->element[5]);
+            j->first_token_at = num_of(h->element[6]);
+            j->updated_at = num_of(h->element[7]);
         }
         s->njobs = nj;
     }

@@ -20,7 +20,9 @@ struct rq_worker_stat {
     double started_at, last_seen; /* unix seconds; 0 when unknown */
     int64_t jobs_done;
     double tokens_per_s;
-    int64_t holding; /* LLEN of its processing list: the jobs it runs (or left behind) */
+    int running, waiting; /* sequences in the engine's batch / admitted and waiting */
+    double kv_usage;      /* used / total KV cache blocks, 0..1; -1 when not published */
+    int64_t holding;      /* LLEN of its processing list: the jobs it runs (or left behind) */
 };
 
 struct rq_running_job {
@@ -28,9 +30,9 @@ struct rq_running_job {
     char worker[RQ_NAME_MAX + 1];
     char queue[RQ_QUEUE_MAX + 1];
     double progress; /* 0..1; -1 when unknown */
-    int64_t completion_tokens;
+    int64_t prompt_tokens, completion_tokens;
     int attempts;
-    double started_at;
+    double started_at, first_token_at, updated_at; /* unix seconds; 0 when unknown */
 };
 
 struct rq_stats {

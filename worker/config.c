@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "engine/log.h"
+#include "worker/template.h"
 
 /* ---- per-key checks beyond type and bounds */
 
@@ -86,6 +87,12 @@ static int check_queue_list(const void *v, char *msg, size_t len)
         p += n + 1;
     }
     return 0;
+}
+
+/* templates.<name>: the template's syntax (braces balanced, placeholders are names) */
+static int check_template(const void *v, char *msg, size_t len)
+{
+    return tmpl_check(*(char *const *)v, msg, len) ? -1 : 0;
 }
 
 /* ---- the table: the only place keys are defined */
@@ -242,7 +249,7 @@ static const struct cfg_key keys[] = {
     INT("metrics", "interval_s", metrics.interval_s, "10", 1, 3600,
         "one worker_metrics row in SQLite per interval"),
 
-    {"templates", "<name>", CFG_T_MAP, OFF(templates), "", 0, 0, NULL, 0, NULL,
+    {"templates", "<name>", CFG_T_MAP, OFF(templates), "", 0, 0, NULL, 0, check_template,
      "prompt template a job names with \"template\"; {var} is filled from its \"vars\""},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])

@@ -79,6 +79,19 @@ static const struct col metric_cols[] = {
     MCOL(prefix_cache_hit_rate, C_REAL),
     MCOL(preemptions, C_INT),
     MCOL(gpu_mem_bytes, C_INT_OPT),
+    MCOL(jobs_cancelled, C_INT),
+    MCOL(jobs_dead, C_INT),
+    MCOL(jobs_retried, C_INT),
+    MCOL(prompt_tokens, C_INT),
+    MCOL(generation_tokens, C_INT),
+    MCOL(prefix_cache_queries, C_INT),
+    MCOL(prefix_cache_hits, C_INT),
+    MCOL(queue_p50_ms, C_REAL),
+    MCOL(queue_p95_ms, C_REAL),
+    MCOL(queue_short, C_INT_OPT),
+    MCOL(queue_long, C_INT_OPT),
+    MCOL(retry_depth, C_INT_OPT),
+    MCOL(dead_depth, C_INT_OPT),
 };
 #define N_METRIC_COLS (sizeof metric_cols / sizeof metric_cols[0])
 
@@ -159,6 +172,8 @@ struct db_metrics db_metrics_empty(void)
     m.prompt_tokens_per_s = m.generation_tokens_per_s = NAN;
     m.ttft_p50_ms = m.ttft_p95_ms = m.itl_p50_ms = m.itl_p95_ms = m.e2e_p50_ms = m.e2e_p95_ms = NAN;
     m.kv_usage = m.prefix_cache_hit_rate = NAN;
+    m.queue_p50_ms = m.queue_p95_ms = NAN;
+    m.queue_short = m.queue_long = m.retry_depth = m.dead_depth = -1;
     return m;
 }
 

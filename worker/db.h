@@ -184,8 +184,13 @@ struct db_metrics {
     double kv_usage, prefix_cache_hit_rate;
     int64_t preemptions;
     int64_t gpu_mem_bytes;
+    /* schemas/002_metrics.sql */
+    int64_t jobs_cancelled, jobs_dead, jobs_retried;
+    int64_t prompt_tokens, generation_tokens, prefix_cache_queries, prefix_cache_hits;
+    double queue_p50_ms, queue_p95_ms;
+    int64_t queue_short, queue_long, retry_depth, dead_depth; /* < 0 is NULL (unknown) */
 };
-/* Every real NAN, every count 0, gpu_mem_bytes -1. */
+/* Every real NAN, every count 0, gpu_mem_bytes and the depths -1. */
 struct db_metrics db_metrics_empty(void);
 
 /* Writes metrics rows in one transaction; a row for a (worker_id, ts) already there replaces it.

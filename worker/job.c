@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "worker/config.h"
+#include "worker/template.h"
 
 #define NONE ""         /* struct field.neutral: no value of this field is accepted */
 #define GREEDY_EPS 1e-5 /* temperatures below this are greedy (vLLM's _SAMPLING_EPS) */
@@ -776,85 +777,28 @@ static int read_fields(struct pctx *c, json_t *obj, unsigned form, const char *c
     return 0;
 }
 
-/* ---- templates: {name} is replaced by vars[name]; {{ and }} are literal braces */
-
-static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 256;
-        while (nc < *len + n + 1)
-            nc *= 2;
-        char *p = realloc(*buf, nc);
-        if (!p)
-            return -1;
-        *buf = p;
-        *cap = nc;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return 0;
-}
+/* ---- templates (worker/template.c renders; the messages name the job's fields) */
 
 static int render_template(struct pctx *c, const char *tname, const char *text, json_t *vars)
 {
-    char *out = NULL;
-    size_t len = 0, cap = 0;
-    int rc = 0;
-    for (const char *p = text; *p && rc == 0;) {
-        if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
-            rc = append(&out, &len, &cap, p, 1);
-            p += 2;
-        } else if (*p == '}') {
-            free(out);
-            return fail(c->err, c->errlen, "template '%s': unmatched '}' at byte %zu", tname,
-                        (size_t)(p - text));
-        } else if (*p == '{') {
-            const char *end = strchr(p, '}');
-            if (!end || memchr(p + 1, '{', (size_t)(end - p - 1))) {
-                free(out);
-                return fail(c->err, c->errlen, "template '%s': unmatched '{' at byte %zu", tname,
-                            (size_t)(p - text));
-            }
-            char name[128];
-            snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
-            json_t *v = vars ? json_object_get(vars, name) : NULL;
-            char num[64];
-            if (!v) {
-                free(out);
-                return fail(c->err, c->errlen, "field 'vars': template '%s' needs '%s'", tname, name);
-            } else if (json_is_string(v)) {
-                rc = append(&out, &len, &cap, json_string_value(v), json_string_length(v));
-            } else if (json_is_integer(v) || json_is_real(v)) {
-                if (json_is_integer(v))
-                    snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
-                else /* the shortest text that reads back as the same double, as Python's repr */
-                    for (int prec = 15; prec <= 17; prec++) {
-                        snprintf(num, sizeof num, "%.*g", prec, json_real_value(v));
-                        if (strtod(num, NULL) == json_real_value(v))
-                            break;
-                    }
-                rc = append(&out, &len, &cap, num, strlen(num));
-            } else {
-                free(out);
-                char field[160];
-                snprintf(field, sizeof field, "vars.%s", name);
-                return bad(c, field, v, "expected a string or a number");
-            }
-            p = end + 1;
-        } else {
-            const char *q = p;
-            while (*q && *q != '{' && *q != '}')
-                q++;
-            rc = append(&out, &len, &cap, p, (size_t)(q - p));
-            p = q;
-        }
+    char *out = NULL, var[TMPL_MAX_NAME + 1], msg[256];
+    int rc = tmpl_render(text, vars, &out, var, msg, sizeof msg);
+    switch (rc) {
+    case TMPL_OK:
+        break;
+    case TMPL_ERR_MISSING:
+        return fail(c->err, c->errlen, "field 'vars': template '%s' needs '%s'", tname, var);
+    case TMPL_ERR_TYPE: {
+        char field[TMPL_MAX_NAME + 8];
+        snprintf(field, sizeof field, "vars.%s", var);
+        return bad(c, field, json_object_get(vars, var), "expected a string or a number");
     }
-    if (rc || (!out && append(&out, &len, &cap, "", 0))) {
-        free(out);
+    case TMPL_ERR_NOMEM:
         return fail(c->err, c->errlen, "out of memory");
+    default:
+        return fail(c->err, c->errlen, "template '%s': %s", tname, msg);
     }
-    if (len == 0) {
+    if (!out[0]) {
         free(out);
         return fail(c->err, c->errlen, "template '%s' rendered an empty prompt", tname);
     }

@@ -15,6 +15,8 @@ const struct cli_command cli_commands[] = {
     {"worker", cmd_worker, "take jobs from the Redis queues, run them, write results into SQLite"},
     {"enqueue", cmd_enqueue, "validate a JSONL file of jobs and push them onto a Redis queue"},
     {"status", cmd_status, "queue depths, retry and dead counts, live workers, running jobs"},
+    {"results", cmd_results, "export results from SQLite: JSON lines, CSV or an OpenAI Batch output file"},
+    {"wait", cmd_wait, "block until jobs finish and print their results"},
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
     {"requeue-dead", cmd_requeue_dead, "put dead-lettered jobs back on their queue"},
     {NULL, NULL, NULL},

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/gpu.h"
 #include "engine/log.h"
@@ -31,6 +32,7 @@
 #include "worker/db.h"
 #include "worker/engine_cfg.h"
 #include "worker/held.h"
+#include "worker/http.h"
 #include "worker/job.h"
 #include "worker/lanes.h"
 #include "worker/metrics.h"
@@ -46,6 +48,7 @@
 #define PROGRESS_FLUSH_S 0.05  /* progress updates go to Redis at most this often (one pipeline) */
 #define CANCEL_CHECK_S 0.02    /* cancellations are checked at most this often (every step when longer) */
 #define MAX_OVERHEAD_SAMPLES (1 << 20)
+#define PUBLISH_S 0.1 /* the metrics snapshot for GET /metrics is refreshed at most this often */
 
 /* Loop phases, timed for the per-step overhead (docs/PERFORMANCE.md "Queue path"). */
 enum { PH_TICK, PH_REDIS, PH_FETCH, PH_CANCEL, PH_STEP, PH_PROGRESS, PH_FINISH, PH_COMMIT, PH_N };
@@ -74,6 +77,7 @@ struct wk {
     struct model *model;
     struct tok *tok;
     struct engine *eng;
+    int64_t gpu_mem_bytes; /* device memory the backend allocated, -1 = not a GPU backend */
     struct rq *rq;
     struct wk_writer *wr;
     struct job_opts jopts;
@@ -110,6 +114,7 @@ struct wk {
     double oldest_pending, next_commit;
     int commit_backoff_ms;
     double db_trouble_since, next_db_log;
+    char db_err[600]; /* why the last write failed (for GET /health) */
     struct db_worker wrow;
     bool wrow_done, wrow_sent;
     struct db_metrics mrows[MAX_METRICS];
@@ -121,6 +126,9 @@ struct wk {
 
     /* metrics and counters */
     struct wk_metrics m;
+    struct wk_http *http;    /* GET /metrics and /health; NULL when metrics.enabled is false */
+    struct wk_snapshot snap; /* what it serves: identity set at setup, the rest at each publish */
+    double next_publish;
     double next_metrics;
     double last_tokens_per_s;
     int64_t done, completed, failed, cancelled, dead, retried, routed, requeued;
@@ -238,19 +246,29 @@ static int jobs_of(struct wk *w, int state, int after)
 
 /* ---- finishing jobs */
 
-static void count_finish(struct wk *w, const struct wk_job *j)
+/* A finished attempt into the metrics; `retried`: it goes back to Redis for another attempt. */
+static void count_finish(struct wk *w, const struct wk_job *j, bool retried)
 {
-    double itl = NAN;
-    if (j->completion_tokens > 1 && !isnan(j->ttft_ms) && !isnan(j->latency_ms))
-        itl = (j->latency_ms - j->ttft_ms) / (j->completion_tokens - 1);
-    wk_metrics_job(&w->m, j->status == RQ_STATUS_FAILED, j->ttft_ms, itl, j->latency_ms);
+    struct wk_finished f = {
+        .status = j->status == RQ_STATUS_COMPLETED   ? DB_COMPLETED
+                  : j->status == RQ_STATUS_CANCELLED ? DB_CANCELLED
+                                                     : DB_FAILED,
+        .finish_reason = j->finish_reason,
+        .completion_tokens = j->completion_tokens,
+        .ttft_ms = j->ttft_ms,
+        .e2e_ms = j->latency_ms,
+        .queue_ms =
+            isnan(j->created_at) || isnan(j->started_at) ? NAN : (j->started_at - j->created_at) * 1e3,
+        .retried = retried,
+    };
+    wk_metrics_finish(&w->m, &f);
 }
 
 /* A job that cannot run: failed row first, then the dead list. */
 static void fail_job(struct wk *w, struct wk_job *j, int rc, const char *err)
 {
     wk_job_finish_failed(j, &w->ctx, rc, err, db_now());
-    count_finish(w, j);
+    count_finish(w, j, false);
     move(w, j, WK_PENDING);
 }
 
@@ -270,7 +288,7 @@ static void admit(struct wk *w, struct wk_job *j)
     }
     if (j->rj.cancel_requested) {
         wk_job_finish_cancelled(j, &w->ctx, db_now());
-        count_finish(w, j);
+        count_finish(w, j, false);
         move(w, j, WK_PENDING);
         return;
     }
@@ -376,6 +394,7 @@ static void redis_committed(struct wk *w)
         }
         redis_ok(w);
         w->dead++;
+        wk_metrics_dead(&w->m);
         log_warn("job %s failed: %s; dead-lettered", wk_job_id(j), j->error ? j->error : "?");
         drop(w, j);
     }
@@ -398,6 +417,7 @@ static void redis_route(struct wk *w)
     }
     redis_ok(w);
     w->routed += moved;
+    wk_metrics_routed(&w->m, moved);
     log_debug("moved %d job%s to the long queue", moved, moved == 1 ? "" : "s");
     for (int i = 0; i < n; i++)
         drop(w, w->jobs[i]);
@@ -417,11 +437,14 @@ static void redis_retry(struct wk *w)
         redis_ok(w);
         if (r == RQ_RETRY_SCHEDULED) {
             w->retried++;
+            count_finish(w, j, true);
             log_warn("job %s failed in the engine (%s); attempt %d of %d, retrying in %.1f s", wk_job_id(j),
                      j->error, j->rj.attempts, w->cfg->queues.max_attempts, (double)delay / 1e3);
             drop(w, j);
         } else if (r == RQ_RETRY_DEAD) { /* Redis dead-lettered it: write its failed row */
             w->dead++;
+            count_finish(w, j, false);
+            wk_metrics_dead(&w->m);
             log_warn("job %s failed in the engine (%s) and is out of attempts; dead-lettered", wk_job_id(j),
                      j->error);
             j->after = WK_AFTER_NONE;
@@ -437,6 +460,7 @@ static void redis_retry(struct wk *w)
 static void db_trouble(struct wk *w, const char *msg)
 {
     double now = mono_s();
+    snprintf(w->db_err, sizeof w->db_err, "%s", msg);
     if (w->db_trouble_since == 0)
         w->db_trouble_since = now;
     if (now >= w->next_db_log) {
@@ -586,13 +610,54 @@ static void commit_submit(struct wk *w, bool stopped)
 
 /* ---- metrics and log lines */
 
+/* The Redis figures of the metrics (queue depths, retry set, dead list): one rq_stats per metrics
+ * interval, never one per scrape. */
+static void read_redis_figures(struct wk *w)
+{
+    const char *queues[WK_METRICS_QUEUES];
+    for (int i = 0; i < WK_METRICS_QUEUES; i++)
+        queues[i] = wk_lane_queue(i);
+    struct rq_stats rs;
+    bool ok = rq_stats(w->rq, queues, WK_METRICS_QUEUES, false, &rs) == 0;
+    int64_t depth[WK_METRICS_QUEUES] = {0};
+    for (int i = 0; ok && i < WK_METRICS_QUEUES; i++)
+        depth[i] = rs.queues[i].len;
+    wk_metrics_redis(&w->m, ok, depth, rs.retry, rs.dead);
+    rq_stats_free(&rs);
+    if (!ok)
+        log_debug("metrics: reading the queue depths failed: %s", rq_error(w->rq));
+}
+
+/* The snapshot GET /metrics and /health serve (worker/http.h). */
+static void publish(struct wk *w, double now)
+{
+    if (!w->http)
+        return;
+    w->next_publish = now + PUBLISH_S;
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    struct wk_snapshot *s = &w->snap;
+    wk_metrics_snapshot(&w->m, &st, s);
+    s->ready = 1;
+    s->stopping = w->stopping;
+    s->redis_ok = w->redis_trouble_since == 0 && w->rq->cmd.ctx != NULL;
+    snprintf(s->redis_err, sizeof s->redis_err, "%.*s", (int)sizeof s->redis_err - 1,
+             s->redis_ok ? "" : rq_error(w->rq));
+    s->sqlite_ok = w->db_trouble_since == 0;
+    snprintf(s->sqlite_err, sizeof s->sqlite_err, "%.*s", (int)sizeof s->sqlite_err - 1,
+             s->sqlite_ok ? "" : w->db_err);
+    wk_http_publish(w->http, s);
+}
+
 static void add_metrics_row(struct wk *w, double now)
 {
+    read_redis_figures(w);
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     struct db_metrics row;
     wk_metrics_row(&w->m, now, db_now(), &st, &row);
     row.worker_id = w->worker_id;
+    row.gpu_mem_bytes = w->gpu_mem_bytes;
     w->last_tokens_per_s = row.generation_tokens_per_s;
     if (w->nm == MAX_METRICS && w->nm_sent == 0) { /* SQLite has been away long: drop the oldest */
         memmove(w->mrows, w->mrows + 1, (MAX_METRICS - 1) * sizeof *w->mrows);
@@ -608,6 +673,7 @@ static void add_metrics_row(struct wk *w, double now)
              isnan(row.generation_tokens_per_s) ? 0 : row.generation_tokens_per_s, st.running, st.waiting,
              held_count(w), isnan(row.kv_usage) ? 0 : 100 * row.kv_usage);
     w->iv_done = w->iv_failed = w->iv_cancelled = 0;
+    publish(w, now);
 }
 
 static void timing_line(const char *what, struct timing *t)
@@ -845,12 +911,13 @@ static void phase_step(struct wk *w, double *ph)
         wk_job_finish_seq(j, &w->ctx, s, t2, nw);
         engine_release(w->eng, s);
         j->seq = NULL;
-        count_finish(w, j);
         if (j->status == RQ_STATUS_FAILED && j->error_rc == JOB_ERR_ENGINE && j->rj.id[0] &&
-            j->rj.attempts < w->cfg->queues.max_attempts)
-            move(w, j, WK_RETRY);
-        else
+            j->rj.attempts < w->cfg->queues.max_attempts) {
+            move(w, j, WK_RETRY); /* counted once redis_retry knows whether it is retried or dead */
+        } else {
+            count_finish(w, j, false);
             move(w, j, WK_PENDING);
+        }
     }
     ph[PH_FINISH] += mono_s() - t2;
 }
@@ -859,12 +926,17 @@ static void iterate(struct wk *w)
 {
     double ph[PH_N] = {0};
     double t = mono_s(), t2;
+    struct engine_stats hb; /* the engine's gauges for the heartbeat (llmq status) */
+    engine_get_stats(w->eng, &hb);
     struct rq_worker_info info = {
         .gpu = w->gpu,
         .model = w->model_name,
         .jobs_done = w->done,
         .tokens_per_s = isnan(w->last_tokens_per_s) ? 0 : w->last_tokens_per_s,
         .running = w->l[WK_RUNNING].n,
+        .waiting = hb.waiting,
+        .kv_blocks_used = hb.kv_blocks_used,
+        .kv_blocks_total = hb.kv_blocks_total,
     };
     struct rq_tick_result tr;
     if (rq_tick(w->rq, &info, &tr))
@@ -929,6 +1001,8 @@ static void iterate(struct wk *w)
     }
     if (commit_due(w, t))
         commit_submit(w, false);
+    if (t >= w->next_publish)
+        publish(w, t);
     t2 = mono_s();
     ph[PH_COMMIT] = t2 - t;
 
@@ -978,8 +1052,10 @@ static void requeue_state(struct wk *w, int state, const char *why)
 static void finish_run(struct wk *w, bool hard)
 {
     double until = mono_s() + (hard ? 2.0 : FLUSH_S);
+    w->stopping = true; /* GET /health: 503 "stopping" from now on */
     if (w->m.jobs_done) /* the last, partial interval */
         add_metrics_row(w, mono_s());
+    publish(w, mono_s());
     int running = w->l[WK_RUNNING].n;
     if (running)
         log_info("worker: handing %d unfinished job%s back to the front of their queue", running,
@@ -1122,11 +1198,35 @@ static int setup(struct wk *w)
         w->worker_id, w->model_name, backend, c->worker.queues, c->queues.short_max_num_seqs,
         c->queues.long_max_num_seqs, c->queues.long_threshold_tokens, where, c->redis.prefix, c->sqlite.path,
         w->o.drain ? ", drain mode" : "");
+    w->gpu_mem_bytes = -1; /* not on the CPU backend (docs/METRICS.md) */
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+    struct cuda_backend_stats cs; /* allocated once at open: weights, KV pool, activations, workspaces */
+    if (cuda_backend_get_stats(engine_backend(w->eng), &cs) == 0)
+        w->gpu_mem_bytes = cs.alloc_bytes;
+#endif
+    if (c->metrics.enabled) {
+        struct wk_snapshot *s = &w->snap;
+        snprintf(s->worker_id, sizeof s->worker_id, "%s", w->worker_id);
+        snprintf(s->model, sizeof s->model, "%s", w->model_name);
+        snprintf(s->backend, sizeof s->backend, "%.*s", (int)sizeof s->backend - 1, backend);
+        snprintf(s->version, sizeof s->version, "%s", LLMQ_VERSION);
+        s->started_at = w->rq->started_at;
+        s->gpu_mem_bytes = w->gpu_mem_bytes;
+        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->http, err, sizeof err))
+            log_warn("%s; the worker runs without GET /metrics and /health", err);
+        else
+            log_info("metrics: http://%s%s%s:%d/metrics and /health",
+                     strchr(c->metrics.listen_address, ':') ? "[" : "", c->metrics.listen_address,
+                     strchr(c->metrics.listen_address, ':') ? "]" : "", wk_http_port(w->http));
+        publish(w, now);
+    }
     return 0;
 }
 
 static void teardown(struct wk *w)
 {
+    wk_http_stop(w->http);
+    w->http = NULL;
     /* a writer stuck on a lock keeps reading its batch: then that memory is left to the exit */
     int stuck = wk_writer_stop(w->wr, 2000);
     if (stuck)

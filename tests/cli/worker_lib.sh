@@ -111,6 +111,7 @@ worker:
   shutdown_timeout_s: 10
 metrics:
   interval_s: 1
+  port: 0  # any free port: tests run side by side
 EOF
   local line
   for line in "$@"; do echo "$line" >>"$CFG"; done

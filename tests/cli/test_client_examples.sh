@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# The deployment kit in contrib/, run for real where its runtime exists:
+#  - the client examples (redis-cli always; Python with redis-py, Node with the npm `redis`
+#    package, Go with go-redis when they can be had) push a job onto a real redis-server, a real
+#    worker on a tiny model runs it, and each example's printed result must match the worker's
+#    SQLite row (status, token counts, text);
+#  - the nightly cron script enqueues a folder with a template, drains it with its own worker and
+#    exports the results with `llmq results`;
+#  - the systemd unit passes `systemd-analyze verify`; the Prometheus config and the Grafana
+#    dashboard parse, and every metric the dashboard queries is served by the worker's /metrics
+#    and documented in docs/METRICS.md.
+# An example whose runtime is missing is skipped with its reason; the rest still run.
+. "$(dirname "$0")/worker_lib.sh"
+SRC=${LLMQ_SOURCE_DIR:?run through ctest}
+BUILD=${LLMQ_BUILD_DIR:?run through ctest}
+K=$SRC/contrib
+skip() { echo "skip $1"; }
+
+# ---- static checks first: they need no server
+unit=$K/systemd/llmq-worker.service
+if command -v systemd-analyze >/dev/null; then
+  sed "s|^ExecStart=/usr/local/bin/llmq |ExecStart=$LLMQ |" "$unit" >"$T/llmq-worker.service"
+  out=$(systemd-analyze verify "$T/llmq-worker.service" 2>&1)
+  rc=$?
+  mine=$(printf '%s\n' "$out" | grep -F "llmq-worker.service")
+  [ $rc -eq 0 ] && [ -z "$mine" ] && ok "systemd-analyze verify: the unit is clean" || bad "systemd unit: rc $rc: $out"
+else
+  skip "systemd unit: systemd-analyze is not installed"
+fi
+shutdown_s=$("$LLMQ" config --get worker.shutdown_timeout_s)
+stop_s=$(sed -n 's/^TimeoutStopSec=//p' "$unit")
+[ -n "$stop_s" ] && [ "$stop_s" -gt "$shutdown_s" ] && grep -q '^KillSignal=SIGTERM' "$unit" &&
+  grep -q '^Restart=on-failure' "$unit" && ok "unit: SIGTERM, TimeoutStopSec $stop_s > shutdown_timeout_s $shutdown_s" ||
+  bad "unit: TimeoutStopSec '$stop_s' vs worker.shutdown_timeout_s $shutdown_s"
+
+python3 - "$K/prometheus/prometheus.yml" <<'PY' && ok "prometheus.yml parses and scrapes 127.0.0.1:9464/metrics" || bad "prometheus.yml"
+import sys
+try:
+    import yaml
+except ImportError:
+    print("skip prometheus.yml: python3 has no yaml module (checked as text only)")
+    text = open(sys.argv[1]).read()
+    sys.exit(0 if "127.0.0.1:9464" in text and "/metrics" in text else 1)
+c = yaml.safe_load(open(sys.argv[1]))
+jobs = c["scrape_configs"]
+targets = [t for j in jobs for s in j["static_configs"] for t in s["targets"]]
+assert "127.0.0.1:9464" in targets, targets
+assert all(j.get("metrics_path", "/metrics") == "/metrics" for j in jobs)
+PY
+
+# the metric names the dashboard queries (histogram series back to their family name)
+python3 - "$K/grafana/llmq.json" >"$T/dash-metrics" <<'PY' && ok "grafana dashboard parses" || bad "grafana dashboard"
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+names, exprs = set(), []
+for p in d["panels"]:
+    for t in p.get("targets", []):
+        exprs.append(t["expr"])
+        names.update(re.findall(r"\bllmq_[a-z_]+\b", t["expr"]))
+for v in d.get("templating", {}).get("list", []):
+    q = v.get("query")
+    if isinstance(q, dict):
+        names.update(re.findall(r"\bllmq_[a-z_]+\b", q.get("query", "")))
+need = ["histogram_quantile", "llmq_time_to_first_token_seconds_bucket", "llmq_inter_token_latency_seconds_bucket",
+        "llmq_generation_tokens_total", "llmq_prompt_tokens_total", "llmq_queue_depth", "llmq_kv_cache_usage_perc",
+        "llmq_gpu_memory_used_bytes"]
+missing = [n for n in need if not any(n in e for e in exprs)]
+assert not missing, missing
+for n in sorted(names):
+    print(re.sub(r"_(bucket|sum|count)$", "", n))
+PY
+if [ -f "$SRC/docs/METRICS.md" ]; then
+  undoc=$(while read -r m; do grep -q "\b$m\b" "$SRC/docs/METRICS.md" || echo "$m"; done <"$T/dash-metrics")
+  [ -z "$undoc" ] && ok "every dashboard metric is in docs/METRICS.md" || bad "not in docs/METRICS.md: $undoc"
+else
+  bad "docs/METRICS.md does not exist: the dashboard's metric names cannot be checked against it"
+fi
+
+# ---- a worker for the clients
+redis_start
+make_model
+write_config 'templates:' '  summarize: "Summarize this:\n{document}"'
+MPORT=$(free_port)
+export LLMQ_METRICS_PORT=$MPORT
+worker_start w1
+unset LLMQ_METRICS_PORT
+printf 'The quick brown fox jumps over the lazy dog.\nA second line, "quoted".\n' >"$T/doc.txt"
+
+# check_result NAME ID OUTPUT-FILE EXIT: the example's JSON line against the worker's SQLite row
+check_result() {
+  local name=$1 id=$2 file=$3 rc=$4
+  [ "$rc" -eq 0 ] || { bad "$name exited $rc: $(cat "$file" "$file.err" 2>/dev/null | tail -5)"; return; }
+  python3 - "$file" "$DB" "$id" <<'PY' && ok "$name: enqueued, waited, result matches SQLite" || bad "$name: $(cat "$file" "$file.err" | tail -5)"
+import json, sqlite3, sys
+lines = [l for l in open(sys.argv[1], encoding="utf-8") if l.strip()]
+got = json.loads(lines[-1])
+row = sqlite3.connect(sys.argv[2]).execute(
+    "SELECT status, prompt_tokens, completion_tokens, output, finish_reason FROM jobs WHERE id = ?", (sys.argv[3],)).fetchone()
+assert row, "no row"
+want = {"id": sys.argv[3], "status": row[0], "prompt_tokens": row[1], "completion_tokens": row[2], "text": row[3],
+        "finish_reason": row[4]}
+bad = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+assert row[0] == "completed" and row[2] > 0, row
+if bad:
+    print("differs (got, want):", bad)
+    sys.exit(1)
+PY
+}
+
+# redis-cli: a prompt job and a templated job (the document from a file)
+EX=$K/clients/redis-cli/enqueue_wait.sh
+bash "$EX" -u "$URL" -n 8 -i cli-1 -d "$DB" -t 60 'Say "hello" \ back' >"$T/cli1.out" 2>"$T/cli1.out.err"
+check_result "redis-cli example" cli-1 "$T/cli1.out" $?
+bash "$EX" -u "$URL" -n 8 -i cli-2 -d "$DB" -t 60 -T summarize -V document=@"$T/doc.txt" >"$T/cli2.out" 2>"$T/cli2.out.err"
+check_result "redis-cli example (template)" cli-2 "$T/cli2.out" $?
+# its result for a job that fails: exit 1 and the error
+bash "$EX" -u "$URL" -n 8 -i cli-3 -d "$DB" -t 60 -T nope -V document=x >"$T/cli3.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q '"status": "failed"' "$T/cli3.out" && grep -q "no template named 'nope'" "$T/cli3.out" &&
+  ok "redis-cli example reports a failed job" || bad "redis-cli failed job: rc $rc $(cat "$T/cli3.out")"
+
+# Python (redis-py)
+if python3 -c 'import redis' 2>/dev/null; then
+  python3 "$K/clients/python/enqueue_wait.py" --redis "$URL" --template summarize --var document=@"$T/doc.txt" \
+    --max-tokens 8 --id py-1 --db "$DB" --timeout 60 >"$T/py.out" 2>"$T/py.out.err"
+  check_result "python example" py-1 "$T/py.out" $?
+else
+  skip "python example: the redis module is not importable by python3 (pip install redis)"
+fi
+
+# Node (npm `redis`, installed into the build folder once, from the npm registry)
+NODE_DIR=$BUILD/contrib-clients/node
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  mkdir -p "$NODE_DIR"
+  cp "$K/clients/node/package.json" "$K/clients/node/enqueue_wait.js" "$NODE_DIR/"
+  if [ -f "$NODE_DIR/node_modules/redis/package.json" ] ||
+    (cd "$NODE_DIR" && npm install --no-audit --no-fund --silent >"$T/npm.log" 2>&1); then
+    node "$NODE_DIR/enqueue_wait.js" --redis "$URL" --template summarize --var document=@"$T/doc.txt" \
+      --max-tokens 8 --id node-1 --db "$DB" --timeout 60 >"$T/node.out" 2>"$T/node.out.err"
+    check_result "node example" node-1 "$T/node.out" $?
+    node "$NODE_DIR/enqueue_wait.js" --redis "$URL" --prompt "Hello from Node" --max-tokens 8 --id node-2 \
+      --db "$DB" --timeout 60 >"$T/node2.out" 2>"$T/node2.out.err"
+    check_result "node example (prompt)" node-2 "$T/node2.out" $?
+  else
+    skip "node example: npm install failed (registry unreachable?): $(tail -2 "$T/npm.log" | tr '\n' ' ')"
+  fi
+else
+  skip "node example: node or npm is not installed"
+fi
+
+# Go (go-redis)
+if command -v go >/dev/null; then
+  GO_DIR=$BUILD/contrib-clients/go
+  mkdir -p "$GO_DIR"
+  cp "$K/clients/go/go.mod" "$K/clients/go/main.go" "$GO_DIR/"
+  if (cd "$GO_DIR" && go mod tidy >"$T/go.log" 2>&1 && go build -o enqueue_wait . >>"$T/go.log" 2>&1); then
+    "$GO_DIR/enqueue_wait" -redis "$URL" -prompt "Hello from Go" -max-tokens 8 -id go-1 -db "$DB" -timeout 60s \
+      >"$T/go.out" 2>"$T/go.out.err"
+    check_result "go example" go-1 "$T/go.out" $?
+  else
+    skip "go example: go mod tidy / go build failed (module proxy unreachable?): $(tail -2 "$T/go.log" | tr '\n' ' ')"
+  fi
+else
+  skip "go example: go is not installed"
+fi
+
+# /metrics of the running worker serves every family the dashboard queries
+if python3 - "$MPORT" "$T/dash-metrics" <<'PY'; then
+import sys, urllib.request
+body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+families = {l.split()[2] for l in body.splitlines() if l.startswith("# TYPE ")}
+missing = [m.strip() for m in open(sys.argv[2]) if m.strip() and m.strip() not in families]
+# this worker runs the cpu backend: there is no GPU memory to report
+if "llmq_gpu_memory_used_bytes" in missing:
+    missing.remove("llmq_gpu_memory_used_bytes")
+    print("note: llmq_gpu_memory_used_bytes not served by a cpu-backend worker (not checked here)")
+if missing:
+    print("not served by /metrics:", missing)
+    sys.exit(1)
+PY
+  ok "the worker's /metrics serves every metric the dashboard queries"
+else
+  bad "dashboard metrics vs the worker's /metrics (port $MPORT)"
+fi
+
+kill -TERM "$W_w1"
+worker_wait "$W_w1" 30 || bad "worker did not stop on SIGTERM"
+
+# ---- the nightly cron script: a folder of documents, a template, drain, export
+mkdir -p "$T/inbox" "$T/exports"
+for i in 1 2 3; do printf 'Document number %d.\nIt has "quotes" and a {brace}.\n' "$i" >"$T/inbox/doc $i.txt"; done
+mkdir "$T/inbox/not-a-file"
+LLMQ=$LLMQ LLMQ_METRICS_PORT=0 bash "$K/cron/nightly-summarize.sh" -c "$CFG" -o "$T/exports" -q short "$T/inbox" >"$T/cron.log" 2>&1
+rc=$?
+stamp=$(date +%F)
+export_file=$T/exports/summaries-$stamp.jsonl
+[ $rc -eq 0 ] && ok "nightly-summarize.sh exit 0" || bad "nightly-summarize.sh exit $rc: $(tail -5 "$T/cron.log")"
+python3 - "$export_file" "$DB" "$stamp" <<'PY' && ok "nightly export: one completed, templated result per document" || bad "nightly export: $(tail -5 "$T/cron.log")"
+import json, sqlite3, sys
+path, db, stamp = sys.argv[1:4]
+rows = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+mine = {r["id"]: r for r in rows if r["id"].startswith(f"nightly-{stamp}/")}
+want = {f"nightly-{stamp}/doc {i}.txt" for i in (1, 2, 3)}
+assert set(mine) == want, (sorted(mine), sorted(want))
+con = sqlite3.connect(db)
+for jid, r in mine.items():
+    assert r["status"] == "completed", r
+    assert r["metadata"] == {"file": jid.split("/", 1)[1], "run": f"nightly-{stamp}"}, r["metadata"]
+    out, pt = con.execute("SELECT output, prompt_tokens FROM jobs WHERE id = ?", (jid,)).fetchone()
+    assert r["text"] == out, (r["text"], out)
+    assert pt > len("Summarize this:\nDocument number 1.\n"), pt  # the file's text is in the prompt
+PY
+grep -q "3 documents queued" "$T/cron.log" && ok "cron log counts the documents" || bad "cron log: $(cat "$T/cron.log")"
+eq "the drain worker left nothing queued" "$(rcli LLEN llmq:queue:short)" 0
+finish
