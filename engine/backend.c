@@ -12,6 +12,19 @@
 struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
                              size_t errlen)
 {
+    /* YaRN by max_model_len: the backend sees a copy of the model whose config says so (backends
+     * copy what they need of m at open, so the copy may end with this call) */
+    struct model extended;
+    char msg[512];
+    if (m && o) {
+        extended = *m;
+        if (model_config_extend_rope(&extended.cfg, o->max_model_len, msg, sizeof msg)) {
+            log_info("model: %s", msg);
+            m = &extended;
+        } else if (msg[0]) {
+            log_warn("model: %s", msg);
+        }
+    }
     if (!name || !strcmp(name, "auto")) {
         char why[256] = "";
         if (gpu_backend_built() && gpu_describe(why, sizeof why) == 0) {

@@ -42,6 +42,15 @@ struct be_out {
     float top_logprobs[SAMPLING_MAX_LOGPROBS];
 };
 
+/* Weight element type on a backend (model.dtype). */
+enum be_weights {
+    BE_WEIGHTS_AUTO = 0, /* the checkpoint's: F8_E4M3 linear weights stay fp8 on CUDA (dequantized on CPU) */
+    BE_WEIGHTS_BF16,     /* every weight bf16 on CUDA (fp8 checkpoints dequantized at load) */
+    BE_WEIGHTS_FP8,      /* linear weights (q/k/v/o/gate/up/down) fp8 e4m3 in 128x128 blocks, quantized at
+                          * load where the checkpoint is not fp8 (engine/fp8.h); embeddings, norms and
+                          * lm_head keep their dtype. The CPU backend computes with the same fp8 values */
+};
+
 struct backend_opts {
     int block_size;              /* tokens per KV block */
     int max_num_seqs;            /* most sequences in one step */
@@ -51,6 +60,7 @@ struct backend_opts {
     double gpu_memory_utilization;
     int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
+    enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).
      * The CPU forward rounds to bf16 (nearest even) exactly where the CUDA forward stores bf16:
@@ -84,7 +94,9 @@ struct backend {
 };
 
 /* Opens "cpu", "cuda" or "auto" (cuda when built and a device is usable, else cpu) for a loaded
- * model. The model must outlive the backend. NULL with err on failure. */
+ * model. The model must outlive the backend. NULL with err on failure. A max_model_len above the
+ * model's max_position_embeddings enables YaRN when config.json has no rope_scaling
+ * (model_config_extend_rope, logged); the backends see it through a copy of m made for the call. */
 struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
                              size_t errlen);
 static inline int backend_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)

@@ -7,8 +7,12 @@
  * only the rows gathered) + K and V of every sequence's whole context read once + K and V of the new
  * tokens written, and flops = 2 * (linear weights) * tokens + 2 * V * C * sampled rows + attention
  * (4 * H * D per layer per query-key pair of the causal mask). Activations are not counted. The
- * rates are the H200's measured ceilings: 4.2 TB/s copy, 776 TFLOP/s dense bf16. */
+ * rates are the H200's measured ceilings: 4.2 TB/s copy, 776 TFLOP/s dense bf16, 1416 TFLOP/s fp8.
+ * With fp8 weights the linear weights count 1 byte each (their scales are 1/16384 of that) and their
+ * flops run at the fp8 rate; with an fp8 KV cache a token's K and V count 2 * KVH * (D + 4) bytes a
+ * layer (e4m3 codes and an fp32 scale per KV head). */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +21,7 @@
 
 #define BENCH_COPY_BPS 4.2e12
 #define BENCH_BF16_FLOPS 776e12
+#define BENCH_FP8_FLOPS 1416e12
 
 struct bench_workload {
     const char *name;
@@ -29,6 +34,7 @@ const struct bench_workload *bench_workload_find(const char *name);
 const char *bench_workload_names(void);
 
 struct bench_roofline {
+    bool fp8_weights, fp8_kv;   /* set by the caller: what the backend stores (see above) */
     uint64_t steps, tokens, sampled;
     double bytes, flops;        /* summed over steps */
     double ideal_s;             /* sum of each step's max(bytes / bw, flops / rate) */

@@ -9,6 +9,11 @@
  *     kv[layer][K|V][block][kv_head][slot][d]    (L, 2, num_blocks, KVH, block_size, D)
  * so position p of a sequence lives in block block_table[p / block_size], slot p % block_size,
  * and one block of one KV head is block_size·D contiguous floats.
+ * With kv_dtype DT_F8_E4M3 the pool holds e4m3 codes in the same layout (kv_codes) and one fp32
+ * scale per (layer, K|V, block, kv head, slot) (kv_scales), quantized as the CUDA backend's
+ * k_qk_norm_rope_kv_fp8 does it (kv_quantize: amax / 448 per token and head, round to nearest even,
+ * saturating) and decoded on read: the oracle of the CUDA fp8 KV path (docs/CUDA_BACKEND.md, "FP8 KV
+ * cache"). Any other kv_dtype keeps fp32.
  *
  * Every per-token computation (GEMM rows, norms, RoPE, attention over positions in order) is done
  * the same way whatever else is in the batch, so a sequence's logits do not depend on batching,
@@ -18,12 +23,19 @@
  * bf16 emulation (backend_opts.emulate_bf16, for testing the CUDA backend): the same forward, with a
  * rounding to bf16 (nearest even) wherever kernels/cuda_backend.cu stores bf16 — every weight at open;
  * the normed sublayer inputs (input, post-attention and final norm); the QKV GEMM output (before the
- * bias); q after norm and RoPE, k and v as the bf16 KV cache holds them; the attention probabilities
- * as the tensor-core P·V product takes them (attention_emu); the attention output; the o_proj,
- * gate/up, SiLU·up and down outputs. The residual stream and the logits stay fp32, as on the GPU.
- * Attention then depends on how a step is laid out (decode rows vs prefill rows, the decode split),
- * as it does on the GPU, so the batching invariance above holds only between steps laid out alike.
- * Off (the default), none of this code runs and the fp32 forward is bit for bit what it was. */
+ * bias); q after norm and RoPE, k and v as the bf16 KV cache holds them (with an fp8 pool: k and v are
+ * quantized from fp32, as on the GPU, and scores are formed as (q · codes) · k_scale); the attention
+ * probabilities (times v_scale with an fp8 pool) as the tensor-core P·V product takes them (attention_emu);
+ * the attention output; the o_proj, gate/up, SiLU·up and down outputs. The residual stream and the logits
+ * stay fp32, as on the GPU. Attention then depends on how a step is laid out (decode rows vs prefill rows,
+ * the decode split), as it does on the GPU, so the batching invariance above holds only between steps laid
+ * out alike. Off (the default), none of this code runs and the fp32 forward is bit for bit what it was.
+ *
+ * fp8 weights (backend_opts.weight_dtype, engine/fp8.h): a linear weight that the CUDA backend runs in
+ * fp8 holds here exactly the values the GPU multiplies with — an F8_E4M3 checkpoint tensor
+ * dequantized, or a bf16/fp32 one rounded to bf16, quantized in 128x128 blocks and dequantized — and
+ * is not rounded to bf16 under emulation. The GPU's 1x128 quantization of GEMM inputs is not
+ * emulated (its small-batch GEMV path does not quantize them). */
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -32,6 +44,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/fp8.h"
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -83,9 +96,15 @@ struct cpu_backend {
     size_t n_weights; /* floats in weights */
     float *mrun;      /* [nthreads, cap_ctx] the running max each key's probability was rounded against */
 
-    float *kv;      /* the pool, layout above */
-    size_t kv_slab; /* floats of one (block, kv head): block_size * D */
-    size_t kv_part; /* floats of K (or V) of one layer: num_blocks * KVH * kv_slab */
+    float *kv;      /* the pool, layout above; NULL with an fp8 pool */
+    size_t kv_slab; /* elements of one (block, kv head): block_size * D */
+    size_t kv_part; /* elements of K (or V) of one layer: num_blocks * KVH * kv_slab */
+    /* fp8 pool (kv_dtype DT_F8_E4M3) */
+    bool kv8;
+    uint8_t *kv_codes; /* (L, 2, num_blocks, KVH, block_size, D) e4m3 */
+    float *kv_scales;  /* (L, 2, num_blocks, KVH, block_size): element value = e4m3(code) * scale */
+    float *kv_buf;     /* [nthreads][2][kv_slab]: one block's codes decoded for attention */
+    float e4m3_lut[256];
 
     /* step scratch, grown on demand */
     int cap_rows, cap_ctx;
@@ -271,9 +290,14 @@ static int emu_graph_ctx(int ctx, int max_len, int bs)
 
 /* ---- open */
 
+/* How load_weight_as places a tensor: as its fp32 values, rounded to bf16 (emulate_bf16: the CUDA
+ * backend's bf16 weights), or as the fp8 values the CUDA backend computes with (engine/fp8.h:
+ * dequantized from the checkpoint, or quantized and dequantized; never rounded to bf16 after). */
+enum lw_mode { LW_PLAIN, LW_BF16, LW_FP8 };
+
 /* Converts one weight into dst after checking its shape (d1 == 0: a vector of d0). */
 static int load_weight(const struct tensor_view *t, const char *what, int layer, int64_t d0, int64_t d1,
-                       float *dst, char *err, size_t errlen)
+                       float *dst, enum lw_mode mode, char *err, size_t errlen)
 {
     char name[128];
     if (t->name)
@@ -301,9 +325,14 @@ static int load_weight(const struct tensor_view *t, const char *what, int layer,
         return -1;
     }
     char e2[256];
-    if (tensor_to_f32(t, dst, e2, sizeof e2) != 0) {
+    if (fp8_linear_values(t, mode == LW_FP8, dst, e2, sizeof e2) != 0) {
         snprintf(err, errlen, "%s: %s", name, e2);
         return -1;
+    }
+    if (mode == LW_BF16) {
+        const size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = bf16r(dst[i]);
     }
     return 0;
 }
@@ -312,8 +341,25 @@ static void cpu_free(struct backend *be);
 static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
 static const struct backend_ops cpu_ops = {"cpu", cpu_step, cpu_free};
 
-static int load_weights(struct cpu_backend *b, const struct model *m, char *err, size_t errlen)
+/* The mode of one (fused) linear weight: fp8 where engine/fp8.h says the CUDA backend runs it in fp8. */
+static enum lw_mode linear_mode(const struct backend_opts *o, const struct tensor_view *const *parts, int n,
+                                enum lw_mode plain, int *n_fp8)
 {
+    char why[256];
+    if (!fp8_linear_use(o->weight_dtype, parts, n, why, sizeof why)) {
+        if (why[0])
+            log_info("cpu backend: %s", why);
+        return plain;
+    }
+    (*n_fp8)++;
+    return LW_FP8;
+}
+
+static int load_weights(struct cpu_backend *b, const struct model *m, const struct backend_opts *o, char *err,
+                        size_t errlen)
+{
+    const enum lw_mode plain = o->emulate_bf16 ? LW_BF16 : LW_PLAIN;
+    int n_fp8 = 0, n_lin = 0;
     const struct model_config *c = &b->cfg;
     const int64_t C = b->C, F = b->F, D = b->D, V = b->V, QKV = b->QKV, HD = b->HD, KVD = b->KVD;
     size_t per_layer = (size_t)(C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD +
@@ -334,70 +380,80 @@ static int load_weights(struct cpu_backend *b, const struct model *m, char *err,
     } while (0)
     float *w;
     TAKE(w, V * C);
-    if (load_weight(&m->embed, "embed_tokens", -1, V, C, w, err, errlen))
+    if (load_weight(&m->embed, "embed_tokens", -1, V, C, w, plain, err, errlen))
         return -1;
     b->embed = w;
     if (c->tie_embeddings) {
         b->lm_head = b->embed;
     } else {
         TAKE(w, V * C);
-        if (load_weight(&m->lm_head, "lm_head", -1, V, C, w, err, errlen))
+        if (load_weight(&m->lm_head, "lm_head", -1, V, C, w, plain, err, errlen))
             return -1;
         b->lm_head = w;
     }
     TAKE(w, C);
-    if (load_weight(&m->final_norm, "norm", -1, C, 0, w, err, errlen))
+    if (load_weight(&m->final_norm, "norm", -1, C, 0, w, plain, err, errlen))
         return -1;
     b->final_norm = w;
 
     for (int l = 0; l < b->L; l++) {
         const struct layer_weights *lw = &m->layers[l];
         struct cpu_layer *cl = &b->layers[l];
+        const struct tensor_view *pq[3] = {&lw->wq, &lw->wk, &lw->wv}, *po[1] = {&lw->wo},
+                                 *pg[2] = {&lw->w_gate, &lw->w_up}, *pd[1] = {&lw->w_down};
+        const enum lw_mode mq = linear_mode(o, pq, 3, plain, &n_fp8),
+                           mo = linear_mode(o, po, 1, plain, &n_fp8),
+                           mg = linear_mode(o, pg, 2, plain, &n_fp8),
+                           md = linear_mode(o, pd, 1, plain, &n_fp8);
+        n_lin += 4;
         TAKE(w, C);
-        if (load_weight(&lw->attn_norm, "input_layernorm", l, C, 0, w, err, errlen))
+        if (load_weight(&lw->attn_norm, "input_layernorm", l, C, 0, w, plain, err, errlen))
             return -1;
         cl->attn_norm = w;
         TAKE(w, QKV * C);
-        if (load_weight(&lw->wq, "q_proj", l, HD, C, w, err, errlen) ||
-            load_weight(&lw->wk, "k_proj", l, KVD, C, w + HD * C, err, errlen) ||
-            load_weight(&lw->wv, "v_proj", l, KVD, C, w + (HD + KVD) * C, err, errlen))
+        if (load_weight(&lw->wq, "q_proj", l, HD, C, w, mq, err, errlen) ||
+            load_weight(&lw->wk, "k_proj", l, KVD, C, w + HD * C, mq, err, errlen) ||
+            load_weight(&lw->wv, "v_proj", l, KVD, C, w + (HD + KVD) * C, mq, err, errlen))
             return -1;
         cl->wqkv = w;
         if (c->qkv_bias) {
             TAKE(w, QKV);
-            if (load_weight(&lw->bq, "q_proj.bias", l, HD, 0, w, err, errlen) ||
-                load_weight(&lw->bk, "k_proj.bias", l, KVD, 0, w + HD, err, errlen) ||
-                load_weight(&lw->bv, "v_proj.bias", l, KVD, 0, w + HD + KVD, err, errlen))
+            if (load_weight(&lw->bq, "q_proj.bias", l, HD, 0, w, plain, err, errlen) ||
+                load_weight(&lw->bk, "k_proj.bias", l, KVD, 0, w + HD, plain, err, errlen) ||
+                load_weight(&lw->bv, "v_proj.bias", l, KVD, 0, w + HD + KVD, plain, err, errlen))
                 return -1;
             cl->bqkv = w;
         }
         if (c->qk_norm) {
             TAKE(w, 2 * D);
-            if (load_weight(&lw->q_norm, "q_norm", l, D, 0, w, err, errlen) ||
-                load_weight(&lw->k_norm, "k_norm", l, D, 0, w + D, err, errlen))
+            if (load_weight(&lw->q_norm, "q_norm", l, D, 0, w, plain, err, errlen) ||
+                load_weight(&lw->k_norm, "k_norm", l, D, 0, w + D, plain, err, errlen))
                 return -1;
             cl->q_norm = w;
             cl->k_norm = w + D;
         }
         TAKE(w, C * HD);
-        if (load_weight(&lw->wo, "o_proj", l, C, HD, w, err, errlen))
+        if (load_weight(&lw->wo, "o_proj", l, C, HD, w, mo, err, errlen))
             return -1;
         cl->wo = w;
         TAKE(w, C);
-        if (load_weight(&lw->mlp_norm, "post_attention_layernorm", l, C, 0, w, err, errlen))
+        if (load_weight(&lw->mlp_norm, "post_attention_layernorm", l, C, 0, w, plain, err, errlen))
             return -1;
         cl->mlp_norm = w;
         TAKE(w, 2 * F * C);
-        if (load_weight(&lw->w_gate, "gate_proj", l, F, C, w, err, errlen) ||
-            load_weight(&lw->w_up, "up_proj", l, F, C, w + F * C, err, errlen))
+        if (load_weight(&lw->w_gate, "gate_proj", l, F, C, w, mg, err, errlen) ||
+            load_weight(&lw->w_up, "up_proj", l, F, C, w + F * C, mg, err, errlen))
             return -1;
         cl->wgu = w;
         TAKE(w, C * F);
-        if (load_weight(&lw->w_down, "down_proj", l, C, F, w, err, errlen))
+        if (load_weight(&lw->w_down, "down_proj", l, C, F, w, md, err, errlen))
             return -1;
         cl->wdown = w;
     }
 #undef TAKE
+    if (n_fp8)
+        log_info("cpu backend: %d of %d linear weight matrices hold fp8 (e4m3, %dx%d blocks) values", n_fp8,
+                 n_lin, FP8_BLOCK, FP8_BLOCK);
     return 0;
 }
 
@@ -413,7 +469,11 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
         snprintf(err, errlen, "max_model_len is not set and the model has no max_position_embeddings");
         return -1;
     }
-    int64_t block_bytes = (int64_t)b->L * 2 * b->KVH * bs * b->D * (int64_t)sizeof(float);
+    b->kv8 = o->kv_dtype == DT_F8_E4M3;
+    /* K and V of KVH heads x block_size tokens over all layers: D floats each, or D e4m3 codes + a scale */
+    int64_t tok_bytes =
+        b->kv8 ? (int64_t)b->D + (int64_t)sizeof(float) : (int64_t)b->D * (int64_t)sizeof(float);
+    int64_t block_bytes = (int64_t)b->L * 2 * b->KVH * bs * tok_bytes;
     int64_t seq_blocks = ((int64_t)max_len + bs - 1) / bs;
     int64_t nb;
     if (o->kv_cache_bytes > 0) {
@@ -426,27 +486,36 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
     if (nb > (1 << 30))
         nb = 1 << 30;
     if (nb < seq_blocks) {
-        snprintf(
-            err, errlen,
-            "KV cache of %lld blocks (%.1f MiB%s) cannot hold one sequence of max_model_len %d "
-            "(%lld blocks of %d tokens, %.1f MiB of fp32 KV); raise kv_cache_bytes or lower max_model_len",
-            (long long)nb, (double)(nb * block_bytes) / (1 << 20),
-            o->kv_cache_bytes > 0 ? " from kv_cache_bytes" : ", the default cap", max_len,
-            (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20));
+        snprintf(err, errlen,
+                 "KV cache of %lld blocks (%.1f MiB%s) cannot hold one sequence of max_model_len %d "
+                 "(%lld blocks of %d tokens, %.1f MiB of %s KV); raise kv_cache_bytes or lower max_model_len",
+                 (long long)nb, (double)(nb * block_bytes) / (1 << 20),
+                 o->kv_cache_bytes > 0 ? " from kv_cache_bytes" : ", the default cap", max_len,
+                 (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20),
+                 b->kv8 ? "fp8" : "fp32");
         return -1;
     }
     b->base.num_blocks = (int)nb;
     b->base.block_size = bs;
     b->kv_slab = (size_t)bs * b->D;
     b->kv_part = (size_t)nb * b->KVH * b->kv_slab;
-    b->kv = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float));
-    if (!b->kv) {
+    if (b->kv8) {
+        b->kv_codes = calloc(2 * (size_t)b->L * b->kv_part, 1);
+        b->kv_scales = calloc(2 * (size_t)b->L * b->kv_part / (size_t)b->D, sizeof(float));
+        b->kv_buf = malloc((size_t)b->nthreads * 2 * b->kv_slab * sizeof(float));
+        for (int i = 0; i < 256; i++)
+            b->e4m3_lut[i] = e4m3_to_f32((uint8_t)i);
+    } else {
+        b->kv = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float));
+    }
+    if (b->kv8 ? !b->kv_codes || !b->kv_scales || !b->kv_buf : !b->kv) {
         snprintf(err, errlen, "out of memory for a %.1f MiB KV cache",
                  (double)(nb * block_bytes) / (1 << 20));
         return -1;
     }
-    log_info("cpu backend: KV cache %lld blocks of %d tokens = %lld tokens, %.1f MiB fp32 (max_model_len %d)",
-             (long long)nb, bs, (long long)nb * bs, (double)(nb * block_bytes) / (1 << 20), max_len);
+    log_info("cpu backend: KV cache %lld blocks of %d tokens = %lld tokens, %.1f MiB %s (max_model_len %d)",
+             (long long)nb, bs, (long long)nb * bs, (double)(nb * block_bytes) / (1 << 20),
+             b->kv8 ? "fp8 e4m3 + fp32 scale per token and KV head" : "fp32", max_len);
     return 0;
 }
 
@@ -482,17 +551,14 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
     }
     if (backend_rope_freqs(c, b->inv_freq, &b->attn_scale, err, errlen))
         goto fail;
-    if (load_weights(b, m, err, errlen) || size_kv(b, o, err, errlen))
+    if (load_weights(b, m, o, err, errlen) || size_kv(b, o, err, errlen))
         goto fail;
-    if (o->emulate_bf16) { /* the CUDA backend's weights: every tensor rounded to bf16 once */
+    if (o->emulate_bf16) { /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
         b->emu = true;
         b->emu_graphs = o->cuda_graphs;
         b->emu_max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_bf16_jitter;
-#pragma omp parallel for schedule(static) num_threads(b->nthreads)
-        for (size_t i = 0; i < b->n_weights; i++)
-            b->weights[i] = bf16r(b->weights[i]);
     }
 
     b->hfin = malloc((size_t)LOGIT_CHUNK * b->C * sizeof(float));
@@ -527,6 +593,7 @@ static void cpu_free(struct backend *be)
     free(b->layers);
     free(b->inv_freq);
     free(b->kv);
+    free(b->kv_codes), free(b->kv_scales), free(b->kv_buf);
     free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
     free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores), free(b->mrun);
     free(b->hfin), free(b->logits), free(b->pick), free(b->perr);
@@ -572,12 +639,44 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
 }
 
 
+/* One (token, KV head) vector x[D] into e4m3 codes, returning its scale, exactly as
+ * k_qk_norm_rope_kv_fp8 computes them in fp32: amax = max |x|, codes f32_to_e4m3(x * (448 / amax))
+ * (round to nearest even, saturating), scale amax / 448; a zero vector gets zeros and scale 0. */
+static float kv_quantize(const float *x, int D, uint8_t *codes)
+{
+    float am = 0.0f;
+    for (int d = 0; d < D; d++)
+        am = fmaxf(am, fabsf(x[d]));
+    const float inv = am > 0.0f ? 448.0f / am : 0.0f;
+    for (int d = 0; d < D; d++)
+        codes[d] = f32_to_e4m3(x[d] * inv);
+    return am / 448.0f;
+}
+
+/* Rows 0 .. n-1 of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer as floats: the fp32
+ * pool itself (*scale NULL), or with an fp8 pool the codes decoded into buf (exact) and their scales
+ * in *scale (the value of row j is the decoded row times scale[j]). */
+static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, int32_t blk, int g, int n, float *buf,
+                            const float **scale)
+{
+    const size_t at = ((size_t)layer * 2 + (size_t)kind) * b->kv_part + ((size_t)blk * b->KVH + g) * b->kv_slab;
+    if (!b->kv8) {
+        *scale = NULL;
+        return b->kv + at;
+    }
+    const uint8_t *c = b->kv_codes + at;
+    for (size_t i = 0; i < (size_t)n * b->D; i++)
+        buf[i] = b->e4m3_lut[c[i]];
+    *scale = b->kv_scales + at / (size_t)b->D;
+    return buf;
+}
+
 /* q/k norm and RoPE of every row in place in qkv, then K and V of every row into the pool. */
 static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int layer,
                           const struct be_seq *seqs, int T)
 {
     const int D = b->D, half = D / 2, bs = b->base.block_size;
-    float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
+    const size_t lk = (size_t)layer * 2 * b->kv_part, lv = lk + b->kv_part; /* K and V of this layer */
 #pragma omp parallel for schedule(static) num_threads(b->nthreads)
     for (int r = 0; r < T; r++) {
         float *q = b->qkv + (size_t)r * b->QKV, *k = q + b->HD, *v = k + b->KVD;
@@ -592,16 +691,25 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
                 rmsnorm(k + g * D, k + g * D, cl->k_norm, D, b->eps);
             rope(k + g * D, c, s, half);
         }
-        if (b->emu) /* k_qk_norm_rope_kv stores q, k and v in bf16 */
-            for (int j = 0; j < b->QKV; j++)
+        if (b->emu) { /* k_qk_norm_rope_kv stores q, k and v in bf16; the fp8 variant quantizes k, v from fp32 */
+            for (int j = 0; j < (b->kv8 ? b->HD : b->QKV); j++)
                 q[j] = emu_round(b, q[j]);
+            if (b->kv8 && b->emu_jitter)
+                for (int j = b->HD; j < b->QKV; j++)
+                    q[j] = jitter(q[j], b->emu_jitter);
+        }
         const struct be_seq *sq = &seqs[b->row_seq[r]];
         int p = b->row_pos[r];
         size_t blk = (size_t)sq->block_table[p / bs], off = (size_t)(p % bs) * D;
         for (int g = 0; g < b->KVH; g++) {
             size_t at = (blk * b->KVH + g) * b->kv_slab + off;
-            memcpy(kpool + at, k + g * D, (size_t)D * sizeof(float));
-            memcpy(vpool + at, v + g * D, (size_t)D * sizeof(float));
+            if (b->kv8) {
+                b->kv_scales[(lk + at) / D] = kv_quantize(k + g * D, D, b->kv_codes + lk + at);
+                b->kv_scales[(lv + at) / D] = kv_quantize(v + g * D, D, b->kv_codes + lv + at);
+            } else {
+                memcpy(b->kv + lk + at, k + g * D, (size_t)D * sizeof(float));
+                memcpy(b->kv + lv + at, v + g * D, (size_t)D * sizeof(float));
+            }
         }
     }
 }
@@ -611,19 +719,23 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
 {
     const int D = b->D, H = b->H, bs = b->base.block_size, rep = b->H / b->KVH;
     const float scale = (float)(1.0 / sqrt((double)D));
-    const float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(b->nthreads)
     for (int it = 0; it < T * H; it++) {
         int r = it / H, h = it % H, g = h / rep, ctx = b->row_pos[r] + 1;
         const int32_t *bt = seqs[b->row_seq[r]].block_table;
         const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
+        float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
         float mx = -INFINITY;
         for (int j0 = 0; j0 < ctx; j0 += bs) {
-            const float *kb = kpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
             int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const float *ks;
+            const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
             for (int j = 0; j < n; j++) {
-                float s = dot(q, kb + (size_t)j * D, D) * scale;
+                float s = dot(q, kb + (size_t)j * D, D);
+                if (ks)
+                    s *= ks[j];
+                s *= scale;
                 sc[j0 + j] = s;
                 mx = s > mx ? s : mx;
             }
@@ -637,10 +749,13 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
         float *o = b->att + (size_t)r * b->HD + (size_t)h * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int j0 = 0; j0 < ctx; j0 += bs) {
-            const float *vb = vpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
             int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const float *vs;
+            const float *vb = kv_rows(b, layer, 1, bt[j0 / bs], g, n, buf ? buf + b->kv_slab : NULL, &vs);
             for (int j = 0; j < n; j++) {
                 float p = (float)(sc[j0 + j] / sum);
+                if (vs)
+                    p *= vs[j];
                 const float *vv = vb + (size_t)j * D;
                 for (int d = 0; d < D; d++)
                     o[d] += p * vv[d];
@@ -668,7 +783,6 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
 {
     const int D = b->D, H = b->H, bs = b->base.block_size, rep = b->H / b->KVH;
     const float sl2 = (1.0f / sqrtf((float)D)) * 1.4426950408889634f;
-    const float *kpool = b->kv + (size_t)layer * 2 * b->kv_part, *vpool = kpool + b->kv_part;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(b->nthreads)
     for (int it = 0; it < T * H; it++) {
         int r = it / H, h = it % H, g = h / rep, ctx = b->row_pos[r] + 1;
@@ -677,12 +791,16 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *mr = b->mrun + (size_t)omp_get_thread_num() * b->cap_ctx;
+        float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
         float M = -INFINITY;
         for (int j0 = 0; j0 < ctx; j0 += bs) {
-            const float *kb = kpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
             int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const float *ks;
+            const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
             for (int j = 0; j < n; j++) {
-                float s = dot(q, kb + (size_t)j * D, D);
+                float s = dot(q, kb + (size_t)j * D, D); /* fp8: q · codes, then the column's k_scale */
+                if (ks)
+                    s *= ks[j];
                 sc[j0 + j] = s;
                 M = fmaxf(M, s);
             }
@@ -718,12 +836,14 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         float *o = b->att + (size_t)r * b->HD + (size_t)h * D;
         memset(o, 0, (size_t)D * sizeof(float));
         for (int j0 = 0; j0 < ctx; j0 += bs) {
-            const float *vb = vpool + ((size_t)bt[j0 / bs] * b->KVH + g) * b->kv_slab;
             int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const float *vs;
+            const float *vb = kv_rows(b, layer, 1, bt[j0 / bs], g, n, buf ? buf + b->kv_slab : NULL, &vs);
             for (int j = 0; j < n; j++) {
                 const float ms = mr[j0 + j] * sl2;
                 const float p = exp2f(fmaf(sc[j0 + j], sl2, -ms)), c = exp2f(ms - Ms);
-                const float w = emu_round(b, p) * c;
+                /* fp8: the probability times the key's v_scale is what the kernels round for P·V */
+                const float w = emu_round(b, vs ? p * vs[j] : p) * c;
                 l += p * c;
                 const float *vv = vb + (size_t)j * D;
                 for (int d = 0; d < D; d++)

@@ -454,6 +454,39 @@ int model_config_load(const char *dir, struct model_config *cfg, char *err, size
     return rc;
 }
 
+int model_config_extend_rope(struct model_config *c, int max_model_len, char *msg, size_t msglen)
+{
+    if (msglen)
+        msg[0] = 0;
+    int native = c->max_position;
+    if (max_model_len <= 0 || native <= 0 || max_model_len <= native)
+        return 0;
+    if (c->rope_scaling.type != ROPE_DEFAULT) {
+        int orig = c->rope_scaling.original_max > 0 ? c->rope_scaling.original_max : native;
+        double reach = c->rope_scaling.factor * orig;
+        if (reach < max_model_len && msglen)
+            snprintf(msg, msglen,
+                     "max_model_len %d is above what config.json's rope_scaling (factor %g over %d) "
+                     "covers (%.0f positions); kept as configured",
+                     max_model_len, c->rope_scaling.factor, orig, reach);
+        return 0;
+    }
+    double factor = ceil((double)max_model_len / native);
+    c->rope_scaling.type = ROPE_YARN;
+    c->rope_scaling.factor = factor;
+    c->rope_scaling.original_max = native;
+    c->rope_scaling.beta_fast = 32;
+    c->rope_scaling.beta_slow = 1;
+    c->rope_scaling.attn_factor = 0.1 * log(factor) + 1;
+    if (msglen)
+        snprintf(msg, msglen,
+                 "max_model_len %d is above max_position_embeddings %d: YaRN enabled, as config.json "
+                 "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.1f, "
+                 "\"original_max_position_embeddings\": %d} would (attention factor %.4f)",
+                 max_model_len, native, factor, native, c->rope_scaling.attn_factor);
+    return 1;
+}
+
 /* ---- weights ---- */
 
 #define FLOATS ST_FLOAT_MASK

@@ -91,6 +91,17 @@ void model_free(struct model *m);
 /* Parses only config.json (+ generation_config.json when present) into *cfg. */
 int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen);
 
+/* YaRN for a context above the native one: when max_model_len exceeds max_position_embeddings and
+ * config.json has no rope_scaling, sets c->rope_scaling to what config.json would say with
+ *     "rope_scaling": {"rope_type": "yarn", "factor": F, "original_max_position_embeddings": N}
+ * N = max_position_embeddings (the native length), F = ceil(max_model_len / N) as a whole number
+ * (2 for 65,536 and 4 for 131,072 over Qwen3's 40,960: the factors Qwen's model cards tell users to
+ * set), beta_fast 32, beta_slow 1, attention factor 0.1 ln F + 1, as transformers derives them.
+ * Returns 1 when it changed c, else 0; msg (when msglen > 0) gets a line for the log either way:
+ * what was enabled, or, for a model whose own rope_scaling reaches less far than max_model_len, a
+ * warning; "" when there is nothing to say. backend_open applies it to every backend. */
+int model_config_extend_rope(struct model_config *c, int max_model_len, char *msg, size_t msglen);
+
 /* Converts a weight view to fp32, dequantizing F8_E4M3 with its block scales. dst holds
  * the product of the view's shape. Returns 0, or -1 with err for an unsupported dtype. */
 int tensor_to_f32(const struct tensor_view *t, float *dst, char *err, size_t errlen);

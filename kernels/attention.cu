@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <cuda_fp8.h>
+
 #include "kernels/kernels.h"
 
 namespace
@@ -34,6 +36,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool v
 {
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+/* 4-byte async copy (the scales of an fp8 cache); valid == false writes 4 zero bytes. */
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid)
+{
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit()
 {
@@ -78,6 +86,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
+
+/* Two e4m3 values (low byte first) to a bf16x2 register, exactly: the hardware fp8x2 -> f16x2
+ * conversion (cvt.rn.f16x2.e4m3x2 on sm_89+), then f16 -> f32 -> bf16, all exact (e4m3 has 4
+ * significant bits and an exponent range inside both f16's and bf16's normal range, subnormals of
+ * e4m3 included). */
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    return pack_bf16(f.x, f.y);
+}
+
+/* The paged cache of one layer as a kernel reads it: bf16 (ks, vs NULL) or e4m3 bytes with one fp32
+ * scale per (block, KV head, slot). */
+struct kv_src {
+    const void *k, *v;
+    const float *ks, *vs;
+};
 
 /* Element offset of 16-byte chunk c of row r in a [rows][D] bf16 tile whose chunks are XOR-swizzled
  * by the row's low 3 bits: the 8 rows an ldmatrix reads at one column hit 8 different bank groups. */
@@ -131,11 +157,77 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
     }
 }
 
+/* fp8 cache: issues the cp.asyncs of one K and one V tile of e4m3 bytes (16 per copy) into a
+ * linear staging area sF [K, V][KV_TILE][D] and their scales into sS [K, V][KV_TILE]; keys >= jlim
+ * are zero-filled as in load_kv_tile. */
+template <int D, int NT>
+__device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv_src kv,
+                                                const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
+                                                int j0, int jlim, int tid)
+{
+    constexpr int CPR = D / 16;   /* 16-byte chunks per row */
+    constexpr int RPP = NT / CPR; /* rows per pass */
+    static_assert(KV_TILE % RPP == 0, "tile rows must divide evenly among threads");
+    const uint8_t *kc = static_cast<const uint8_t *>(kv.k), *vc = static_cast<const uint8_t *>(kv.v);
+    const int c = tid % CPR;
+    const uint32_t base = smem_u32(sF);
+#pragma unroll
+    for (int i = 0; i < KV_TILE / RPP; i++) {
+        const int r = tid / CPR + i * RPP;
+        const int j = j0 + r;
+        const bool ok = j < jlim;
+        size_t off = 0;
+        if (ok) {
+            const int blk = btab[j / bs];
+            off = (((size_t)blk * KVH + kvh) * bs + (j % bs)) * D + c * 16;
+        }
+        cp_async16(base + r * D + c * 16, kc + off, ok);
+        cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
+    }
+    for (int i = tid; i < 2 * KV_TILE; i += NT) {
+        const int j = j0 + i % KV_TILE;
+        const bool ok = j < jlim;
+        size_t off = 0;
+        if (ok)
+            off = ((size_t)btab[j / bs] * KVH + kvh) * bs + (j % bs);
+        cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
+    }
+}
+
+/* fp8 cache: converts a landed staging tile sF (load_kv_tile_f8) to the swizzled bf16 tiles
+ * sKV [K, V][KV_TILE][D] the mma fragments are read from (raw codes: the scales are applied to score
+ * and probability columns), and copies its scales to sSc [K, V][KV_TILE]. Per unit of 8 elements: an
+ * 8-byte shared load, four fp8x2 conversions, one 16-byte shared store (an 8-lane phase writes 8
+ * distinct chunks of one row group: conflict-free). */
+template <int D, int NT>
+__device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uint8_t *sF, const float *sS,
+                                                int tid)
+{
+    constexpr int UPR = D / 8; /* units per row */
+    constexpr int UNITS = 2 * KV_TILE * UPR;
+    static_assert(UNITS % NT == 0, "units must divide evenly among threads");
+#pragma unroll 4
+    for (int i = 0; i < UNITS / NT; i++) {
+        const int u = tid + i * NT;
+        const int kv = u / (KV_TILE * UPR), rem = u % (KV_TILE * UPR), r = rem / UPR, c = rem % UPR;
+        const uint2 w = *reinterpret_cast<const uint2 *>(sF + (size_t)u * 8);
+        uint4 o;
+        o.x = e4m3x2_to_bf16x2(w.x), o.y = e4m3x2_to_bf16x2(w.x >> 16);
+        o.z = e4m3x2_to_bf16x2(w.y), o.w = e4m3x2_to_bf16x2(w.y >> 16);
+        *reinterpret_cast<uint4 *>(sKV + kv * KV_TILE * D + swz<D>(r, c)) = o;
+    }
+    for (int i = tid; i < 2 * KV_TILE; i += NT)
+        sSc[i] = sS[i];
+}
+
 /* ---- prefill: grid (row tiles, KVH, n_seqs), BM packed rows per CTA, 16 per warp (BM = 128: 8 warps,
  * the default; 64: 4 warps, two CTAs per SM) */
-template <int D, int BM> constexpr int prefill_smem()
+template <int D, int BM, bool F8> constexpr int prefill_smem()
 {
-    return (BM + 4 * KV_TILE) * D * 2;
+    /* bf16: sQ, two stages of K and V. fp8: sQ, one bf16 K and V tile, two staging stages of e4m3 K and
+     * V with their scales, the current tile's scales */
+    return F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
+              : (BM + 4 * KV_TILE) * D * 2;
 }
 /* CTAs per SM the register budget is cut for: at D = 128 a thread needs ~235 registers */
 template <int D, int BM> constexpr int prefill_min_ctas()
@@ -143,17 +235,22 @@ template <int D, int BM> constexpr int prefill_min_ctas()
     return (D <= 64 ? 2 : 1) * (128 / BM);
 }
 
-template <int D, int BM, int NT = BM * 2>
+template <int D, int BM, bool F8, int NT = BM * 2>
 __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
-    attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const bf16 *__restrict__ kc,
-                             const bf16 *__restrict__ vc, const int32_t *__restrict__ q_start,
-                             const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ btabs,
-                             int max_blocks, bf16 *__restrict__ out, int H, int KVH, int bs, float sl2)
+    attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
+                             const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
+                             const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
+                             int KVH, int bs, float sl2)
 {
+    constexpr int KST = F8 ? 1 : 2; /* bf16 K/V tiles: two stages, or the one converted fp8 tile */
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [BM][D] */
-    bf16 *sK = sQ + BM * D;                        /* [2][KV_TILE][D] */
-    bf16 *sV = sK + 2 * KV_TILE * D;               /* [2][KV_TILE][D] */
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);                     /* [BM][D] */
+    bf16 *sK = sQ + BM * D;                                            /* [KST][KV_TILE][D] */
+    bf16 *sV = sK + KST * KV_TILE * D;                                 /* [KST][KV_TILE][D] */
+    uint8_t *sF = reinterpret_cast<uint8_t *>(sV + KST * KV_TILE * D); /* fp8: [2][K, V][KV_TILE][D] */
+    float *sS = reinterpret_cast<float *>(sF + 2 * 2 * KV_TILE * D);   /* fp8: [2][K, V][KV_TILE] */
+    float *sSc = sS + 2 * 2 * KV_TILE;                                 /* fp8: [K, V][KV_TILE] */
+    const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
 
     const int G = H / KVH;
     const int s = blockIdx.z, kvh = blockIdx.y;
@@ -184,7 +281,10 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         }
     }
     cp_async_commit();
-    load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
+    if constexpr (F8)
+        load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bs, 0, kv_end, tid);
+    else
+        load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -213,12 +313,24 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
 
     for (int it = 0; it < n_tiles; it++) {
         const int st = it & 1;
-        if (it + 1 < n_tiles)
-            load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc, btab, kvh,
-                                KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+        if (it + 1 < n_tiles) {
+            if constexpr (F8)
+                load_kv_tile_f8<D, NT>(sF + (st ^ 1) * 2 * KV_TILE * D, sS + (st ^ 1) * 2 * KV_TILE, kv, btab,
+                                       kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+            else
+                load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc, btab,
+                                    kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+        }
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
+        /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; the staging stage
+         * read here is refilled only after the barrier below) */
+        if constexpr (F8) {
+            convert_kv_tile<D, NT>(sK, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
+            __syncthreads();
+        }
+        const int kst = F8 ? 0 : st;
 
         const int j0 = it * KV_TILE;
         if (warp_active && j0 <= w_qmax) {
@@ -227,7 +339,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
 #pragma unroll
             for (int i = 0; i < KV_TILE / 8; i++)
                 sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-            const uint32_t kb = smem_u32(sK + st * KV_TILE * D);
+            const uint32_t kb = smem_u32(sK + kst * KV_TILE * D);
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
@@ -236,6 +348,13 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                     ldsm_x4(b, kb + np * 16 * D * 2 + (kfb ^ (kk * 32)));
                     mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
                     mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
+                }
+            }
+            if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask (-inf * 0 would be NaN) */
+#pragma unroll
+                for (int nt = 0; nt < KV_TILE / 8; nt++) {
+                    const float2 ks = *reinterpret_cast<const float2 *>(sSc + nt * 8 + 2 * t4);
+                    sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
                 }
             }
             /* causal mask (also covers keys >= kv_end: every qpos < kv_end) */
@@ -278,11 +397,17 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                 const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
                             p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
                 lA += p0 + p1, lB += p2 + p3;
-                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
-                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+                if constexpr (F8) { /* P[., key] *= v_scale[key] for the product; l sums the unscaled p */
+                    const float2 vs = *reinterpret_cast<const float2 *>(sSc + KV_TILE + nt * 8 + 2 * t4);
+                    pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
+                    pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+                } else {
+                    pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
+                    pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+                }
             }
             /* O += P V */
-            const uint32_t vb = smem_u32(sV + st * KV_TILE * D);
+            const uint32_t vb = smem_u32(sV + kst * KV_TILE * D);
 #pragma unroll
             for (int kk = 0; kk < KV_TILE / 16; kk++) {
 #pragma unroll
@@ -294,7 +419,8 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                 }
             }
         }
-        __syncthreads(); /* stage st is overwritten by the next iteration's load */
+        if constexpr (!F8)
+            __syncthreads(); /* stage st is overwritten by the next iteration's load */
     }
 
     if (!warp_active)
@@ -324,28 +450,35 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
  * partition writes `out` directly; otherwise each partition writes its normalized fp32 output and
  * (max, sum) to the workspace and decode_reduce_kernel combines them. */
 constexpr int DC_THREADS = 128;
-template <int D> constexpr int decode_stages()
+template <int D, bool F8> constexpr int decode_stages()
 {
-    return D >= 128 ? 3 : 4;
+    return F8 ? 4 : D >= 128 ? 3 : 4;
 }
-template <int D> constexpr int decode_smem()
+template <int D, bool F8> constexpr int decode_smem()
 {
-    return 16 * D * 2 + decode_stages<D>() * 2 * KV_TILE * D * 2;
+    /* bf16: sQ, NS stages of K and V. fp8: sQ, one bf16 K and V tile, NS staging stages of e4m3 K and V
+     * with their scales, the current tile's scales (the final combine reuses the staging area) */
+    return F8 ? 16 * D * 2 + 2 * KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4) +
+                    2 * KV_TILE * 4
+              : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2;
 }
 
-template <int D>
+template <int D, bool F8>
 __global__ void __launch_bounds__(DC_THREADS)
-    attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const bf16 *__restrict__ kc,
-                            const bf16 *__restrict__ vc, const int32_t *__restrict__ q_start,
-                            const int32_t *__restrict__ ctx_len, const int32_t *__restrict__ btabs,
-                            int max_blocks, bf16 *__restrict__ out, int H, int KVH, int bs, float sl2,
-                            int part_keys, int n_part_max, float *__restrict__ ws_o,
-                            float2 *__restrict__ ws_ml)
+    attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
+                            const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
+                            const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
+                            int KVH, int bs, float sl2, int part_keys, int n_part_max,
+                            float *__restrict__ ws_o, float2 *__restrict__ ws_ml)
 {
-    constexpr int NS = decode_stages<D>();
+    constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
-    bf16 *sKV = sQ + 16 * D;                       /* [NS][K, V][KV_TILE][D] */
+    bf16 *sKV = sQ + 16 * D; /* bf16: [NS][K, V][KV_TILE][D]; fp8: [K, V][KV_TILE][D] (converted) */
+    uint8_t *sF = reinterpret_cast<uint8_t *>(sKV + 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE][D] */
+    float *sS = reinterpret_cast<float *>(sF + NS * 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE] */
+    float *sSc = sS + NS * 2 * KV_TILE;                               /* fp8: [K, V][KV_TILE] */
+    const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
 
     const int G = H / KVH;
     const int s = blockIdx.z, kvh = blockIdx.y, p = blockIdx.x;
@@ -373,9 +506,14 @@ __global__ void __launch_bounds__(DC_THREADS)
     }
 #pragma unroll
     for (int st = 0; st < NS - 1; st++) {
-        if (st < n_tiles)
-            load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc, vc,
-                                        btab, kvh, KVH, bs, start + st * KV_TILE, end, tid);
+        if (st < n_tiles) {
+            if constexpr (F8)
+                load_kv_tile_f8<D, DC_THREADS>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab,
+                                               kvh, KVH, bs, start + st * KV_TILE, end, tid);
+            else
+                load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
+                                            vc, btab, kvh, KVH, bs, start + st * KV_TILE, end, tid);
+        }
         cp_async_commit();
     }
     cp_async_wait<NS - 2>(); /* Q and tile 0 */
@@ -399,8 +537,12 @@ __global__ void __launch_bounds__(DC_THREADS)
             const int nxt = it + NS - 1;
             if (nxt < n_tiles) {
                 const int sn = nxt % NS;
-                load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D, kc,
-                                            vc, btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+                if constexpr (F8)
+                    load_kv_tile_f8<D, DC_THREADS>(sF + sn * 2 * KV_TILE * D, sS + sn * 2 * KV_TILE, kv, btab,
+                                                   kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+                else
+                    load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D,
+                                                kc, vc, btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
             }
             cp_async_commit();
         }
@@ -408,9 +550,15 @@ __global__ void __launch_bounds__(DC_THREADS)
         __syncthreads();
 
         const int st = it % NS;
+        /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; its staging stage
+         * is refilled only after the barrier below) */
+        if constexpr (F8) {
+            convert_kv_tile<D, DC_THREADS>(sKV, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
+            __syncthreads();
+        }
         const int wj0 = start + it * KV_TILE + warp * 16; /* this warp's 16 keys */
         if (wj0 < end) {
-            const uint32_t kb = smem_u32(sKV + st * 2 * KV_TILE * D) + warp * 16 * D * 2;
+            const uint32_t kb = smem_u32(sKV + (F8 ? 0 : st) * 2 * KV_TILE * D) + warp * 16 * D * 2;
             const uint32_t vb = kb + KV_TILE * D * 2;
             float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -419,6 +567,13 @@ __global__ void __launch_bounds__(DC_THREADS)
                 ldsm_x4(b, kb + (kfb ^ (kk * 32)));
                 mma_bf16(sc[0], qf[kk], b[0], b[1]);
                 mma_bf16(sc[1], qf[kk], b[2], b[3]);
+            }
+            if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask */
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const float2 ks = *reinterpret_cast<const float2 *>(sSc + warp * 16 + nt * 8 + 2 * t4);
+                    sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
+                }
             }
             if (wj0 + 15 >= end) {
 #pragma unroll
@@ -451,8 +606,15 @@ __global__ void __launch_bounds__(DC_THREADS)
                 const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
                             p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
                 lA += p0 + p1, lB += p2 + p3;
-                pf[nt * 2] = pack_bf16(p0, p1);
-                pf[nt * 2 + 1] = pack_bf16(p2, p3);
+                if constexpr (F8) { /* P[., key] *= v_scale[key]; l sums the unscaled p */
+                    const float2 vs =
+                        *reinterpret_cast<const float2 *>(sSc + KV_TILE + warp * 16 + nt * 8 + 2 * t4);
+                    pf[nt * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
+                    pf[nt * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+                } else {
+                    pf[nt * 2] = pack_bf16(p0, p1);
+                    pf[nt * 2 + 1] = pack_bf16(p2, p3);
+                }
             }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
@@ -462,15 +624,16 @@ __global__ void __launch_bounds__(DC_THREADS)
                 mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
             }
         }
-        __syncthreads();
+        if constexpr (!F8)
+            __syncthreads(); /* stage st is refilled by the next iteration's load */
     }
 
     /* combine the 4 warps through shared memory (the K/V stages are free now) */
     cp_async_wait<0>();
     __syncthreads();
-    float *sO = reinterpret_cast<float *>(sKV); /* [4 warps][16 rows][D] */
-    float *sM = sO + 4 * 16 * D;                /* [4][16] */
-    float *sL = sM + 4 * 16;                    /* [4][16] */
+    float *sO = reinterpret_cast<float *>(F8 ? (void *)sF : (void *)sKV); /* [4 warps][16 rows][D] */
+    float *sM = sO + 4 * 16 * D;                                          /* [4][16] */
+    float *sL = sM + 4 * 16;                                              /* [4][16] */
     lA += __shfl_xor_sync(0xffffffffu, lA, 1);
     lA += __shfl_xor_sync(0xffffffffu, lA, 2);
     lB += __shfl_xor_sync(0xffffffffu, lB, 1);
@@ -583,10 +746,11 @@ template <typename F> int raise_smem(F *kernel, int bytes, bool (&done)[16])
     return 0;
 }
 
-int check_common(const char *fn, const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, bool f8,
                  const struct k_attn_batch *b, const bf16 *out, int H, int KVH, int D, int block_size)
 {
-    K_REQUIRE(b && q && k_cache && v_cache && out, "%s: NULL pointer", fn);
+    K_REQUIRE(b && q && kv.k && kv.v && out, "%s: NULL pointer", fn);
+    K_REQUIRE(!f8 || (kv.ks && kv.vs), "%s: NULL k_scale or v_scale", fn);
     K_REQUIRE(b->n_seqs <= 0 || (b->q_start && b->ctx_len && b->block_tables), "%s: NULL batch array", fn);
     K_REQUIRE(D == 64 || D == 128, "%s: head dim %d (64 or 128 supported)", fn, D);
     K_REQUIRE(H > 0 && KVH > 0 && H % KVH == 0, "%s: H %d is not a positive multiple of KVH %d", fn, H, KVH);
@@ -594,8 +758,10 @@ int check_common(const char *fn, const bf16 *q, int q_stride, const bf16 *k_cach
               b->max_blocks);
     K_REQUIRE(q_stride >= H * D && q_stride % 8 == 0, "%s: q_stride %d (>= H * D = %d, a multiple of 8)", fn,
               q_stride, H * D);
-    K_REQUIRE(((uintptr_t)q | (uintptr_t)k_cache | (uintptr_t)v_cache) % 16 == 0 && (uintptr_t)out % 4 == 0,
+    K_REQUIRE(((uintptr_t)q | (uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0 && (uintptr_t)out % 4 == 0,
               "%s: q, k_cache, v_cache must be 16-byte aligned, out 4-byte aligned", fn);
+    K_REQUIRE(!f8 || ((uintptr_t)kv.ks | (uintptr_t)kv.vs) % 4 == 0,
+              "%s: k_scale, v_scale must be 4-byte aligned", fn);
     K_REQUIRE(b->n_seqs <= 65535, "%s: %d sequences (at most 65535 per launch)", fn, b->n_seqs);
     return 0;
 }
@@ -628,38 +794,36 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
     return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
 }
 
-template <int D, int BM>
-int launch_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
-                   const k_attn_batch *b, bf16 *out, int H, int KVH, int block_size, float sl2,
-                   cudaStream_t stream)
+template <int D, int BM, bool F8>
+int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
+                   int KVH, int block_size, float sl2, cudaStream_t stream)
 {
     static bool smem_done[16];
-    if (raise_smem(attention_prefill_kernel<D, BM>, prefill_smem<D, BM>(), smem_done))
+    if (raise_smem(attention_prefill_kernel<D, BM, F8>, prefill_smem<D, BM, F8>(), smem_done))
         return -1;
     const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
     K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
     dim3 grid((unsigned)tiles, KVH, b->n_seqs);
-    attention_prefill_kernel<D, BM><<<grid, BM * 2, prefill_smem<D, BM>(), stream>>>(
-        q, q_stride, k_cache, v_cache, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
-        block_size, sl2);
+    attention_prefill_kernel<D, BM, F8><<<grid, BM * 2, prefill_smem<D, BM, F8>(), stream>>>(
+        q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size,
+        sl2);
     K_CHECK_LAUNCH();
     return 0;
 }
 
-template <int D>
-int launch_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
-                  const k_attn_batch *b, bf16 *out, int H, int KVH, int block_size, float sl2, int part,
-                  int n_part, void *ws, cudaStream_t stream)
+template <int D, bool F8>
+int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
+                  int KVH, int block_size, float sl2, int part, int n_part, void *ws, cudaStream_t stream)
 {
     static bool smem_done[16];
-    if (raise_smem(attention_decode_kernel<D>, decode_smem<D>(), smem_done))
+    if (raise_smem(attention_decode_kernel<D, F8>, decode_smem<D, F8>(), smem_done))
         return -1;
     float *ws_o = (float *)ws;
     float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
     dim3 grid(n_part, KVH, b->n_seqs);
-    attention_decode_kernel<D><<<grid, DC_THREADS, decode_smem<D>(), stream>>>(
-        q, q_stride, k_cache, v_cache, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
-        block_size, sl2, part, n_part, ws_o, ws_ml);
+    attention_decode_kernel<D, F8><<<grid, DC_THREADS, decode_smem<D, F8>(), stream>>>(
+        q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2,
+        part, n_part, ws_o, ws_ml);
     K_CHECK_LAUNCH();
     if (n_part > 1) {
         const long long warps = (long long)b->n_seqs * H;
@@ -670,13 +834,11 @@ int launch_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *
     return 0;
 }
 
-} // namespace
-
-extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
-                                   const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
-                                   int block_size, float scale, cudaStream_t stream)
+template <bool F8>
+int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
+                 bf16 *out, int H, int KVH, int D, int block_size, float scale, cudaStream_t stream)
 {
-    if (check_common("k_attention_prefill", q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size))
+    if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
         return -1;
     if (b->n_seqs <= 0 || b->max_q_len <= 0)
         return 0;
@@ -685,14 +847,54 @@ extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_ca
     const char *bm_env = getenv("LLMQ_ATTN_PREFILL_BM");
     const bool bm64 = bm_env && atoi(bm_env) == 64;
     if (D == 128)
-        return bm64 ? launch_prefill<128, 64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
-                                              stream)
-                    : launch_prefill<128, 128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
-                                               stream);
-    return bm64 ? launch_prefill<64, 64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
-                                         stream)
-                : launch_prefill<64, 128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2,
-                                          stream);
+        return bm64 ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+                    : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+    return bm64 ? launch_prefill<64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+                : launch_prefill<64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+}
+
+template <bool F8>
+int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
+                bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys, void *workspace,
+                size_t workspace_bytes, cudaStream_t stream)
+{
+    if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
+        return -1;
+    K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
+    if (b->n_seqs <= 0)
+        return 0;
+    int part, n_part;
+    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part);
+    const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
+    K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
+              "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
+              workspace ? workspace_bytes : (size_t)0);
+    const float sl2 = scale * 1.4426950408889634f;
+    return D == 128 ? launch_decode<128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part, n_part,
+                                             workspace, stream)
+                    : launch_decode<64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part, n_part,
+                                            workspace, stream);
+}
+
+} // namespace
+
+extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                   const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                   int block_size, float scale, cudaStream_t stream)
+{
+    const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
+    return prefill_impl<false>("k_attention_prefill", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                               stream);
+}
+
+extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
+                                       const uint8_t *v_cache, const float *k_scale, const float *v_scale,
+                                       const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                       int block_size, float scale, cudaStream_t stream)
+{
+    const kv_src kv = {k_cache, v_cache, k_scale, v_scale};
+    return prefill_impl<true>("k_attention_prefill_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size,
+                              scale, stream);
 }
 
 extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
@@ -712,23 +914,9 @@ extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 
                                         int block_size, float scale, int part_keys, void *workspace,
                                         size_t workspace_bytes, cudaStream_t stream)
 {
-    const char *fn = "k_attention_decode";
-    if (check_common(fn, q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size))
-        return -1;
-    K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
-    if (b->n_seqs <= 0)
-        return 0;
-    int part, n_part;
-    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part);
-    const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
-    K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
-              "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
-              workspace ? workspace_bytes : (size_t)0);
-    const float sl2 = scale * 1.4426950408889634f;
-    return D == 128 ? launch_decode<128>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2, part,
-                                         n_part, workspace, stream)
-                    : launch_decode<64>(q, q_stride, k_cache, v_cache, b, out, H, KVH, block_size, sl2, part,
-                                        n_part, workspace, stream);
+    const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
+    return decode_impl<false>("k_attention_decode", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                              part_keys, workspace, workspace_bytes, stream);
 }
 
 extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
@@ -738,4 +926,25 @@ extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cac
 {
     return k_attention_decode_split(q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size, scale, 0,
                                     workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_split_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
+                                            const uint8_t *v_cache, const float *k_scale,
+                                            const float *v_scale, const struct k_attn_batch *b, bf16 *out,
+                                            int H, int KVH, int D, int block_size, float scale, int part_keys,
+                                            void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    const kv_src kv = {k_cache, v_cache, k_scale, v_scale};
+    return decode_impl<true>("k_attention_decode_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                             part_keys, workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
+                                      const uint8_t *v_cache, const float *k_scale, const float *v_scale,
+                                      const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                      int block_size, float scale, void *workspace, size_t workspace_bytes,
+                                      cudaStream_t stream)
+{
+    return k_attention_decode_split_fp8(q, q_stride, k_cache, v_cache, k_scale, v_scale, b, out, H, KVH, D,
+                                        block_size, scale, 0, workspace, workspace_bytes, stream);
 }

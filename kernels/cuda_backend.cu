@@ -178,9 +178,41 @@ __global__ void iota_kernel(int32_t *x, int n)
 
 // ---- the forward pass (enqueues only: no host synchronization, so it can be captured)
 
+// q/k norm + RoPE + KV write, then attention (decode group, prefill group) into b->att, over the
+// layer's bf16 or fp8 cache.
+static int attention_block(struct cuda_backend *b, const struct cb_plan *p, const struct cb_layer *cl,
+                           const int32_t *pos, const int32_t *slot, float scale)
+{
+    const int T = p->T, QKV = b->QKV, HD = b->HD, bs = b->base.block_size;
+    cudaStream_t st = b->stream;
+    bf16 *q_pre = b->qkv + (size_t)p->nd * QKV, *att_pre = b->att + (size_t)p->nd * HD;
+    if (b->kv_fp8) {
+        uint8_t *kc = (uint8_t *)cl->k_cache, *vc = (uint8_t *)cl->v_cache;
+        CB_K(k_qk_norm_rope_kv_fp8(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq,
+                                   b->attn_scale, slot, kc, vc, cl->k_scale, cl->v_scale, T, b->H, b->KVH,
+                                   b->D, bs, st));
+        if (p->nd > 0)
+            CB_K(k_attention_decode_fp8(b->qkv, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->dec, b->att, b->H,
+                                        b->KVH, b->D, bs, scale, b->attn_ws, b->attn_ws_bytes, st));
+        if (p->np > 0)
+            CB_K(k_attention_prefill_fp8(q_pre, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->pre, att_pre, b->H,
+                                         b->KVH, b->D, bs, scale, st));
+        return 0;
+    }
+    bf16 *kc = (bf16 *)cl->k_cache, *vc = (bf16 *)cl->v_cache;
+    CB_K(k_qk_norm_rope_kv(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq, b->attn_scale,
+                           slot, kc, vc, T, b->H, b->KVH, b->D, bs, st));
+    if (p->nd > 0)
+        CB_K(k_attention_decode(b->qkv, QKV, kc, vc, &p->dec, b->att, b->H, b->KVH, b->D, bs, scale,
+                                b->attn_ws, b->attn_ws_bytes, st));
+    if (p->np > 0)
+        CB_K(k_attention_prefill(q_pre, QKV, kc, vc, &p->pre, att_pre, b->H, b->KVH, b->D, bs, scale, st));
+    return 0;
+}
+
 int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
 {
-    const int T = p->T, C = b->C, F = b->F, QKV = b->QKV, HD = b->HD, bs = b->base.block_size;
+    const int T = p->T, C = b->C, F = b->F, HD = b->HD;
     const float scale = 1.0f / sqrtf((float)b->D);
     cudaStream_t st = b->stream;
     const int32_t *ids = (const int32_t *)b->ids.d, *pos = (const int32_t *)b->pos.d,
@@ -189,24 +221,35 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     CB_K(k_embedding_f32(ids, T, b->embed, b->V, C, b->resid, st));
     for (int l = 0; l < b->L; l++) {
         const struct cb_layer *cl = &b->layers[l];
-        if (l == 0)
+        // an fp8 matrix's input is quantized by its producer (the norm, SiLU*up) or k_quant_fp8_act into
+        // xq/xs; its bf16 form is kept only where k_linear may take the GEMV (T <= K_GEMV_MAX_M)
+        const bool small = T <= K_GEMV_MAX_M;
+        if (cl->wqkv.fp8)
+            CB_K(k_add_rmsnorm_fp8(b->resid, l == 0 ? NULL : b->tmp, cl->attn_norm, small ? b->h : NULL,
+                                   b->xq, b->xs, T, C, b->eps, st));
+        else if (l == 0)
             CB_K(k_rmsnorm(b->resid, cl->attn_norm, b->h, T, C, b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->attn_norm, b->h, T, C, b->eps, st));
-        CB_K(k_gemm_bf16(b->gemm, b->h, cl->wqkv, b->qkv, 0, T, QKV, C, st));
-        CB_K(k_qk_norm_rope_kv(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq,
-                               b->attn_scale, slot, cl->k_cache, cl->v_cache, T, b->H, b->KVH, b->D, bs, st));
-        if (p->nd > 0)
-            CB_K(k_attention_decode(b->qkv, QKV, cl->k_cache, cl->v_cache, &p->dec, b->att, b->H, b->KVH,
-                                    b->D, bs, scale, b->attn_ws, b->attn_ws_bytes, st));
-        if (p->np > 0)
-            CB_K(k_attention_prefill(b->qkv + (size_t)p->nd * QKV, QKV, cl->k_cache, cl->v_cache, &p->pre,
-                                     b->att + (size_t)p->nd * HD, b->H, b->KVH, b->D, bs, scale, st));
-        CB_K(k_gemm_bf16(b->gemm, b->att, cl->wo, b->tmp, 0, T, C, HD, st));
-        CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        CB_K(k_gemm_bf16(b->gemm, b->h, cl->wgu, b->gu, 0, T, 2 * F, C, st));
-        CB_K(k_silu_mul(b->gu, b->act, T, F, st));
-        CB_K(k_gemm_bf16(b->gemm, b->act, cl->wdown, b->tmp, 0, T, C, F, st));
+        CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->h, b->xq, b->xs, &cl->wqkv, b->qkv, 0, T,
+                      st));
+        if (attention_block(b, p, cl, pos, slot, scale))
+            return -1;
+        if (cl->wo.fp8)
+            CB_K(k_quant_fp8_act(b->att, T, HD, b->xq, b->xs, st));
+        CB_K(k_linear(b->gemm, b->att, b->xq, b->xs, &cl->wo, b->tmp, 0, T, st));
+        if (cl->wgu.fp8)
+            CB_K(k_add_rmsnorm_fp8(b->resid, b->tmp, cl->mlp_norm, small ? b->h : NULL, b->xq, b->xs, T, C,
+                                   b->eps, st));
+        else
+            CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
+        CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, b->xq, b->xs, &cl->wgu, b->gu, 0, T, st));
+        if (cl->wdown.fp8)
+            CB_K(k_silu_mul_fp8(b->gu, small ? b->act : NULL, b->xq, b->xs, T, F, st));
+        else
+            CB_K(k_silu_mul(b->gu, b->act, T, F, st));
+        CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, b->xq, b->xs, &cl->wdown, b->tmp, 0,
+                      T, st));
     }
     if (p->n_logits == 0)
         return 0;
@@ -219,7 +262,9 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     } else {
         CB_K(k_add_rmsnorm(b->resid, b->tmp, b->final_norm, b->h_last, p->n_logits, C, b->eps, st));
     }
-    CB_K(k_gemm_bf16(b->gemm, b->h_last, b->lm_head, b->logits, 1, p->n_logits, b->V, C, st));
+    // lm_head stays bf16 (as vLLM and the Qwen3-FP8 checkpoints keep it); small batches may take the GEMV
+    const struct k_weight lm = {0, b->lm_head, NULL, b->V, C, NULL};
+    CB_K(k_linear(b->gemm, b->h_last, NULL, NULL, &lm, b->logits, 1, p->n_logits, st));
     return 0;
 }
 
@@ -232,7 +277,10 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     CB_CUDA(cudaMemGetInfo(&fr, &tot));
     double util =
         o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1 ? o->gpu_memory_utilization : 0.92;
-    const size_t block_bytes = (size_t)b->L * 2 * b->KVH * bs * b->D * sizeof(bf16);
+    // bytes of one block over all layers: K and V of KVH heads x block_size tokens, D bf16 each, or D
+    // e4m3 bytes + one fp32 scale each
+    const size_t tok_bytes = b->kv_fp8 ? (size_t)b->D + sizeof(float) : (size_t)b->D * sizeof(bf16);
+    const size_t block_bytes = (size_t)b->L * 2 * b->KVH * bs * tok_bytes;
     double used = (double)(tot - fr), budget = util * (double)tot - used - (double)GRAPH_RESERVE;
     const char *why = "gpu_memory_utilization";
     if (o->kv_cache_bytes > 0 && (double)o->kv_cache_bytes < budget) {
@@ -267,14 +315,28 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     CB_CUDA(cudaMemsetAsync(b->kv, 0, b->kv_bytes, b->stream)); // finite values in never-written slots
     b->base.num_blocks = (int)nb;
     const size_t part = (size_t)nb * b->KVH * bs * b->D; // elements of K (or V) of one layer
+    const size_t spart = (size_t)nb * b->KVH * bs;       // fp8: scales of K (or V) of one layer
+    // fp8: the scales right after the codes (16-byte aligned: D is a multiple of 16)
+    float *scales = b->kv_fp8 ? (float *)((uint8_t *)b->kv + (size_t)b->L * 2 * part) : NULL;
     for (int l = 0; l < b->L; l++) {
-        b->layers[l].k_cache = (bf16 *)b->kv + (size_t)l * 2 * part;
-        b->layers[l].v_cache = b->layers[l].k_cache + part;
+        struct cb_layer *cl = &b->layers[l];
+        if (b->kv_fp8) {
+            cl->k_cache = (uint8_t *)b->kv + (size_t)l * 2 * part;
+            cl->v_cache = (uint8_t *)cl->k_cache + part;
+            cl->k_scale = scales + (size_t)l * 2 * spart;
+            cl->v_scale = cl->k_scale + spart;
+        } else {
+            cl->k_cache = (bf16 *)b->kv + (size_t)l * 2 * part;
+            cl->v_cache = (bf16 *)cl->k_cache + part;
+            cl->k_scale = cl->v_scale = NULL;
+        }
     }
     log_info(
-        "cuda backend: KV cache %lld blocks of %d tokens = %lld tokens, %.2f GB bf16 (%s; %.2f GB of %.2f GB "
+        "cuda backend: KV cache %lld blocks of %d tokens = %lld tokens, %.2f GB %s (%s; %.2f GB of %.2f GB "
         "in use before it)",
-        (long long)nb, bs, (long long)nb * bs, (double)b->kv_bytes / 1e9, why, used / 1e9, (double)tot / 1e9);
+        (long long)nb, bs, (long long)nb * bs, (double)b->kv_bytes / 1e9,
+        b->kv_fp8 ? "fp8 e4m3 + fp32 scale per token and KV head" : "bf16", why, used / 1e9,
+        (double)tot / 1e9);
     if ((int64_t)nb * bs < b->max_model_len)
         log_warn("cuda backend: the KV cache holds %lld tokens, less than max_model_len %d",
                  (long long)nb * bs, b->max_model_len);
@@ -347,11 +409,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
                  c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
         return NULL;
     }
-    if (o->kv_dtype != DT_BF16) {
-        snprintf(err, errlen,
-                 "KV cache dtype %s: the CUDA backend keeps its KV cache in bf16 (fp8 KV is not "
-                 "implemented yet); set engine.kv_cache_dtype to bf16",
+    if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3) {
+        snprintf(err, errlen, "KV cache dtype %s: the CUDA backend keeps its KV cache in bf16 or fp8 (e4m3)",
                  dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+        return NULL;
+    }
+    if (o->kv_dtype == DT_F8_E4M3 && c->head_dim != 64 && c->head_dim != 128) {
+        snprintf(err, errlen, "fp8 KV cache: head_dim %d (64 or 128 supported)", c->head_dim);
         return NULL;
     }
     if (o->block_size <= 0) {
@@ -387,7 +451,10 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->max_model_len = max_len;
     b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
     b->use_graphs = o->cuda_graphs;
-    b->rows = b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs;
+    b->weight_dtype = o->weight_dtype;
+    b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
+    // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
+    b->rows = K_FP8_ROWS(b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs);
     b->device = 0;
 
     float *inv = NULL;
@@ -466,6 +533,8 @@ static void cb_free(struct backend *be)
                  (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs);
     cb_graphs_free(b);
     k_gemm_free(b->gemm);
+    if (b->xq)
+        cudaFree(b->xq);
     void *dev[] = {b->wbuf,   b->kv,     b->inv_freq, b->resid,   b->h,          b->qkv,
                    b->att,    b->tmp,    b->gu,       b->act,     b->resid_last, b->tmp_last,
                    b->h_last, b->logits, b->qs_dec,   b->attn_ws, b->samp_ws};

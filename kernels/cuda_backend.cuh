@@ -1,6 +1,7 @@
 // The CUDA backend's state, shared by its three files (private to kernels/):
 //   cuda_backend.cu  open/free, memory plan, one step (host descriptors, forward, sampling)
-//   cuda_weights.cu  weights to the device: bf16 conversion, QKV and gate/up fusion, random weights
+//   cuda_weights.cu  weights to the device: bf16 conversion or fp8 (e4m3, 128x128 blocks), QKV and
+//                    gate/up fusion, random weights
 //   cuda_graphs.cu   decode steps as CUDA graphs, one per (batch bucket, context bucket)
 #pragma once
 #include <cuda_runtime.h>
@@ -20,14 +21,15 @@ extern "C" {
 
 struct cb_layer {
     const bf16 *attn_norm;       // (C)
-    const bf16 *wqkv;            // (QKV, C): q rows, k rows, v rows
+    struct k_weight wqkv;        // (QKV, C): q rows, k rows, v rows; bf16 or fp8 (k_linear)
     const bf16 *bqkv;            // (QKV) or NULL
     const bf16 *q_norm, *k_norm; // (D) or NULL
-    const bf16 *wo;              // (C, HD)
+    struct k_weight wo;          // (C, HD)
     const bf16 *mlp_norm;        // (C)
-    const bf16 *wgu;             // (2F, C): gate rows, up rows
-    const bf16 *wdown;           // (C, F)
-    bf16 *k_cache, *v_cache;     // (num_blocks, KVH, block_size, D)
+    struct k_weight wgu;         // (2F, C): gate rows, up rows
+    struct k_weight wdown;       // (C, F)
+    void *k_cache, *v_cache;     // (num_blocks, KVH, block_size, D) bf16, or e4m3 bytes when kv_fp8
+    float *k_scale, *v_scale;    // kv_fp8: (num_blocks, KVH, block_size), one per (token, KV head); else NULL
 };
 
 // A host array mirrored on the device: pinned host h, device d, both `cap` bytes.
@@ -59,7 +61,7 @@ struct cuda_backend {
     float eps;
     int max_seqs;   // S: most sequences per step
     int max_tokens; // most new tokens per step (max_num_batched_tokens)
-    int rows;       // activation rows allocated: max(max_tokens, largest graph bucket)
+    int rows;       // activation rows allocated: max(max_tokens, largest graph bucket), rounded up to 4
     int max_model_len;
     int max_blocks; // per sequence: ceil(max_model_len / block_size)
     bool use_graphs;
@@ -71,15 +73,23 @@ struct cuda_backend {
     cudaStream_t stream;
     struct k_gemm *gemm;
 
-    // weights: one allocation
+    // weights: one allocation. Linear weights are bf16, or e4m3 with fp32 128x128 block scales
+    // (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings, norms, lm_head bf16.
     void *wbuf;
     size_t wbytes;
+    enum be_weights weight_dtype;
+    int n_fp8;        // linear matrices (of 4 L) held in fp8
+    uint8_t *xq;      // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
+    float *xs;        // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
+    size_t xq_bytes;  // one allocation: xq then xs
     const bf16 *embed, *lm_head, *final_norm; // (V, C), (V, C) (== embed when tied), (C)
     struct cb_layer *layers;                  // [L]
     float *inv_freq;                          // (D/2) device
     float attn_scale;
 
-    // KV pool: one allocation, [L][K|V][num_blocks][KVH][block_size][D] bf16
+    // KV pool: one allocation, [L][K|V][num_blocks][KVH][block_size][D] bf16; with kv_fp8 the same in
+    // e4m3 bytes, then (256-byte aligned) the scales [L][K|V][num_blocks][KVH][block_size] fp32
+    bool kv_fp8;
     void *kv;
     size_t kv_bytes;
 

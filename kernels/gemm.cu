@@ -12,6 +12,20 @@
 // pointer into the middle of a buffer. cuBLASLt's bf16 tensor-core kernels want 16-byte aligned
 // rows (K and N multiples of 8); other shapes get whatever the heuristic offers, or a clean error.
 // Everything is host work except the matmul itself, so a plan made before graph capture replays.
+//
+// FP8 (k_gemm_fp8): the same layout with A = W and B = X in e4m3, A's scales in cuBLASLt's
+// BLK128x128_32F mode ([ceil(N/128)][K_FP8_KB(K)] fp32: the checkpoints' layout with each row padded
+// to a multiple of 4 blocks) and B's in VEC128_32F (fp32 per row and 128-column group, M-contiguous
+// with leading dimension Mp = K_FP8_ROWS(M)); compute and scale type 32F, D bf16 (or fp32). cuBLASLt
+// needs both scale tensors' leading dimensions to be multiples of 4 (otherwise: no algorithm when
+// M % 4 != 0, wrong results when ceil(K/128) % 4 != 0), so B and D are given Mp rows (rows M..Mp-1
+// are the caller's scratch) and plans are keyed by Mp.
+// The scale pointers are attributes of the operation descriptor, set before every call (a plan is
+// shared by every layer's weight of one shape); a captured graph keeps the values of its capture.
+//
+// k_linear: the backend's entry point; for M <= K_GEMV_MAX_M it measures the GEMV kernels
+// (kernels/gemv.cu) against cuBLASLt once per key and keeps the faster ("choice" entries of the same
+// table).
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +35,13 @@
 
 // ---- plans and their cache
 
+enum { KIND_BF16, KIND_FP8, KIND_CHOICE_BF16, KIND_CHOICE_FP8 };
+enum { PATH_LT, PATH_GEMV };
+
 struct gemm_key {
+    int kind; // KIND_*: a cuBLASLt plan of either dtype, or k_linear's measured choice
     int M, N, K, y_f32;
-    int align_x, align_w, align_y; // bytes, 2..256
+    int align_x, align_w, align_y; // bytes, 2..256 (fp8 plans: of Xq, W, Y)
 };
 
 struct gemm_plan {
@@ -32,6 +50,7 @@ struct gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d; // W, X, Y (Y is both C and D)
     cublasLtMatmulAlgo_t algo;
+    int path; // choice entries: PATH_LT or PATH_GEMV
 };
 
 struct k_gemm {
@@ -60,8 +79,8 @@ static bool key_eq(const gemm_key &x, const gemm_key &y)
 static uint32_t key_hash(const gemm_key &k)
 {
     uint64_t h = 1469598103934665603ull; // FNV-1a over the key's ints, then a final mix
-    const int v[7] = {k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y};
-    for (int i = 0; i < 7; i++)
+    const int v[8] = {k.kind, k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y};
+    for (int i = 0; i < 8; i++)
         h = (h ^ (uint32_t)v[i]) * 1099511628211ull;
     h ^= h >> 29;
     return (uint32_t)h;
@@ -83,10 +102,12 @@ static void plan_destroy(gemm_plan *p)
 // Reports a cuBLAS failure with the call and the shape; returns -1.
 static int lt_fail(const char *file, int line, const char *call, cublasStatus_t s, const gemm_key &k)
 {
-    return k_failf(file, line,
-                   "%s: %s (%d) for Y[%d, %d] = X[%d, %d] . W[%d, %d]^T, %s out, alignments X %d W %d Y %d",
-                   call, cublasLtGetStatusString(s), (int)s, k.M, k.N, k.M, k.K, k.N, k.K,
-                   k.y_f32 ? "fp32" : "bf16", k.align_x, k.align_w, k.align_y);
+    return k_failf(
+        file, line,
+        "%s: %s (%d) for Y[%d, %d] = X[%d, %d] . W[%d, %d]^T, %s in, %s out, alignments X %d W %d Y %d", call,
+        cublasLtGetStatusString(s), (int)s, k.M, k.N, k.M, k.K, k.N, k.K,
+        k.kind == KIND_FP8 ? "fp8 block-scaled" : "bf16", k.y_f32 ? "fp32" : "bf16", k.align_x, k.align_w,
+        k.align_y);
 }
 #define LT_CHECK(name, call)                                                                                 \
     do {                                                                                                     \
@@ -109,8 +130,20 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
 struct gemm_tune {
     const void *X, *W;
     void *Y;
+    const float *x_scale, *w_scale; // fp8 only
     cudaStream_t stream;
 };
+
+// Points an fp8 plan's operation at this call's scales (A = W, B = X).
+static cublasStatus_t set_scales(cublasLtMatmulDesc_t op, const float *x_scale, const float *w_scale)
+{
+    cublasStatus_t s =
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                           sizeof x_scale);
+    return s;
+}
 
 // Returns the index of the fastest candidate that runs; 0 when timing is not possible.
 static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int n,
@@ -151,8 +184,9 @@ static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeurist
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     if (g->log)
-        fprintf(stderr, "gemm tune M %d N %d K %d: %d candidates, chose #%d (%.1f us)\n", p->key.M, p->key.N,
-                p->key.K, n, best, best_ms * 1000.f);
+        fprintf(stderr, "gemm tune %s M %d N %d K %d: %d candidates, chose #%d (%.1f us)\n",
+                p->key.kind == KIND_FP8 ? "fp8" : "bf16", p->key.M, p->key.N, p->key.K, n, best,
+                best_ms * 1000.f);
     return best;
 }
 
@@ -168,8 +202,23 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LT_CHECK("cublasLtMatmulDescSetAttribute(TRANSB)",
              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT_CHECK("cublasLtMatrixLayoutCreate(W)", cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k.K, k.N, k.K));
-    LT_CHECK("cublasLtMatrixLayoutCreate(X)", cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k.K, k.M, k.K));
+    const bool fp8 = k.kind == KIND_FP8;
+    const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    if (fp8) {
+        const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                      b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        LT_CHECK(
+            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)",
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+        LT_CHECK(
+            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)",
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+        if (tune)
+            LT_CHECK("cublasLtMatmulDescSetAttribute(scale pointers)",
+                     set_scales(p->op, tune->x_scale, tune->w_scale));
+    }
+    LT_CHECK("cublasLtMatrixLayoutCreate(W)", cublasLtMatrixLayoutCreate(&p->a, in_t, k.K, k.N, k.K));
+    LT_CHECK("cublasLtMatrixLayoutCreate(X)", cublasLtMatrixLayoutCreate(&p->b, in_t, k.K, k.M, k.K));
     LT_CHECK("cublasLtMatrixLayoutCreate(Y)",
              cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : CUDA_R_16BF, k.N, k.M, k.N));
 
@@ -224,10 +273,10 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
         cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sched,
                                              sizeof sched, &w);
         fprintf(stderr,
-                "gemm plan M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
+                "gemm plan %s M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
                 "reduction %u swizzle %d, workspace %zu, waves %.2f\n",
-                k.M, k.N, k.K, k.y_f32 ? "f32" : "bf16", k.align_x, k.align_w, k.align_y, id, tile, stages,
-                splitk, red, sched, res.workspaceSize, res.wavesCount);
+                fp8 ? "fp8" : "bf16", k.M, k.N, k.K, k.y_f32 ? "f32" : "bf16", k.align_x, k.align_w,
+                k.align_y, id, tile, stages, splitk, red, sched, res.workspaceSize, res.wavesCount);
     }
     return 0;
 }
@@ -302,6 +351,37 @@ extern "C" void k_gemm_free(struct k_gemm *g)
     free(g);
 }
 
+// Finds or makes the plan of key (tuned on the call's operands unless the stream is capturing).
+static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, gemm_plan **out)
+{
+    gemm_plan *p = slot_of(g->plans, g->cap, key);
+    if (!p->used) {
+        if (2 * (g->n + 1) > g->cap) {
+            if (table_grow(g))
+                return -1;
+            p = slot_of(g->plans, g->cap, key);
+        }
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        const bool capturing =
+            cudaStreamIsCapturing(t->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
+        if (plan_make(g, key, p, capturing ? NULL : t))
+            return -1;
+        g->n++;
+    }
+    *out = p;
+    return 0;
+}
+
+static gemm_key make_key(int kind, const void *X, const void *W, const void *Y, int y_f32, int M, int N,
+                         int K)
+{
+    gemm_key key;
+    memset(&key, 0, sizeof key); // memcmp'd: no stray bytes
+    key.kind = kind, key.M = M, key.N = N, key.K = K, key.y_f32 = y_f32 ? 1 : 0;
+    key.align_x = align_of(X), key.align_w = align_of(W), key.align_y = align_of(Y);
+    return key;
+}
+
 extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N,
                            int K, cudaStream_t stream)
 {
@@ -311,25 +391,11 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
         return 0;
     K_REQUIRE(X && W && Y, "k_gemm_bf16: NULL pointer (X %p W %p Y %p) for M %d N %d K %d", (const void *)X,
               (const void *)W, Y, M, N, K);
-    gemm_key key;
-    memset(&key, 0, sizeof key); // memcmp'd: no stray bytes
-    key.M = M, key.N = N, key.K = K, key.y_f32 = y_f32 ? 1 : 0;
-    key.align_x = align_of(X), key.align_w = align_of(W), key.align_y = align_of(Y);
-
-    gemm_plan *p = slot_of(g->plans, g->cap, key);
-    if (!p->used) {
-        if (2 * (g->n + 1) > g->cap) {
-            if (table_grow(g))
-                return -1;
-            p = slot_of(g->plans, g->cap, key);
-        }
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        const bool capturing = cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
-        const gemm_tune t = {X, W, Y, stream};
-        if (plan_make(g, key, p, capturing ? NULL : &t))
-            return -1;
-        g->n++;
-    }
+    const gemm_key key = make_key(KIND_BF16, X, W, Y, y_f32, M, N, K);
+    const gemm_tune t = {X, W, Y, NULL, NULL, stream};
+    gemm_plan *p;
+    if (plan_get(g, key, &t, &p))
+        return -1;
     const float alpha = 1.f, beta = 0.f;
     cublasStatus_t s = cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, X, p->b, &beta, Y, p->d, Y, p->d,
                                       &p->algo, g->ws, g->ws_bytes, stream);
@@ -337,4 +403,128 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
         return lt_fail(__FILE__, __LINE__, "cublasLtMatmul", s, key);
     K_CHECK_LAUNCH();
     return 0;
+}
+
+extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_scale, const uint8_t *W,
+                          const float *w_scale, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
+{
+    K_REQUIRE(g, "k_gemm_fp8: NULL handle");
+    K_REQUIRE(M >= 0 && N > 0 && K > 0, "k_gemm_fp8: bad shape M %d N %d K %d", M, N, K);
+    if (M == 0)
+        return 0;
+    K_REQUIRE(Xq && x_scale && W && w_scale && Y,
+              "k_gemm_fp8: NULL pointer (Xq %p x_scale %p W %p w_scale %p Y %p) for M %d N %d K %d",
+              (const void *)Xq, (const void *)x_scale, (const void *)W, (const void *)w_scale, Y, M, N, K);
+    // cuBLASLt sees Mp rows of X and Y (the scale tensor's leading dimension must be a multiple of 4)
+    const gemm_key key = make_key(KIND_FP8, Xq, W, Y, y_f32, K_FP8_ROWS(M), N, K);
+    const gemm_tune t = {Xq, W, Y, x_scale, w_scale, stream};
+    gemm_plan *p;
+    if (plan_get(g, key, &t, &p))
+        return -1;
+    cublasStatus_t s = set_scales(p->op, x_scale, w_scale);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(__FILE__, __LINE__, "cublasLtMatmulDescSetAttribute(scale pointers)", s, key);
+    const float alpha = 1.f, beta = 0.f;
+    s = cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, Xq, p->b, &beta, Y, p->d, Y, p->d, &p->algo, g->ws,
+                       g->ws_bytes, stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lt_fail(__FILE__, __LINE__, "cublasLtMatmul", s, key);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+// ---- k_linear: GEMV or cuBLASLt
+
+static int run_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t *Xq, const float *x_scale,
+                    const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
+{
+    if (path == PATH_GEMV)
+        return w->fp8 ? k_gemv_fp8(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, stream)
+                      : k_gemv_bf16(X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, stream);
+    return w->fp8 ? k_gemm_fp8(g, Xq, x_scale, (const uint8_t *)w->w, w->scale_lt ? w->scale_lt : w->scale, Y,
+                               y_f32, M, w->N, w->K, stream)
+                  : k_gemm_bf16(g, X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, stream);
+}
+
+// Median of three timed runs of path after one warm-up (which also makes a cuBLASLt plan); a
+// negative value when the path fails (its error is cleared: the other path may work).
+static float time_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t *Xq, const float *x_scale,
+                       const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
+{
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess)
+        return -1.f;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return -1.f;
+    }
+    float ms[3] = {0, 0, 0};
+    bool ok = run_path(g, path, X, Xq, x_scale, w, Y, y_f32, M, stream) == 0;
+    for (int r = 0; r < 3 && ok; r++)
+        ok = cudaEventRecord(e0, stream) == cudaSuccess &&
+             run_path(g, path, X, Xq, x_scale, w, Y, y_f32, M, stream) == 0 &&
+             cudaEventRecord(e1, stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+             cudaEventElapsedTime(&ms[r], e0, e1) == cudaSuccess;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (!ok) {
+        (void)cudaGetLastError();
+        return -1.f;
+    }
+    return ms[0] < ms[1] ? (ms[1] < ms[2] ? ms[1] : (ms[0] < ms[2] ? ms[2] : ms[0]))
+                         : (ms[0] < ms[2] ? ms[0] : (ms[1] < ms[2] ? ms[2] : ms[1]));
+}
+
+static bool gemv_ok(const bf16 *X, const struct k_weight *w, int M)
+{
+    return X && M <= K_GEMV_MAX_M && w->K % 16 == 0 && align_of(X) >= 16 && align_of(w->w) >= 16;
+}
+
+extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale,
+                        const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
+{
+    K_REQUIRE(g && w && w->w && Y, "k_linear: NULL handle, weight or output");
+    K_REQUIRE(!w->fp8 || w->scale, "k_linear: fp8 weight without scales");
+    K_REQUIRE(M >= 0 && w->N > 0 && w->K > 0, "k_linear: bad shape M %d N %d K %d", M, w->N, w->K);
+    if (M == 0)
+        return 0;
+    const bool lt_in = w->fp8 ? (Xq && x_scale) : X != NULL; // what cuBLASLt needs is there
+    const bool gemv_in = gemv_ok(X, w, M);
+    K_REQUIRE(lt_in || gemv_in,
+              "k_linear: no usable input for M %d N %d K %d (%s weight: X %p, Xq %p, x_scale %p; GEMV needs "
+              "bf16 X, "
+              "M <= %d, K %% 16 == 0, 16-byte aligned X and W)",
+              M, w->N, w->K, w->fp8 ? "fp8" : "bf16", (const void *)X, (const void *)Xq,
+              (const void *)x_scale, K_GEMV_MAX_M);
+    if (!gemv_in)
+        return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
+    if (!lt_in || (w->fp8 && M == 1)) // fp8 at M = 1: always the GEMV (no bf16 -> fp8 step, 1 row)
+        return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
+
+    const gemm_key key = make_key(w->fp8 ? KIND_CHOICE_FP8 : KIND_CHOICE_BF16, w->fp8 ? (const void *)Xq : X,
+                                  w->w, Y, y_f32, M, w->N, w->K);
+    gemm_plan *p = slot_of(g->plans, g->cap, key);
+    if (p->used)
+        return run_path(g, p->path, X, Xq, x_scale, w, Y, y_f32, M, stream);
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
+        return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream); // no timing in a capture
+    const float t_gemv = time_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
+    const float t_lt = time_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
+    K_REQUIRE(t_gemv >= 0 || t_lt >= 0, "k_linear: neither GEMV nor cuBLASLt runs M %d N %d K %d: %s", M,
+              w->N, w->K, k_last_error());
+    const int path = t_lt < 0 || (t_gemv >= 0 && t_gemv <= t_lt) ? PATH_GEMV : PATH_LT;
+    if (g->log)
+        fprintf(stderr, "gemm choice %s M %d N %d K %d: gemv %.1f us, cublasLt %.1f us -> %s\n",
+                w->fp8 ? "fp8" : "bf16", M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
+                path == PATH_GEMV ? "gemv" : "cublasLt");
+    if (2 * (g->n + 1) > g->cap && table_grow(g))
+        return -1;
+    p = slot_of(g->plans, g->cap, key); // cuBLASLt's plan may have grown the table meanwhile
+    memset(p, 0, sizeof *p);
+    p->used = true;
+    p->key = key;
+    p->path = path;
+    g->n++;
+    return run_path(g, path, X, Xq, x_scale, w, Y, y_f32, M, stream);
 }

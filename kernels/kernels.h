@@ -13,6 +13,11 @@
  * - Paged KV cache, per layer: k_cache and v_cache are [num_blocks][KVH][block_size][D] bf16. A
  *   token's slot is block_table[pos / block_size] * block_size + pos % block_size; a block of one
  *   KV head is block_size * D contiguous elements.
+ * - fp8 KV cache (the *_fp8 launchers; docs/CUDA_BACKEND.md, "FP8 KV cache"): k_cache and v_cache
+ *   hold e4m3 (OCP fn) bytes in the same layout, with k_scale and v_scale [num_blocks][KVH][block_size]
+ *   fp32 beside them: the value of element d of a (token, KV head) vector is
+ *   e4m3(cache[slot, d]) * scale[slot], scale = amax / 448 over the vector's D values (0 for a zero
+ *   vector). Written by k_qk_norm_rope_kv_fp8, read by k_attention_prefill_fp8 / k_attention_decode_fp8.
  * - Only kernels/ and tests/gpu/ include this header (it includes CUDA headers). */
 #pragma once
 #include <cuda_bf16.h>
@@ -73,6 +78,15 @@ int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const bf1
                       const int32_t *positions, const float *inv_freq, float attn_scale,
                       const int32_t *slot_mapping, bf16 *k_cache, bf16 *v_cache, int T, int H, int KVH, int D,
                       int block_size, cudaStream_t stream);
+/* The same with an fp8 cache: each (token, KV head) vector of k (after norm and RoPE) and of v is
+ * quantized from fp32 once: amax = max |x_d|, codes e4m3_rn_satfinite(x_d * (448 / amax)) (IEEE
+ * division and product, as engine/dtype.h's f32_to_e4m3 rounds), k_scale/v_scale[slot] = amax / 448;
+ * a zero vector gets codes 0 and scale 0. q stays bf16 in place. D in {16, 32, 64, 128, 256}, every
+ * buffer 16-byte aligned (the scales 4-byte). */
+int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm, float eps,
+                          const int32_t *positions, const float *inv_freq, float attn_scale,
+                          const int32_t *slot_mapping, uint8_t *k_cache, uint8_t *v_cache, float *k_scale,
+                          float *v_scale, int T, int H, int KVH, int D, int block_size, cudaStream_t stream);
 
 /* ---- activation.cu: out[t, f] = silu(gate_up[t, f]) * gate_up[t, F + f], fp32 math */
 int k_silu_mul(const bf16 *gate_up, bf16 *out, int T, int F, cudaStream_t stream);
@@ -85,6 +99,102 @@ struct k_gemm *k_gemm_create(size_t workspace_bytes);
 void k_gemm_free(struct k_gemm *g);
 int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
                 cudaStream_t stream);
+
+/* k_gemm_fp8: the same product on block-scaled FP8 (cuBLASLt on Hopper). cuBLASLt's block-scaled
+ * modes need both scale tensors' leading dimensions to be multiples of 4, hence the padded layouts:
+ *   W e4m3 [N, K] with fp32 scales w_scale [ceil(N/128)][K_FP8_KB(K)] row-major, K_FP8_KB(K) =
+ *     round_up(ceil(K/128), 4): the checkpoints' weight_scale_inv layout [ceil(N/128)][ceil(K/128)]
+ *     with each row padded (padding values are read and multiply only zero-contribution columns;
+ *     any finite value, e.g. 0 or 1). It IS the checkpoint layout when ceil(K/128) % 4 == 0.
+ *   X e4m3 [Mp, K] with Mp = K_FP8_ROWS(M) = round_up(M, 4) rows, fp32 scales x_scale
+ *     [ceil(K/128)][Mp] (one per row and 128-column group, stored M-contiguous: x_scale[g * Mp + m],
+ *     what k_quant_fp8_act / k_add_rmsnorm_fp8 / k_silu_mul_fp8 write).
+ *   Y [Mp, N]: Y must hold Mp rows too.
+ * Rows M..Mp-1 of Xq, x_scale and Y are scratch: read and written by the GEMM, contents meaningless
+ * (rows are independent, so stale data there affects only those rows; keep them free of e4m3 NaN
+ * codes, e.g. zero the buffers once at allocation). Y = sum over k of (Xq * x_scale)(Wq * w_scale),
+ * fp32 accumulation, bf16 (or fp32 with y_f32). K and N multiples of 16 and 16-byte aligned operands;
+ * k_linear takes k_gemv_fp8 at M = 1 (cuBLASLt may offer no algorithm there). Plans live in the same
+ * cache as the bf16 ones (keyed with the dtype and Mp); decode-sized M are tuned the same way. */
+#define K_FP8_ROWS(M) ((((M) + 3) / 4) * 4)
+#define K_FP8_KB(K) (((((K) + 127) / 128 + 3) / 4) * 4)
+int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
+               void *Y, int y_f32, int M, int N, int K, cudaStream_t stream);
+
+/* One linear layer's weight for k_linear: bf16 [N, K], or (fp8 != 0) e4m3 [N, K] with fp32 block
+ * scales: scale in the checkpoint layout [ceil(N/128)][ceil(K/128)] (what k_gemv_fp8 reads) and
+ * scale_lt in k_gemm_fp8's padded layout [ceil(N/128)][K_FP8_KB(K)] (NULL: scale is used, correct
+ * only when ceil(K/128) % 4 == 0, where the two layouts coincide). */
+struct k_weight {
+    int fp8;
+    const void *w;      /* bf16 or uint8_t (e4m3) */
+    const float *scale; /* fp8 only */
+    int N, K;
+    const float *scale_lt; /* fp8 only; may be NULL (see above) */
+};
+/* Y[M, N] = X[M, K] . W^T through the fastest path for the shape, the backend's single entry point
+ * (fp8 W: Xq, x_scale and Y follow k_gemm_fp8's K_FP8_ROWS(M)-row layout whenever Xq is given):
+ *   bf16 W: k_gemm_bf16, or for M <= K_GEMV_MAX_M k_gemv_bf16 when it measured faster;
+ *   fp8 W:  k_gemm_fp8 on (Xq, x_scale), or for M <= K_GEMV_MAX_M k_gemv_fp8 on X when it measured
+ *           faster (always at M = 1).
+ * The inputs a caller has: X bf16 (may be NULL when M > K_GEMV_MAX_M or W is fp8 and Xq is given),
+ * Xq/x_scale (fp8 W only; may be NULL when X is given and M <= K_GEMV_MAX_M). The choice between
+ * GEMV and cuBLASLt is made once per (dtype, M, N, K, y_f32, alignments) on the first call that is
+ * not being captured into a graph: both run on the call's operands, one warm-up then the median of
+ * three (cudaEvent timing, which synchronizes the stream), and the faster is kept in the plan cache;
+ * while capturing with no choice made, GEMV is taken and nothing is cached. LLMQ_GEMM_LOG=1 prints
+ * each choice. */
+int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w,
+             void *Y, int y_f32, int M, cudaStream_t stream);
+
+/* ---- gemv.cu: Y[M, N] = X[M, K] · W[N, K]^T for decode-sized M (1 .. K_GEMV_MAX_M), a kernel that
+ * streams the weight matrix once at (close to) the copy bandwidth, which cuBLASLt does not at these
+ * M. X bf16 row-major; fp32 accumulation, one rounding at the store; Y bf16, or fp32 when y_f32.
+ * K must be a multiple of 16 (16-byte rows). Any N >= 1.
+ * k_gemv_fp8: W is e4m3 (OCP fn) row-major [N, K] with fp32 block scales w_scale
+ * [ceil(N/128)][ceil(K/128)] (row-major; the value of W[n][k] is e4m3(W[n][k]) * w_scale[n/128][k/128],
+ * the layout of the checkpoints' weight_scale_inv); X stays bf16 (not quantized). e4m3 NaN codes
+ * (0x7f, 0xff) are not expected in weights (they decode as +-480).
+ * M = 0 is a no-op (returns 0, pointers unused). X and W must be 16-byte aligned; Y needs only its
+ * element alignment. Deterministic (fixed summation order), no atomics, no workspace, no host
+ * synchronization: safe inside CUDA graph capture. The tensor cores do the products (mma.sync,
+ * sm_80+). */
+#define K_GEMV_MAX_M 8
+int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream);
+int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N, int K,
+               cudaStream_t stream);
+/* The same with the kernel configuration forced (tests, tuning): variant 0 = automatic (what
+ * k_gemv_bf16 / k_gemv_fp8 do), 1..K_GEMV_VARIANTS = a fixed configuration (warps per CTA, loads in
+ * flight, rows per CTA) that k_gemv_variant_name(variant) describes. Every variant computes the
+ * same function. */
+#define K_GEMV_VARIANTS 10
+int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int variant,
+                        cudaStream_t stream);
+int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
+                       int K, int variant, cudaStream_t stream);
+const char *k_gemv_variant_name(int variant); /* static string; "?" out of range */
+
+/* ---- quant.cu: FP8 (OCP e4m3) quantization for the block-scaled GEMMs, bit for bit engine/fp8.h:
+ * scale = amax / 448 (1 for an all-zero group, FLT_MIN where amax / 448 is below it), q = e4m3(v /
+ * scale), round to nearest even, saturating. Activations are quantized in 1x128 groups (one scale per
+ * row and 128 columns), scales stored M-contiguous with leading dimension Mp = K_FP8_ROWS(M):
+ * x_scale[g * Mp + m], g < ceil(K/128) (entries m >= M are not written; x_scale holds
+ * ceil(K/128) * Mp floats; Xq is [M, K], the caller sizes it Mp rows for k_gemm_fp8).
+ * k_quant_fp8_weight: W bf16 [N, K] -> Wq [N, K] and w_scale [ceil(N/128)][ceil(K/128)] (the
+ *   checkpoint layout, not k_gemm_fp8's padded one; 128x128
+ *   blocks, partial at the edges). bad (may be NULL) is set to 1 when W holds a NaN or an infinity
+ *   (Wq is then meaningless); it is never cleared.
+ * k_quant_fp8_act: X bf16 [M, K] -> Xq [M, K], x_scale; K a multiple of 128.
+ * The fused producers compute their bf16 output exactly as k_add_rmsnorm / k_silu_mul do (out may be
+ * NULL: not written) and quantize that bf16 value, so their Xq equals k_quant_fp8_act of their out:
+ * k_add_rmsnorm_fp8: x may be NULL (no add: k_rmsnorm); cols a multiple of 128.
+ * k_silu_mul_fp8:    F a multiple of 128. */
+int k_quant_fp8_weight(const bf16 *W, int N, int K, uint8_t *Wq, float *w_scale, int *bad, cudaStream_t stream);
+int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *x_scale, cudaStream_t stream);
+int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, bf16 *out, uint8_t *outq, float *out_scale,
+                      int rows, int cols, float eps, cudaStream_t stream);
+int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, float *out_scale, int T, int F,
+                   cudaStream_t stream);
 
 /* ---- attention.cu: causal attention over the paged cache (K and V of the step's new tokens are
  * already written by k_qk_norm_rope_kv). Batch description (device arrays unless noted):
@@ -122,6 +232,21 @@ int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, c
                              const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
                              float scale, int part_keys, void *workspace, size_t workspace_bytes,
                              cudaStream_t stream);
+/* The three over an fp8 cache (e4m3 k_cache/v_cache with k_scale/v_scale, layout above): the same
+ * batch, outputs, workspace and splits. Tiles are read with 16-byte copies (16 codes each) and turned
+ * into bf16 codes exactly; S[., key] is multiplied by k_scale[key] and P[., key] by v_scale[key] before
+ * its bf16 rounding for P·V (the softmax sum takes the unscaled P). */
+int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache, const uint8_t *v_cache,
+                            const float *k_scale, const float *v_scale, const struct k_attn_batch *b, bf16 *out,
+                            int H, int KVH, int D, int block_size, float scale, cudaStream_t stream);
+int k_attention_decode_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache, const uint8_t *v_cache,
+                           const float *k_scale, const float *v_scale, const struct k_attn_batch *b, bf16 *out,
+                           int H, int KVH, int D, int block_size, float scale, void *workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+int k_attention_decode_split_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache, const uint8_t *v_cache,
+                                 const float *k_scale, const float *v_scale, const struct k_attn_batch *b,
+                                 bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys,
+                                 void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* ---- sampling.cu: the GPU sampler, the same function as engine/sampler.c (the oracle).
  * logits [n, V] fp32 (raw model logits), one row per sequence to sample. Per row (device arrays):

@@ -10,6 +10,13 @@
 //   shuffle per element. Every lane runs the same number of iterations so the shuffles never diverge.
 // - Fallback (any other even D, or unaligned buffers): one warp per head, two passes over it.
 // Memory-bound: each element of qkv is read once and written once (q in place, k and v to the cache).
+//
+// fp8 cache (k_qk_norm_rope_kv_fp8, vector path only): after norm and RoPE the group reduces its
+// head's amax with shuffles (every lane, before any lane leaves the iteration), then each lane
+// writes its 8 codes (two fp8x2 conversions per pair, one 8-byte store) and lane 0 of the group the
+// scale: each (token, head) vector is quantized once, from fp32.
+#include <cuda_fp8.h>
+
 #include "kernels/kernels.h"
 
 // ---- kernels
@@ -24,6 +31,8 @@ struct rope_args {
     const int32_t *slot_mapping;
     bf16 *k_cache, *v_cache;
     int H, KVH, D, block_size;
+    uint8_t *k8, *v8; // fp8 cache (k_cache, v_cache unused)
+    float *k_scale, *v_scale;
 };
 
 // shared cos/sin of token blockIdx.x: cs[i], sn[i] for i < D/2, already multiplied by attn_scale
@@ -45,8 +54,19 @@ __device__ __forceinline__ size_t cache_at(const rope_args &a, int slot, int g)
     return (((size_t)blk * a.KVH + g) * a.block_size + off) * a.D;
 }
 
+// 8 codes of x * inv (e4m3, round to nearest even, saturating at 448) in memory order
+__device__ __forceinline__ uint2 e4m3x8(const float (&x)[8], float inv)
+{
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(x[2 * i], inv), __fmul_rn(x[2 * i + 1], inv)),
+                                        __NV_SATFINITE, __NV_E4M3);
+    return make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
+}
+
 // grid (T), block (threads, a multiple of 32 and of G), dynamic shared D * 4 bytes
-template <int G> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
+template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
 {
     constexpr int D = G * 8, HG = G / 2;
     extern __shared__ __align__(16) float smem[];
@@ -106,6 +126,48 @@ template <int G> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_
 #pragma unroll
         for (int i = 0; i < 8; i++)
             y[i] = __shfl_xor_sync(0xffffffffu, x[i], HG);
+        if constexpr (F8) {
+            float r[8];
+            if (kind < 2) {
+                const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
+                const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
+                const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+                const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    r[i] = x[i];
+            }
+            // the head's amax: every lane takes part (invalid ones contribute zeros)
+            float am = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                am = fmaxf(am, fabsf(r[i]));
+#pragma unroll
+            for (int o = HG; o > 0; o >>= 1)
+                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+            if (!valid)
+                continue;
+            if (kind == 0) {
+                uint4 outv;
+                __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
+                *(uint4 *)(row + col) = outv;
+            } else if (slot >= 0) {
+                const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
+                const size_t at = cache_at(a, slot, g);
+                const float inv = am > 0.f ? __fdiv_rn(448.f, am) : 0.f;
+                *(uint2 *)((kind == 1 ? a.k8 : a.v8) + at + sub * 8) = e4m3x8(r, inv);
+                if (sub == 0)
+                    (kind == 1 ? a.k_scale : a.v_scale)[at / D] = __fdiv_rn(am, 448.f);
+            }
+            continue;
+        }
         if (!valid)
             continue;
         uint4 outv;
@@ -198,6 +260,40 @@ static bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
+template <bool F8>
+static void launch_vec(const rope_args &a, int T, int threads, size_t smem, cudaStream_t stream)
+{
+    switch (a.D / 8) {
+    case 2:
+        qk_rope_vec_kernel<2, F8><<<T, threads, smem, stream>>>(a);
+        break;
+    case 4:
+        qk_rope_vec_kernel<4, F8><<<T, threads, smem, stream>>>(a);
+        break;
+    case 8:
+        qk_rope_vec_kernel<8, F8><<<T, threads, smem, stream>>>(a);
+        break;
+    case 16:
+        qk_rope_vec_kernel<16, F8><<<T, threads, smem, stream>>>(a);
+        break;
+    default:
+        qk_rope_vec_kernel<32, F8><<<T, threads, smem, stream>>>(a);
+        break;
+    }
+}
+
+// threads of the vector path: lanes for all heads of a token, split into the fewest passes of <= 256
+static int vec_threads(int NH, int D)
+{
+    const int G = D / 8, lanes = NH * G, iters = (lanes + 255) / 256;
+    return ((lanes + iters - 1) / iters + 31) / 32 * 32;
+}
+
+static bool vec_dim(int D)
+{
+    return D == 16 || D == 32 || D == 64 || D == 128 || D == 256;
+}
+
 extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
                                  float eps, const int32_t *positions, const float *inv_freq, float attn_scale,
                                  const int32_t *slot_mapping, bf16 *k_cache, bf16 *v_cache, int T, int H,
@@ -216,38 +312,52 @@ extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm
               (void *)k_cache, (void *)v_cache);
     K_REQUIRE(!(eps < 0), "k_qk_norm_rope_kv: eps %g < 0", (double)eps);
 
-    rope_args a = {qkv,          bias,    q_norm,  k_norm, eps, positions, inv_freq,  attn_scale,
-                   slot_mapping, k_cache, v_cache, H,      KVH, D,         block_size};
+    rope_args a = {qkv,        bias,         q_norm,  k_norm,  eps,    positions, inv_freq,
+                   attn_scale, slot_mapping, k_cache, v_cache, H,      KVH,       D,
+                   block_size, nullptr,      nullptr, nullptr, nullptr};
     const int NH = H + 2 * KVH;
     const size_t smem = (size_t)D * sizeof(float);
-    const bool vec = (D == 16 || D == 32 || D == 64 || D == 128 || D == 256) && aligned16(qkv) &&
-                     aligned16(k_cache) && aligned16(v_cache) && (!bias || aligned16(bias)) &&
-                     (!q_norm || aligned16(q_norm)) && (!k_norm || aligned16(k_norm));
+    const bool vec = vec_dim(D) && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache) &&
+                     (!bias || aligned16(bias)) && (!q_norm || aligned16(q_norm)) &&
+                     (!k_norm || aligned16(k_norm));
     if (vec) {
-        // lanes for all heads of a token, split into the fewest passes of <= 256 threads
-        const int G = D / 8, lanes = NH * G, iters = (lanes + 255) / 256;
-        const int threads = ((lanes + iters - 1) / iters + 31) / 32 * 32;
-        switch (G) {
-        case 2:
-            qk_rope_vec_kernel<2><<<T, threads, smem, stream>>>(a);
-            break;
-        case 4:
-            qk_rope_vec_kernel<4><<<T, threads, smem, stream>>>(a);
-            break;
-        case 8:
-            qk_rope_vec_kernel<8><<<T, threads, smem, stream>>>(a);
-            break;
-        case 16:
-            qk_rope_vec_kernel<16><<<T, threads, smem, stream>>>(a);
-            break;
-        default:
-            qk_rope_vec_kernel<32><<<T, threads, smem, stream>>>(a);
-            break;
-        }
+        launch_vec<false>(a, T, vec_threads(NH, D), smem, stream);
     } else {
         const int threads = NH >= 8 ? 256 : NH * 32;
         qk_rope_scalar_kernel<<<T, threads, smem, stream>>>(a);
     }
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
+                                     float eps, const int32_t *positions, const float *inv_freq,
+                                     float attn_scale, const int32_t *slot_mapping, uint8_t *k_cache,
+                                     uint8_t *v_cache, float *k_scale, float *v_scale, int T, int H, int KVH,
+                                     int D, int block_size, cudaStream_t stream)
+{
+    K_REQUIRE(T >= 0 && H > 0 && KVH > 0 && H % KVH == 0 && block_size > 0,
+              "k_qk_norm_rope_kv_fp8: bad shape T %d H %d KVH %d D %d block_size %d (need H %% KVH == 0)", T,
+              H, KVH, D, block_size);
+    K_REQUIRE(vec_dim(D), "k_qk_norm_rope_kv_fp8: head_dim %d (16, 32, 64, 128 or 256 with an fp8 cache)", D);
+    if (T == 0)
+        return 0;
+    K_REQUIRE(
+        qkv && positions && inv_freq && slot_mapping && k_cache && v_cache && k_scale && v_scale,
+        "k_qk_norm_rope_kv_fp8: NULL pointer (qkv %p positions %p inv_freq %p slot_mapping %p k_cache %p "
+        "v_cache %p k_scale %p v_scale %p)",
+        (void *)qkv, (const void *)positions, (const void *)inv_freq, (const void *)slot_mapping,
+        (void *)k_cache, (void *)v_cache, (void *)k_scale, (void *)v_scale);
+    K_REQUIRE(!(eps < 0), "k_qk_norm_rope_kv_fp8: eps %g < 0", (double)eps);
+    K_REQUIRE(aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache) && (!bias || aligned16(bias)) &&
+                  (!q_norm || aligned16(q_norm)) && (!k_norm || aligned16(k_norm)) &&
+                  ((uintptr_t)k_scale | (uintptr_t)v_scale) % 4 == 0,
+              "k_qk_norm_rope_kv_fp8: qkv, bias, norms and caches must be 16-byte aligned, scales 4-byte");
+
+    rope_args a = {qkv,        bias,         q_norm,  k_norm,  eps,    positions, inv_freq,
+                   attn_scale, slot_mapping, nullptr, nullptr, H,      KVH,       D,
+                   block_size, k_cache,      v_cache, k_scale, v_scale};
+    launch_vec<true>(a, T, vec_threads(H + 2 * KVH, D), (size_t)D * sizeof(float), stream);
     K_CHECK_LAUNCH();
     return 0;
 }

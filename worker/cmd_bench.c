@@ -3,12 +3,23 @@
  * Every request is submitted at t = 0 (random prompt ids, seeded; greedy; EOS ignored, exactly
  * output_len tokens each) and the engine steps until all are done. A warm-up request runs first
  * (not timed). The backend is wrapped (engine/bench.h) so that every step the engine runs adds
- * to the roofline: ideal time over real time is the roofline efficiency. */
+ * to the roofline: ideal time over real time is the roofline efficiency.
+ *
+ * --shared-prefix N gives every prompt the same first N tokens (a summarization pipeline's
+ * instruction); the JSON reports the prefix cache's queries and hits in tokens over the timed
+ * requests (engine_stats.prefix_query_tokens / prefix_hit_tokens).
+ *
+ * --background W[:N] runs the worker's two lanes (queues.* caps, as `llmq worker` sets them): N
+ * requests of workload W go to the long lane first, and once the long lane has run a step the
+ * timed workload is submitted to the short lane. The timed numbers are the foreground's; when
+ * its last request finishes, the background's progress is recorded and the rest of it cancelled.
+ * docs/BENCH.md describes every key of the output. */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +35,8 @@
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "worker/cli.h"
+#include "worker/config.h"
+#include "worker/engine_cfg.h"
 #include "worker/progress.h"
 #ifdef LLMQ_HAVE_CUDA_BACKEND
 #include "engine/cuda_backend.h"
@@ -41,8 +54,9 @@ static void usage(FILE *f)
         "\n"
         "Runs a fixed workload through the engine and prints one JSON line on stdout: requests/s, output\n"
         "and total tokens/s, TTFT and inter-token latency percentiles, peak GPU memory, KV cache size,\n"
-        "preemptions and the roofline efficiency. Prompts are random token ids; every request generates\n"
-        "exactly its output length (EOS ignored, greedy). All requests are submitted at once.\n"
+        "preemptions, prefix cache hits and the roofline efficiency. Prompts are random token ids; every\n"
+        "request generates exactly its output length (EOS ignored, greedy). All requests are submitted\n"
+        "at once. docs/BENCH.md explains the output.\n"
         "\n"
         "  -m, --model DIR                 a Hugging Face model folder\n"
         "  -r, --random-weights SHAPE      qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
@@ -51,14 +65,32 @@ static void usage(FILE *f)
         "                                  summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
         "                                  single (1 x 128 / 512)\n"
         "  -n, --num-prompts N             requests (default: the workload's)\n"
+        "      --input-len N               prompt tokens per request (default: the workload's)\n"
+        "      --output-len N              generated tokens per request (default: the workload's)\n"
+        "      --shared-prefix N           the first N prompt tokens are the same in every request\n"
+        "      --no-prefix-caching         turn the prefix cache off (engine.enable_prefix_caching)\n"
+        "      --background W[:N]          N requests (default: W's) of workload W run in the long lane\n"
+        "                                  while the workload runs in the short lane (implies --lanes)\n"
+        "      --background-input-len N    the background's prompt tokens (default: W's)\n"
+        "      --background-output-len N   the background's generated tokens (default: W's)\n"
+        "      --lanes                     run in the worker's short lane of two (queues.short_*/long_*)\n"
+        "      --config FILE               read the queues section (lane caps) from this llmq.yaml\n"
+        "      --long-max-num-seqs N       queues.long_max_num_seqs (default 16)\n"
+        "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default 4096)\n"
+        "      --short-max-num-seqs N      queues.short_max_num_seqs (default 256)\n"
+        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default 8192)\n"
         "      --backend B                 auto | cpu | cuda (default auto)\n"
         "      --max-num-seqs N            sequences per step (default 256)\n"
         "      --max-num-batched-tokens N  tokens per step (default 8192)\n"
-        "      --max-model-len N           longest sequence (default: input + output length)\n"
+        "      --max-model-len N           longest sequence (default: the longest request); above the\n"
+        "                                  model's max_position_embeddings it enables YaRN\n"
         "      --block-size N              KV block size in tokens (default 32)\n"
         "      --gpu-memory-utilization X  share of GPU memory for weights, activations and KV (default "
         "0.92)\n"
         "      --no-cuda-graphs            run decode steps eagerly\n"
+        "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
+        "                                  quantized at load in 128x128 blocks; model.dtype)\n"
+        "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
         "      --threads N                 CPU backend threads (default all)\n"
         "      --seed N                    prompt seed (default 0)\n"
         "  -h, --help                      this text\n"
@@ -144,28 +176,41 @@ static const char *base_name(const char *p)
     return s;
 }
 
-/* Per request: when its last token came (for inter-token latency). */
-struct req {
-    double last;
-    bool done;
+/* One group of requests: the timed foreground, or the background in the long lane. */
+struct group {
+    const struct bench_workload *wl;
+    int n_req, in_len, out_len, lane;
+    int32_t *prompts;        /* [n_req][in_len] */
+    struct engine_seq **seq; /* [n_req], NULL once released */
+    double *last;            /* [n_req] when its last token came (for inter-token latency) */
+    int done;                /* released */
 };
 
 struct bench {
-    const struct bench_workload *wl;
-    int n_req, in_len, out_len;
+    struct group fg, bg;
+    bool has_bg;
     struct model *model;
     bool random;
     struct tok *tok;
     struct engine *eng;
     struct backend *be; /* the wrapper, owned by the engine */
     struct bench_roofline roof;
-    int32_t *prompts; /* [n_req][in_len] */
-    struct req *reqs;
     double *ttft, *itl;
     size_t n_ttft, n_itl, cap_itl;
+    int64_t fg_tokens; /* generated by the foreground while recorded */
     int failed;
     char first_error[512];
+    /* the background at the moment the foreground finished */
+    int bg_finished, bg_prefilled;
+    int64_t bg_output_tokens;
 };
+
+static void group_free(struct group *g)
+{
+    free(g->prompts);
+    free(g->seq);
+    free(g->last);
+}
 
 static void bench_free(struct bench *b)
 {
@@ -175,54 +220,84 @@ static void bench_free(struct bench *b)
         random_model_free(b->model);
     else
         model_free(b->model);
-    free(b->prompts);
-    free(b->reqs);
+    group_free(&b->fg);
+    group_free(&b->bg);
     free(b->ttft);
     free(b->itl);
 }
 
-/* Steps the engine until it is idle; records latencies when reqs is set. */
-static int drain(struct bench *b, struct progress *bar, bool record)
+/* A request's user pointer: its index + 1 in the foreground, minus index + 1 in the background,
+ * 0 for the warm-up. */
+static void on_failure(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void on_failure(struct bench *b, const char *fmt, ...)
 {
-    int64_t done = 0, tokens = 0;
+    if (b->failed++)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->first_error, sizeof b->first_error, fmt, ap);
+    va_end(ap);
+}
+
+enum until {
+    UNTIL_IDLE,       /* the engine has no work */
+    UNTIL_FG_DONE,    /* every foreground request is done */
+    UNTIL_BG_STARTED, /* the background's lane has run tokens */
+};
+
+/* Steps the engine until `until`. Records the foreground's latencies and tokens when record is set. */
+static int run_engine(struct bench *b, struct progress *bar, bool record, enum until until)
+{
+    struct engine_stats st;
+    uint64_t bg0 = 0;
+    if (until == UNTIL_BG_STARTED) {
+        engine_get_stats(b->eng, &st);
+        bg0 = st.lane_computed_tokens[b->bg.lane];
+    }
     while (engine_has_work(b->eng)) {
+        if (until == UNTIL_FG_DONE && b->fg.done == b->fg.n_req)
+            break;
+        if (until == UNTIL_BG_STARTED) {
+            engine_get_stats(b->eng, &st);
+            if (st.lane_computed_tokens[b->bg.lane] != bg0)
+                break;
+        }
         struct engine_seq **ch;
         int nc;
         engine_step(b->eng, &ch, &nc);
         double t = now_s();
         for (int i = 0; i < nc; i++) {
             struct engine_seq *q = ch[i];
-            intptr_t idx = (intptr_t)q->user;
-            if (record && idx >= 0 && q->n_new_output) {
-                struct req *r = &b->reqs[idx];
-                if (q->n_output == 1) {
+            intptr_t u = (intptr_t)q->user;
+            struct group *g = u > 0 ? &b->fg : u < 0 ? &b->bg : NULL;
+            int idx = u > 0 ? (int)u - 1 : u < 0 ? (int)-u - 1 : -1;
+            if (record && g == &b->fg && q->n_new_output) {
+                if (q->n_output == 1)
                     b->ttft[b->n_ttft++] = q->t_first_token - q->t_arrival;
-                } else if (b->n_itl < b->cap_itl) {
-                    b->itl[b->n_itl++] = t - r->last;
-                }
-                r->last = t;
-                tokens++;
+                else if (b->n_itl < b->cap_itl)
+                    b->itl[b->n_itl++] = t - g->last[idx];
+                g->last[idx] = t;
+                b->fg_tokens++;
             }
-            if (q->finished) {
-                if (q->finish == FINISH_ERROR) {
-                    if (!b->failed++)
-                        snprintf(b->first_error, sizeof b->first_error, "%s", q->error);
-                } else if (record && q->n_output != b->out_len && !b->failed++) {
-                    snprintf(b->first_error, sizeof b->first_error,
-                             "a request finished with %d tokens, not %d", q->n_output, b->out_len);
-                }
-                if (record && idx >= 0)
-                    b->reqs[idx].done = true;
-                done++;
-                engine_release(b->eng, q);
+            if (!q->finished)
+                continue;
+            if (q->finish == FINISH_ERROR)
+                on_failure(b, "%s", q->error);
+            else if (g && q->finish != FINISH_CANCELLED && q->n_output != g->out_len)
+                on_failure(b, "a request finished with %d tokens, not %d", q->n_output, g->out_len);
+            if (g) {
+                g->seq[idx] = NULL;
+                g->done++;
             }
+            engine_release(b->eng, q);
         }
-        progress_update(bar, done, tokens);
+        progress_update(bar, b->fg.done, b->fg_tokens);
     }
     return b->failed ? -1 : 0;
 }
 
-static struct engine_request request(const int32_t *prompt, int n, int out, uint64_t seed, intptr_t user)
+static struct engine_request request(const int32_t *prompt, int n, int out, uint64_t seed, int lane,
+                                     intptr_t user)
 {
     struct engine_request r = engine_request_default();
     r.prompt = prompt;
@@ -233,8 +308,46 @@ static struct engine_request request(const int32_t *prompt, int n, int out, uint
     r.max_tokens = out;
     r.min_tokens = out;
     r.ignore_eos = true;
+    r.lane = lane;
     r.user = (void *)user;
     return r;
+}
+
+/* Random prompts of g; the first `shared` tokens of each come from one draw. */
+static int make_prompts(struct group *g, int vocab, uint64_t seed, int shared)
+{
+    g->prompts = malloc((size_t)g->n_req * (size_t)g->in_len * sizeof *g->prompts);
+    g->seq = calloc((size_t)g->n_req, sizeof *g->seq);
+    g->last = calloc((size_t)g->n_req, sizeof *g->last);
+    if (!g->prompts || !g->seq || !g->last)
+        return -1;
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1, ps = seed * 0x9e3779b97f4a7c15ull + 0x70726566ull;
+    for (int i = 0; i < g->n_req; i++)
+        for (int j = 0; j < g->in_len; j++) {
+            int32_t *p = &g->prompts[(size_t)i * g->in_len + j];
+            if (j < shared)
+                *p = i == 0 ? (int32_t)(splitmix64(&ps) % (uint64_t)vocab) : g->prompts[j];
+            else
+                *p = (int32_t)(splitmix64(&s) % (uint64_t)vocab);
+        }
+    return 0;
+}
+
+/* Submits every request of g (user ids as run_engine reads them). */
+static int submit(struct bench *b, struct group *g, bool background, char *err, size_t errlen)
+{
+    double t = now_s();
+    for (int i = 0; i < g->n_req; i++) {
+        intptr_t user = background ? -(intptr_t)(i + 1) : (intptr_t)(i + 1);
+        uint64_t seed = (uint64_t)i + (background ? 1000000007ull : 0);
+        struct engine_request r =
+            request(g->prompts + (size_t)i * g->in_len, g->in_len, g->out_len, seed, g->lane, user);
+        g->seq[i] = engine_add(b->eng, &r, err, errlen);
+        if (!g->seq[i])
+            return -1;
+        g->last[i] = t;
+    }
+    return 0;
 }
 
 static double r3(double x)
@@ -245,34 +358,104 @@ static double r1(double x)
 {
     return round(x * 10) / 10;
 }
+static double r4(double x)
+{
+    return round(x * 1e4) / 1e4;
+}
 static double r6(double x)
 {
     return round(x * 1e6) / 1e6;
 }
 
+static int parse_background(const char *s, const struct bench_workload **wl, int *n)
+{
+    char name[64];
+    const char *colon = strchr(s, ':');
+    size_t len = colon ? (size_t)(colon - s) : strlen(s);
+    if (len >= sizeof name)
+        return cli_usage_error(CMD, "--background: '%s' (expected W or W:N, W one of %s)", s,
+                               bench_workload_names());
+    memcpy(name, s, len);
+    name[len] = 0;
+    *wl = bench_workload_find(name);
+    if (!*wl)
+        return cli_usage_error(CMD, "--background: workload '%s' (expected %s)", name,
+                               bench_workload_names());
+    *n = 0;
+    if (colon)
+        return parse_int("--background (its :N)", colon + 1, 1, n);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    enum { O_BACKEND = 256, O_SEQS, O_TOKENS, O_MML, O_BS, O_UTIL, O_NOGRAPH, O_THREADS, O_SEED };
-    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
-                                             {"random-weights", required_argument, NULL, 'r'},
-                                             {"workload", required_argument, NULL, 'w'},
-                                             {"num-prompts", required_argument, NULL, 'n'},
-                                             {"backend", required_argument, NULL, O_BACKEND},
-                                             {"max-num-seqs", required_argument, NULL, O_SEQS},
-                                             {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
-                                             {"max-model-len", required_argument, NULL, O_MML},
-                                             {"block-size", required_argument, NULL, O_BS},
-                                             {"gpu-memory-utilization", required_argument, NULL, O_UTIL},
-                                             {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
-                                             {"threads", required_argument, NULL, O_THREADS},
-                                             {"seed", required_argument, NULL, O_SEED},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
-    const char *model_dir = NULL, *shape = NULL, *workload = NULL, *backend = "auto";
-    int num_prompts = 0, mml = 0, seed = 0, c, rc = 0;
+    enum {
+        O_BACKEND = 256,
+        O_SEQS,
+        O_TOKENS,
+        O_MML,
+        O_BS,
+        O_UTIL,
+        O_NOGRAPH,
+        O_THREADS,
+        O_SEED,
+        O_IN,
+        O_OUT,
+        O_SHARED,
+        O_NOPREFIX,
+        O_BG,
+        O_BG_IN,
+        O_BG_OUT,
+        O_LANES,
+        O_CONFIG,
+        O_LONG_SEQS,
+        O_LONG_TOKENS,
+        O_SHORT_SEQS,
+        O_SHORT_TOKENS,
+        O_DTYPE,
+        O_KVDTYPE,
+    };
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"random-weights", required_argument, NULL, 'r'},
+        {"workload", required_argument, NULL, 'w'},
+        {"num-prompts", required_argument, NULL, 'n'},
+        {"input-len", required_argument, NULL, O_IN},
+        {"output-len", required_argument, NULL, O_OUT},
+        {"shared-prefix", required_argument, NULL, O_SHARED},
+        {"no-prefix-caching", no_argument, NULL, O_NOPREFIX},
+        {"background", required_argument, NULL, O_BG},
+        {"background-input-len", required_argument, NULL, O_BG_IN},
+        {"background-output-len", required_argument, NULL, O_BG_OUT},
+        {"lanes", no_argument, NULL, O_LANES},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"long-max-num-seqs", required_argument, NULL, O_LONG_SEQS},
+        {"long-max-num-batched-tokens", required_argument, NULL, O_LONG_TOKENS},
+        {"short-max-num-seqs", required_argument, NULL, O_SHORT_SEQS},
+        {"short-max-num-batched-tokens", required_argument, NULL, O_SHORT_TOKENS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"max-num-seqs", required_argument, NULL, O_SEQS},
+        {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
+        {"max-model-len", required_argument, NULL, O_MML},
+        {"block-size", required_argument, NULL, O_BS},
+        {"gpu-memory-utilization", required_argument, NULL, O_UTIL},
+        {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *model_dir = NULL, *shape = NULL, *workload = NULL, *backend = "auto", *config = NULL;
+    int num_prompts = 0, mml = 0, seed = 0, in_len = 0, out_len = 0, shared = 0, bg_n = 0, bg_in = 0,
+        bg_out = 0, c, rc = 0;
+    bool lanes = false;
+    const struct bench_workload *bg_wl = NULL;
+    struct engine_cfg_flags flags = {0};
     struct engine_opts eo = engine_opts_default();
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:r:w:n:h", longopts, NULL)) != -1) {
+        const char *key = NULL, *flag = NULL;
         switch (c) {
         case 'h':
             usage(stdout);
@@ -288,6 +471,46 @@ int cmd_bench(int argc, char **argv)
             break;
         case 'n':
             rc = parse_int("--num-prompts", optarg, 1, &num_prompts);
+            break;
+        case O_IN:
+            rc = parse_int("--input-len", optarg, 1, &in_len);
+            break;
+        case O_OUT:
+            rc = parse_int("--output-len", optarg, 1, &out_len);
+            break;
+        case O_SHARED:
+            rc = parse_int("--shared-prefix", optarg, 0, &shared);
+            break;
+        case O_NOPREFIX:
+            eo.enable_prefix_caching = false;
+            break;
+        case O_BG:
+            rc = parse_background(optarg, &bg_wl, &bg_n);
+            lanes = true;
+            break;
+        case O_BG_IN:
+            rc = parse_int("--background-input-len", optarg, 1, &bg_in);
+            break;
+        case O_BG_OUT:
+            rc = parse_int("--background-output-len", optarg, 1, &bg_out);
+            break;
+        case O_LANES:
+            lanes = true;
+            break;
+        case O_CONFIG:
+            config = optarg;
+            break;
+        case O_LONG_SEQS:
+            key = "queues.long_max_num_seqs", flag = "--long-max-num-seqs";
+            break;
+        case O_LONG_TOKENS:
+            key = "queues.long_max_num_batched_tokens", flag = "--long-max-num-batched-tokens";
+            break;
+        case O_SHORT_SEQS:
+            key = "queues.short_max_num_seqs", flag = "--short-max-num-seqs";
+            break;
+        case O_SHORT_TOKENS:
+            key = "queues.short_max_num_batched_tokens", flag = "--short-max-num-batched-tokens";
             break;
         case O_BACKEND:
             backend = optarg;
@@ -324,8 +547,30 @@ int cmd_bench(int argc, char **argv)
         case O_NOGRAPH:
             eo.be.cuda_graphs = false;
             break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "auto"))
+                eo.be.weight_dtype = BE_WEIGHTS_AUTO;
+            else if (!strcmp(optarg, "bf16"))
+                eo.be.weight_dtype = BE_WEIGHTS_BF16;
+            else if (!strcmp(optarg, "fp8"))
+                eo.be.weight_dtype = BE_WEIGHTS_FP8;
+            else
+                rc = cli_usage_error(CMD, "--dtype: '%s' (expected auto, bf16 or fp8)", optarg);
+            break;
+        case O_KVDTYPE:
+            if (!strcmp(optarg, "bf16") || !strcmp(optarg, "auto"))
+                eo.be.kv_dtype = DT_BF16;
+            else if (!strcmp(optarg, "fp8"))
+                eo.be.kv_dtype = DT_F8_E4M3;
+            else
+                rc = cli_usage_error(CMD, "--kv-cache-dtype: '%s' (expected bf16 or fp8)", optarg);
+            break;
         default:
             return cli_bad_option(CMD, argc, argv);
+        }
+        if (key) {
+            lanes = true;
+            engine_cfg_flag_add(&flags, key, optarg, flag);
         }
         if (rc)
             return rc;
@@ -336,14 +581,41 @@ int cmd_bench(int argc, char **argv)
         return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE");
     if (!workload)
         return cli_usage_error(CMD, "--workload is required (%s)", bench_workload_names());
+    if ((bg_in || bg_out) && !bg_wl)
+        return cli_usage_error(CMD, "--background-input-len and --background-output-len need --background");
+    if (config)
+        lanes = true;
     struct bench b;
     memset(&b, 0, sizeof b);
-    b.wl = bench_workload_find(workload);
-    if (!b.wl)
+    b.fg.wl = bench_workload_find(workload);
+    if (!b.fg.wl)
         return cli_usage_error(CMD, "--workload: '%s' (expected %s)", workload, bench_workload_names());
-    b.n_req = num_prompts ? num_prompts : b.wl->requests;
-    b.in_len = b.wl->input_len;
-    b.out_len = b.wl->output_len;
+    b.fg.n_req = num_prompts ? num_prompts : b.fg.wl->requests;
+    b.fg.in_len = in_len ? in_len : b.fg.wl->input_len;
+    b.fg.out_len = out_len ? out_len : b.fg.wl->output_len;
+    if (shared > b.fg.in_len)
+        return cli_usage_error(CMD, "--shared-prefix %d is longer than the prompts (%d tokens)", shared,
+                               b.fg.in_len);
+    if (bg_wl) {
+        b.has_bg = true;
+        b.bg.wl = bg_wl;
+        b.bg.n_req = bg_n ? bg_n : bg_wl->requests;
+        b.bg.in_len = bg_in ? bg_in : bg_wl->input_len;
+        b.bg.out_len = bg_out ? bg_out : bg_wl->output_len;
+    }
+
+    /* lanes: the worker's two, caps from the queues section (defaults < --config < LLMQ_* < flags) */
+    if (lanes) {
+        struct cfg cf;
+        int lrc = engine_cfg_load(CMD, config, &flags, &cf);
+        if (lrc == 0)
+            engine_cfg_lanes(&eo, &cf);
+        cfg_free(&cf);
+        if (lrc)
+            return lrc;
+        b.fg.lane = ENGINE_CFG_LANE_SHORT;
+        b.bg.lane = ENGINE_CFG_LANE_LONG;
+    }
 
     char err[1024], gpu[256] = "";
     /* which backend: decided here so random weights know whether to live on the host */
@@ -390,7 +662,10 @@ int cmd_bench(int argc, char **argv)
     }
 
     /* the engine over a measuring wrapper of the backend */
-    eo.be.max_model_len = mml ? mml : b.in_len + b.out_len;
+    int longest = b.fg.in_len + b.fg.out_len;
+    if (b.has_bg && b.bg.in_len + b.bg.out_len > longest)
+        longest = b.bg.in_len + b.bg.out_len;
+    eo.be.max_model_len = mml ? mml : longest;
     eo.seed = (uint64_t)seed;
     struct backend *inner = backend_open(be_name, b.model, &eo.be, err, sizeof err);
     if (!inner) {
@@ -406,34 +681,34 @@ int cmd_bench(int argc, char **argv)
         bench_free(&b);
         return 1;
     }
-    if (b.in_len + b.out_len > engine_max_model_len(b.eng, 0)) {
-        fprintf(stderr,
-                "llmq %s: the workload needs %d tokens per sequence; the engine holds %d (--max-model-len, "
-                "or the KV cache is too small)\n",
-                CMD, b.in_len + b.out_len, engine_max_model_len(b.eng, 0));
-        bench_free(&b);
-        return 1;
+    for (int gi = 0; gi < (b.has_bg ? 2 : 1); gi++) {
+        const struct group *g = gi ? &b.bg : &b.fg;
+        int cap = engine_max_model_len(b.eng, g->lane);
+        if (g->in_len + g->out_len > cap) {
+            fprintf(stderr,
+                    "llmq %s: the %s needs %d tokens per sequence; the engine holds %d in its lane "
+                    "(--max-model-len, or the KV cache is too small)\n",
+                    CMD, gi ? "background" : "workload", g->in_len + g->out_len, cap);
+            bench_free(&b);
+            return 1;
+        }
     }
 
     /* prompts */
     int vocab = b.model->cfg.vocab < PROMPT_ID_RANGE ? b.model->cfg.vocab : PROMPT_ID_RANGE;
-    b.prompts = malloc((size_t)b.n_req * b.in_len * sizeof *b.prompts);
-    b.reqs = calloc((size_t)b.n_req, sizeof *b.reqs);
-    b.ttft = malloc((size_t)b.n_req * sizeof *b.ttft);
-    b.cap_itl = (size_t)b.n_req * (b.out_len > 1 ? b.out_len - 1 : 1);
+    b.ttft = malloc((size_t)b.fg.n_req * sizeof *b.ttft);
+    b.cap_itl = (size_t)b.fg.n_req * (size_t)(b.fg.out_len > 1 ? b.fg.out_len - 1 : 1);
     b.itl = malloc(b.cap_itl * sizeof *b.itl);
-    if (!b.prompts || !b.reqs || !b.ttft || !b.itl) {
-        fprintf(stderr, "llmq %s: out of memory for %d requests\n", CMD, b.n_req);
+    if (!b.ttft || !b.itl || make_prompts(&b.fg, vocab, (uint64_t)seed, shared) ||
+        (b.has_bg && make_prompts(&b.bg, vocab, (uint64_t)seed + 0x6267ull, 0))) {
+        fprintf(stderr, "llmq %s: out of memory for %d requests\n", CMD, b.fg.n_req + b.bg.n_req);
         bench_free(&b);
         return 1;
     }
-    uint64_t s = (uint64_t)seed * 0x2545f4914f6cdd1dull + 1;
-    for (size_t i = 0; i < (size_t)b.n_req * b.in_len; i++)
-        b.prompts[i] = (int32_t)(splitmix64(&s) % (uint64_t)vocab);
 
     /* warm-up: one request (its own prompt) through prefill and a few decode steps, not timed */
     {
-        int wn = b.in_len < eo.be.max_num_batched_tokens ? b.in_len : eo.be.max_num_batched_tokens;
+        int wn = b.fg.in_len < eo.be.max_num_batched_tokens ? b.fg.in_len : eo.be.max_num_batched_tokens;
         int32_t *wp = malloc((size_t)wn * sizeof *wp);
         if (!wp) {
             fprintf(stderr, "llmq %s: out of memory\n", CMD);
@@ -443,13 +718,13 @@ int cmd_bench(int argc, char **argv)
         uint64_t ws = 0x5eedull + (uint64_t)seed;
         for (int i = 0; i < wn; i++)
             wp[i] = (int32_t)(splitmix64(&ws) % (uint64_t)vocab);
-        int wout = b.out_len < 4 ? b.out_len : 4;
-        if (wn + wout > engine_max_model_len(b.eng, 0))
+        int wout = b.fg.out_len < 4 ? b.fg.out_len : 4;
+        if (wn + wout > engine_max_model_len(b.eng, b.fg.lane))
             wout = 1;
-        struct engine_request r = request(wp, wn, wout, 1, -1);
+        struct engine_request r = request(wp, wn, wout, 1, b.fg.lane, 0);
         struct engine_seq *q = engine_add(b.eng, &r, err, sizeof err);
         free(wp);
-        if (!q || drain(&b, NULL, false)) {
+        if (!q || run_engine(&b, NULL, false, UNTIL_IDLE)) {
             fprintf(stderr, "llmq %s: warm-up: %s\n", CMD, q ? b.first_error : err);
             bench_free(&b);
             return 1;
@@ -458,42 +733,69 @@ int cmd_bench(int argc, char **argv)
     struct engine_stats st0;
     engine_get_stats(b.eng, &st0);
     memset(&b.roof, 0, sizeof b.roof);
+    b.roof.fp8_weights = eo.be.weight_dtype == BE_WEIGHTS_FP8 ||
+                         (eo.be.weight_dtype == BE_WEIGHTS_AUTO && b.model->cfg.fp8_blocks);
+    b.roof.fp8_kv = eo.be.kv_dtype == DT_F8_E4M3;
 
-    log_info("bench: %s, workload %s: %d requests x %d in / %d out, backend %s", model_name, b.wl->name,
-             b.n_req, b.in_len, b.out_len, engine_backend_name(b.eng));
-    struct progress *bar = progress_new(stderr, "requests", b.n_req);
-    double t0 = now_s();
-    for (int i = 0; i < b.n_req; i++) {
-        struct engine_request r =
-            request(b.prompts + (size_t)i * b.in_len, b.in_len, b.out_len, (uint64_t)i, i);
-        if (!engine_add(b.eng, &r, err, sizeof err)) {
-            progress_free(bar);
-            fprintf(stderr, "llmq %s: request %d: %s\n", CMD, i, err);
+    if (b.has_bg)
+        log_info("bench: %s, background %s: %d requests x %d in / %d out in the long lane", model_name,
+                 b.bg.wl->name, b.bg.n_req, b.bg.in_len, b.bg.out_len);
+    log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", model_name, b.fg.wl->name,
+             b.fg.n_req, b.fg.in_len, b.fg.out_len, lanes ? " in the short lane" : "",
+             engine_backend_name(b.eng));
+    double t_bg = now_s();
+    if (b.has_bg) { /* the background first, until the long lane has run a step */
+        if (submit(&b, &b.bg, true, err, sizeof err)) {
+            fprintf(stderr, "llmq %s: background request: %s\n", CMD, err);
             bench_free(&b);
             return 1;
         }
-        b.reqs[i].last = t0;
+        run_engine(&b, NULL, false, UNTIL_BG_STARTED);
     }
-    int drc = drain(&b, bar, true);
-    double secs = now_s() - t0;
+    struct progress *bar = progress_new(stderr, "requests", b.fg.n_req);
+    double t0 = now_s();
+    if (submit(&b, &b.fg, false, err, sizeof err)) {
+        progress_free(bar);
+        fprintf(stderr, "llmq %s: request: %s\n", CMD, err);
+        bench_free(&b);
+        return 1;
+    }
+    int drc = run_engine(&b, bar, true, UNTIL_FG_DONE);
+    double t_end = now_s(), secs = t_end - t0;
+    double wall = b.has_bg ? t_end - t_bg : secs; /* the roofline's window: from the first submission */
     progress_finish(bar);
     progress_free(bar);
-
     struct engine_stats st;
     engine_get_stats(b.eng, &st);
-    uint64_t out_tokens = st.generated_tokens - st0.generated_tokens;
+    struct bench_roofline roof = b.roof;
+    if (b.has_bg) { /* record the background's progress, then stop it */
+        for (int i = 0; i < b.bg.n_req; i++) {
+            struct engine_seq *q = b.bg.seq[i];
+            if (!q)
+                continue;
+            b.bg_output_tokens += q->n_output;
+            b.bg_prefilled += q->n_output > 0;
+            engine_cancel(b.eng, q);
+        }
+        b.bg_finished = b.bg.done;
+        b.bg_prefilled += b.bg.done;
+        b.bg_output_tokens += (int64_t)b.bg.done * b.bg.out_len;
+        run_engine(&b, NULL, false, UNTIL_IDLE);
+    }
+
+    uint64_t out_tokens = (uint64_t)b.fg_tokens;
     json_t *j = json_object();
     json_object_set_new(j, "engine", json_string("llmq"));
     json_object_set_new(j, "model", json_string(model_name));
-    json_object_set_new(j, "workload", json_string(b.wl->name));
-    json_object_set_new(j, "requests", json_integer(b.n_req));
-    json_object_set_new(j, "input_len", json_integer(b.in_len));
-    json_object_set_new(j, "output_len", json_integer(b.out_len));
+    json_object_set_new(j, "workload", json_string(b.fg.wl->name));
+    json_object_set_new(j, "requests", json_integer(b.fg.n_req));
+    json_object_set_new(j, "input_len", json_integer(b.fg.in_len));
+    json_object_set_new(j, "output_len", json_integer(b.fg.out_len));
     json_object_set_new(j, "seconds", json_real(r3(secs)));
-    json_object_set_new(j, "requests_per_s", json_real(r3(b.n_req / secs)));
+    json_object_set_new(j, "requests_per_s", json_real(r3(b.fg.n_req / secs)));
     json_object_set_new(j, "output_tokens_per_s", json_real(r1((double)out_tokens / secs)));
     json_object_set_new(j, "total_tokens_per_s",
-                        json_real(r1(((double)out_tokens + (double)b.n_req * b.in_len) / secs)));
+                        json_real(r1(((double)out_tokens + (double)b.fg.n_req * b.fg.in_len) / secs)));
     size_t n_ttft = b.n_ttft, n_itl = b.n_itl;
     json_object_set_new(j, "ttft_ms_p50", json_real(r1(1e3 * bench_percentile(b.ttft, n_ttft, 50))));
     json_object_set_new(j, "ttft_ms_p95", json_real(r1(1e3 * bench_percentile(b.ttft, n_ttft, 95))));
@@ -501,6 +803,14 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "itl_ms_p50", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 50))));
     json_object_set_new(j, "itl_ms_p95", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 95))));
     json_object_set_new(j, "itl_ms_p99", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 99))));
+    /* prefix cache over the timed requests (vLLM's token counts) */
+    uint64_t pq = st.prefix_query_tokens - st0.prefix_query_tokens;
+    uint64_t ph = st.prefix_hit_tokens - st0.prefix_hit_tokens;
+    json_object_set_new(j, "shared_prefix", json_integer(shared));
+    json_object_set_new(j, "prefix_caching", json_boolean(eo.enable_prefix_caching));
+    json_object_set_new(j, "prefix_cache_queries", json_integer((json_int_t)pq));
+    json_object_set_new(j, "prefix_cache_hits", json_integer((json_int_t)ph));
+    json_object_set_new(j, "prefix_cache_hit_rate", json_real(pq ? r4((double)ph / (double)pq) : 0));
     json_t *peak = json_null(), *dev = json_null(), *graphs = json_null();
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs;
@@ -511,16 +821,56 @@ int cmd_bench(int argc, char **argv)
     }
 #endif
     json_object_set_new(j, "peak_gpu_mem_gb", peak);
+    json_object_set_new(j, "weight_dtype", json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
+                                                       : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
+                                                                                               : "auto"));
+    json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : "bf16"));
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
+    json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));
     json_object_set_new(j, "preemptions", json_integer((json_int_t)(st.preemptions - st0.preemptions)));
-    json_object_set_new(j, "steps", json_integer((json_int_t)b.roof.steps));
+    json_object_set_new(j, "steps", json_integer((json_int_t)roof.steps));
     json_object_set_new(j, "graph_replays", graphs);
-    json_object_set_new(j, "ideal_s", json_real(r6(b.roof.ideal_s)));
-    json_object_set_new(j, "roofline_efficiency", json_real(round(b.roof.ideal_s / secs * 1e4) / 1e4));
-    json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)b.roof.compute_bound_steps));
+    json_object_set_new(j, "ideal_s", json_real(r6(roof.ideal_s)));
+    json_object_set_new(j, "roofline_efficiency", json_real(round(roof.ideal_s / wall * 1e4) / 1e4));
+    json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)roof.compute_bound_steps));
     json_object_set_new(j, "backend", json_string(engine_backend_name(b.eng)));
     json_object_set_new(j, "gpu", dev);
+    json_t *lj = json_null();
+    if (lanes) {
+        lj = json_object();
+        static const char *const names[2] = {"short", "long"};
+        for (int l = 0; l < 2; l++) { /* the caps in force: a lane's, at most the global one */
+            int seqs = eo.lanes[l].max_num_seqs, toks = eo.lanes[l].max_num_batched_tokens;
+            seqs = seqs > 0 && seqs < eo.be.max_num_seqs ? seqs : eo.be.max_num_seqs;
+            toks = toks > 0 && toks < eo.be.max_num_batched_tokens ? toks : eo.be.max_num_batched_tokens;
+            json_object_set_new(lj, names[l],
+                                json_pack("{s:i, s:i, s:i}", "max_num_seqs", seqs, "max_num_batched_tokens",
+                                          toks, "max_model_len", engine_max_model_len(b.eng, l)));
+        }
+    }
+    json_object_set_new(j, "lanes", lj);
+    json_t *bj = json_null();
+    if (b.has_bg) {
+        uint64_t bg_computed = st.lane_computed_tokens[b.bg.lane] - st0.lane_computed_tokens[b.bg.lane];
+        bj = json_object();
+        json_object_set_new(bj, "workload", json_string(b.bg.wl->name));
+        json_object_set_new(bj, "lane", json_string("long"));
+        json_object_set_new(bj, "requests", json_integer(b.bg.n_req));
+        json_object_set_new(bj, "input_len", json_integer(b.bg.in_len));
+        json_object_set_new(bj, "output_len", json_integer(b.bg.out_len));
+        json_object_set_new(bj, "lead_s", json_real(r3(t0 - t_bg)));
+        json_object_set_new(bj, "seconds", json_real(r3(wall)));
+        json_object_set_new(bj, "finished", json_integer(b.bg_finished));
+        json_object_set_new(bj, "prefilled", json_integer(b.bg_prefilled));
+        json_object_set_new(bj, "computed_tokens", json_integer((json_int_t)bg_computed));
+        json_object_set_new(bj, "output_tokens", json_integer((json_int_t)b.bg_output_tokens));
+        json_object_set_new(bj, "computed_tokens_per_s", json_real(r1((double)bg_computed / wall)));
+        json_object_set_new(
+            bj, "progress",
+            json_real(r4((double)bg_computed / ((double)b.bg.n_req * (double)(b.bg.in_len + b.bg.out_len)))));
+    }
+    json_object_set_new(j, "background", bj);
     json_object_set_new(j, "failed", json_integer(b.failed));
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(j);

@@ -12,8 +12,8 @@ struct cfg;
 enum { ENGINE_CFG_LANE_SHORT = 0, ENGINE_CFG_LANE_LONG = 1 };
 
 /* engine_opts_default() with the model and engine sections of c applied: block size, global
- * caps, max_model_len, threads, memory, KV dtype, CUDA graphs, backend, prefix caching, seed.
- * One lane with the global caps. */
+ * caps, max_model_len, threads, memory, KV dtype, weight dtype (model.dtype), CUDA graphs, backend,
+ * prefix caching, seed. One lane with the global caps. */
 struct engine_opts engine_cfg_opts(const struct cfg *c);
 
 /* Adds the worker's two lanes to o from the queues section: lane ENGINE_CFG_LANE_SHORT with the

@@ -7,8 +7,9 @@ set -euo pipefail
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fix=$LLMQ_SOURCE_DIR/tests/fixtures/models
 fail=0
-for name in $(python3 -c "import json; print(' '.join(m['name'] for m in json.load(open('$fix/models.json'))['models']))"); do
-  args=$(python3 -c "import json; print(' '.join(m['args'] for m in [dict(m, args=' '.join(m['args'])) for m in json.load(open('$fix/models.json'))['models']] if m['name']=='$name'))")
+# "models" and "gpu_models" (the head dimensions the CUDA kernels take; checked here on the CPU too)
+for name in $(python3 -c "import json, os; s = json.load(open('$fix/models.json')); print(' '.join(m['name'] for m in s['models'] + s.get('gpu_models', []) if os.path.exists('$fix/' + m['name'] + '.jsonl')))"); do
+  args=$(python3 -c "import json; s = json.load(open('$fix/models.json')); print(' '.join(' '.join(m['args']) for m in s['models'] + s.get('gpu_models', []) if m['name']=='$name'))")
   "$LLMQ_BIN" make-tiny-model "$tmp/$name" $args >/dev/null
   want=$(cut -c1-64 "$fix/$name.sha256"); got=$(sha256sum "$tmp/$name/model.safetensors" | cut -c1-64)
   [ "$want" = "$got" ] || { echo "FAIL $name: checkpoint differs from the fixture's (regenerate fixtures)"; exit 1; }

@@ -18,6 +18,14 @@
  * extra key moves a row by about its softmax weight, far above 1e-2 for the short rows and for
  * the sharp score distributions these inputs have (q ~ 2 N(0,1), k ~ N(0,1): scores ~ N(0, 4)).
  *
+ * fp8 cache (k_attention_prefill_fp8 / k_attention_decode_fp8): the same cases over an e4m3 pool with
+ * one fp32 scale per (token, KV head), quantized here from random vectors whose magnitudes vary by
+ * 2^-4 .. 2^2 from vector to vector (so the scales matter) with engine/dtype.h's f32_to_e4m3; the
+ * reference dequantizes the same bytes (e4m3_to_f32(code) * scale) in double. Unwritten codes are
+ * 0x7F (NaN) and unwritten scales NaN. The kernels' arithmetic over the codes is the bf16 path's
+ * (codes are exact in bf16; the scales multiply fp32 scores and the probabilities before their bf16
+ * rounding), so the tolerances are the same.
+ *
  * Large cases check a random sample of query rows (always the first and last rows of each
  * sequence) against the reference to bound the host time. Seeds are fresh per run (printed;
  * LLMQ_TEST_SEED=N reproduces a run). */
@@ -29,6 +37,10 @@
 #include <vector>
 
 #include "gpu/gpu_test.h"
+
+extern "C" {
+#include "engine/dtype.h"
+}
 
 #define TOL_NORM 1e-2
 #define TOL_ROW 2.5e-2
@@ -90,16 +102,34 @@ struct paged {
     std::vector<uint16_t> k, v, q; /* bf16 bits: pool [num_blocks][KVH][bs][D], q [total_q][q_stride] */
     bf16 *dk = nullptr, *dv = nullptr, *dq = nullptr, *dout = nullptr;
     int32_t *dqs = nullptr, *dctx = nullptr, *dbt = nullptr;
+    /* fp8 cache: codes [num_blocks][KVH][bs][D], scales [num_blocks][KVH][bs] (k and v unused) */
+    bool f8 = false;
+    std::vector<uint8_t> k8, v8;
+    std::vector<float> ks, vs;
+    uint8_t *dk8 = nullptr, *dv8 = nullptr;
+    float *dks = nullptr, *dvs = nullptr;
 
-    const uint16_t *krow(int s, int j, int kvh) const
+    size_t slot(int s, int j, int kvh) const
     {
         size_t blk = (size_t)btab[(size_t)s * max_blocks + j / c.bs];
-        return &k[((blk * c.KVH + kvh) * c.bs + j % c.bs) * c.D];
+        return (blk * c.KVH + kvh) * c.bs + j % c.bs;
     }
-    const uint16_t *vrow(int s, int j, int kvh) const
+    const uint16_t *krow(int s, int j, int kvh) const { return &k[slot(s, j, kvh) * c.D]; }
+    const uint16_t *vrow(int s, int j, int kvh) const { return &v[slot(s, j, kvh) * c.D]; }
+    /* row j of K (or V) as the kernels must see it, in double */
+    void row(bool is_v, int s, int j, int kvh, double *out) const
     {
-        size_t blk = (size_t)btab[(size_t)s * max_blocks + j / c.bs];
-        return &v[((blk * c.KVH + kvh) * c.bs + j % c.bs) * c.D];
+        const size_t at = slot(s, j, kvh);
+        if (f8) {
+            const uint8_t *cd = &(is_v ? v8 : k8)[at * c.D];
+            const double sc = (is_v ? vs : ks)[at];
+            for (int d = 0; d < c.D; d++)
+                out[d] = (double)e4m3_to_f32(cd[d]) * sc;
+        } else {
+            const uint16_t *r = &(is_v ? v : k)[at * c.D];
+            for (int d = 0; d < c.D; d++)
+                out[d] = bits2f(r[d]);
+        }
     }
     k_attn_batch batch() const
     {
@@ -112,16 +142,29 @@ struct paged {
     void free_dev()
     {
         cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dout), cudaFree(dqs), cudaFree(dctx),
-            cudaFree(dbt);
-        dk = dv = dq = dout = nullptr, dqs = dctx = dbt = nullptr;
+            cudaFree(dbt), cudaFree(dk8), cudaFree(dv8), cudaFree(dks), cudaFree(dvs);
+        dk = dv = dq = dout = nullptr, dqs = dctx = dbt = nullptr, dk8 = dv8 = nullptr, dks = dvs = nullptr;
     }
 };
 
-/* Builds the pool, tables and q for sequences (nq[s], ctx[s]) and uploads them. */
-static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std::vector<int> &ctx,
-                  uint64_t seed)
+/* The C reference of the write kernel's quantization (kernels.h, k_qk_norm_rope_kv_fp8): one vector
+ * x[D] to codes, returning its scale. */
+static float quantize_ref(const float *x, int D, uint8_t *codes)
 {
-    P.c = c, P.nq = nq, P.ctx = ctx, P.n = (int)nq.size();
+    float am = 0.f;
+    for (int d = 0; d < D; d++)
+        am = fmaxf(am, fabsf(x[d]));
+    const float inv = am > 0.f ? 448.f / am : 0.f;
+    for (int d = 0; d < D; d++)
+        codes[d] = f32_to_e4m3(x[d] * inv);
+    return am / 448.f;
+}
+
+/* Builds the pool (bf16, or fp8 when f8), tables and q for sequences (nq[s], ctx[s]) and uploads them. */
+static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std::vector<int> &ctx,
+                  uint64_t seed, bool f8 = false)
+{
+    P.c = c, P.nq = nq, P.ctx = ctx, P.n = (int)nq.size(), P.f8 = f8;
     std::vector<int> need(P.n);
     int used = 0;
     P.max_blocks = 1, P.max_q = 0, P.max_ctx = 0, P.total_q = 0;
@@ -150,28 +193,51 @@ static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std:
         off += need[s];
     }
     const size_t pool = (size_t)P.num_blocks * c.KVH * c.bs * c.D;
-    P.k.assign(pool, 0xFFFF), P.v.assign(pool, 0xFFFF);
     std::vector<uint64_t> seeds(P.n);
     for (int s = 0; s < P.n; s++)
         seeds[s] = gt_next(&seed) | 1;
-    parallel_for(P.n, [&](int s) {
-        uint64_t st = seeds[s];
-        for (int j = 0; j < P.ctx[s]; j++)
-            for (int h = 0; h < c.KVH; h++) {
-                uint16_t *kr = const_cast<uint16_t *>(P.krow(s, j, h)),
-                         *vr = const_cast<uint16_t *>(P.vrow(s, j, h));
-                for (int d = 0; d < c.D; d++)
-                    kr[d] = f2bits(gt_normal(&st)), vr[d] = f2bits(gt_normal(&st));
-            }
-    });
+    if (f8) {
+        P.k8.assign(pool, 0x7F), P.v8.assign(pool, 0x7F); /* NaN codes */
+        P.ks.assign(pool / c.D, NAN), P.vs.assign(pool / c.D, NAN);
+        parallel_for(P.n, [&](int s) {
+            uint64_t st = seeds[s];
+            std::vector<float> xk(c.D), xv(c.D);
+            for (int j = 0; j < P.ctx[s]; j++)
+                for (int h = 0; h < c.KVH; h++) {
+                    /* vector magnitudes 2^-4 .. 2^2 (K: 2^-1 .. 2^1, keeping the scores' spread) */
+                    const float mk = exp2f(gt_uniform(&st)), mv = exp2f(gt_uniform(&st) * 3.f - 1.f);
+                    for (int d = 0; d < c.D; d++)
+                        xk[d] = gt_normal(&st) * mk, xv[d] = gt_normal(&st) * mv;
+                    const size_t at = P.slot(s, j, h);
+                    P.ks[at] = quantize_ref(xk.data(), c.D, &P.k8[at * c.D]);
+                    P.vs[at] = quantize_ref(xv.data(), c.D, &P.v8[at * c.D]);
+                }
+        });
+        P.dk8 = gt_to_device(P.k8.data(), pool);
+        P.dv8 = gt_to_device(P.v8.data(), pool);
+        P.dks = gt_to_device(P.ks.data(), pool / c.D);
+        P.dvs = gt_to_device(P.vs.data(), pool / c.D);
+    } else {
+        P.k.assign(pool, 0xFFFF), P.v.assign(pool, 0xFFFF);
+        parallel_for(P.n, [&](int s) {
+            uint64_t st = seeds[s];
+            for (int j = 0; j < P.ctx[s]; j++)
+                for (int h = 0; h < c.KVH; h++) {
+                    uint16_t *kr = const_cast<uint16_t *>(P.krow(s, j, h)),
+                             *vr = const_cast<uint16_t *>(P.vrow(s, j, h));
+                    for (int d = 0; d < c.D; d++)
+                        kr[d] = f2bits(gt_normal(&st)), vr[d] = f2bits(gt_normal(&st));
+                }
+        });
+        P.dk = gt_to_device((const bf16 *)P.k.data(), pool);
+        P.dv = gt_to_device((const bf16 *)P.v.data(), pool);
+    }
     P.q_stride = (c.H + 2 * c.KVH) * c.D;
     P.q.assign((size_t)std::max(P.total_q, 1) * P.q_stride, 0xFFFF);
     for (int t = 0; t < P.total_q; t++)
         for (int i = 0; i < c.H * c.D; i++)
             P.q[(size_t)t * P.q_stride + i] = f2bits(gt_normal(&seed) * Q_SCALE);
 
-    P.dk = gt_to_device((const bf16 *)P.k.data(), pool);
-    P.dv = gt_to_device((const bf16 *)P.v.data(), pool);
     P.dq = gt_to_device((const bf16 *)P.q.data(), P.q.size());
     P.dqs = gt_to_device(P.q_start.data(), P.q_start.size());
     std::vector<int32_t> ctx32(ctx.begin(), ctx.end());
@@ -187,17 +253,17 @@ static void ref_row(const paged &P, int s, int i, int h, double *out)
     const int G = c.H / c.KVH, kvh = h / G;
     const int qpos = P.ctx[s] - P.nq[s] + i;
     const uint16_t *qr = &P.q[(size_t)(P.q_start[s] + i) * P.q_stride + (size_t)h * c.D];
-    std::vector<double> q(c.D), sc(qpos + 1);
+    std::vector<double> q(c.D), sc(qpos + 1), kr(c.D), vr(c.D);
     for (int d = 0; d < c.D; d++)
         q[d] = bits2f(qr[d]);
     const double scale = 1.0 / sqrt((double)c.D);
     double m = -INFINITY;
     for (int j = 0; j <= qpos; j++) {
-        const uint16_t *kr = P.krow(s, j, kvh);
+        P.row(false, s, j, kvh, kr.data());
         double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
         for (int d = 0; d < c.D; d += 4) {
-            a0 += q[d] * bits2f(kr[d]), a1 += q[d + 1] * bits2f(kr[d + 1]);
-            a2 += q[d + 2] * bits2f(kr[d + 2]), a3 += q[d + 3] * bits2f(kr[d + 3]);
+            a0 += q[d] * kr[d], a1 += q[d + 1] * kr[d + 1];
+            a2 += q[d + 2] * kr[d + 2], a3 += q[d + 3] * kr[d + 3];
         }
         sc[j] = (a0 + a1 + a2 + a3) * scale;
         m = std::max(m, sc[j]);
@@ -208,9 +274,9 @@ static void ref_row(const paged &P, int s, int i, int h, double *out)
     for (int j = 0; j <= qpos; j++) {
         const double p = exp(sc[j] - m);
         sum += p;
-        const uint16_t *vr = P.vrow(s, j, kvh);
+        P.row(true, s, j, kvh, vr.data());
         for (int d = 0; d < c.D; d++)
-            out[d] += p * bits2f(vr[d]);
+            out[d] += p * vr[d];
     }
     for (int d = 0; d < c.D; d++)
         out[d] /= sum;
@@ -294,10 +360,10 @@ static const char *cfg_name(const cfg &c, char *buf, size_t n)
 /* ---- prefill */
 
 static void prefill_case(const char *label, const cfg &c, const std::vector<int> &nq,
-                         const std::vector<int> &ctx, uint64_t seed)
+                         const std::vector<int> &ctx, uint64_t seed, bool f8 = false)
 {
     paged P;
-    build(P, c, nq, ctx, seed);
+    build(P, c, nq, ctx, seed, f8);
     /* rows to check: all, or a random sample within REF_BUDGET (first/last two of each sequence kept) */
     double cost = 0;
     for (int s = 0; s < P.n; s++)
@@ -318,9 +384,15 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
     for (int bm : {128, 64}) {
         setenv("LLMQ_ATTN_PREFILL_BM", bm == 64 ? "64" : "128", 1);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
-        K_OK(k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale, 0));
-        snprintf(name, sizeof name, "prefill %s %s (%d seqs, max n_q %d, max ctx %d, %s rows/CTA)", label,
-                 cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, bm == 64 ? "64" : "128");
+        if (f8)
+            K_OK(k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH,
+                                         c.D, c.bs, scale, 0));
+        else
+            K_OK(k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale,
+                                     0));
+        snprintf(name, sizeof name, "prefill%s %s %s (%d seqs, max n_q %d, max ctx %d, %s rows/CTA)",
+                 f8 ? " fp8" : "", label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx,
+                 bm == 64 ? "64" : "128");
         tally(check(name, P, rows, ref));
     }
     unsetenv("LLMQ_ATTN_PREFILL_BM");
@@ -329,11 +401,12 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
 
 /* ---- decode */
 
-static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_part, uint64_t seed)
+static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_part, uint64_t seed,
+                        bool f8 = false)
 {
     paged P;
     std::vector<int> nq(ctx.size(), 1);
-    build(P, c, nq, ctx, seed);
+    build(P, c, nq, ctx, seed, f8);
     std::vector<qrow> rows;
     for (int s = 0; s < P.n; s++)
         rows.push_back({s, 0});
@@ -355,7 +428,13 @@ static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_par
             GPU_OK(cudaMemset(ws, 0xff, ws_bytes));
         }
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
-        if (m.part == 0)
+        if (f8 && m.part == 0)
+            K_OK(k_attention_decode_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH,
+                                        c.D, c.bs, scale, ws, ws_bytes, 0));
+        else if (f8)
+            K_OK(k_attention_decode_split_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H,
+                                              c.KVH, c.D, c.bs, scale, m.part, ws, ws_bytes, 0));
+        else if (m.part == 0)
             K_OK(k_attention_decode(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale,
                                     ws, ws_bytes, 0));
         else
@@ -364,9 +443,9 @@ static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_par
         char part[32] = "";
         if (m.part > 0)
             snprintf(part, sizeof part, " %d keys", m.part);
-        snprintf(name, sizeof name, "decode %s %d seqs, ctx %d..%d, %s%s (workspace %.1f MB)",
-                 cfg_name(c, cn, sizeof cn), P.n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx,
-                 m.name, part, ws_bytes / 1e6);
+        snprintf(name, sizeof name, "decode%s %s %d seqs, ctx %d..%d, %s%s (workspace %.1f MB)",
+                 f8 ? " fp8" : "", cfg_name(c, cn, sizeof cn), P.n, *std::min_element(ctx.begin(), ctx.end()),
+                 P.max_ctx, m.name, part, ws_bytes / 1e6);
         tally(check(name, P, rows, ref));
         GPU_OK(cudaFree(ws));
     }
@@ -396,6 +475,15 @@ static void argument_checks(void)
             0 ||
         !strstr(k_last_error(), "query heads"))
         ok = 0, printf("     17 query heads per KV head not refused by decode (%s)\n", k_last_error());
+    const uint8_t *k8 = (const uint8_t *)P.dk, *v8 = (const uint8_t *)P.dv; /* any 16-byte aligned memory */
+    if (k_attention_prefill_fp8(P.dq, P.q_stride, k8, v8, NULL, (const float *)P.dv, &b, P.dout, c.H, c.KVH,
+                                c.D, c.bs, 0.1f, 0) == 0 ||
+        !strstr(k_last_error(), "scale"))
+        ok = 0, printf("     fp8 prefill without k_scale not refused (%s)\n", k_last_error());
+    if (k_attention_decode_fp8(P.dq, P.q_stride, k8, v8, (const float *)P.dk, NULL, &b, P.dout, c.H, c.KVH,
+                               c.D, c.bs, 0.1f, ws, need, 0) == 0 ||
+        !strstr(k_last_error(), "scale"))
+        ok = 0, printf("     fp8 decode without v_scale not refused (%s)\n", k_last_error());
     GPU_OK(cudaGetLastError());
     printf("%s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", k_last_error());
     tally(ok);
@@ -419,6 +507,37 @@ __global__ void fill_random_kernel(bf16 *p, size_t n, uint64_t seed, float scale
 static void fill_random(bf16 *p, size_t n, uint64_t seed, float scale)
 {
     fill_random_kernel<<<2048, 256>>>(p, n, seed, scale);
+    GPU_OK(cudaGetLastError());
+}
+
+__global__ void fill_codes_kernel(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 31;
+        uint8_t c = (uint8_t)(z >> 40);
+        p[i] = (c & 0x7f) == 0x7f ? c - 1 : c; /* no NaN codes */
+    }
+}
+__global__ void fill_scales_kernel(float *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        p[i] = (1.f + (float)(z >> 40) * (1.f / 16777216.f)) / 448.f;
+    }
+}
+static void fill_codes(uint8_t *p, size_t n, uint64_t seed)
+{
+    fill_codes_kernel<<<2048, 256>>>(p, n, seed);
+    GPU_OK(cudaGetLastError());
+}
+static void fill_scales(float *p, size_t n, uint64_t seed)
+{
+    fill_scales_kernel<<<2048, 256>>>(p, n, seed);
     GPU_OK(cudaGetLastError());
 }
 
@@ -495,16 +614,31 @@ static void timing(void)
         dev_batch d = make_dev_batch(n, T, T, bs, num_blocks, case_seed(7001));
         k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, T, T};
         const double flops = (double)n * 2 * 2 * T * (double)T / 2 * D * H;
-        for (const char *bm : {"128", "64"}) {
-            setenv("LLMQ_ATTN_PREFILL_BM", bm, 1);
-            const double ms = time_ms(10, [&]() {
-                K_OK(k_attention_prefill(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, 0));
-            });
-            printf("time prefill %d x %d causal H%d/KVH%d D%d bs%d, %s rows/CTA: %.3f ms, %.1f TFLOP/s "
-                   "(%.0f%% of "
-                   "776)\n",
-                   n, T, H, KVH, D, bs, bm, ms, flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
-        }
+        /* the fp8 pool: the bf16 buffers' first halves as codes (random bits, NaN codes cleared), scales */
+        uint8_t *k8 = (uint8_t *)k, *v8 = (uint8_t *)v;
+        float *ks, *vs;
+        GPU_OK(cudaMalloc(&ks, pool / D * 4));
+        GPU_OK(cudaMalloc(&vs, pool / D * 4));
+        fill_codes(k8, pool, 14), fill_codes(v8, pool, 15);
+        fill_scales(ks, pool / D, 16), fill_scales(vs, pool / D, 17);
+        for (int f8 = 0; f8 < 2; f8++)
+            for (const char *bm : {"128", "64"}) {
+                setenv("LLMQ_ATTN_PREFILL_BM", bm, 1);
+                const double ms = time_ms(10, [&]() {
+                    if (f8)
+                        K_OK(k_attention_prefill_fp8(q, q_stride, k8, v8, ks, vs, &b, out, H, KVH, D, bs,
+                                                     scale, 0));
+                    else
+                        K_OK(k_attention_prefill(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, 0));
+                });
+                printf(
+                    "time prefill %s %d x %d causal H%d/KVH%d D%d bs%d, %s rows/CTA: %.3f ms, %.1f TFLOP/s "
+                    "(%.0f%% of 776)\n",
+                    f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, bm, ms, flops / ms / 1e9,
+                    flops / ms / 1e9 / 776 * 100);
+            }
+        GPU_OK(cudaFree(ks));
+        GPU_OK(cudaFree(vs));
         unsetenv("LLMQ_ATTN_PREFILL_BM");
         free_dev_batch(d);
         GPU_OK(cudaFree(k));
@@ -522,30 +656,54 @@ static void timing(void)
         GPU_OK(cudaMalloc(&out, (size_t)256 * H * D * 2));
         fill_random(k, pool, 21, 1.f), fill_random(v, pool, 22, 1.f),
             fill_random(q, (size_t)256 * q_stride, 23, 1.f);
+        uint8_t *k8 = (uint8_t *)k, *v8 = (uint8_t *)v;
+        float *ks, *vs;
+        GPU_OK(cudaMalloc(&ks, pool / D * 4));
+        GPU_OK(cudaMalloc(&vs, pool / D * 4));
         const int shapes[2][2] = {{256, 2048}, {8, 65536}};
         for (const auto &sh : shapes) {
             const int n = sh[0], ctx = sh[1];
             dev_batch d = make_dev_batch(n, 1, ctx, bs, num_blocks, case_seed(7002 + n));
             k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, 1, ctx};
-            const double bytes = (double)n * ctx * KVH * D * 2 * 2;
-            for (int part : {0, -1}) {
-                const size_t wsb = k_attention_decode_workspace_split(n, H, D, ctx, part);
-                void *ws = nullptr;
-                if (wsb)
-                    GPU_OK(cudaMalloc(&ws, wsb));
-                const double ms = time_ms(20, [&]() {
-                    K_OK(k_attention_decode_split(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, part, ws,
-                                                  wsb, 0));
-                });
-                printf("time decode %d seqs x %d ctx H%d/KVH%d D%d bs%d, %s: %.3f ms, %.0f GB/s of K/V "
-                       "(%.0f%% of "
-                       "4200)\n",
-                       n, ctx, H, KVH, D, bs, part == 0 ? "auto split" : "no split", ms, bytes / ms / 1e6,
-                       bytes / ms / 1e6 / 4200 * 100);
-                GPU_OK(cudaFree(ws));
+            double ms_bf16[2] = {0, 0};
+            for (int f8 = 0; f8 < 2; f8++) {
+                if (f8) { /* the same memory refilled as codes and scales */
+                    fill_codes(k8, pool, 24), fill_codes(v8, pool, 25);
+                    fill_scales(ks, pool / D, 26), fill_scales(vs, pool / D, 27);
+                }
+                /* bytes that must move: K and V of every key (fp8: D codes + a 4-byte scale each) */
+                const double bytes = (double)n * ctx * KVH * 2 * (f8 ? D + 4 : D * 2);
+                for (int pi = 0; pi < 2; pi++) {
+                    const int part = pi == 0 ? 0 : -1;
+                    const size_t wsb = k_attention_decode_workspace_split(n, H, D, ctx, part);
+                    void *ws = nullptr;
+                    if (wsb)
+                        GPU_OK(cudaMalloc(&ws, wsb));
+                    const double ms = time_ms(20, [&]() {
+                        if (f8)
+                            K_OK(k_attention_decode_split_fp8(q, q_stride, k8, v8, ks, vs, &b, out, H, KVH, D,
+                                                              bs, scale, part, ws, wsb, 0));
+                        else
+                            K_OK(k_attention_decode_split(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale,
+                                                          part, ws, wsb, 0));
+                    });
+                    char vs_bf16[64] = "";
+                    if (f8)
+                        snprintf(vs_bf16, sizeof vs_bf16, ", %.2fx the bf16 time", ms / ms_bf16[pi]);
+                    else
+                        ms_bf16[pi] = ms;
+                    printf("time decode %s %d seqs x %d ctx H%d/KVH%d D%d bs%d, %s: %.3f ms, %.1f MB moved, "
+                           "%.0f "
+                           "GB/s (%.0f%% of 4200)%s\n",
+                           f8 ? "fp8 " : "bf16", n, ctx, H, KVH, D, bs, part == 0 ? "auto split" : "no split",
+                           ms, bytes / 1e6, bytes / ms / 1e6, bytes / ms / 1e6 / 4200 * 100, vs_bf16);
+                    GPU_OK(cudaFree(ws));
+                }
             }
             free_dev_batch(d);
         }
+        GPU_OK(cudaFree(ks));
+        GPU_OK(cudaFree(vs));
         GPU_OK(cudaFree(k));
         GPU_OK(cudaFree(v));
         GPU_OK(cudaFree(q));
@@ -592,6 +750,29 @@ int main(void)
             if (n >= 3)
                 ctx[0] = 1, ctx[1] = 32768, ctx[2] = n == 3 ? 1000 : 17;
             decode_case(c, ctx, n <= 3 ? 64 : n <= 64 ? 256 : 512, st);
+        }
+    }
+
+    /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys */
+    for (const cfg &c : single)
+        for (int n : {1, 7, 1000, 4097})
+            prefill_case("single", c, {n}, {n}, case_seed(k++), true);
+    const cfg heads8[] = {{40, 8, 128, 32}, {16, 8, 128, 16}, {4, 4, 64, 32}, {32, 8, 64, 16}};
+    for (const cfg &c : heads8)
+        prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++), true);
+    for (const cfg &c : heads8) {
+        for (int n : {1, 3, 64, 256}) {
+            uint64_t st = case_seed(k++);
+            std::vector<int> ctx(n);
+            for (int s = 0; s < n; s++) {
+                const double maxlog = log(n == 256 ? 8192.0 : 32768.0);
+                ctx[s] = std::max(1, (int)exp((gt_next(&st) >> 11) * (1.0 / 9007199254740992.0) * maxlog));
+            }
+            if (n == 1)
+                ctx[0] = 32767;
+            if (n >= 3)
+                ctx[0] = 1, ctx[1] = 32768, ctx[2] = n == 3 ? 4097 : 17;
+            decode_case(c, ctx, n <= 3 ? 64 : n <= 64 ? 256 : 512, st, true);
         }
     }
 

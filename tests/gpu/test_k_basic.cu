@@ -14,6 +14,13 @@
  * - NaN/inf anywhere fails: outputs are poisoned (0xFF bytes = NaN) before every run, so an
  *   unwritten element shows. The paged KV cache is poisoned too and every slot the test did not
  *   map must still hold the poison afterwards.
+ * - fp8 KV writes (k_qk_norm_rope_kv_fp8): per (token, KV head) the scale must be amax / 448 of the
+ *   double reference's vector within 1e-4 relative (fp32 vs double before the amax), and every code,
+ *   read as u = e4m3(code), must be a nearest e4m3 value to x / scale: |u - x / scale| <= half the e4m3
+ *   step at x / scale (x the double reference), + 1e-4 relative and 448 * 4e-7 absolute (a few fp32
+ *   ulps of the vector's amax) for the fp32-vs-double difference (a value on a rounding boundary may
+ *   go either way; the first H200 run met one 5e-6 past the half step). Codes equal to f32_to_e4m3 of the reference
+ *   are counted and printed.
  * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run). */
 #include <algorithm>
 #include <cmath>
@@ -25,6 +32,7 @@
 #include "gpu/gpu_test.h"
 extern "C" {
 #include "engine/backend.h"
+#include "engine/dtype.h"
 #include "engine/model.h"
 }
 
@@ -382,7 +390,16 @@ static const char *arch_name(enum model_arch a)
     return a == ARCH_QWEN3 ? "qwen3" : a == ARCH_QWEN2 ? "qwen2" : "llama";
 }
 
-static void test_rope_case(const rope_case &rc, uint64_t seed)
+/* e4m3's step at |u| (u in its range): 2^-9 in the subnormals, else 2^(exponent - 3) */
+static double e4m3_step(double u)
+{
+    u = fabs(u);
+    if (u < 0x1p-6)
+        return 0x1p-9;
+    return ldexp(1.0, (int)floor(log2(u)) - 3);
+}
+
+static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
 {
     uint64_t s = seed;
     const int D = rc.D, H = rc.H, KVH = rc.KVH, T = rc.T, bs = rc.block_size, half = D / 2;
@@ -448,10 +465,29 @@ static void test_rope_case(const rope_case &rc, uint64_t seed)
     bf16 *db = dev(b), *dqn = dev(qn), *dkn = dev(kn);
     int32_t *dpos = dev(pos), *dslot = dev(slot);
     float *dfreq = dev(inv_freq);
-    bf16 *dk = gt_poisoned<bf16>(cache_n), *dv = gt_poisoned<bf16>(cache_n);
-    K_OK(k_qk_norm_rope_kv(dqkv, bias ? db : NULL, norms ? dqn : NULL, norms ? dkn : NULL, eps, dpos, dfreq,
-                           attn_scale, dslot, dk, dv, T, H, KVH, D, bs, 0));
-    std::vector<bf16> gq = host(dqkv, (size_t)T * QKV), gk = host(dk, cache_n), gv = host(dv, cache_n);
+    bf16 *dk = f8 ? NULL : gt_poisoned<bf16>(cache_n), *dv = f8 ? NULL : gt_poisoned<bf16>(cache_n);
+    uint8_t *dk8 = f8 ? gt_poisoned<uint8_t>(cache_n) : NULL,
+            *dv8 = f8 ? gt_poisoned<uint8_t>(cache_n) : NULL;
+    float *dks = f8 ? gt_poisoned<float>(cache_n / D) : NULL,
+          *dvs = f8 ? gt_poisoned<float>(cache_n / D) : NULL;
+    if (f8)
+        K_OK(k_qk_norm_rope_kv_fp8(dqkv, bias ? db : NULL, norms ? dqn : NULL, norms ? dkn : NULL, eps, dpos,
+                                   dfreq, attn_scale, dslot, dk8, dv8, dks, dvs, T, H, KVH, D, bs, 0));
+    else
+        K_OK(k_qk_norm_rope_kv(dqkv, bias ? db : NULL, norms ? dqn : NULL, norms ? dkn : NULL, eps, dpos,
+                               dfreq, attn_scale, dslot, dk, dv, T, H, KVH, D, bs, 0));
+    std::vector<bf16> gq = host(dqkv, (size_t)T * QKV), gk, gv;
+    std::vector<uint8_t> gk8, gv8;
+    std::vector<float> gks, gvs;
+    if (f8) {
+        gk8 = host(dk8, cache_n), gv8 = host(dv8, cache_n), gks = host(dks, cache_n / D),
+        gvs = host(dvs, cache_n / D);
+    } else {
+        gk = host(dk, cache_n), gv = host(dv, cache_n);
+    }
+    long q_bad = 0, q_n = 0, q_exact = 0,
+         s_bad = 0; /* fp8: codes off the nearest, codes, exact, scales off */
+    char q_first[200] = "";
 
     /* reference, in double from the bf16 inputs; the angle is rounded to fp32 as transformers does */
     acc aq, ak, av;
@@ -484,6 +520,33 @@ static void test_rope_case(const rope_case &rc, uint64_t seed)
             if (kind == 0) {
                 for (int i = 0; i < D; i++)
                     acc_add(aq, bf(gq[(size_t)t * QKV + hh * D + i]), x[i], BF16_RTOL, 1e-5);
+            } else if (slot[t] >= 0 && f8) {
+                const int g = hh - H - (kind == 2 ? KVH : 0);
+                const size_t at = (((size_t)(slot[t] / bs) * KVH + g) * bs + slot[t] % bs) * D;
+                double am = 0;
+                for (int i = 0; i < D; i++)
+                    am = std::max(am, fabs(x[i]));
+                const float sc = (kind == 1 ? gks : gvs)[at / D];
+                if (!(fabs(sc - am / 448) <= 1e-4 * am / 448)) {
+                    if (!s_bad++)
+                        snprintf(q_first, sizeof q_first, "token %d head %d: scale %g, reference %g", t, hh,
+                                 (double)sc, am / 448);
+                }
+                for (int i = 0; i < D; i++) {
+                    const uint8_t code = (kind == 1 ? gk8 : gv8)[at + i];
+                    const double u = sc > 0 ? x[i] / sc : 0.0, got = e4m3_to_f32(code);
+                    q_n++;
+                    q_exact += code == f32_to_e4m3(am > 0 ? (float)(x[i] * (448.0 / am)) : 0.f);
+                    // + fp32 vs double: an element's evaluation error scales with its vector (RoPE mixes
+                    // pairs, the norm scales them all), a few fp32 ulps of amax = 448 code units
+                    if (!(fabs(got - u) <= 0.5 * e4m3_step(u) + 1e-4 * fabs(u) + 448 * 4e-7)) {
+                        if (!q_bad++ && !s_bad)
+                            snprintf(q_first, sizeof q_first,
+                                     "token %d head %d element %d: code 0x%02x = %g, x / scale = %g", t, hh,
+                                     i, code, got, u);
+                    }
+                    written[at + i] = 1;
+                }
             } else if (slot[t] >= 0) {
                 const int g = hh - H - (kind == 2 ? KVH : 0);
                 const size_t at = (((size_t)(slot[t] / bs) * KVH + g) * bs + slot[t] % bs) * D;
@@ -495,14 +558,23 @@ static void test_rope_case(const rope_case &rc, uint64_t seed)
         }
     }
     size_t clobbered = 0, first = 0;
-    for (size_t i = 0; i < cache_n; i++)
-        if (!written[i] && (bits(gk[i]) != 0xffff || bits(gv[i]) != 0xffff))
+    for (size_t i = 0; i < cache_n; i++) {
+        bool kept;
+        if (f8) {
+            uint32_t sk, sv;
+            memcpy(&sk, &gks[i / D], 4), memcpy(&sv, &gvs[i / D], 4);
+            kept = gk8[i] == 0xff && gv8[i] == 0xff && sk == 0xffffffffu && sv == 0xffffffffu;
+        } else {
+            kept = bits(gk[i]) == 0xffff && bits(gv[i]) == 0xffff;
+        }
+        if (!written[i] && !kept)
             if (!clobbered++)
                 first = i;
+    }
 
     char what[160];
-    snprintf(what, sizeof what, "rope %s D %3d H %2d KVH %d T %4d bs %2d%s%s%s", arch_name(rc.arch), D, H,
-             KVH, T, bs,
+    snprintf(what, sizeof what, "rope%s %s D %3d H %2d KVH %d T %4d bs %2d%s%s%s", f8 ? " fp8" : "",
+             arch_name(rc.arch), D, H, KVH, T, bs,
              rc.rope == ROPE_YARN     ? " yarn"
              : rc.rope == ROPE_LLAMA3 ? " llama3"
                                       : "",
@@ -510,10 +582,19 @@ static void test_rope_case(const rope_case &rc, uint64_t seed)
     char w2[200];
     snprintf(w2, sizeof w2, "%s: q", what);
     acc_report(aq, w2, BF16_NORM_TOL);
-    snprintf(w2, sizeof w2, "%s: k cache", what);
-    acc_report(ak, w2, BF16_NORM_TOL);
-    snprintf(w2, sizeof w2, "%s: v cache", what);
-    acc_report(av, w2, BF16_NORM_TOL);
+    if (f8) {
+        check(q_bad == 0 && s_bad == 0 && q_n > 0,
+              "%s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
+              "(%.4f%%) "
+              "equal to f32_to_e4m3 of the reference",
+              what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
+              q_n ? 100.0 * q_exact / q_n : 0.0);
+    } else {
+        snprintf(w2, sizeof w2, "%s: k cache", what);
+        acc_report(ak, w2, BF16_NORM_TOL);
+        snprintf(w2, sizeof w2, "%s: v cache", what);
+        acc_report(av, w2, BF16_NORM_TOL);
+    }
     check(clobbered == 0,
           "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g", what,
           clobbered, first, skipped, attn_scale);
@@ -527,6 +608,10 @@ static void test_rope_case(const rope_case &rc, uint64_t seed)
     GPU_OK(cudaFree(dfreq));
     GPU_OK(cudaFree(dk));
     GPU_OK(cudaFree(dv));
+    GPU_OK(cudaFree(dk8));
+    GPU_OK(cudaFree(dv8));
+    GPU_OK(cudaFree(dks));
+    GPU_OK(cudaFree(dvs));
 }
 
 static void test_rope(void)
@@ -556,6 +641,21 @@ static void test_rope(void)
     test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 1000000, 0}, case_seed(k++));
     test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 100000, 4}, case_seed(k++));
     test_rope_case({ARCH_QWEN2, 64, 16, 8, 64, 32, ROPE_DEFAULT, 100000, 1}, case_seed(k++));
+    /* fp8 cache: the vector widths, block sizes 16 and 32, biases, yarn, one token */
+    test_rope_case({ARCH_QWEN3, 128, 40, 8, 300, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN3, 128, 16, 8, 1, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN2, 128, 12, 2, 37, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN3, 64, 4, 2, 50, 16, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_LLAMA, 64, 16, 8, 100, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN3, 16, 4, 2, 50, 32, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN3, 256, 8, 2, 40, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+    test_rope_case({ARCH_QWEN3, 128, 40, 8, 100, 32, ROPE_YARN, 131072, 0}, case_seed(k++), true);
+    {
+        int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
+                                        NULL, NULL, 4, 8, 2, 96, 32, 0);
+        check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "rope fp8 D 96 fails cleanly: \"%s\"",
+              k_last_error());
+    }
     check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64, 32,
                             0) == 0,
           "rope T 0 is a no-op");
@@ -584,6 +684,16 @@ static void test_rope(void)
     });
     print_time("k_qk_norm_rope_kv Qwen3-14B T 8192 (qkv read, q+k+v written)", ms,
                (double)T * NH * D * 2 * 2);
+    {
+        uint8_t *dk8 = (uint8_t *)dk, *dv8 = (uint8_t *)dv; /* codes in the bf16 caches' first halves */
+        float *dks = (float *)(dk8 + (size_t)T * KVH * D), *dvs = (float *)(dv8 + (size_t)T * KVH * D);
+        double ms8 = median_ms([&] {
+            return k_qk_norm_rope_kv_fp8(dqkv, NULL, dqn, dqn, 1e-6f, dpos, dfreq, 1.f, dslot, dk8, dv8, dks,
+                                         dvs, T, H, KVH, D, bs, 0);
+        });
+        print_time("k_qk_norm_rope_kv_fp8 Qwen3-14B T 8192 (qkv read, q, k/v codes+scales written)", ms8,
+                   (double)T * NH * D * 2 + (double)T * H * D * 2 + (double)T * KVH * 2 * (D + 4));
+    }
     GPU_OK(cudaFree(dqkv));
     GPU_OK(cudaFree(dqn));
     GPU_OK(cudaFree(dk));

@@ -22,7 +22,25 @@
  * Timing: each Qwen3-14B shape, median of 20 runs after 3 warm-ups, rotating among enough weight
  * copies (>= 256 MiB in all) that L2 (50 MiB) cannot serve them; printed as weight bandwidth (N K 2
  * bytes over the time) and TFLOP/s (2 M N K over the time), against the H200's measured 4.2 TB/s
- * copy and 776 TFLOP/s bf16 dense. */
+ * copy and 776 TFLOP/s bf16 dense.
+ *
+ * FP8 (k_gemm_fp8, k_gemv_*, k_linear). W and X are quantized on the device (k_quant_fp8_weight,
+ * k_quant_fp8_act: tested bit for bit in test_k_quant) and the reference is the double product of
+ * the dequantized codes (e4m3 value x scale), so only the GEMM is judged: per element
+ * |got - ref| <= 2^-8 * 1.001 * |ref| (bf16 output) + FP8_ATOL_FRAC * sum_k |x_k w_k| (Hopper's FP8
+ * tensor cores add products inside a 128-deep block with fewer than fp32's bits before the fp32
+ * promotion; 1e-4 of the magnitude is ~800 fp32 ulps, while a wrong scale or block index is off by
+ * O(1)), norm-relative <= 4e-3. k_gemv_fp8 takes X in bf16 (not quantized): its reference is bf16 X
+ * times dequantized W. k_linear must match the reference of whichever path it took (it measures and
+ * chooses); it passes if it matches either. M in 1, 2, 7, 16, 129, 1000; N and K odd multiples of
+ * 128 and a non-multiple N (partial scale block: correct or a clean failure). k_gemm_fp8's layouts
+ * (kernels.h): Xq, x_scale and Y hold Mp = K_FP8_ROWS(M) rows (the pad rows are filled with stale
+ * finite data first: they must not change the real rows) and w_scale is padded to K_FP8_KB(K)
+ * blocks per row (built here from k_quant_fp8_weight's checkpoint layout; K = 256, 384, 640 have
+ * 2, 3, 5 blocks). Every M >= 2 must run correctly; cuBLASLt may offer no algorithm at M = 1
+ * (reported, not a failure: k_linear takes the GEMV there). Timing at the Qwen3-14B shapes for M = 1 .. 4096:
+ * cuBLASLt bf16, cuBLASLt fp8, GEMV bf16, GEMV fp8, and k_linear's choice, as weight TB/s (fp8
+ * moves half the bytes) and TFLOP/s (fp8 dense peak measured 1416). */
 #include <algorithm>
 #include <cmath>
 #include <stdarg.h>
@@ -32,6 +50,10 @@
 #include <vector>
 
 #include "gpu/gpu_test.h"
+
+extern "C" {
+#include "engine/dtype.h"
+}
 
 #define BF16_RTOL (1.0 / 256 * 1.001)
 #define F32_RTOL 1e-6
@@ -329,6 +351,276 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
     GPU_OK(cudaFree(Y));
 }
 
+/* ---- FP8 */
+
+#define FP8_ATOL_FRAC 1e-4
+
+/* Host copies of a quantized operand, dequantized: rows x K; the scales of a weight in the
+ * checkpoint layout [ceil(rows/128)][G], of activations [G][K_FP8_ROWS(rows)] (M-contiguous). */
+static std::vector<float> dequant(const uint8_t *dq, const float *ds, int rows, int K, bool weight)
+{
+    const int G = K / 128 + (K % 128 != 0), RB = (rows + 127) / 128, ld = K_FP8_ROWS(rows);
+    std::vector<uint8_t> q((size_t)rows * K);
+    std::vector<float> sc(weight ? (size_t)RB * G : (size_t)G * ld);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost));
+    GPU_OK(cudaMemcpy(sc.data(), ds, sc.size() * 4, cudaMemcpyDeviceToHost));
+    float lut[256];
+    for (int i = 0; i < 256; i++)
+        lut[i] = e4m3_to_f32((uint8_t)i);
+    std::vector<float> f((size_t)rows * K);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < K; k++)
+            f[(size_t)r * K + k] = lut[q[(size_t)r * K + k]] * (weight ? sc[(size_t)(r / 128) * G + k / 128]
+                                                                       : sc[(size_t)(k / 128) * ld + r]);
+    return f;
+}
+
+/* Max over sampled outputs of |got - ref| / bound and the norm-relative error against ref = X . W^T
+ * (host floats); bad counts out-of-bound and non-finite values. */
+struct fp8_err {
+    double worst, rel;
+    size_t bad, nan;
+};
+static fp8_err fp8_compare(const void *Y, int y_f32, int M, int N, int K, const std::vector<float> &x,
+                           const std::vector<float> &w, const std::vector<std::pair<int, int>> &pairs)
+{
+    fp8_err e = {0, 0, 0, 0};
+    double num = 0, den = 0;
+    const size_t ysz = y_f32 ? 4 : 2;
+    std::vector<char> yh((size_t)M * N * ysz);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(yh.data(), Y, yh.size(), cudaMemcpyDeviceToHost));
+    for (auto &p : pairs) {
+        const int m = p.first, n = p.second;
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+            double t = (double)x[(size_t)m * K + k] * w[(size_t)n * K + k];
+            ref += t, mag += fabs(t);
+        }
+        const size_t i = (size_t)m * N + n;
+        float got = y_f32 ? ((const float *)yh.data())[i] : __bfloat162float(((const bf16 *)yh.data())[i]);
+        if (!std::isfinite(got)) {
+            e.nan++;
+            continue;
+        }
+        double d = fabs(got - ref), bound = (y_f32 ? 1e-6 : BF16_RTOL) * fabs(ref) + FP8_ATOL_FRAC * mag;
+        num += d * d, den += ref * ref;
+        e.bad += d > bound;
+        e.worst = std::max(e.worst, d / bound);
+    }
+    e.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    return e;
+}
+
+static bool fp8_ok(const fp8_err &e)
+{
+    return e.bad == 0 && e.nan == 0 && e.rel <= 4e-3;
+}
+
+static std::vector<std::pair<int, int>> sample_pairs(int M, int N, uint64_t *r)
+{
+    std::vector<std::pair<int, int>> pairs;
+    if ((size_t)M * N <= 20000) {
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++)
+                pairs.push_back({m, n});
+        return pairs;
+    }
+    pairs = {{0, 0}, {0, N - 1}, {M - 1, 0}, {M - 1, N - 1}};
+    for (int i = 0; i < 3000; i++)
+        pairs.push_back({(int)(gt_next(r) % (uint64_t)M), (int)(gt_next(r) % (uint64_t)N)});
+    return pairs;
+}
+
+static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd, uint64_t seed)
+{
+    const size_t ysz = y_f32 ? 4 : 2;
+    const int G = K / 128, RB = (N + 127) / 128, Mp = K_FP8_ROWS(M), KBp = K_FP8_KB(K);
+    bf16 *X, *W;
+    uint8_t *Xq, *Wq;
+    float *xs, *ws, *ws_lt;
+    void *Y;
+    GPU_OK(cudaMalloc(&X, (size_t)M * K * 2));
+    GPU_OK(cudaMalloc(&W, (size_t)N * K * 2));
+    GPU_OK(cudaMalloc(&Xq, (size_t)Mp * K));
+    GPU_OK(cudaMalloc(&Wq, (size_t)N * K));
+    GPU_OK(cudaMalloc(&xs, (size_t)G * Mp * 4));
+    GPU_OK(cudaMalloc(&ws, (size_t)RB * G * 4));
+    GPU_OK(cudaMalloc(&ws_lt, (size_t)RB * KBp * 4));
+    GPU_OK(cudaMalloc(&Y, (size_t)Mp * N * ysz));
+    /* stale finite data in the pad rows (e4m3 0x3c = 1.5, scales 0x3f3f3f3f = 0.747) */
+    GPU_OK(cudaMemset(Xq, 0x3c, (size_t)Mp * K));
+    GPU_OK(cudaMemset(xs, 0x3f, (size_t)G * Mp * 4));
+    fill(X, (size_t)M * K, seed, 1.f);
+    fill(W, (size_t)N * K, seed ^ 0x5555, 1.f / sqrtf((float)K));
+    K_OK(k_quant_fp8_weight(W, N, K, Wq, ws, NULL, 0));
+    K_OK(k_quant_fp8_act(X, M, K, Xq, xs, 0));
+    /* k_gemm_fp8's weight scales: each row of ws padded to KBp blocks (padding 0) */
+    GPU_OK(cudaMemset(ws_lt, 0, (size_t)RB * KBp * 4));
+    GPU_OK(cudaMemcpy2D(ws_lt, (size_t)KBp * 4, ws, (size_t)G * 4, (size_t)G * 4, (size_t)RB,
+                        cudaMemcpyDeviceToDevice));
+    std::vector<float> xd = dequant(Xq, xs, M, K, false), wd = dequant(Wq, ws, N, K, true), xb((size_t)M * K);
+    std::vector<bf16> xh = to_host(X, (size_t)M * K);
+    for (size_t i = 0; i < xb.size(); i++)
+        xb[i] = __bfloat162float(xh[i]);
+    uint64_t r = seed;
+    const std::vector<std::pair<int, int>> pairs = sample_pairs(M, N, &r);
+    char what[128];
+    snprintf(what, sizeof what, "fp8 M %4d N %5d K %5d %s", M, N, K, y_f32 ? "f32" : "bf16");
+
+    /* cuBLASLt block-scaled */
+    GPU_OK(cudaMemset(Y, 0xff, (size_t)Mp * N * ysz));
+    int rc = k_gemm_fp8(g, Xq, xs, Wq, ws_lt, Y, y_f32, M, N, K, 0);
+    if (rc) {
+        bool clean = strlen(k_last_error()) > 0;
+        if (M == 1 || odd)
+            check(clean, "%s k_gemm_fp8: not offered, failed cleanly (%s)", what, k_last_error());
+        else
+            check(false, "%s k_gemm_fp8: %s", what, k_last_error());
+    } else {
+        fp8_err e = fp8_compare(Y, y_f32, M, N, K, xd, wd, pairs);
+        check(fp8_ok(e),
+              "%s k_gemm_fp8   %6zu checked  rel %.2e (tol 4e-3)  worst |d|/bound %.3f  out-of-bound %zu  "
+              "nan %zu",
+              what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+    }
+    /* the GEMV kernels (bf16 X, dequantized W) */
+    if (M <= K_GEMV_MAX_M) {
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
+        if (k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 0)) {
+            check(false, "%s k_gemv_fp8: %s", what, k_last_error());
+        } else {
+            fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
+            check(fp8_ok(e),
+                  "%s k_gemv_fp8   %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
+                  what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+        }
+        /* and the bf16 GEMV on the original bf16 W */
+        std::vector<bf16> wh = to_host(W, (size_t)N * K);
+        std::vector<float> wf((size_t)N * K);
+        for (size_t i = 0; i < wf.size(); i++)
+            wf[i] = __bfloat162float(wh[i]);
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
+        if (k_gemv_bf16(X, W, Y, y_f32, M, N, K, 0)) {
+            check(false, "%s k_gemv_bf16: %s", what, k_last_error());
+        } else {
+            fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wf, pairs);
+            check(fp8_ok(e),
+                  "%s k_gemv_bf16  %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
+                  what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+        }
+    }
+    /* k_linear with every input a backend gives it: either path's reference */
+    struct k_weight kw = {1, Wq, ws, N, K, ws_lt};
+    for (int again = 0; again < 2; again++) {
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
+        if (k_linear(g, M <= K_GEMV_MAX_M ? X : NULL, Xq, xs, &kw, Y, y_f32, M, 0)) {
+            check(odd, "%s k_linear%s: %s", what, again ? " (cached)" : "", k_last_error());
+            break;
+        }
+        fp8_err a = fp8_compare(Y, y_f32, M, N, K, xd, wd, pairs),
+                b = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
+        const fp8_err &e = fp8_ok(a) || !fp8_ok(b) ? a : b;
+        check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
+              again ? " (cached)" : "", e.rel, e.worst, &e == &a ? "cuBLASLt, quantized X" : "GEMV, bf16 X");
+    }
+    cudaFree(X), cudaFree(W), cudaFree(Xq), cudaFree(Wq), cudaFree(xs), cudaFree(ws), cudaFree(ws_lt),
+        cudaFree(Y);
+}
+
+/* Timing at a 14B shape: bf16 cuBLASLt, fp8 cuBLASLt, GEMVs and k_linear per M. */
+static void fp8_timing(struct k_gemm *g, const char *name, int N, int K, std::vector<std::string> &table)
+{
+    const int Ms[] = {1, 2, 4, 8, 16, 64, 128, 1024, 4096};
+    const int Mmax = 4096, G = K / 128;
+    const size_t wb16 = (size_t)N * K * 2, wb8 = (size_t)N * K + (size_t)(N / 128) * G * 4;
+    const int copies =
+        (int)std::min<size_t>(8, std::max<size_t>(1, ((size_t)256 << 20) / (N * (size_t)K) + 1));
+    bf16 *X, *W16, *Y;
+    uint8_t *Xq, *W8;
+    float *xs;
+    GPU_OK(cudaMalloc(&X, (size_t)Mmax * K * 2));
+    GPU_OK(cudaMalloc(&Xq, (size_t)Mmax * K));
+    GPU_OK(cudaMalloc(&xs, (size_t)Mmax * G * 4));
+    GPU_OK(cudaMalloc(&W16, wb16 * copies));
+    GPU_OK(cudaMalloc(&W8, wb8 * copies));
+    GPU_OK(cudaMalloc(&Y, (size_t)Mmax * N * 2));
+    fill(X, (size_t)Mmax * K, 7, 1.f);
+    fill(W16, (size_t)N * K, 9, 1.f / sqrtf((float)K));
+    for (int c = 0; c < copies; c++) {
+        if (c)
+            GPU_OK(cudaMemcpy((char *)W16 + c * wb16, W16, wb16, cudaMemcpyDeviceToDevice));
+        K_OK(k_quant_fp8_weight(W16, N, K, W8 + c * wb8, (float *)(W8 + c * wb8 + (size_t)N * K), NULL, 0));
+    }
+    cudaEvent_t e0, e1;
+    GPU_OK(cudaEventCreate(&e0));
+    GPU_OK(cudaEventCreate(&e1));
+    for (int M : Ms) {
+        K_OK(k_quant_fp8_act(X, M, K, Xq, xs, 0));
+        /* path 0 bf16 cuBLASLt, 1 fp8 cuBLASLt, 2 GEMV bf16, 3 GEMV fp8, 4 k_linear fp8, 5 k_linear bf16 */
+        float ms[6];
+        for (int path = 0; path < 6; path++) {
+            auto run = [&](int c) -> int {
+                const bf16 *w16 = (const bf16 *)((const char *)W16 + c * wb16);
+                const uint8_t *w8 = W8 + c * wb8;
+                const float *s8 = (const float *)(w8 + (size_t)N * K);
+                /* K / 128 is 40 or 136 here, a multiple of 4: the checkpoint scales are k_gemm_fp8's */
+                struct k_weight k8 = {1, w8, s8, N, K, NULL}, k16 = {0, w16, NULL, N, K, NULL};
+                switch (path) {
+                case 0:
+                    return k_gemm_bf16(g, X, w16, Y, 0, M, N, K, 0);
+                case 1:
+                    return k_gemm_fp8(g, Xq, xs, w8, s8, Y, 0, M, N, K, 0);
+                case 2:
+                    return M <= K_GEMV_MAX_M ? k_gemv_bf16(X, w16, Y, 0, M, N, K, 0) : -1;
+                case 3:
+                    return M <= K_GEMV_MAX_M ? k_gemv_fp8(X, w8, s8, Y, 0, M, N, K, 0) : -1;
+                case 4:
+                    return k_linear(g, M <= K_GEMV_MAX_M ? X : NULL, Xq, xs, &k8, Y, 0, M, 0);
+                default:
+                    return k_linear(g, X, NULL, NULL, &k16, Y, 0, M, 0);
+                }
+            };
+            ms[path] = -1;
+            bool ok = true;
+            for (int i = 0; i < 3 && ok; i++)
+                ok = run(i % copies) == 0;
+            if (!ok) {
+                (void)cudaGetLastError();
+                continue;
+            }
+            std::vector<float> t(20);
+            for (int i = 0; i < 20; i++) {
+                GPU_OK(cudaEventRecord(e0));
+                K_OK(run(i % copies));
+                GPU_OK(cudaEventRecord(e1));
+                GPU_OK(cudaEventSynchronize(e1));
+                GPU_OK(cudaEventElapsedTime(&t[i], e0, e1));
+            }
+            std::sort(t.begin(), t.end());
+            ms[path] = t[10];
+        }
+        char line[512];
+        size_t o = (size_t)snprintf(line, sizeof line, "time fp8 %-8s M %4d N %6d K %5d:", name, M, N, K);
+        const char *label[6] = {"lt bf16", "lt fp8", "gemv bf16", "gemv fp8", "linear fp8", "linear bf16"};
+        for (int path = 0; path < 6; path++) {
+            if (ms[path] < 0) {
+                o += (size_t)snprintf(line + o, sizeof line - o, "  %s -", label[path]);
+                continue;
+            }
+            const bool f8 = path == 1 || path == 3 || path == 4;
+            const double tbs = (f8 ? wb8 : wb16) / ms[path] * 1e-9, tf = 2.0 * M * N * K / ms[path] * 1e-9;
+            o += (size_t)snprintf(line + o, sizeof line - o, "  %s %.1f us (%.2f TB/s, %.0f TFLOP/s)",
+                                  label[path], ms[path] * 1000, tbs, tf);
+        }
+        printf("%s\n", line);
+        table.push_back(line);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaFree(X), cudaFree(Xq), cudaFree(xs), cudaFree(W16), cudaFree(W8), cudaFree(Y);
+}
+
 int main(void)
 {
     gpu_require();
@@ -383,6 +675,22 @@ int main(void)
     std::vector<std::string> table;
     for (const big_shape &s : big)
         big_shape_run(g, s, splitmix(base_seed + k++), table);
+
+    /* FP8: correctness at small and edge shapes, then the 14B shapes (sampled), then timing */
+    const int fp8_Ms[] = {1, 2, 7, 16, 129, 1000};
+    const int fp8_NK[][3] = {
+        {384, 640, 0}, {896, 384, 0}, {128, 128, 0}, {400, 256, 1} /* N not a multiple of 128 */};
+    for (int M : fp8_Ms)
+        for (auto &nk : fp8_NK)
+            fp8_case(g, M, nk[0], nk[1], 0, nk[2] != 0, splitmix(base_seed + k++));
+    fp8_case(g, 16, 384, 640, 1, false, splitmix(base_seed + k++)); /* fp32 output */
+    const int fp8_big[][2] = {{(40 + 16) * 128, 5120}, {5120, 5120}, {2 * 17408, 5120}, {5120, 17408}};
+    for (auto &nk : fp8_big)
+        for (int M : {1, 7, 129})
+            fp8_case(g, M, nk[0], nk[1], 0, false, splitmix(base_seed + k++));
+    const char *fp8_names[] = {"qkv", "o_proj", "gate_up", "down"};
+    for (int i = 0; i < 4; i++)
+        fp8_timing(g, fp8_names[i], fp8_big[i][0], fp8_big[i][1], table);
     k_gemm_free(g);
     k_gemm_free(NULL);
 

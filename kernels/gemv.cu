@@ -1,0 +1,348 @@
+// Skinny GEMM / GEMV for decode-sized batches: Y[M, N] = X[M, K] . W[N, K]^T with M <= 8, bf16 or
+// e4m3 (128x128 block-scaled) weights, bf16 activations, fp32 accumulation, one rounding at the store.
+//
+// The job is to stream W once at the copy bandwidth; the arithmetic is small. The products run on
+// the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate), which fits the shape exactly: the
+// 16 rows of the A operand are 16 rows n of W, and the 8 columns of the B operand are the (up to)
+// 8 rows m of X. That keeps the per-byte instruction count flat in M (an FMA version needs M FMAs
+// per weight element, which at M = 8 and fp8 weights would need the whole FP32 pipe).
+//
+// Fragment layout. In an m16n8k16 mma, lane (g = lane / 4, t = lane % 4) supplies A[g][2t, 2t+1],
+// A[g+8][2t, 2t+1], A[g][2t+8, 2t+9], A[g+8][2t+8, 2t+9] and B[2t, 2t+1][g], B[2t+8, 2t+9][g], and
+// gets C[g][2t, 2t+1] and C[g+8][2t, 2t+1]. Because a dot product may sum its k's in any order, the
+// kernel maps the 16 logical k of an mma onto physical k's so that every lane reads 16 contiguous
+// bytes: lane t of row group g loads W[n0 + g][k + 8t .. k + 8t + 8) and W[n0 + g + 8][same]
+// (bf16: 8 elements, two mmas) and the same k's of X row m = g. So one 16-byte load instruction
+// moves 64 contiguous bytes of each of 8 rows (two full 32-byte sectors per row); X is read with
+// the same pattern through L1 (it is tiny and every CTA reads it). fp8: a 16-byte load is 16
+// elements of a row (four mmas); the e4m3 -> bf16 decode is two shifts and a LOP3 per bf16 pair
+// (e4m3's 4 exponent and 3 mantissa bits land in the low bits of bf16's exponent and the high bits
+// of its mantissa, which is the exact value times 2^-120, subnormals included), then one bf16x2
+// multiply by 2^120 (exact). The decode yields the pairs (byte 0, byte 2) and (byte 1, byte 3), so
+// X's pairs are permuted to match (PRMT). The block scale is constant over a 64-k step and a
+// 16-row tile: each step's four mmas start from zero and the step's sum is added into the fp32
+// accumulator times its scale.
+//
+// Work split. A CTA owns R tiles of 16 rows (R * 16 rows of Y) and all of K; its WARPS warps split
+// K into chunks of U load steps (a load step = one 16-byte load per row per lane: 32 k for bf16,
+// 64 k for fp8), warp w taking chunks w, w + WARPS, ... (so the warps of a CTA read neighbouring
+// stretches of the same rows). A chunk's 2 * R * U weight loads (and its X loads) are all issued
+// before the first mma: 2 * R * U * 16 bytes per lane in flight. At the end the warps' partial
+// sums (4 * R floats per lane) meet in shared memory, one thread per output adds the WARPS partials
+// in a fixed order and stores once. No atomics, no workspace, no host synchronization: launchers
+// are safe to capture in CUDA graphs.
+//
+// The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
+// the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
+// them all).
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+// ---- device helpers
+
+// Weight stream: read-only, used once (skip L1 allocation).
+__device__ __forceinline__ uint4 ld_stream(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// The same with an L2 prefetch hint: the rest of the 256-byte segment comes from DRAM in one go.
+__device__ __forceinline__ uint4 ld_stream_pf(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Activations: read-only, re-read by every CTA (cached in L1).
+__device__ __forceinline__ uint4 ld_x(const void *p)
+{
+    return __ldg((const uint4 *)p);
+}
+
+// d += A (16x16, row) . B (16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v)
+{
+    return *(uint32_t *)&v;
+}
+__device__ __forceinline__ __nv_bfloat162 bits_bf162(uint32_t u)
+{
+    return *(__nv_bfloat162 *)&u;
+}
+
+// Four e4m3 bytes b0..b3 of q -> lo = bf16x2 (b0, b2), hi = bf16x2 (b1, b3), exact. e4m3 NaN
+// (0x7f, 0xff) decodes as +-480 (checkpoints have none).
+__device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t &lo, uint32_t &hi)
+{
+    const uint32_t h = (q & 0x80008000u) | ((q >> 4) & 0x07f007f0u);
+    const uint32_t l = ((q << 8) & 0x80008000u) | ((q << 4) & 0x07f007f0u);
+    const __nv_bfloat162 two120 = bits_bf162(0x7b807b80u); // 2^120 in both halves
+    lo = bf162_bits(__hmul2(bits_bf162(l), two120));
+    hi = bf162_bits(__hmul2(bits_bf162(h), two120));
+}
+
+// ---- the kernel
+
+// grid (ceil(N / (16 R))), block (WARPS * 32). See the top of the file. MINB (CTAs per SM) sets the
+// register budget, 65536 / (WARPS * 32 * MINB): without one, ptxas (CUDA 13) keeps registers low by
+// issuing each load just before its use, which serializes the loads of a chunk.
+template <int WARPS, int U, int R, int MINB, bool PF, bool FP8>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
+    gemv_kernel(const bf16 *__restrict__ X, const void *__restrict__ Wv, const float *__restrict__ w_scale,
+                void *__restrict__ Y, int y_f32, int M, int N, int K)
+{
+    constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
+    constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
+    constexpr int STEP = 4 * EPL;          // k covered by one load step (4 lanes per row)
+    constexpr int CK = U * STEP;           // k per chunk
+    constexpr int XL = FP8 ? 2 : 1;        // 16-byte X loads per lane per step
+    __shared__ float red[WARPS][R][8][16]; // [warp][tile][m][row in tile]
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n_base = blockIdx.x * (16 * R);
+    const bool okx = g < M;
+    const char *wrow[R][2];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int n = n_base + 16 * r + 8 * h + g;
+            wrow[r][h] = (const char *)Wv + ((size_t)(n < N ? n : 0) * K + (size_t)t * EPL) * WB;
+        }
+    const bf16 *xrow = X + (size_t)(okx ? g : 0) * K + t * EPL;
+    const int kblocks = (K + 127) / 128;
+    const float *srow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) { // a tile past N reads the first scale row (its outputs are not stored)
+        const int n = n_base + 16 * r < N ? n_base + 16 * r : 0;
+        srow[r] = FP8 ? w_scale + (size_t)(n / 128) * kblocks : w_scale;
+    }
+
+    float acc[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[r][i] = 0.f;
+
+    const int nchunks = (K + CK - 1) / CK;
+#pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
+    for (int c = warp; c < nchunks; c += WARPS) {
+        uint4 wv[U][R][2], xv[U][XL];
+        float sc[U][R];
+        // issue every load of the chunk first. Loads are unconditional (no branches between them):
+        // rows past N and X rows past M read row 0 instead (their outputs are not stored), and a
+        // lane whose k is past K reads k = 0 and zeroes its X (product 0; W is finite data)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k0 = c * CK + u * STEP;   // first k of the step (warp-uniform)
+            const bool okk = k0 + t * EPL < K;  // K % 16 == 0: all EPL elements valid or none
+            const int kk = okk ? k0 : -t * EPL; // lane's offset from its row start: 0 past K
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    wv[u][r][h] = PF && u == 0 ? ld_stream_pf(wrow[r][h] + (ptrdiff_t)kk * WB)
+                                               : ld_stream(wrow[r][h] + (ptrdiff_t)kk * WB);
+#pragma unroll
+            for (int i = 0; i < XL; i++) {
+                xv[u][i] = ld_x(xrow + kk + 8 * i);
+                if (!okk)
+                    xv[u][i] = make_uint4(0, 0, 0, 0);
+            }
+            if (FP8)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    sc[u][r] = __ldg(srow[r] + (k0 < K ? k0 : 0) / 128);
+        }
+        // then the products
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (!FP8) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    mma_bf16(acc[r], wv[u][r][0].x, wv[u][r][1].x, wv[u][r][0].y, wv[u][r][1].y, xv[u][0].x,
+                             xv[u][0].y);
+                    mma_bf16(acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w, wv[u][r][1].w, xv[u][0].z,
+                             xv[u][0].w);
+                }
+            } else {
+                // X words 2j, 2j+1 hold x[4j .. 4j+3]; the decode pairs (0, 2) and (1, 3)
+                uint32_t xb0[4], xb1[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint4 &xs = xv[u][j >> 1];
+                    const uint32_t w0 = (j & 1) ? xs.z : xs.x, w1 = (j & 1) ? xs.w : xs.y;
+                    xb0[j] = __byte_perm(w0, w1, 0x5410);
+                    xb1[j] = __byte_perm(w0, w1, 0x7632);
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float d[4] = {0.f, 0.f, 0.f, 0.f};
+                    const uint32_t *q0 = (const uint32_t *)&wv[u][r][0], *q1 = (const uint32_t *)&wv[u][r][1];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t lo0, hi0, lo1, hi1;
+                        e4m3x4_to_bf16(q0[j], lo0, hi0);
+                        e4m3x4_to_bf16(q1[j], lo1, hi1);
+                        mma_bf16(d, lo0, lo1, hi0, hi1, xb0[j], xb1[j]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        acc[r][i] = fmaf(d[i], sc[u][r], acc[r][i]);
+                }
+            }
+        }
+    }
+
+    // partial sums of the warps -> shared memory -> one thread per output
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        red[warp][r][2 * t][g] = acc[r][0];
+        red[warp][r][2 * t + 1][g] = acc[r][1];
+        red[warp][r][2 * t][g + 8] = acc[r][2];
+        red[warp][r][2 * t + 1][g + 8] = acc[r][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
+        const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
+        if (m >= M || n >= N)
+            continue;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            s += red[w][r][m][row];
+        const size_t o = (size_t)m * N + n;
+        if (y_f32)
+            ((float *)Y)[o] = s;
+        else
+            ((bf16 *)Y)[o] = __float2bfloat16(s);
+    }
+}
+
+// ---- launchers
+
+// Variant v (1-based) of K_GEMV_VARIANTS: (warps per CTA, load steps per chunk, 16-row tiles per
+// CTA, CTAs per SM the registers are sized for, L2::256B prefetch hint on a chunk's first load of
+// each row). One list drives the launch and the names.
+#define GEMV_VARIANTS(X)                                                                                     \
+    X(1, 8, 4, 1, 4, 0)                                                                                      \
+    X(2, 8, 2, 1, 4, 0)                                                                                      \
+    X(3, 4, 4, 1, 8, 0)                                                                                      \
+    X(4, 8, 8, 1, 2, 0)                                                                                      \
+    X(5, 8, 2, 2, 2, 0)                                                                                      \
+    X(6, 8, 4, 1, 3, 0)                                                                                      \
+    X(7, 16, 2, 1, 2, 0)                                                                                     \
+    X(8, 8, 4, 2, 2, 0)                                                                                      \
+    X(9, 8, 4, 1, 4, 1)                                                                                      \
+    X(10, 8, 2, 1, 4, 1)
+
+template <bool FP8>
+static int launch_cfg(int v, const bf16 *X, const void *W, const float *s, void *Y, int y_f32, int M, int N,
+                      int K, cudaStream_t stream)
+{
+    switch (v) {
+#define GEMV_CASE(V, WARPS, U, R, MINB, PF)                                                                  \
+    case V:                                                                                                  \
+        gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>                                                         \
+            <<<(N + 16 * R - 1) / (16 * R), 32 * WARPS, 0, stream>>>(X, W, s, Y, y_f32, M, N, K);            \
+        break;
+        GEMV_VARIANTS(GEMV_CASE)
+#undef GEMV_CASE
+    default:
+        return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
+    }
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+// The configuration for a shape, chosen before any measurement on the H200 (the timing table of
+// tests/gpu/test_k_gemv.cu says which variant wins where; change this to match). Chunks are 128 k
+// for both types (bf16 u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers
+// let 4 CTAs of 8 warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every
+// Qwen3-14B projection but gate_up and lm_head in one wave, so no CTA runs in a lonely tail).
+// Fewer than 132 tiles: 16 warps per CTA for more loads in flight per SM.
+static int gemv_pick(bool fp8, int M, int N, int K)
+{
+    (void)M, (void)K;
+    const int tiles = (N + 15) / 16;
+    if (tiles < 132)
+        return 7;
+    return fp8 ? 2 : 1;
+}
+
+static int gemv_check(const char *fn, const bf16 *X, const void *W, const float *s, bool fp8, const void *Y,
+                      int M, int N, int K, int variant)
+{
+    K_REQUIRE(M >= 1 && M <= K_GEMV_MAX_M, "%s: M %d out of 1..%d", fn, M, K_GEMV_MAX_M);
+    K_REQUIRE(N >= 1, "%s: N %d < 1", fn, N);
+    K_REQUIRE(K >= 16 && K % 16 == 0, "%s: K %d not a positive multiple of 16", fn, K);
+    K_REQUIRE(X && W && Y && (s || !fp8), "%s: NULL pointer (X %p W %p Y %p w_scale %p)", fn, (const void *)X,
+              W, Y, (const void *)s);
+    K_REQUIRE((uintptr_t)X % 16 == 0 && (uintptr_t)W % 16 == 0, "%s: X %p and W %p must be 16-byte aligned",
+              fn, (const void *)X, W);
+    K_REQUIRE(variant >= 0 && variant <= K_GEMV_VARIANTS, "%s: variant %d out of 0..%d", fn, variant,
+              K_GEMV_VARIANTS);
+    return 0;
+}
+
+extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
+                                   int variant, cudaStream_t stream)
+{
+    if (M == 0)
+        return 0;
+    if (gemv_check("k_gemv_bf16", X, W, NULL, false, Y, M, N, K, variant))
+        return -1;
+    const int v = variant ? variant : gemv_pick(false, M, N, K);
+    return launch_cfg<false>(v, X, W, NULL, Y, y_f32 != 0, M, N, K, stream);
+}
+
+extern "C" int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32,
+                                  int M, int N, int K, int variant, cudaStream_t stream)
+{
+    if (M == 0)
+        return 0;
+    if (gemv_check("k_gemv_fp8", X, W, w_scale, true, Y, M, N, K, variant))
+        return -1;
+    const int v = variant ? variant : gemv_pick(true, M, N, K);
+    return launch_cfg<true>(v, X, W, w_scale, Y, y_f32 != 0, M, N, K, stream);
+}
+
+extern "C" int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
+                           cudaStream_t stream)
+{
+    return k_gemv_bf16_variant(X, W, Y, y_f32, M, N, K, 0, stream);
+}
+
+extern "C" int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
+                          int N, int K, cudaStream_t stream)
+{
+    return k_gemv_fp8_variant(X, W, w_scale, Y, y_f32, M, N, K, 0, stream);
+}
+
+extern "C" const char *k_gemv_variant_name(int variant)
+{
+    static const char *names[K_GEMV_VARIANTS + 1] = {"auto",
+#define GEMV_NAME(V, WARPS, U, R, MINB, PF) #WARPS "w u" #U " r" #R " b" #MINB " pf" #PF,
+                                                     GEMV_VARIANTS(GEMV_NAME)
+#undef GEMV_NAME
+    };
+    return variant >= 0 && variant <= K_GEMV_VARIANTS ? names[variant] : "?";
+}

@@ -1,0 +1,294 @@
+// FP8 (OCP e4m3) quantization for the block-scaled GEMMs, bit for bit engine/fp8.c: a group's scale
+// is amax / 448 (one correctly rounded division; 1 for an all-zero group, FLT_MIN where the quotient
+// is smaller), and each value becomes e4m3(v / scale) (a correctly rounded division, then the
+// hardware's round-to-nearest-even saturating conversion, which is f32_to_e4m3 for finite inputs).
+//
+//   k_quant_fp8_weight  128x128 blocks of a bf16 weight, one CTA per block (load time only)
+//   k_quant_fp8_act     1x128 groups of bf16 activations, one warp per (row, group): each lane
+//                       holds 4 consecutive values (8-byte load), a warp max, a 4-byte store
+//   k_add_rmsnorm_fp8   k_add_rmsnorm (or k_rmsnorm) that also writes the quantized output
+//   k_silu_mul_fp8      k_silu_mul that also writes the quantized output
+// The fused producers round their result to bf16 first (the value k_add_rmsnorm / k_silu_mul would
+// store) and quantize that, so their e4m3 output is k_quant_fp8_act of their bf16 output exactly.
+// Activation scales are stored M-contiguous with a leading dimension of K_FP8_ROWS(M) (a multiple of
+// 4): x_scale[g * K_FP8_ROWS(M) + m], the layout cuBLASLt's VEC128_32F scale mode reads for the B
+// operand (it needs the leading dimension a multiple of 4). Padding entries are not written.
+#include <cuda_fp8.h>
+#include <float.h>
+
+#include "kernels/kernels.h"
+
+#define QBLK 128
+
+// ---- device helpers
+
+__device__ __forceinline__ float fp8_scale_d(float amax)
+{
+    if (amax == 0.f)
+        return 1.f;
+    float s = __fdiv_rn(amax, 448.f);
+    return s < FLT_MIN ? FLT_MIN : s;
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float v, float s)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Quantizes the 4 values a lane holds of a 128-column group (the warp holds the group): writes 4
+// bytes at q and, from lane 0, the scale at *scale.
+__device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float *scale)
+{
+    float a = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    const float s = fp8_scale_d(warp_max(a));
+    const uint32_t packed = (uint32_t)to_e4m3(v[0], s) | (uint32_t)to_e4m3(v[1], s) << 8 |
+                            (uint32_t)to_e4m3(v[2], s) << 16 | (uint32_t)to_e4m3(v[3], s) << 24;
+    *(uint32_t *)q = packed;
+    if ((threadIdx.x & 31) == 0)
+        *scale = s;
+}
+
+__device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
+{
+    uint2 u = *(const uint2 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+__device__ __forceinline__ void store_bf16x4(bf16 *p, const float v[4])
+{
+    uint2 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+    h[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h[1] = __floats2bfloat162_rn(v[2], v[3]);
+    *(uint2 *)p = u;
+}
+
+__device__ __forceinline__ float bf16r_d(float x)
+{
+    return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// ---- kernels
+
+// grid (ceil(K/128), ceil(N/128)), 256 threads: pass 1 the block's amax (and a NaN/inf check),
+// pass 2 the codes. Each thread handles columns c = tid % 128 of rows tid / 128, +2, ...
+__global__ void __launch_bounds__(256)
+    quant_weight_kernel(const bf16 *__restrict__ W, int N, int K, uint8_t *__restrict__ Wq,
+                        float *__restrict__ w_scale, int *bad)
+{
+    __shared__ float part[8];
+    const int c = blockIdx.x * QBLK + threadIdx.x % QBLK, r0 = blockIdx.y * QBLK;
+    const int r1 = r0 + QBLK < N ? r0 + QBLK : N;
+    float amax = 0.f;
+    bool finite = true;
+    if (c < K)
+        for (int r = r0 + threadIdx.x / QBLK; r < r1; r += 2) {
+            float a = fabsf(__bfloat162float(W[(size_t)r * K + c]));
+            finite &= isfinite(a);
+            amax = fmaxf(amax, a);
+        }
+    if (!finite && bad)
+        atomicOr(bad, 1);
+    amax = warp_max(amax);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = amax;
+    __syncthreads();
+    float m = part[0];
+    for (int i = 1; i < 8; i++)
+        m = fmaxf(m, part[i]);
+    const float s = fp8_scale_d(m);
+    if (threadIdx.x == 0)
+        w_scale[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = s;
+    if (c < K)
+        for (int r = r0 + threadIdx.x / QBLK; r < r1; r += 2)
+            Wq[(size_t)r * K + c] = to_e4m3(__bfloat162float(W[(size_t)r * K + c]), s);
+}
+
+// One warp per (row m, group g): warps numbered m * G + g. 256 threads per CTA.
+__global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__ X, int M, int K,
+                                                        uint8_t *__restrict__ Xq, float *__restrict__ x_scale)
+{
+    const int G = K / QBLK;
+    const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (wid >= (long)M * G)
+        return;
+    const int m = (int)(wid / G), g = (int)(wid % G), lane = threadIdx.x & 31;
+    const size_t off = (size_t)m * K + (size_t)g * QBLK + lane * 4;
+    float v[4];
+    load_bf16x4(X + off, v);
+    quant_group(v, Xq + off, x_scale + (size_t)g * K_FP8_ROWS(M) + m);
+}
+
+// Block sum (every thread gets it); blockDim.x = 256.
+__device__ __forceinline__ float block_sum256(float v)
+{
+    __shared__ float part[8];
+    __shared__ float total;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < 8 ? part[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0)
+            total = v;
+    }
+    __syncthreads();
+    return total;
+}
+
+// One CTA (256 threads, 8 warps) per row. Pass 1: residual += x (4 columns per thread at a time)
+// and the sum of squares; pass 2: warp w normalizes groups w, w + 8, ... (re-reading its residual,
+// which the same thread wrote: no barrier needed beyond the reduction's), rounds to bf16, writes out
+// and the group's e4m3 codes and scale.
+template <bool ADD>
+__global__ void __launch_bounds__(256)
+    add_rmsnorm_fp8_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
+                           const bf16 *__restrict__ w, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
+                           float *__restrict__ out_scale, int rows, int cols, float eps)
+{
+    const size_t row = (size_t)blockIdx.x * cols;
+    float *res = residual + row;
+    const int G = cols / QBLK, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float ss = 0.f;
+    // pass 1 walks the columns in the same (group, lane) order as pass 2: thread (warp, lane) owns
+    // columns g * 128 + lane * 4 .. + 3 of groups g = warp, warp + 8, ...
+    for (int g = warp; g < G; g += 8) {
+        const int c = g * QBLK + lane * 4;
+        float4 v = *(float4 *)(res + c);
+        if (ADD) {
+            float xf[4];
+            load_bf16x4(x + row + c, xf);
+            v.x += xf[0], v.y += xf[1], v.z += xf[2], v.w += xf[3];
+            *(float4 *)(res + c) = v;
+        }
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float rr = rsqrtf(block_sum256(ss) / (float)cols + eps);
+    for (int g = warp; g < G; g += 8) {
+        const int c = g * QBLK + lane * 4;
+        const float4 v = *(const float4 *)(res + c);
+        float wf[4], y[4];
+        load_bf16x4(w + c, wf);
+        y[0] = bf16r_d(v.x * rr * wf[0]), y[1] = bf16r_d(v.y * rr * wf[1]);
+        y[2] = bf16r_d(v.z * rr * wf[2]), y[3] = bf16r_d(v.w * rr * wf[3]);
+        if (out)
+            store_bf16x4(out + row + c, y);
+        quant_group(y, outq + row + c, out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
+    }
+}
+
+__device__ __forceinline__ float silu_mul_d(float g, float u)
+{
+    return g / (1.f + expf(-g)) * u; // k_silu_mul's formula, operation for operation
+}
+
+// One warp per (token t, group g of the F outputs).
+__global__ void __launch_bounds__(256)
+    silu_mul_fp8_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
+                        float *__restrict__ out_scale, int T, int F)
+{
+    const int G = F / QBLK;
+    const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (wid >= (long)T * G)
+        return;
+    const int t = (int)(wid / G), g = (int)(wid % G), lane = threadIdx.x & 31;
+    const int c = g * QBLK + lane * 4;
+    const bf16 *row = gate_up + (size_t)t * 2 * F;
+    float gv[4], uv[4], y[4];
+    load_bf16x4(row + c, gv);
+    load_bf16x4(row + F + c, uv);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        y[i] = bf16r_d(silu_mul_d(gv[i], uv[i]));
+    if (out)
+        store_bf16x4(out + (size_t)t * F + c, y);
+    quant_group(y, outq + (size_t)t * F + c, out_scale + (size_t)g * K_FP8_ROWS(T) + t);
+}
+
+// ---- launchers
+
+static bool aligned(const void *p, unsigned a)
+{
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+static unsigned warp_grid(long warps)
+{
+    return (unsigned)((warps * 32 + 255) / 256);
+}
+
+extern "C" int k_quant_fp8_weight(const bf16 *W, int N, int K, uint8_t *Wq, float *w_scale, int *bad,
+                                  cudaStream_t stream)
+{
+    K_REQUIRE(N > 0 && K > 0, "k_quant_fp8_weight: bad shape N %d K %d", N, K);
+    K_REQUIRE(W && Wq && w_scale, "k_quant_fp8_weight: NULL pointer");
+    const dim3 grid((K + QBLK - 1) / QBLK, (N + QBLK - 1) / QBLK);
+    K_REQUIRE(grid.y <= 65535, "k_quant_fp8_weight: N %d too large", N);
+    quant_weight_kernel<<<grid, 256, 0, stream>>>(W, N, K, Wq, w_scale, bad);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *x_scale, cudaStream_t stream)
+{
+    K_REQUIRE(M >= 0 && K > 0 && K % QBLK == 0, "k_quant_fp8_act: bad shape M %d K %d (K a multiple of 128)",
+              M, K);
+    if (M == 0)
+        return 0;
+    K_REQUIRE(X && Xq && x_scale, "k_quant_fp8_act: NULL pointer");
+    K_REQUIRE(aligned(X, 8) && aligned(Xq, 4) && aligned(x_scale, 4), "k_quant_fp8_act: misaligned pointer");
+    quant_act_kernel<<<warp_grid((long)M * (K / QBLK)), 256, 0, stream>>>(X, M, K, Xq, x_scale);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, bf16 *out, uint8_t *outq,
+                                 float *out_scale, int rows, int cols, float eps, cudaStream_t stream)
+{
+    K_REQUIRE(rows >= 0 && cols > 0 && cols % QBLK == 0,
+              "k_add_rmsnorm_fp8: bad shape rows %d cols %d (cols a multiple of 128)", rows, cols);
+    if (rows == 0)
+        return 0;
+    K_REQUIRE(residual && w && outq && out_scale, "k_add_rmsnorm_fp8: NULL pointer");
+    K_REQUIRE(!(eps < 0), "k_add_rmsnorm_fp8: eps %g < 0", (double)eps);
+    K_REQUIRE(aligned(residual, 16) && aligned(w, 8) && (!x || aligned(x, 8)) && (!out || aligned(out, 8)) &&
+                  aligned(outq, 4) && aligned(out_scale, 4),
+              "k_add_rmsnorm_fp8: misaligned pointer");
+    if (x)
+        add_rmsnorm_fp8_kernel<true>
+            <<<rows, 256, 0, stream>>>(residual, x, w, out, outq, out_scale, rows, cols, eps);
+    else
+        add_rmsnorm_fp8_kernel<false>
+            <<<rows, 256, 0, stream>>>(residual, x, w, out, outq, out_scale, rows, cols, eps);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+extern "C" int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, float *out_scale, int T, int F,
+                              cudaStream_t stream)
+{
+    K_REQUIRE(T >= 0 && F > 0 && F % QBLK == 0, "k_silu_mul_fp8: bad shape T %d F %d (F a multiple of 128)",
+              T, F);
+    if (T == 0)
+        return 0;
+    K_REQUIRE(gate_up && outq && out_scale, "k_silu_mul_fp8: NULL pointer");
+    K_REQUIRE(aligned(gate_up, 8) && (!out || aligned(out, 8)) && aligned(outq, 4) && aligned(out_scale, 4),
+              "k_silu_mul_fp8: misaligned pointer");
+    silu_mul_fp8_kernel<<<warp_grid((long)T * (F / QBLK)), 256, 0, stream>>>(gate_up, out, outq, out_scale, T,
+                                                                             F);
+    K_CHECK_LAUNCH();
+    return 0;
+}

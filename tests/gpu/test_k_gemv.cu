@@ -1,0 +1,706 @@
+/* k_gemv_bf16 / k_gemv_fp8 (kernels/gemv.cu) against a double reference: Y[M, N] = X[M, K] . W[N, K]^T
+ * for M = 1 .. K_GEMV_MAX_M, plus argument errors, graph capture, and timing beside k_gemm_bf16 (cuBLASLt).
+ *
+ * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run):
+ * X ~ N(0, 1) bf16; bf16 W ~ N(0, 1/K); fp8 W: 90% of the codes are e4m3(N(0, 1) * 64) (so up to
+ * the +-448 edge), 10% are uniformly random codes (subnormals and every exponent; not the NaN codes
+ * 0x7f / 0xff), with fp32 block scales drawn in [0.5, 2] / (64 sqrt(K)) per 128 x 128 block. The
+ * reference decodes the same bytes with engine/dtype.h's e4m3_to_f32 (not the kernel's bit trick)
+ * and sums x * w * scale in double.
+ *
+ * Tolerance, per element: |got - ref| <= rtol * |ref| + atol with
+ *   rtol = 2^-8 * 1.001 for bf16 Y (half an ulp of bf16 is <= 2^-9 of the value: 2x margin),
+ *          2^-22 for fp32 Y (one fp32 rounding is 2^-24);
+ *   atol = 2^-16 * sqrt(K) * max_k |x_k w_k s_k|: fp32 accumulation. The products are exact in
+ *          fp32 (bf16 x bf16); each add errs by <= 2^-23 of a partial sum (tensor cores may
+ *          truncate), partial sums grow like sqrt(k) * rms|xw|, and the K/16 adds' errors add up
+ *          like a random walk: about 2^-23 * K / 4 * rms|xw| in all, 1.5e-4 rms|xw| at K = 5120,
+ *          against atol = 1.1e-3 max|xw| there. A dropped or doubled product (~ rms|xw|) or a
+ *          wrong scale fails it by orders of magnitude.
+ * and per case the norm-relative error ||got - ref|| / ||ref|| <= 4e-3 (bf16 Y; uniform rounding
+ * gives ~1.1e-3) or 5e-5 (fp32 Y). Y is poisoned (0xFF bytes: NaN) before every run, followed by a
+ * 64-element poisoned guard that must stay untouched; any NaN/inf in Y fails.
+ *
+ * Timing (informational, never asserted): every Qwen3-14B projection at M = 1, 2, 4, 8 (the 8B
+ * and 0.6B ones at M = 1 and 8), each after a sampled check of its output: median of 20 launches
+ * after 3 warm-ups, issued back to back with an event between each two (no host gap), weights
+ * rotating through >= 256 MiB of copies so that L2 (50 MiB) cannot serve them; printed as weight
+ * TB/s against the H200's 4.2 TB/s copy bandwidth, for the automatic choice, every variant
+ * (K_GEMV_VARIANTS), and k_gemm_bf16 on the same shape (cuBLASLt, or whatever kernels/gemm.cu
+ * chooses for the shape once it routes small M here). */
+#include <algorithm>
+#include <cmath>
+#include <cuda_fp8.h>
+#include <stdarg.h>
+#include <string>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+#include "gpu/gpu_test.h"
+
+extern "C" {
+#include "engine/dtype.h"
+}
+
+#define BF16_RTOL (1.0 / 256 * 1.001)
+#define F32_RTOL (1.0 / 4194304)
+#define ATOL_FRAC (1.0 / 65536)
+#define GUARD 64
+
+static int failures = 0, passes = 0;
+static std::vector<std::string> failed; /* the first lines of failed checks, repeated at the end */
+static uint64_t base_seed;
+
+static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok && failed.size() < 20) {
+        char buf[200];
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        failed.push_back(buf);
+    }
+    ok ? passes++ : failures++;
+}
+
+__host__ __device__ static inline uint64_t splitmix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- host problems (small cases): inputs, reference, check */
+
+struct problem {
+    bool fp8;
+    int M, N, K;
+    std::vector<uint16_t> x;  /* [M][K] bf16 bits */
+    std::vector<uint16_t> wb; /* [N][K] bf16 bits (bf16) */
+    std::vector<uint8_t> wq;  /* [N][K] e4m3 (fp8) */
+    std::vector<float> sc;    /* [ceil(N/128)][ceil(K/128)] (fp8) */
+    std::vector<double> ref, atol;
+};
+
+static float bf16f(uint16_t b)
+{
+    return bf16_to_f32(b);
+}
+
+static uint8_t random_e4m3(uint64_t *s)
+{
+    if (gt_next(s) % 10 == 0) {
+        uint8_t b;
+        do
+            b = (uint8_t)(gt_next(s) >> 32);
+        while ((b & 0x7f) == 0x7f);
+        return b;
+    }
+    return f32_to_e4m3(gt_normal(s) * 64.f);
+}
+
+/* kind: 0 normal inputs; 1 fp8 codes restricted to subnormals and zero, scale 1 (a decode that
+ * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4) */
+static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t seed, int kind = 0)
+{
+    uint64_t s = seed | 1;
+    p.fp8 = fp8, p.M = M, p.N = N, p.K = K;
+    p.x.resize((size_t)M * K);
+    for (auto &v : p.x) {
+        float f = gt_normal(&s);
+        if (kind == 2)
+            f *= gt_next(&s) % 97 == 0 ? 30000.f : 1000.f;
+        v = f32_to_bf16(f);
+    }
+    const int nb = (N + 127) / 128, kb = (K + 127) / 128;
+    if (!fp8) {
+        p.wb.resize((size_t)N * K);
+        const float sd = 1.f / sqrtf((float)K);
+        for (auto &v : p.wb)
+            v = f32_to_bf16(gt_normal(&s) * sd);
+    } else {
+        p.wq.resize((size_t)N * K);
+        for (auto &v : p.wq) {
+            if (kind == 1) {
+                const uint8_t sub = (uint8_t)(gt_next(&s) % 8); /* 0 .. 7: zero and the subnormals */
+                v = sub | (gt_next(&s) & 1 ? 0x80 : 0);
+            } else
+                v = random_e4m3(&s);
+        }
+        p.sc.resize((size_t)nb * kb);
+        for (auto &v : p.sc)
+            v = kind == 1 ? 1.f : (0.5f + 0.75f * (gt_uniform(&s) + 1.f)) / (64.f * sqrtf((float)K));
+    }
+    /* reference */
+    p.ref.assign((size_t)M * N, 0), p.atol.assign((size_t)M * N, 0);
+    std::vector<double> xf((size_t)M * K), wrow(K);
+    for (size_t i = 0; i < xf.size(); i++)
+        xf[i] = bf16f(p.x[i]);
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++)
+            wrow[k] =
+                fp8 ? (double)e4m3_to_f32(p.wq[(size_t)n * K + k]) * p.sc[(size_t)(n / 128) * kb + k / 128]
+                    : (double)bf16f(p.wb[(size_t)n * K + k]);
+        for (int m = 0; m < M; m++) {
+            double acc = 0, mx = 0;
+            const double *x = &xf[(size_t)m * K];
+            for (int k = 0; k < K; k++) {
+                const double pr = x[k] * wrow[k];
+                acc += pr, mx = std::max(mx, fabs(pr));
+            }
+            p.ref[(size_t)m * N + n] = acc;
+            p.atol[(size_t)m * N + n] = ATOL_FRAC * sqrt((double)K) * mx;
+        }
+    }
+}
+
+struct dev_problem {
+    char *xa = nullptr, *wa = nullptr;
+    bf16 *X = nullptr;
+    void *W = nullptr;
+    float *S = nullptr;
+    void *Y = nullptr; /* M*N + GUARD elements */
+};
+
+/* off: byte offset of X and W inside their allocations (16-byte multiples are valid) */
+static dev_problem upload(const problem &p, size_t off = 0)
+{
+    dev_problem d;
+    const size_t xb = p.x.size() * 2, wb = p.fp8 ? p.wq.size() : p.wb.size() * 2;
+    GPU_OK(cudaMalloc(&d.xa, xb + off));
+    GPU_OK(cudaMalloc(&d.wa, wb + off));
+    d.X = (bf16 *)(d.xa + off), d.W = d.wa + off;
+    GPU_OK(cudaMemcpy(d.X, p.x.data(), xb, cudaMemcpyHostToDevice));
+    GPU_OK(cudaMemcpy(d.W, p.fp8 ? (const void *)p.wq.data() : (const void *)p.wb.data(), wb,
+                      cudaMemcpyHostToDevice));
+    if (p.fp8) {
+        GPU_OK(cudaMalloc(&d.S, p.sc.size() * 4));
+        GPU_OK(cudaMemcpy(d.S, p.sc.data(), p.sc.size() * 4, cudaMemcpyHostToDevice));
+    }
+    GPU_OK(cudaMalloc(&d.Y, ((size_t)p.M * p.N + GUARD) * 4));
+    return d;
+}
+
+static void release(dev_problem &d)
+{
+    GPU_OK(cudaFree(d.xa));
+    GPU_OK(cudaFree(d.wa));
+    GPU_OK(cudaFree(d.S));
+    GPU_OK(cudaFree(d.Y));
+    d = dev_problem();
+}
+
+static void poison(const problem &p, dev_problem &d, int y_f32, cudaStream_t st = 0)
+{
+    GPU_OK(cudaMemsetAsync(d.Y, 0xff, ((size_t)p.M * p.N + GUARD) * (y_f32 ? 4 : 2), st));
+}
+
+static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0)
+{
+    return p.fp8 ? k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, st)
+                 : k_gemv_bf16_variant(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, variant, st);
+}
+
+/* Compares Y (and its guard) with the reference; one line. */
+static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32)
+{
+    const size_t n = (size_t)p.M * p.N, es = y_f32 ? 4 : 2;
+    std::vector<uint8_t> raw((n + GUARD) * es);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(raw.data(), d.Y, raw.size(), cudaMemcpyDeviceToHost));
+    size_t guard_bad = 0, nonfinite = 0, bad = 0, worst_i = 0;
+    for (size_t i = n * es; i < raw.size(); i++)
+        guard_bad += raw[i] != 0xff;
+    double num = 0, den = 0, worst = -1;
+    std::vector<float> got(n);
+    for (size_t i = 0; i < n; i++) {
+        if (y_f32)
+            memcpy(&got[i], &raw[i * 4], 4);
+        else {
+            uint16_t b;
+            memcpy(&b, &raw[i * 2], 2);
+            got[i] = bf16f(b);
+        }
+        if (!std::isfinite(got[i])) {
+            nonfinite++;
+            continue;
+        }
+        const double dd = fabs(got[i] - p.ref[i]),
+                     bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(p.ref[i]) + p.atol[i];
+        num += dd * dd, den += p.ref[i] * p.ref[i];
+        bad += dd > bound;
+        if (dd / bound > worst)
+            worst = dd / bound, worst_i = i;
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    const bool ok = !nonfinite && !guard_bad && !bad && rel <= tol;
+    check(ok,
+          "%-44s rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %zu, n %zu) got %.6g ref %.6g  out-of-bound "
+          "%zu  "
+          "nan/inf %zu  guard %s",
+          what, rel, tol, worst, worst_i / p.N, worst_i % p.N, got[worst_i], p.ref[worst_i], bad, nonfinite,
+          guard_bad ? "OVERWRITTEN" : "ok");
+    return ok;
+}
+
+static void run_case(const problem &p, int y_f32, int variant, const char *tag, size_t off = 0)
+{
+    dev_problem d = upload(p, off);
+    poison(p, d, y_f32);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s", tag, p.fp8 ? "fp8 " : "bf16", p.M, p.N, p.K,
+             y_f32 ? "f32 " : "bf16", k_gemv_variant_name(variant), off ? " +off" : "");
+    if (launch(p, d, y_f32, variant))
+        check(false, "%s: %s", what, k_last_error());
+    else
+        verify(what, p, d, y_f32);
+    release(d);
+}
+
+/* ---- argument errors */
+
+static void argument_checks(void)
+{
+    bf16 *x;
+    uint8_t *w;
+    float *s, *y;
+    GPU_OK(cudaMalloc(&x, 4096));
+    GPU_OK(cudaMalloc(&w, 4096));
+    GPU_OK(cudaMalloc(&s, 4096));
+    GPU_OK(cudaMalloc(&y, 4096));
+    const bf16 *wb = (const bf16 *)w;
+    check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "bf16 M 0 is a no-op returning 0");
+    check(k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp8 M 0 is a no-op returning 0");
+    struct {
+        const char *what;
+        int rc;
+    } cases[] = {
+        {"bf16 M 9", k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0)},
+        {"bf16 M -1", k_gemv_bf16(x, wb, y, 0, -1, 16, 16, 0)},
+        {"fp8 M 9", k_gemv_fp8(x, w, s, y, 0, 9, 16, 16, 0)},
+        {"bf16 K 40", k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 0)},
+        {"fp8 K 8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 8, 0)},
+        {"bf16 K 0", k_gemv_bf16(x, wb, y, 0, 1, 16, 0, 0)},
+        {"bf16 N 0", k_gemv_bf16(x, wb, y, 0, 1, 0, 16, 0)},
+        {"bf16 X NULL", k_gemv_bf16(NULL, wb, y, 0, 1, 16, 16, 0)},
+        {"bf16 W NULL", k_gemv_bf16(x, NULL, y, 0, 1, 16, 16, 0)},
+        {"bf16 Y NULL", k_gemv_bf16(x, wb, NULL, 0, 1, 16, 16, 0)},
+        {"fp8 w_scale NULL", k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 0)},
+        {"fp8 W NULL", k_gemv_fp8(x, NULL, s, y, 0, 1, 16, 16, 0)},
+        {"bf16 X misaligned", k_gemv_bf16(x + 1, wb, y, 0, 1, 16, 16, 0)},
+        {"fp8 W misaligned", k_gemv_fp8(x, w + 8, s, y, 0, 1, 16, 16, 0)},
+        {"bf16 variant 99", k_gemv_bf16_variant(x, wb, y, 0, 1, 16, 16, 99, 0)},
+    };
+    for (auto &c : cases)
+        check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
+    /* the messages (k_last_error holds the latest only) */
+    int rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0);
+    check(rc == -1 && strstr(k_last_error(), "M 9"), "M 9 message: \"%s\"", k_last_error());
+    rc = k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 0);
+    check(rc == -1 && strstr(k_last_error(), "K 40"), "K 40 message: \"%s\"", k_last_error());
+    rc = k_gemv_fp8(x, w, s, y, 0, 1, 0, 16, 0);
+    check(rc == -1 && strstr(k_last_error(), "N 0"), "N 0 message: \"%s\"", k_last_error());
+    rc = k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 0);
+    check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
+    rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
+    check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
+    GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
+    check(!strcmp(k_gemv_variant_name(0), "auto") && !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
+          "variant names: 0 \"%s\", %d \"%s\"", k_gemv_variant_name(0), K_GEMV_VARIANTS,
+          k_gemv_variant_name(K_GEMV_VARIANTS));
+    GPU_OK(cudaFree(x));
+    GPU_OK(cudaFree(w));
+    GPU_OK(cudaFree(s));
+    GPU_OK(cudaFree(y));
+}
+
+/* ---- CUDA graph capture: both launchers captured on a non-blocking stream, replayed twice */
+
+static void graph_check(uint64_t seed)
+{
+    problem pb, pf;
+    make_problem(pb, false, 3, 300, 640, seed);
+    make_problem(pf, true, 5, 257, 656, seed ^ 0xabc);
+    dev_problem db = upload(pb), df = upload(pf);
+    cudaStream_t st;
+    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st);
+    GPU_OK(cudaStreamEndCapture(st, &graph));
+    check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
+          rb || rf ? k_last_error() : "");
+    GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; rep++) {
+        poison(pb, db, 0, st);
+        poison(pf, df, 1, st);
+        GPU_OK(cudaGraphLaunch(exec, st));
+        GPU_OK(cudaStreamSynchronize(st));
+        verify(rep ? "graph replay 2 bf16 M 3 N 300 K 640" : "graph replay 1 bf16 M 3 N 300 K 640", pb, db,
+               0);
+        verify(rep ? "graph replay 2 fp8 M 5 N 257 K 656 f32" : "graph replay 1 fp8 M 5 N 257 K 656 f32", pf,
+               df, 1);
+    }
+    GPU_OK(cudaGraphExecDestroy(exec));
+    GPU_OK(cudaGraphDestroy(graph));
+    GPU_OK(cudaStreamDestroy(st));
+    release(db);
+    release(df);
+}
+
+/* ---- big shapes: device-side random inputs, sampled check, timing */
+
+__global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        float a = 0;
+        for (int j = 0; j < 4; j++)
+            a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
+        p[i] = __float2bfloat16((a - 2.f) * 1.7320508f * scale); /* 4 U(0,1): mean 2, var 1/3 */
+    }
+}
+
+__global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        float a = 0;
+        for (int j = 0; j < 4; j++)
+            a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
+        p[i] = (uint8_t)__nv_cvt_float_to_fp8((a - 2.f) * 1.7320508f * 64.f, __NV_SATFINITE, __NV_E4M3);
+    }
+}
+
+__global__ void fill_scale_kernel(float *p, size_t n, uint64_t seed, float base)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = base * (0.5f + 1.5f * (float)(splitmix(seed ^ i) >> 40) * (1.f / 16777216.f));
+}
+
+struct big_shape {
+    const char *model, *name;
+    int N, K, y_f32;
+};
+
+struct timing {
+    double ms = 0, tbs = 0;
+};
+
+/* median of 20 back-to-back launches (3 warm-ups), an event between each two */
+template <typename F> static timing time_it(F launch_i, double bytes)
+{
+    cudaEvent_t ev[21];
+    for (auto &e : ev)
+        GPU_OK(cudaEventCreate(&e));
+    bool failed = false;
+    for (int i = 0; i < 3 && !failed; i++)
+        failed = launch_i(i) != 0;
+    GPU_OK(cudaEventRecord(ev[0]));
+    for (int i = 0; i < 20 && !failed; i++) {
+        failed = launch_i(i + 3) != 0;
+        GPU_OK(cudaEventRecord(ev[i + 1]));
+    }
+    GPU_OK(cudaDeviceSynchronize());
+    timing r;
+    if (!failed) {
+        std::vector<float> t(20);
+        for (int i = 0; i < 20; i++)
+            GPU_OK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+        std::sort(t.begin(), t.end());
+        r.ms = 0.5 * (t[9] + t[10]);
+        r.tbs = bytes / r.ms * 1e-9;
+    } else
+        printf("note: a timed launch failed: %s\n", k_last_error());
+    for (auto &e : ev)
+        GPU_OK(cudaEventDestroy(e));
+    return r;
+}
+
+/* Sampled check of Y (auto variant) on 64 rows n (0, N-1 and 62 random) for every m. */
+static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W, const float *S,
+                       const void *Y, int y_f32, int M, int N, int K, uint64_t *rng)
+{
+    std::vector<int> rows = {0, N - 1};
+    for (int i = 0; i < 62 && i < N - 2; i++)
+        rows.push_back((int)(gt_next(rng) % (uint64_t)N));
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    const int kb = (K + 127) / 128;
+    std::vector<uint16_t> xh((size_t)M * K);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(xh.data(), X, xh.size() * 2, cudaMemcpyDeviceToHost));
+    /* every output must be finite */
+    const size_t es = y_f32 ? 4 : 2;
+    std::vector<uint8_t> yraw((size_t)M * N * es);
+    GPU_OK(cudaMemcpy(yraw.data(), Y, yraw.size(), cudaMemcpyDeviceToHost));
+    auto yval = [&](size_t i) {
+        if (y_f32) {
+            float f;
+            memcpy(&f, &yraw[i * 4], 4);
+            return f;
+        }
+        uint16_t b;
+        memcpy(&b, &yraw[i * 2], 2);
+        return bf16f(b);
+    };
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        nonfinite += !std::isfinite(yval(i));
+    std::vector<uint16_t> wb(K);
+    std::vector<uint8_t> wq(K);
+    std::vector<float> sc(kb);
+    std::vector<double> w(K);
+    double num = 0, den = 0, worst = -1, wgot = 0, wref = 0;
+    size_t bad = 0, checked = 0;
+    int wm = 0, wn = 0;
+    for (int n : rows) {
+        if (fp8) {
+            GPU_OK(cudaMemcpy(wq.data(), (const uint8_t *)W + (size_t)n * K, K, cudaMemcpyDeviceToHost));
+            GPU_OK(cudaMemcpy(sc.data(), S + (size_t)(n / 128) * kb, kb * 4, cudaMemcpyDeviceToHost));
+            for (int k = 0; k < K; k++)
+                w[k] = (double)e4m3_to_f32(wq[k]) * sc[k / 128];
+        } else {
+            GPU_OK(cudaMemcpy(wb.data(), (const bf16 *)W + (size_t)n * K, K * 2, cudaMemcpyDeviceToHost));
+            for (int k = 0; k < K; k++)
+                w[k] = bf16f(wb[k]);
+        }
+        for (int m = 0; m < M; m++) {
+            double ref = 0, mx = 0;
+            for (int k = 0; k < K; k++) {
+                const double pr = (double)bf16f(xh[(size_t)m * K + k]) * w[k];
+                ref += pr, mx = std::max(mx, fabs(pr));
+            }
+            const double got = yval((size_t)m * N + n);
+            if (!std::isfinite(got))
+                continue;
+            const double d = fabs(got - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) +
+                                                      ATOL_FRAC * sqrt((double)K) * mx;
+            num += d * d, den += ref * ref, checked++;
+            bad += d > bound;
+            if (d / bound > worst)
+                worst = d / bound, wm = m, wn = n, wgot = got, wref = ref;
+        }
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    check(!nonfinite && !bad && rel <= tol,
+          "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
+          "out-of-bound %zu  nan/inf in Y %zu",
+          what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
+}
+
+static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vector<int> &Ms, uint64_t seed,
+                          std::vector<std::string> &summary)
+{
+    const size_t nk = (size_t)s.N * s.K, ysz = s.y_f32 ? 4 : 2;
+    const int nb = (s.N + 127) / 128, kb = (s.K + 127) / 128;
+    const size_t bytes_bf16 = nk * 2, bytes_fp8 = nk + (size_t)nb * kb * 4;
+    const size_t min_total = (size_t)256 << 20;
+    const int copies16 = (int)(min_total / bytes_bf16 + 1);
+    const int copies8 = (int)(min_total / nk + 1);
+    bf16 *X, *Wb;
+    uint8_t *Wq;
+    float *S;
+    void *Y;
+    GPU_OK(cudaMalloc(&X, (size_t)K_GEMV_MAX_M * s.K * 2));
+    GPU_OK(cudaMalloc(&Wb, bytes_bf16 * copies16));
+    GPU_OK(cudaMalloc(&Wq, nk * copies8));
+    GPU_OK(cudaMalloc(&S, (size_t)nb * kb * 4 * copies8));
+    GPU_OK(cudaMalloc(&Y, (size_t)K_GEMV_MAX_M * s.N * ysz));
+    fill_bf16_kernel<<<1024, 256>>>(X, (size_t)K_GEMV_MAX_M * s.K, seed, 1.f);
+    fill_bf16_kernel<<<1024, 256>>>(Wb, nk, seed ^ 0x77, 1.f / sqrtf((float)s.K));
+    fill_e4m3_kernel<<<1024, 256>>>(Wq, nk, seed ^ 0x99);
+    fill_scale_kernel<<<64, 256>>>(S, (size_t)nb * kb, seed ^ 0x55, 1.f / (64.f * sqrtf((float)s.K)));
+    GPU_OK(cudaGetLastError());
+    for (int c = 1; c < copies16; c++)
+        GPU_OK(cudaMemcpy((char *)Wb + c * bytes_bf16, Wb, bytes_bf16, cudaMemcpyDeviceToDevice));
+    for (int c = 1; c < copies8; c++) {
+        GPU_OK(cudaMemcpy(Wq + c * nk, Wq, nk, cudaMemcpyDeviceToDevice));
+        GPU_OK(cudaMemcpy(S + (size_t)c * nb * kb, S, (size_t)nb * kb * 4, cudaMemcpyDeviceToDevice));
+    }
+    GPU_OK(cudaDeviceSynchronize());
+    uint64_t rng = seed | 1;
+    uint64_t rot = 0; /* the next weight copy: every launch takes the next one, across variants too */
+    for (int M : Ms) {
+        char what[128];
+        for (int fp8 = 0; fp8 < 2; fp8++) {
+            /* check the automatic choice on fresh poison */
+            snprintf(what, sizeof what, "%s %-7s M %d N %6d K %5d %s %s", s.model, s.name, M, s.N, s.K,
+                     fp8 ? "fp8 " : "bf16", s.y_f32 ? "f32 " : "bf16");
+            GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
+            int rc = fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
+                         : k_gemv_bf16(X, Wb, Y, s.y_f32, M, s.N, s.K, 0);
+            if (rc) {
+                check(false, "%s: %s", what, k_last_error());
+                continue;
+            }
+            big_verify(what, fp8, X, fp8 ? (const void *)Wq : (const void *)Wb, S, Y, s.y_f32, M, s.N, s.K,
+                       &rng);
+
+            /* time: auto, every variant, and k_gemm_bf16 (bf16 only) */
+            timing t[K_GEMV_VARIANTS + 1], tc;
+            for (int v = 0; v <= K_GEMV_VARIANTS; v++) {
+                if (fp8)
+                    t[v] = time_it(
+                        [&](int) {
+                            const int c = (int)(rot++ % copies8);
+                            return k_gemv_fp8_variant(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M,
+                                                      s.N, s.K, v, 0);
+                        },
+                        (double)bytes_fp8);
+                else
+                    t[v] = time_it(
+                        [&](int) {
+                            return k_gemv_bf16_variant(
+                                X, (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16), Y,
+                                s.y_f32, M, s.N, s.K, v, 0);
+                        },
+                        (double)bytes_bf16);
+            }
+            if (!fp8 && g)
+                tc = time_it(
+                    [&](int) {
+                        return k_gemm_bf16(g, X,
+                                           (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16),
+                                           Y, s.y_f32, M, s.N, s.K, 0);
+                    },
+                    (double)bytes_bf16);
+            int best = 1;
+            for (int v = 2; v <= K_GEMV_VARIANTS; v++)
+                if (t[v].ms > 0 && (t[best].ms <= 0 || t[v].ms < t[best].ms))
+                    best = v;
+            char line[512];
+            int o = snprintf(
+                line, sizeof line, "%s %-7s N %6d K %5d M %d %s: auto %7.4f ms %4.2f TB/s (%3.0f%%)", s.model,
+                s.name, s.N, s.K, M, fp8 ? "fp8 " : "bf16", t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100);
+            if (!fp8)
+                o += snprintf(line + o, sizeof line - o, " | k_gemm %7.4f ms %4.2f TB/s", tc.ms, tc.tbs);
+            o += snprintf(line + o, sizeof line - o, " | best v%d (%s) %7.4f ms %4.2f TB/s", best,
+                          k_gemv_variant_name(best), t[best].ms, t[best].tbs);
+            printf("time %s\n", line);
+            /* the summary line: TB/s only */
+            o = snprintf(line, sizeof line, "%-4s %-7s M %d %s auto %4.2f  %s %4.2f  best v%-2d %4.2f |",
+                         s.model, s.name, M, fp8 ? "fp8 " : "bf16", t[0].tbs, fp8 ? "      " : "k_gemm",
+                         fp8 ? 0.0 : tc.tbs, best, t[best].tbs);
+            for (int v = 1; v <= K_GEMV_VARIANTS; v++)
+                o += snprintf(line + o, sizeof line - o, " %4.2f", t[v].tbs);
+            summary.push_back(line);
+        }
+    }
+    GPU_OK(cudaFree(X));
+    GPU_OK(cudaFree(Wb));
+    GPU_OK(cudaFree(Wq));
+    GPU_OK(cudaFree(S));
+    GPU_OK(cudaFree(Y));
+}
+
+int main(void)
+{
+    gpu_require();
+    const char *e = getenv("LLMQ_TEST_SEED");
+    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+    cudaDeviceProp prop;
+    GPU_OK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, %d SMs, L2 %d MiB; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)base_seed,
+           (unsigned long long)base_seed);
+    uint64_t k = 1;
+    auto seed = [&]() { return splitmix(base_seed + k++); };
+
+    printf("\n== argument errors\n");
+    argument_checks();
+
+    printf("\n== every M, odd N and K, y_f32 both ways (automatic variant)\n");
+    const int Ns[] = {1, 7, 17, 129, 1000};
+    const int Ks[] = {16, 48, 128, 144, 640, 656, 5120};
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int M = 1; M <= K_GEMV_MAX_M; M++)
+            for (int ni = 0; ni < 5; ni++)
+                for (int ki = 0; ki < 7; ki++) {
+                    problem p;
+                    make_problem(p, fp8, M, Ns[ni], Ks[ki], seed());
+                    run_case(p, (ni + ki + M) & 1, 0, "grid");
+                }
+
+    printf("\n== every variant\n");
+    const int vshape[][2] = {{33, 144}, {129, 656}, {1000, 5120}, {300, 2048}};
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int v = 1; v <= K_GEMV_VARIANTS; v++)
+            for (int M : {1, 5, 8})
+                for (auto &sh : vshape) {
+                    problem p;
+                    make_problem(p, fp8, M, sh[0], sh[1], seed());
+                    run_case(p, (M + v) & 1, v, "variant");
+                }
+
+    printf("\n== special inputs\n");
+    for (int M : {1, 2, 8}) {
+        problem p;
+        make_problem(p, true, M, 33, 256, seed(), 1);
+        run_case(p, 1, 0, "fp8 subnormal codes only, scale 1");
+    }
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int M : {1, 8}) {
+            problem p;
+            make_problem(p, fp8, M, 257, 17408, seed(), 2);
+            run_case(p, M & 1, 0, "large x (1e3, outliers 3e4)");
+        }
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        problem p;
+        make_problem(p, fp8, 4, 200, 528, seed());
+        run_case(p, 0, 0, "16-byte offset pointers", 16);
+        run_case(p, 1, 0, "48-byte offset pointers", 48);
+    }
+
+    printf("\n== graph capture\n");
+    graph_check(seed());
+
+    printf("\n== timing (median of 20; TB/s = weight bytes / time; columns after the best: v1 .. v%d)\n",
+           K_GEMV_VARIANTS);
+    for (int v = 1; v <= K_GEMV_VARIANTS; v++)
+        printf("   v%d = %s\n", v, k_gemv_variant_name(v));
+    struct k_gemm *g = k_gemm_create(0);
+    if (!g)
+        printf("note: k_gemm_create failed (%s): no k_gemm column\n", k_last_error());
+    const big_shape b14[] = {
+        {"14B", "qkv", 7168, 5120, 0},       {"14B", "o_proj", 5120, 5120, 0},
+        {"14B", "gate_up", 34816, 5120, 0},  {"14B", "down", 5120, 17408, 0},
+        {"14B", "lm_head", 151936, 5120, 1},
+    };
+    const big_shape bsmall[] = {
+        {"8B", "qkv", 6144, 4096, 0},       {"8B", "o_proj", 4096, 4096, 0},
+        {"8B", "gate_up", 24576, 4096, 0},  {"8B", "down", 4096, 12288, 0},
+        {"8B", "lm_head", 151936, 4096, 1}, {"0.6B", "qkv", 4096, 1024, 0},
+        {"0.6B", "o_proj", 1024, 2048, 0},  {"0.6B", "gate_up", 6144, 1024, 0},
+        {"0.6B", "down", 1024, 3072, 0},    {"0.6B", "lm_head", 151936, 1024, 1},
+    };
+    std::vector<std::string> summary;
+    for (const big_shape &s : b14)
+        big_shape_run(g, s, {1, 2, 4, 8}, seed(), summary);
+    for (const big_shape &s : bsmall)
+        big_shape_run(g, s, {1, 8}, seed(), summary);
+    k_gemm_free(g);
+
+    printf("\nsummary: weight TB/s (copy ceiling 4.2); auto = what k_gemv_* launches; k_gemm = k_gemm_bf16 "
+           "on the same shape; then v1 .. v%d\n",
+           K_GEMV_VARIANTS);
+    for (auto &l : summary)
+        printf("%s\n", l.c_str());
+    for (auto &f : failed)
+        printf("FAILED: %s\n", f.c_str());
+    GPU_OK(cudaDeviceSynchronize());
+    printf("%d passed, %d failed\n", passes, failures);
+    return failures ? 1 : 0;
+}
