@@ -102,9 +102,6 @@ void wk_metrics_row(struct wk_metrics *m, double now_mono, double now_wall, cons
     row->waiting = st->waiting;
     if (st->kv_blocks_total > 0)
         row->kv_usage = (double)st->kv_blocks_used / (double)st->kv_blocks_total;
-    uint64_t q = st->prefix_queries - m->last.prefix_queries;
-    if (q > 0)
-        row->prefix_cache_hit_rate = (double)(st->prefix_hits - m->last.prefix_hits) / (double)q;
     row->preemptions = (int64_t)(st->preemptions - m->last.preemptions);
     row->jobs_cancelled = m->jobs_cancelled;
     row->jobs_dead = m->jobs_dead;
@@ -113,6 +110,8 @@ void wk_metrics_row(struct wk_metrics *m, double now_mono, double now_wall, cons
     row->generation_tokens = (int64_t)(st->generated_tokens - m->last.generated_tokens);
     row->prefix_cache_queries = (int64_t)(st->prefix_query_tokens - m->last.prefix_query_tokens);
     row->prefix_cache_hits = (int64_t)(st->prefix_hit_tokens - m->last.prefix_hit_tokens);
+    if (row->prefix_cache_queries > 0) /* in tokens, as the counters beside it and vLLM's */
+        row->prefix_cache_hit_rate = (double)row->prefix_cache_hits / (double)row->prefix_cache_queries;
     row->queue_p50_ms = wk_percentile(m->queue.v, m->queue.n, 50);
     row->queue_p95_ms = wk_percentile(m->queue.v, m->queue.n, 95);
     row->queue_short = m->tot.queue_depth[WK_LANE_SHORT];

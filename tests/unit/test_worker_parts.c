@@ -134,8 +134,10 @@ static void test_metrics_row(void **state)
     memset(&st, 0, sizeof st);
     st.prompt_tokens = 100;
     st.generated_tokens = 50;
-    st.prefix_queries = 10;
-    st.prefix_hits = 2;
+    st.prefix_query_tokens = 100; /* the hit rate is in tokens, as the counters beside it */
+    st.prefix_hit_tokens = 20;
+    st.prefix_queries = 10; /* block lookups: not what the row reports */
+    st.prefix_hits = 9;
     struct wk_metrics m;
     wk_metrics_init(&m, 10.0, &st);
     wk_metrics_job(&m, 0, 5, 1, 20);
@@ -143,8 +145,10 @@ static void test_metrics_row(void **state)
     wk_metrics_job(&m, 0, 15, 3, 40);
     st.prompt_tokens = 300;
     st.generated_tokens = 450;
+    st.prefix_query_tokens = 300;
+    st.prefix_hit_tokens = 120;
     st.prefix_queries = 20;
-    st.prefix_hits = 7;
+    st.prefix_hits = 10;
     st.running = 3;
     st.waiting = 1;
     st.kv_blocks_used = 25;
@@ -163,6 +167,8 @@ static void test_metrics_row(void **state)
     assert_true(fabs(r.e2e_p95_ms - 38) < 1e-12);
     assert_true(fabs(r.kv_usage - 0.25) < 1e-12);
     assert_true(fabs(r.prefix_cache_hit_rate - 0.5) < 1e-12);
+    assert_int_equal(r.prefix_cache_queries, 200);
+    assert_int_equal(r.prefix_cache_hits, 100);
     assert_int_equal(r.preemptions, 2);
     assert_int_equal(r.running, 3);
     assert_int_equal(r.waiting, 1);
