@@ -9,10 +9,11 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "engine/tok_seq.h"
 #include "engine/tok_utf8.h"
 
-static int add_step(struct tok_normalizer *n, const json_t *j, const char *where, const char *path, char *err,
-                    size_t errlen);
+static int add_step(void *ctx, const json_t *j, const char *type, const char *where, const char *path,
+                    char *err, size_t errlen);
 
 int tok_normalizer_from_json(struct tok_normalizer *n, const json_t *j, const char *where, char *err,
                              size_t errlen)
@@ -20,35 +21,15 @@ int tok_normalizer_from_json(struct tok_normalizer *n, const json_t *j, const ch
     n->n = 0;
     if (!j || json_is_null(j))
         return 0;
-    return add_step(n, j, where, "normalizer", err, errlen);
+    return tok_seq_walk(j, "normalizers", add_step, n, where, "normalizer", err, errlen);
 }
 
-static int add_step(struct tok_normalizer *n, const json_t *j, const char *where, const char *path, char *err,
-                    size_t errlen)
+/* One normalization form (tok_seq_step_fn; ctx is the struct tok_normalizer). */
+static int add_step(void *ctx, const json_t *j, const char *type, const char *where, const char *path,
+                    char *err, size_t errlen)
 {
-    if (!json_is_object(j)) {
-        snprintf(err, errlen, "%s: %s: expected an object", where, path);
-        return -1;
-    }
-    const char *type = json_string_value(json_object_get(j, "type"));
-    if (!type) {
-        snprintf(err, errlen, "%s: %s.type: expected a string", where, path);
-        return -1;
-    }
-    if (!strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(j, "normalizers");
-        if (!json_is_array(list)) {
-            snprintf(err, errlen, "%s: %s.normalizers: expected an array", where, path);
-            return -1;
-        }
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.normalizers[%zu]", path, i);
-            if (add_step(n, json_array_get(list, i), where, sub, err, errlen) != 0)
-                return -1;
-        }
-        return 0;
-    }
+    (void)j;
+    struct tok_normalizer *n = ctx;
     int opt;
     if (!strcmp(type, "NFC"))
         opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;

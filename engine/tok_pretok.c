@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/tok_seq.h"
 #include "engine/tok_utf8.h"
 
 enum step_kind { STEP_SPLIT, STEP_BYTELEVEL };
@@ -152,32 +153,11 @@ static int get_bool(const json_t *o, const char *key, bool dflt, bool *out, cons
     return 0;
 }
 
-static int add_step(struct tok_pretok *p, const json_t *j, const char *where, const char *path, char *err,
-                    size_t errlen)
+/* One Split, Digits or ByteLevel step (tok_seq_step_fn; ctx is the struct tok_pretok). */
+static int add_step(void *ctx, const json_t *j, const char *type, const char *where, const char *path,
+                    char *err, size_t errlen)
 {
-    if (!json_is_object(j)) {
-        snprintf(err, errlen, "%s: %s: expected an object", where, path);
-        return -1;
-    }
-    const char *type = json_string_value(json_object_get(j, "type"));
-    if (!type) {
-        snprintf(err, errlen, "%s: %s.type: expected a string", where, path);
-        return -1;
-    }
-    if (!strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(j, "pretokenizers");
-        if (!json_is_array(list)) {
-            snprintf(err, errlen, "%s: %s.pretokenizers: expected an array", where, path);
-            return -1;
-        }
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%zu]", path, i);
-            if (add_step(p, json_array_get(list, i), where, sub, err, errlen) != 0)
-                return -1;
-        }
-        return 0;
-    }
+    struct tok_pretok *p = ctx;
     if (p->n > 0 && p->steps[p->n - 1].kind == STEP_BYTELEVEL) {
         snprintf(err, errlen, "%s: %s: a step after ByteLevel is not supported", where, path);
         return -1;
@@ -265,7 +245,7 @@ int tok_pretok_from_json(struct tok_pretok *p, const json_t *j, const char *wher
                  where);
         return -1;
     }
-    if (add_step(p, j, where, "pre_tokenizer", err, errlen) != 0) {
+    if (tok_seq_walk(j, "pretokenizers", add_step, p, where, "pre_tokenizer", err, errlen) != 0) {
         tok_pretok_free(p);
         return -1;
     }

@@ -51,18 +51,7 @@ int rq_ack(struct rq *q, const struct rq_result *res, int n)
             rq_pipe_str(p, "progress");
             rq_pipe_str(p, "1");
         }
-        if (r->prompt_tokens >= 0) {
-            rq_pipe_str(p, "prompt_tokens");
-            rq_pipe_int(p, r->prompt_tokens);
-        }
-        if (r->completion_tokens >= 0) {
-            rq_pipe_str(p, "completion_tokens");
-            rq_pipe_int(p, r->completion_tokens);
-        }
-        if (r->first_token_at > 0) {
-            rq_pipe_str(p, "first_token_at");
-            rq_pipe_fmt(p, "%.3f", r->first_token_at);
-        }
+        rq_job_counts(p, r->prompt_tokens, r->completion_tokens, r->first_token_at);
         if (r->finish_reason) {
             rq_pipe_str(p, "finish_reason");
             rq_pipe_str(p, r->finish_reason);
@@ -88,20 +77,7 @@ int rq_ack(struct rq *q, const struct rq_result *res, int n)
         rq_pipe_str(p, q->keys.cancel);
         rq_pipe_str(p, j->id);
         queued++;
-        rq_pipe_cmd(p, "XADD");
-        rq_pipe_str(p, q->keys.events);
-        rq_pipe_str(p, "MAXLEN");
-        rq_pipe_str(p, "~");
-        rq_pipe_str(p, q->maxlen_s);
-        rq_pipe_str(p, "*");
-        rq_pipe_str(p, "id");
-        rq_pipe_str(p, j->id);
-        rq_pipe_str(p, "status");
-        rq_pipe_str(p, st);
-        rq_pipe_str(p, "worker");
-        rq_pipe_str(p, q->worker);
-        rq_pipe_str(p, "ts");
-        rq_pipe_str(p, q->now);
+        rq_event_cmd(q, p, j->id, st, q->worker);
         rq_pipe_str(p, "queue");
         rq_pipe_str(p, j->queue);
         if (r->completion_tokens >= 0) {

@@ -29,32 +29,8 @@ int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
             rq_pipe_str(p, "progress");
             rq_pipe_fmt(p, "%.4f", x->progress > 1 ? 1.0 : x->progress);
         }
-        if (x->prompt_tokens >= 0) {
-            rq_pipe_str(p, "prompt_tokens");
-            rq_pipe_int(p, x->prompt_tokens);
-        }
-        if (x->completion_tokens >= 0) {
-            rq_pipe_str(p, "completion_tokens");
-            rq_pipe_int(p, x->completion_tokens);
-        }
-        if (x->first_token_at > 0) {
-            rq_pipe_str(p, "first_token_at");
-            rq_pipe_fmt(p, "%.3f", x->first_token_at);
-        }
-        rq_pipe_cmd(p, "XADD");
-        rq_pipe_str(p, q->keys.events);
-        rq_pipe_str(p, "MAXLEN");
-        rq_pipe_str(p, "~");
-        rq_pipe_str(p, q->maxlen_s);
-        rq_pipe_str(p, "*");
-        rq_pipe_str(p, "id");
-        rq_pipe_str(p, x->id);
-        rq_pipe_str(p, "status");
-        rq_pipe_str(p, "running");
-        rq_pipe_str(p, "worker");
-        rq_pipe_str(p, q->worker);
-        rq_pipe_str(p, "ts");
-        rq_pipe_str(p, q->now);
+        rq_job_counts(p, x->prompt_tokens, x->completion_tokens, x->first_token_at);
+        rq_event_cmd(q, p, x->id, "running", q->worker);
         if (x->progress >= 0) {
             rq_pipe_str(p, "progress");
             rq_pipe_fmt(p, "%.4f", x->progress > 1 ? 1.0 : x->progress);

@@ -35,20 +35,7 @@ int rq_push(struct rq *q, const char *queue, const struct rq_push_item *items, i
         rq_pipe_str(p, q->now);
         rq_pipe_str(p, "attempts");
         rq_pipe_str(p, "0");
-        rq_pipe_cmd(p, "XADD");
-        rq_pipe_str(p, q->keys.events);
-        rq_pipe_str(p, "MAXLEN");
-        rq_pipe_str(p, "~");
-        rq_pipe_str(p, q->maxlen_s);
-        rq_pipe_str(p, "*");
-        rq_pipe_str(p, "id");
-        rq_pipe_str(p, id);
-        rq_pipe_str(p, "status");
-        rq_pipe_str(p, "queued");
-        rq_pipe_str(p, "worker");
-        rq_pipe_str(p, "");
-        rq_pipe_str(p, "ts");
-        rq_pipe_str(p, q->now);
+        rq_event_cmd(q, p, id, "queued", "");
         rq_pipe_str(p, "queue");
         rq_pipe_str(p, queue);
     }

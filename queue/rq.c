@@ -250,6 +250,40 @@ void rq_script_cmd(struct rq *q, struct rq_pipe *p, enum rq_script s, const char
     rq_pipe_str(p, q->maxatt_s);
 }
 
+void rq_event_cmd(struct rq *q, struct rq_pipe *p, const char *id, const char *status, const char *worker)
+{
+    rq_pipe_cmd(p, "XADD");
+    rq_pipe_str(p, q->keys.events);
+    rq_pipe_str(p, "MAXLEN");
+    rq_pipe_str(p, "~");
+    rq_pipe_str(p, q->maxlen_s);
+    rq_pipe_str(p, "*");
+    rq_pipe_str(p, "id");
+    rq_pipe_str(p, id);
+    rq_pipe_str(p, "status");
+    rq_pipe_str(p, status);
+    rq_pipe_str(p, "worker");
+    rq_pipe_str(p, worker);
+    rq_pipe_str(p, "ts");
+    rq_pipe_str(p, q->now);
+}
+
+void rq_job_counts(struct rq_pipe *p, int prompt_tokens, int completion_tokens, double first_token_at)
+{
+    if (prompt_tokens >= 0) {
+        rq_pipe_str(p, "prompt_tokens");
+        rq_pipe_int(p, prompt_tokens);
+    }
+    if (completion_tokens >= 0) {
+        rq_pipe_str(p, "completion_tokens");
+        rq_pipe_int(p, completion_tokens);
+    }
+    if (first_token_at > 0) {
+        rq_pipe_str(p, "first_token_at");
+        rq_pipe_fmt(p, "%.3f", first_token_at);
+    }
+}
+
 uint64_t rq_hash(const char *raw, size_t len)
 {
     uint64_t h = 1469598103934665603ull;

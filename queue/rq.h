@@ -122,6 +122,15 @@ double rq_stamp(struct rq *q);
  * extra keys xkeys[0..nx), then the common ARGV; the caller appends the script's own ARGV. */
 void rq_script_cmd(struct rq *q, struct rq_pipe *p, enum rq_script s, const char *proc,
                    const char *const *xkeys, int nx);
+/* Starts an XADD to <p>:events (MAXLEN ~ events_maxlen) with the fields every event carries: id,
+ * status, worker ("" when none) and ts (q->now); the caller appends the event's own fields. */
+void rq_event_cmd(struct rq *q, struct rq_pipe *p, const char *id, const char *status, const char *worker);
+
+/* Appends to an HSET of a job's hash the counts that are known: prompt_tokens and
+ * completion_tokens when >= 0, first_token_at when > 0 (the "leave as it is" convention of
+ * struct rq_progress and struct rq_result). */
+void rq_job_counts(struct rq_pipe *p, int prompt_tokens, int completion_tokens, double first_token_at);
+
 /* Held-job bookkeeping. */
 int rq_held_add(struct rq *q, const char *raw, size_t len);
 void rq_held_remove(struct rq *q, const char *raw, size_t len);

@@ -416,18 +416,12 @@ static int run_batch(struct run *r)
 
 int cmd_run(int argc, char **argv)
 {
-    enum { O_BACKEND = 256, O_SEQS, O_BATCHED, O_MAXLEN, O_BLOCK, O_THREADS };
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
         {"config", required_argument, NULL, 'c'},
-        {"backend", required_argument, NULL, O_BACKEND},
-        {"max-num-seqs", required_argument, NULL, O_SEQS},
-        {"max-num-batched-tokens", required_argument, NULL, O_BATCHED},
-        {"max-model-len", required_argument, NULL, O_MAXLEN},
-        {"block-size", required_argument, NULL, O_BLOCK},
-        {"threads", required_argument, NULL, O_THREADS},
+        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --max-num-seqs */
+        ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -438,7 +432,11 @@ int cmd_run(int argc, char **argv)
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "m:i:o:c:h", longopts, NULL)) != -1) {
-        const char *key = NULL, *flag = NULL;
+        int engine_flag = engine_cfg_flag_opt(&flags, opt, optarg);
+        if (engine_flag < 0)
+            return cli_usage_error(CMD, "too many options");
+        if (engine_flag > 0)
+            continue;
         switch (opt) {
         case 'h':
             usage(stdout);
@@ -452,32 +450,9 @@ int cmd_run(int argc, char **argv)
         case 'c':
             config = optarg;
             continue;
-        case 'm':
-            key = "model.path", flag = "--model";
-            break;
-        case O_BACKEND:
-            key = "engine.backend", flag = "--backend";
-            break;
-        case O_SEQS:
-            key = "engine.max_num_seqs", flag = "--max-num-seqs";
-            break;
-        case O_BATCHED:
-            key = "engine.max_num_batched_tokens", flag = "--max-num-batched-tokens";
-            break;
-        case O_MAXLEN:
-            key = "model.max_model_len", flag = "--max-model-len";
-            break;
-        case O_BLOCK:
-            key = "engine.block_size", flag = "--block-size";
-            break;
-        case O_THREADS:
-            key = "engine.threads", flag = "--threads";
-            break;
         default:
             return cli_bad_option(CMD, argc, argv);
         }
-        if (engine_cfg_flag_add(&flags, key, optarg, flag))
-            return cli_usage_error(CMD, "too many options");
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);

@@ -51,18 +51,15 @@ static void usage(FILE *f)
 
 int cmd_worker(int argc, char **argv)
 {
-    enum { O_REDIS = 256, O_DB, O_BACKEND, O_ID, O_QUEUES, O_DRAIN, O_THREADS, O_SEQS, O_LOG, O_STATS };
+    enum { O_REDIS = ENGINE_CFG_O_NEXT, O_DB, O_ID, O_QUEUES, O_DRAIN, O_LOG, O_STATS };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"redis", required_argument, NULL, O_REDIS},
         {"db", required_argument, NULL, O_DB},
-        {"model", required_argument, NULL, 'm'},
-        {"backend", required_argument, NULL, O_BACKEND},
+        ENGINE_CFG_LONGOPTS, /* --model, --backend, --threads, --max-num-seqs */
         {"id", required_argument, NULL, O_ID},
         {"queues", required_argument, NULL, O_QUEUES},
         {"drain", no_argument, NULL, O_DRAIN},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"max-num-seqs", required_argument, NULL, O_SEQS},
         {"log-level", required_argument, NULL, O_LOG},
         {"stats", no_argument, NULL, O_STATS},
         {"help", no_argument, NULL, 'h'},
@@ -76,6 +73,13 @@ int cmd_worker(int argc, char **argv)
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "c:m:h", longopts, NULL)) != -1) {
+        if (opt == ENGINE_CFG_O_SEQS)
+            seqs_flag = true;
+        int engine_flag = engine_cfg_flag_opt(&flags, opt, optarg);
+        if (engine_flag < 0)
+            return cli_usage_error(CMD, "too many options");
+        if (engine_flag > 0)
+            continue;
         const char *key = NULL, *flag = NULL;
         switch (opt) {
         case 'h':
@@ -96,24 +100,11 @@ int cmd_worker(int argc, char **argv)
         case O_DB:
             key = "sqlite.path", flag = "--db";
             break;
-        case 'm':
-            key = "model.path", flag = "--model";
-            break;
-        case O_BACKEND:
-            key = "engine.backend", flag = "--backend";
-            break;
         case O_ID:
             key = "worker.id", flag = "--id";
             break;
         case O_QUEUES:
             key = "worker.queues", flag = "--queues";
-            break;
-        case O_THREADS:
-            key = "engine.threads", flag = "--threads";
-            break;
-        case O_SEQS:
-            key = "engine.max_num_seqs", flag = "--max-num-seqs";
-            seqs_flag = true;
             break;
         case O_LOG:
             key = "worker.log_level", flag = "--log-level";

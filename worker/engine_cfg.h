@@ -32,6 +32,39 @@ struct engine_cfg_flags {
 /* Appends one flag to f; returns 0, or -1 when f is full (nothing added). */
 int engine_cfg_flag_add(struct engine_cfg_flags *f, const char *key, const char *value, const char *flag);
 
+/* getopt_long values of the engine flags below ('m' for --model); a command numbers its own long
+ * options from ENGINE_CFG_O_NEXT. */
+enum {
+    ENGINE_CFG_O_BACKEND = 256,
+    ENGINE_CFG_O_THREADS,
+    ENGINE_CFG_O_SEQS,
+    ENGINE_CFG_O_BATCHED,
+    ENGINE_CFG_O_MAXLEN,
+    ENGINE_CFG_O_BLOCK,
+    ENGINE_CFG_O_NEXT
+};
+
+/* struct option entries (<getopt.h>) for a command's getopt_long table; the command's short
+ * options must include "m:". ENGINE_CFG_LONGOPTS: the flags of every command that opens an engine
+ * (--model, --backend, --threads, --max-num-seqs); ENGINE_CFG_LONGOPTS_SHAPE: the batch shape
+ * (--max-num-batched-tokens, --max-model-len, --block-size). */
+// clang-format off
+#define ENGINE_CFG_LONGOPTS                                                       \
+    {"model", required_argument, NULL, 'm'},                                      \
+    {"backend", required_argument, NULL, ENGINE_CFG_O_BACKEND},                   \
+    {"threads", required_argument, NULL, ENGINE_CFG_O_THREADS},                   \
+    {"max-num-seqs", required_argument, NULL, ENGINE_CFG_O_SEQS}
+#define ENGINE_CFG_LONGOPTS_SHAPE                                                 \
+    {"max-num-batched-tokens", required_argument, NULL, ENGINE_CFG_O_BATCHED},    \
+    {"max-model-len", required_argument, NULL, ENGINE_CFG_O_MAXLEN},              \
+    {"block-size", required_argument, NULL, ENGINE_CFG_O_BLOCK}
+// clang-format on
+
+/* Handles getopt_long's value opt when it is one of the engine flags above: appends its key and
+ * value to f. Returns 1 when handled, 0 when opt is not an engine flag (f untouched), -1 when f is
+ * full. */
+int engine_cfg_flag_opt(struct engine_cfg_flags *f, int opt, const char *value);
+
 /* Fills *c for a command that opens an engine: defaults < the file (config, may be NULL) < LLMQ_*
  * environment < the flags f, in order; not yet validated (the caller adjusts, then validates).
  * Returns 0, or the exit status after printing "llmq <cmd>: ..." on stderr (1 for a bad file or
