@@ -4,29 +4,9 @@
 # JSON line must carry the foreground's numbers and a background section, and the background must
 # have kept to the long lane's token budget. Also: long contexts past the model's native length
 # (--max-model-len above max_position_embeddings enables YaRN, logged).
-set -u
-fail=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { # check NAME WANT_RC CMD... ; stdout in $out, stderr in $tmp/err
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>"$tmp/err"); local rc=$?
-  if [ "$rc" -ne "$want" ]; then bad "$name: exit $rc, want $want; $(tail -3 "$tmp/err") $out"; else ok "$name"; fi
-}
-# py EXPR: evaluates a Python expression over the JSON line in $out (as d); fails the test when false
-py() {
-  local label=$1 expr=$2
-  if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if eval(sys.argv[2]) else 1)' "$out" "$expr"; then
-    ok "$label"
-  else
-    bad "$label: $expr is false for $out"
-  fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
-"$LLMQ_BIN" make-tiny-model "$tmp/m" >/dev/null || { echo "FAIL make-tiny-model"; exit 1; }
+tiny_model "$tmp/m"
 fg=("$LLMQ_BIN" bench --model "$tmp/m" --workload chat -n 12 --input-len 48 --output-len 6 --backend cpu
   --threads 1 --max-num-batched-tokens 256)
 bg=(--background longdoc:2 --background-input-len 1200 --background-output-len 4)
@@ -87,5 +67,4 @@ check "within the native length" 0 "$LLMQ_BIN" bench --model "$tmp/short" --work
   --input-len 200 --output-len 4 --backend cpu --threads 1
 grep -q "YaRN" "$tmp/err" && bad "YaRN enabled within the native length: $(cat "$tmp/err")" || ok "no YaRN within 256"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -11,26 +11,9 @@
 # while the token budget lasts and one more chunked into what is left: k1 = ceil(budget /
 # input_len) when the pool and max_num_seqs allow, and k1 = 1 with --max-num-seqs 1 (each request
 # runs alone). Without a shared prefix nothing is found; with the cache off nothing is counted.
-set -u
-fail=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { # check NAME WANT_RC CMD... ; stdout in $out, stderr in $tmp/err
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>"$tmp/err"); local rc=$?
-  if [ "$rc" -ne "$want" ]; then bad "$name: exit $rc, want $want; $(tail -3 "$tmp/err") $out"; else ok "$name"; fi
-}
-# field NAME: a key of the JSON line in $out
-field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1])[sys.argv[2]]; print(json.dumps(v))' "$out" "$1"; }
-expect() { # expect LABEL KEY WANT
-  local got; got=$(field "$2")
-  if [ "$got" = "$3" ]; then ok "$1: $2 = $3"; else bad "$1: $2 = $got, want $3"; fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
-"$LLMQ_BIN" make-tiny-model "$tmp/m" >/dev/null || { echo "FAIL make-tiny-model"; exit 1; }
+tiny_model "$tmp/m"
 N=100 L=200 BS=16 REQ=6
 P=$(( (N < L - 1 ? N : L - 1) / BS * BS )) # 96
 run=("$LLMQ_BIN" bench --model "$tmp/m" --workload summarize -n $REQ --input-len $L --output-len 4
@@ -83,5 +66,4 @@ expect "cache off" prefix_cache_queries 0
 expect "cache off" prefix_cache_hits 0
 grep -q "prefix caching off" "$tmp/err" || bad "cache off: the engine does not log it: $(cat "$tmp/err")"
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

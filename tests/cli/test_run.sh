@@ -2,41 +2,30 @@
 # `llmq run` end to end on a tiny random model (CPU backend): mixed good and bad lines, input order,
 # both OpenAI shapes, token ids, logprobs, context limits, and batch independence (a greedy or
 # seeded job gives the same tokens alone, in a big batch, and in a batch of two at a time).
-set -u
-fail=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-check() { # check NAME WANT_RC CMD... ; stdout+stderr in $out
-  local name=$1 want=$2; shift 2
-  out=$("$@" 2>&1); local rc=$?
-  if [ "$rc" -ne "$want" ]; then bad "$name: exit $rc, want $want; output: $out"; else ok "$name"; fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # ---- the command line
-check "--help" 0 "$LLMQ_BIN" run --help
+check_merged "--help" 0 "$LLMQ_BIN" run --help
 echo "$out" | grep -q "Usage: llmq run" || bad "--help has no Usage line"
-check "bad flag" 2 "$LLMQ_BIN" run --no-such-flag
+check_merged "bad flag" 2 "$LLMQ_BIN" run --no-such-flag
 echo "$out" | grep -q -- "--no-such-flag" || bad "bad flag not named: $out"
-check "no input" 2 "$LLMQ_BIN" run --model "$tmp/m" --output "$tmp/o"
+check_merged "no input" 2 "$LLMQ_BIN" run --model "$tmp/m" --output "$tmp/o"
 echo "$out" | grep -q -- "--input is required" || bad "missing --input not explained: $out"
-check "no output" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i"
-check "no model" 2 env -u LLMQ_CONFIG "$LLMQ_BIN" run --input "$tmp/i" --output "$tmp/o"
+check_merged "no output" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i"
+check_merged "no model" 2 env -u LLMQ_CONFIG "$LLMQ_BIN" run --input "$tmp/i" --output "$tmp/o"
 echo "$out" | grep -q -- "--model is required" || bad "missing --model not explained: $out"
-check "bad value" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" --max-num-seqs abc
+check_merged "bad value" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" --max-num-seqs abc
 echo "$out" | grep -q -- "--max-num-seqs" || bad "bad value does not name the flag: $out"
-check "bad backend" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" --backend tpu
-check "extra argument" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" extra
+check_merged "bad backend" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" --backend tpu
+check_merged "extra argument" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i" --output "$tmp/o" extra
 
-check "make-tiny-model" 0 "$LLMQ_BIN" make-tiny-model "$tmp/model"
+check_merged "make-tiny-model" 0 "$LLMQ_BIN" make-tiny-model "$tmp/model"
 M=$tmp/model
-check "input missing" 1 "$LLMQ_BIN" run --model "$M" --input "$tmp/nope.jsonl" --output "$tmp/o"
+check_merged "input missing" 1 "$LLMQ_BIN" run --model "$M" --input "$tmp/nope.jsonl" --output "$tmp/o"
 echo "$out" | grep -q "nope.jsonl" || bad "missing input not named: $out"
 echo '{"prompt": "a"}' >"$tmp/one.jsonl"
-check "model missing" 1 "$LLMQ_BIN" run --model "$tmp/no-model" --input "$tmp/one.jsonl" --output "$tmp/o"
-check "same file" 2 "$LLMQ_BIN" run --model "$M" --input "$tmp/one.jsonl" --output "$tmp/one.jsonl"
+check_merged "model missing" 1 "$LLMQ_BIN" run --model "$tmp/no-model" --input "$tmp/one.jsonl" --output "$tmp/o"
+check_merged "same file" 2 "$LLMQ_BIN" run --model "$M" --input "$tmp/one.jsonl" --output "$tmp/one.jsonl"
 
 # ---- a mixed batch
 long=$(printf 'x%.0s' $(seq 1 200))
@@ -58,11 +47,11 @@ this is not JSON
 EOF
 # job "a" alone first: its 5th generated id becomes a stop id for the last job
 head -1 "$tmp/in.jsonl" >"$tmp/a.jsonl"
-check "run one job" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/a.jsonl" --output "$tmp/a.out" --backend cpu --threads 2
+check_merged "run one job" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/a.jsonl" --output "$tmp/a.out" --backend cpu --threads 2
 echo "$out" | grep -q "1 job: 1 completed, 0 failed" || bad "summary line: $out"
 stopid=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["token_ids"][4])' "$tmp/a.out")
 sed -i "s/STOPID/$stopid/" "$tmp/in.jsonl"
-check "run mixed" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/in.jsonl" --output "$tmp/out.jsonl" \
+check_merged "run mixed" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/in.jsonl" --output "$tmp/out.jsonl" \
   --backend cpu --max-model-len 64 --threads 2
 echo "$out" | grep -q "13 jobs: 9 completed, 4 failed" || bad "summary line: $out"
 printf '%s' "$out" | grep -q $'\r' && bad "progress drawn although stderr is not a terminal"
@@ -156,8 +145,8 @@ with open(sys.argv[1], "w") as f:
             job.update(temperature=0.9, top_p=0.95, seed=100 + i)
         f.write(json.dumps(job) + "\n")
 EOF
-check "big batch" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/many.jsonl" --output "$tmp/many.out" --backend cpu --threads 2
-check "two at a time" 0 "$LLMQ_BIN" run --model "$M" --input - --output - --backend cpu --threads 2 \
+check_merged "big batch" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/many.jsonl" --output "$tmp/many.out" --backend cpu --threads 2
+check_merged "two at a time" 0 "$LLMQ_BIN" run --model "$M" --input - --output - --backend cpu --threads 2 \
   --max-num-seqs 2 --max-num-batched-tokens 64 <"$tmp/many.jsonl"
 printf '%s\n' "$out" | grep '^{' >"$tmp/many2.out"
 for i in 0 4 13 29; do
@@ -198,7 +187,7 @@ EOF
 printf '%s\n' '{"id": "t", "template": "greet", "vars": {"name": "Ada"}, "ignore_eos": true}' \
   '{"id": "d", "prompt": "x", "ignore_eos": true}' '{"id": "o", "prompt": "x", "max_tokens": 2}' \
   '{"id": "n", "template": "nope"}' >"$tmp/tpl.jsonl"
-check "config and templates" 0 "$LLMQ_BIN" run -c "$tmp/llmq.yaml" --model "$M" --input "$tmp/tpl.jsonl" --output "$tmp/tpl.out" --backend cpu
+check_merged "config and templates" 0 "$LLMQ_BIN" run -c "$tmp/llmq.yaml" --model "$M" --input "$tmp/tpl.jsonl" --output "$tmp/tpl.out" --backend cpu
 if python3 - "$tmp/tpl.out" <<'EOF'
 import json, sys
 t, d, o, n = [json.loads(l) for l in open(sys.argv[1])]
@@ -211,7 +200,7 @@ for m in errs: print("FAIL", m)
 sys.exit(1 if errs else 0)
 EOF
 then ok "config defaults and templates"; else bad "config defaults and templates"; fi
-check "template without config" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/tpl.jsonl" --output "$tmp/tpl2.out" --backend cpu
+check_merged "template without config" 0 "$LLMQ_BIN" run --model "$M" --input "$tmp/tpl.jsonl" --output "$tmp/tpl2.out" --backend cpu
 head -1 "$tmp/tpl2.out" | grep -q "templates are not configured" || bad "template without config: $(head -1 "$tmp/tpl2.out")"
 
 # ---- the progress bar appears on a terminal (script gives the command a pseudo-terminal)
@@ -221,5 +210,4 @@ if command -v script >/dev/null; then
     bad "no progress bar on a terminal: $(tr '\r' '\n' <"$tmp/tty.log" | tail -3)"; fi
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -18,6 +18,8 @@
 #include "engine/log.h"
 #include "engine/model.h"
 
+#include "cpu_test.h"
+
 /* ---- random in-memory models */
 
 struct shape {
@@ -293,23 +295,10 @@ static struct backend *open_cpu(const struct tmodel *t, int block_size, int64_t 
     o.threads = 2;
     o.kv_cache_bytes = kv_bytes;
     o.kv_dtype = DT_F32;
-    char err[512] = "";
-    struct backend *be = backend_open("cpu", &t->m, &o, err, sizeof err);
-    if (!be) {
-        print_error("backend_open: %s\n", err);
-        fail();
-    }
+    struct backend *be = cpu_test_backend(&t->m, &o);
     assert_string_equal(backend_name(be), "cpu");
     assert_int_equal(be->block_size, block_size);
     return be;
-}
-
-static struct sampling_params greedy_lp(void)
-{
-    struct sampling_params sp = sampling_params_default();
-    sp.temperature = 0;
-    sp.logprobs = SAMPLING_MAX_LOGPROBS;
-    return sp;
 }
 
 /* A sequence as a test drives it: its tokens, its block table, and the steps (chunk sizes). */
@@ -335,35 +324,17 @@ static void tseq_init(struct tseq *s, const int32_t *tokens, int n, int block_si
 
 static struct be_seq tseq_step(const struct tseq *s, int n_new, const struct sampling_params *sp)
 {
-    struct be_seq b = {0};
-    b.tokens = s->tokens;
-    b.pos = s->pos;
-    b.n_new = n_new;
-    b.n_tokens = s->pos + n_new; /* the step always samples: logits at its last token */
-    b.n_prompt = b.n_tokens;
-    b.block_table = s->table;
-    b.n_blocks = s->n_blocks;
-    b.sample = true;
-    b.sp = sp;
-    return b;
-}
-
-static void step_ok(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
-{
-    if (backend_step(be, seqs, n, out) != 0) {
-        print_error("step failed: %s\n", be->err);
-        fail();
-    }
+    return cpu_test_seq(s->tokens, s->pos, n_new, s->table, s->n_blocks, sp);
 }
 
 /* Runs s in chunks of `chunk` tokens (0 = all at once); out[p] for each step's last position p. */
 static void run_chunks(struct backend *be, struct tseq *s, int chunk, struct be_out *out)
 {
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(SAMPLING_MAX_LOGPROBS);
     while (s->pos < s->n) {
         int k = chunk > 0 && s->n - s->pos > chunk ? chunk : s->n - s->pos;
         struct be_seq b = tseq_step(s, k, &sp);
-        step_ok(be, &b, 1, &out[s->pos + k - 1]);
+        cpu_test_step(be, &b, 1, &out[s->pos + k - 1]);
         s->pos += k;
     }
 }
@@ -534,7 +505,7 @@ static void test_batch_equals_alone(void **state)
         struct sampling_params sps[NS];
         for (int i = 0; i < NS; i++) {
             random_tokens(tok[i], lens[i], t->sh->V);
-            sps[i] = greedy_lp();
+            sps[i] = cpu_test_greedy(SAMPLING_MAX_LOGPROBS);
             if (i % 2) { /* seeded sampling on two of them */
                 sps[i].temperature = 0.9f;
                 sps[i].top_k = 50;
@@ -548,7 +519,7 @@ static void test_batch_equals_alone(void **state)
             tseq_init(&s[i], tok[i], lens[i], 8, i * 8, 1);
             while (s[i].pos < s[i].n) {
                 struct be_seq b = tseq_step(&s[i], 1, &sps[i]);
-                step_ok(be, &b, 1, &alone[i][s[i].pos]);
+                cpu_test_step(be, &b, 1, &alone[i][s[i].pos]);
                 s[i].pos++;
             }
         }
@@ -572,7 +543,7 @@ static void test_batch_equals_alone(void **state)
             }
             if (nb == 0)
                 break;
-            step_ok(be, b, nb, o);
+            cpu_test_step(be, b, nb, o);
             for (int j = 0; j < nb; j++) {
                 int i = idx[j];
                 s[i].pos += b[j].n_new;
@@ -598,14 +569,14 @@ static void test_sample_flag(void **state)
     struct tseq a, b;
     tseq_init(&a, tok, 10, 4, 0, 1);
     tseq_init(&b, tok, 10, 4, 3, 1);
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(SAMPLING_MAX_LOGPROBS);
     struct be_seq s[2] = {tseq_step(&a, 6, &sp), tseq_step(&b, 10, &sp)};
     s[0].sample = false;
     s[0].n_tokens = 10; /* more tokens follow in a later step */
     s[0].n_prompt = 10;
     struct be_out out[2];
     memset(out, 0x5a, sizeof out);
-    step_ok(be, s, 2, out);
+    cpu_test_step(be, s, 2, out);
     const unsigned char *raw = (const unsigned char *)&out[0];
     for (size_t i = 0; i < sizeof out[0]; i++)
         assert_int_equal(raw[i], 0x5a);
@@ -613,7 +584,7 @@ static void test_sample_flag(void **state)
     /* continuing the first one gives what one go gives */
     a.pos = 6;
     struct be_seq s2 = tseq_step(&a, 4, &sp);
-    step_ok(be, &s2, 1, &out[0]);
+    cpu_test_step(be, &s2, 1, &out[0]);
     expect_same(&out[0], &out[1], 9);
     backend_free(be);
     free_model(t);
@@ -627,7 +598,7 @@ static void test_step_errors(void **state)
     struct backend *be = open_cpu(t, 4, 0);
     int32_t tok[10];
     random_tokens(tok, 10, t->sh->V);
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(SAMPLING_MAX_LOGPROBS);
     struct tseq a;
     tseq_init(&a, tok, 10, 4, 0, 1);
     struct be_out o;
@@ -656,7 +627,7 @@ static void test_step_errors(void **state)
     assert_non_null(strstr(be->err, "sample"));
 
     s = tseq_step(&a, 10, &sp); /* and a good step still works */
-    step_ok(be, &s, 1, &o);
+    cpu_test_step(be, &s, 1, &o);
     assert_int_equal(backend_step(be, &s, 0, &o), 0);
     backend_free(be);
     free_model(t);

@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,62 +29,20 @@
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 
-#define NTOP SAMPLING_MAX_LOGPROBS
+#include "cpu_test.h"
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#define NTOP SAMPLING_MAX_LOGPROBS
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rng(void)
 {
-    return splitmix(&rng_state);
+    return cpu_test_splitmix(&rng_state);
 }
 
 static void random_tokens(int32_t *t, int n, int V)
 {
     for (int i = 0; i < n; i++)
         t[i] = (int32_t)(rng() % (uint64_t)V);
-}
-
-/* ---- fixtures: tiny checkpoints in a temporary folder */
-
-struct fixture {
-    char dir[256];
-    struct model *m;
-};
-
-static void fixture_open(struct fixture *f, const struct tiny_opts *o)
-{
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%.200s/llmq-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
-    char err[512] = "";
-    if (tiny_model_write(f->dir, o, err, sizeof err) || !(f->m = model_load(f->dir, err, sizeof err))) {
-        print_error("fixture: %s\n", err);
-        fail();
-    }
-}
-
-static void fixture_close(struct fixture *f)
-{
-    model_free(f->m);
-    DIR *d = opendir(f->dir);
-    if (d) {
-        struct dirent *e;
-        char path[600];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%.255s", f->dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(f->dir);
 }
 
 /* The shapes of tests/gpu/test_cuda_backend.c, and a one-layer Qwen3 */
@@ -142,47 +99,7 @@ static struct backend *open_cpu(const struct model *m, struct be_cfg c)
     o.cuda_graphs = c.graphs;
     o.emulate_bf16 = c.emu;
     o.emulate_bf16_jitter = c.jitter;
-    char err[512] = "";
-    struct backend *be = backend_open("cpu", m, &o, err, sizeof err);
-    if (!be) {
-        print_error("backend_open: %s\n", err);
-        fail();
-    }
-    return be;
-}
-
-static struct sampling_params greedy_lp(void)
-{
-    struct sampling_params sp = sampling_params_default();
-    sp.temperature = 0;
-    sp.logprobs = NTOP;
-    return sp;
-}
-
-/* One step of sequence `tok` running tokens [pos, pos + n_new), sampling at its end, blocks table[] */
-static struct be_seq seq_step(const int32_t *tok, int pos, int n_new, const int32_t *table, int n_blocks,
-                              const struct sampling_params *sp)
-{
-    struct be_seq b;
-    memset(&b, 0, sizeof b);
-    b.tokens = tok;
-    b.pos = pos;
-    b.n_new = n_new;
-    b.n_tokens = pos + n_new;
-    b.n_prompt = b.n_tokens;
-    b.block_table = table;
-    b.n_blocks = n_blocks;
-    b.sample = true;
-    b.sp = sp;
-    return b;
-}
-
-static void step_ok(struct backend *be, const struct be_seq *s, int n, struct be_out *out)
-{
-    if (backend_step(be, s, n, out) != 0) {
-        print_error("step failed: %s\n", be->err);
-        fail();
-    }
+    return cpu_test_backend(m, &o);
 }
 
 static void contiguous(int32_t *table, int n, int first)
@@ -195,12 +112,12 @@ static void contiguous(int32_t *table, int n, int first)
 static void run_steps(struct backend *be, const int32_t *tok, int n, const int *sizes, int n_sizes,
                       const int32_t *table, int n_blocks, struct be_out *out)
 {
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(NTOP);
     for (int pos = 0, k = 0; pos < n; k++) {
         int c = sizes[k < n_sizes ? k : n_sizes - 1];
         c = c < n - pos ? c : n - pos;
-        struct be_seq s = seq_step(tok, pos, c, table, n_blocks, &sp);
-        step_ok(be, &s, 1, &out[pos + c - 1]);
+        struct be_seq s = cpu_test_seq(tok, pos, c, table, n_blocks, &sp);
+        cpu_test_step(be, &s, 1, &out[pos + c - 1]);
         pos += c;
     }
 }
@@ -479,10 +396,10 @@ static void run_prefixes(struct backend *be, const int32_t *tok, int n, struct b
 {
     int32_t table[64];
     contiguous(table, 64, 0);
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(NTOP);
     for (int p = 1; p < n; p++) {
-        struct be_seq s = seq_step(tok, 0, p + 1, table, (p + 16) / 16, &sp);
-        step_ok(be, &s, 1, &out[p]);
+        struct be_seq s = cpu_test_seq(tok, 0, p + 1, table, (p + 16) / 16, &sp);
+        cpu_test_step(be, &s, 1, &out[p]);
     }
 }
 
@@ -497,8 +414,8 @@ static void test_against_reference(void **state)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const char *name;
         struct tiny_opts o = shape_opts(shapes[si], &name);
-        struct fixture fx;
-        fixture_open(&fx, &o);
+        struct cpu_test_fixture fx;
+        cpu_test_fixture_open(&fx, &o, "emu");
         const int V = fx.m->cfg.vocab;
         int32_t tok[N];
         random_tokens(tok, N, V);
@@ -535,7 +452,7 @@ static void test_against_reference(void **state)
         assert_true(de.max < 0.1);
         free(ref_emu);
         free(ref_f32);
-        fixture_close(&fx);
+        cpu_test_fixture_close(&fx);
     }
 }
 
@@ -550,13 +467,13 @@ static void lockstep(struct backend **be, int nbe, const int *lens, int ns, int 
     assert_true(ns <= MAXS);
     int32_t tok[MAXS][MAXT], table[MAXS][MAXT / 16 + 1];
     int nt[MAXS], pos[MAXS];
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(NTOP);
     sp.logprobs = 5;   /* as the GPU test compares */
     uint64_t seed = 7; /* the prompts of the GPU test's direct/whole */
     for (int i = 0; i < ns; i++) {
         assert_true(lens[i] + n_new <= MAXT);
         for (int j = 0; j < lens[i]; j++)
-            tok[i][j] = (int32_t)(splitmix(&seed) % (uint64_t)V);
+            tok[i][j] = (int32_t)(cpu_test_splitmix(&seed) % (uint64_t)V);
         nt[i] = lens[i], pos[i] = 0;
         contiguous(table[i], MAXT / 16 + 1, i * (MAXT / 16 + 1));
     }
@@ -564,9 +481,9 @@ static void lockstep(struct backend **be, int nbe, const int *lens, int ns, int 
         struct be_seq s[MAXS];
         struct be_out out[4][MAXS];
         for (int i = 0; i < ns; i++)
-            s[i] = seq_step(tok[i], pos[i], nt[i] - pos[i], table[i], MAXT / 16 + 1, &sp);
+            s[i] = cpu_test_seq(tok[i], pos[i], nt[i] - pos[i], table[i], MAXT / 16 + 1, &sp);
         for (int k = 0; k < nbe; k++)
-            step_ok(be[k], s, ns, out[k]);
+            cpu_test_step(be[k], s, ns, out[k]);
         for (int i = 0; i < ns; i++) {
             for (int k = 1; k < nbe; k++)
                 diff_out(&d[k - 1], &out[0][i], &out[k][i]);
@@ -586,8 +503,8 @@ static void test_fixture_sizes(void **state)
     for (int si = 0; si < 4; si++) {
         const char *name;
         struct tiny_opts o = shape_opts(si, &name);
-        struct fixture fx;
-        fixture_open(&fx, &o);
+        struct cpu_test_fixture fx;
+        cpu_test_fixture_open(&fx, &o, "emu");
         struct backend *be[4] = {open_cpu(fx.m, (struct be_cfg){.emu = true}),
                                  open_cpu(fx.m, (struct be_cfg){0}),
                                  open_cpu(fx.m, (struct be_cfg){.emu = true, .jitter = 0x6a177e5}),
@@ -606,7 +523,7 @@ static void test_fixture_sizes(void **state)
         assert_true(d[2].max == d[0].max && d[2].sum == d[0].sum && d[2].ids == d[0].ids);
         for (int k = 0; k < 4; k++)
             backend_free(be[k]);
-        fixture_close(&fx);
+        cpu_test_fixture_close(&fx);
     }
 }
 
@@ -621,8 +538,8 @@ static void test_invariants(void **state)
     for (int si = 0; si < 3; si += 2) {
         const char *name;
         struct tiny_opts o = shape_opts(si, &name);
-        struct fixture fx;
-        fixture_open(&fx, &o);
+        struct cpu_test_fixture fx;
+        cpu_test_fixture_open(&fx, &o, "emu");
         int32_t tok[N], tok2[N], table[NB];
         random_tokens(tok, N, fx.m->cfg.vocab);
         random_tokens(tok2, N, fx.m->cfg.vocab);
@@ -657,17 +574,18 @@ static void test_invariants(void **state)
         int32_t t1[NB], t2[NB];
         for (int i = 0; i < NB; i++)
             t1[i] = 2 * i + 1, t2[i] = 2 * i;
-        struct sampling_params sp = greedy_lp();
+        struct sampling_params sp = cpu_test_greedy(NTOP);
         for (int pos = 0; pos < N;) {
             int c = pos == 0 ? 110 : 1;
-            struct be_seq s[2] = {seq_step(tok2, pos, c, t2, NB, &sp), seq_step(tok, pos, c, t1, NB, &sp)};
+            struct be_seq s[2] = {cpu_test_seq(tok2, pos, c, t2, NB, &sp),
+                                  cpu_test_seq(tok, pos, c, t1, NB, &sp)};
             struct be_out out[2];
-            step_ok(be, s, 2, out);
+            cpu_test_step(be, s, 2, out);
             pos += c;
             expect_same(&out[1], &base[pos - 1], "batched", pos - 1);
         }
         backend_free(be);
-        fixture_close(&fx);
+        cpu_test_fixture_close(&fx);
     }
 }
 
@@ -679,8 +597,8 @@ static void test_layouts(void **state)
     enum { N = 60, LONG = 1030, OTHER = 1300 };
     const char *name;
     struct tiny_opts o = shape_opts(0, &name);
-    struct fixture fx;
-    fixture_open(&fx, &o);
+    struct cpu_test_fixture fx;
+    cpu_test_fixture_open(&fx, &o, "emu");
     const int V = fx.m->cfg.vocab;
 
     /* token by token (decode rows) vs prefixes (prefill rows): close, not equal; fp32: equal */
@@ -722,23 +640,23 @@ static void test_layouts(void **state)
     struct backend *be[3] = {open_cpu(fx.m, (struct be_cfg){.emu = true}),
                              open_cpu(fx.m, (struct be_cfg){.emu = true}),
                              open_cpu(fx.m, (struct be_cfg){.emu = true, .graphs = true})};
-    struct sampling_params sp = greedy_lp();
+    struct sampling_params sp = cpu_test_greedy(NTOP);
     struct be_out out[3][2];
     int same_graph_le1024 = 0, same_graph_gt1024 = 0, same_beside = 0, n_le = 0, n_gt = 0;
     struct diff dg = {0}, db = {0};
     for (int pos = 0; pos < LONG;) {
         int c = pos == 0 ? 1000 : 1;
-        struct be_seq alone = seq_step(lt, pos, c, lt_tab, LONG / 16 + 1, &sp);
-        step_ok(be[0], &alone, 1, out[0]);
-        step_ok(be[2], &alone, 1, out[2]);
+        struct be_seq alone = cpu_test_seq(lt, pos, c, lt_tab, LONG / 16 + 1, &sp);
+        cpu_test_step(be[0], &alone, 1, out[0]);
+        cpu_test_step(be[2], &alone, 1, out[2]);
         /* beside: the other sequence prefills with the first chunk, then decodes next to it */
-        struct be_seq two[2] = {alone, seq_step(ot, pos == 0 ? 0 : OTHER - 1, pos == 0 ? OTHER - 1 : 1,
-                                                ot_tab, OTHER / 16 + 1, &sp)};
+        struct be_seq two[2] = {alone, cpu_test_seq(ot, pos == 0 ? 0 : OTHER - 1, pos == 0 ? OTHER - 1 : 1,
+                                                    ot_tab, OTHER / 16 + 1, &sp)};
         if (pos == 0)
-            step_ok(be[1], two, 2, out[1]);
+            cpu_test_step(be[1], two, 2, out[1]);
         else {
             two[1].pos = OTHER - 1, two[1].n_new = 1, two[1].n_tokens = OTHER;
-            step_ok(be[1], two, 2, out[1]);
+            cpu_test_step(be[1], two, 2, out[1]);
         }
         pos += c;
         if (pos == 1000)
@@ -762,7 +680,7 @@ static void test_layouts(void **state)
         backend_free(be[k]);
     free(lt);
     free(ot);
-    fixture_close(&fx);
+    cpu_test_fixture_close(&fx);
 }
 
 /* ---- weights */
@@ -791,8 +709,8 @@ static void test_weights_rounded_once(void **state)
     (void)state;
     const char *name;
     struct tiny_opts o = shape_opts(3, &name); /* float32 */
-    struct fixture fx;
-    fixture_open(&fx, &o);
+    struct cpu_test_fixture fx;
+    cpu_test_fixture_open(&fx, &o, "emu");
     struct model r = *fx.m;
     struct layer_weights lw[4];
     void *keep[64];
@@ -836,7 +754,7 @@ static void test_weights_rounded_once(void **state)
     }
     for (int i = 0; i < nk; i++)
         free(keep[i]);
-    fixture_close(&fx);
+    cpu_test_fixture_close(&fx);
 }
 
 int main(void)

@@ -15,7 +15,6 @@
 #include <stdint.h>
 
 #include <cmocka.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,8 @@
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 
+#include "cpu_test.h"
+
 #define NTOP 5
 #define NTOK 150      /* tokens per test sequence */
 #define PREFILL 40    /* first step; then one token per step */
@@ -36,18 +37,10 @@
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rng(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return cpu_test_splitmix(&rng_state);
 }
 
-struct fixture {
-    char dir[256];
-    struct model *m;
-};
-
-static void fixture_open(struct fixture *f, int shape, const char **name)
+static void fixture_open(struct cpu_test_fixture *f, int shape, const char **name)
 {
     struct tiny_opts o = tiny_opts_default();
     if (shape == 0) {
@@ -58,31 +51,7 @@ static void fixture_open(struct fixture *f, int shape, const char **name)
         o.hidden = 256, o.heads = 8, o.kv_heads = 2, o.head_dim = 128, o.intermediate = 512, o.layers = 3;
         o.tie = false, o.vocab = 1000, o.seed = 1;
     }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(f->dir, sizeof f->dir, "%.200s/llmq-kvfp8-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    assert_non_null(mkdtemp(f->dir));
-    char err[512] = "";
-    if (tiny_model_write(f->dir, &o, err, sizeof err) || !(f->m = model_load(f->dir, err, sizeof err))) {
-        print_error("fixture: %s\n", err);
-        fail();
-    }
-}
-
-static void fixture_close(struct fixture *f)
-{
-    model_free(f->m);
-    DIR *d = opendir(f->dir);
-    if (d) {
-        struct dirent *e;
-        char path[600];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%.255s", f->dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(f->dir);
+    cpu_test_fixture_open(f, &o, "kvfp8");
 }
 
 struct be_cfg {
@@ -105,13 +74,7 @@ static struct backend *open_cpu(const struct model *m, struct be_cfg c)
     o.kv_dtype = c.fp8 ? DT_F8_E4M3 : DT_F32;
     o.emulate_bf16 = c.emu;
     o.emulate_bf16_jitter = c.jitter;
-    char err[512] = "";
-    struct backend *be = backend_open("cpu", m, &o, err, sizeof err);
-    if (!be) {
-        print_error("backend_open: %s\n", err);
-        fail();
-    }
-    return be;
+    return cpu_test_backend(m, &o);
 }
 
 /* Runs tok[0 .. NTOK) teacher-forced in steps of `chunk` tokens (the first of PREFILL), blocks
@@ -132,20 +95,12 @@ static void run(struct backend *be, const int32_t *tok, int chunk, bool shuffled
         for (int i = 0; i < nb; i++)
             table[i] += 3;
     }
-    struct sampling_params sp = sampling_params_default();
-    sp.temperature = 0;
-    sp.logprobs = NTOP;
+    struct sampling_params sp = cpu_test_greedy(NTOP);
     for (int pos = 0; pos < NTOK;) {
         int n = pos == 0 ? PREFILL : chunk;
         n = n < NTOK - pos ? n : NTOK - pos;
-        struct be_seq s;
-        memset(&s, 0, sizeof s);
-        s.tokens = tok, s.n_prompt = pos + n, s.n_tokens = pos + n, s.pos = pos, s.n_new = n;
-        s.block_table = table, s.n_blocks = nb, s.sample = true, s.sp = &sp;
-        if (backend_step(be, &s, 1, &out[pos + n - 1]) != 0) {
-            print_error("step failed: %s\n", be->err);
-            fail();
-        }
+        struct be_seq s = cpu_test_seq(tok, pos, n, table, nb, &sp);
+        cpu_test_step(be, &s, 1, &out[pos + n - 1]);
         pos += n;
     }
 }
@@ -196,7 +151,7 @@ static void test_fp8_vs_fp32(void **state)
 {
     (void)state;
     for (int shape = 0; shape < 2; shape++) {
-        struct fixture f;
+        struct cpu_test_fixture f;
         const char *name;
         fixture_open(&f, shape, &name);
         int32_t tok[NTOK];
@@ -225,14 +180,14 @@ static void test_fp8_vs_fp32(void **state)
             backend_free(a);
             backend_free(b);
         }
-        fixture_close(&f);
+        cpu_test_fixture_close(&f);
     }
 }
 
 static void test_invariance(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct cpu_test_fixture f;
     const char *name;
     fixture_open(&f, 1, &name);
     int32_t tok[NTOK];
@@ -273,13 +228,13 @@ static void test_invariance(void **state)
     assert_false(same(ref, got));
     backend_free(e);
     backend_free(j);
-    fixture_close(&f);
+    cpu_test_fixture_close(&f);
 }
 
 static void test_pool_size(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct cpu_test_fixture f;
     const char *name;
     fixture_open(&f, 1, &name);
     const struct model_config *c = &f.m->cfg;
@@ -294,7 +249,7 @@ static void test_pool_size(void **state)
     assert_int_equal(b->num_blocks, (int)(bytes / blk8));
     backend_free(a);
     backend_free(b);
-    fixture_close(&f);
+    cpu_test_fixture_close(&f);
 }
 
 int main(void)
