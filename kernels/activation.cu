@@ -3,6 +3,7 @@
 // Memory-bound elementwise: one thread per 8-element unit (16-byte loads of gate and up,
 // a 16-byte store) when F % 8 == 0 and the buffers are 16-byte aligned, single elements otherwise.
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 // ---- kernels
 
@@ -15,6 +16,7 @@ __device__ __forceinline__ float silu_mul1(float g, float u)
 __global__ void __launch_bounds__(256)
     silu_mul_vec_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, int F8)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int f = blockIdx.y * blockDim.x + threadIdx.x;
     if (f >= F8)
         return;
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256)
     silu_mul_scalar_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, int F)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int f = blockIdx.y * blockDim.x + threadIdx.x;
     if (f >= F)
         return;
@@ -63,9 +66,8 @@ extern "C" int k_silu_mul(const bf16 *gate_up, bf16 *out, int T, int F, cudaStre
     const dim3 grid(T, (n + threads - 1) / threads);
     K_REQUIRE(grid.y <= 65535, "k_silu_mul: F %d too large", F);
     if (vec)
-        silu_mul_vec_kernel<<<grid, threads, 0, stream>>>(gate_up, out, n);
+        K_CHECK(k_launch(silu_mul_vec_kernel, grid, threads, 0, stream, gate_up, out, n));
     else
-        silu_mul_scalar_kernel<<<grid, threads, 0, stream>>>(gate_up, out, n);
-    K_CHECK_LAUNCH();
+        K_CHECK(k_launch(silu_mul_scalar_kernel, grid, threads, 0, stream, gate_up, out, n));
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 namespace
 {
@@ -242,6 +243,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                              const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
                              int KVH, int bs, float sl2)
 {
+    pdl_enter();                    // kernels/launch.cuh
     constexpr int KST = F8 ? 1 : 2; /* bf16 K/V tiles: two stages, or the one converted fp8 tile */
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);                     /* [BM][D] */
@@ -471,6 +473,7 @@ __global__ void __launch_bounds__(DC_THREADS)
                             int KVH, int bs, float sl2, int part_keys, int n_part_max,
                             float *__restrict__ ws_o, float2 *__restrict__ ws_ml)
 {
+    pdl_enter(); // kernels/launch.cuh
     constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
@@ -688,6 +691,7 @@ __global__ void __launch_bounds__(128)
                                    const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                                    bf16 *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
 {
+    pdl_enter();              // kernels/launch.cuh
     constexpr int V = D / 32; /* elements per lane */
     const int gw = blockIdx.x * 4 + threadIdx.y, lane = threadIdx.x;
     const int s = gw / H, h = gw % H;
@@ -804,10 +808,9 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
     const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
     K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
     dim3 grid((unsigned)tiles, KVH, b->n_seqs);
-    attention_prefill_kernel<D, BM, F8><<<grid, BM * 2, prefill_smem<D, BM, F8>(), stream>>>(
-        q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size,
-        sl2);
-    K_CHECK_LAUNCH();
+    K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8>, grid, BM * 2, prefill_smem<D, BM, F8>(), stream, q,
+                     q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+                     block_size, sl2));
     return 0;
 }
 
@@ -821,15 +824,13 @@ int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_ba
     float *ws_o = (float *)ws;
     float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
     dim3 grid(n_part, KVH, b->n_seqs);
-    attention_decode_kernel<D, F8><<<grid, DC_THREADS, decode_smem<D, F8>(), stream>>>(
-        q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2,
-        part, n_part, ws_o, ws_ml);
-    K_CHECK_LAUNCH();
+    K_CHECK(k_launch(attention_decode_kernel<D, F8>, grid, DC_THREADS, decode_smem<D, F8>(), stream, q,
+                     q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+                     block_size, sl2, part, n_part, ws_o, ws_ml));
     if (n_part > 1) {
         const long long warps = (long long)b->n_seqs * H;
-        attention_decode_reduce_kernel<D><<<(unsigned)((warps + 3) / 4), dim3(32, 4), 0, stream>>>(
-            ws_o, ws_ml, b->q_start, b->ctx_len, out, b->n_seqs, H, part, n_part);
-        K_CHECK_LAUNCH();
+        K_CHECK(k_launch(attention_decode_reduce_kernel<D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,
+                         stream, ws_o, ws_ml, b->q_start, b->ctx_len, out, b->n_seqs, H, part, n_part));
     }
     return 0;
 }

@@ -2,6 +2,7 @@
 // Memory-bound copy: one block per token, 16-byte loads (8 bf16) when hidden % 8 == 0 and the
 // pointers are 16-byte aligned, one element per thread otherwise.
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 // ---- kernels
 
@@ -33,6 +34,7 @@ template <> __device__ __forceinline__ float from_bf16<float>(bf16 v)
 template <typename T>
 __global__ void embedding_vec_kernel(const int32_t *ids, const bf16 *table, int vocab, int hidden, T *out)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int t = blockIdx.x;
     const int id = ids[t];
     const int n8 = hidden / 8;
@@ -50,6 +52,7 @@ __global__ void embedding_vec_kernel(const int32_t *ids, const bf16 *table, int 
 template <typename T>
 __global__ void embedding_scalar_kernel(const int32_t *ids, const bf16 *table, int vocab, int hidden, T *out)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int t = blockIdx.x;
     const int id = ids[t];
     T *dst = out + (size_t)t * hidden;
@@ -79,12 +82,13 @@ static int embedding_launch(const int32_t *ids, int n_tokens, const bf16 *table,
     if (hidden % 8 == 0 && aligned16(table) && aligned16(out)) {
         int n8 = hidden / 8;
         int threads = n8 >= 256 ? 256 : (n8 + 31) / 32 * 32;
-        embedding_vec_kernel<T><<<n_tokens, threads, 0, stream>>>(ids, table, vocab, hidden, out);
+        K_CHECK(
+            k_launch(embedding_vec_kernel<T>, n_tokens, threads, 0, stream, ids, table, vocab, hidden, out));
     } else {
         int threads = hidden >= 256 ? 256 : (hidden + 31) / 32 * 32;
-        embedding_scalar_kernel<T><<<n_tokens, threads, 0, stream>>>(ids, table, vocab, hidden, out);
+        K_CHECK(k_launch(embedding_scalar_kernel<T>, n_tokens, threads, 0, stream, ids, table, vocab, hidden,
+                         out));
     }
-    K_CHECK_LAUNCH();
     return 0;
 }
 

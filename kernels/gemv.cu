@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 // ---- device helpers
 
@@ -142,35 +143,52 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         for (int i = 0; i < 4; i++)
             acc[r][i] = 0.f;
 
+    // warp w takes chunks w, w + WARPS, ...; a chunk's weight loads (and scales) are all issued
+    // before its products. Loads are unconditional (no branches between them): rows past N and X
+    // rows past M read row 0 instead (their outputs are not stored), and a lane whose k is past K
+    // reads k = 0 and zeroes its X (product 0; W is finite data). K % 16 == 0: all EPL elements of a
+    // lane are valid or none.
     const int nchunks = (K + CK - 1) / CK;
-#pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
-    for (int c = warp; c < nchunks; c += WARPS) {
-        uint4 wv[U][R][2], xv[U][XL];
-        float sc[U][R];
-        // issue every load of the chunk first. Loads are unconditional (no branches between them):
-        // rows past N and X rows past M read row 0 instead (their outputs are not stored), and a
-        // lane whose k is past K reads k = 0 and zeroes its X (product 0; W is finite data)
+    uint4 wv[U][R][2];
+    float sc[U][R];
+    auto load_w = [&](int c) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int k0 = c * CK + u * STEP;   // first k of the step (warp-uniform)
-            const bool okk = k0 + t * EPL < K;  // K % 16 == 0: all EPL elements valid or none
-            const int kk = okk ? k0 : -t * EPL; // lane's offset from its row start: 0 past K
+            const int k0 = c * CK + u * STEP; // first k of the step (warp-uniform)
+            const int kk = k0 + t * EPL < K ? k0 : -t * EPL;
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
                     wv[u][r][h] = PF && u == 0 ? ld_stream_pf(wrow[r][h] + (ptrdiff_t)kk * WB)
                                                : ld_stream(wrow[r][h] + (ptrdiff_t)kk * WB);
+            if (FP8)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    sc[u][r] = __ldg(srow[r] + (k0 < K ? k0 : 0) / 128);
+        }
+    };
+    // The weights do not depend on the kernel before (PDL, kernels/launch.cuh): the warp's first
+    // chunk is on its way while that kernel finishes.
+    if (warp < nchunks)
+        load_w(warp);
+    pdl_enter();
+#pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
+    for (int c = warp; c < nchunks; c += WARPS) {
+        if (c != warp)
+            load_w(c);
+        uint4 xv[U][XL];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k0 = c * CK + u * STEP;
+            const bool okk = k0 + t * EPL < K;
+            const int kk = okk ? k0 : -t * EPL;
 #pragma unroll
             for (int i = 0; i < XL; i++) {
                 xv[u][i] = ld_x(xrow + kk + 8 * i);
                 if (!okk)
                     xv[u][i] = make_uint4(0, 0, 0, 0);
             }
-            if (FP8)
-#pragma unroll
-                for (int r = 0; r < R; r++)
-                    sc[u][r] = __ldg(srow[r] + (k0 < K ? k0 : 0) / 128);
         }
         // then the products
 #pragma unroll
@@ -261,15 +279,14 @@ static int launch_cfg(int v, const bf16 *X, const void *W, const float *s, void 
     switch (v) {
 #define GEMV_CASE(V, WARPS, U, R, MINB, PF)                                                                  \
     case V:                                                                                                  \
-        gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>                                                         \
-            <<<(N + 16 * R - 1) / (16 * R), 32 * WARPS, 0, stream>>>(X, W, s, Y, y_f32, M, N, K);            \
+        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>, (N + 16 * R - 1) / (16 * R),          \
+                         32 * WARPS, 0, stream, X, W, s, Y, y_f32, M, N, K));                                \
         break;
         GEMV_VARIANTS(GEMV_CASE)
 #undef GEMV_CASE
     default:
         return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
     }
-    K_CHECK_LAUNCH();
     return 0;
 }
 

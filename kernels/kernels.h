@@ -5,6 +5,8 @@
  * - Every pointer is device memory unless its comment says "host". Everything runs on `stream`;
  *   nothing synchronizes. Launchers check their arguments, launch, check the launch, and return
  *   0, or -1 with the reason (file:line and CUDA's message) in k_last_error() (thread-local).
+ * - The kernels of a step are launched with programmatic dependent launch (kernels/launch.cuh): a
+ *   launch may start before the previous kernel on the stream ends, and waits for it on the device.
  * - bf16 is __nv_bfloat16. Activations are row-major [tokens, features]. Weights are row-major
  *   [out, in] as in Hugging Face checkpoints; the fused QKV weight is [(H + 2*KVH) * D, C] (q rows,
  *   then k, then v) and the fused gate/up weight is [2 * F, C] (gate rows, then up).

@@ -17,6 +17,7 @@
 #include <float.h>
 
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 #define QBLK 128
 
@@ -117,6 +118,7 @@ __global__ void __launch_bounds__(256)
 __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__ X, int M, int K,
                                                         uint8_t *__restrict__ Xq, float *__restrict__ x_scale)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int G = K / QBLK;
     const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (wid >= (long)M * G)
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(256)
                            const bf16 *__restrict__ w, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
                            float *__restrict__ out_scale, int rows, int cols, float eps)
 {
+    pdl_enter(); // kernels/launch.cuh
     const size_t row = (size_t)blockIdx.x * cols;
     float *res = residual + row;
     const int G = cols / QBLK, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -200,6 +203,7 @@ __global__ void __launch_bounds__(256)
     silu_mul_fp8_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
                         float *__restrict__ out_scale, int T, int F)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int G = F / QBLK;
     const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     if (wid >= (long)T * G)
@@ -250,8 +254,8 @@ extern "C" int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *
         return 0;
     K_REQUIRE(X && Xq && x_scale, "k_quant_fp8_act: NULL pointer");
     K_REQUIRE(aligned(X, 8) && aligned(Xq, 4) && aligned(x_scale, 4), "k_quant_fp8_act: misaligned pointer");
-    quant_act_kernel<<<warp_grid((long)M * (K / QBLK)), 256, 0, stream>>>(X, M, K, Xq, x_scale);
-    K_CHECK_LAUNCH();
+    K_CHECK(
+        k_launch(quant_act_kernel, warp_grid((long)M * (K / QBLK)), 256, 0, stream, X, M, K, Xq, x_scale));
     return 0;
 }
 
@@ -268,12 +272,11 @@ extern "C" int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, 
                   aligned(outq, 4) && aligned(out_scale, 4),
               "k_add_rmsnorm_fp8: misaligned pointer");
     if (x)
-        add_rmsnorm_fp8_kernel<true>
-            <<<rows, 256, 0, stream>>>(residual, x, w, out, outq, out_scale, rows, cols, eps);
+        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<true>, rows, 256, 0, stream, residual, x, w, out, outq,
+                         out_scale, rows, cols, eps));
     else
-        add_rmsnorm_fp8_kernel<false>
-            <<<rows, 256, 0, stream>>>(residual, x, w, out, outq, out_scale, rows, cols, eps);
-    K_CHECK_LAUNCH();
+        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<false>, rows, 256, 0, stream, residual, x, w, out, outq,
+                         out_scale, rows, cols, eps));
     return 0;
 }
 
@@ -287,8 +290,7 @@ extern "C" int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, flo
     K_REQUIRE(gate_up && outq && out_scale, "k_silu_mul_fp8: NULL pointer");
     K_REQUIRE(aligned(gate_up, 8) && (!out || aligned(out, 8)) && aligned(outq, 4) && aligned(out_scale, 4),
               "k_silu_mul_fp8: misaligned pointer");
-    silu_mul_fp8_kernel<<<warp_grid((long)T * (F / QBLK)), 256, 0, stream>>>(gate_up, out, outq, out_scale, T,
-                                                                             F);
-    K_CHECK_LAUNCH();
+    K_CHECK(k_launch(silu_mul_fp8_kernel, warp_grid((long)T * (F / QBLK)), 256, 0, stream, gate_up, out, outq,
+                     out_scale, T, F));
     return 0;
 }

@@ -7,6 +7,7 @@
 // out per unit: every byte moves once. Scalar path otherwise: two passes over the row (the second
 // re-reads the residual from L1/L2).
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 // ---- kernels
 
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(512)
     rmsnorm_vec_kernel(float *__restrict__ residual, const bf16 *__restrict__ x, const bf16 *__restrict__ w,
                        bf16 *__restrict__ out, int cols, float eps)
 {
+    pdl_enter(); // kernels/launch.cuh
     const int n8 = cols / 8;
     const size_t row = (size_t)blockIdx.x * cols;
     float4 *res = (float4 *)(residual + row);
@@ -120,6 +122,7 @@ __global__ void __launch_bounds__(256)
     rmsnorm_scalar_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
                           const bf16 *__restrict__ w, bf16 *__restrict__ out, int cols, float eps)
 {
+    pdl_enter(); // kernels/launch.cuh
     const size_t row = (size_t)blockIdx.x * cols;
     float *res = residual + row;
     float ss = 0.f;
@@ -168,18 +171,22 @@ static int rmsnorm_launch(float *residual, const bf16 *x, const bf16 *w, bf16 *o
         }
     }
     if (R == 1)
-        rmsnorm_vec_kernel<1, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+        K_CHECK(
+            k_launch(rmsnorm_vec_kernel<1, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
     else if (R == 2)
-        rmsnorm_vec_kernel<2, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+        K_CHECK(
+            k_launch(rmsnorm_vec_kernel<2, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
     else if (R == 4)
-        rmsnorm_vec_kernel<4, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+        K_CHECK(
+            k_launch(rmsnorm_vec_kernel<4, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
     else if (R == 8)
-        rmsnorm_vec_kernel<8, ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+        K_CHECK(
+            k_launch(rmsnorm_vec_kernel<8, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
     else {
         threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
-        rmsnorm_scalar_kernel<ADD><<<rows, threads, 0, stream>>>(residual, x, w, out, cols, eps);
+        K_CHECK(
+            k_launch(rmsnorm_scalar_kernel<ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
     }
-    K_CHECK_LAUNCH();
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 // ---- kernels
 
@@ -68,6 +69,7 @@ __device__ __forceinline__ uint2 e4m3x8(const float (&x)[8], float inv)
 // grid (T), block (threads, a multiple of 32 and of G), dynamic shared D * 4 bytes
 template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
 {
+    pdl_enter(); // kernels/launch.cuh
     constexpr int D = G * 8, HG = G / 2;
     extern __shared__ __align__(16) float smem[];
     float *cs = smem, *sn = smem + D / 2;
@@ -203,6 +205,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
 // Any even D, any alignment: one warp per head item, pass 1 sums squares, pass 2 rotates pairs.
 __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
 {
+    pdl_enter(); // kernels/launch.cuh
     extern __shared__ __align__(16) float smem[];
     const int D = a.D, half = D / 2;
     float *cs = smem, *sn = smem + half;
@@ -261,25 +264,26 @@ static bool aligned16(const void *p)
 }
 
 template <bool F8>
-static void launch_vec(const rope_args &a, int T, int threads, size_t smem, cudaStream_t stream)
+static int launch_vec(const rope_args &a, int T, int threads, size_t smem, cudaStream_t stream)
 {
     switch (a.D / 8) {
     case 2:
-        qk_rope_vec_kernel<2, F8><<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_vec_kernel<2, F8>, T, threads, smem, stream, a));
         break;
     case 4:
-        qk_rope_vec_kernel<4, F8><<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_vec_kernel<4, F8>, T, threads, smem, stream, a));
         break;
     case 8:
-        qk_rope_vec_kernel<8, F8><<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_vec_kernel<8, F8>, T, threads, smem, stream, a));
         break;
     case 16:
-        qk_rope_vec_kernel<16, F8><<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_vec_kernel<16, F8>, T, threads, smem, stream, a));
         break;
     default:
-        qk_rope_vec_kernel<32, F8><<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_vec_kernel<32, F8>, T, threads, smem, stream, a));
         break;
     }
+    return 0;
 }
 
 // threads of the vector path: lanes for all heads of a token, split into the fewest passes of <= 256
@@ -321,12 +325,12 @@ extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm
                      (!bias || aligned16(bias)) && (!q_norm || aligned16(q_norm)) &&
                      (!k_norm || aligned16(k_norm));
     if (vec) {
-        launch_vec<false>(a, T, vec_threads(NH, D), smem, stream);
+        if (launch_vec<false>(a, T, vec_threads(NH, D), smem, stream))
+            return -1;
     } else {
         const int threads = NH >= 8 ? 256 : NH * 32;
-        qk_rope_scalar_kernel<<<T, threads, smem, stream>>>(a);
+        K_CHECK(k_launch(qk_rope_scalar_kernel, T, threads, smem, stream, a));
     }
-    K_CHECK_LAUNCH();
     return 0;
 }
 
@@ -357,7 +361,5 @@ extern "C" int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_
     rope_args a = {qkv,        bias,         q_norm,  k_norm,  eps,    positions, inv_freq,
                    attn_scale, slot_mapping, nullptr, nullptr, H,      KVH,       D,
                    block_size, k_cache,      v_cache, k_scale, v_scale};
-    launch_vec<true>(a, T, vec_threads(H + 2 * KVH, D), (size_t)D * sizeof(float), stream);
-    K_CHECK_LAUNCH();
-    return 0;
+    return launch_vec<true>(a, T, vec_threads(H + 2 * KVH, D), (size_t)D * sizeof(float), stream);
 }

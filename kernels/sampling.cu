@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/launch.cuh"
 
 #define SA_THREADS 256                      // stats_kernel
 #define SB_THREADS 512                      // sample_kernel
@@ -213,6 +214,7 @@ __global__ void __launch_bounds__(SA_THREADS)
     stats_kernel(const float *logits, int V, const struct k_sample_params *params, struct samp_stats *stats,
                  int32_t *top_ids, float *top_lp)
 {
+    pdl_enter(); // kernels/launch.cuh
     __shared__ uint64_t red64[32];
     __shared__ float redf[32];
     __shared__ uint64_t wtop[SA_THREADS / 32][S_TOP];
@@ -685,6 +687,7 @@ __global__ void __launch_bounds__(SB_THREADS, 2)
                   const int32_t *banned, const int32_t *banned_start, const struct samp_stats *stats,
                   uint32_t *ws_keys, int32_t *token, float *logprob)
 {
+    pdl_enter(); // kernels/launch.cuh
     extern __shared__ __align__(16) unsigned char dyn[];
     __shared__ sstate S;
 
@@ -935,11 +938,9 @@ static int sample_launch(float *logits, int n, int V, const struct k_sample_para
     K_REQUIRE(smem <= (size_t)allowed.load(),
               "k_sample: V %d needs %zu bytes of shared memory, the device allows %d", V, smem,
               allowed.load());
-    stats_kernel<VEC><<<n, SA_THREADS, 0, stream>>>(logits, V, params, stats, top_ids, top_lp);
-    K_CHECK_LAUNCH();
-    sample_kernel<VEC><<<n, SB_THREADS, smem, stream>>>(logits, V, Vp, params, hist, hist_start, n_prompt,
-                                                        banned, banned_start, stats, keys, token, logprob);
-    K_CHECK_LAUNCH();
+    K_CHECK(k_launch(stats_kernel<VEC>, n, SA_THREADS, 0, stream, logits, V, params, stats, top_ids, top_lp));
+    K_CHECK(k_launch(sample_kernel<VEC>, n, SB_THREADS, smem, stream, logits, V, Vp, params, hist, hist_start,
+                     n_prompt, banned, banned_start, stats, keys, token, logprob));
     return 0;
 }
 

@@ -1,0 +1,93 @@
+// Kernel launches for the per-step kernels: programmatic dependent launch (PDL) and thread-block
+// clusters, both Hopper (sm_90) features. Included by kernels/*.cu only.
+//
+// PDL. A kernel launched with k_launch may start while the kernel before it on the stream is still
+// running: its CTAs become resident as soon as every CTA of that kernel has called
+// pdl_launch_dependents() (or exited) and there is room on an SM, run whatever does not depend on
+// it (the GEMV loads its first weights, see kernels/gemv.cu), and block in pdl_wait() until it has
+// completed and its writes are visible. What this buys is the gap between two
+// dependent kernels — launch, CTA rasterization and the ramp of the first loads — which at decode (T = 1) is
+// most of a small kernel's time: a token of Qwen3-14B is ~450 kernels of 3–50 µs. It is captured into CUDA
+// graphs as programmatic edges.
+//
+// The rule every kernel launched this way keeps (a kernel that breaks it can let a later kernel
+// read data that is not written yet):
+//   - every CTA calls pdl_wait() before it reads anything an earlier kernel wrote, before it writes
+//     anything, and before any early return: a kernel's completion must imply its predecessor's,
+//     so that waiting on one kernel transitively waits on all before it;
+//   - what runs before pdl_wait() reads only data no kernel of the step writes (weights).
+// pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
+// (kernel tests, cc < 9.0) and compile to nothing below sm_90.
+//
+// LLMQ_PDL=0 in the environment turns the attribute off (for A/B measurements and as an escape
+// hatch); it is read once per process.
+#pragma once
+#include <cuda_runtime.h>
+#include <utility>
+
+#include "kernels/kernels.h"
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The wait and the trigger together, at the top of a kernel with nothing to do before the wait. The
+// trigger comes after the wait (measured: triggering first, which lets a chain of waiting kernels
+// take SM space ahead of time, made decode steps 15-30 % slower on the H200).
+__device__ __forceinline__ void pdl_enter()
+{
+    pdl_wait();
+    pdl_launch_dependents();
+}
+
+// The current device's compute capability major (cached per process; 0 when it cannot be read).
+int k_cc_major(void);
+// Whether k_launch asks for PDL: cc >= 9 and LLMQ_PDL is not "0" (cached per process).
+bool k_pdl_on(void);
+
+// kern<<<grid, block, smem, stream>>>(args...) with the PDL attribute (when k_pdl_on()) and, when
+// cluster_y > 1, clusters of (1, cluster_y, 1) CTAs (the caller checks k_cc_major() >= 9).
+template <typename... P, typename... A>
+static inline cudaError_t k_launch_cluster(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t stream, int cluster_y, A &&...args)
+{
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (k_pdl_on()) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (cluster_y > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1;
+        at[n].val.clusterDim.y = (unsigned)cluster_y;
+        at[n].val.clusterDim.z = 1;
+        n++;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = n ? at : NULL;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
+}
+
+template <typename... P, typename... A>
+static inline cudaError_t k_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t stream, A &&...args)
+{
+    return k_launch_cluster(kern, grid, block, smem, stream, 1, std::forward<A>(args)...);
+}
