@@ -42,8 +42,9 @@ __device__ __forceinline__ void pdl_launch_dependents()
 }
 
 // The wait and the trigger together, at the top of a kernel with nothing to do before the wait. The
-// trigger comes after the wait (measured: triggering first, which lets a chain of waiting kernels
-// take SM space ahead of time, made decode steps 15-30 % slower on the H200).
+// trigger comes after the wait, so at most one kernel waits ahead of the running one. (Triggering
+// first in every kernel measured 12-15 % slower on single-sequence decode on the H200, in builds that
+// also had other experiments on: docs/PERFORMANCE.md, 2026-11-30 later entry.)
 __device__ __forceinline__ void pdl_enter()
 {
     pdl_wait();
