@@ -8,10 +8,11 @@
 #include "engine/chat_template.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/errfmt.h"
 
 #define THINK_OPEN "<think>"
 #define THINK_CLOSE "</think>"
@@ -22,18 +23,6 @@ struct chat_options chat_options_default(void)
 {
     struct chat_options o = {.add_generation_prompt = true, .enable_thinking = true};
     return o;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 /* ---- a growing output buffer; on allocation failure it goes sticky and the caller reports it */
@@ -139,21 +128,21 @@ static int check_role(const char *role, size_t i, char *err, size_t errlen)
 {
     if (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"))
         return 0;
-    return fail(err, errlen, "messages[%zu].role: '%.64s' is not supported (only system, user and assistant)",
-                i, role);
+    return errfmt(err, errlen,
+                  "messages[%zu].role: '%.64s' is not supported (only system, user and assistant)", i, role);
 }
 
 static int check_messages(const struct chat_message *msgs, size_t n, char *err, size_t errlen)
 {
     if (n == 0 || !msgs)
-        return fail(err, errlen, "messages: the list is empty");
+        return errfmt(err, errlen, "messages: the list is empty");
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role)
-            return fail(err, errlen, "messages[%zu].role: missing", i);
+            return errfmt(err, errlen, "messages[%zu].role: missing", i);
         if (check_role(msgs[i].role, i, err, errlen))
             return -1;
         if (!msgs[i].content)
-            return fail(err, errlen, "messages[%zu].content: missing", i);
+            return errfmt(err, errlen, "messages[%zu].content: missing", i);
     }
     return 0;
 }
@@ -240,7 +229,7 @@ int chat_render(const struct chat_message *msgs, size_t n, const struct chat_opt
     }
     if (b.oom) {
         free(b.p);
-        return fail(err, errlen, "chat template: out of memory");
+        return errfmt(err, errlen, "chat template: out of memory");
     }
     *out = b.p;
     return 0;
@@ -257,9 +246,10 @@ static int json_str_field(json_t *v, size_t i, const char *key, bool null_ok, co
         return 0;
     }
     if (!json_is_string(v))
-        return fail(err, errlen, "messages[%zu].%s: expected a string%s", i, key, null_ok ? " or null" : "");
+        return errfmt(err, errlen, "messages[%zu].%s: expected a string%s", i, key,
+                      null_ok ? " or null" : "");
     if (strlen(json_string_value(v)) != json_string_length(v))
-        return fail(err, errlen, "messages[%zu].%s: contains a NUL character", i, key);
+        return errfmt(err, errlen, "messages[%zu].%s: contains a NUL character", i, key);
     *s = json_string_value(v);
     return 0;
 }
@@ -267,7 +257,7 @@ static int json_str_field(json_t *v, size_t i, const char *key, bool null_ok, co
 static int message_from_json(json_t *obj, size_t i, struct chat_message *m, char *err, size_t errlen)
 {
     if (!json_is_object(obj))
-        return fail(err, errlen, "messages[%zu]: expected an object", i);
+        return errfmt(err, errlen, "messages[%zu]: expected an object", i);
     *m = (struct chat_message){0};
     const char *key;
     json_t *v;
@@ -289,17 +279,17 @@ static int message_from_json(json_t *obj, size_t i, struct chat_message *m, char
         } else if (!strcmp(key, "tool_calls")) {
             /* null and [] render exactly like an absent key in the template; anything else is a call */
             if (!json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-                return fail(err, errlen, "messages[%zu].tool_calls: tool calls are not supported", i);
+                return errfmt(err, errlen, "messages[%zu].tool_calls: tool calls are not supported", i);
         } else {
-            return fail(err, errlen, "messages[%zu].%.64s: unknown key", i, key);
+            return errfmt(err, errlen, "messages[%zu].%.64s: unknown key", i, key);
         }
     }
     if (!m->role)
-        return fail(err, errlen, "messages[%zu].role: missing", i);
+        return errfmt(err, errlen, "messages[%zu].role: missing", i);
     if (check_role(m->role, i, err, errlen))
         return -1;
     if (!m->content)
-        return fail(err, errlen, "messages[%zu].content: missing", i);
+        return errfmt(err, errlen, "messages[%zu].content: missing", i);
     return 0;
 }
 
@@ -310,13 +300,13 @@ int chat_messages_from_json(const struct json_t *messages, struct chat_message *
     *n = 0;
     json_t *arr = (json_t *)messages; /* jansson's accessors take non-const pointers; nothing is changed */
     if (!json_is_array(arr))
-        return fail(err, errlen, "messages: expected an array");
+        return errfmt(err, errlen, "messages: expected an array");
     size_t count = json_array_size(arr);
     if (count == 0)
-        return fail(err, errlen, "messages: the list is empty");
+        return errfmt(err, errlen, "messages: the list is empty");
     struct chat_message *out = calloc(count, sizeof *out);
     if (!out)
-        return fail(err, errlen, "messages: out of memory");
+        return errfmt(err, errlen, "messages: out of memory");
     for (size_t i = 0; i < count; i++)
         if (message_from_json(json_array_get(arr, i), i, &out[i], err, errlen)) {
             free(out);

@@ -10,19 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/errfmt.h"
+#include "engine/jtype.h"
 #include "engine/safetensors.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* ---- typed JSON reads: every error names the file and the key ---- */
 
@@ -33,27 +23,6 @@ struct jsrc {
     size_t errlen;
 };
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* The value of key, NULL when absent or null. */
 static json_t *jget(const json_t *o, const char *key)
 {
@@ -63,13 +32,13 @@ static json_t *jget(const json_t *o, const char *key)
 
 static int missing(const struct jsrc *s, const char *key)
 {
-    return fail(s->err, s->errlen, "%s: missing key \"%s%s\"", s->file, s->obj, key);
+    return errfmt(s->err, s->errlen, "%s: missing key \"%s%s\"", s->file, s->obj, key);
 }
 
 static int wrong_type(const struct jsrc *s, const char *key, const char *want, const json_t *v)
 {
-    return fail(s->err, s->errlen, "%s: \"%s%s\" must be %s, got %s", s->file, s->obj, key, want,
-                type_name(v));
+    return errfmt(s->err, s->errlen, "%s: \"%s%s\" must be %s, got %s", s->file, s->obj, key, want,
+                  jtype_name(v));
 }
 
 /* An integer >= min; def when absent and !required. */
@@ -87,8 +56,8 @@ static int read_int(const struct jsrc *s, const json_t *o, const char *key, bool
         return wrong_type(s, key, "an integer", v);
     json_int_t x = json_integer_value(v);
     if (x < min || x > 0x7fffffff)
-        return fail(s->err, s->errlen, "%s: \"%s%s\" is %lld, must be at least %d", s->file, s->obj, key,
-                    (long long)x, min);
+        return errfmt(s->err, s->errlen, "%s: \"%s%s\" is %lld, must be at least %d", s->file, s->obj, key,
+                      (long long)x, min);
     *out = (int)x;
     return 0;
 }
@@ -108,8 +77,8 @@ static int read_num(const struct jsrc *s, const json_t *o, const char *key, bool
         return wrong_type(s, key, "a number", v);
     double x = json_number_value(v);
     if (!(x > 0 || (allow_zero && x == 0)))
-        return fail(s->err, s->errlen, "%s: \"%s%s\" is %g, must be %s", s->file, s->obj, key, x,
-                    allow_zero ? "at least 0" : "positive");
+        return errfmt(s->err, s->errlen, "%s: \"%s%s\" is %g, must be %s", s->file, s->obj, key, x,
+                      allow_zero ? "at least 0" : "positive");
     *out = x;
     return 0;
 }
@@ -146,8 +115,8 @@ static int read_id(const struct jsrc *s, const json_t *o, const char *key, int v
     if (read_int(s, o, key, false, -1, 0, out) < 0)
         return -1;
     if (*out >= vocab)
-        return fail(s->err, s->errlen, "%s: \"%s\" is %d, beyond the vocabulary (%d)", s->file, key, *out,
-                    vocab);
+        return errfmt(s->err, s->errlen, "%s: \"%s\" is %d, beyond the vocabulary (%d)", s->file, key, *out,
+                      vocab);
     return 0;
 }
 
@@ -164,15 +133,15 @@ static int read_eos(const struct jsrc *s, const json_t *o, struct model_config *
     if (!json_is_array(v))
         return wrong_type(s, "eos_token_id", "an integer or a list of integers", v);
     if (json_array_size(v) > MODEL_MAX_EOS)
-        return fail(s->err, s->errlen, "%s: \"eos_token_id\" lists %zu ids, at most %d supported", s->file,
-                    json_array_size(v), MODEL_MAX_EOS);
+        return errfmt(s->err, s->errlen, "%s: \"eos_token_id\" lists %zu ids, at most %d supported", s->file,
+                      json_array_size(v), MODEL_MAX_EOS);
     size_t i;
     json_t *x;
     json_array_foreach(v, i, x)
     {
         if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= c->vocab)
-            return fail(s->err, s->errlen, "%s: \"eos_token_id\"[%zu] must be a token id below %d", s->file,
-                        i, c->vocab);
+            return errfmt(s->err, s->errlen, "%s: \"eos_token_id\"[%zu] must be a token id below %d", s->file,
+                          i, c->vocab);
         c->eos_ids[c->n_eos++] = (int)json_integer_value(x);
     }
     return 0;
@@ -193,12 +162,12 @@ static json_t *load_json(const char *dir, const char *file, bool optional, bool 
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        fail(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+        errfmt(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        fail(err, errlen, "%s: not a JSON object", path);
+        errfmt(err, errlen, "%s: not a JSON object", path);
         return NULL;
     }
     return root;
@@ -222,8 +191,8 @@ static int parse_dtype_name(const struct jsrc *s, const json_t *o, struct model_
             c->torch_dtype = names[i].t;
             return 0;
         }
-    return fail(s->err, s->errlen, "%s: \"%s\" '%s' is not supported (bfloat16, float16, float32)", s->file,
-                key, v);
+    return errfmt(s->err, s->errlen, "%s: \"%s\" '%s' is not supported (bfloat16, float16, float32)", s->file,
+                  key, v);
 }
 
 static int parse_quant(const struct jsrc *s, const json_t *o, struct model_config *c)
@@ -241,14 +210,14 @@ static int parse_quant(const struct jsrc *s, const json_t *o, struct model_confi
     if (!method)
         return missing(&qs, "quant_method");
     if (strcmp(method, "fp8"))
-        return fail(s->err, s->errlen,
-                    "%s: quantization method '%s' is not supported (only fp8 with block scales)", s->file,
-                    method);
+        return errfmt(s->err, s->errlen,
+                      "%s: quantization method '%s' is not supported (only fp8 with block scales)", s->file,
+                      method);
     if (fmt && strcmp(fmt, "e4m3"))
-        return fail(s->err, s->errlen, "%s: fp8 format '%s' is not supported (only e4m3)", s->file, fmt);
+        return errfmt(s->err, s->errlen, "%s: fp8 format '%s' is not supported (only e4m3)", s->file, fmt);
     json_t *b = jget(q, "weight_block_size");
     if (!b)
-        return fail(
+        return errfmt(
             s->err, s->errlen,
             "%s: quantization_config has no weight_block_size (per-tensor fp8 scales are not supported)",
             s->file);
@@ -256,8 +225,8 @@ static int parse_quant(const struct jsrc *s, const json_t *o, struct model_confi
         !json_is_integer(json_array_get(b, 1)) || json_integer_value(json_array_get(b, 0)) < 1 ||
         json_integer_value(json_array_get(b, 1)) < 1 || json_integer_value(json_array_get(b, 0)) > 1 << 20 ||
         json_integer_value(json_array_get(b, 1)) > 1 << 20)
-        return fail(s->err, s->errlen,
-                    "%s: \"quantization_config.weight_block_size\" must be [rows, cols] > 0", s->file);
+        return errfmt(s->err, s->errlen,
+                      "%s: \"quantization_config.weight_block_size\" must be [rows, cols] > 0", s->file);
     c->fp8_blocks = true;
     c->fp8_block[0] = (int)json_integer_value(json_array_get(b, 0));
     c->fp8_block[1] = (int)json_integer_value(json_array_get(b, 1));
@@ -324,8 +293,8 @@ static int parse_rope(const struct jsrc *s, const json_t *o, struct model_config
                    ? -1
                    : 0;
     }
-    return fail(s->err, s->errlen, "%s: rope scaling type '%s' is not supported (default, yarn, llama3)",
-                s->file, type);
+    return errfmt(s->err, s->errlen, "%s: rope scaling type '%s' is not supported (default, yarn, llama3)",
+                  s->file, type);
 }
 
 static int parse_config(const json_t *o, struct model_config *c, char *err, size_t errlen)
@@ -347,10 +316,10 @@ static int parse_config(const json_t *o, struct model_config *c, char *err, size
     } else if (!strcmp(arch, "LlamaForCausalLM")) {
         c->arch = ARCH_LLAMA;
     } else {
-        return fail(err, errlen,
-                    "config.json: architecture '%s' is not supported (Qwen3ForCausalLM, Qwen2ForCausalLM, "
-                    "LlamaForCausalLM)",
-                    arch);
+        return errfmt(err, errlen,
+                      "config.json: architecture '%s' is not supported (Qwen3ForCausalLM, Qwen2ForCausalLM, "
+                      "LlamaForCausalLM)",
+                      arch);
     }
     if (read_int(&s, o, "hidden_size", true, 0, 1, &c->hidden) < 0 ||
         read_int(&s, o, "intermediate_size", true, 0, 1, &c->intermediate) < 0 ||
@@ -360,11 +329,11 @@ static int parse_config(const json_t *o, struct model_config *c, char *err, size
         read_int(&s, o, "vocab_size", true, 0, 1, &c->vocab) < 0)
         return -1;
     if (c->n_heads % c->n_kv_heads)
-        return fail(err, errlen,
-                    "config.json: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
-                    c->n_heads, c->n_kv_heads);
+        return errfmt(err, errlen,
+                      "config.json: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+                      c->n_heads, c->n_kv_heads);
     if (!jget(o, "head_dim") && c->hidden % c->n_heads)
-        return fail(
+        return errfmt(
             err, errlen,
             "config.json: no head_dim, and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
             c->hidden, c->n_heads);
@@ -384,14 +353,14 @@ static int parse_config(const json_t *o, struct model_config *c, char *err, size
         return -1;
     c->rms_eps = (float)eps;
     if (attn_bias && c->arch != ARCH_QWEN2)
-        return fail(err, errlen,
-                    "config.json: attention_bias true (biases on q/k/v/o) is not supported for %s", arch);
+        return errfmt(err, errlen,
+                      "config.json: attention_bias true (biases on q/k/v/o) is not supported for %s", arch);
     if (mlp_bias)
-        return fail(err, errlen, "config.json: mlp_bias true is not supported");
+        return errfmt(err, errlen, "config.json: mlp_bias true is not supported");
     if (sliding)
-        return fail(err, errlen, "config.json: use_sliding_window true is not supported");
+        return errfmt(err, errlen, "config.json: use_sliding_window true is not supported");
     if (act && strcmp(act, "silu"))
-        return fail(err, errlen, "config.json: hidden_act '%s' is not supported (only silu)", act);
+        return errfmt(err, errlen, "config.json: hidden_act '%s' is not supported (only silu)", act);
     if (parse_dtype_name(&s, o, c) < 0 || parse_quant(&s, o, c) < 0 || parse_rope(&s, o, c) < 0)
         return -1;
     bool found;
@@ -425,7 +394,7 @@ static int parse_generation(const json_t *o, struct model_config *c, char *err, 
         read_num(&s, o, "repetition_penalty", false, 1.0, false, &rp) < 0)
         return -1;
     if (p > 1 || mp > 1)
-        return fail(err, errlen, "generation_config.json: top_p and min_p must be at most 1");
+        return errfmt(err, errlen, "generation_config.json: top_p and min_p must be at most 1");
     c->gen_temperature = (float)t;
     c->gen_top_p = (float)p;
     c->gen_min_p = (float)mp;
@@ -566,7 +535,7 @@ struct model *model_load(const char *dir, char *err, size_t errlen)
 {
     struct model *m = calloc(1, sizeof *m);
     if (!m) {
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         return NULL;
     }
     snprintf(m->dir, sizeof m->dir, "%s", dir);
@@ -576,7 +545,7 @@ struct model *model_load(const char *dir, char *err, size_t errlen)
         goto fail;
     const struct model_config *c = &m->cfg;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         goto fail;
     }
     struct loader L = {.m = m, .err = err, .errlen = errlen};
@@ -622,24 +591,24 @@ int tensor_to_f32(const struct tensor_view *t, float *dst, char *err, size_t err
     const char *name = t->name ? t->name : "tensor";
     if (t->dtype != DT_F8_E4M3 || !t->scale_inv) {
         if (dtype_to_f32(t->dtype, t->data, dst, (size_t)tensor_numel(t)) < 0)
-            return fail(err, errlen, "%s: dtype %s cannot be converted to fp32", name,
-                        dtype_name(t->dtype) ? dtype_name(t->dtype) : "?");
+            return errfmt(err, errlen, "%s: dtype %s cannot be converted to fp32", name,
+                          dtype_name(t->dtype) ? dtype_name(t->dtype) : "?");
         return 0;
     }
     const struct tensor_view *s = t->scale_inv;
     int b0 = t->block[0] > 0 ? t->block[0] : 128, b1 = t->block[1] > 0 ? t->block[1] : 128;
     if (t->ndim != 2 || s->ndim != 2 || s->shape[0] != (t->shape[0] + b0 - 1) / b0 ||
         s->shape[1] != (t->shape[1] + b1 - 1) / b1)
-        return fail(err, errlen, "%s: block scales of shape [%lld, %lld] do not fit %dx%d blocks", name,
-                    (long long)s->shape[0], (long long)(s->ndim > 1 ? s->shape[1] : 0), b0, b1);
+        return errfmt(err, errlen, "%s: block scales of shape [%lld, %lld] do not fit %dx%d blocks", name,
+                      (long long)s->shape[0], (long long)(s->ndim > 1 ? s->shape[1] : 0), b0, b1);
     int64_t rows = t->shape[0], cols = t->shape[1], scols = s->shape[1];
     float *scale = malloc((size_t)tensor_numel(s) * sizeof *scale);
     if (!scale)
-        return fail(err, errlen, "%s: out of memory", name);
+        return errfmt(err, errlen, "%s: out of memory", name);
     if (dtype_to_f32(s->dtype, s->data, scale, (size_t)tensor_numel(s)) < 0) {
         free(scale);
-        return fail(err, errlen, "%s: scale dtype %s cannot be converted to fp32", name,
-                    dtype_name(s->dtype) ? dtype_name(s->dtype) : "?");
+        return errfmt(err, errlen, "%s: scale dtype %s cannot be converted to fp32", name,
+                      dtype_name(s->dtype) ? dtype_name(s->dtype) : "?");
     }
     float lut[256];
     for (int i = 0; i < 256; i++)

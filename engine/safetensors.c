@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "engine/errfmt.h"
 
 char *st_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
 {
@@ -51,37 +40,38 @@ static int parse_entry(const char *fname, const char *name, const json_t *v, con
                        uint64_t dlen, struct st_tensor *t, char *err, size_t errlen)
 {
     if (!json_is_object(v))
-        return fail(err, errlen, "%s in %s: header entry is not an object", name, fname);
+        return errfmt(err, errlen, "%s in %s: header entry is not an object", name, fname);
     const json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
                  *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd))
-        return fail(err, errlen, "%s in %s: \"dtype\" is missing or not a string", name, fname);
+        return errfmt(err, errlen, "%s in %s: \"dtype\" is missing or not a string", name, fname);
     if (dtype_parse(json_string_value(jd), &t->view.dtype) < 0)
-        return fail(err, errlen, "%s in %s: unsupported dtype '%s'", name, fname, json_string_value(jd));
+        return errfmt(err, errlen, "%s in %s: unsupported dtype '%s'", name, fname, json_string_value(jd));
     if (!json_is_array(js))
-        return fail(err, errlen, "%s in %s: \"shape\" is missing or not an array", name, fname);
+        return errfmt(err, errlen, "%s in %s: \"shape\" is missing or not an array", name, fname);
     if (json_array_size(js) > ST_MAX_DIMS)
-        return fail(err, errlen, "%s in %s: %zu dimensions, at most %d supported", name, fname,
-                    json_array_size(js), ST_MAX_DIMS);
+        return errfmt(err, errlen, "%s in %s: %zu dimensions, at most %d supported", name, fname,
+                      json_array_size(js), ST_MAX_DIMS);
     t->view.ndim = (int)json_array_size(js);
     uint64_t numel = 1;
     for (int i = 0; i < t->view.ndim; i++) {
         uint64_t d;
         if (json_uint(json_array_get(js, (size_t)i), &d) < 0)
-            return fail(err, errlen, "%s in %s: shape[%d] is not a non-negative integer", name, fname, i);
+            return errfmt(err, errlen, "%s in %s: shape[%d] is not a non-negative integer", name, fname, i);
         t->view.shape[i] = (int64_t)d;
         if (__builtin_mul_overflow(numel, d, &numel))
-            return fail(err, errlen, "%s in %s: shape overflows", name, fname);
+            return errfmt(err, errlen, "%s in %s: shape overflows", name, fname);
     }
     if (!json_is_array(jo) || json_array_size(jo) != 2 || json_uint(json_array_get(jo, 0), &t->begin) < 0 ||
         json_uint(json_array_get(jo, 1), &t->end) < 0)
-        return fail(err, errlen, "%s in %s: \"data_offsets\" must be [begin, end] with non-negative integers",
-                    name, fname);
+        return errfmt(err, errlen,
+                      "%s in %s: \"data_offsets\" must be [begin, end] with non-negative integers", name,
+                      fname);
     if (t->begin > t->end)
-        return fail(err, errlen, "%s in %s: data_offsets [%llu, %llu] end before they begin", name, fname,
-                    (unsigned long long)t->begin, (unsigned long long)t->end);
+        return errfmt(err, errlen, "%s in %s: data_offsets [%llu, %llu] end before they begin", name, fname,
+                      (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > dlen)
-        return fail(
+        return errfmt(
             err, errlen,
             "%s in %s: data_offsets [%llu, %llu] beyond the data section (%llu bytes; file truncated?)", name,
             fname, (unsigned long long)t->begin, (unsigned long long)t->end, (unsigned long long)dlen);
@@ -89,10 +79,10 @@ static int parse_entry(const char *fname, const char *name, const json_t *v, con
     char sh[128];
     if (__builtin_mul_overflow(numel, (uint64_t)dtype_size(t->view.dtype), &bytes) ||
         bytes != t->end - t->begin)
-        return fail(err, errlen, "%s in %s: shape %s of %s needs %llu bytes, data_offsets span %llu", name,
-                    fname, st_shape_str(t->view.ndim, t->view.shape, sh, sizeof sh),
-                    dtype_name(t->view.dtype), (unsigned long long)numel * dtype_size(t->view.dtype),
-                    (unsigned long long)(t->end - t->begin));
+        return errfmt(err, errlen, "%s in %s: shape %s of %s needs %llu bytes, data_offsets span %llu", name,
+                      fname, st_shape_str(t->view.ndim, t->view.shape, sh, sizeof sh),
+                      dtype_name(t->view.dtype), (unsigned long long)numel * dtype_size(t->view.dtype),
+                      (unsigned long long)(t->end - t->begin));
     t->view.data = data + t->begin;
     t->view.scale_inv = NULL;
     t->view.block[0] = t->view.block[1] = 0;
@@ -115,36 +105,36 @@ int st_parse_header(const void *buf, size_t len, const char *fname, struct st_te
     *tensors = NULL;
     *n = 0;
     if (len < 8)
-        return fail(err, errlen, "%s: %zu bytes, too short for the 8-byte header length (truncated?)", fname,
-                    len);
+        return errfmt(err, errlen, "%s: %zu bytes, too short for the 8-byte header length (truncated?)",
+                      fname, len);
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)p[i] << (8 * i);
     if (hlen > ST_MAX_HEADER)
-        return fail(err, errlen, "%s: header length %llu is over the limit of %u bytes", fname,
-                    (unsigned long long)hlen, ST_MAX_HEADER);
+        return errfmt(err, errlen, "%s: header length %llu is over the limit of %u bytes", fname,
+                      (unsigned long long)hlen, ST_MAX_HEADER);
     if (hlen > len - 8)
-        return fail(err, errlen,
-                    "%s: header length %llu is beyond the end of the file (%zu bytes; truncated?)", fname,
-                    (unsigned long long)hlen, len);
+        return errfmt(err, errlen,
+                      "%s: header length %llu is beyond the end of the file (%zu bytes; truncated?)", fname,
+                      (unsigned long long)hlen, len);
     json_error_t je;
     json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
         if (!strncmp(je.text, "duplicate object key", 20))
-            return fail(err, errlen, "%s: duplicate tensor name in the header (%s)", fname, je.text);
-        return fail(err, errlen, "%s: header is not valid JSON: %s (at byte %d of the header)", fname,
-                    je.text, je.position);
+            return errfmt(err, errlen, "%s: duplicate tensor name in the header (%s)", fname, je.text);
+        return errfmt(err, errlen, "%s: header is not valid JSON: %s (at byte %d of the header)", fname,
+                      je.text, je.position);
     }
     int rc = 0;
     struct st_tensor *ts = NULL;
     int count = 0;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, "%s: header is not a JSON object", fname);
+        rc = errfmt(err, errlen, "%s: header is not a JSON object", fname);
         goto out;
     }
     ts = calloc(json_object_size(root) + 1, sizeof *ts);
     if (!ts) {
-        rc = fail(err, errlen, "%s: out of memory", fname);
+        rc = errfmt(err, errlen, "%s: out of memory", fname);
         goto out;
     }
     const uint8_t *data = p + 8 + hlen;
@@ -162,7 +152,7 @@ int st_parse_header(const void *buf, size_t len, const char *fname, struct st_te
         }
         t->view.name = strdup(key);
         if (!t->view.name) {
-            rc = fail(err, errlen, "%s: out of memory", fname);
+            rc = errfmt(err, errlen, "%s: out of memory", fname);
             goto out;
         }
         count++;
@@ -212,32 +202,32 @@ static int open_file(const char *path, struct st_file *f, char *err, size_t errl
 {
     f->path = strdup(path);
     if (!f->path)
-        return fail(err, errlen, "out of memory");
+        return errfmt(err, errlen, "out of memory");
     const char *slash = strrchr(f->path, '/');
     f->name = slash ? slash + 1 : f->path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
+        return errfmt(err, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: %s", path, strerror(e));
+        return errfmt(err, errlen, "%s: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return errfmt(err, errlen, "%s: not a regular file", path);
     }
     if (st.st_size < 8) {
         close(fd);
-        return fail(err, errlen, "%s: %lld bytes, too short for the 8-byte header length (truncated?)",
-                    f->name, (long long)st.st_size);
+        return errfmt(err, errlen, "%s: %lld bytes, too short for the 8-byte header length (truncated?)",
+                      f->name, (long long)st.st_size);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd);
     if (map == MAP_FAILED)
-        return fail(err, errlen, "%s: mmap: %s", path, strerror(e));
+        return errfmt(err, errlen, "%s: mmap: %s", path, strerror(e));
     f->map = map;
     f->size = (size_t)st.st_size;
     return st_parse_header(map, f->size, f->name, &f->tensors, &f->n_tensors, err, errlen);
@@ -267,7 +257,7 @@ static struct st_set *open_set(const char *const *paths, int n, const char *list
     struct st_set *s = calloc(1, sizeof *s);
     if (!s || !(s->files = calloc((size_t)n + 1, sizeof *s->files))) {
         free(s);
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         return NULL;
     }
     for (int i = 0; i < n; i++) {
@@ -287,7 +277,7 @@ static struct st_set *open_set(const char *const *paths, int n, const char *list
         s->n_slots *= 2;
     s->slots = calloc(s->n_slots, sizeof *s->slots);
     if (!s->slots) {
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         goto fail;
     }
     for (int i = 0; i < s->n_files; i++)
@@ -295,8 +285,8 @@ static struct st_set *open_set(const char *const *paths, int n, const char *list
             struct st_tensor *t = &s->files[i].tensors[j];
             struct st_tensor **slot = slot_of(s, t->view.name);
             if (*slot) {
-                fail(err, errlen, "%s is in both %s and %s", t->view.name, s->files[(*slot)->file].name,
-                     s->files[i].name);
+                errfmt(err, errlen, "%s is in both %s and %s", t->view.name, s->files[(*slot)->file].name,
+                       s->files[i].name);
                 goto fail;
             }
             *slot = t;
@@ -326,7 +316,7 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
     json_error_t je;
     json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        fail(err, errlen, "%s: %s (line %d)", index_path, je.text, je.line);
+        errfmt(err, errlen, "%s: %s (line %d)", index_path, je.text, je.line);
         return NULL;
     }
     struct st_set *s = NULL;
@@ -334,12 +324,12 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
     int n_paths = 0;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0) {
-        fail(err, errlen, "%s: \"weight_map\" is missing, empty or not an object", INDEX_NAME);
+        errfmt(err, errlen, "%s: \"weight_map\" is missing, empty or not an object", INDEX_NAME);
         goto out;
     }
     paths = calloc(json_object_size(map), sizeof *paths);
     if (!paths) {
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         goto out;
     }
     const char *name;
@@ -348,8 +338,8 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
     {
         const char *file = json_string_value(v);
         if (!file || !plain_file_name(file)) {
-            fail(err, errlen, "%s: weight_map[\"%s\"] must be the file name of a shard in the same folder",
-                 INDEX_NAME, name);
+            errfmt(err, errlen, "%s: weight_map[\"%s\"] must be the file name of a shard in the same folder",
+                   INDEX_NAME, name);
             goto out;
         }
         char path[4096];
@@ -358,7 +348,7 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
         while (k < n_paths && strcmp(paths[k], path))
             k++;
         if (k == n_paths && !(paths[n_paths++] = strdup(path))) {
-            fail(err, errlen, "out of memory");
+            errfmt(err, errlen, "out of memory");
             goto out;
         }
     }
@@ -371,10 +361,11 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
         const char *file = json_string_value(v);
         if (!t || strcmp(st_file_name(s, t), file)) {
             if (t)
-                fail(err, errlen, "%s: %s is mapped to %s, but it is in %s", INDEX_NAME, name, file,
-                     st_file_name(s, t));
+                errfmt(err, errlen, "%s: %s is mapped to %s, but it is in %s", INDEX_NAME, name, file,
+                       st_file_name(s, t));
             else
-                fail(err, errlen, "%s: %s is mapped to %s, which has no such tensor", INDEX_NAME, name, file);
+                errfmt(err, errlen, "%s: %s is mapped to %s, which has no such tensor", INDEX_NAME, name,
+                       file);
             st_free(s);
             s = NULL;
             goto out;
@@ -402,7 +393,7 @@ struct st_set *st_open_dir(const char *dir, char *err, size_t errlen)
     } else {
         snprintf(path, sizeof path, "%s/%s", dir, INDEX_NAME);
         if (stat(path, &st) != 0) {
-            fail(err, errlen, "%s: no %s or %s", dir, SINGLE_NAME, INDEX_NAME);
+            errfmt(err, errlen, "%s: no %s or %s", dir, SINGLE_NAME, INDEX_NAME);
             return NULL;
         }
         s = open_index(dir, path, err, errlen);
@@ -411,7 +402,7 @@ struct st_set *st_open_dir(const char *dir, char *err, size_t errlen)
     }
     if (s && !(s->dir = strdup(dir))) {
         st_free(s);
-        fail(err, errlen, "out of memory");
+        errfmt(err, errlen, "out of memory");
         return NULL;
     }
     return s;
@@ -435,15 +426,16 @@ int st_get(const struct st_set *s, const char *name, unsigned dtype_mask, int nd
     const struct st_tensor *t = st_find(s, name);
     if (!t) {
         if (s->source)
-            return fail(err, errlen, "%s: missing (not in %s)", name, s->source);
-        return fail(err, errlen, "%s: missing (not in %s%s)", name,
-                    s->n_files ? s->files[0].name : "no files", s->n_files > 1 ? " or the other files" : "");
+            return errfmt(err, errlen, "%s: missing (not in %s)", name, s->source);
+        return errfmt(err, errlen, "%s: missing (not in %s%s)", name,
+                      s->n_files ? s->files[0].name : "no files",
+                      s->n_files > 1 ? " or the other files" : "");
     }
     const char *file = st_file_name(s, t);
     if (!(dtype_mask & DT_MASK(t->view.dtype))) {
         char want[128];
-        return fail(err, errlen, "%s in %s: dtype %s, expected %s", name, file, dtype_name(t->view.dtype),
-                    mask_str(dtype_mask, want, sizeof want));
+        return errfmt(err, errlen, "%s in %s: dtype %s, expected %s", name, file, dtype_name(t->view.dtype),
+                      mask_str(dtype_mask, want, sizeof want));
     }
     bool ok = t->view.ndim == ndim;
     for (int i = 0; ok && i < ndim; i++)
@@ -454,9 +446,9 @@ int st_get(const struct st_set *s, const char *name, unsigned dtype_mask, int nd
         int wn = ndim < ST_MAX_DIMS ? ndim : ST_MAX_DIMS;
         for (int i = 0; i < wn; i++)
             w[i] = shape[i];
-        return fail(err, errlen, "%s in %s: shape %s, expected %s", name, file,
-                    st_shape_str(t->view.ndim, t->view.shape, got, sizeof got),
-                    st_shape_str(wn, w, want, sizeof want));
+        return errfmt(err, errlen, "%s in %s: shape %s, expected %s", name, file,
+                      st_shape_str(t->view.ndim, t->view.shape, got, sizeof got),
+                      st_shape_str(wn, w, want, sizeof want));
     }
     if (out)
         *out = t->view;
@@ -471,7 +463,7 @@ int st_write_file(const char *path, const struct st_write *t, int n, char *err, 
     if (!root || !meta || json_object_set_new(meta, "format", json_string("pt")) ||
         json_object_set_new(root, "__metadata__", meta)) {
         json_decref(root);
-        return fail(err, errlen, "%s: out of memory", path);
+        return errfmt(err, errlen, "%s: out of memory", path);
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -491,19 +483,19 @@ int st_write_file(const char *path, const struct st_write *t, int n, char *err, 
         if (json_object_get(root, t[i].name)) {
             json_decref(e);
             json_decref(root);
-            return fail(err, errlen, "%s: tensor %s written twice", path, t[i].name);
+            return errfmt(err, errlen, "%s: tensor %s written twice", path, t[i].name);
         }
         json_object_set_new(root, t[i].name, e);
     }
     char *hdr = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!hdr)
-        return fail(err, errlen, "%s: out of memory", path);
+        return errfmt(err, errlen, "%s: out of memory", path);
     size_t hlen = strlen(hdr), padded = (hlen + 7) / 8 * 8;
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(hdr);
-        return fail(err, errlen, "%s: %s", path, strerror(errno));
+        return errfmt(err, errlen, "%s: %s", path, strerror(errno));
     }
     uint8_t le[8];
     for (int i = 0; i < 8; i++)
@@ -524,6 +516,6 @@ int st_write_file(const char *path, const struct st_write *t, int n, char *err, 
         ok = false;
     }
     if (!ok)
-        return fail(err, errlen, "%s: write failed: %s", path, strerror(e));
+        return errfmt(err, errlen, "%s: write failed: %s", path, strerror(e));
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/errfmt.h"
 #include "engine/safetensors.h"
 
 #define LOGIT_GAIN 4.0    /* embed_tokens and lm_head: N(0, LOGIT_GAIN / sqrt(hidden)) */
@@ -21,16 +22,6 @@
 #define FP8_BLOCK 128     /* weight_block_size [128, 128] */
 #define QWEN_VOCAB 151936 /* Qwen3's padded vocab_size, the default with a tokenizer that fits */
 #define TINY_VOCAB 512    /* the default with the minimal tokenizer */
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
 
 struct tiny_opts tiny_opts_default(void)
 {
@@ -269,7 +260,7 @@ static int mkdir_p(const char *dir, char *err, size_t errlen)
         if (*p == '/' || end) {
             *p = 0;
             if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return fail(err, errlen, -1, "%s: %s", path, strerror(errno));
+                return errfmt(err, errlen, "%s: %s", path, strerror(errno));
             if (end)
                 break;
             *p = '/';
@@ -277,7 +268,7 @@ static int mkdir_p(const char *dir, char *err, size_t errlen)
     }
     struct stat st;
     if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-        return fail(err, errlen, -1, "%s: not a directory", dir);
+        return errfmt(err, errlen, "%s: not a directory", dir);
     return 0;
 }
 
@@ -295,7 +286,7 @@ static int remove_old_weights(const char *dir, char *err, size_t errlen)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return fail(err, errlen, -1, "%s: %s", dir, strerror(errno));
+        return errfmt(err, errlen, "%s: %s", dir, strerror(errno));
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d)))
@@ -303,7 +294,7 @@ static int remove_old_weights(const char *dir, char *err, size_t errlen)
             char path[4400];
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             if (unlink(path) < 0) {
-                rc = fail(err, errlen, -1, "%s: %s", path, strerror(errno));
+                rc = errfmt(err, errlen, "%s: %s", path, strerror(errno));
                 break;
             }
         }
@@ -317,12 +308,12 @@ static int write_json(const char *dir, const char *name, json_t *j, bool sort, c
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (!j)
-        return fail(err, errlen, -1, "%s: out of memory", path);
+        return errfmt(err, errlen, "%s: out of memory", path);
     size_t flags = JSON_INDENT(2) | JSON_REAL_PRECISION(15) | (sort ? JSON_SORT_KEYS : 0);
     char *text = json_dumps(j, flags);
     json_decref(j);
     if (!text)
-        return fail(err, errlen, -1, "%s: out of memory", path);
+        return errfmt(err, errlen, "%s: out of memory", path);
     FILE *f = fopen(path, "w");
     bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     int e = errno;
@@ -332,7 +323,7 @@ static int write_json(const char *dir, const char *name, json_t *j, bool sort, c
     }
     free(text);
     if (!ok)
-        return fail(err, errlen, -1, "%s: cannot write: %s", path, strerror(e));
+        return errfmt(err, errlen, "%s: cannot write: %s", path, strerror(e));
     return 0;
 }
 
@@ -340,11 +331,11 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 {
     FILE *in = fopen(from, "rb");
     if (!in)
-        return fail(err, errlen, -1, "%s: %s", from, strerror(errno));
+        return errfmt(err, errlen, "%s: %s", from, strerror(errno));
     FILE *out = fopen(to, "wb");
     if (!out) {
         fclose(in);
-        return fail(err, errlen, -1, "%s: %s", to, strerror(errno));
+        return errfmt(err, errlen, "%s: %s", to, strerror(errno));
     }
     char buf[65536];
     size_t n;
@@ -355,7 +346,7 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
     fclose(in);
     if (fclose(out) != 0)
         ok = false;
-    return ok ? 0 : fail(err, errlen, -1, "copying %s to %s failed", from, to);
+    return ok ? 0 : errfmt(err, errlen, "copying %s to %s failed", from, to);
 }
 
 /* ---- tokenizer ---- */
@@ -503,12 +494,12 @@ static int read_tokenizer(const char *tdir, struct tok_info *ti, char *err, size
     snprintf(path, sizeof path, "%s/tokenizer.json", tdir);
     json_t *tok = json_load_file(path, 0, &je);
     if (!tok)
-        return fail(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", tdir);
     json_t *cfg = json_load_file(path, 0, &je);
     if (!cfg) {
         json_decref(tok);
-        return fail(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
     }
     int rc = 0;
     ti->max_id = -1;
@@ -527,7 +518,7 @@ static int read_tokenizer(const char *tdir, struct tok_info *ti, char *err, size
             ti->max_id = (int)json_integer_value(id);
     }
     if (ti->max_id < 0 || ti->max_id >= 1 << 30) {
-        rc = fail(err, errlen, TINY_EBADOPT, "--tokenizer: %s/tokenizer.json has no usable vocab", tdir);
+        rc = errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s/tokenizer.json has no usable vocab", tdir);
         goto out;
     }
     json_t *eos = json_object_get(cfg, "eos_token");
@@ -540,8 +531,8 @@ static int read_tokenizer(const char *tdir, struct tok_info *ti, char *err, size
     if (eot >= 0 && eot != e)
         ti->eos_ids[ti->n_eos++] = eot;
     if (ti->n_eos == 0) {
-        rc = fail(err, errlen, TINY_EBADOPT, "--tokenizer: %s names no eos_token that tokenizer.json has",
-                  tdir);
+        rc = errfmt_rc(err, errlen, TINY_EBADOPT,
+                       "--tokenizer: %s names no eos_token that tokenizer.json has", tdir);
         goto out;
     }
     ti->bos = eot;
@@ -645,7 +636,7 @@ static int write_weights(const char *dir, const struct tiny_opts *o, struct plan
     json_t *wmap = json_object();
     struct st_write *w = calloc((size_t)p.n, sizeof *w);
     if (!wmap || !w) {
-        fail(err, errlen, -1, "out of memory");
+        errfmt(err, errlen, "out of memory");
         goto out;
     }
     uint64_t total = 0;
@@ -662,7 +653,7 @@ static int write_weights(const char *dir, const struct tiny_opts *o, struct plan
         snprintf(path, sizeof path, "%s/%s", dir, name);
         for (int i = first; i < last; i++) {
             if (generate(&p.t[i], o) < 0) {
-                fail(err, errlen, -1, "out of memory drawing %s", p.t[i].name);
+                errfmt(err, errlen, "out of memory drawing %s", p.t[i].name);
                 goto out;
             }
         }
@@ -713,21 +704,22 @@ static int check_opts(const struct tiny_opts *o, char *err, size_t errlen)
              {"--shards", o->shards, 1, 99999}};
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
         if (r[i].v < r[i].min || r[i].v > r[i].max)
-            return fail(err, errlen, TINY_EBADOPT, "%s %lld is out of range [%lld, %lld]", r[i].flag, r[i].v,
-                        r[i].min, r[i].max);
+            return errfmt_rc(err, errlen, TINY_EBADOPT, "%s %lld is out of range [%lld, %lld]", r[i].flag,
+                             r[i].v, r[i].min, r[i].max);
     if (o->heads % o->kv_heads)
-        return fail(err, errlen, TINY_EBADOPT, "--heads %d is not a multiple of --kv-heads %d", o->heads,
-                    o->kv_heads);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--heads %d is not a multiple of --kv-heads %d", o->heads,
+                         o->kv_heads);
     if (!o->head_dim && o->hidden % o->heads)
-        return fail(err, errlen, TINY_EBADOPT,
-                    "--hidden %d is not a multiple of --heads %d (or give --head-dim)", o->hidden, o->heads);
+        return errfmt_rc(err, errlen, TINY_EBADOPT,
+                         "--hidden %d is not a multiple of --heads %d (or give --head-dim)", o->hidden,
+                         o->heads);
     if (!(o->rope_theta > 0) || o->rope_theta > 1e12)
-        return fail(err, errlen, TINY_EBADOPT, "--rope-theta %g must be positive", o->rope_theta);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--rope-theta %g must be positive", o->rope_theta);
     if (o->dtype != DT_BF16 && o->dtype != DT_F16 && o->dtype != DT_F32 && o->dtype != DT_F8_E4M3)
-        return fail(err, errlen, TINY_EBADOPT, "dtype %s cannot be written (bf16, f16, f32, fp8)",
-                    dtype_name(o->dtype) ? dtype_name(o->dtype) : "?");
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "dtype %s cannot be written (bf16, f16, f32, fp8)",
+                         dtype_name(o->dtype) ? dtype_name(o->dtype) : "?");
     if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN2 && o->arch != ARCH_LLAMA)
-        return fail(err, errlen, TINY_EBADOPT, "unknown architecture");
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "unknown architecture");
     return 0;
 }
 
@@ -746,17 +738,17 @@ int tiny_model_write(const char *dir, const struct tiny_opts *opts, char *err, s
     if (!o.vocab)
         o.vocab = o.tokenizer_dir ? (need <= QWEN_VOCAB ? QWEN_VOCAB : (need + 127) / 128 * 128) : TINY_VOCAB;
     if (o.vocab < need)
-        return fail(err, errlen, TINY_EBADOPT, "--vocab %d is smaller than the tokenizer's %d tokens",
-                    o.vocab, need);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--vocab %d is smaller than the tokenizer's %d tokens",
+                         o.vocab, need);
     struct plan p = {0};
     if (make_plan(&p, &o) < 0) {
         free(p.t);
-        return fail(err, errlen, -1, "out of memory");
+        return errfmt(err, errlen, "out of memory");
     }
     if (o.shards > p.n_units) {
         free(p.t);
-        return fail(err, errlen, TINY_EBADOPT, "--shards %d: the model has only %d weight tensors", o.shards,
-                    p.n_units);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--shards %d: the model has only %d weight tensors",
+                         o.shards, p.n_units);
     }
     /* every check is done: only now touch the folder */
     rc = -1;

@@ -4,6 +4,7 @@
  * options are parsed with getopt_long. It returns the process exit status: 0 ok, 1 the work
  * failed, 2 the command line was wrong (cli_usage_error prints why). */
 #pragma once
+#include <stdbool.h>
 
 struct cli_command {
     const char *name;
@@ -19,6 +20,17 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 
 /* For getopt_long's '?' case: reports the offending option (optopt / argv[optind-1]); returns 2. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
+
+/* Lines of the regular file at path, for a progress bar's total: every line, or with skip_blank
+ * only those holding something besides spaces, tabs and '\r'; a last line without '\n' counts.
+ * 0 when it cannot tell (path "-", not a regular file, unreadable). */
+long cli_count_lines(const char *path, bool skip_blank);
+
+/* From now on SIGINT and SIGTERM set the flag cli_interrupted() reads instead of ending the
+ * process, so a long loop (status --watch, wait) can stop cleanly; clears the flag. */
+void cli_catch_interrupts(void);
+/* Whether SIGINT or SIGTERM came since cli_catch_interrupts(). */
+bool cli_interrupted(void);
 
 /* Subcommands (one worker/cmd_<name>.c each). */
 int cmd_config(int argc, char **argv);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "queue/jobid.h"
 #include "queue/push.h"
@@ -106,29 +105,6 @@ static size_t prompt_bytes(const struct job *j)
     for (size_t i = 0; i < j->n_msgs; i++)
         n += j->msgs[i].content ? strlen(j->msgs[i].content) : 0;
     return n;
-}
-
-static const char *find_template(void *ctx, const char *name)
-{
-    return cfg_template_find(ctx, name);
-}
-
-static long count_lines(const char *path)
-{
-    struct stat st;
-    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode))
-        return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    long n = 0;
-    int ch, last = '\n';
-    while ((ch = getc(f)) != EOF) {
-        n += ch == '\n';
-        last = ch;
-    }
-    fclose(f);
-    return n + (last != '\n');
 }
 
 /* One line (lineno 0: the job built from --template): validate, give it an id, queue it for the
@@ -422,10 +398,10 @@ int cmd_enqueue(int argc, char **argv)
         job_defaults_from_cfg(&jo.defaults, &c.sampling);
         jo.max_bytes = c.queues.max_job_bytes;
         if (c.n_templates) {
-            jo.template_find = find_template;
+            jo.template_find = cfg_template_lookup;
             jo.template_ctx = &c;
         }
-        e.bar = tjob ? NULL : progress_new(stderr, "lines", count_lines(input));
+        e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
         char *line = NULL;
         size_t cap = 0;
         long lineno = 0, jobs = 0;

@@ -103,38 +103,6 @@ static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
     return tok_token_bytes((const struct tok *)ctx, id, len);
 }
 
-static const char *find_template(void *ctx, const char *name)
-{
-    return cfg_template_find(ctx, name);
-}
-
-/* Non-blank lines of a regular file (for the progress bar's total); 0 when it cannot tell. */
-static long count_jobs(const char *path)
-{
-    struct stat st;
-    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode))
-        return 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    static char buf[1 << 16];
-    long n = 0;
-    bool nonblank = false;
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < got; i++) {
-            char ch = buf[i];
-            if (ch == '\n') {
-                n += nonblank;
-                nonblank = false;
-            } else if (ch != ' ' && ch != '\t' && ch != '\r') {
-                nonblank = true;
-            }
-        }
-    fclose(f);
-    return n + nonblank;
-}
-
 static void report_failure(struct run *r, const struct slot *s, const char *err)
 {
     r->failed++;
@@ -333,7 +301,7 @@ static int setup(struct run *r, const char *input, const char *output)
         job_defaults_from_model(&r->jopts.defaults, &r->model->cfg, r->model->dir);
     r->jopts.max_bytes = c->queues.max_job_bytes;
     if (c->n_templates) {
-        r->jopts.template_find = find_template;
+        r->jopts.template_find = cfg_template_lookup;
         r->jopts.template_ctx = (void *)c;
     }
     r->slots = calloc(WINDOW, sizeof *r->slots);
@@ -347,7 +315,7 @@ static int setup(struct run *r, const char *input, const char *output)
         fprintf(stderr, "llmq %s: cannot write %s: %s\n", CMD, output, strerror(errno));
         return 1;
     }
-    r->bar = progress_new(stderr, "jobs", count_jobs(input));
+    r->bar = progress_new(stderr, "jobs", cli_count_lines(input, true));
     return 0;
 }
 

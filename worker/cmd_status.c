@@ -4,7 +4,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -53,14 +52,6 @@ static void usage(FILE *f)
                "\n"
                "Exit status: 0 (also when --watch is stopped with Ctrl-C), 1 when Redis cannot be reached,\n"
                "2 when the command line is wrong.\n");
-}
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int s)
-{
-    (void)s;
-    g_stop = 1;
 }
 
 static void fmt_age(double now, double t, char *buf, size_t len)
@@ -301,7 +292,7 @@ static void term_size(int *rows, int *cols)
 static void pause_for(double secs)
 {
     double end = rq_wall_s() + secs;
-    while (!g_stop) {
+    while (!cli_interrupted()) {
         double left = end - rq_wall_s();
         if (left <= 0)
             break;
@@ -322,7 +313,7 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
     struct rate rate = {0};
     if (live)
         fputs("\033[?25l\033[2J", stdout); /* hide the cursor, clear the screen once */
-    while (!g_stop) {
+    while (!cli_interrupted()) {
         struct rq_stats s;
         int rc = rq_stats(q, queues, 2, true, &s);
         double now = rq_wall_s();
@@ -415,12 +406,7 @@ int cmd_status(int argc, char **argv)
         return rc;
     }
     if (st.watch) {
-        g_stop = 0;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        cli_catch_interrupts();
         rc = watch_loop(q, &c, st.json, interval);
     } else {
         static const char *const queues[] = {"short", "long"};

@@ -10,7 +10,6 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,14 +70,6 @@ static void usage(FILE *f)
             "cancelled; 124 on --timeout (the jobs still pending are listed on stderr); 130 on Ctrl-C;\n"
             "2 when the command line is wrong; 3 when Redis (or a database named with --db) cannot be\n"
             "reached.\n");
-}
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int s)
-{
-    (void)s;
-    g_stop = 1;
 }
 
 /* The job hash fields read, in this order. */
@@ -514,19 +505,14 @@ int cmd_wait(int argc, char **argv)
             w.jobs[uniq++] = w.jobs[i];
     w.n = w.pending = uniq;
 
-    g_stop = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_catch_interrupts();
 
     double start = rq_wall_s(), deadline = timeout > 0 ? start + timeout : INFINITY;
     char last[64];
     bool trouble = false; /* Redis failed; told once until it works again */
     bool started = false; /* the stream's tail is known and the first look is done */
     double next_check = 0;
-    while (w.pending > 0 && !g_stop) {
+    while (w.pending > 0 && !cli_interrupted()) {
         double now = rq_wall_s();
         if (now >= deadline)
             break;
@@ -571,9 +557,9 @@ int cmd_wait(int argc, char **argv)
         if (w.jobs[i].done && w.jobs[i].failed)
             ret = 1;
     if (w.pending > 0) {
-        ret = g_stop ? EXIT_INTERRUPTED : EXIT_TIMEOUT;
+        ret = cli_interrupted() ? EXIT_INTERRUPTED : EXIT_TIMEOUT;
         fprintf(stderr, "llmq %s: %s after %.1f s; %d of %d job%s still pending:", CMD,
-                g_stop ? "interrupted" : "timed out", rq_wall_s() - start, w.pending, w.n,
+                cli_interrupted() ? "interrupted" : "timed out", rq_wall_s() - start, w.pending, w.n,
                 w.n == 1 ? "" : "s");
         int shown = 0;
         for (int i = 0; i < w.n && shown < 20; i++)

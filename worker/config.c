@@ -1263,6 +1263,11 @@ const char *cfg_template_find(const struct cfg *c, const char *name)
     return NULL;
 }
 
+const char *cfg_template_lookup(void *ctx, const char *name)
+{
+    return cfg_template_find(ctx, name);
+}
+
 /* The name of value in an enum key's choices, or NULL when it is none of them. */
 static const char *choice_name(const struct cfg_key *k, int value)
 {

@@ -247,6 +247,8 @@ const char *cfg_default_path(void);
 
 /* The template's text, or NULL. Borrowed from c. */
 const char *cfg_template_find(const struct cfg *c, const char *name);
+/* cfg_template_find with the struct cfg passed as ctx: the shape of job_opts.template_find. */
+const char *cfg_template_lookup(void *ctx, const char *name);
 /* The name of an enum value: cfg_choice("engine.backend", c.engine.backend) -> "cuda". */
 const char *cfg_choice(const char *dotted_key, int value);
 /* A key's current value as text, as it would appear in the file unquoted (sizes as "4MiB"). */

@@ -15,6 +15,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "engine/errfmt.h"
+#include "engine/jtype.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "worker/config.h"
@@ -120,18 +122,6 @@ struct pctx {
     bool max_completion_tokens;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return JOB_ERR_INVALID;
-}
-
 /* A short JSON rendering of v for error messages: ASCII only (so cutting it cannot split a UTF-8
  * sequence), at most ~48 bytes. */
 static void describe(const json_t *v, char *buf, size_t len)
@@ -160,7 +150,8 @@ static int bad(struct pctx *c, const char *name, const json_t *v, const char *fm
     va_end(ap);
     if (v)
         describe(v, got, sizeof got);
-    return fail(c->err, c->errlen, "field '%s%s': %s%s%s", c->prefix, name, what, v ? ", got " : "", got);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s%s': %s%s%s", c->prefix, name, what,
+                     v ? ", got " : "", got);
 }
 
 /* ---- typed readers */
@@ -257,7 +248,7 @@ static int read_id(struct pctx *c, const char *name, const json_t *v)
             return bad(c, name, v, "must not contain control characters");
     free(c->j->id);
     c->j->id = dup_n(s, n);
-    return c->j->id ? 0 : fail(c->err, c->errlen, "out of memory");
+    return c->j->id ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
 }
 
 /* ---- field handlers: int h(struct pctx *, const char *name, json_t *value) */
@@ -286,7 +277,7 @@ static int h_prompt(struct pctx *c, const char *name, json_t *v)
     if (json_string_length(v) == 0)
         return bad(c, name, NULL, "must not be empty");
     c->j->prompt = dup_n(json_string_value(v), json_string_length(v));
-    return c->j->prompt ? 0 : fail(c->err, c->errlen, "out of memory");
+    return c->j->prompt ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
 }
 
 /* Completions: a string, [string], token ids [int...] or [[int...]] (one prompt per job). */
@@ -309,7 +300,7 @@ static int h_completion_prompt(struct pctx *c, const char *name, json_t *v)
     size_t n = json_array_size(v);
     c->j->prompt_ids = malloc(n * sizeof(int32_t));
     if (!c->j->prompt_ids)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     for (size_t i = 0; i < n; i++) {
         long long id = 0;
         if (!as_int(json_array_get(v, i), &id) || id < 0 || id > INT32_MAX) {
@@ -329,8 +320,9 @@ static int chat_error(struct pctx *c, const char *msg)
 {
     const char *sep = strstr(msg, ": ");
     if (!sep || memchr(msg, ' ', (size_t)(sep - msg)))
-        return fail(c->err, c->errlen, "field '%smessages': %s", c->prefix, msg);
-    return fail(c->err, c->errlen, "field '%s%.*s': %s", c->prefix, (int)(sep - msg), msg, sep + 2);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%smessages': %s", c->prefix, msg);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s%.*s': %s", c->prefix, (int)(sep - msg),
+                     msg, sep + 2);
 }
 
 /* OpenAI content parts: [{"type": "text", "text": "..."}, ...] joined with "\n" (as vLLM does). */
@@ -356,7 +348,7 @@ static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
     }
     char *buf = malloc(total), *p = buf;
     if (!buf)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     for (size_t k = 0; k < json_array_size(parts); k++) {
         json_t *text = json_object_get(json_array_get(parts, k), "text");
         if (k)
@@ -368,7 +360,7 @@ static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
     json_t *s = json_stringn_nocheck(buf, (size_t)(p - buf));
     free(buf);
     if (!s || json_object_set_new(msg, "content", s))
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     return 0;
 }
 
@@ -378,7 +370,7 @@ static int h_messages(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, v, "expected a non-empty list of messages");
     json_t *copy = json_deep_copy(v);
     if (!copy)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     c->j->messages = copy;
     for (size_t i = 0; i < json_array_size(copy); i++) {
         json_t *m = json_array_get(copy, i);
@@ -480,7 +472,7 @@ static int add_stop(struct pctx *c, const char *field, json_t *s)
                    n);
     char *p = dup_n(json_string_value(s), n);
     if (!p)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     c->j->stop[c->j->n_stop++] = p;
     return 0;
 }
@@ -494,7 +486,7 @@ static int h_stop(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, NULL, "at most %d stop strings (%zu given)", JOB_MAX_STOP, n);
     c->j->stop = calloc(n ? n : 1, sizeof(char *));
     if (!c->j->stop)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     if (json_is_string(v))
         return add_stop(c, name, v);
     for (size_t i = 0; i < n; i++) {
@@ -515,7 +507,7 @@ static int h_stop_ids(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, NULL, "at most %d stop token ids (%zu given)", JOB_MAX_STOP_IDS, n);
     c->j->stop_ids = malloc((n ? n : 1) * sizeof(int32_t));
     if (!c->j->stop_ids)
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     for (size_t i = 0; i < n; i++) {
         long long id = 0;
         char field[64];
@@ -738,8 +730,9 @@ static int unknown_field(struct pctx *c, const char *key, unsigned form, const c
             best_d = d, best = *extra;
     }
     if (best)
-        return fail(c->err, c->errlen, "unknown field '%s%.64s' (did you mean '%s'?)", c->prefix, key, best);
-    return fail(c->err, c->errlen, "unknown field '%s%.64s'", c->prefix, key);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "unknown field '%s%.64s' (did you mean '%s'?)",
+                         c->prefix, key, best);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "unknown field '%s%.64s'", c->prefix, key);
 }
 
 /* Reads every field of obj for `form`: unknown names first, then each value in order. */
@@ -787,20 +780,21 @@ static int render_template(struct pctx *c, const char *tname, const char *text, 
     case TMPL_OK:
         break;
     case TMPL_ERR_MISSING:
-        return fail(c->err, c->errlen, "field 'vars': template '%s' needs '%s'", tname, var);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': template '%s' needs '%s'", tname,
+                         var);
     case TMPL_ERR_TYPE: {
         char field[TMPL_MAX_NAME + 8];
         snprintf(field, sizeof field, "vars.%s", var);
         return bad(c, field, json_object_get(vars, var), "expected a string or a number");
     }
     case TMPL_ERR_NOMEM:
-        return fail(c->err, c->errlen, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
     default:
-        return fail(c->err, c->errlen, "template '%s': %s", tname, msg);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "template '%s': %s", tname, msg);
     }
     if (!out[0]) {
         free(out);
-        return fail(c->err, c->errlen, "template '%s' rendered an empty prompt", tname);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "template '%s' rendered an empty prompt", tname);
     }
     c->j->prompt = out;
     return 0;
@@ -814,22 +808,25 @@ static int llmq_form(struct pctx *c, json_t *root)
     int rc = read_fields(c, root, F_LLMQ, NULL);
     if (rc)
         return rc;
-    int inputs = (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) + (c->template_name != NULL);
+    int inputs =
+        (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) + (c->template_name != NULL);
     if (inputs == 0)
-        return fail(c->err, c->errlen,
-                    "missing field: one of 'prompt', 'messages' or 'template' is required");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "missing field: one of 'prompt', 'messages' or 'template' is required");
     if (inputs > 1)
-        return fail(c->err, c->errlen,
-                    "fields 'prompt', 'messages' and 'template' exclude each other (%d given)", inputs);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "fields 'prompt', 'messages' and 'template' exclude each other (%d given)", inputs);
     if (c->vars && !c->template_name)
-        return fail(c->err, c->errlen, "field 'vars': only used with 'template'");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': only used with 'template'");
     if (c->template_name) {
         const char *name = json_string_value(c->template_name);
         if (!c->o->template_find)
-            return fail(c->err, c->errlen, "field 'template': templates are not configured");
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "field 'template': templates are not configured");
         const char *text = c->o->template_find(c->o->template_ctx, name);
         if (!text)
-            return fail(c->err, c->errlen, "field 'template': no template named '%.64s' in the config", name);
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "field 'template': no template named '%.64s' in the config", name);
         /* The rendered text is one user message through the chat template. */
         rc = render_template(c, name, text, c->vars);
         if (rc)
@@ -838,7 +835,7 @@ static int llmq_form(struct pctx *c, json_t *root)
         free(j->prompt);
         j->prompt = NULL;
         if (!msgs)
-            return fail(c->err, c->errlen, "out of memory");
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
         j->messages = msgs;
         char msg[512];
         if (chat_messages_from_json(msgs, &j->msgs, &j->n_msgs, msg, sizeof msg))
@@ -864,20 +861,22 @@ static int openai_form(struct pctx *c, json_t *root)
                 if (edit_distance(key, *t) <= 2)
                     best = *t;
             if (best)
-                return fail(c->err, c->errlen, "unknown field '%.64s' (did you mean '%s'?)", key, best);
-            return fail(c->err, c->errlen,
-                        "unknown field '%.64s' (an OpenAI batch line has custom_id, method, url, body)", key);
+                return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                                 "unknown field '%.64s' (did you mean '%s'?)", key, best);
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "unknown field '%.64s' (an OpenAI batch line has custom_id, method, url, body)",
+                             key);
         }
     }
     json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
     json_t *body = json_object_get(root, "body");
     if (!j->id)
-        return fail(c->err, c->errlen, "missing field 'custom_id'");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'custom_id'");
     if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "POST")))
         return bad(c, "method", method, "expected \"POST\"");
     if (!url)
-        return fail(c->err, c->errlen,
-                    "missing field 'url' (\"/v1/chat/completions\" or \"/v1/completions\")");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "missing field 'url' (\"/v1/chat/completions\" or \"/v1/completions\")");
     if (!json_is_string(url))
         return bad(c, "url", url, "expected \"/v1/chat/completions\" or \"/v1/completions\"");
     if (!strcmp(json_string_value(url), "/v1/chat/completions"))
@@ -887,7 +886,7 @@ static int openai_form(struct pctx *c, json_t *root)
     else
         return bad(c, "url", url, "not supported (use \"/v1/chat/completions\" or \"/v1/completions\")");
     if (!body)
-        return fail(c->err, c->errlen, "missing field 'body'");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body'");
     if (!json_is_object(body))
         return bad(c, "body", body, "expected an object");
     c->prefix = "body.";
@@ -896,13 +895,13 @@ static int openai_form(struct pctx *c, json_t *root)
         return rc;
     if (j->form == JOB_FORM_CHAT) {
         if (!j->messages)
-            return fail(c->err, c->errlen, "missing field 'body.messages'");
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body.messages'");
         if (c->top_logprobs && !c->chat_logprobs)
             return bad(c, "top_logprobs", c->top_logprobs, "needs \"logprobs\": true");
         if (c->chat_logprobs)
             j->sp.logprobs = c->n_top_logprobs;
     } else if (!j->prompt && !j->prompt_ids) {
-        return fail(c->err, c->errlen, "missing field 'body.prompt'");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body.prompt'");
     }
     return 0;
 }
@@ -939,26 +938,6 @@ static bool looks_openai(const char *s, size_t n)
     return memmem(s, n, "\"custom_id\"", 11) != NULL;
 }
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 static void job_init(struct job *j, const struct job_opts *o)
 {
     memset(j, 0, sizeof *j);
@@ -991,15 +970,15 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
     if (o->max_bytes > 0 && (int64_t)len > o->max_bytes) {
         if (looks_openai(line, len))
             j->form = JOB_FORM_CHAT;
-        fail(err, errlen, "the job is %zu bytes, over the limit of %lld (queues.max_job_bytes)", len,
-             (long long)o->max_bytes);
+        errfmt(err, errlen, "the job is %zu bytes, over the limit of %lld (queues.max_job_bytes)", len,
+               (long long)o->max_bytes);
         return JOB_ERR_TOO_LARGE;
     }
     long at = too_deep(line, len, JOB_MAX_DEPTH);
     if (at >= 0) {
         if (looks_openai(line, len))
             j->form = JOB_FORM_CHAT;
-        fail(err, errlen, "invalid JSON: nested deeper than %d levels (at byte %ld)", JOB_MAX_DEPTH, at);
+        errfmt(err, errlen, "invalid JSON: nested deeper than %d levels (at byte %ld)", JOB_MAX_DEPTH, at);
         return JOB_ERR_JSON;
     }
     json_error_t jerr;
@@ -1007,13 +986,15 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
     if (!root) {
         if (looks_openai(line, len))
             j->form = JOB_FORM_CHAT;
-        fail(err, errlen, "invalid JSON (line %d, column %d): %s", jerr.line, jerr.column, jerr.text);
+        errfmt(err, errlen, "invalid JSON (line %d, column %d): %s", jerr.line, jerr.column, jerr.text);
         return JOB_ERR_JSON;
     }
     struct pctx c = {.j = j, .o = o, .err = err, .errlen = errlen, .prefix = ""};
     int rc;
     if (!json_is_object(root)) {
-        fail(err, errlen, "invalid JSON: a job is an object, got %s", type_name(root));
+        /* jobs say "a number" for integers and reals alike */
+        errfmt(err, errlen, "invalid JSON: a job is an object, got %s",
+               json_is_number(root) ? "a number" : jtype_name(root));
         rc = JOB_ERR_JSON;
     } else if (json_object_get(root, "custom_id") || json_object_get(root, "body") ||
                json_object_get(root, "url") || json_object_get(root, "method")) {
@@ -1030,8 +1011,8 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
     }
     if (rc == 0) {
         if (j->min_tokens > j->max_tokens) {
-            fail(err, errlen, "field '%smin_tokens': %d is over max_tokens (%d%s)", c.prefix, j->min_tokens,
-                 j->max_tokens, j->max_tokens_given ? "" : ", the default");
+            errfmt(err, errlen, "field '%smin_tokens': %d is over max_tokens (%d%s)", c.prefix, j->min_tokens,
+                   j->max_tokens, j->max_tokens_given ? "" : ", the default");
             rc = JOB_ERR_INVALID;
         }
         if (j->sp.temperature < GREEDY_EPS)
@@ -1112,7 +1093,7 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
         n = (size_t)j->n_prompt_ids;
         in->tokens = malloc(n * sizeof(int32_t));
         if (!in->tokens) {
-            fail(err, errlen, "out of memory");
+            errfmt(err, errlen, "out of memory");
             return JOB_ERR_ENGINE;
         }
         memcpy(in->tokens, j->prompt_ids, n * sizeof(int32_t));
@@ -1121,7 +1102,7 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
         co.enable_thinking = j->enable_thinking;
         char *text = NULL, msg[512];
         if (chat_render(j->msgs, j->n_msgs, &co, &text, msg, sizeof msg)) {
-            fail(err, errlen, "%s", msg);
+            errfmt(err, errlen, "%s", msg);
             return JOB_ERR_INVALID;
         }
         /* The rendered text carries its own special tokens. */
@@ -1133,28 +1114,30 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
         if (tok_encode(tok, j->prompt, strlen(j->prompt), &in->tokens, &n, err, errlen))
             return JOB_ERR_INVALID;
     } else {
-        fail(err, errlen, "the job has no prompt");
+        errfmt(err, errlen, "the job has no prompt");
         return JOB_ERR_INVALID;
     }
     in->n_tokens = (int)n;
     if (n == 0) {
-        fail(err, errlen, "the prompt is empty after tokenization");
+        errfmt(err, errlen, "the prompt is empty after tokenization");
         return JOB_ERR_INVALID;
     }
     int max_tokens = j->max_tokens;
     if (max_model_len > 0) {
         if ((long long)n >= max_model_len) {
-            fail(err, errlen, "the prompt has %zu tokens; max_model_len is %d and leaves no room to generate",
-                 n, max_model_len);
+            errfmt(err, errlen,
+                   "the prompt has %zu tokens; max_model_len is %d and leaves no room to generate", n,
+                   max_model_len);
             return JOB_ERR_CONTEXT;
         }
         long long room = max_model_len - (long long)n;
         if (max_tokens > room) {
             if (j->max_tokens_given) {
-                fail(err, errlen,
-                     "max_tokens is %d, but the prompt has %zu tokens and max_model_len is %d: at most %lld "
-                     "tokens can be generated",
-                     max_tokens, n, max_model_len, room);
+                errfmt(
+                    err, errlen,
+                    "max_tokens is %d, but the prompt has %zu tokens and max_model_len is %d: at most %lld "
+                    "tokens can be generated",
+                    max_tokens, n, max_model_len, room);
                 return JOB_ERR_CONTEXT;
             }
             max_tokens = (int)room; /* the default shrinks to what fits */

@@ -3,24 +3,14 @@
 #include "worker/redis_url.h"
 
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "engine/errfmt.h"
 #include "worker/config.h"
-
-static int urlerr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int urlerr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int hexval(int ch)
 {
@@ -73,7 +63,7 @@ static int parse_db(const char *s, size_t n, int *db, char *err, size_t errlen)
 {
     long v = parse_u16(s, n, 15, 0);
     if (v < 0)
-        return urlerr(err, errlen, "database must be a number in [0, 65535], got \"%.*s\"",
+        return errfmt(err, errlen, "database must be a number in [0, 65535], got \"%.*s\"",
                       (int)(n > 20 ? 20 : n), s);
     *db = (int)v;
     return 0;
@@ -86,7 +76,7 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
     bool unix_sock;
     const char *p;
     if (!strncasecmp(url, "rediss://", 9))
-        return urlerr(err, errlen, "rediss:// (TLS) is not supported; use redis:// or unix://");
+        return errfmt(err, errlen, "rediss:// (TLS) is not supported; use redis:// or unix://");
     if (!strncasecmp(url, "redis://", 8)) {
         unix_sock = false;
         p = url + 8;
@@ -95,7 +85,7 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
         p = url + 7;
     } else {
         char q[96];
-        return urlerr(err, errlen, "expected redis://host:port[/db] or unix:///path.sock, got %s",
+        return errfmt(err, errlen, "expected redis://host:port[/db] or unix:///path.sock, got %s",
                       cfg_quote(url, q, sizeof q));
     }
     const char *query = strchr(p, '?');
@@ -111,19 +101,19 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
         const char *colon = memchr(p, ':', (size_t)(at - p));
         size_t ulen = colon ? (size_t)(colon - p) : (size_t)(at - p);
         if (pct_decode(p, ulen, out->user, sizeof out->user))
-            return urlerr(err, errlen, "bad user name in the URL (a %% escape or too long)");
+            return errfmt(err, errlen, "bad user name in the URL (a %% escape or too long)");
         if (colon && pct_decode(colon + 1, (size_t)(at - colon - 1), out->password, sizeof out->password))
-            return urlerr(err, errlen, "bad password in the URL (a %% escape or too long)");
+            return errfmt(err, errlen, "bad password in the URL (a %% escape or too long)");
         p = at + 1;
     }
     if (unix_sock) {
         if (p != auth_end)
-            return urlerr(err, errlen, "a unix:// URL takes no host: unix:///path/to/redis.sock");
+            return errfmt(err, errlen, "a unix:// URL takes no host: unix:///path/to/redis.sock");
         size_t n = (size_t)(end - p);
         if (n < 2)
-            return urlerr(err, errlen, "missing socket path: unix:///path/to/redis.sock");
+            return errfmt(err, errlen, "missing socket path: unix:///path/to/redis.sock");
         if (n >= sizeof out->unix_path)
-            return urlerr(err, errlen, "socket path too long");
+            return errfmt(err, errlen, "socket path too long");
         memcpy(out->unix_path, p, n);
         out->unix_path[n] = 0;
     } else {
@@ -131,10 +121,10 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
         if (*p == '[') {
             const char *rb = memchr(p, ']', (size_t)(auth_end - p));
             if (!rb)
-                return urlerr(err, errlen, "unclosed '[' in the host");
+                return errfmt(err, errlen, "unclosed '[' in the host");
             if (rb + 1 < auth_end) {
                 if (rb[1] != ':')
-                    return urlerr(err, errlen, "expected ':port' after ']'");
+                    return errfmt(err, errlen, "expected ':port' after ']'");
                 portp = rb + 2;
             }
             p++;
@@ -148,16 +138,16 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
         }
         size_t hn = (size_t)(hend - p);
         if (hn == 0)
-            return urlerr(err, errlen, "missing host: redis://host:port");
+            return errfmt(err, errlen, "missing host: redis://host:port");
         if (hn >= sizeof out->host)
-            return urlerr(err, errlen, "host name too long");
+            return errfmt(err, errlen, "host name too long");
         memcpy(out->host, p, hn);
         out->host[hn] = 0;
         if (portp) {
             size_t pn = (size_t)(auth_end - portp);
             long port = parse_u16(portp, pn, 9, 1);
             if (port < 0)
-                return urlerr(err, errlen, "port \"%.*s\" is not a number in [1, 65535]",
+                return errfmt(err, errlen, "port \"%.*s\" is not a number in [1, 65535]",
                               (int)(pn > 20 ? 20 : pn), portp);
             out->port = (int)port;
         }
@@ -172,7 +162,7 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
                 if (parse_db(s + 3, n - 3, &out->db, err, errlen))
                     return -1;
             } else {
-                return urlerr(err, errlen, "unknown URL parameter \"%.*s\" (only db=N)",
+                return errfmt(err, errlen, "unknown URL parameter \"%.*s\" (only db=N)",
                               (int)(n > 40 ? 40 : n), s);
             }
             s += n + (s[n] == '&');

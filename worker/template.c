@@ -3,24 +3,12 @@
 
 #include <ctype.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int error(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int error(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#include "engine/errfmt.h"
 
 static bool name_char(char ch)
 {
@@ -97,28 +85,29 @@ static int scan(const char *text, const json_t *vars, struct buf *b, char *var, 
                 put(b, p, 1);
             p += 2;
         } else if (*p == '}') {
-            return error(err, errlen, TMPL_ERR_SYNTAX,
-                         "unmatched '}' at byte %zu (write }} for a literal brace)", at);
+            return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
+                             "unmatched '}' at byte %zu (write }} for a literal brace)", at);
         } else if (*p == '{') {
             const char *end = p + 1;
             while (*end && *end != '}' && *end != '{')
                 end++;
             if (*end != '}')
-                return error(err, errlen, TMPL_ERR_SYNTAX,
-                             "unmatched '{' at byte %zu (write {{ for a literal brace)", at);
+                return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
+                                 "unmatched '{' at byte %zu (write {{ for a literal brace)", at);
             size_t n = (size_t)(end - p - 1);
             if (n == 0)
-                return error(err, errlen, TMPL_ERR_SYNTAX,
-                             "empty placeholder {} at byte %zu (write {{}} for literal braces)", at);
+                return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
+                                 "empty placeholder {} at byte %zu (write {{}} for literal braces)", at);
             for (const char *q = p + 1; q < end; q++)
                 if (!name_char(*q))
-                    return error(err, errlen, TMPL_ERR_SYNTAX,
-                                 "placeholder at byte %zu: '%.*s' is not a name (letters, digits, _ - .; "
-                                 "write {{ and }} for literal braces)",
-                                 at, n > 40 ? 40 : (int)n, p + 1);
+                    return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
+                                     "placeholder at byte %zu: '%.*s' is not a name (letters, digits, _ - .; "
+                                     "write {{ and }} for literal braces)",
+                                     at, n > 40 ? 40 : (int)n, p + 1);
             if (n > TMPL_MAX_NAME)
-                return error(err, errlen, TMPL_ERR_SYNTAX,
-                             "placeholder at byte %zu: a name longer than %d characters", at, TMPL_MAX_NAME);
+                return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
+                                 "placeholder at byte %zu: a name longer than %d characters", at,
+                                 TMPL_MAX_NAME);
             if (b) {
                 char name[TMPL_MAX_NAME + 1];
                 memcpy(name, p + 1, n);
@@ -127,10 +116,10 @@ static int scan(const char *text, const json_t *vars, struct buf *b, char *var, 
                 if (rc) {
                     if (var)
                         memcpy(var, name, n + 1);
-                    return error(err, errlen, rc,
-                                 rc == TMPL_ERR_MISSING ? "no value for placeholder '%s'"
-                                                        : "the value of '%s' is not a string or a number",
-                                 name);
+                    return errfmt_rc(err, errlen, rc,
+                                     rc == TMPL_ERR_MISSING ? "no value for placeholder '%s'"
+                                                            : "the value of '%s' is not a string or a number",
+                                     name);
                 }
             }
             p = end + 1;
@@ -164,7 +153,7 @@ int tmpl_render(const char *text, const json_t *vars, char **out, char var[TMPL_
     put(&b, "", 0); /* an empty template renders to "", not NULL */
     rc = scan(text, vars, &b, var, err, errlen);
     if (rc == TMPL_OK && b.oom)
-        rc = error(err, errlen, TMPL_ERR_NOMEM, "out of memory");
+        rc = errfmt_rc(err, errlen, TMPL_ERR_NOMEM, "out of memory");
     if (rc) {
         free(b.s);
         return rc;

@@ -1093,11 +1093,6 @@ static void finish_run(struct wk *w, bool hard)
 
 /* ---- set-up */
 
-static const char *find_template(void *ctx, const char *name)
-{
-    return cfg_template_find(ctx, name);
-}
-
 static int setup(struct wk *w)
 {
     const struct cfg *c = w->cfg;
@@ -1135,7 +1130,7 @@ static int setup(struct wk *w)
         job_defaults_from_model(&w->jopts.defaults, &w->model->cfg, w->model->dir);
     w->jopts.max_bytes = c->queues.max_job_bytes;
     if (c->n_templates) {
-        w->jopts.template_find = find_template;
+        w->jopts.template_find = cfg_template_lookup;
         w->jopts.template_ctx = (void *)c;
     }
 
