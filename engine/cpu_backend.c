@@ -553,7 +553,8 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         goto fail;
     if (load_weights(b, m, o, err, errlen) || size_kv(b, o, err, errlen))
         goto fail;
-    if (o->emulate_bf16) { /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
+    if (o->emulate_bf16) {
+        /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
         b->emu = true;
         b->emu_graphs = o->cuda_graphs;
         b->emu_max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
@@ -638,7 +639,6 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
     return 0;
 }
 
-
 /* One (token, KV head) vector x[D] into e4m3 codes, returning its scale, exactly as
  * k_qk_norm_rope_kv_fp8 computes them in fp32: amax = max |x|, codes f32_to_e4m3(x * (448 / amax))
  * (round to nearest even, saturating), scale amax / 448; a zero vector gets zeros and scale 0. */
@@ -656,10 +656,11 @@ static float kv_quantize(const float *x, int D, uint8_t *codes)
 /* Rows 0 .. n-1 of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer as floats: the fp32
  * pool itself (*scale NULL), or with an fp8 pool the codes decoded into buf (exact) and their scales
  * in *scale (the value of row j is the decoded row times scale[j]). */
-static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, int32_t blk, int g, int n, float *buf,
-                            const float **scale)
+static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, int32_t blk, int g, int n,
+                            float *buf, const float **scale)
 {
-    const size_t at = ((size_t)layer * 2 + (size_t)kind) * b->kv_part + ((size_t)blk * b->KVH + g) * b->kv_slab;
+    const size_t at =
+        ((size_t)layer * 2 + (size_t)kind) * b->kv_part + ((size_t)blk * b->KVH + g) * b->kv_slab;
     if (!b->kv8) {
         *scale = NULL;
         return b->kv + at;
@@ -691,7 +692,8 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
                 rmsnorm(k + g * D, k + g * D, cl->k_norm, D, b->eps);
             rope(k + g * D, c, s, half);
         }
-        if (b->emu) { /* k_qk_norm_rope_kv stores q, k and v in bf16; the fp8 variant quantizes k, v from fp32 */
+        if (b->emu) {
+            /* k_qk_norm_rope_kv stores q, k and v in bf16; the fp8 variant quantizes k, v from fp32 */
             for (int j = 0; j < (b->kv8 ? b->HD : b->QKV); j++)
                 q[j] = emu_round(b, q[j]);
             if (b->kv8 && b->emu_jitter)
@@ -714,6 +716,30 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
     }
 }
 
+/* The scores of query q against the keys at positions [0, ctx) of kv head g of a layer (block table
+ * bt), each times scale, into sc[0 .. ctx); returns their maximum. buf: kv_rows's scratch (NULL unless
+ * the pool is fp8). */
+static float qk_scores(const struct cpu_backend *b, int layer, const int32_t *bt, int g, int ctx,
+                       const float *q, float scale, float *buf, float *sc)
+{
+    const int D = b->D, bs = b->base.block_size;
+    float mx = -INFINITY;
+    for (int j0 = 0; j0 < ctx; j0 += bs) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const float *ks;
+        const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
+        for (int j = 0; j < n; j++) {
+            float s = dot(q, kb + (size_t)j * D, D); /* fp8: q · codes, then the column's k_scale */
+            if (ks)
+                s *= ks[j];
+            s *= scale;
+            sc[j0 + j] = s;
+            mx = fmaxf(mx, s);
+        }
+    }
+    return mx;
+}
+
 /* Causal attention of every (row, head) over positions [0, pos] read from the pool. */
 static void attention(struct cpu_backend *b, int layer, const struct be_seq *seqs, int T)
 {
@@ -726,20 +752,7 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
         const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
-        float mx = -INFINITY;
-        for (int j0 = 0; j0 < ctx; j0 += bs) {
-            int n = ctx - j0 < bs ? ctx - j0 : bs;
-            const float *ks;
-            const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
-            for (int j = 0; j < n; j++) {
-                float s = dot(q, kb + (size_t)j * D, D);
-                if (ks)
-                    s *= ks[j];
-                s *= scale;
-                sc[j0 + j] = s;
-                mx = s > mx ? s : mx;
-            }
-        }
+        const float mx = qk_scores(b, layer, bt, g, ctx, q, scale, buf, sc);
         double sum = 0;
         for (int j = 0; j < ctx; j++) {
             float e = expf(sc[j] - mx);
@@ -792,19 +805,7 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *mr = b->mrun + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
-        float M = -INFINITY;
-        for (int j0 = 0; j0 < ctx; j0 += bs) {
-            int n = ctx - j0 < bs ? ctx - j0 : bs;
-            const float *ks;
-            const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
-            for (int j = 0; j < n; j++) {
-                float s = dot(q, kb + (size_t)j * D, D); /* fp8: q · codes, then the column's k_scale */
-                if (ks)
-                    s *= ks[j];
-                sc[j0 + j] = s;
-                M = fmaxf(M, s);
-            }
-        }
+        const float M = qk_scores(b, layer, bt, g, ctx, q, 1.0f, buf, sc); /* raw: sl2 is applied below */
         if (sq->n_new == 1) {
             int np = (ctx + part - 1) / part;
             np = np < 1 ? 1 : np > n_part ? n_part : np;

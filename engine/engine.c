@@ -398,18 +398,27 @@ static void live_unlink(struct engine *e, struct eseq *q)
     q->lprev = q->lnext = NULL;
 }
 
+/* The index of the first of ids[0 .. n) outside the vocabulary [0, vocab), or -1 when none is. */
+static int outside_vocab(const struct engine *e, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocab)
+            return i;
+    return -1;
+}
+
 struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, char *err, size_t errlen)
 {
     if (!r->prompt || r->n_prompt < 1) {
         snprintf(err, errlen, "the prompt is empty");
         return NULL;
     }
-    for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= e->vocab) {
-            snprintf(err, errlen, "prompt token %d is id %d, outside the vocabulary [0, %d)", i,
-                     (int)r->prompt[i], e->vocab);
-            return NULL;
-        }
+    int bad = outside_vocab(e, r->prompt, r->n_prompt);
+    if (bad >= 0) {
+        snprintf(err, errlen, "prompt token %d is id %d, outside the vocabulary [0, %d)", bad,
+                 (int)r->prompt[bad], e->vocab);
+        return NULL;
+    }
     if (r->max_tokens < 1) {
         snprintf(err, errlen, "max_tokens must be >= 1, got %d", r->max_tokens);
         return NULL;
@@ -437,12 +446,11 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
         snprintf(err, errlen, "bad stop list");
         return NULL;
     }
-    for (int i = 0; i < r->n_stop_ids; i++)
-        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= e->vocab) {
-            snprintf(err, errlen, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", i,
-                     (int)r->stop_ids[i], e->vocab);
-            return NULL;
-        }
+    if ((bad = outside_vocab(e, r->stop_ids, r->n_stop_ids)) >= 0) {
+        snprintf(err, errlen, "stop_token_ids[%d] = %d is outside the vocabulary [0, %d)", bad,
+                 (int)r->stop_ids[bad], e->vocab);
+        return NULL;
+    }
     struct sampling_params sp = r->sp;
     if (check_sampling(&sp, err, errlen))
         return NULL;
@@ -562,6 +570,17 @@ static int publish(struct eseq *q, size_t vis)
 }
 
 /* Finishes q (once): flushes the decoder when asked, shows the whole text, frees its blocks. */
+/* Takes q off the list of pending cancels (where engine_cancel put it), keeping the others' order. */
+static void cancels_remove(struct engine *e, const struct eseq *q)
+{
+    for (int i = 0; i < e->n_cancels; i++)
+        if (e->cancels[i] == q) {
+            memmove(e->cancels + i, e->cancels + i + 1, (size_t)(e->n_cancels - i - 1) * sizeof *e->cancels);
+            e->n_cancels--;
+            return;
+        }
+}
+
 static void finish(struct engine *e, struct eseq *q, enum finish_reason why, const char *msg, bool flush)
 {
     if (q->pub.finished)
@@ -579,13 +598,7 @@ static void finish(struct engine *e, struct eseq *q, enum finish_reason why, con
         snprintf(q->pub.error, sizeof q->pub.error, "%s", msg);
     q->pub.t_finished = now_s();
     if (q->cancel) { /* finished otherwise before its cancel was seen */
-        for (int i = 0; i < e->n_cancels; i++)
-            if (e->cancels[i] == q) {
-                memmove(e->cancels + i, e->cancels + i + 1,
-                        (size_t)(e->n_cancels - i - 1) * sizeof *e->cancels);
-                e->n_cancels--;
-                break;
-            }
+        cancels_remove(e, q);
         q->cancel = false;
     }
     sched_finish(e->s, &q->sq);
@@ -764,15 +777,8 @@ void engine_release(struct engine *e, struct engine_seq *s)
     struct eseq *q = (struct eseq *)s;
     if (!q)
         return;
-    if (q->cancel) {
-        for (int i = 0; i < e->n_cancels; i++)
-            if (e->cancels[i] == q) {
-                memmove(e->cancels + i, e->cancels + i + 1,
-                        (size_t)(e->n_cancels - i - 1) * sizeof *e->cancels);
-                e->n_cancels--;
-                break;
-            }
-    }
+    if (q->cancel)
+        cancels_remove(e, q);
     if (q->prev_idx >= 0)
         e->prev[q->prev_idx] = NULL;
     sched_finish(e->s, &q->sq);

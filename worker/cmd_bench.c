@@ -821,9 +821,10 @@ int cmd_bench(int argc, char **argv)
     }
 #endif
     json_object_set_new(j, "peak_gpu_mem_gb", peak);
-    json_object_set_new(j, "weight_dtype", json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
-                                                       : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
-                                                                                               : "auto"));
+    json_object_set_new(j, "weight_dtype",
+                        json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
+                                    : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
+                                                                            : "auto"));
     json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : "bf16"));
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
