@@ -480,6 +480,11 @@ static bool gemv_ok(const bf16 *X, const struct k_weight *w, int M)
     return X && M <= K_GEMV_MAX_M && w->K % 16 == 0 && align_of(X) >= 16 && align_of(w->w) >= 16;
 }
 
+extern "C" int k_linear_takes_xq(const struct k_weight *w, int M)
+{
+    return w->fp8 && M > 1; // fp8 at M = 1: always the GEMV on bf16 X (cuBLASLt has no algorithm)
+}
+
 extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale,
                         const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
 {
@@ -498,7 +503,7 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
               (const void *)x_scale, K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (!lt_in || (w->fp8 && M == 1)) // fp8 at M = 1: always the GEMV (no bf16 -> fp8 step, 1 row)
+    if (!lt_in || (w->fp8 && !k_linear_takes_xq(w, M)))
         return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
     const gemm_key key = make_key(w->fp8 ? KIND_CHOICE_FP8 : KIND_CHOICE_BF16, w->fp8 ? (const void *)Xq : X,

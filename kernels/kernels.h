@@ -148,6 +148,9 @@ struct k_weight {
  * each choice. */
 int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w,
              void *Y, int y_f32, int M, cudaStream_t stream);
+/* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1); when it may not,
+ * a caller need not quantize W's input. */
+int k_linear_takes_xq(const struct k_weight *w, int M);
 
 /* ---- gemv.cu: Y[M, N] = X[M, K] · W[N, K]^T for decode-sized M (1 .. K_GEMV_MAX_M), a kernel that
  * streams the weight matrix once at (close to) the copy bandwidth, which cuBLASLt does not at these
