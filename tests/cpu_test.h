@@ -4,10 +4,13 @@
  *   - a tiny checkpoint (engine/tiny_model.h) written to a temporary folder and loaded;
  *   - a CPU backend opened from given options, a step, a greedy sampling with logprobs, and a
  *     one-sequence step description (struct be_seq);
+ *   - a checkpoint folder's model and tokenizer loaded together;
+ *   - a row of logits turned into log-probabilities in place (the C references);
  *   - splitmix64, the tests' seeded random numbers.
  * Every helper fails the test (cmocka) on an error. */
 #pragma once
 #include <dirent.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/tiny_model.h"
+#include "engine/tokenizer.h"
 
 /* splitmix64: the next number of the sequence whose state is *s. */
 static inline uint64_t cpu_test_splitmix(uint64_t *s)
@@ -26,6 +30,28 @@ static inline uint64_t cpu_test_splitmix(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* model_load and tok_load_dir of dir; the caller frees both. */
+static inline void cpu_test_load_dir(const char *dir, struct model **m, struct tok **tok)
+{
+    char err[512] = "";
+    if (!(*m = model_load(dir, err, sizeof err)))
+        fail_msg("model_load: %s", err);
+    if (!(*tok = tok_load_dir(dir, err, sizeof err)))
+        fail_msg("tok_load_dir: %s", err);
+}
+
+/* row[0 .. n) = log_softmax(row), in double. */
+static inline void cpu_test_log_softmax(double *row, int n)
+{
+    double mx = -INFINITY, z = 0;
+    for (int i = 0; i < n; i++)
+        mx = row[i] > mx ? row[i] : mx;
+    for (int i = 0; i < n; i++)
+        z += exp(row[i] - mx);
+    for (int i = 0; i < n; i++)
+        row[i] -= mx + log(z);
 }
 
 /* A tiny checkpoint in its own temporary folder, loaded. */

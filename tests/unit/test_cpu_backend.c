@@ -271,13 +271,7 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
         double *row = lp + (size_t)p * V;
         ref_rmsnorm(h, x + (size_t)p * C, t->final_norm, C, eps);
         ref_linear(row, t->lm_head, NULL, h, V, C);
-        double mx = -INFINITY, z = 0;
-        for (int i = 0; i < V; i++)
-            mx = row[i] > mx ? row[i] : mx;
-        for (int i = 0; i < V; i++)
-            z += exp(row[i] - mx);
-        for (int i = 0; i < V; i++)
-            row[i] -= mx + log(z);
+        cpu_test_log_softmax(row, V);
     }
     free(x), free(h), free(q), free(k), free(v), free(o), free(y), free(g), free(u), free(sc);
     return lp;

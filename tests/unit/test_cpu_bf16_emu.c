@@ -376,13 +376,7 @@ static double *ref_forward(const struct model *m, const struct wts *w, const int
         R_on = false; /* logits in fp32 */
         ref_linear(row, w->lm_head, h, V, C);
         R_on = emu;
-        double mx = -INFINITY, s = 0;
-        for (int i = 0; i < V; i++)
-            mx = row[i] > mx ? row[i] : mx;
-        for (int i = 0; i < V; i++)
-            s += exp(row[i] - mx);
-        for (int i = 0; i < V; i++)
-            row[i] -= mx + log(s);
+        cpu_test_log_softmax(row, V);
     }
     free(x), free(h), free(q), free(k), free(v), free(o), free(y), free(g), free(sc), free(mr);
     return lp;

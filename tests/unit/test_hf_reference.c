@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 
+#include "cpu_test.h"
 #include "hf_golden.h"
 
 /* Runs prompts [from, to) in one engine; compares each with its golden (ids equal, logprobs within
@@ -35,13 +36,9 @@ static void test_model(void **state)
 {
     struct hf_goldens f;
     hf_goldens_load(&f, *state);
-    char err[512];
-    struct model *m = model_load(f.dir, err, sizeof err);
-    if (!m)
-        fail_msg("model_load: %s", err);
-    struct tok *tok = tok_load_dir(f.dir, err, sizeof err);
-    if (!tok)
-        fail_msg("tok_load_dir: %s", err);
+    struct model *m;
+    struct tok *tok;
+    cpu_test_load_dir(f.dir, &m, &tok);
     run_and_compare(&f, m, tok, 0, f.n, 16, 4096, "batch");
     for (int i = 0; i < f.n; i++)
         run_and_compare(&f, m, tok, i, i + 1, 32, 8192, "alone");

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "cpu_test.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tiny_model.h"
@@ -34,12 +35,9 @@ static char dir[256];
 static void run(bool caching, struct engine_stats *st)
 {
     char err[512];
-    struct model *m = model_load(dir, err, sizeof err);
-    if (!m)
-        fail_msg("model_load: %s", err);
-    struct tok *tok = tok_load_dir(dir, err, sizeof err);
-    if (!tok)
-        fail_msg("tok_load_dir: %s", err);
+    struct model *m;
+    struct tok *tok;
+    cpu_test_load_dir(dir, &m, &tok);
     struct engine_opts o = engine_opts_default();
     o.backend = "cpu";
     o.be.block_size = BS;

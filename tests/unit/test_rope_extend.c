@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "cpu_test.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -142,12 +143,9 @@ static void test_rule_equals_config(void **state)
 static void run(const char *dir, int max_model_len, struct be_out *out, int32_t *ids, int n_new)
 {
     char err[512];
-    struct model *m = model_load(dir, err, sizeof err);
-    if (!m)
-        fail_msg("model_load: %s", err);
-    struct tok *tok = tok_load_dir(dir, err, sizeof err);
-    if (!tok)
-        fail_msg("tok_load_dir: %s", err);
+    struct model *m;
+    struct tok *tok;
+    cpu_test_load_dir(dir, &m, &tok);
     struct engine_opts o = engine_opts_default();
     o.backend = "cpu";
     o.be.max_model_len = max_model_len;

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <stdio.h>
 
+#include "cpu_test.h"
 #include "hf_golden.h"
 
 /* Writes the keys of `overrides` into the checkpoint's config.json (as make_hf_fixtures.py does). */
@@ -38,13 +39,9 @@ static void set_config(struct hf_goldens *f, json_t *overrides)
 
 static void run_and_compare(struct hf_goldens *f, const char *label, int block_size, int budget)
 {
-    char err[512];
-    struct model *m = model_load(f->dir, err, sizeof err);
-    if (!m)
-        fail_msg("model_load: %s", err);
-    struct tok *tok = tok_load_dir(f->dir, err, sizeof err);
-    if (!tok)
-        fail_msg("tok_load_dir: %s", err);
+    struct model *m;
+    struct tok *tok;
+    cpu_test_load_dir(f->dir, &m, &tok);
     struct engine_opts o = hf_golden_engine_opts(
         block_size, budget, (int)json_integer_value(json_object_get(f->entry, "max_model_len")));
     double worst = hf_golden_compare(f, m, tok, &o, 0, f->n, label);
