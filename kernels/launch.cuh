@@ -1,5 +1,5 @@
-// Kernel launches for the per-step kernels: programmatic dependent launch (PDL) and thread-block
-// clusters, both Hopper (sm_90) features. Included by kernels/*.cu only.
+// Kernel launches for the per-step kernels: programmatic dependent launch (PDL), a Hopper (sm_90)
+// feature. Included by kernels/*.cu only.
 //
 // PDL. A kernel launched with k_launch may start while the kernel before it on the stream is still
 // running: its CTAs become resident as soon as every CTA of that kernel has called
@@ -51,44 +51,24 @@ __device__ __forceinline__ void pdl_enter()
     pdl_launch_dependents();
 }
 
-// The current device's compute capability major (cached per process; 0 when it cannot be read).
-int k_cc_major(void);
-// Whether k_launch asks for PDL: cc >= 9 and LLMQ_PDL is not "0" (cached per process).
+// Whether k_launch asks for PDL: compute capability >= 9.0 and LLMQ_PDL is not "0" (decided once per
+// process).
 bool k_pdl_on(void);
 
-// kern<<<grid, block, smem, stream>>>(args...) with the PDL attribute (when k_pdl_on()) and, when
-// cluster_y > 1, clusters of (1, cluster_y, 1) CTAs (the caller checks k_cc_major() >= 9).
+// kern<<<grid, block, smem, stream>>>(args...), with the PDL attribute when k_pdl_on().
 template <typename... P, typename... A>
-static inline cudaError_t k_launch_cluster(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
-                                           cudaStream_t stream, int cluster_y, A &&...args)
+static inline cudaError_t k_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t stream, A &&...args)
 {
-    cudaLaunchAttribute at[2];
-    unsigned n = 0;
-    if (k_pdl_on()) {
-        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[n].val.programmaticStreamSerializationAllowed = 1;
-        n++;
-    }
-    if (cluster_y > 1) {
-        at[n].id = cudaLaunchAttributeClusterDimension;
-        at[n].val.clusterDim.x = 1;
-        at[n].val.clusterDim.y = (unsigned)cluster_y;
-        at[n].val.clusterDim.z = 1;
-        n++;
-    }
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = n ? at : NULL;
-    cfg.numAttrs = n;
+    cfg.attrs = k_pdl_on() ? &at : NULL;
+    cfg.numAttrs = k_pdl_on() ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
-}
-
-template <typename... P, typename... A>
-static inline cudaError_t k_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,
-                                   cudaStream_t stream, A &&...args)
-{
-    return k_launch_cluster(kern, grid, block, smem, stream, 1, std::forward<A>(args)...);
 }
