@@ -310,20 +310,8 @@ static int load_weight(const struct tensor_view *t, const char *what, int layer,
         snprintf(err, errlen, "%s: missing", name);
         return -1;
     }
-    bool ok =
-        d1 ? (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->ndim == 1 && t->shape[0] == d0);
-    if (!ok) {
-        char got[96] = "";
-        size_t o = 0;
-        for (int i = 0; i < t->ndim && i < 4 && o < sizeof got; i++)
-            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        if (d1)
-            snprintf(err, errlen, "%s: shape [%s], expected [%lld, %lld]", name, got, (long long)d0,
-                     (long long)d1);
-        else
-            snprintf(err, errlen, "%s: shape [%s], expected [%lld]", name, got, (long long)d0);
+    if (tensor_view_check_shape(t, name, d0, d1, err, errlen))
         return -1;
-    }
     char e2[256];
     if (fp8_linear_values(t, mode == LW_FP8, dst, e2, sizeof e2) != 0) {
         snprintf(err, errlen, "%s: %s", name, e2);

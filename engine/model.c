@@ -531,6 +531,19 @@ static int load_layer(struct loader *L, int l)
     return 0;
 }
 
+int tensor_view_check_shape(const struct tensor_view *t, const char *name, int64_t d0, int64_t d1, char *err,
+                            size_t errlen)
+{
+    if (d1 ? (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->ndim == 1 && t->shape[0] == d0))
+        return 0;
+    char got[96];
+    st_shape_str(t->ndim, t->shape, got, sizeof got);
+    if (d1)
+        return errfmt(err, errlen, "%s: shape %s, expected [%lld, %lld]", name, got, (long long)d0,
+                      (long long)d1);
+    return errfmt(err, errlen, "%s: shape %s, expected [%lld]", name, got, (long long)d0);
+}
+
 struct model *model_load(const char *dir, char *err, size_t errlen)
 {
     struct model *m = calloc(1, sizeof *m);

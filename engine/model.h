@@ -88,6 +88,11 @@ struct model {
 struct model *model_load(const char *dir, char *err, size_t errlen);
 void model_free(struct model *m);
 
+/* 0 when t is [d0] (d1 == 0) or [d0, d1]; else -1 and "<name>: shape [a, b], expected [d0, d1]" in
+ * err. For the backends, which check the views they are given again. */
+int tensor_view_check_shape(const struct tensor_view *t, const char *name, int64_t d0, int64_t d1, char *err,
+                            size_t errlen);
+
 /* Parses only config.json (+ generation_config.json when present) into *cfg. */
 int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen);
 

@@ -117,22 +117,7 @@ static int put_f32(struct loader *ld, const float *src, bf16 *dst, size_t n)
 static int check_shape(struct cuda_backend *b, const struct tensor_view *t, const char *name, int64_t d0,
                        int64_t d1)
 {
-    bool ok =
-        d1 ? (t->ndim == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->ndim == 1 && t->shape[0] == d0);
-    if (!ok) {
-        char got[96] = "";
-        size_t o = 0;
-        for (int i = 0; i < t->ndim && i < 4 && o < sizeof got; i++)
-            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        if (d1)
-            snprintf(b->base.err, sizeof b->base.err, "%s: shape [%s], expected [%lld, %lld]", name, got,
-                     (long long)d0, (long long)d1);
-        else
-            snprintf(b->base.err, sizeof b->base.err, "%s: shape [%s], expected [%lld]", name, got,
-                     (long long)d0);
-        return -1;
-    }
-    return 0;
+    return tensor_view_check_shape(t, name, d0, d1, b->base.err, sizeof b->base.err);
 }
 
 // Elements i0 .. i0 + n - 1 of t (in row-major order) into dst as bf16. An F8_E4M3 tensor only whole
