@@ -1,9 +1,11 @@
 /* Helpers for the kernel tests (tests/gpu/test_k_*.cu): skip without a GPU, device buffers,
- * random inputs, and comparisons with a printed verdict. Header-only, CUDA C++. */
+ * random inputs, and checks and comparisons with a printed verdict. Header-only, CUDA C++ (each test
+ * is its own program, so the tally below is per program). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,40 @@ static inline void gpu_require(void)
             exit(1);                                                                                               \
         }                                                                                                          \
     } while (0)
+
+/* ---- the tally of checks: one printed line per check, "ok   ..." or "FAIL ..." */
+
+static int gt_failures = 0, gt_passes = 0;
+/* The first lines of failed checks (gt_check keeps up to 20), for a test to repeat at its end. */
+static char gt_failed[20][200];
+static int gt_n_failed = 0;
+
+/* Prints "ok   " or "FAIL " and the printf-formatted line, and counts it in gt_passes or gt_failures. */
+static void gt_check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void gt_check(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok && gt_n_failed < 20) {
+        va_start(ap, fmt);
+        vsnprintf(gt_failed[gt_n_failed++], sizeof gt_failed[0], fmt, ap);
+        va_end(ap);
+    }
+    ok ? gt_passes++ : gt_failures++;
+}
+
+/* splitmix64 of z: mixes a seed and a case or element index (host and device). */
+__host__ __device__ static inline uint64_t gt_splitmix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
 /* Deterministic random numbers for inputs (xorshift64*; seed per test case). */
 static inline uint64_t gt_next(uint64_t *s)

@@ -40,7 +40,6 @@ extern "C" {
 #define BF16_NORM_TOL 4e-3
 #define F32_RTOL (1.0 / 8388608) /* 2^-23 */
 
-static int failures = 0;
 static uint64_t base_seed;
 
 /* The xorshift state of test case k: base_seed and k mixed (splitmix64), never 0. */
@@ -89,20 +88,8 @@ static bool acc_report(const acc &a, const char *what, double norm_tol)
         printf(" (first at %zu)", a.first_nonfinite);
     printf("\n");
     if (!ok)
-        failures++;
+        gt_failures++;
     return ok;
-}
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (!ok)
-        failures++;
 }
 
 /* ---- helpers */
@@ -217,7 +204,7 @@ static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64
             }
         }
     }
-    check(
+    gt_check(
         wrong16 == 0 && wrong32 == 0,
         "embedding V %6d hidden %5d n %5d out+%d (%d out-of-range ids -> zeros): bit-exact, %zu bf16 and %zu "
         "fp32 elements wrong%s",
@@ -238,9 +225,9 @@ static void test_embedding(void)
     test_embedding_case(777, 100, 33, 0, case_seed(3)); /* hidden % 8 != 0: scalar path */
     test_embedding_case(50, 1024, 1, 0, case_seed(4));
     test_embedding_case(300, 1024, 9, 1, case_seed(5)); /* misaligned output: scalar path */
-    check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "embedding n_tokens 0 is a no-op");
+    gt_check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "embedding n_tokens 0 is a no-op");
     int rc = k_embedding(NULL, 4, NULL, 10, 64, NULL, 0);
-    check(rc == -1 && strstr(k_last_error(), "embedding"), "embedding NULL pointers fail cleanly: \"%s\"",
+    gt_check(rc == -1 && strstr(k_last_error(), "embedding"), "embedding NULL pointers fail cleanly: \"%s\"",
           k_last_error());
 
     /* timing: 8192 tokens of a 5120-wide table */
@@ -299,7 +286,7 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
     }
     snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
     acc_report(a, what, BF16_NORM_TOL);
-    check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
+    gt_check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
           "rmsnorm rows %4d cols %5d: residual "
           "left unchanged",
           rows, cols);
@@ -351,9 +338,9 @@ static void test_rmsnorm(void)
     test_rmsnorm_case(300, 16384, 0, case_seed(k++)); /* 8 units a thread, 256 threads */
     test_rmsnorm_case(3, 24576, 0, case_seed(k++));   /* 8 units a thread, 384 threads */
     test_rmsnorm_case(2, 40000, 0, case_seed(k++));   /* too wide for registers: scalar path */
-    check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "rmsnorm rows 0 is a no-op");
+    gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "rmsnorm rows 0 is a no-op");
     int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);
-    check(rc == -1 && strstr(k_last_error(), "cols 0"), "add_rmsnorm cols 0 fails cleanly: \"%s\"",
+    gt_check(rc == -1 && strstr(k_last_error(), "cols 0"), "add_rmsnorm cols 0 fails cleanly: \"%s\"",
           k_last_error());
 
     /* timing at T = 8192, C = 5120 */
@@ -427,7 +414,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     float attn_scale = 0;
     char err[256];
     if (backend_rope_freqs(&cfg, inv_freq.data(), &attn_scale, err, sizeof err)) {
-        check(false, "backend_rope_freqs: %s", err);
+        gt_check(false, "backend_rope_freqs: %s", err);
         return;
     }
 
@@ -583,7 +570,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     snprintf(w2, sizeof w2, "%s: q", what);
     acc_report(aq, w2, BF16_NORM_TOL);
     if (f8) {
-        check(q_bad == 0 && s_bad == 0 && q_n > 0,
+        gt_check(q_bad == 0 && s_bad == 0 && q_n > 0,
               "%s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
               "(%.4f%%) "
               "equal to f32_to_e4m3 of the reference",
@@ -595,7 +582,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
         snprintf(w2, sizeof w2, "%s: v cache", what);
         acc_report(av, w2, BF16_NORM_TOL);
     }
-    check(clobbered == 0,
+    gt_check(clobbered == 0,
           "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g", what,
           clobbered, first, skipped, attn_scale);
 
@@ -653,15 +640,15 @@ static void test_rope(void)
     {
         int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
                                         NULL, NULL, 4, 8, 2, 96, 32, 0);
-        check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "rope fp8 D 96 fails cleanly: \"%s\"",
+        gt_check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "rope fp8 D 96 fails cleanly: \"%s\"",
               k_last_error());
     }
-    check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64, 32,
+    gt_check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64, 32,
                             0) == 0,
           "rope T 0 is a no-op");
     int rc = k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 4, 8, 3, 64,
                                32, 0);
-    check(rc == -1 && strstr(k_last_error(), "KVH 3"), "rope H %% KVH != 0 fails cleanly: \"%s\"",
+    gt_check(rc == -1 && strstr(k_last_error(), "KVH 3"), "rope H %% KVH != 0 fails cleanly: \"%s\"",
           k_last_error());
 
     /* timing: Qwen3-14B, T = 8192 tokens */
@@ -734,7 +721,7 @@ static void test_silu(void)
     test_silu_case(33, 1003, case_seed(k++)); /* F % 8 != 0: scalar path */
     test_silu_case(5, 24, case_seed(k++));
     test_silu_case(3, 3000, case_seed(k++)); /* F / 8 = 375: two blocks a row */
-    check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "silu_mul T 0 is a no-op");
+    gt_check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "silu_mul T 0 is a no-op");
 
     const int T = 8192, F = 17408;
     uint64_t s = case_seed(599);
@@ -762,6 +749,6 @@ int main(void)
     test_rope();
     test_silu();
     GPU_OK(cudaDeviceSynchronize());
-    printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
+    return gt_failures ? 1 : 0;
 }

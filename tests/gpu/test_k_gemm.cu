@@ -59,38 +59,18 @@ extern "C" {
 #define F32_RTOL 1e-6
 #define ATOL_FRAC 2e-6
 
-static int failures = 0;
 static uint64_t base_seed;
 
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (!ok)
-        failures++;
-}
 
 /* ---- device helpers (test-local kernels) */
 
-__host__ __device__ static inline uint64_t splitmix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* p[i] = bf16(scale * approx N(0,1)): the sum of four 16-bit uniforms of one hash, standardized */
 __global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        uint64_t h = gt_splitmix(seed ^ (i * 0xd1342543de82ef95ull));
         float a = 0;
         for (int j = 0; j < 4; j++)
             a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
@@ -235,7 +215,7 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
         ok ? "ok  " : "FAIL", what, full ? "full   " : "sampled", P, rel, tol, worst, worst_m, worst_n,
         worst_got, worst_ref, bad, bad_values);
     if (!ok)
-        failures++;
+        gt_failures++;
     return ok;
 }
 
@@ -258,9 +238,9 @@ static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
              c.x_off || c.w_off || c.y_off ? " offset" : "");
     int rc = k_gemm_bf16(g, X, W, Y, c.y_f32, c.M, c.N, c.K, 0);
     if (rc != 0 && c.odd) {
-        check(strlen(k_last_error()) > 0, "%s: not supported, failed cleanly: %s", what, k_last_error());
+        gt_check(strlen(k_last_error()) > 0, "%s: not supported, failed cleanly: %s", what, k_last_error());
     } else if (rc != 0) {
-        check(false, "%s: %s", what, k_last_error());
+        gt_check(false, "%s: %s", what, k_last_error());
     } else {
         GPU_OK(cudaDeviceSynchronize());
         verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
@@ -310,7 +290,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
         snprintf(what, sizeof what, "%-8s M %4d N %6d K %5d %s", s.name, M, s.N, s.K,
                  s.y_f32 ? "f32" : "bf16");
         if (k_gemm_bf16(g, X, Wc, Y, s.y_f32, M, s.N, s.K, 0)) {
-            check(false, "%s: %s", what, k_last_error());
+            gt_check(false, "%s: %s", what, k_last_error());
             continue;
         }
         GPU_OK(cudaDeviceSynchronize());
@@ -475,12 +455,12 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
     if (rc) {
         bool clean = strlen(k_last_error()) > 0;
         if (M == 1 || odd)
-            check(clean, "%s k_gemm_fp8: not offered, failed cleanly (%s)", what, k_last_error());
+            gt_check(clean, "%s k_gemm_fp8: not offered, failed cleanly (%s)", what, k_last_error());
         else
-            check(false, "%s k_gemm_fp8: %s", what, k_last_error());
+            gt_check(false, "%s k_gemm_fp8: %s", what, k_last_error());
     } else {
         fp8_err e = fp8_compare(Y, y_f32, M, N, K, xd, wd, pairs);
-        check(fp8_ok(e),
+        gt_check(fp8_ok(e),
               "%s k_gemm_fp8   %6zu checked  rel %.2e (tol 4e-3)  worst |d|/bound %.3f  out-of-bound %zu  "
               "nan %zu",
               what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
@@ -489,10 +469,10 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
     if (M <= K_GEMV_MAX_M) {
         GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
         if (k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 0)) {
-            check(false, "%s k_gemv_fp8: %s", what, k_last_error());
+            gt_check(false, "%s k_gemv_fp8: %s", what, k_last_error());
         } else {
             fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
-            check(fp8_ok(e),
+            gt_check(fp8_ok(e),
                   "%s k_gemv_fp8   %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
                   what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
         }
@@ -503,10 +483,10 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
             wf[i] = __bfloat162float(wh[i]);
         GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
         if (k_gemv_bf16(X, W, Y, y_f32, M, N, K, 0)) {
-            check(false, "%s k_gemv_bf16: %s", what, k_last_error());
+            gt_check(false, "%s k_gemv_bf16: %s", what, k_last_error());
         } else {
             fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wf, pairs);
-            check(fp8_ok(e),
+            gt_check(fp8_ok(e),
                   "%s k_gemv_bf16  %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
                   what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
         }
@@ -516,13 +496,13 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
     for (int again = 0; again < 2; again++) {
         GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
         if (k_linear(g, M <= K_GEMV_MAX_M ? X : NULL, Xq, xs, &kw, Y, y_f32, M, 0)) {
-            check(odd, "%s k_linear%s: %s", what, again ? " (cached)" : "", k_last_error());
+            gt_check(odd, "%s k_linear%s: %s", what, again ? " (cached)" : "", k_last_error());
             break;
         }
         fp8_err a = fp8_compare(Y, y_f32, M, N, K, xd, wd, pairs),
                 b = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
         const fp8_err &e = fp8_ok(a) || !fp8_ok(b) ? a : b;
-        check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
+        gt_check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
               again ? " (cached)" : "", e.rel, e.worst, &e == &a ? "cuBLASLt, quantized X" : "GEMV, bf16 X");
     }
     cudaFree(X), cudaFree(W), cudaFree(Xq), cudaFree(Wq), cudaFree(xs), cudaFree(ws), cudaFree(ws_lt),
@@ -639,11 +619,11 @@ int main(void)
         return 1;
     }
     /* argument checks */
-    check(k_gemm_bf16(g, NULL, NULL, NULL, 0, 0, 64, 64, 0) == 0, "gemm M 0 is a no-op");
+    gt_check(k_gemm_bf16(g, NULL, NULL, NULL, 0, 0, 64, 64, 0) == 0, "gemm M 0 is a no-op");
     int rc = k_gemm_bf16(g, NULL, NULL, NULL, 0, 4, 0, 64, 0);
-    check(rc == -1 && strstr(k_last_error(), "N 0"), "gemm N 0 fails cleanly: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "N 0"), "gemm N 0 fails cleanly: \"%s\"", k_last_error());
     rc = k_gemm_bf16(NULL, NULL, NULL, NULL, 0, 4, 8, 8, 0);
-    check(rc == -1 && strstr(k_last_error(), "NULL handle"), "gemm without a handle fails cleanly: \"%s\"",
+    gt_check(rc == -1 && strstr(k_last_error(), "NULL handle"), "gemm without a handle fails cleanly: \"%s\"",
           k_last_error());
 
     /* small and odd shapes, full check */
@@ -665,7 +645,7 @@ int main(void)
     };
     uint64_t k = 1;
     for (const gemm_case &c : small)
-        small_case(g, c, splitmix(base_seed + k++));
+        small_case(g, c, gt_splitmix(base_seed + k++));
 
     /* Qwen3-14B */
     const big_shape big[] = {
@@ -674,7 +654,7 @@ int main(void)
     };
     std::vector<std::string> table;
     for (const big_shape &s : big)
-        big_shape_run(g, s, splitmix(base_seed + k++), table);
+        big_shape_run(g, s, gt_splitmix(base_seed + k++), table);
 
     /* FP8: correctness at small and edge shapes, then the 14B shapes (sampled), then timing */
     const int fp8_Ms[] = {1, 2, 7, 16, 129, 1000};
@@ -682,12 +662,12 @@ int main(void)
         {384, 640, 0}, {896, 384, 0}, {128, 128, 0}, {400, 256, 1} /* N not a multiple of 128 */};
     for (int M : fp8_Ms)
         for (auto &nk : fp8_NK)
-            fp8_case(g, M, nk[0], nk[1], 0, nk[2] != 0, splitmix(base_seed + k++));
-    fp8_case(g, 16, 384, 640, 1, false, splitmix(base_seed + k++)); /* fp32 output */
+            fp8_case(g, M, nk[0], nk[1], 0, nk[2] != 0, gt_splitmix(base_seed + k++));
+    fp8_case(g, 16, 384, 640, 1, false, gt_splitmix(base_seed + k++)); /* fp32 output */
     const int fp8_big[][2] = {{(40 + 16) * 128, 5120}, {5120, 5120}, {2 * 17408, 5120}, {5120, 17408}};
     for (auto &nk : fp8_big)
         for (int M : {1, 7, 129})
-            fp8_case(g, M, nk[0], nk[1], 0, false, splitmix(base_seed + k++));
+            fp8_case(g, M, nk[0], nk[1], 0, false, gt_splitmix(base_seed + k++));
     const char *fp8_names[] = {"qkv", "o_proj", "gate_up", "down"};
     for (int i = 0; i < 4; i++)
         fp8_timing(g, fp8_names[i], fp8_big[i][0], fp8_big[i][1], table);
@@ -698,6 +678,6 @@ int main(void)
     for (auto &l : table)
         printf("%s\n", l.c_str());
     GPU_OK(cudaDeviceSynchronize());
-    printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
+    return gt_failures ? 1 : 0;
 }

@@ -48,36 +48,9 @@ extern "C" {
 #define ATOL_FRAC (1.0 / 65536)
 #define GUARD 64
 
-static int failures = 0, passes = 0;
-static std::vector<std::string> failed; /* the first lines of failed checks, repeated at the end */
 static uint64_t base_seed;
 
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (!ok && failed.size() < 20) {
-        char buf[200];
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        failed.push_back(buf);
-    }
-    ok ? passes++ : failures++;
-}
 
-__host__ __device__ static inline uint64_t splitmix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* ---- host problems (small cases): inputs, reference, check */
 
@@ -243,7 +216,7 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
     const bool ok = !nonfinite && !guard_bad && !bad && rel <= tol;
-    check(ok,
+    gt_check(ok,
           "%-44s rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %zu, n %zu) got %.6g ref %.6g  out-of-bound "
           "%zu  "
           "nan/inf %zu  guard %s",
@@ -260,7 +233,7 @@ static void run_case(const problem &p, int y_f32, int variant, const char *tag, 
     snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s", tag, p.fp8 ? "fp8 " : "bf16", p.M, p.N, p.K,
              y_f32 ? "f32 " : "bf16", k_gemv_variant_name(variant), off ? " +off" : "");
     if (launch(p, d, y_f32, variant))
-        check(false, "%s: %s", what, k_last_error());
+        gt_check(false, "%s: %s", what, k_last_error());
     else
         verify(what, p, d, y_f32);
     release(d);
@@ -278,8 +251,8 @@ static void argument_checks(void)
     GPU_OK(cudaMalloc(&s, 4096));
     GPU_OK(cudaMalloc(&y, 4096));
     const bf16 *wb = (const bf16 *)w;
-    check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "bf16 M 0 is a no-op returning 0");
-    check(k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp8 M 0 is a no-op returning 0");
+    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "bf16 M 0 is a no-op returning 0");
+    gt_check(k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp8 M 0 is a no-op returning 0");
     struct {
         const char *what;
         int rc;
@@ -301,20 +274,20 @@ static void argument_checks(void)
         {"bf16 variant 99", k_gemv_bf16_variant(x, wb, y, 0, 1, 16, 16, 99, 0)},
     };
     for (auto &c : cases)
-        check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
+        gt_check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
     /* the messages (k_last_error holds the latest only) */
     int rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0);
-    check(rc == -1 && strstr(k_last_error(), "M 9"), "M 9 message: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "M 9"), "M 9 message: \"%s\"", k_last_error());
     rc = k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 0);
-    check(rc == -1 && strstr(k_last_error(), "K 40"), "K 40 message: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "K 40"), "K 40 message: \"%s\"", k_last_error());
     rc = k_gemv_fp8(x, w, s, y, 0, 1, 0, 16, 0);
-    check(rc == -1 && strstr(k_last_error(), "N 0"), "N 0 message: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "N 0"), "N 0 message: \"%s\"", k_last_error());
     rc = k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 0);
-    check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
     rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
-    check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
     GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
-    check(!strcmp(k_gemv_variant_name(0), "auto") && !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
+    gt_check(!strcmp(k_gemv_variant_name(0), "auto") && !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
           "variant names: 0 \"%s\", %d \"%s\"", k_gemv_variant_name(0), K_GEMV_VARIANTS,
           k_gemv_variant_name(K_GEMV_VARIANTS));
     GPU_OK(cudaFree(x));
@@ -338,7 +311,7 @@ static void graph_check(uint64_t seed)
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st);
     GPU_OK(cudaStreamEndCapture(st, &graph));
-    check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
+    gt_check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
           rb || rf ? k_last_error() : "");
     GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) {
@@ -364,7 +337,7 @@ __global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        const uint64_t h = gt_splitmix(seed ^ (i * 0xd1342543de82ef95ull));
         float a = 0;
         for (int j = 0; j < 4; j++)
             a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
@@ -376,7 +349,7 @@ __global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint64_t seed)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const uint64_t h = splitmix(seed ^ (i * 0xd1342543de82ef95ull));
+        const uint64_t h = gt_splitmix(seed ^ (i * 0xd1342543de82ef95ull));
         float a = 0;
         for (int j = 0; j < 4; j++)
             a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
@@ -387,7 +360,7 @@ __global__ void fill_e4m3_kernel(uint8_t *p, size_t n, uint64_t seed)
 __global__ void fill_scale_kernel(float *p, size_t n, uint64_t seed, float base)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = base * (0.5f + 1.5f * (float)(splitmix(seed ^ i) >> 40) * (1.f / 16777216.f));
+        p[i] = base * (0.5f + 1.5f * (float)(gt_splitmix(seed ^ i) >> 40) * (1.f / 16777216.f));
 }
 
 struct big_shape {
@@ -495,7 +468,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W,
         }
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
-    check(!nonfinite && !bad && rel <= tol,
+    gt_check(!nonfinite && !bad && rel <= tol,
           "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
           "out-of-bound %zu  nan/inf in Y %zu",
           what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
@@ -543,7 +516,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
             int rc = fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
                          : k_gemv_bf16(X, Wb, Y, s.y_f32, M, s.N, s.K, 0);
             if (rc) {
-                check(false, "%s: %s", what, k_last_error());
+                gt_check(false, "%s: %s", what, k_last_error());
                 continue;
             }
             big_verify(what, fp8, X, fp8 ? (const void *)Wq : (const void *)Wb, S, Y, s.y_f32, M, s.N, s.K,
@@ -617,7 +590,7 @@ int main(void)
            prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)base_seed,
            (unsigned long long)base_seed);
     uint64_t k = 1;
-    auto seed = [&]() { return splitmix(base_seed + k++); };
+    auto seed = [&]() { return gt_splitmix(base_seed + k++); };
 
     printf("\n== argument errors\n");
     argument_checks();
@@ -698,9 +671,9 @@ int main(void)
            K_GEMV_VARIANTS);
     for (auto &l : summary)
         printf("%s\n", l.c_str());
-    for (auto &f : failed)
-        printf("FAILED: %s\n", f.c_str());
+    for (int i = 0; i < gt_n_failed; i++)
+        printf("FAILED: %s\n", gt_failed[i]);
     GPU_OK(cudaDeviceSynchronize());
-    printf("%d passed, %d failed\n", passes, failures);
-    return failures ? 1 : 0;
+    printf("%d passed, %d failed\n", gt_passes, gt_failures);
+    return gt_failures ? 1 : 0;
 }

@@ -30,20 +30,7 @@ extern "C" {
 #include "engine/fp8.h"
 }
 
-static int failures = 0;
 
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (!ok)
-        failures++;
-}
 
 /* host bf16 values: normals * scale, with a few specials sprinkled by the caller */
 static std::vector<bf16> random_bf16(size_t n, float scale, uint64_t *seed)
@@ -100,7 +87,7 @@ static void case_weight(int N, int K, uint64_t *seed, const char *what)
     const int nb0 = (N + 127) / 128, nb1 = (K + 127) / 128;
     std::vector<uint8_t> q_ref((size_t)N * K);
     std::vector<float> s_ref((size_t)nb0 * nb1);
-    check(fp8_quantize_blocks(f.data(), N, K, 128, 128, q_ref.data(), s_ref.data()) == 0,
+    gt_check(fp8_quantize_blocks(f.data(), N, K, 128, 128, q_ref.data(), s_ref.data()) == 0,
           "%s: host reference", what);
 
     bf16 *W = gt_to_device(h.data(), h.size());
@@ -115,7 +102,7 @@ static void case_weight(int N, int K, uint64_t *seed, const char *what)
     size_t first;
     size_t dq = count_diff(q.data(), q_ref.data(), q.size(), &first);
     size_t ds = count_diff((const uint8_t *)s.data(), (const uint8_t *)s_ref.data(), s.size() * 4, &first);
-    check(dq == 0 && ds == 0 && b[0] == 0,
+    gt_check(dq == 0 && ds == 0 && b[0] == 0,
           "weight %s: %dx%d (%dx%d blocks): %zu code mismatches, %zu scale bytes differ, flag %d", what, N, K,
           nb0, nb1, dq, ds, b[0]);
     /* NaN and inf set the flag */
@@ -125,7 +112,7 @@ static void case_weight(int N, int K, uint64_t *seed, const char *what)
         GPU_OK(cudaMemset(bad, 0, sizeof(int)));
         K_OK(k_quant_fp8_weight(W, N, K, Wq, ws, bad, 0));
         b = fetch(bad, 1);
-        check(b[0] == 1, "weight %s with a %s: flag %d", what, special ? "inf" : "NaN", b[0]);
+        gt_check(b[0] == 1, "weight %s with a %s: flag %d", what, special ? "inf" : "NaN", b[0]);
     }
     cudaFree(W), cudaFree(Wq), cudaFree(ws), cudaFree(bad);
 }
@@ -164,7 +151,7 @@ static bool same_quant(const char *what, const uint8_t *dq, const float *ds,
     char extra[160] = "";
     if (nq)
         snprintf(extra, sizeof extra, "; first code diff at %zu: 0x%02x vs 0x%02x", fq, q[fq], q_ref[fq]);
-    check(nq == 0 && ns == 0, "%s: %zu code mismatches, %zu scale bytes differ%s", what, nq, ns, extra);
+    gt_check(nq == 0 && ns == 0, "%s: %zu code mismatches, %zu scale bytes differ%s", what, nq, ns, extra);
     return nq == 0 && ns == 0;
 }
 
@@ -215,7 +202,7 @@ static void case_rmsnorm(int rows, int cols, bool add, bool with_out, uint64_t *
     char what[128];
     snprintf(what, sizeof what, "%s_fp8 rows %d cols %d", add ? "add_rmsnorm" : "rmsnorm", rows, cols);
     std::vector<float> h1 = fetch(r1, n), h2 = fetch(r2, n);
-    check(!memcmp(h1.data(), h2.data(), n * 4), "%s: residual bit for bit", what);
+    gt_check(!memcmp(h1.data(), h2.data(), n * 4), "%s: residual bit for bit", what);
     std::vector<bf16> b1 = fetch(o1, n), b2 = fetch(o2, n);
     size_t diff = 0, far = 0;
     for (size_t i = 0; i < n; i++) {
@@ -224,7 +211,7 @@ static void case_rmsnorm(int rows, int cols, bool add, bool with_out, uint64_t *
         diff += u1 != u2;
         far += abs((int)u1 - (int)u2) > 1 || isnan(__bfloat162float(b2[i]));
     }
-    check(far == 0 && diff * 100 <= n,
+    gt_check(far == 0 && diff * 100 <= n,
           "%s: bf16 out vs k_%s: %zu of %zu differ, by one ulp at most (%zu more)", what,
           add ? "add_rmsnorm" : "rmsnorm", diff, n, far);
     /* the contract: the codes are k_quant_fp8_act of the kernel's own bf16 output */
@@ -269,7 +256,7 @@ static void case_silu(int T, int F, bool with_out, uint64_t *seed)
     snprintf(what, sizeof what, "silu_mul_fp8 T %d F %d%s", T, F, with_out ? "" : ", out NULL");
     if (with_out) {
         std::vector<bf16> b2 = fetch(o2, n);
-        check(!memcmp(b1.data(), b2.data(), n * 2), "%s: bf16 out bit for bit k_silu_mul's", what);
+        gt_check(!memcmp(b1.data(), b2.data(), n * 2), "%s: bf16 out bit for bit k_silu_mul's", what);
     }
     std::vector<uint8_t> q_ref;
     std::vector<float> s_ref;
@@ -348,14 +335,14 @@ int main(void)
     seed |= 1;
 
     /* argument checks */
-    check(k_quant_fp8_act(NULL, 4, 200, NULL, NULL, 0) == -1 && strstr(k_last_error(), "multiple of 128"),
+    gt_check(k_quant_fp8_act(NULL, 4, 200, NULL, NULL, 0) == -1 && strstr(k_last_error(), "multiple of 128"),
           "act K 200 fails cleanly: \"%s\"", k_last_error());
-    check(k_quant_fp8_act(NULL, 0, 256, NULL, NULL, 0) == 0, "act M 0 is a no-op");
-    check(k_silu_mul_fp8(NULL, NULL, NULL, NULL, 4, 100, 0) == -1, "silu F 100 fails cleanly: \"%s\"",
+    gt_check(k_quant_fp8_act(NULL, 0, 256, NULL, NULL, 0) == 0, "act M 0 is a no-op");
+    gt_check(k_silu_mul_fp8(NULL, NULL, NULL, NULL, 4, 100, 0) == -1, "silu F 100 fails cleanly: \"%s\"",
           k_last_error());
-    check(k_add_rmsnorm_fp8(NULL, NULL, NULL, NULL, NULL, NULL, 4, 96, 1e-6f, 0) == -1,
+    gt_check(k_add_rmsnorm_fp8(NULL, NULL, NULL, NULL, NULL, NULL, 4, 96, 1e-6f, 0) == -1,
           "rmsnorm cols 96 fails cleanly: \"%s\"", k_last_error());
-    check(k_quant_fp8_weight(NULL, 0, 128, NULL, NULL, NULL, 0) == -1, "weight N 0 fails cleanly: \"%s\"",
+    gt_check(k_quant_fp8_weight(NULL, 0, 128, NULL, NULL, NULL, 0) == -1, "weight N 0 fails cleanly: \"%s\"",
           k_last_error());
 
     case_weight(300, 200, &seed, "edges");
@@ -384,6 +371,6 @@ int main(void)
 
     timing();
     GPU_OK(cudaDeviceSynchronize());
-    printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
+    return gt_failures ? 1 : 0;
 }
