@@ -771,24 +771,48 @@ int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
 }
 
 /* Decode partitioning. Automatic: partitions of >= 512 keys, at most max(1, 4096 / n_seqs) of them
- * per sequence (bounds the workspace at ~4096 * H * (4 * D + 8) bytes); part_keys > 0: that many
- * keys (rounded up to a multiple of 64); < 0: one partition (no split). */
+ * per sequence (bounds the workspace at ~4096 * H * (4 * D + 8) bytes); but with a bf16 cache (fill)
+ * a batch of few sequences is split into at least min(ctx / 64, DC_FILL / n_seqs) partitions, so that
+ * its KV heads x partitions CTAs spread over the SMs (one sequence of 512 keys: 8 KV heads x 8
+ * partitions instead of 8 CTAs reading 512 keys each; single-sequence decode of Qwen3-14B +5 %,
+ * docs/PERFORMANCE.md). Not yet with an fp8 cache: there the finer split flipped one greedy token of
+ * a tiny head_dim-64 model against the CPU emulation (gpu_test_cuda_backend), not understood yet.
+ * part_keys > 0: that many keys (rounded up to a multiple of 64); < 0: one partition (no split). */
 constexpr int DC_AUTO_PART = 512;
 constexpr int DC_AUTO_SLOTS = 4096;
-void decode_plan(int n_seqs, int max_ctx_len, int part_keys, int *part, int *n_part)
+static int dc_fill(void)
+{
+    // tuning hook (docs/KERNELS.md): LLMQ_ATTN_DECODE_FILL = DC_FILL (0: off), read once
+    static int fill = -1;
+    if (fill < 0) {
+        const char *e = getenv("LLMQ_ATTN_DECODE_FILL");
+        fill = e ? max(atoi(e), 0) : 32;
+    }
+    return fill;
+}
+// *n_bound (may be NULL): partitions the workspace must hold for every context up to max_ctx_len
+// (the automatic n_part can dip where the rounding to 64 keys makes partitions longer)
+void decode_plan(int n_seqs, int max_ctx_len, int part_keys, bool fill, int *part, int *n_part,
+                 int *n_bound = nullptr)
 {
     const int ctx = max_ctx_len > 0 ? max_ctx_len : 1;
     if (part_keys < 0) {
         *part = ctx, *n_part = 1;
+        if (n_bound)
+            *n_bound = 1;
         return;
     }
+    int n = 0;
     if (part_keys == 0) {
         const int cap = max(1, DC_AUTO_SLOTS / max(n_seqs, 1));
-        const int n = min((ctx + DC_AUTO_PART - 1) / DC_AUTO_PART, cap);
+        const int nf = fill ? min((ctx + KV_TILE - 1) / KV_TILE, dc_fill() / max(n_seqs, 1)) : 0;
+        n = min(max((ctx + DC_AUTO_PART - 1) / DC_AUTO_PART, nf), cap);
         part_keys = (ctx + n - 1) / n;
     }
     *part = (part_keys + KV_TILE - 1) / KV_TILE * KV_TILE;
     *n_part = (ctx + *part - 1) / *part;
+    if (n_bound)
+        *n_bound = max(n, *n_part); /* automatic: n >= n_part, and n grows with the context */
     if (*n_part == 1)
         *part = ctx; /* never split: part >= ctx */
 }
@@ -865,7 +889,7 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
     if (b->n_seqs <= 0)
         return 0;
     int part, n_part;
-    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part);
+    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, !F8, &part, &n_part);
     const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
     K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
               "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
@@ -900,9 +924,9 @@ extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_
 
 extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
 {
-    int part, n_part;
-    decode_plan(n_seqs, max_ctx_len, part_keys, &part, &n_part);
-    return decode_ws_bytes(n_seqs, H, D, n_part);
+    int part, n_part, n_bound; /* the bf16 rule: its split is at least as fine as the fp8 one */
+    decode_plan(n_seqs, max_ctx_len, part_keys, true, &part, &n_part, &n_bound);
+    return decode_ws_bytes(n_seqs, H, D, n_bound);
 }
 
 extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max_ctx_len)

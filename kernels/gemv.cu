@@ -36,6 +36,7 @@
 // the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
 // them all).
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
@@ -302,6 +303,15 @@ static int gemv_pick(bool fp8, int M, int N, int K)
     const int tiles = (N + 15) / 16;
     if (tiles < 132)
         return 7;
+    // tuning hook (docs/KERNELS.md): LLMQ_GEMV_FP8 / LLMQ_GEMV_BF16 = the variant for shapes of 132
+    // tiles or more, read once
+    static int env[2] = {-1, -1};
+    if (env[fp8] < 0) {
+        const char *e = getenv(fp8 ? "LLMQ_GEMV_FP8" : "LLMQ_GEMV_BF16");
+        env[fp8] = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_VARIANTS ? atoi(e) : 0;
+    }
+    if (env[fp8])
+        return env[fp8];
     return fp8 ? 2 : 1;
 }
 

@@ -588,7 +588,7 @@ static void test_invariants(void **state)
 static void test_layouts(void **state)
 {
     (void)state;
-    enum { N = 60, LONG = 1030, OTHER = 1300 };
+    enum { N = 60, LONG = 1030, OTHER = 1300, SHORT = 200 };
     const char *name;
     struct tiny_opts o = shape_opts(0, &name);
     struct cpu_test_fixture fx;
@@ -623,54 +623,59 @@ static void test_layouts(void **state)
         }
     }
 
-    /* a long sequence decoding past 1024 keys: eagerly, alone and beside a longer one (another split);
-     * as the decode graph of its buckets (the split of the context bucket) */
-    int32_t *lt = malloc(LONG * sizeof *lt), *ot = malloc(OTHER * sizeof *ot);
+    /* a long sequence decoding past 1024 keys: eagerly and as the decode graph of its buckets, alone
+     * and beside a longer and a short one (three sequences: another split). The bf16-cache split
+     * (decode_plan, EMU_DC_FILL): alone, at most 32 partitions of >= 64 keys, which rounds to the
+     * same 64-key partitions for the context and its graph bucket (1024 or 2048), so graph == eager
+     * at every context; three sequences: >= 10 partitions eagerly (192 keys at 1300), >= 8 in the
+     * graph of 4 rows (256 keys), each unlike the lone sequence's. */
+    int32_t *lt = malloc(LONG * sizeof *lt), *ot = malloc(OTHER * sizeof *ot), st[SHORT];
     random_tokens(lt, LONG, V);
     random_tokens(ot, OTHER, V);
-    int32_t lt_tab[LONG / 16 + 1], ot_tab[OTHER / 16 + 1];
-    contiguous(lt_tab, LONG / 16 + 1, 0);
-    contiguous(ot_tab, OTHER / 16 + 1, LONG / 16 + 1);
-    struct backend *be[3] = {open_cpu(fx.m, (struct be_cfg){.emu = true}),
+    random_tokens(st, SHORT, V);
+    const int nb_l = LONG / 16 + 1, nb_o = OTHER / 16 + 1, nb_s = SHORT / 16 + 1;
+    int32_t lt_tab[LONG / 16 + 1], ot_tab[OTHER / 16 + 1], st_tab[SHORT / 16 + 1];
+    contiguous(lt_tab, nb_l, 0);
+    contiguous(ot_tab, nb_o, nb_l);
+    contiguous(st_tab, nb_s, nb_l + nb_o);
+    struct backend *be[4] = {open_cpu(fx.m, (struct be_cfg){.emu = true}),
                              open_cpu(fx.m, (struct be_cfg){.emu = true}),
+                             open_cpu(fx.m, (struct be_cfg){.emu = true, .graphs = true}),
                              open_cpu(fx.m, (struct be_cfg){.emu = true, .graphs = true})};
     struct sampling_params sp = cpu_test_greedy(NTOP);
-    struct be_out out[3][2];
-    int same_graph_le1024 = 0, same_graph_gt1024 = 0, same_beside = 0, n_le = 0, n_gt = 0;
-    struct diff dg = {0}, db = {0};
+    struct be_out out[4][3];
+    int same_graph = 0, same_beside = 0, same_beside_graph = 0, n_cmp = 0;
+    struct diff dg = {0}, db = {0}, dbg = {0};
     for (int pos = 0; pos < LONG;) {
         int c = pos == 0 ? 1000 : 1;
-        struct be_seq alone = cpu_test_seq(lt, pos, c, lt_tab, LONG / 16 + 1, &sp);
+        struct be_seq alone = cpu_test_seq(lt, pos, c, lt_tab, nb_l, &sp);
         cpu_test_step(be[0], &alone, 1, out[0]);
         cpu_test_step(be[2], &alone, 1, out[2]);
-        /* beside: the other sequence prefills with the first chunk, then decodes next to it */
-        struct be_seq two[2] = {alone, cpu_test_seq(ot, pos == 0 ? 0 : OTHER - 1, pos == 0 ? OTHER - 1 : 1,
-                                                    ot_tab, OTHER / 16 + 1, &sp)};
-        if (pos == 0)
-            cpu_test_step(be[1], two, 2, out[1]);
-        else {
-            two[1].pos = OTHER - 1, two[1].n_new = 1, two[1].n_tokens = OTHER;
-            cpu_test_step(be[1], two, 2, out[1]);
+        /* beside: the other two prefill with the first chunk, then decode next to it */
+        struct be_seq three[3] = {alone, cpu_test_seq(ot, 0, OTHER - 1, ot_tab, nb_o, &sp),
+                                  cpu_test_seq(st, 0, SHORT - 1, st_tab, nb_s, &sp)};
+        if (pos > 0) {
+            three[1] = cpu_test_seq(ot, OTHER - 1, 1, ot_tab, nb_o, &sp);
+            three[2] = cpu_test_seq(st, SHORT - 1, 1, st_tab, nb_s, &sp);
         }
+        cpu_test_step(be[1], three, 3, out[1]);
+        cpu_test_step(be[3], three, 3, out[3]);
         pos += c;
         if (pos == 1000)
             continue;
-        bool g = same_out(&out[0][0], &out[2][0]), bsd = same_out(&out[0][0], &out[1][0]);
-        if (pos <= 1024)
-            same_graph_le1024 += g, n_le++;
-        else
-            same_graph_gt1024 += g, n_gt++, diff_out(&dg, &out[0][0], &out[2][0]);
-        same_beside += bsd;
-        diff_out(&db, &out[0][0], &out[1][0]);
+        n_cmp++;
+        same_graph += same_out(&out[0][0], &out[2][0]), diff_out(&dg, &out[0][0], &out[2][0]);
+        same_beside += same_out(&out[0][0], &out[1][0]), diff_out(&db, &out[0][0], &out[1][0]);
+        same_beside_graph += same_out(&out[1][0], &out[3][0]), diff_out(&dbg, &out[1][0], &out[3][0]);
     }
     printf(
-        "  decode past 512 keys: graph == eager at %d of %d contexts <= 1024 (the same split), at %d of %d "
-        "above (max |dlogprob| %.4f); beside a %d-token sequence == alone at %d of %d (max %.4f)\n",
-        same_graph_le1024, n_le, same_graph_gt1024, n_gt, dg.max, OTHER, same_beside, n_le + n_gt, db.max);
-    assert_int_equal(same_graph_le1024, n_le);
-    assert_true(same_graph_gt1024 < n_gt && dg.max < 0.4);
-    assert_true(same_beside < n_le + n_gt && db.max < 0.4);
-    for (int k = 0; k < 3; k++)
+        "  decode past 1000 keys: graph == eager alone at %d of %d contexts (max |dlogprob| %.4f); beside a "
+        "%d- and a %d-token sequence == alone at %d (max %.4f); beside, graph == eager at %d (max %.4f)\n",
+        same_graph, n_cmp, dg.max, OTHER, SHORT, same_beside, db.max, same_beside_graph, dbg.max);
+    assert_int_equal(same_graph, n_cmp);
+    assert_true(same_beside < n_cmp && db.max < 0.4);
+    assert_true(same_beside_graph < n_cmp && dbg.max < 0.4);
+    for (int k = 0; k < 4; k++)
         backend_free(be[k]);
     free(lt);
     free(ot);
