@@ -934,6 +934,15 @@ extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max
     return k_attention_decode_workspace_split(n_seqs, H, D, max_ctx_len, 0);
 }
 
+extern "C" int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int fp8, int *part)
+{
+    int p, n_part;
+    decode_plan(n_seqs, max_ctx_len, part_keys, !fp8, &p, &n_part);
+    if (part)
+        *part = p;
+    return n_part;
+}
+
 extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                                         const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
                                         int block_size, float scale, int part_keys, void *workspace,
