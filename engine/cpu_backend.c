@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/decode_split.h"
 #include "engine/fp8.h"
 #include "engine/log.h"
 #include "engine/model.h"
@@ -56,9 +57,6 @@
 /* bf16 emulation: the CUDA kernels' constants (kernels/attention.cu, kernels/cuda_graphs.cu) */
 #define EMU_KV_TILE 64        /* keys per K/V tile of both attention kernels */
 #define EMU_DC_WARPS 4        /* k_attention_decode: warps per CTA, 16 keys of each tile per warp */
-#define EMU_DC_PART 512       /* decode_plan: automatic partitions of >= 512 keys */
-#define EMU_DC_SLOTS 4096     /* decode_plan: at most max(1, 4096 / n_seqs) partitions per sequence */
-#define EMU_DC_FILL 32        /* decode_plan (bf16 cache): >= min(ctx / 64, 32 / n_seqs) partitions */
 #define EMU_GRAPH_MIN_CTX 512 /* CB_MIN_GRAPH_CTX: the smallest context bucket of a decode graph */
 
 struct cpu_layer {
@@ -252,41 +250,6 @@ static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
     for (size_t i = 0; i < n; i++)
         x[i] = emu_round(b, x[i]);
-}
-
-/* decode_plan's fill (LLMQ_ATTN_DECODE_FILL, the same tuning hook, read once) */
-static int emu_dc_fill(void)
-{
-    static int fill = -1;
-    if (fill < 0) {
-        const char *e = getenv("LLMQ_ATTN_DECODE_FILL");
-        fill = e ? (atoi(e) > 0 ? atoi(e) : 0) : EMU_DC_FILL;
-    }
-    return fill;
-}
-
-/* The decode attention's split over the context, as decode_plan in kernels/attention.cu makes it
- * automatically for a launch of n_seqs sequences whose longest context is max_ctx over a bf16 cache
- * (fill) or an fp8 one: part keys per partition (a multiple of 64), n_part partitions at most; one
- * partition when it does not split. */
-static void emu_decode_plan(int n_seqs, int max_ctx, bool fill, int *part, int *n_part)
-{
-    const int ctx = max_ctx > 0 ? max_ctx : 1;
-    const int ns = n_seqs > 1 ? n_seqs : 1;
-    int cap = EMU_DC_SLOTS / ns;
-    cap = cap > 1 ? cap : 1;
-    int n = (ctx + EMU_DC_PART - 1) / EMU_DC_PART;
-    if (fill) {
-        int tiles = (ctx + EMU_KV_TILE - 1) / EMU_KV_TILE, f = emu_dc_fill() / ns;
-        f = f < tiles ? f : tiles;
-        n = n > f ? n : f;
-    }
-    n = n < cap ? n : cap;
-    int pk = (ctx + n - 1) / n;
-    *part = (pk + EMU_KV_TILE - 1) / EMU_KV_TILE * EMU_KV_TILE;
-    *n_part = (ctx + *part - 1) / *part;
-    if (*n_part == 1)
-        *part = ctx;
 }
 
 /* A pure decode step of n sequences with contexts up to ctx as a CUDA decode graph sees it: the batch
@@ -915,7 +878,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             dctx = emu_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
             nd = emu_graph_batch(nd, b->emu_max_seqs);
         }
-        emu_decode_plan(nd, dctx, !b->kv8, &dec_part, &dec_nparts);
+        decode_split(nd, dctx, 0, !b->kv8, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
     }
     const size_t TC = (size_t)T * C;
 

@@ -17,6 +17,10 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
+extern "C" {
+#include "engine/decode_split.h"
+}
+
 namespace
 {
 
@@ -770,51 +774,12 @@ int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     return 0;
 }
 
-/* Decode partitioning. Automatic: partitions of >= 512 keys, at most max(1, 4096 / n_seqs) of them
- * per sequence (bounds the workspace at ~4096 * H * (4 * D + 8) bytes); but with a bf16 cache (fill)
- * a batch of few sequences is split into at least min(ctx / 64, DC_FILL / n_seqs) partitions, so that
- * its KV heads x partitions CTAs spread over the SMs (one sequence of 512 keys: 8 KV heads x 8
- * partitions instead of 8 CTAs reading 512 keys each; single-sequence decode of Qwen3-14B +5 %,
- * docs/PERFORMANCE.md). Not yet with an fp8 cache: there the finer split flipped one greedy token of
- * a tiny head_dim-64 model against the CPU emulation (gpu_test_cuda_backend), not understood yet.
- * part_keys > 0: that many keys (rounded up to a multiple of 64); < 0: one partition (no split). */
-constexpr int DC_AUTO_PART = 512;
-constexpr int DC_AUTO_SLOTS = 4096;
-static int dc_fill(void)
-{
-    // tuning hook (docs/KERNELS.md): LLMQ_ATTN_DECODE_FILL = DC_FILL (0: off), read once
-    static int fill = -1;
-    if (fill < 0) {
-        const char *e = getenv("LLMQ_ATTN_DECODE_FILL");
-        fill = e ? max(atoi(e), 0) : 32;
-    }
-    return fill;
-}
-// *n_bound (may be NULL): partitions the workspace must hold for every context up to max_ctx_len
-// (the automatic n_part can dip where the rounding to 64 keys makes partitions longer)
+/* Decode partitioning: engine/decode_split.h (shared with the CPU backend's emulation). */
+static_assert(KV_TILE == DECODE_SPLIT_TILE, "decode partitions are whole K/V tiles");
 void decode_plan(int n_seqs, int max_ctx_len, int part_keys, bool fill, int *part, int *n_part,
                  int *n_bound = nullptr)
 {
-    const int ctx = max_ctx_len > 0 ? max_ctx_len : 1;
-    if (part_keys < 0) {
-        *part = ctx, *n_part = 1;
-        if (n_bound)
-            *n_bound = 1;
-        return;
-    }
-    int n = 0;
-    if (part_keys == 0) {
-        const int cap = max(1, DC_AUTO_SLOTS / max(n_seqs, 1));
-        const int nf = fill ? min((ctx + KV_TILE - 1) / KV_TILE, dc_fill() / max(n_seqs, 1)) : 0;
-        n = min(max((ctx + DC_AUTO_PART - 1) / DC_AUTO_PART, nf), cap);
-        part_keys = (ctx + n - 1) / n;
-    }
-    *part = (part_keys + KV_TILE - 1) / KV_TILE * KV_TILE;
-    *n_part = (ctx + *part - 1) / *part;
-    if (n_bound)
-        *n_bound = max(n, *n_part); /* automatic: n >= n_part, and n grows with the context */
-    if (*n_part == 1)
-        *part = ctx; /* never split: part >= ctx */
+    decode_split(n_seqs, max_ctx_len, part_keys, fill, part, n_part, n_bound);
 }
 
 size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)

@@ -625,7 +625,7 @@ static void test_layouts(void **state)
 
     /* a long sequence decoding past 1024 keys: eagerly and as the decode graph of its buckets, alone
      * and beside a longer and a short one (three sequences: another split). The bf16-cache split
-     * (decode_plan, EMU_DC_FILL): alone, at most 32 partitions of >= 64 keys, which rounds to the
+     * (engine/decode_split.h): alone, at most 32 partitions of >= 64 keys, which rounds to the
      * same 64-key partitions for the context and its graph bucket (1024 or 2048), so graph == eager
      * at every context; three sequences: >= 10 partitions eagerly (192 keys at 1300), >= 8 in the
      * graph of 4 rows (256 keys), each unlike the lone sequence's. */

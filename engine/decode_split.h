@@ -1,0 +1,62 @@
+/* The decode attention's split over the context (flash-decoding partitions): one definition for the
+ * CUDA launcher (kernels/attention.cu) and the CPU backend's emulation of the CUDA numerics
+ * (engine/cpu_backend.c), because the split decides where the kernel rounds its probabilities and
+ * both must take the same one (docs/CUDA_BACKEND.md, "The emulation").
+ *
+ * Automatic split (part_keys == 0) for n_seqs sequences whose longest context is max_ctx_len:
+ * partitions of >= 512 keys, at most max(1, 4096 / n_seqs) per sequence (bounds the workspace at
+ * ~4096 * H * (4 D + 8) bytes); over a bf16 cache (fill) a batch of few sequences is split into at
+ * least min(ceil(ctx / 64), 32 / n_seqs) partitions, so that its KV heads x partitions CTAs cover the
+ * SMs (one sequence of 512 keys at 8 KV heads: 64 CTAs of 64 keys instead of 8 of 512). Not over an
+ * fp8 cache yet (see docs/KERNELS.md). part_keys > 0: that many keys (rounded up to a multiple of 64);
+ * < 0: one partition. *part is max_ctx_len when it does not split.
+ * *n_bound (may be NULL): the partitions a workspace must hold for every context up to max_ctx_len
+ * (the rounding to whole tiles can make n_part dip as the context grows; n does not).
+ * LLMQ_ATTN_DECODE_FILL=N replaces the 32 (0: no fill), read once (a tuning hook). Plain C, also
+ * compiled as CUDA C++. */
+#pragma once
+#include <stdbool.h>
+#include <stdlib.h>
+
+#define DECODE_SPLIT_TILE 64    /* keys per K/V tile of the decode kernel: partitions are whole tiles */
+#define DECODE_SPLIT_PART 512   /* automatic partitions of >= 512 keys */
+#define DECODE_SPLIT_SLOTS 4096 /* at most max(1, 4096 / n_seqs) partitions per sequence */
+#define DECODE_SPLIT_FILL 32    /* bf16 cache: >= min(ceil(ctx / 64), 32 / n_seqs) partitions */
+
+static inline int decode_split_fill(void)
+{
+    static int fill = -1;
+    if (fill < 0) {
+        const char *e = getenv("LLMQ_ATTN_DECODE_FILL");
+        fill = e ? (atoi(e) > 0 ? atoi(e) : 0) : DECODE_SPLIT_FILL;
+    }
+    return fill;
+}
+
+static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, bool fill, int *part, int *n_part,
+                                int *n_bound)
+{
+    const int ctx = max_ctx_len > 0 ? max_ctx_len : 1, ns = n_seqs > 1 ? n_seqs : 1;
+    if (part_keys < 0) {
+        *part = ctx, *n_part = 1;
+        if (n_bound)
+            *n_bound = 1;
+        return;
+    }
+    int n = 0;
+    if (part_keys == 0) {
+        const int cap = DECODE_SPLIT_SLOTS / ns > 1 ? DECODE_SPLIT_SLOTS / ns : 1;
+        const int tiles = (ctx + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE, f = decode_split_fill() / ns;
+        const int nf = fill ? (f < tiles ? f : tiles) : 0;
+        n = (ctx + DECODE_SPLIT_PART - 1) / DECODE_SPLIT_PART;
+        n = n > nf ? n : nf;
+        n = n < cap ? n : cap;
+        part_keys = (ctx + n - 1) / n;
+    }
+    *part = (part_keys + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE * DECODE_SPLIT_TILE;
+    *n_part = (ctx + *part - 1) / *part;
+    if (n_bound)
+        *n_bound = n > *n_part ? n : *n_part; /* automatic: n >= n_part */
+    if (*n_part == 1)
+        *part = ctx; /* never split: part >= ctx */
+}
