@@ -774,13 +774,8 @@ int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     return 0;
 }
 
-/* Decode partitioning: engine/decode_split.h (shared with the CPU backend's emulation). */
+/* Decode partitioning: decode_split, engine/decode_split.h (shared with the CPU backend's emulation). */
 static_assert(KV_TILE == DECODE_SPLIT_TILE, "decode partitions are whole K/V tiles");
-void decode_plan(int n_seqs, int max_ctx_len, int part_keys, bool fill, int *part, int *n_part,
-                 int *n_bound = nullptr)
-{
-    decode_split(n_seqs, max_ctx_len, part_keys, fill, part, n_part, n_bound);
-}
 
 size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
 {
@@ -854,7 +849,7 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
     if (b->n_seqs <= 0)
         return 0;
     int part, n_part;
-    decode_plan(b->n_seqs, b->max_ctx_len, part_keys, !F8, &part, &n_part);
+    decode_split(b->n_seqs, b->max_ctx_len, part_keys, !F8, &part, &n_part, nullptr);
     const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
     K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
               "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
@@ -890,7 +885,7 @@ extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_
 extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
 {
     int part, n_part, n_bound; /* the bf16 rule: its split is at least as fine as the fp8 one */
-    decode_plan(n_seqs, max_ctx_len, part_keys, true, &part, &n_part, &n_bound);
+    decode_split(n_seqs, max_ctx_len, part_keys, true, &part, &n_part, &n_bound);
     return decode_ws_bytes(n_seqs, H, D, n_bound);
 }
 
@@ -902,7 +897,7 @@ extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max
 extern "C" int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int fp8, int *part)
 {
     int p, n_part;
-    decode_plan(n_seqs, max_ctx_len, part_keys, !fp8, &p, &n_part);
+    decode_split(n_seqs, max_ctx_len, part_keys, !fp8, &p, &n_part, nullptr);
     if (part)
         *part = p;
     return n_part;

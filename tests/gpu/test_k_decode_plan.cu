@@ -1,4 +1,4 @@
-/* The decode attention's split over the context (decode_plan in kernels/attention.cu, through
+/* The decode attention's split over the context (decode_split, engine/decode_split.h, through
  * k_attention_decode_parts) and its workspace bound (k_attention_decode_workspace): host logic, so
  * this test runs without a GPU (it calls no CUDA function). The backend sizes the workspace once, at
  * max_model_len, and every later launch (eager, or a graph captured at a context bucket) must fit in
