@@ -9,7 +9,6 @@
  *   - splitmix64, the tests' seeded random numbers.
  * Every helper fails the test (cmocka) on an error. */
 #pragma once
-#include <dirent.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +21,7 @@
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "testutil.h"
 
 /* splitmix64: the next number of the sequence whose state is *s. */
 static inline uint64_t cpu_test_splitmix(uint64_t *s)
@@ -78,18 +78,7 @@ static inline void cpu_test_fixture_open(struct cpu_test_fixture *f, const struc
 static inline void cpu_test_fixture_close(struct cpu_test_fixture *f)
 {
     model_free(f->m);
-    DIR *d = opendir(f->dir);
-    if (d) {
-        struct dirent *e;
-        char path[600];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%s/%.255s", f->dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(f->dir);
+    test_remove_dir(f->dir);
 }
 
 /* backend_open("cpu", m, o); fails the test with the backend's message if it cannot. The caller

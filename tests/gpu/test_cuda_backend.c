@@ -60,7 +60,6 @@
  * buckets and so its decode split. `--kv=bf16` or `--kv=fp8` runs one of the two passes. `--cpu-only` runs
  * every case with the CPU oracles alone (no device needed) and prints what the GPU run will be measured
  * against (ctest runs it so as unit_cuda_backend_cpu_oracles). Skips (exit 77) without a usable GPU. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +76,7 @@
 #include "engine/random_model.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "testutil.h"
 
 #define GAP_MIN 0.05      /* issue bar: greedy ids equal where the reference's top-2 gap exceeds this */
 #define LP_TOL 0.02       /* issue bar: logprobs within this; also the floor of every derived tolerance */
@@ -885,22 +885,6 @@ static void case_errors(const struct model *m)
 
 /* ---- shapes */
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[1024];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%.500s/%.255s", dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 struct shape {
     const char *name;
     struct tiny_opts o;
@@ -996,7 +980,7 @@ int main(int argc, char **argv)
         }
         tok_free(tk);
         model_free(m);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
     kv_fp8 = false;
     case_random();

@@ -28,7 +28,6 @@
  * closer to the fp8 oracle than to the bf16 oracle (else it is not using the oracle's fp8 values). fp8 KV
  * configurations print "not implemented" and are skipped when the backend refuses them. Skips (exit 77)
  * without a usable GPU. */
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +41,7 @@
 #include "engine/model.h"
 #include "engine/random_model.h"
 #include "engine/tiny_model.h"
+#include "testutil.h"
 
 #define BS 32
 #define TOP 20
@@ -356,22 +356,6 @@ static void oracle(const struct model *m, const char *model, struct prompts *p, 
     trace_free(&cpu8), trace_free(&cpu16), trace_free(&gpu8);
 }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[1024];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%.500s/%.255s", dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 struct tiny {
     const char *name;
     struct tiny_opts o;
@@ -465,7 +449,7 @@ int main(void)
             prompts_free(&p);
         }
         model_free(m);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 
     /* Qwen3-14B shapes, random weights on the device */
