@@ -133,6 +133,13 @@ template <int D> __device__ __forceinline__ uint32_t v_frag_base(int lane)
     return (uint32_t)(r * D * 2 + ((c ^ (lane % 8)) << 4));
 }
 
+/* Element index / D of key j of KV head kvh in one layer's paged cache (kernels.h: block_table[j / bs],
+ * then the head's slab, then j % bs): the slot of the fp32 scales, and the row of the K/V codes. */
+__device__ __forceinline__ size_t kv_row(const int32_t *__restrict__ btab, int j, int kvh, int KVH, int bs)
+{
+    return ((size_t)btab[j / bs] * KVH + kvh) * bs + (j % bs);
+}
+
 /* Issues the cp.asyncs of one K and one V tile: keys j0 .. j0+63 of KV head kvh, read through the
  * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
  * the last block may hold anything, and 0 * NaN would poison P·V). */
@@ -151,11 +158,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
         const int r = tid / CPR + i * RPP;
         const int j = j0 + r;
         const bool ok = j < jlim;
-        size_t off = 0;
-        if (ok) {
-            const int blk = btab[j / bs];
-            off = (((size_t)blk * KVH + kvh) * bs + (j % bs)) * D + c * 8;
-        }
+        const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 8 : 0;
         const uint32_t so = (uint32_t)swz<D>(r, c) * 2;
         cp_async16(k_base + so, kc + off, ok);
         cp_async16(v_base + so, vc + off, ok);
@@ -181,20 +184,14 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int r = tid / CPR + i * RPP;
         const int j = j0 + r;
         const bool ok = j < jlim;
-        size_t off = 0;
-        if (ok) {
-            const int blk = btab[j / bs];
-            off = (((size_t)blk * KVH + kvh) * bs + (j % bs)) * D + c * 16;
-        }
+        const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 16 : 0;
         cp_async16(base + r * D + c * 16, kc + off, ok);
         cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
     }
     for (int i = tid; i < 2 * KV_TILE; i += NT) {
         const int j = j0 + i % KV_TILE;
         const bool ok = j < jlim;
-        size_t off = 0;
-        if (ok)
-            off = ((size_t)btab[j / bs] * KVH + kvh) * bs + (j % bs);
+        const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) : 0;
         cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
     }
 }
