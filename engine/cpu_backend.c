@@ -11,9 +11,9 @@
  * and one block of one KV head is block_size·D contiguous floats.
  * With kv_dtype DT_F8_E4M3 the pool holds e4m3 codes in the same layout (kv_codes) and one fp32
  * scale per (layer, K|V, block, kv head, slot) (kv_scales), quantized as the CUDA backend's
- * k_qk_norm_rope_kv_fp8 does it (kv_quantize: amax / 448 per token and head, round to nearest even,
- * saturating) and decoded on read: the oracle of the CUDA fp8 KV path (docs/CUDA_BACKEND.md, "FP8 KV
- * cache"). Any other kv_dtype keeps fp32.
+ * k_qk_norm_rope_kv_fp8 does it (fp8_kv_quantize, engine/fp8.h: amax / 448 per token and head, round to
+ * nearest even, saturating) and decoded on read: the oracle of the CUDA fp8 KV path (docs/CUDA_BACKEND.md,
+ * "FP8 KV cache"). Any other kv_dtype keeps fp32.
  *
  * Every per-token computation (GEMM rows, norms, RoPE, attention over positions in order) is done
  * the same way whatever else is in the batch, so a sequence's logits do not depend on batching,
@@ -609,20 +609,6 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
     return 0;
 }
 
-/* One (token, KV head) vector x[D] into e4m3 codes, returning its scale, exactly as
- * k_qk_norm_rope_kv_fp8 computes them in fp32: amax = max |x|, codes f32_to_e4m3(x * (448 / amax))
- * (round to nearest even, saturating), scale amax / 448; a zero vector gets zeros and scale 0. */
-static float kv_quantize(const float *x, int D, uint8_t *codes)
-{
-    float am = 0.0f;
-    for (int d = 0; d < D; d++)
-        am = fmaxf(am, fabsf(x[d]));
-    const float inv = am > 0.0f ? 448.0f / am : 0.0f;
-    for (int d = 0; d < D; d++)
-        codes[d] = f32_to_e4m3(x[d] * inv);
-    return am / 448.0f;
-}
-
 /* Rows 0 .. n-1 of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer as floats: the fp32
  * pool itself (*scale NULL), or with an fp8 pool the codes decoded into buf (exact) and their scales
  * in *scale (the value of row j is the decoded row times scale[j]). */
@@ -676,8 +662,8 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
         for (int g = 0; g < b->KVH; g++) {
             size_t at = (blk * b->KVH + g) * b->kv_slab + off;
             if (b->kv8) {
-                b->kv_scales[(lk + at) / D] = kv_quantize(k + g * D, D, b->kv_codes + lk + at);
-                b->kv_scales[(lv + at) / D] = kv_quantize(v + g * D, D, b->kv_codes + lv + at);
+                b->kv_scales[(lk + at) / D] = fp8_kv_quantize(k + g * D, D, b->kv_codes + lk + at);
+                b->kv_scales[(lv + at) / D] = fp8_kv_quantize(v + g * D, D, b->kv_codes + lv + at);
             } else {
                 memcpy(b->kv + lk + at, k + g * D, (size_t)D * sizeof(float));
                 memcpy(b->kv + lv + at, v + g * D, (size_t)D * sizeof(float));

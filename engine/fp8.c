@@ -16,6 +16,17 @@ float fp8_scale(float amax)
     return s < FLT_MIN ? FLT_MIN : s;
 }
 
+float fp8_kv_quantize(const float *x, int D, uint8_t *codes)
+{
+    float am = 0.0f;
+    for (int d = 0; d < D; d++)
+        am = fmaxf(am, fabsf(x[d]));
+    const float inv = am > 0.0f ? FP8_E4M3_MAX / am : 0.0f;
+    for (int d = 0; d < D; d++)
+        codes[d] = f32_to_e4m3(x[d] * inv);
+    return am / FP8_E4M3_MAX;
+}
+
 int fp8_quantize_blocks(const float *w, int N, int K, int b0, int b1, uint8_t *q, float *scale_inv)
 {
     if (N <= 0 || K <= 0 || b0 <= 0 || b1 <= 0)

@@ -34,6 +34,12 @@ int fp8_quantize_blocks(const float *w, int N, int K, int b0, int b1, uint8_t *q
 /* The values of a quantized matrix: w[n][k] = e4m3_to_f32(q[n][k]) * scale_inv[n/b0][k/b1]. */
 void fp8_dequantize_blocks(const uint8_t *q, const float *scale_inv, int N, int K, int b0, int b1, float *w);
 
+/* The fp8 KV cache's quantization of one (token, KV head) vector x[D] (kernels.h, "fp8 KV cache";
+ * k_qk_norm_rope_kv_fp8 computes the same in fp32): amax = max |x|, codes[d] = e4m3(x[d] * (448 /
+ * amax)), round to nearest even, saturating; returns the scale amax / 448. A zero vector gets zero
+ * codes and scale 0 (unlike fp8_scale's 1: the cache stores the scale, and 0 decodes exactly). */
+float fp8_kv_quantize(const float *x, int D, uint8_t *codes);
+
 /* Whether the (possibly fused) linear weight made of parts[0 .. n-1] (stacked by rows, one K) runs
  * in fp8 under weight_dtype:
  *   BE_WEIGHTS_BF16  never;

@@ -40,6 +40,7 @@
 
 extern "C" {
 #include "engine/dtype.h"
+#include "engine/fp8.h"
 }
 
 #define TOL_NORM 1e-2
@@ -147,19 +148,6 @@ struct paged {
     }
 };
 
-/* The C reference of the write kernel's quantization (kernels.h, k_qk_norm_rope_kv_fp8): one vector
- * x[D] to codes, returning its scale. */
-static float quantize_ref(const float *x, int D, uint8_t *codes)
-{
-    float am = 0.f;
-    for (int d = 0; d < D; d++)
-        am = fmaxf(am, fabsf(x[d]));
-    const float inv = am > 0.f ? 448.f / am : 0.f;
-    for (int d = 0; d < D; d++)
-        codes[d] = f32_to_e4m3(x[d] * inv);
-    return am / 448.f;
-}
-
 /* Builds the pool (bf16, or fp8 when f8), tables and q for sequences (nq[s], ctx[s]) and uploads them. */
 static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std::vector<int> &ctx,
                   uint64_t seed, bool f8 = false)
@@ -209,8 +197,8 @@ static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std:
                     for (int d = 0; d < c.D; d++)
                         xk[d] = gt_normal(&st) * mk, xv[d] = gt_normal(&st) * mv;
                     const size_t at = P.slot(s, j, h);
-                    P.ks[at] = quantize_ref(xk.data(), c.D, &P.k8[at * c.D]);
-                    P.vs[at] = quantize_ref(xv.data(), c.D, &P.v8[at * c.D]);
+                    P.ks[at] = fp8_kv_quantize(xk.data(), c.D, &P.k8[at * c.D]);
+                    P.vs[at] = fp8_kv_quantize(xv.data(), c.D, &P.v8[at * c.D]);
                 }
         });
         P.dk8 = gt_to_device(P.k8.data(), pool);
