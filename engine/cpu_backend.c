@@ -54,10 +54,10 @@
 #define LOGIT_CHUNK 16                            /* sequences whose logits are computed at once */
 #define GEMM_NB 16                                /* weight rows per GEMM work item */
 
-/* bf16 emulation: the CUDA kernels' constants (kernels/attention.cu, kernels/cuda_graphs.cu) */
-#define EMU_KV_TILE 64        /* keys per K/V tile of both attention kernels */
-#define EMU_DC_WARPS 4        /* k_attention_decode: warps per CTA, 16 keys of each tile per warp */
-#define EMU_GRAPH_MIN_CTX 512 /* CB_MIN_GRAPH_CTX: the smallest context bucket of a decode graph */
+/* bf16 emulation: the CUDA kernels' constants (kernels/attention.cu; the decode split and graph buckets
+ * are shared: engine/decode_split.h) */
+#define EMU_KV_TILE 64 /* keys per K/V tile of both attention kernels */
+#define EMU_DC_WARPS 4 /* k_attention_decode: warps per CTA, 16 keys of each tile per warp */
 
 struct cpu_layer {
     const float *attn_norm;       /* (C) */
@@ -250,24 +250,6 @@ static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
     for (size_t i = 0; i < n; i++)
         x[i] = emu_round(b, x[i]);
-}
-
-/* A pure decode step of n sequences with contexts up to ctx as a CUDA decode graph sees it: the batch
- * bucket (cb_graph_batch) and the context bucket (cb_graph_ctx). */
-static int emu_graph_batch(int n, int max_seqs)
-{
-    int B = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
-    return B < max_seqs ? B : max_seqs;
-}
-
-static int emu_graph_ctx(int ctx, int max_len, int bs)
-{
-    int cap = (max_len + bs - 1) / bs * bs, c = EMU_GRAPH_MIN_CTX;
-    while (c < ctx && c < cap)
-        c *= 2;
-    if (c > cap)
-        c = cap;
-    return c < ctx ? ctx : c;
 }
 
 /* ---- open */
@@ -861,8 +843,8 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
                 dctx = seqs[i].pos + 1 > dctx ? seqs[i].pos + 1 : dctx;
             }
         if (b->emu_graphs && nd == n) { /* a pure decode step runs as the graph of its buckets */
-            dctx = emu_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
-            nd = emu_graph_batch(nd, b->emu_max_seqs);
+            dctx = decode_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
+            nd = decode_graph_batch(nd, b->emu_max_seqs);
         }
         decode_split(nd, dctx, 0, !b->kv8, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
     }

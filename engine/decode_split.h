@@ -1,5 +1,6 @@
-/* The decode attention's split over the context (flash-decoding partitions): one definition for the
- * CUDA launcher (kernels/attention.cu) and the CPU backend's emulation of the CUDA numerics
+/* The decode attention's split over the context (flash-decoding partitions), and the decode graphs'
+ * buckets that choose it for a graph: one definition for the CUDA backend (kernels/attention.cu,
+ * kernels/cuda_graphs.cu) and the CPU backend's emulation of the CUDA numerics
  * (engine/cpu_backend.c), because the split decides where the kernel rounds its probabilities and
  * both must take the same one (docs/CUDA_BACKEND.md, "The emulation").
  *
@@ -59,4 +60,27 @@ static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, bool
         *n_bound = n > *n_part ? n : *n_part; /* automatic: n >= n_part */
     if (*n_part == 1)
         *part = ctx; /* never split: part >= ctx */
+}
+
+/* A pure decode step of n sequences runs as the CUDA graph of its batch bucket (1, 2, 4, then
+ * multiples of 8, at most max_seqs: padded rows) and context bucket (DECODE_GRAPH_MIN_CTX * 2^k for
+ * its longest context ctx, capped at max_len rounded up to the block size bs), and the graph's
+ * attention takes the split of (batch bucket, context bucket). */
+#define DECODE_GRAPH_MIN_CTX 512
+
+static inline int decode_graph_batch(int n, int max_seqs)
+{
+    const int B = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
+    return B < max_seqs ? B : max_seqs;
+}
+
+static inline int decode_graph_ctx(int ctx, int max_len, int bs)
+{
+    const int cap = (max_len + bs - 1) / bs * bs;
+    int c = DECODE_GRAPH_MIN_CTX;
+    while (c < ctx && c < cap)
+        c *= 2;
+    if (c > cap)
+        c = cap;
+    return c < ctx ? ctx : c;
 }

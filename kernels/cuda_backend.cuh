@@ -17,7 +17,6 @@ extern "C" {
 #define CB_TOP 20         // top logprobs per row the sampler writes (SAMPLING_MAX_LOGPROBS)
 #define CB_MAX_GRAPHS 256 // decode graphs kept (batch buckets x context buckets)
 #define CB_GEMM_WORKSPACE (32u << 20)
-#define CB_MIN_GRAPH_CTX 512 // smallest context bucket of a decode graph
 
 struct cb_layer {
     const bf16 *attn_norm;       // (C)
@@ -78,10 +77,10 @@ struct cuda_backend {
     void *wbuf;
     size_t wbytes;
     enum be_weights weight_dtype;
-    int n_fp8;        // linear matrices (of 4 L) held in fp8
-    uint8_t *xq;      // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
-    float *xs;        // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
-    size_t xq_bytes;  // one allocation: xq then xs
+    int n_fp8;       // linear matrices (of 4 L) held in fp8
+    uint8_t *xq;     // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
+    float *xs;       // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
+    size_t xq_bytes; // one allocation: xq then xs
     const bf16 *embed, *lm_head, *final_norm; // (V, C), (V, C) (== embed when tied), (C)
     struct cb_layer *layers;                  // [L]
     float *inv_freq;                          // (D/2) device
@@ -160,7 +159,7 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m);
 
 // ---- cuda_graphs.cu
 // Padded batch size for n decode rows (1, 2, 4, 8, 16, 24, 32, ... multiples of 8), and the
-// context bucket for a longest context of ctx (CB_MIN_GRAPH_CTX * 2^k, capped at max_model_len).
+// context bucket for a longest context of ctx (engine/decode_split.h: 512 * 2^k, capped at max_model_len).
 int cb_graph_batch(const struct cuda_backend *b, int n);
 int cb_graph_ctx(const struct cuda_backend *b, int ctx);
 // Runs plan p (a padded pure-decode step of bucket (batch, ctx)) through its graph, capturing it

@@ -17,25 +17,18 @@
 #include "kernels/cuda_backend.cuh"
 
 extern "C" {
+#include "engine/decode_split.h"
 #include "engine/log.h"
 }
 
 int cb_graph_batch(const struct cuda_backend *b, int n)
 {
-    int B = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
-    return B < b->max_seqs ? B : b->max_seqs;
+    return decode_graph_batch(n, b->max_seqs);
 }
 
 int cb_graph_ctx(const struct cuda_backend *b, int ctx)
 {
-    const int bs = b->base.block_size;
-    int cap = (b->max_model_len + bs - 1) / bs * bs;
-    int c = CB_MIN_GRAPH_CTX;
-    while (c < ctx && c < cap)
-        c *= 2;
-    if (c > cap)
-        c = cap;
-    return c < ctx ? ctx : c;
+    return decode_graph_ctx(ctx, b->max_model_len, b->base.block_size);
 }
 
 static double now_ms(void)

@@ -739,14 +739,13 @@ static void case_graphs(const char *shape, const struct model *m, struct calib *
         double ms[N_ROLES] = {0};
         snprintf(label, sizeof label, "%s graphs batch %d", shape, ns);
         if (drive(be, s, ns, MAX_TOKENS, pool, pr, N_GP, ms, ns, label) == 0) {
-            /* where the graph's decode split equals the eager one (batch bucket as cb_graph_batch, context
-             * bucket 512: these contexts are short), emu graph == emu bitwise */
+            /* where the graph's decode split equals the eager one (the graph of its buckets,
+             * engine/decode_split.h), emu graph == emu bitwise */
             int max_ctx = 0;
             for (int i = 0; i < ns; i++)
                 max_ctx = s[i].n_tok > max_ctx ? s[i].n_tok : max_ctx;
-            const int B = ns <= 1 ? 1 : ns <= 2 ? 2 : ns <= 4 ? 4 : (ns + 7) / 8 * 8;
-            const bool same =
-                max_ctx <= 512 && same_decode_split(ns, B < MAX_SEQS ? B : MAX_SEQS, 512, max_ctx);
+            const int B = decode_graph_batch(ns, MAX_SEQS);
+            const bool same = same_decode_split(ns, B, decode_graph_ctx(max_ctx, MAX_LEN, BS), max_ctx);
             info(label, "emu graph vs emu", &c[P_EMU_GE]);
             if (same && (c[P_EMU_GE].max_dlp != 0 || c[P_EMU_GE].mism)) {
                 printf(
