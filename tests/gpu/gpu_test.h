@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 
@@ -19,27 +21,28 @@ static inline void gpu_require(void)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        printf("SKIPPED: no usable CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        printf("SKIPPED: no usable CUDA device (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none found");
         fflush(stdout);
         exit(77);
     }
 }
 
-#define GPU_OK(call)                                                                                               \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                 \
-            exit(1);                                                                                               \
-        }                                                                                                          \
+#define GPU_OK(call)                                                                                         \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 /* For launchers: non-zero return -> print k_last_error() and fail. */
-#define K_OK(call)                                                                                                 \
-    do {                                                                                                           \
-        if ((call) != 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, k_last_error());                  \
-            exit(1);                                                                                               \
-        }                                                                                                          \
+#define K_OK(call)                                                                                           \
+    do {                                                                                                     \
+        if ((call) != 0) {                                                                                   \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, k_last_error());            \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 /* ---- the tally of checks: one printed line per check, "ok   ..." or "FAIL ..." */
@@ -76,13 +79,31 @@ __host__ __device__ static inline uint64_t gt_splitmix(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* The run's base seed: LLMQ_TEST_SEED, or fresh from the clock and the pid (never 0, which some
+ * generators cannot leave); prints it with the device, so that a failing run can be repeated. */
+static inline uint64_t gt_seed(void)
+{
+    const char *e = getenv("LLMQ_TEST_SEED");
+    uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+    if (!seed)
+        seed = 1;
+    cudaDeviceProp p;
+    GPU_OK(cudaGetDeviceProperties(&p, 0));
+    printf("device %s, %d SMs, L2 %d MiB; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", p.name,
+           p.multiProcessorCount, p.l2CacheSize >> 20, (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
 /* Deterministic random numbers for inputs (xorshift64*; seed per test case). */
 static inline uint64_t gt_next(uint64_t *s)
 {
     *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
     return *s * 2685821657736338717ull;
 }
-static inline float gt_uniform(uint64_t *s) { return (float)((gt_next(s) >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }
+static inline float gt_uniform(uint64_t *s)
+{
+    return (float)((gt_next(s) >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
+}
 static inline float gt_normal(uint64_t *s)
 {
     float a = 0;
@@ -91,7 +112,10 @@ static inline float gt_normal(uint64_t *s)
     return a * 0.8660254f; /* sum of 4 U(-1,1) has variance 4/3 */
 }
 
-static inline float gt_bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+static inline float gt_bf16_round(float x)
+{
+    return __bfloat162float(__float2bfloat16(x));
+}
 
 /* Host array of n bf16 normals * scale, also returned as the rounded floats in `f` (may be NULL). */
 static inline bf16 *gt_random_bf16(size_t n, float scale, uint64_t *seed, float *f)
@@ -146,7 +170,7 @@ static inline int gt_compare(const char *what, const float *got, const double *r
     }
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     int ok = rel <= tol;
-    printf("%s %s: rel err %.3e (tol %.1e), worst |d| %.3e at %zu (got %f, ref %f)\n", ok ? "ok  " : "FAIL", what, rel,
-           tol, worst, worst_i, got[worst_i], ref[worst_i]);
+    printf("%s %s: rel err %.3e (tol %.1e), worst |d| %.3e at %zu (got %f, ref %f)\n", ok ? "ok  " : "FAIL",
+           what, rel, tol, worst, worst_i, got[worst_i], ref[worst_i]);
     return ok;
 }

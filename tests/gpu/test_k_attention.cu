@@ -702,9 +702,7 @@ static void timing(void)
 int main(void)
 {
     gpu_require();
-    const char *env = getenv("LLMQ_TEST_SEED");
-    base_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    printf("seed %llu (LLMQ_TEST_SEED reproduces)\n", (unsigned long long)base_seed);
+    base_seed = gt_seed();
     uint64_t k = 0;
 
     argument_checks();

@@ -19,9 +19,9 @@
  *   read as u = e4m3(code), must be a nearest e4m3 value to x / scale: |u - x / scale| <= half the e4m3
  *   step at x / scale (x the double reference), + 1e-4 relative and 448 * 4e-7 absolute (a few fp32
  *   ulps of the vector's amax) for the fp32-vs-double difference (a value on a rounding boundary may
- *   go either way; the first H200 run met one 5e-6 past the half step). Codes equal to f32_to_e4m3 of the reference
- *   are counted and printed.
- * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run). */
+ *   go either way; the first H200 run met one 5e-6 past the half step). Codes equal to f32_to_e4m3 of the
+ * reference are counted and printed. Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N
+ * reproduces a run). */
 #include <algorithm>
 #include <cmath>
 #include <stdarg.h>
@@ -228,7 +228,7 @@ static void test_embedding(void)
     gt_check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "embedding n_tokens 0 is a no-op");
     int rc = k_embedding(NULL, 4, NULL, 10, 64, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "embedding"), "embedding NULL pointers fail cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
 
     /* timing: 8192 tokens of a 5120-wide table */
     const int T = 8192, C = 5120, V = 32768;
@@ -287,9 +287,9 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
     snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
     acc_report(a, what, BF16_NORM_TOL);
     gt_check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
-          "rmsnorm rows %4d cols %5d: residual "
-          "left unchanged",
-          rows, cols);
+             "rmsnorm rows %4d cols %5d: residual "
+             "left unchanged",
+             rows, cols);
 
     /* k_add_rmsnorm: residual += x, out = norm(residual) * w */
     GPU_OK(cudaMemset(dout, 0xff, n * sizeof(bf16)));
@@ -341,7 +341,7 @@ static void test_rmsnorm(void)
     gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "rmsnorm rows 0 is a no-op");
     int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "cols 0"), "add_rmsnorm cols 0 fails cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
 
     /* timing at T = 8192, C = 5120 */
     const int T = 8192, C = 5120;
@@ -571,11 +571,11 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     acc_report(aq, w2, BF16_NORM_TOL);
     if (f8) {
         gt_check(q_bad == 0 && s_bad == 0 && q_n > 0,
-              "%s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
-              "(%.4f%%) "
-              "equal to f32_to_e4m3 of the reference",
-              what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
-              q_n ? 100.0 * q_exact / q_n : 0.0);
+                 "%s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
+                 "(%.4f%%) "
+                 "equal to f32_to_e4m3 of the reference",
+                 what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
+                 q_n ? 100.0 * q_exact / q_n : 0.0);
     } else {
         snprintf(w2, sizeof w2, "%s: k cache", what);
         acc_report(ak, w2, BF16_NORM_TOL);
@@ -583,8 +583,8 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
         acc_report(av, w2, BF16_NORM_TOL);
     }
     gt_check(clobbered == 0,
-          "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g", what,
-          clobbered, first, skipped, attn_scale);
+             "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g",
+             what, clobbered, first, skipped, attn_scale);
 
     GPU_OK(cudaFree(dqkv_base));
     GPU_OK(cudaFree(db));
@@ -641,15 +641,15 @@ static void test_rope(void)
         int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
                                         NULL, NULL, 4, 8, 2, 96, 32, 0);
         gt_check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "rope fp8 D 96 fails cleanly: \"%s\"",
-              k_last_error());
+                 k_last_error());
     }
-    gt_check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64, 32,
-                            0) == 0,
-          "rope T 0 is a no-op");
+    gt_check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64,
+                               32, 0) == 0,
+             "rope T 0 is a no-op");
     int rc = k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 4, 8, 3, 64,
                                32, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "KVH 3"), "rope H %% KVH != 0 fails cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
 
     /* timing: Qwen3-14B, T = 8192 tokens */
     const int T = 8192, H = 40, KVH = 8, D = 128, bs = 32, NH = H + 2 * KVH;
@@ -736,14 +736,7 @@ static void test_silu(void)
 int main(void)
 {
     gpu_require();
-    const char *e = getenv("LLMQ_TEST_SEED");
-    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    if (!base_seed)
-        base_seed = 1;
-    cudaDeviceProp p;
-    GPU_OK(cudaGetDeviceProperties(&p, 0));
-    printf("device %s, %d SMs; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", p.name, p.multiProcessorCount,
-           (unsigned long long)base_seed, (unsigned long long)base_seed);
+    base_seed = gt_seed();
     test_embedding();
     test_rmsnorm();
     test_rope();

@@ -61,9 +61,7 @@ extern "C" {
 
 static uint64_t base_seed;
 
-
 /* ---- device helpers (test-local kernels) */
-
 
 /* p[i] = bf16(scale * approx N(0,1)): the sum of four 16-bit uniforms of one hash, standardized */
 __global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
@@ -461,9 +459,9 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
     } else {
         fp8_err e = fp8_compare(Y, y_f32, M, N, K, xd, wd, pairs);
         gt_check(fp8_ok(e),
-              "%s k_gemm_fp8   %6zu checked  rel %.2e (tol 4e-3)  worst |d|/bound %.3f  out-of-bound %zu  "
-              "nan %zu",
-              what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+                 "%s k_gemm_fp8   %6zu checked  rel %.2e (tol 4e-3)  worst |d|/bound %.3f  out-of-bound %zu  "
+                 "nan %zu",
+                 what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
     }
     /* the GEMV kernels (bf16 X, dequantized W) */
     if (M <= K_GEMV_MAX_M) {
@@ -472,9 +470,10 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
             gt_check(false, "%s k_gemv_fp8: %s", what, k_last_error());
         } else {
             fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
-            gt_check(fp8_ok(e),
-                  "%s k_gemv_fp8   %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
-                  what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+            gt_check(
+                fp8_ok(e),
+                "%s k_gemv_fp8   %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
+                what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
         }
         /* and the bf16 GEMV on the original bf16 W */
         std::vector<bf16> wh = to_host(W, (size_t)N * K);
@@ -486,9 +485,10 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
             gt_check(false, "%s k_gemv_bf16: %s", what, k_last_error());
         } else {
             fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wf, pairs);
-            gt_check(fp8_ok(e),
-                  "%s k_gemv_bf16  %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
-                  what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+            gt_check(
+                fp8_ok(e),
+                "%s k_gemv_bf16  %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
+                what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
         }
     }
     /* k_linear with every input a backend gives it: either path's reference */
@@ -503,7 +503,8 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
                 b = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
         const fp8_err &e = fp8_ok(a) || !fp8_ok(b) ? a : b;
         gt_check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
-              again ? " (cached)" : "", e.rel, e.worst, &e == &a ? "cuBLASLt, quantized X" : "GEMV, bf16 X");
+                 again ? " (cached)" : "", e.rel, e.worst,
+                 &e == &a ? "cuBLASLt, quantized X" : "GEMV, bf16 X");
     }
     cudaFree(X), cudaFree(W), cudaFree(Xq), cudaFree(Wq), cudaFree(xs), cudaFree(ws), cudaFree(ws_lt),
         cudaFree(Y);
@@ -604,13 +605,7 @@ static void fp8_timing(struct k_gemm *g, const char *name, int N, int K, std::ve
 int main(void)
 {
     gpu_require();
-    const char *e = getenv("LLMQ_TEST_SEED");
-    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    cudaDeviceProp p;
-    GPU_OK(cudaGetDeviceProperties(&p, 0));
-    printf("device %s, %d SMs, L2 %d MiB; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", p.name,
-           p.multiProcessorCount, p.l2CacheSize >> 20, (unsigned long long)base_seed,
-           (unsigned long long)base_seed);
+    base_seed = gt_seed();
 
     setenv("LLMQ_GEMM_LOG", "1", 0); /* stderr: the algorithm cuBLASLt chose for each shape */
     struct k_gemm *g = k_gemm_create(0);
@@ -624,7 +619,7 @@ int main(void)
     gt_check(rc == -1 && strstr(k_last_error(), "N 0"), "gemm N 0 fails cleanly: \"%s\"", k_last_error());
     rc = k_gemm_bf16(NULL, NULL, NULL, NULL, 0, 4, 8, 8, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "NULL handle"), "gemm without a handle fails cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
 
     /* small and odd shapes, full check */
     const gemm_case small[] = {

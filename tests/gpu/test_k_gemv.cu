@@ -50,8 +50,6 @@ extern "C" {
 
 static uint64_t base_seed;
 
-
-
 /* ---- host problems (small cases): inputs, reference, check */
 
 struct problem {
@@ -216,12 +214,13 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
     const bool ok = !nonfinite && !guard_bad && !bad && rel <= tol;
-    gt_check(ok,
-          "%-44s rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %zu, n %zu) got %.6g ref %.6g  out-of-bound "
-          "%zu  "
-          "nan/inf %zu  guard %s",
-          what, rel, tol, worst, worst_i / p.N, worst_i % p.N, got[worst_i], p.ref[worst_i], bad, nonfinite,
-          guard_bad ? "OVERWRITTEN" : "ok");
+    gt_check(
+        ok,
+        "%-44s rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %zu, n %zu) got %.6g ref %.6g  out-of-bound "
+        "%zu  "
+        "nan/inf %zu  guard %s",
+        what, rel, tol, worst, worst_i / p.N, worst_i % p.N, got[worst_i], p.ref[worst_i], bad, nonfinite,
+        guard_bad ? "OVERWRITTEN" : "ok");
     return ok;
 }
 
@@ -287,9 +286,10 @@ static void argument_checks(void)
     rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
     GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
-    gt_check(!strcmp(k_gemv_variant_name(0), "auto") && !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
-          "variant names: 0 \"%s\", %d \"%s\"", k_gemv_variant_name(0), K_GEMV_VARIANTS,
-          k_gemv_variant_name(K_GEMV_VARIANTS));
+    gt_check(!strcmp(k_gemv_variant_name(0), "auto") &&
+                 !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
+             "variant names: 0 \"%s\", %d \"%s\"", k_gemv_variant_name(0), K_GEMV_VARIANTS,
+             k_gemv_variant_name(K_GEMV_VARIANTS));
     GPU_OK(cudaFree(x));
     GPU_OK(cudaFree(w));
     GPU_OK(cudaFree(s));
@@ -312,7 +312,7 @@ static void graph_check(uint64_t seed)
     int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st);
     GPU_OK(cudaStreamEndCapture(st, &graph));
     gt_check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
-          rb || rf ? k_last_error() : "");
+             rb || rf ? k_last_error() : "");
     GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) {
         poison(pb, db, 0, st);
@@ -468,10 +468,11 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W,
         }
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
-    gt_check(!nonfinite && !bad && rel <= tol,
-          "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
-          "out-of-bound %zu  nan/inf in Y %zu",
-          what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
+    gt_check(
+        !nonfinite && !bad && rel <= tol,
+        "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
+        "out-of-bound %zu  nan/inf in Y %zu",
+        what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
 }
 
 static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vector<int> &Ms, uint64_t seed,
@@ -582,13 +583,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
 int main(void)
 {
     gpu_require();
-    const char *e = getenv("LLMQ_TEST_SEED");
-    base_seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    cudaDeviceProp prop;
-    GPU_OK(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s, %d SMs, L2 %d MiB; seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize >> 20, (unsigned long long)base_seed,
-           (unsigned long long)base_seed);
+    base_seed = gt_seed();
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
 

@@ -30,8 +30,6 @@ extern "C" {
 #include "engine/fp8.h"
 }
 
-
-
 /* host bf16 values: normals * scale, with a few specials sprinkled by the caller */
 static std::vector<bf16> random_bf16(size_t n, float scale, uint64_t *seed)
 {
@@ -88,7 +86,7 @@ static void case_weight(int N, int K, uint64_t *seed, const char *what)
     std::vector<uint8_t> q_ref((size_t)N * K);
     std::vector<float> s_ref((size_t)nb0 * nb1);
     gt_check(fp8_quantize_blocks(f.data(), N, K, 128, 128, q_ref.data(), s_ref.data()) == 0,
-          "%s: host reference", what);
+             "%s: host reference", what);
 
     bf16 *W = gt_to_device(h.data(), h.size());
     uint8_t *Wq = gt_poisoned<uint8_t>((size_t)N * K);
@@ -103,8 +101,8 @@ static void case_weight(int N, int K, uint64_t *seed, const char *what)
     size_t dq = count_diff(q.data(), q_ref.data(), q.size(), &first);
     size_t ds = count_diff((const uint8_t *)s.data(), (const uint8_t *)s_ref.data(), s.size() * 4, &first);
     gt_check(dq == 0 && ds == 0 && b[0] == 0,
-          "weight %s: %dx%d (%dx%d blocks): %zu code mismatches, %zu scale bytes differ, flag %d", what, N, K,
-          nb0, nb1, dq, ds, b[0]);
+             "weight %s: %dx%d (%dx%d blocks): %zu code mismatches, %zu scale bytes differ, flag %d", what, N,
+             K, nb0, nb1, dq, ds, b[0]);
     /* NaN and inf set the flag */
     for (int special = 0; special < 2; special++) {
         bf16 v = __float2bfloat16(special ? INFINITY : NAN);
@@ -212,8 +210,8 @@ static void case_rmsnorm(int rows, int cols, bool add, bool with_out, uint64_t *
         far += abs((int)u1 - (int)u2) > 1 || isnan(__bfloat162float(b2[i]));
     }
     gt_check(far == 0 && diff * 100 <= n,
-          "%s: bf16 out vs k_%s: %zu of %zu differ, by one ulp at most (%zu more)", what,
-          add ? "add_rmsnorm" : "rmsnorm", diff, n, far);
+             "%s: bf16 out vs k_%s: %zu of %zu differ, by one ulp at most (%zu more)", what,
+             add ? "add_rmsnorm" : "rmsnorm", diff, n, far);
     /* the contract: the codes are k_quant_fp8_act of the kernel's own bf16 output */
     K_OK(k_quant_fp8_act(o2, rows, cols, q_self, s_self, 0));
     std::vector<uint8_t> qs = fetch(q_self, n);
@@ -328,22 +326,18 @@ static void timing(void)
 int main(void)
 {
     gpu_require();
-    const char *e = getenv("LLMQ_TEST_SEED");
-    uint64_t seed = e ? strtoull(e, NULL, 10) : (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-    printf("seed %llu (LLMQ_TEST_SEED=%llu reproduces)\n", (unsigned long long)seed,
-           (unsigned long long)seed);
-    seed |= 1;
+    uint64_t seed = gt_seed() | 1;
 
     /* argument checks */
     gt_check(k_quant_fp8_act(NULL, 4, 200, NULL, NULL, 0) == -1 && strstr(k_last_error(), "multiple of 128"),
-          "act K 200 fails cleanly: \"%s\"", k_last_error());
+             "act K 200 fails cleanly: \"%s\"", k_last_error());
     gt_check(k_quant_fp8_act(NULL, 0, 256, NULL, NULL, 0) == 0, "act M 0 is a no-op");
     gt_check(k_silu_mul_fp8(NULL, NULL, NULL, NULL, 4, 100, 0) == -1, "silu F 100 fails cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
     gt_check(k_add_rmsnorm_fp8(NULL, NULL, NULL, NULL, NULL, NULL, 4, 96, 1e-6f, 0) == -1,
-          "rmsnorm cols 96 fails cleanly: \"%s\"", k_last_error());
+             "rmsnorm cols 96 fails cleanly: \"%s\"", k_last_error());
     gt_check(k_quant_fp8_weight(NULL, 0, 128, NULL, NULL, NULL, 0) == -1, "weight N 0 fails cleanly: \"%s\"",
-          k_last_error());
+             k_last_error());
 
     case_weight(300, 200, &seed, "edges");
     case_weight(5, 7, &seed, "smaller than a block");

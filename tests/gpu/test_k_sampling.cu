@@ -662,9 +662,7 @@ static void run_timing(uint64_t seed)
 int main(void)
 {
     gpu_require();
-    const char *env = getenv("LLMQ_TEST_SEED");
-    base_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("seed %llu (LLMQ_TEST_SEED reproduces)\n", (unsigned long long)base_seed);
+    base_seed = gt_seed();
 
     /* k_sample's argument checks */
     {
