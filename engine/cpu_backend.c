@@ -846,7 +846,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             dctx = decode_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
             nd = decode_graph_batch(nd, b->emu_max_seqs);
         }
-        decode_split(nd, dctx, 0, !b->kv8, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
+        decode_split(nd, dctx, 0, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
     }
     const size_t TC = (size_t)T * C;
 

@@ -6,10 +6,10 @@
  *
  * Automatic split (part_keys == 0) for n_seqs sequences whose longest context is max_ctx_len:
  * partitions of >= 512 keys, at most max(1, 4096 / n_seqs) per sequence (bounds the workspace at
- * ~4096 * H * (4 D + 8) bytes); over a bf16 cache (fill) a batch of few sequences is split into at
- * least min(ceil(ctx / 64), 32 / n_seqs) partitions, so that its KV heads x partitions CTAs cover the
- * SMs (one sequence of 512 keys at 8 KV heads: 64 CTAs of 64 keys instead of 8 of 512). Not over an
- * fp8 cache yet (see docs/KERNELS.md). part_keys > 0: that many keys (rounded up to a multiple of 64);
+ * ~4096 * H * (4 D + 8) bytes); a batch of few sequences is split into at least
+ * min(ceil(ctx / 64), 32 / n_seqs) partitions, so that its KV heads x partitions CTAs cover the SMs
+ * (one sequence of 512 keys at 8 KV heads: 64 CTAs of 64 keys instead of 8 of 512). The same rule
+ * over a bf16 and an fp8 cache. part_keys > 0: that many keys (rounded up to a multiple of 64);
  * < 0: one partition. *part is max_ctx_len when it does not split.
  * *n_bound (may be NULL): the partitions a workspace must hold for every context up to max_ctx_len
  * (the rounding to whole tiles can make n_part dip as the context grows; n does not).
@@ -22,7 +22,7 @@
 #define DECODE_SPLIT_TILE 64    /* keys per K/V tile of the decode kernel: partitions are whole tiles */
 #define DECODE_SPLIT_PART 512   /* automatic partitions of >= 512 keys */
 #define DECODE_SPLIT_SLOTS 4096 /* at most max(1, 4096 / n_seqs) partitions per sequence */
-#define DECODE_SPLIT_FILL 32    /* bf16 cache: >= min(ceil(ctx / 64), 32 / n_seqs) partitions */
+#define DECODE_SPLIT_FILL 32    /* >= min(ceil(ctx / 64), 32 / n_seqs) partitions */
 
 static inline int decode_split_fill(void)
 {
@@ -34,7 +34,7 @@ static inline int decode_split_fill(void)
     return fill;
 }
 
-static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, bool fill, int *part, int *n_part,
+static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int *part, int *n_part,
                                 int *n_bound)
 {
     const int ctx = max_ctx_len > 0 ? max_ctx_len : 1, ns = n_seqs > 1 ? n_seqs : 1;
@@ -48,7 +48,7 @@ static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, bool
     if (part_keys == 0) {
         const int cap = DECODE_SPLIT_SLOTS / ns > 1 ? DECODE_SPLIT_SLOTS / ns : 1;
         const int tiles = (ctx + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE, f = decode_split_fill() / ns;
-        const int nf = fill ? (f < tiles ? f : tiles) : 0;
+        const int nf = f < tiles ? f : tiles;
         n = (ctx + DECODE_SPLIT_PART - 1) / DECODE_SPLIT_PART;
         n = n > nf ? n : nf;
         n = n < cap ? n : cap;

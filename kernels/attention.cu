@@ -846,7 +846,7 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
     if (b->n_seqs <= 0)
         return 0;
     int part, n_part;
-    decode_split(b->n_seqs, b->max_ctx_len, part_keys, !F8, &part, &n_part, nullptr);
+    decode_split(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part, nullptr);
     const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
     K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
               "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
@@ -882,7 +882,7 @@ extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_
 extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
 {
     int part, n_part, n_bound; /* the bf16 rule: its split is at least as fine as the fp8 one */
-    decode_split(n_seqs, max_ctx_len, part_keys, true, &part, &n_part, &n_bound);
+    decode_split(n_seqs, max_ctx_len, part_keys, &part, &n_part, &n_bound);
     return decode_ws_bytes(n_seqs, H, D, n_bound);
 }
 
@@ -891,10 +891,10 @@ extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max
     return k_attention_decode_workspace_split(n_seqs, H, D, max_ctx_len, 0);
 }
 
-extern "C" int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int fp8, int *part)
+extern "C" int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int *part)
 {
     int p, n_part;
-    decode_split(n_seqs, max_ctx_len, part_keys, !fp8, &p, &n_part, nullptr);
+    decode_split(n_seqs, max_ctx_len, part_keys, &p, &n_part, nullptr);
     if (part)
         *part = p;
     return n_part;

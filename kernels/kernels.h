@@ -234,9 +234,9 @@ int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const b
  * CTA per sequence and KV head). Its workspace: k_attention_decode_workspace_split(..., part_keys). */
 size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys);
 /* The split a decode launch takes (host only, no GPU needed): the number of partitions for n_seqs
- * sequences whose longest context is max_ctx_len, part_keys as above, over an fp8 (fp8 != 0) or bf16
- * cache; *part (may be NULL) = keys per partition (max_ctx_len when it does not split). */
-int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int fp8, int *part);
+ * sequences whose longest context is max_ctx_len, part_keys as above (the same over a bf16 and an fp8
+ * cache); *part (may be NULL) = keys per partition (max_ctx_len when it does not split). */
+int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int *part);
 int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                              const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
                              float scale, int part_keys, void *workspace, size_t workspace_bytes,

@@ -50,10 +50,13 @@
  *   cuda vs fp32  passes with max <= F32_K x d_max and mean <= F32_K x d_mean + MEAN_FLOOR,
  *                 d = emu vs fp32 measured the same way: the size of bf16 rounding on this model;
  * and in both, a greedy id may differ only where the reference's top-2 gap is at most twice the
- * logprob tolerance (each side may be off by the tolerance). A wrong kernel (mask, RoPE, scale, a
+ * logprob tolerance (each side may be off by the tolerance). The engine case's request with
+ * repetition/presence/frequency penalties (PENALTY_REQ) chooses on penalized logits, which its raw
+ * logprobs do not show: there the margin is taken from the tokens the penalties act on
+ * (penalized_margin). A wrong kernel (mask, RoPE, scale, a
  * missing bias or norm) moves logprobs by far more than these, and the means by tens of times more.
  * Graph vs eager CUDA get the spread's bar too: the graph splits the decode attention for its batch
- * and context buckets (engine/decode_split.h: past 512 keys, and for a few sequences over a bf16 cache
+ * and context buckets (engine/decode_split.h: past 512 keys, and for a few sequences
  * past 64), which can differ from the eager step's split, and each backend's GEMM autotuner may pick another
  * algorithm (another summation order); whether they came out bitwise equal is printed. The graph cases
  * compare the graph with `emu graph`, the oracle opened with cuda_graphs, which mirrors the graph's
@@ -192,12 +195,20 @@ static void add_dlp(struct cmp *c, double d)
     c->n_dlp++;
 }
 
-/* got against ref at one position: the chosen logprob when the ids agree, and every top id both list */
-static void compare(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
-                    const char *what, int seq, int pos)
+/* got against ref at one position: the chosen logprob when the ids agree, and every top id both list.
+ * The reference's decision margin is its top-2 logprob gap, or margin where the caller knows better
+ * (a request with penalties: compare_runs; NAN = the top-2 gap). */
+static void compare_m(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
+                      const char *what, int seq, int pos, double margin)
 {
     c->sampled++;
     double gap = ref->n_top >= 2 ? ref->top_logprobs[0] - ref->top_logprobs[1] : INFINITY;
+    if (!isnan(margin) && got->token != ref->token) {
+        printf("  %s: %s: seq %d pos %d: token %d, reference %d: penalties apply, decision margin %.4f "
+               "(raw top-2 gap %.4f)\n",
+               label, what, seq, pos, got->token, ref->token, margin, gap);
+        gap = margin;
+    }
     if (isnan(got->logprob) || got->n_top != ref->n_top) {
         if (c->nan++ < 3)
             printf("  %s: %s: seq %d pos %d: logprob %f, n_top %d (want %d)\n", label, what, seq, pos,
@@ -217,6 +228,12 @@ static void compare(struct cmp *c, const struct be_out *ref, const struct be_out
         for (int k = 0; k < got->n_top; k++)
             if (got->top_ids[k] == ref->top_ids[i])
                 add_dlp(c, fabs((double)got->top_logprobs[k] - ref->top_logprobs[i]));
+}
+
+static void compare(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
+                    const char *what, int seq, int pos)
+{
+    compare_m(c, ref, got, label, what, seq, pos, NAN);
 }
 
 /* What one shape's oracles measured so far: the largest spread (emu vs jit, jit2) and bf16 rounding
@@ -531,6 +548,8 @@ static void case_direct(const char *shape, const struct model *m, struct calib *
 /* ---- through the engine */
 
 struct result {
+    int n_prompt;
+    int32_t prompt[96];
     int n;
     int32_t tok[64];
     struct be_out lp[64];
@@ -538,6 +557,7 @@ struct result {
 };
 
 #define NREQ 10
+#define PENALTY_REQ 3 /* the request with repetition, presence and frequency penalties */
 
 static int run_engine(const struct model *m, const struct tok *tok, enum role role, int64_t kv_bytes,
                       int max_len, struct result *res, uint64_t *preemptions)
@@ -577,7 +597,7 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
             r.sp.logprobs = NTOP;
             r.max_tokens = 16;
             r.ignore_eos = true;
-            if (next == 3) { /* penalties: the sampler's history inputs */
+            if (next == PENALTY_REQ) { /* penalties: the sampler's history inputs */
                 r.sp.repetition_penalty = 1.3f;
                 r.sp.presence_penalty = 0.4f;
                 r.sp.frequency_penalty = 0.2f;
@@ -605,6 +625,8 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
             if (!q->finished)
                 continue;
             struct result *r = &res[(intptr_t)q->user];
+            r->n_prompt = q->n_prompt < 96 ? q->n_prompt : 96;
+            memcpy(r->prompt, q->tokens, (size_t)r->n_prompt * sizeof *r->prompt);
             r->n = q->n_output < 64 ? q->n_output : 64;
             r->finish = q->finish;
             if (q->finish == FINISH_ERROR)
@@ -623,6 +645,34 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     return rc;
 }
 
+/* Whether token t is in r's prompt or among its first p outputs: the tokens its penalties act on
+ * (repetition over both, presence and frequency over the outputs). */
+static bool in_history(const struct result *r, int p, int32_t t)
+{
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] == t)
+            return true;
+    for (int i = 0; i < p; i++)
+        if (r->tok[i] == t)
+            return true;
+    return false;
+}
+
+/* The reference's margin between its choice (a) and got's (b) under penalties. The logprobs are the
+ * model's, before penalties, and a penalty moves a logit by an amount that depends on the logit itself
+ * (repetition divides or multiplies it), which a logprob does not give: where a or b is penalized the
+ * margin is unknown (0: any flip allowed); where neither is, it is their raw logprob difference, read
+ * from the reference's top list (at least a's distance to its last entry if b is not in it). */
+static double penalized_margin(const struct result *r, int p, const struct be_out *a, const struct be_out *b)
+{
+    if (a->token == b->token || in_history(r, p, a->token) || in_history(r, p, b->token))
+        return 0;
+    for (int i = 0; i < a->n_top; i++)
+        if (a->top_ids[i] == b->token)
+            return (double)a->logprob - a->top_logprobs[i];
+    return a->n_top ? (double)a->logprob - a->top_logprobs[a->n_top - 1] : 0;
+}
+
 /* got against ref, request by request, up to the first differing token (the continuations differ from
  * there); *diverged counts requests that diverged. A request that did not diverge must end alike. */
 static void compare_runs(const struct result *ref, const struct result *got, struct cmp *c, int *diverged,
@@ -636,7 +686,8 @@ static void compare_runs(const struct result *ref, const struct result *got, str
             struct be_out a = ref[i].lp[p], b = got[i].lp[p];
             a.token = ref[i].tok[p];
             b.token = got[i].tok[p];
-            compare(c, &a, &b, label, what, i, p);
+            compare_m(c, &a, &b, label, what, i, p,
+                      i == PENALTY_REQ ? penalized_margin(&ref[i], p, &a, &b) : NAN);
             div = a.token != b.token;
         }
         *diverged += div;
@@ -692,17 +743,17 @@ static void case_engine(const char *shape, const struct model *m, const struct t
 
 /* Whether pure decode steps of ns sequences (contexts up to max_ctx) split every sequence into the same
  * partitions eagerly as in the decode graph of batch bucket B and context bucket gctx
- * (engine/decode_split.h, over a bf16 cache unless kv_fp8): then the emulated graph must equal the
+ * (engine/decode_split.h, the same rule over both caches): then the emulated graph must equal the
  * emulated eager run bitwise. A sequence of c keys is one partition wherever the partition is >= c. */
 static bool same_decode_split(int ns, int B, int gctx, int max_ctx)
 {
     int pg, ng;
-    decode_split(B, gctx, 0, !kv_fp8, &pg, &ng, NULL);
+    decode_split(B, gctx, 0, &pg, &ng, NULL);
     if (ng == 1)
         pg = gctx;
     for (int m = 1; m <= max_ctx; m++) { /* m: a step's longest context */
         int pe, ne;
-        decode_split(ns, m, 0, !kv_fp8, &pe, &ne, NULL);
+        decode_split(ns, m, 0, &pe, &ne, NULL);
         if (ne == 1)
             pe = m;
         if (pe != pg && m > (pe < pg ? pe : pg))

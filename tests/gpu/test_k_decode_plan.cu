@@ -4,15 +4,16 @@
  * max_model_len, and every later launch (eager, or a graph captured at a context bucket) must fit in
  * it; a split must cover the context with partitions of whole 64-key tiles and no empty one.
  *
- * Checked for batches of 1 .. 256 sequences, bf16 and fp8 caches, every context 1 .. 131072:
+ * Checked for batches of 1 .. 256 sequences (the rule is the same over a bf16 and an fp8 cache), every
+ * context 1 .. 131072:
  *   - the partitions cover the context: n_part * part >= ctx > (n_part - 1) * part, part % 64 == 0
  *     when split (part == ctx when not);
  *   - need(ctx) <= workspace(ctx) and workspace(ctx) never decreases with ctx, so a workspace sized at
  *     any max_model_len holds every shorter context; need = n_seqs * H * n_part * (4 D + 8) bytes (each
  *     partition of each sequence and head writes D fp32 outputs and its (max, sum) pair) when split;
- *   - the documented rule at a few points: a lone sequence of 512 keys over a bf16 cache in 8 partitions of
- *     64 keys, over an fp8 cache unsplit; >= 33 sequences as over an fp8 cache (>= 512 keys a
- *     partition); the 4096 / n_seqs cap; a forced split (part_keys 100 -> 128) and no split (-1).
+ *   - the documented rule at a few points: a lone sequence of 512 keys in 8 partitions of 64 keys;
+ *     >= 33 sequences >= 512 keys a partition; the 4096 / n_seqs cap; a forced split (part_keys
+ *     100 -> 128) and no split (-1).
  * LLMQ_ATTN_DECODE_FILL (a tuning hook) must not be set: the rule's points assume its default. */
 #include <stdlib.h>
 
@@ -26,7 +27,7 @@ static size_t need_bytes(int n_seqs, int n_part)
     return n_part > 1 ? (size_t)n_seqs * H * n_part * (4 * D + 8) : 0;
 }
 
-static void sweep(int n_seqs, int fp8)
+static void sweep(int n_seqs)
 {
     const int max_ctx = 131072;
     long bad_cover = 0, bad_ws = 0, bad_mono = 0;
@@ -34,7 +35,7 @@ static void sweep(int n_seqs, int fp8)
     size_t prev_ws = 0;
     for (int ctx = 1; ctx <= max_ctx; ctx++) {
         int part = 0;
-        const int n = k_attention_decode_parts(n_seqs, ctx, 0, fp8, &part);
+        const int n = k_attention_decode_parts(n_seqs, ctx, 0, &part);
         const bool covers =
             n == 1 ? part == ctx : part % 64 == 0 && (long)n * part >= ctx && (long)(n - 1) * part < ctx;
         if (!covers && !bad_cover++)
@@ -46,22 +47,21 @@ static void sweep(int n_seqs, int fp8)
             first_mono = ctx;
         prev_ws = ws;
     }
-    gt_check(bad_cover == 0, "%3d seqs %s: partitions cover every context 1..%d (%ld bad, first at %d)",
-             n_seqs, fp8 ? "fp8 " : "bf16", max_ctx, bad_cover, first_cover);
-    gt_check(
-        bad_ws == 0 && bad_mono == 0,
-        "%3d seqs %s: need <= workspace at every context, workspace non-decreasing (%ld / %ld bad, first at "
-        "%d / %d)",
-        n_seqs, fp8 ? "fp8 " : "bf16", bad_ws, bad_mono, first_ws, first_mono);
+    gt_check(bad_cover == 0, "%3d seqs: partitions cover every context 1..%d (%ld bad, first at %d)", n_seqs,
+             max_ctx, bad_cover, first_cover);
+    gt_check(bad_ws == 0 && bad_mono == 0,
+             "%3d seqs: need <= workspace at every context, workspace non-decreasing (%ld / %ld bad, first "
+             "at %d / %d)",
+             n_seqs, bad_ws, bad_mono, first_ws, first_mono);
 }
 
-static void point(const char *what, int n_seqs, int ctx, int part_keys, int fp8, int want_n, int want_part)
+static void point(const char *what, int n_seqs, int ctx, int part_keys, int want_n, int want_part)
 {
     int part = 0;
-    const int n = k_attention_decode_parts(n_seqs, ctx, part_keys, fp8, &part);
+    const int n = k_attention_decode_parts(n_seqs, ctx, part_keys, &part);
     gt_check(n == want_n && part == want_part,
-             "%s: %d seqs, ctx %d, part_keys %d, %s: %d partitions of %d keys (want %d of %d)", what, n_seqs,
-             ctx, part_keys, fp8 ? "fp8" : "bf16", n, part, want_n, want_part);
+             "%s: %d seqs, ctx %d, part_keys %d: %d partitions of %d keys (want %d of %d)", what, n_seqs, ctx,
+             part_keys, n, part, want_n, want_part);
 }
 
 int main(void)
@@ -70,22 +70,19 @@ int main(void)
         printf("SKIPPED: LLMQ_ATTN_DECODE_FILL is set (the expected splits assume its default)\n");
         return 77;
     }
-    for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 256})
-            sweep(n, fp8);
+    for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 256})
+        sweep(n);
 
-    point("lone sequence, bf16: 64-key partitions", 1, 512, 0, 0, 8, 64);
-    point("lone sequence, bf16: 10 partitions of 64", 1, 640, 0, 0, 10, 64);
-    point("lone sequence, bf16: at most 32 partitions short of 16k", 1, 4096, 0, 0, 32, 128);
-    point("lone sequence, bf16: >= 512 keys a partition past 16k", 1, 131072, 0, 0, 256, 512);
-    point("lone sequence, fp8: unsplit up to 512 keys", 1, 512, 0, 1, 1, 512);
-    point("lone sequence, fp8: split past 512 keys", 1, 640, 0, 1, 2, 320);
-    point("4 sequences, bf16: 32 / 4 = 8 partitions", 4, 1000, 0, 0, 8, 128);
-    point("33 sequences, bf16: as over fp8", 33, 1000, 0, 0, 2, 512);
-    point("256 sequences, bf16: the 4096 / n_seqs cap", 256, 32768, 0, 0, 16, 2048);
-    point("a single key", 1, 1, 0, 0, 1, 1);
-    point("forced 100 keys -> 128", 3, 1000, 100, 0, 8, 128);
-    point("no split", 1, 32768, -1, 0, 1, 32768);
+    point("lone sequence: 64-key partitions", 1, 512, 0, 8, 64);
+    point("lone sequence: 10 partitions of 64", 1, 640, 0, 10, 64);
+    point("lone sequence: at most 32 partitions short of 16k", 1, 4096, 0, 32, 128);
+    point("lone sequence: >= 512 keys a partition past 16k", 1, 131072, 0, 256, 512);
+    point("4 sequences: 32 / 4 = 8 partitions", 4, 1000, 0, 8, 128);
+    point("33 sequences: >= 512 keys a partition", 33, 1000, 0, 2, 512);
+    point("256 sequences: the 4096 / n_seqs cap", 256, 32768, 0, 16, 2048);
+    point("a single key", 1, 1, 0, 1, 1);
+    point("forced 100 keys -> 128", 3, 1000, 100, 8, 128);
+    point("no split", 1, 32768, -1, 1, 32768);
 
     printf("%s: %d of %d checks passed\n", gt_failures ? "FAIL" : "PASS", gt_passes, gt_passes + gt_failures);
     return gt_failures ? 1 : 0;
