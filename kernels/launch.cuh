@@ -42,22 +42,15 @@ __device__ __forceinline__ void pdl_launch_dependents()
 }
 
 // The wait and the trigger together, at the top of a kernel with nothing to do before the wait. The
-// trigger comes after the wait, so at most one kernel waits ahead of the running one. (Triggering
-// first in every kernel measured 12-15 % slower on single-sequence decode on the H200, in builds that
-// also had other experiments on: docs/PERFORMANCE.md, 2026-11-30 later entry.) Built with
-// LLMQ_PDL_EARLY (cmake -DLLMQ_PDL_EARLY=ON, an experiment not yet measured) the trigger comes first,
-// so that the GEMV after a small kernel can launch and load its first weights while the GEMV before
-// it drains; the GEMV itself always waits first (kernels/gemv.cu): dependents launched early by a
-// multi-wave kernel would take the SM slots its own later waves need.
+// trigger comes after the wait, so at most one kernel waits ahead of the running one. Triggering
+// first in every kernel but the GEMV (so that the GEMV after a small kernel launches and loads its
+// first weights while the GEMV before it drains) measured 26 % slower on single-sequence fp8 decode
+// on the H200 (138 vs 188 tok/s, same call; docs/PERFORMANCE.md): the early CTAs wait on SM space
+// the running kernel's later CTAs need.
 __device__ __forceinline__ void pdl_enter()
 {
-#if defined(LLMQ_PDL_EARLY) && LLMQ_PDL_EARLY
-    pdl_launch_dependents();
-    pdl_wait();
-#else
     pdl_wait();
     pdl_launch_dependents();
-#endif
 }
 
 // Whether k_launch asks for PDL: compute capability >= 9.0 and LLMQ_PDL is not "0" (decided once per
