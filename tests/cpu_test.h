@@ -19,6 +19,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
@@ -78,7 +79,7 @@ static inline void cpu_test_fixture_open(struct cpu_test_fixture *f, const struc
 static inline void cpu_test_fixture_close(struct cpu_test_fixture *f)
 {
     model_free(f->m);
-    test_remove_dir(f->dir);
+    scratch_dir_remove(f->dir);
 }
 
 /* backend_open("cpu", m, o); fails the test with the backend's message if it cannot. The caller

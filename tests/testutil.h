@@ -1,10 +1,7 @@
 /* Helpers for the C tests (header-only; each test is its own program). */
 #pragma once
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 /* Exit code ctest reads as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
 #define TEST_SKIP_CODE 77
@@ -54,21 +51,4 @@ static inline const char *test_source(const char *rel)
     }
     snprintf(path, sizeof path, "%s/%s", dir, rel);
     return path;
-}
-
-/* Removes a folder and the files in it (one level: what a test writes into its mkdtemp folder). */
-static inline void test_remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[1024];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%.500s/%.255s", dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
 }

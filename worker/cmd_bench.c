@@ -14,7 +14,6 @@
  * timed workload is submitted to the short lane. The timed numbers are the foreground's; when
  * its last request finishes, the background's progress is recorded and the rest of it cancelled.
  * docs/BENCH.md describes every key of the output. */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -32,6 +31,7 @@
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/random_model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "worker/cli.h"
@@ -124,23 +124,6 @@ static int parse_int(const char *flag, const char *s, int lo, int *out)
     return 0;
 }
 
-/* Removes the files of a flat temporary folder, then the folder. */
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[4096 + 512];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(path, sizeof path, "%.4000s/%.255s", dir, e->d_name);
-                unlink(path);
-            }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 /* A tokenizer for random-weights runs (the engine needs one for text; random ids have none):
  * the minimal byte-level one make-tiny-model writes, from a temporary folder. */
 static struct tok *scratch_tokenizer(char *err, size_t errlen)
@@ -161,7 +144,7 @@ static struct tok *scratch_tokenizer(char *err, size_t errlen)
     struct tok *t = NULL;
     if (tiny_model_write(dir, &o, err, errlen) == 0)
         t = tok_load_dir(dir, err, errlen);
-    remove_dir(dir);
+    scratch_dir_remove(dir);
     return t;
 }
 

@@ -77,6 +77,7 @@
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/random_model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
@@ -1030,7 +1031,7 @@ int main(int argc, char **argv)
         }
         tok_free(tk);
         model_free(m);
-        test_remove_dir(dir);
+        scratch_dir_remove(dir);
     }
     kv_fp8 = false;
     case_random();

@@ -40,6 +40,7 @@
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/random_model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "testutil.h"
 
@@ -449,7 +450,7 @@ int main(void)
             prompts_free(&p);
         }
         model_free(m);
-        test_remove_dir(dir);
+        scratch_dir_remove(dir);
     }
 
     /* Qwen3-14B shapes, random weights on the device */
