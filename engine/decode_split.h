@@ -16,7 +16,6 @@
  * LLMQ_ATTN_DECODE_FILL=N replaces the 32 (0: no fill), read once (a tuning hook). Plain C, also
  * compiled as CUDA C++. */
 #pragma once
-#include <stdbool.h>
 #include <stdlib.h>
 
 #define DECODE_SPLIT_TILE 64    /* keys per K/V tile of the decode kernel: partitions are whole tiles */

@@ -881,7 +881,7 @@ extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_
 
 extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
 {
-    int part, n_part, n_bound; /* the bf16 rule: its split is at least as fine as the fp8 one */
+    int part, n_part, n_bound;
     decode_split(n_seqs, max_ctx_len, part_keys, &part, &n_part, &n_bound);
     return decode_ws_bytes(n_seqs, H, D, n_bound);
 }

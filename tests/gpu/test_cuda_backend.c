@@ -199,8 +199,8 @@ static void add_dlp(struct cmp *c, double d)
 /* got against ref at one position: the chosen logprob when the ids agree, and every top id both list.
  * The reference's decision margin is its top-2 logprob gap, or margin where the caller knows better
  * (a request with penalties: compare_runs; NAN = the top-2 gap). */
-static void compare_m(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
-                      const char *what, int seq, int pos, double margin)
+static void compare(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
+                    const char *what, int seq, int pos, double margin)
 {
     c->sampled++;
     double gap = ref->n_top >= 2 ? ref->top_logprobs[0] - ref->top_logprobs[1] : INFINITY;
@@ -229,12 +229,6 @@ static void compare_m(struct cmp *c, const struct be_out *ref, const struct be_o
         for (int k = 0; k < got->n_top; k++)
             if (got->top_ids[k] == ref->top_ids[i])
                 add_dlp(c, fabs((double)got->top_logprobs[k] - ref->top_logprobs[i]));
-}
-
-static void compare(struct cmp *c, const struct be_out *ref, const struct be_out *got, const char *label,
-                    const char *what, int seq, int pos)
-{
-    compare_m(c, ref, got, label, what, seq, pos, NAN);
 }
 
 /* What one shape's oracles measured so far: the largest spread (emu vs jit, jit2) and bf16 rounding
@@ -480,7 +474,8 @@ static int drive(struct backend **be, struct tseq *s, int ns, int chunk, int poo
                 if (be[pr[p].ref] && be[pr[p].got]) {
                     char what[64];
                     snprintf(what, sizeof what, "%s vs %s", ROLE_NAME[pr[p].got], ROLE_NAME[pr[p].ref]);
-                    compare(pr[p].c, &out[pr[p].ref][j], &out[pr[p].got][j], label, what, idx[j], q->n_tok);
+                    compare(pr[p].c, &out[pr[p].ref][j], &out[pr[p].got][j], label, what, idx[j], q->n_tok,
+                            NAN);
                 }
             q->tok[q->n_tok++] = out[EMU][j].token;
             if (++q->n_out == q->max_new) {
@@ -687,8 +682,8 @@ static void compare_runs(const struct result *ref, const struct result *got, str
             struct be_out a = ref[i].lp[p], b = got[i].lp[p];
             a.token = ref[i].tok[p];
             b.token = got[i].tok[p];
-            compare_m(c, &a, &b, label, what, i, p,
-                      i == PENALTY_REQ ? penalized_margin(&ref[i], p, &a, &b) : NAN);
+            compare(c, &a, &b, label, what, i, p,
+                    i == PENALTY_REQ ? penalized_margin(&ref[i], p, &a, &b) : NAN);
             div = a.token != b.token;
         }
         *diverged += div;
