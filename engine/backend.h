@@ -62,6 +62,7 @@ struct backend_opts {
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
     enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
+    int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).
      * The CPU forward rounds to bf16 (nearest even) exactly where the CUDA forward stores bf16:
      * weights, normed activations, GEMM outputs, q/k/v after RoPE, attention probabilities before

@@ -90,7 +90,7 @@ struct cpu_backend {
     bool emu;
     uint64_t emu_jitter; /* emulate_bf16_jitter */
     bool emu_graphs;     /* pure decode steps are laid out as the CUDA backend's decode graphs */
-    int emu_max_seqs;    /* max_num_seqs and max_model_len as the CUDA backend takes them (graph buckets) */
+    int emu_graph_max;   /* the largest graph batch and max_model_len as the CUDA backend takes them */
     int emu_max_len;
     size_t n_weights; /* floats in weights */
     float *mrun;      /* [nthreads, cap_ctx] the running max each key's probability was rounded against */
@@ -509,7 +509,8 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
         b->emu = true;
         b->emu_graphs = o->cuda_graphs;
-        b->emu_max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
+        b->emu_graph_max =
+            decode_graph_max(o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : 256);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_bf16_jitter;
     }
@@ -842,9 +843,9 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
                 nd++;
                 dctx = seqs[i].pos + 1 > dctx ? seqs[i].pos + 1 : dctx;
             }
-        if (b->emu_graphs && nd == n) { /* a pure decode step runs as the graph of its buckets */
+        if (b->emu_graphs && nd == n && nd <= b->emu_graph_max) { /* a graph of its buckets */
             dctx = decode_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
-            nd = decode_graph_batch(nd, b->emu_max_seqs);
+            nd = decode_graph_batch(nd, b->emu_graph_max);
         }
         decode_split(nd, dctx, 0, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
     }

@@ -61,16 +61,22 @@ static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int 
         *part = ctx; /* never split: part >= ctx */
 }
 
-/* A pure decode step of n sequences runs as the CUDA graph of its batch bucket (1, 2, 4, then
- * multiples of 8, at most max_seqs: padded rows) and context bucket (DECODE_GRAPH_MIN_CTX * 2^k for
- * its longest context ctx, capped at max_len rounded up to the block size bs), and the graph's
- * attention takes the split of (batch bucket, context bucket). */
+/* A pure decode step of n <= graph_max sequences runs as the CUDA graph of its batch bucket (1, 2,
+ * 4, then multiples of 8, at most graph_max: padded rows) and context bucket (DECODE_GRAPH_MIN_CTX *
+ * 2^k for its longest context ctx, capped at max_len rounded up to the block size bs), and the
+ * graph's attention takes the split of (batch bucket, context bucket). A larger step runs eagerly,
+ * unpadded. graph_max is engine.cuda_graph_max_batch (0 = no cap) at most max_num_seqs. */
 #define DECODE_GRAPH_MIN_CTX 512
 
-static inline int decode_graph_batch(int n, int max_seqs)
+static inline int decode_graph_max(int cuda_graph_max_batch, int max_seqs)
+{
+    return cuda_graph_max_batch > 0 && cuda_graph_max_batch < max_seqs ? cuda_graph_max_batch : max_seqs;
+}
+
+static inline int decode_graph_batch(int n, int graph_max)
 {
     const int B = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
-    return B < max_seqs ? B : max_seqs;
+    return B < graph_max ? B : graph_max;
 }
 
 static inline int decode_graph_ctx(int ctx, int max_len, int bs)

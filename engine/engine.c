@@ -86,14 +86,15 @@ struct engine_opts engine_opts_default(void)
     struct engine_opts o;
     memset(&o, 0, sizeof o);
     o.be.block_size = 32;
-    o.be.max_num_seqs = 256;
-    o.be.max_num_batched_tokens = 8192;
+    o.be.max_num_seqs = 512;
+    o.be.max_num_batched_tokens = 16384;
     o.be.max_model_len = 0;
     o.be.threads = 0;
     o.be.gpu_memory_utilization = 0.92;
     o.be.kv_cache_bytes = 0;
     o.be.kv_dtype = DT_BF16;
     o.be.cuda_graphs = true;
+    o.be.cuda_graph_max_batch = 512;
     o.backend = "auto";
     o.long_prefill_chunk = 0;
     o.enable_prefix_caching = true;

@@ -45,9 +45,9 @@ struct engine_opts {
     int num_lanes;                /* 0 or 1 = one lane with the global caps */
     struct engine_lane lanes[ENGINE_MAX_LANES];
 };
-/* block_size 32, max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 0 (= the model's),
+/* block_size 32, max_num_seqs 512, max_num_batched_tokens 16384, max_model_len 0 (= the model's),
  * backend "auto", gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
- * cuda_graphs true, prefix caching on, seed 0, one lane. */
+ * cuda_graphs true up to batch 512, prefix caching on, seed 0, one lane. */
 struct engine_opts engine_opts_default(void);
 
 struct engine_request {

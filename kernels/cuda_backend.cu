@@ -27,6 +27,7 @@
 
 extern "C" {
 #include "engine/cuda_backend.h"
+#include "engine/decode_split.h"
 #include "engine/log.h"
 }
 
@@ -453,6 +454,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->max_model_len = max_len;
     b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
     b->use_graphs = o->cuda_graphs;
+    b->graph_max = decode_graph_max(o->cuda_graph_max_batch, b->max_seqs);
     b->weight_dtype = o->weight_dtype;
     b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
     // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
@@ -687,7 +689,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     for (int i = 0; i < n; i++)
         T += seqs[i].n_new;
     const bool pure = np == 0;
-    const bool graph = pure && b->use_graphs;
+    const bool graph = pure && b->use_graphs && nd <= b->graph_max;
     const int B = graph ? cb_graph_batch(b, nd) : nd;
     const int gctx = graph ? cb_graph_ctx(b, max_ctx_dec) : max_ctx_dec;
     const int dec_ctx = graph ? gctx : max_ctx_dec;

@@ -59,6 +59,7 @@ struct cuda_backend {
     int C, F, L, H, KVH, D, V, QKV, HD, KVD;
     float eps;
     int max_seqs;   // S: most sequences per step
+    int graph_max;  // largest decode batch run as a graph (engine/decode_split.h)
     int max_tokens; // most new tokens per step (max_num_batched_tokens)
     int rows;       // activation rows allocated: max(max_tokens, largest graph bucket), rounded up to 4
     int max_model_len;

@@ -23,7 +23,7 @@ extern "C" {
 
 int cb_graph_batch(const struct cuda_backend *b, int n)
 {
-    return decode_graph_batch(n, b->max_seqs);
+    return decode_graph_batch(n, b->graph_max);
 }
 
 int cb_graph_ctx(const struct cuda_backend *b, int ctx)

@@ -77,17 +77,18 @@ static void usage(FILE *f)
         "      --config FILE               read the queues section (lane caps) from this llmq.yaml\n"
         "      --long-max-num-seqs N       queues.long_max_num_seqs (default 16)\n"
         "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default 4096)\n"
-        "      --short-max-num-seqs N      queues.short_max_num_seqs (default 256)\n"
-        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default 8192)\n"
+        "      --short-max-num-seqs N      queues.short_max_num_seqs (default 512)\n"
+        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default 16384)\n"
         "      --backend B                 auto | cpu | cuda (default auto)\n"
-        "      --max-num-seqs N            sequences per step (default 256)\n"
-        "      --max-num-batched-tokens N  tokens per step (default 8192)\n"
+        "      --max-num-seqs N            sequences per step (default 512)\n"
+        "      --max-num-batched-tokens N  tokens per step (default 16384)\n"
         "      --max-model-len N           longest sequence (default: the longest request); above the\n"
         "                                  model's max_position_embeddings it enables YaRN\n"
         "      --block-size N              KV block size in tokens (default 32)\n"
         "      --gpu-memory-utilization X  share of GPU memory for weights, activations and KV (default "
         "0.92)\n"
         "      --no-cuda-graphs            run decode steps eagerly\n"
+        "      --cuda-graph-max-batch N    largest decode batch run as a graph (default 512)\n"
         "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
         "                                  quantized at load in 128x128 blocks; model.dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
@@ -380,6 +381,7 @@ int cmd_bench(int argc, char **argv)
         O_BS,
         O_UTIL,
         O_NOGRAPH,
+        O_GRAPH_MAX,
         O_THREADS,
         O_SEED,
         O_IN,
@@ -423,6 +425,7 @@ int cmd_bench(int argc, char **argv)
         {"block-size", required_argument, NULL, O_BS},
         {"gpu-memory-utilization", required_argument, NULL, O_UTIL},
         {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
+        {"cuda-graph-max-batch", required_argument, NULL, O_GRAPH_MAX},
         {"threads", required_argument, NULL, O_THREADS},
         {"seed", required_argument, NULL, O_SEED},
         {"dtype", required_argument, NULL, O_DTYPE},
@@ -529,6 +532,9 @@ int cmd_bench(int argc, char **argv)
         }
         case O_NOGRAPH:
             eo.be.cuda_graphs = false;
+            break;
+        case O_GRAPH_MAX:
+            rc = parse_int("--cuda-graph-max-batch", optarg, 1, &eo.be.cuda_graph_max_batch);
             break;
         case O_DTYPE:
             if (!strcmp(optarg, "auto"))

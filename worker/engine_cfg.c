@@ -19,6 +19,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     if (c->engine.kv_cache_dtype == CFG_KV_FP8)
         o.be.kv_dtype = DT_F8_E4M3;
     o.be.cuda_graphs = c->engine.cuda_graphs;
+    o.be.cuda_graph_max_batch = c->engine.cuda_graph_max_batch;
     /* model.dtype: fp8 quantizes linear weights at load; bf16 keeps (or dequantizes) 16-bit weights;
      * auto, fp16 and fp32 keep the checkpoint's (the CUDA backend computes fp16/fp32 ones in bf16) */
     o.be.weight_dtype = c->model.dtype == CFG_DTYPE_FP8    ? BE_WEIGHTS_FP8

@@ -88,7 +88,7 @@ printf '%s\n' "$out" | grep -Eq '^  block_size: 64 +# env LLMQ_ENGINE_BLOCK_SIZE
 printf '%s\n' "$out" | grep -Eq "^  threads: 3 +# $tmp/a.yaml:3\$" && ok "file origin" || bad "file origin: $out"
 printf '%s\n' "$out" | grep -Eq '^  path: "/tmp/flag.db" +# flag --set sqlite.path$' && ok "flag origin" || bad "flag origin: $out"
 printf '%s\n' "$out" | grep -Eq '^  url: "redis://10.0.0.1:6380/2" +# env LLMQ_REDIS_URL$' && ok "env string" || bad "env string: $out"
-printf '%s\n' "$out" | grep -Eq '^  max_num_seqs: 256 +# default$' && ok "default origin" || bad "default origin: $out"
+printf '%s\n' "$out" | grep -Eq '^  max_num_seqs: 512 +# default$' && ok "default origin" || bad "default origin: $out"
 # the printed YAML is a config file that gives the same values
 printf '%s\n' "$out" > "$tmp/effective.yaml"
 again=$("$LLMQ_BIN" config -c "$tmp/effective.yaml" 2>&1 | grep -v '^#' | sed 's/ *#.*$//')

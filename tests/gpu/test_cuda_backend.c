@@ -25,7 +25,8 @@
  *                     different steps, with penalties and banned EOS on some; once with a KV pool so
  *                     small that the scheduler preempts
  *   graphs            decode steps at batch sizes 1..40 and across the 1024-token context bucket:
- *                     CUDA graphs vs eager CUDA vs the oracles (emu mirrors the graph's decode split)
+ *                     CUDA graphs vs eager CUDA vs the oracles (emu mirrors the graph's decode split);
+ *                     batches above cuda_graph_max_batch (GRAPH_MAX) run eagerly, counted
  *   random-weights    a lazy random model filled on the device vs the same model materialized on the host
  *   errors            a bad step fails with a message and the backend goes on
  * Every shape runs twice: with the bf16 KV cache (CPU oracles fp32 KV), then with the fp8 KV cache
@@ -71,6 +72,9 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+#include "engine/cuda_backend.h"
+#endif
 #include "engine/decode_split.h"
 #include "engine/engine.h"
 #include "engine/gpu.h"
@@ -94,6 +98,7 @@
 #define NTOP 5
 #define BS 16
 #define MAX_SEQS 64
+#define GRAPH_MAX 16 /* cuda_graph_max_batch of the graph roles: larger decode steps run eagerly */
 #define MAX_TOKENS 2048
 #define MAX_LEN 2048
 #define KV_BYTES                                                                                             \
@@ -144,6 +149,7 @@ static struct backend_opts be_opts(enum role r, bool graphs, int64_t kv_bytes, i
     o.kv_cache_bytes = role_cpu(r) && !kv_fp8 ? 2 * kv_bytes : kv_bytes;
     o.kv_dtype = kv_fp8 ? DT_F8_E4M3 : role_cpu(r) ? DT_F32 : DT_BF16;
     o.cuda_graphs = graphs;
+    o.cuda_graph_max_batch = GRAPH_MAX;
     o.emulate_bf16 = r == EMU || r == JIT || r == JIT2 || r == EMU_G;
     o.emulate_bf16_jitter = r == JIT ? JITTER_SEED : r == JIT2 ? JITTER_SEED2 : 0;
     return o;
@@ -785,14 +791,36 @@ static void case_graphs(const char *shape, const struct model *m, struct calib *
         pr[P_EMU_GE] = (struct pair){EMU, EMU_G, &c[P_EMU_GE]};
         double ms[N_ROLES] = {0};
         snprintf(label, sizeof label, "%s graphs batch %d", shape, ns);
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+        struct cuda_backend_stats st0 = {0}, st1 = {0};
+        if (be[CUDA_G])
+            cuda_backend_get_stats(be[CUDA_G], &st0);
+#endif
         if (drive(be, s, ns, MAX_TOKENS, pool, pr, N_GP, ms, ns, label) == 0) {
             /* where the graph's decode split equals the eager one (the graph of its buckets,
-             * engine/decode_split.h), emu graph == emu bitwise */
+             * engine/decode_split.h), emu graph == emu bitwise; a batch above GRAPH_MAX runs eagerly
+             * in both (the same split) */
             int max_ctx = 0;
             for (int i = 0; i < ns; i++)
                 max_ctx = s[i].n_tok > max_ctx ? s[i].n_tok : max_ctx;
-            const int B = decode_graph_batch(ns, MAX_SEQS);
-            const bool same = same_decode_split(ns, B, decode_graph_ctx(max_ctx, MAX_LEN, BS), max_ctx);
+            const bool graphed = ns <= decode_graph_max(GRAPH_MAX, MAX_SEQS);
+            const int B = graphed ? decode_graph_batch(ns, GRAPH_MAX) : ns;
+            const bool same =
+                !graphed || same_decode_split(ns, B, decode_graph_ctx(max_ctx, MAX_LEN, BS), max_ctx);
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+            if (be[CUDA_G]) { /* the cap: the graph backend replays graphs up to GRAPH_MAX sequences only */
+                cuda_backend_get_stats(be[CUDA_G], &st1);
+                const bool replayed = st1.graph_replays > st0.graph_replays;
+                printf("  %s: cuda graph backend: %llu graph replays, %llu eager steps\n", label,
+                       (unsigned long long)(st1.graph_replays - st0.graph_replays),
+                       (unsigned long long)(st1.eager_steps - st0.eager_steps));
+                if (replayed != graphed) {
+                    printf("FAIL %s: %d sequences with cuda_graph_max_batch %d %s graphs\n", label, ns,
+                           GRAPH_MAX, replayed ? "replayed" : "replayed no");
+                    n_fail++;
+                }
+            }
+#endif
             info(label, "emu graph vs emu", &c[P_EMU_GE]);
             if (same && (c[P_EMU_GE].max_dlp != 0 || c[P_EMU_GE].mism)) {
                 printf(

@@ -13,11 +13,17 @@
  *     partition of each sequence and head writes D fp32 outputs and its (max, sum) pair) when split;
  *   - the documented rule at a few points: a lone sequence of 512 keys in 8 partitions of 64 keys;
  *     >= 33 sequences >= 512 keys a partition; the 4096 / n_seqs cap; a forced split (part_keys
- *     100 -> 128) and no split (-1).
+ *     100 -> 128) and no split (-1);
+ *   - the decode graphs' batch buckets (decode_graph_max, decode_graph_batch): 1, 2, 4, then multiples
+ *     of 8, never above engine.cuda_graph_max_batch or max_num_seqs.
  * LLMQ_ATTN_DECODE_FILL (a tuning hook) must not be set: the rule's points assume its default. */
 #include <stdlib.h>
 
 #include "gpu/gpu_test.h"
+
+extern "C" {
+#include "engine/decode_split.h"
+}
 
 #define H 40
 #define D 128
@@ -83,6 +89,21 @@ int main(void)
     point("a single key", 1, 1, 0, 1, 1);
     point("forced 100 keys -> 128", 3, 1000, 100, 8, 128);
     point("no split", 1, 32768, -1, 1, 32768);
+
+    const struct {
+        int cap, max_seqs, want;
+    } caps[] = {{0, 512, 512}, {512, 256, 256}, {16, 64, 16}, {1, 8, 1}};
+    for (const auto &c : caps)
+        gt_check(decode_graph_max(c.cap, c.max_seqs) == c.want, "graph cap %d, max_num_seqs %d: %d (want %d)",
+                 c.cap, c.max_seqs, decode_graph_max(c.cap, c.max_seqs), c.want);
+    const struct {
+        int n, gmax, want;
+    } buckets[] = {{1, 512, 1},     {2, 512, 2},     {3, 512, 4},  {5, 512, 8}, {13, 16, 16},
+                   {500, 512, 504}, {509, 512, 512}, {13, 14, 14}, {3, 3, 3}};
+    for (const auto &b : buckets)
+        gt_check(decode_graph_batch(b.n, b.gmax) == b.want,
+                 "graph batch of %d sequences, cap %d: %d (want %d)", b.n, b.gmax,
+                 decode_graph_batch(b.n, b.gmax), b.want);
 
     printf("%s: %d of %d checks passed\n", gt_failures ? "FAIL" : "PASS", gt_passes, gt_passes + gt_failures);
     return gt_failures ? 1 : 0;

@@ -127,8 +127,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.engine.backend, CFG_BACKEND_AUTO);
     assert_true(c.engine.gpu_memory_utilization == 0.92);
     assert_int_equal(c.engine.block_size, 32);
-    assert_int_equal(c.engine.max_num_seqs, 256);
-    assert_int_equal(c.engine.max_num_batched_tokens, 8192);
+    assert_int_equal(c.engine.max_num_seqs, 512);
+    assert_int_equal(c.engine.max_num_batched_tokens, 16384);
     assert_int_equal(c.engine.kv_cache_dtype, CFG_KV_AUTO);
     assert_true(c.engine.enable_prefix_caching);
     assert_true(c.engine.cuda_graphs);
@@ -688,7 +688,7 @@ static void test_precedence(void **state)
     if (cfg_load(&c, path, err, sizeof err))
         fail_msg("%s", err);
     assert_int_equal(c.engine.block_size, 16); /* file over default */
-    assert_int_equal(c.engine.max_num_seqs, 256);
+    assert_int_equal(c.engine.max_num_seqs, 512);
     cfg_free(&c);
 
     set_env("LLMQ_ENGINE_BLOCK_SIZE", " 64 "); /* blanks around numbers are fine */
@@ -881,15 +881,15 @@ static void test_cross_rules(void **state)
         SETS("queues.retry_backoff_base_ms", "60001"),
         "--x: queues.retry_backoff_base_ms (60001) must not exceed queues.retry_backoff_max_ms (60000)");
     rule_error(SETS("engine.max_num_seqs", "100"),
-               "--x: queues.short_max_num_seqs (256) must not exceed engine.max_num_seqs (100)");
-    rule_error(SETS("queues.long_max_num_seqs", "300"),
-               "--x: queues.long_max_num_seqs (300) must not exceed engine.max_num_seqs (256)");
-    rule_error(SETS("queues.short_max_num_batched_tokens", "8193"),
-               "--x: queues.short_max_num_batched_tokens (8193) must not exceed "
-               "engine.max_num_batched_tokens (8192)");
-    rule_error(SETS("queues.long_max_num_batched_tokens", "10000"),
-               "--x: queues.long_max_num_batched_tokens (10000) must not exceed "
-               "engine.max_num_batched_tokens (8192)");
+               "--x: queues.short_max_num_seqs (512) must not exceed engine.max_num_seqs (100)");
+    rule_error(SETS("queues.long_max_num_seqs", "600"),
+               "--x: queues.long_max_num_seqs (600) must not exceed engine.max_num_seqs (512)");
+    rule_error(SETS("queues.short_max_num_batched_tokens", "16385"),
+               "--x: queues.short_max_num_batched_tokens (16385) must not exceed "
+               "engine.max_num_batched_tokens (16384)");
+    rule_error(SETS("queues.long_max_num_batched_tokens", "20000"),
+               "--x: queues.long_max_num_batched_tokens (20000) must not exceed "
+               "engine.max_num_batched_tokens (16384)");
     rule_error(
         SETS("queues.short_max_model_len", "4096"),
         "--x: queues.long_threshold_tokens (4096) must be less than queues.short_max_model_len (4096)");
