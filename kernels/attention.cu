@@ -142,11 +142,13 @@ __device__ __forceinline__ size_t kv_row(const int32_t *__restrict__ btab, int j
 
 /* Issues the cp.asyncs of one K and one V tile: keys j0 .. j0+63 of KV head kvh, read through the
  * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
- * the last block may hold anything, and 0 * NaN would poison P·V). */
+ * the last block may hold anything, and 0 * NaN would poison P·V). Key jskip is left out entirely
+ * (no copy: load_kv_row brings it later). */
 template <int D, int NT>
 __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
                                              const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
-                                             int kvh, int KVH, int bs, int j0, int jlim, int tid)
+                                             int kvh, int KVH, int bs, int j0, int jlim, int tid,
+                                             int jskip = -1)
 {
     constexpr int CPR = D / 8;    /* chunks per row */
     constexpr int RPP = NT / CPR; /* rows per pass */
@@ -160,18 +162,34 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 8 : 0;
         const uint32_t so = (uint32_t)swz<D>(r, c) * 2;
-        cp_async16(k_base + so, kc + off, ok);
-        cp_async16(v_base + so, vc + off, ok);
+        if (j != jskip) {
+            cp_async16(k_base + so, kc + off, ok);
+            cp_async16(v_base + so, vc + off, ok);
+        }
+    }
+}
+
+/* The cp.asyncs of key j alone, row r of a tile load_kv_tile left it out of (threads tid < D / 8). */
+template <int D>
+__device__ __forceinline__ void load_kv_row(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
+                                            const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
+                                            int kvh, int KVH, int bs, int r, int j, int tid)
+{
+    if (tid < D / 8) {
+        const size_t off = kv_row(btab, j, kvh, KVH, bs) * D + tid * 8;
+        const uint32_t so = (uint32_t)swz<D>(r, tid) * 2;
+        cp_async16(smem_u32(sK) + so, kc + off, true);
+        cp_async16(smem_u32(sV) + so, vc + off, true);
     }
 }
 
 /* fp8 cache: issues the cp.asyncs of one K and one V tile of e4m3 bytes (16 per copy) into a
  * linear staging area sF [K, V][KV_TILE][D] and their scales into sS [K, V][KV_TILE]; keys >= jlim
- * are zero-filled as in load_kv_tile. */
+ * are zero-filled and key jskip left out as in load_kv_tile. */
 template <int D, int NT>
 __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv_src kv,
                                                 const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
-                                                int j0, int jlim, int tid)
+                                                int j0, int jlim, int tid, int jskip = -1)
 {
     constexpr int CPR = D / 16;   /* 16-byte chunks per row */
     constexpr int RPP = NT / CPR; /* rows per pass */
@@ -185,14 +203,38 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int j = j0 + r;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 16 : 0;
-        cp_async16(base + r * D + c * 16, kc + off, ok);
-        cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
+        if (j != jskip) {
+            cp_async16(base + r * D + c * 16, kc + off, ok);
+            cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
+        }
     }
     for (int i = tid; i < 2 * KV_TILE; i += NT) {
         const int j = j0 + i % KV_TILE;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) : 0;
-        cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
+        if (j != jskip)
+            cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
+    }
+}
+
+/* fp8 cache: the cp.asyncs of key j alone (codes and scales), row r of a staging tile
+ * load_kv_tile_f8 left it out of (threads tid < D / 16 + 2). */
+template <int D>
+__device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_src kv,
+                                               const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
+                                               int r, int j, int tid)
+{
+    constexpr int CPR = D / 16;
+    const size_t row = kv_row(btab, j, kvh, KVH, bs);
+    const uint8_t *kc = static_cast<const uint8_t *>(kv.k), *vc = static_cast<const uint8_t *>(kv.v);
+    const uint32_t base = smem_u32(sF);
+    if (tid < CPR) {
+        cp_async16(base + r * D + tid * 16, kc + row * D + tid * 16, true);
+        cp_async16(base + (KV_TILE + r) * D + tid * 16, vc + row * D + tid * 16, true);
+    } else if (tid == CPR) {
+        cp_async4(smem_u32(sS + r), kv.ks + row, true);
+    } else if (tid == CPR + 1) {
+        cp_async4(smem_u32(sS + KV_TILE + r), kv.vs + row, true);
     }
 }
 
@@ -474,7 +516,6 @@ __global__ void __launch_bounds__(DC_THREADS)
                             int KVH, int bs, float sl2, int part_keys, int n_part_max,
                             float *__restrict__ ws_o, float2 *__restrict__ ws_ml)
 {
-    pdl_enter(); // kernels/launch.cuh
     constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
@@ -489,8 +530,7 @@ __global__ void __launch_bounds__(DC_THREADS)
     const int ctx = max(ctx_len[s], 0);
     /* partitions of this sequence; the last launched one takes any remainder (max_ctx_len too small) */
     const int n_part_s = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
-    if (p >= n_part_s)
-        return;
+    const bool live = p < n_part_s;
     const int start = p * part_keys;
     const int end = p == n_part_s - 1 ? ctx : start + part_keys;
     const int n_tiles = (end - start + KV_TILE - 1) / KV_TILE;
@@ -498,6 +538,26 @@ __global__ void __launch_bounds__(DC_THREADS)
     const int32_t *btab = btabs + (size_t)s * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
+    /* The first NS - 1 tiles before the wait (kernels/launch.cuh): the step writes one key of the
+     * sequence, its last (ctx - 1, the token being decoded: k_qk_norm_rope_kv, the kernel before),
+     * which is left out and brought after the wait with Q. At decode this takes the KV reads off the
+     * latency chain: they run while the kernel before finishes. */
+    const int jlate = ctx - 1;
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (live && st < n_tiles) {
+            if constexpr (F8)
+                load_kv_tile_f8<D, DC_THREADS>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab,
+                                               kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
+            else
+                load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
+                                            vc, btab, kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
+        }
+        cp_async_commit();
+    }
+    pdl_enter(); // kernels/launch.cuh
+    if (!live)
+        return;
     { /* Q: rows g < G are the query heads kvh * G + g */
         constexpr int CPR = D / 8;
 #pragma unroll
@@ -508,19 +568,17 @@ __global__ void __launch_bounds__(DC_THREADS)
             cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
         }
     }
-#pragma unroll
-    for (int st = 0; st < NS - 1; st++) {
-        if (st < n_tiles) {
-            if constexpr (F8)
-                load_kv_tile_f8<D, DC_THREADS>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab,
-                                               kvh, KVH, bs, start + st * KV_TILE, end, tid);
-            else
-                load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
-                                            vc, btab, kvh, KVH, bs, start + st * KV_TILE, end, tid);
-        }
-        cp_async_commit();
+    if (jlate >= start && jlate < end && (jlate - start) / KV_TILE < NS - 1) { /* the key left out above */
+        const int st = (jlate - start) / KV_TILE, r = jlate - start - st * KV_TILE;
+        if constexpr (F8)
+            load_kv_row_f8<D>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab, kvh, KVH, bs, r,
+                              jlate, tid);
+        else
+            load_kv_row<D>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc, vc, btab, kvh,
+                           KVH, bs, r, jlate, tid);
     }
-    cp_async_wait<NS - 2>(); /* Q and tile 0 */
+    cp_async_commit();
+    cp_async_wait<0>(); /* Q, the late key and the tiles before the wait */
     __syncthreads();
 
     const int g4 = lane / 4, t4 = lane % 4;
@@ -685,26 +743,53 @@ __global__ void __launch_bounds__(DC_THREADS)
 }
 
 /* One warp per (sequence, head) of a split sequence: out = sum_p w_p o_p / sum_p w_p with
- * w_p = l_p * 2^(m_p - max m). Block (32, 4). */
+ * w_p = l_p * 2^(m_p - max m). Block (32, 4). A latency chain at decode (one warp's loads are the
+ * whole kernel): lane p holds partition p's (m, l), and the partial outputs of DR_BATCH partitions
+ * are loaded together, the first batch in flight with the (m, l) loads; the sum runs over p in order. */
+constexpr int DR_BATCH = 16;
+
+template <int V>
+__device__ __forceinline__ void load_parts(float (&x)[DR_BATCH][V], const float *__restrict__ ws_o,
+                                           size_t base, int p0, int n, int D, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < DR_BATCH; j++) {
+        const int p = min(p0 + j, n - 1);
+        const float *src = ws_o + (base + p) * D + lane * V;
+        if constexpr (V == 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(src);
+            x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                x[j][v] = src[v];
+        }
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(128)
     attention_decode_reduce_kernel(const float *__restrict__ ws_o, const float2 *__restrict__ ws_ml,
                                    const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                                    bf16 *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
 {
-    pdl_enter();              // kernels/launch.cuh
     constexpr int V = D / 32; /* elements per lane */
     const int gw = blockIdx.x * 4 + threadIdx.y, lane = threadIdx.x;
     const int s = gw / H, h = gw % H;
+    /* the step's inputs (uploaded before it, kernels/launch.cuh) before the wait */
+    const int ctx = s < n_seqs ? max(ctx_len[s], 0) : 0, qs = s < n_seqs ? q_start[s] : 0;
+    pdl_enter(); // kernels/launch.cuh
     if (s >= n_seqs)
         return;
-    const int ctx = max(ctx_len[s], 0);
     const int n = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
     if (n <= 1)
         return; /* written by the partition kernel */
     const size_t base = ((size_t)s * H + h) * n_part_max;
-    float M = NEG_INF;
-    for (int p = lane; p < n; p += 32)
+    const float2 ml_lane = lane < n ? ws_ml[base + lane] : make_float2(NEG_INF, 0.f);
+    float x[DR_BATCH][V];
+    load_parts<V>(x, ws_o, base, 0, n, D, lane);
+    float M = ml_lane.x;
+    for (int p = lane + 32; p < n; p += 32)
         M = fmaxf(M, ws_ml[base + p].x);
 #pragma unroll
     for (int o = 16; o > 0; o /= 2)
@@ -713,22 +798,26 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int v = 0; v < V; v++)
         acc[v] = 0.f;
-    for (int p = 0; p < n; p++) {
-        const float2 ml = ws_ml[base + p];
-        const float w = ml.y * fast_exp2(ml.x - M);
-        L += w;
-        const float *src = ws_o + (base + p) * D + lane * V;
-        if constexpr (V == 4) {
-            const float4 x = *reinterpret_cast<const float4 *>(src);
-            acc[0] += w * x.x, acc[1] += w * x.y, acc[2] += w * x.z, acc[3] += w * x.w;
-        } else {
+    for (int p0 = 0; p0 < n; p0 += DR_BATCH) {
+        if (p0 > 0)
+            load_parts<V>(x, ws_o, base, p0, n, D, lane);
+#pragma unroll
+        for (int j = 0; j < DR_BATCH; j++) {
+            const int p = p0 + j; /* warp-uniform */
+            if (p >= n)
+                break;
+            const float2 ml = p < 32 ? make_float2(__shfl_sync(0xffffffffu, ml_lane.x, p),
+                                                   __shfl_sync(0xffffffffu, ml_lane.y, p))
+                                     : ws_ml[base + p];
+            const float w = ml.y * fast_exp2(ml.x - M);
+            L += w;
 #pragma unroll
             for (int v = 0; v < V; v++)
-                acc[v] += w * src[v];
+                acc[v] += w * x[j][v];
         }
     }
     const float inv = 1.f / L;
-    bf16 *dst = out + (size_t)q_start[s] * H * D + (size_t)h * D + lane * V;
+    bf16 *dst = out + (size_t)qs * H * D + (size_t)h * D + lane * V;
 #pragma unroll
     for (int v = 0; v < V; v += 2)
         *reinterpret_cast<uint32_t *>(dst + v) = pack_bf16(acc[v] * inv, acc[v + 1] * inv);

@@ -15,7 +15,8 @@
 //   - every CTA calls pdl_wait() before it reads anything an earlier kernel wrote, before it writes
 //     anything, and before any early return: a kernel's completion must imply its predecessor's,
 //     so that waiting on one kernel transitively waits on all before it;
-//   - what runs before pdl_wait() reads only data no kernel of the step writes (weights).
+//   - what runs before pdl_wait() reads only data no kernel of the step writes: weights, and the
+//     step's inputs the host uploaded before it (positions, slots, context lengths, block tables).
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //

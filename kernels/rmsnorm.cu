@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(512)
     rmsnorm_vec_kernel(float *__restrict__ residual, const bf16 *__restrict__ x, const bf16 *__restrict__ w,
                        bf16 *__restrict__ out, int cols, float eps)
 {
-    pdl_enter(); // kernels/launch.cuh
     const int n8 = cols / 8;
     const size_t row = (size_t)blockIdx.x * cols;
     float4 *res = (float4 *)(residual + row);
@@ -68,6 +67,14 @@ __global__ void __launch_bounds__(512)
     const uint4 *wr = (const uint4 *)w;
     uint4 *o = (uint4 *)(out + row);
 
+    // the norm weights before the wait (kernels/launch.cuh): at decode they are off the latency chain
+    uint4 wv[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int u = r * blockDim.x + threadIdx.x;
+        wv[r] = u < n8 ? __ldg(wr + u) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_enter();
     float v[R][8];
     uint4 xv[R];
     // all loads first, so that R independent loads are in flight per thread
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(512)
         const int u = r * blockDim.x + threadIdx.x;
         if (u < n8) {
             float wf[8], y[8];
-            bf16x8_to_float(__ldg(wr + u), wf);
+            bf16x8_to_float(wv[r], wf);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 y[i] = v[r][i] * rr * wf[i];

@@ -1,14 +1,16 @@
 // The attention prologue in one pass over the fused QKV activations (kernels/kernels.h):
 // bias add, per-head q/k RMSNorm, NeoX RoPE, q back in place, k and v into the paged cache.
 //
-// One block per token. The block first computes the token's D/2 (cos, sin) pairs into shared
-// memory (D/2 sincosf per token instead of one per element of every head), then walks the token's
-// H + 2*KVH head items (q heads, k heads, v heads).
+// A block first computes its token's D/2 (cos, sin) pairs into shared memory (D/2 sincosf per
+// block instead of one per element of every head), then takes head items (q heads, k heads, v
+// heads) of the token's H + 2*KVH.
 // - Vector path (D in {16, 32, 64, 128, 256}, 16-byte aligned buffers): a group of G = D/8 lanes
-//   owns one head, 8 contiguous elements (16 bytes) per lane. The RMSNorm sum is a shuffle
-//   reduction inside the group; the rotate_half partner of lane s is lane s ^ G/2, fetched with one
-//   shuffle per element. Every lane runs the same number of iterations so the shuffles never diverge.
-// - Fallback (any other even D, or unaligned buffers): one warp per head, two passes over it.
+//   owns one head, 8 contiguous elements (16 bytes) per lane, and a token's heads are spread over
+//   the fewest blocks of <= 256 threads (4 for Qwen3-14B), one head per group. The RMSNorm sum is a
+//   shuffle reduction inside the group; the rotate_half partner of lane s is lane s ^ G/2, fetched
+//   with one shuffle per element; lanes past the last head take part in the shuffles.
+// - Fallback (any other even D, or unaligned buffers): one block per token, one warp per head, two
+//   passes over it.
 // Memory-bound: each element of qkv is read once and written once (q in place, k and v to the cache).
 //
 // fp8 cache (k_qk_norm_rope_kv_fp8, vector path only): after norm and RoPE the group reduces its
@@ -66,10 +68,13 @@ __device__ __forceinline__ uint2 e4m3x8(const float (&x)[8], float inv)
     return make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
 }
 
-// grid (T), block (threads, a multiple of 32 and of G), dynamic shared D * 4 bytes
+// grid (T, P), block (threads, a multiple of 32 and of G), dynamic shared D * 4 bytes: CTA (t, y) takes
+// head items y * groups .. y * groups + groups - 1 of token t (groups = threads / G), one per group of
+// G lanes, so a token's heads run in P CTAs side by side rather than one after another (at decode the
+// kernel is a latency chain). Everything that no kernel of the step writes (the position, the slot,
+// the cos/sin table, bias and norm weights) is read before the wait (kernels/launch.cuh).
 template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
 {
-    pdl_enter(); // kernels/launch.cuh
     constexpr int D = G * 8, HG = G / 2;
     extern __shared__ __align__(16) float smem[];
     float *cs = smem, *sn = smem + D / 2;
@@ -81,12 +86,15 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     const bool first = sub < HG;
     const int fi0 = (sub % HG) * 8; // angle index of element 0
     bf16 *row = a.qkv + (size_t)t * NH * D;
-    const int iters = (NH + groups - 1) / groups;
-    for (int it = 0; it < iters; it++) {
-        const int hh = it * groups + threadIdx.x / G;
-        const bool valid = hh < NH;
-        const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2; // q, k, v
-        const int col = hh * D + sub * 8;
+    const int hh = blockIdx.y * groups + threadIdx.x / G;
+    const bool valid = hh < NH;
+    const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2; // q, k, v
+    const int col = hh * D + sub * 8;
+    const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
+    const uint4 braw = a.bias && valid ? __ldg((const uint4 *)(a.bias + col)) : make_uint4(0, 0, 0, 0);
+    const uint4 wraw = nw && valid ? __ldg((const uint4 *)(nw + sub * 8)) : make_uint4(0, 0, 0, 0);
+    pdl_enter(); // kernels/launch.cuh
+    {
         float x[8];
         uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
         const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
@@ -96,7 +104,6 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
             x[2 * i] = p.x, x[2 * i + 1] = p.y;
         }
         if (a.bias && valid) {
-            uint4 braw = __ldg((const uint4 *)(a.bias + col));
             const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -112,10 +119,8 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
 #pragma unroll
         for (int o = HG; o > 0; o >>= 1)
             ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
         if (nw && valid) {
             const float r = rsqrtf(ss / (float)D + a.eps);
-            uint4 wraw = __ldg((const uint4 *)(nw + sub * 8));
             const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -152,7 +157,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
             for (int o = HG; o > 0; o >>= 1)
                 am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
             if (!valid)
-                continue;
+                return;
             if (kind == 0) {
                 uint4 outv;
                 __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
@@ -168,10 +173,10 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
                 if (sub == 0)
                     (kind == 1 ? a.k_scale : a.v_scale)[at / D] = __fdiv_rn(am, 448.f);
             }
-            continue;
+            return;
         }
         if (!valid)
-            continue;
+            return;
         uint4 outv;
         __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
         if (kind < 2) {
@@ -263,34 +268,39 @@ static bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
-template <bool F8>
-static int launch_vec(const rope_args &a, int T, int threads, size_t smem, cudaStream_t stream)
+// threads of the vector path: lanes for all heads of a token, split into the fewest CTAs (P) of <= 256;
+// a multiple of G (D / 8 = 2 .. 32, a power of two) and of 32
+static int vec_threads(int NH, int D, int *P)
 {
+    const int G = D / 8, lanes = NH * G, iters = (lanes + 255) / 256;
+    const int threads = ((lanes + iters - 1) / iters + 31) / 32 * 32, groups = threads / G;
+    *P = (NH + groups - 1) / groups;
+    return threads;
+}
+
+template <bool F8> static int launch_vec(const rope_args &a, int T, size_t smem, cudaStream_t stream)
+{
+    int P;
+    const int threads = vec_threads(a.H + 2 * a.KVH, a.D, &P);
+    const dim3 grid(T, P);
     switch (a.D / 8) {
     case 2:
-        K_CHECK(k_launch(qk_rope_vec_kernel<2, F8>, T, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<2, F8>, grid, threads, smem, stream, a));
         break;
     case 4:
-        K_CHECK(k_launch(qk_rope_vec_kernel<4, F8>, T, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<4, F8>, grid, threads, smem, stream, a));
         break;
     case 8:
-        K_CHECK(k_launch(qk_rope_vec_kernel<8, F8>, T, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<8, F8>, grid, threads, smem, stream, a));
         break;
     case 16:
-        K_CHECK(k_launch(qk_rope_vec_kernel<16, F8>, T, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<16, F8>, grid, threads, smem, stream, a));
         break;
     default:
-        K_CHECK(k_launch(qk_rope_vec_kernel<32, F8>, T, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<32, F8>, grid, threads, smem, stream, a));
         break;
     }
     return 0;
-}
-
-// threads of the vector path: lanes for all heads of a token, split into the fewest passes of <= 256
-static int vec_threads(int NH, int D)
-{
-    const int G = D / 8, lanes = NH * G, iters = (lanes + 255) / 256;
-    return ((lanes + iters - 1) / iters + 31) / 32 * 32;
 }
 
 static bool vec_dim(int D)
@@ -325,7 +335,7 @@ extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm
                      (!bias || aligned16(bias)) && (!q_norm || aligned16(q_norm)) &&
                      (!k_norm || aligned16(k_norm));
     if (vec) {
-        if (launch_vec<false>(a, T, vec_threads(NH, D), smem, stream))
+        if (launch_vec<false>(a, T, smem, stream))
             return -1;
     } else {
         const int threads = NH >= 8 ? 256 : NH * 32;
@@ -361,5 +371,5 @@ extern "C" int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_
     rope_args a = {qkv,        bias,         q_norm,  k_norm,  eps,    positions, inv_freq,
                    attn_scale, slot_mapping, nullptr, nullptr, H,      KVH,       D,
                    block_size, k_cache,      v_cache, k_scale, v_scale};
-    return launch_vec<true>(a, T, vec_threads(H + 2 * KVH, D), (size_t)D * sizeof(float), stream);
+    return launch_vec<true>(a, T, (size_t)D * sizeof(float), stream);
 }
