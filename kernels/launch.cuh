@@ -42,16 +42,26 @@ __device__ __forceinline__ void pdl_launch_dependents()
 #endif
 }
 
-// The wait and the trigger together, at the top of a kernel with nothing to do before the wait. The
-// trigger comes after the wait, so at most one kernel waits ahead of the running one. Triggering
-// first in every kernel but the GEMV (so that the GEMV after a small kernel launches and loads its
-// first weights while the GEMV before it drains) measured 26 % slower on single-sequence fp8 decode
-// on the H200 (138 vs 188 tok/s, same call; docs/PERFORMANCE.md): the early CTAs wait on SM space
-// the running kernel's later CTAs need.
+// The wait and the trigger together (most kernels): the trigger comes after the wait, so at most one
+// kernel waits ahead of the running one.
 __device__ __forceinline__ void pdl_enter()
 {
     pdl_wait();
     pdl_launch_dependents();
+}
+
+// The trigger first, then the wait: for the kernels that follow a one-wave GEMV at decode, RMSNorm
+// (after down and o_proj, before QKV and gate/up) and q/k norm + RoPE (after QKV, before attention).
+// The next kernel's CTAs become resident during the GEMV before, in the SM space that one-wave GEMV
+// leaves free, and issue what they can before their own wait (the GEMV its first weights, the
+// attention its K/V tiles). Measured on the H200, single fp8 (same-call pairs, two calls): 206.7 and
+// 205.3 output tok/s with these two, 203.3 and 203.0 without, 193.2 with the attention and its merge
+// also triggering first (not analysed), 138 with every kernel but the GEMV (the CTAs of a GEMV
+// launched early wait on the SM space the multi-wave gate/up still needs).
+__device__ __forceinline__ void pdl_enter_early()
+{
+    pdl_launch_dependents();
+    pdl_wait();
 }
 
 // Whether k_launch asks for PDL: compute capability >= 9.0 and LLMQ_PDL is not "0" (decided once per

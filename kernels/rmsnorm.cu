@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(512)
         const int u = r * blockDim.x + threadIdx.x;
         wv[r] = u < n8 ? __ldg(wr + u) : make_uint4(0, 0, 0, 0);
     }
-    pdl_enter();
+    pdl_enter_early(); // kernels/launch.cuh: the trigger first
     float v[R][8];
     uint4 xv[R];
     // all loads first, so that R independent loads are in flight per thread
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(256)
     rmsnorm_scalar_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
                           const bf16 *__restrict__ w, bf16 *__restrict__ out, int cols, float eps)
 {
-    pdl_enter(); // kernels/launch.cuh
+    pdl_enter_early(); // kernels/launch.cuh: the trigger first
     const size_t row = (size_t)blockIdx.x * cols;
     float *res = residual + row;
     float ss = 0.f;

@@ -93,7 +93,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
     const uint4 braw = a.bias && valid ? __ldg((const uint4 *)(a.bias + col)) : make_uint4(0, 0, 0, 0);
     const uint4 wraw = nw && valid ? __ldg((const uint4 *)(nw + sub * 8)) : make_uint4(0, 0, 0, 0);
-    pdl_enter(); // kernels/launch.cuh
+    pdl_enter_early(); // kernels/launch.cuh: the trigger first
     {
         float x[8];
         uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
@@ -210,7 +210,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
 // Any even D, any alignment: one warp per head item, pass 1 sums squares, pass 2 rotates pairs.
 __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
 {
-    pdl_enter(); // kernels/launch.cuh
+    pdl_enter_early(); // kernels/launch.cuh: the trigger first
     extern __shared__ __align__(16) float smem[];
     const int D = a.D, half = D / 2;
     float *cs = smem, *sn = smem + half;
