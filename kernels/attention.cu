@@ -142,8 +142,8 @@ __device__ __forceinline__ size_t kv_row(const int32_t *__restrict__ btab, int j
 
 /* Issues the cp.asyncs of one K and one V tile: keys j0 .. j0+63 of KV head kvh, read through the
  * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
- * the last block may hold anything, and 0 * NaN would poison P·V). Key jskip is left out entirely
- * (no copy: load_kv_row brings it later). */
+ * the last block may hold anything, and 0 * NaN would poison P·V). Key jskip (< jlim) is left out
+ * entirely (no copy: load_kv_row brings it later). */
 template <int D, int NT>
 __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
                                              const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
@@ -162,7 +162,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 8 : 0;
         const uint32_t so = (uint32_t)swz<D>(r, c) * 2;
-        if (j != jskip) {
+        if (!ok || j != jskip) { /* a key past jlim is zero-filled even if it is jskip */
             cp_async16(k_base + so, kc + off, ok);
             cp_async16(v_base + so, vc + off, ok);
         }
@@ -203,7 +203,7 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int j = j0 + r;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 16 : 0;
-        if (j != jskip) {
+        if (!ok || j != jskip) {
             cp_async16(base + r * D + c * 16, kc + off, ok);
             cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
         }
@@ -212,7 +212,7 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int j = j0 + i % KV_TILE;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) : 0;
-        if (j != jskip)
+        if (!ok || j != jskip)
             cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
     }
 }
