@@ -94,116 +94,114 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     const uint4 braw = a.bias && valid ? __ldg((const uint4 *)(a.bias + col)) : make_uint4(0, 0, 0, 0);
     const uint4 wraw = nw && valid ? __ldg((const uint4 *)(nw + sub * 8)) : make_uint4(0, 0, 0, 0);
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
-    {
-        float x[8];
-        uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
-        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+    float x[8];
+    uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 p = __bfloat1622float2(h2[i]);
+        x[2 * i] = p.x, x[2 * i + 1] = p.y;
+    }
+    if (a.bias && valid) {
+        const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(h2[i]);
-            x[2 * i] = p.x, x[2 * i + 1] = p.y;
+            float2 p = __bfloat1622float2(b2[i]);
+            x[2 * i] += p.x, x[2 * i + 1] += p.y;
         }
-        if (a.bias && valid) {
-            const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
+    }
+    // per-head RMSNorm (q with q_norm, k with k_norm); the shuffles run on every lane
+    float ss = 0.f;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float2 p = __bfloat1622float2(b2[i]);
-                x[2 * i] += p.x, x[2 * i + 1] += p.y;
-            }
+    for (int i = 0; i < 8; i++)
+        ss += x[i] * x[i];
+#pragma unroll
+    for (int o = HG; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (nw && valid) {
+        const float r = rsqrtf(ss / (float)D + a.eps);
+        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 p = __bfloat1622float2(w2[i]);
+            x[2 * i] = x[2 * i] * r * p.x, x[2 * i + 1] = x[2 * i + 1] * r * p.y;
         }
-        // per-head RMSNorm (q with q_norm, k with k_norm); the shuffles run on every lane
-        float ss = 0.f;
+    }
+    // NeoX RoPE: first half v[i] = a c - b s, second half v[i + D/2] = b c + a s
+    float y[8];
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            ss += x[i] * x[i];
-#pragma unroll
-        for (int o = HG; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (nw && valid) {
-            const float r = rsqrtf(ss / (float)D + a.eps);
-            const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float2 p = __bfloat1622float2(w2[i]);
-                x[2 * i] = x[2 * i] * r * p.x, x[2 * i + 1] = x[2 * i + 1] * r * p.y;
-            }
-        }
-        // NeoX RoPE: first half v[i] = a c - b s, second half v[i + D/2] = b c + a s
-        float y[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            y[i] = __shfl_xor_sync(0xffffffffu, x[i], HG);
-        if constexpr (F8) {
-            float r[8];
-            if (kind < 2) {
-                const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
-                const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
-                const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-                const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    r[i] = x[i];
-            }
-            // the head's amax: every lane takes part (invalid ones contribute zeros)
-            float am = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                am = fmaxf(am, fabsf(r[i]));
-#pragma unroll
-            for (int o = HG; o > 0; o >>= 1)
-                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-            if (!valid)
-                return;
-            if (kind == 0) {
-                uint4 outv;
-                __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
-                *(uint4 *)(row + col) = outv;
-            } else if (slot >= 0) {
-                const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
-                const size_t at = cache_at(a, slot, g);
-                const float inv = am > 0.f ? __fdiv_rn(448.f, am) : 0.f;
-                *(uint2 *)((kind == 1 ? a.k8 : a.v8) + at + sub * 8) = e4m3x8(r, inv);
-                if (sub == 0)
-                    (kind == 1 ? a.k_scale : a.v_scale)[at / D] = __fdiv_rn(am, 448.f);
-            }
-            return;
-        }
-        if (!valid)
-            return;
-        uint4 outv;
-        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
+    for (int i = 0; i < 8; i++)
+        y[i] = __shfl_xor_sync(0xffffffffu, x[i], HG);
+    if constexpr (F8) {
+        float r[8];
         if (kind < 2) {
-            // 16-byte shared loads (fi0 is a multiple of 8)
             const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
             const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
             const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
             const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-            float r[8];
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                r[i] = x[i];
+        }
+        // the head's amax: every lane takes part (invalid ones contribute zeros)
+        float am = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            am = fmaxf(am, fabsf(r[i]));
+#pragma unroll
+        for (int o = HG; o > 0; o >>= 1)
+            am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+        if (!valid)
+            return;
+        if (kind == 0) {
+            uint4 outv;
+            __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                o2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-        }
-        if (kind == 0)
             *(uint4 *)(row + col) = outv;
-        else if (slot >= 0) {
+        } else if (slot >= 0) {
             const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
-            bf16 *cache = kind == 1 ? a.k_cache : a.v_cache;
-            *(uint4 *)(cache + cache_at(a, slot, g) + sub * 8) = outv;
+            const size_t at = cache_at(a, slot, g);
+            const float inv = am > 0.f ? __fdiv_rn(448.f, am) : 0.f;
+            *(uint2 *)((kind == 1 ? a.k8 : a.v8) + at + sub * 8) = e4m3x8(r, inv);
+            if (sub == 0)
+                (kind == 1 ? a.k_scale : a.v_scale)[at / D] = __fdiv_rn(am, 448.f);
         }
+        return;
+    }
+    if (!valid)
+        return;
+    uint4 outv;
+    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
+    if (kind < 2) {
+        // 16-byte shared loads (fi0 is a multiple of 8)
+        const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
+        const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
+        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+        float r[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    }
+    if (kind == 0)
+        *(uint4 *)(row + col) = outv;
+    else if (slot >= 0) {
+        const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
+        bf16 *cache = kind == 1 ? a.k_cache : a.v_cache;
+        *(uint4 *)(cache + cache_at(a, slot, g) + sub * 8) = outv;
     }
 }
 
