@@ -173,8 +173,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     // chunk is on its way while that kernel finishes.
     if (warp < nchunks)
         load_w(warp);
-    pdl_wait(); // then the trigger (kernels/launch.cuh)
-    pdl_launch_dependents();
+    pdl_enter(); // kernels/launch.cuh
 #pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
     for (int c = warp; c < nchunks; c += WARPS) {
         if (c != warp)
