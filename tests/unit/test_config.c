@@ -14,6 +14,7 @@
 #include "engine/log.h"
 #include "testutil.h"
 #include "worker/config.h"
+#include "worker/engine_cfg.h"
 
 static char dir[64];
 static char path[128]; /* the YAML file each test writes */
@@ -156,6 +157,23 @@ static void test_defaults(void **state)
     }
     if (cfg_validate(&c, err, sizeof err))
         fail_msg("defaults do not validate: %s", err);
+    /* the engine options the default configuration gives (llmq run, llmq worker) are the engine's own
+     * defaults (llmq bench without --config): two places hold them, one test keeps them equal */
+    assert_int_equal(c.engine.cuda_graph_max_batch, 512);
+    const struct engine_opts dflt = engine_opts_default(), eo = engine_cfg_opts(&c);
+    assert_int_equal(eo.be.block_size, dflt.be.block_size);
+    assert_int_equal(eo.be.max_num_seqs, dflt.be.max_num_seqs);
+    assert_int_equal(eo.be.max_num_batched_tokens, dflt.be.max_num_batched_tokens);
+    assert_int_equal(eo.be.max_model_len, dflt.be.max_model_len);
+    assert_int_equal(eo.be.threads, dflt.be.threads);
+    assert_true(eo.be.gpu_memory_utilization == dflt.be.gpu_memory_utilization);
+    assert_int_equal(eo.be.kv_dtype, dflt.be.kv_dtype);
+    assert_int_equal(eo.be.weight_dtype, dflt.be.weight_dtype);
+    assert_int_equal(eo.be.cuda_graphs, dflt.be.cuda_graphs);
+    assert_int_equal(eo.be.cuda_graph_max_batch, dflt.be.cuda_graph_max_batch);
+    assert_string_equal(eo.backend, dflt.backend);
+    assert_int_equal(eo.enable_prefix_caching, dflt.enable_prefix_caching);
+    assert_int_equal(eo.seed, dflt.seed);
     cfg_free(&c);
     cfg_free(&c); /* harmless twice (zeroed) */
     cfg_free(NULL);
