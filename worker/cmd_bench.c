@@ -46,8 +46,14 @@ static const char CMD[] = "bench";
 
 #define PROMPT_ID_RANGE 150000 /* prompt ids are drawn from [0, min(vocab, this)), as hf_peer.py does */
 
+// The defaults printed are the ones the command uses (engine_opts_default(), the queues section's
+// defaults of worker/config.c), so the text cannot drift from them.
 static void usage(FILE *f)
 {
+    const struct engine_opts d = engine_opts_default();
+    struct cfg c;
+    cfg_defaults(&c);
+    const struct cfg_queues *q = &c.queues;
     fprintf(
         f,
         "Usage: llmq bench (--model DIR | --random-weights SHAPE) --workload W [options]\n"
@@ -75,20 +81,20 @@ static void usage(FILE *f)
         "      --background-output-len N   the background's generated tokens (default: W's)\n"
         "      --lanes                     run in the worker's short lane of two (queues.short_*/long_*)\n"
         "      --config FILE               read the queues section (lane caps) from this llmq.yaml\n"
-        "      --long-max-num-seqs N       queues.long_max_num_seqs (default 16)\n"
-        "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default 4096)\n"
-        "      --short-max-num-seqs N      queues.short_max_num_seqs (default 512)\n"
-        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default 16384)\n"
+        "      --long-max-num-seqs N       queues.long_max_num_seqs (default %d)\n"
+        "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default %d)\n"
+        "      --short-max-num-seqs N      queues.short_max_num_seqs (default %d)\n"
+        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default %d)\n"
         "      --backend B                 auto | cpu | cuda (default auto)\n"
-        "      --max-num-seqs N            sequences per step (default 512)\n"
-        "      --max-num-batched-tokens N  tokens per step (default 16384)\n"
+        "      --max-num-seqs N            sequences per step (default %d)\n"
+        "      --max-num-batched-tokens N  tokens per step (default %d)\n"
         "      --max-model-len N           longest sequence (default: the longest request); above the\n"
         "                                  model's max_position_embeddings it enables YaRN\n"
-        "      --block-size N              KV block size in tokens (default 32)\n"
+        "      --block-size N              KV block size in tokens (default %d)\n"
         "      --gpu-memory-utilization X  share of GPU memory for weights, activations and KV (default "
-        "0.92)\n"
+        "%.2f)\n"
         "      --no-cuda-graphs            run decode steps eagerly\n"
-        "      --cuda-graph-max-batch N    largest decode batch run as a graph (default 512)\n"
+        "      --cuda-graph-max-batch N    largest decode batch run as a graph (default %d)\n"
         "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
         "                                  quantized at load in 128x128 blocks; model.dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
@@ -96,7 +102,11 @@ static void usage(FILE *f)
         "      --seed N                    prompt seed (default 0)\n"
         "  -h, --help                      this text\n"
         "\n"
-        "Exit status: 0 every request finished, 1 the run failed, 2 the command line is wrong.\n");
+        "Exit status: 0 every request finished, 1 the run failed, 2 the command line is wrong.\n",
+        q->long_max_num_seqs, q->long_max_num_batched_tokens, q->short_max_num_seqs,
+        q->short_max_num_batched_tokens, d.be.max_num_seqs, d.be.max_num_batched_tokens, d.be.block_size,
+        d.be.gpu_memory_utilization, d.be.cuda_graph_max_batch);
+    cfg_free(&c);
 }
 
 static double now_s(void)
