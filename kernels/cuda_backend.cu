@@ -478,7 +478,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         snprintf(b->base.err, sizeof b->base.err, "cuBLASLt: %s", k_last_error());
         goto fail;
     }
-    b->alloc_bytes += CB_GEMM_WORKSPACE;
+    b->alloc_bytes += CB_GEMM_WORKSPACE + K_GEMV_WS_BYTES; // cuBLASLt and the GEMV split-K workspaces
 
     inv = (float *)malloc((size_t)(b->D / 2 + 1) * sizeof(float));
     if (!inv) {

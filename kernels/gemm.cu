@@ -57,6 +57,7 @@ struct k_gemm {
     cublasLtHandle_t lt;
     void *ws;
     size_t ws_bytes;
+    void *gemv_ws;    // K_GEMV_WS_BYTES for the GEMV's split-K partial sums and tickets (zeroed)
     gemm_plan *plans; // [cap], cap a power of two, at most half full
     int cap, n;
     bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
@@ -329,6 +330,12 @@ extern "C" struct k_gemm *k_gemm_create(size_t workspace_bytes)
         k_gemm_free(g);
         return NULL;
     }
+    if ((e = cudaMalloc(&g->gemv_ws, K_GEMV_WS_BYTES)) != cudaSuccess ||
+        (e = cudaMemset(g->gemv_ws, 0, K_GEMV_WS_BYTES)) != cudaSuccess) {
+        k_fail(__FILE__, __LINE__, "cudaMalloc(gemv workspace)", e);
+        k_gemm_free(g);
+        return NULL;
+    }
     if (table_grow(g)) {
         k_gemm_free(g);
         return NULL;
@@ -346,6 +353,8 @@ extern "C" void k_gemm_free(struct k_gemm *g)
     free(g->plans);
     if (g->ws)
         cudaFree(g->ws);
+    if (g->gemv_ws)
+        cudaFree(g->gemv_ws);
     if (g->lt)
         cublasLtDestroy(g->lt);
     free(g);
@@ -439,8 +448,10 @@ static int run_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t *Xq
                     const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
 {
     if (path == PATH_GEMV)
-        return w->fp8 ? k_gemv_fp8(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, stream)
-                      : k_gemv_bf16(X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, stream);
+        return w->fp8
+                   ? k_gemv_fp8_ex(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, 0,
+                                   g->gemv_ws, stream)
+                   : k_gemv_bf16_ex(X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, 0, 0, g->gemv_ws, stream);
     return w->fp8 ? k_gemm_fp8(g, Xq, x_scale, (const uint8_t *)w->w, w->scale_lt ? w->scale_lt : w->scale, Y,
                                y_f32, M, w->N, w->K, stream)
                   : k_gemm_bf16(g, X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, stream);

@@ -32,6 +32,14 @@
 // in a fixed order and stores once. No atomics, no workspace, no host synchronization: launchers
 // are safe to capture in CUDA graphs.
 //
+// Split K (k_gemv_*_ex with a workspace). A one-wave GEMV whose warps walk many chunks one after
+// another streams below the rate of a multi-wave one (Qwen3-14B down, 320 CTAs of 17 chunks a warp:
+// 3.1 TB/s in the engine against gate/up's 3.9). Then the grid is ks CTAs per tile, each over a
+// contiguous ks-th of the chunks; each writes its fp32 sums to the workspace, takes a ticket
+// (atomicAdd after a fence), and the tile's last CTA adds the ks sums in part order — the result
+// does not depend on which CTA finishes last — stores Y and puts the ticket back to 0 for the next
+// launch (graph replays included).
+//
 // The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
 // the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
 // them all).
@@ -107,7 +115,8 @@ __device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t &lo, uint32_
 template <int WARPS, int U, int R, int MINB, bool PF, bool FP8>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     gemv_kernel(const bf16 *__restrict__ X, const void *__restrict__ Wv, const float *__restrict__ w_scale,
-                void *__restrict__ Y, int y_f32, int M, int N, int K)
+                void *__restrict__ Y, int y_f32, int M, int N, int K, int ks, unsigned *__restrict__ ticket,
+                float *__restrict__ part_sum)
 {
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
@@ -118,7 +127,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n_base = blockIdx.x * (16 * R);
+    const int tile = blockIdx.x / ks, part = blockIdx.x - tile * ks; // split K: part of the tile's K
+    const int n_base = tile * (16 * R);
     const bool okx = g < M;
     const char *wrow[R][2];
 #pragma unroll
@@ -150,6 +160,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     // reads k = 0 and zeroes its X (product 0; W is finite data). K % 16 == 0: all EPL elements of a
     // lane are valid or none.
     const int nchunks = (K + CK - 1) / CK;
+    const int c_lo = (int)((long)nchunks * part / ks), c_hi = (int)((long)nchunks * (part + 1) / ks);
     uint4 wv[U][R][2];
     float sc[U][R];
     auto load_w = [&](int c) {
@@ -171,12 +182,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     };
     // The weights do not depend on the kernel before (PDL, kernels/launch.cuh): the warp's first
     // chunk is on its way while that kernel finishes.
-    if (warp < nchunks)
-        load_w(warp);
+    if (c_lo + warp < c_hi)
+        load_w(c_lo + warp);
     pdl_enter(); // kernels/launch.cuh
 #pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
-    for (int c = warp; c < nchunks; c += WARPS) {
-        if (c != warp)
+    for (int c = c_lo + warp; c < c_hi; c += WARPS) {
+        if (c != c_lo + warp)
             load_w(c);
         uint4 xv[U][XL];
 #pragma unroll
@@ -240,6 +251,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         red[warp][r][2 * t + 1][g + 8] = acc[r][3];
     }
     __syncthreads();
+    auto store = [&](size_t o, float s) {
+        if (y_f32)
+            ((float *)Y)[o] = s;
+        else
+            ((bf16 *)Y)[o] = __float2bfloat16(s);
+    };
     for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
         const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
         if (m >= M || n >= N)
@@ -248,12 +265,35 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 #pragma unroll
         for (int w = 0; w < WARPS; w++)
             s += red[w][r][m][row];
-        const size_t o = (size_t)m * N + n;
-        if (y_f32)
-            ((float *)Y)[o] = s;
+        if (ks == 1)
+            store((size_t)m * N + n, s);
         else
-            ((bf16 *)Y)[o] = __float2bfloat16(s);
+            part_sum[((size_t)part * M + m) * N + n] = s;
     }
+    if (ks == 1)
+        return;
+    // split K: the tile's last part to finish adds the parts' sums in part order (deterministic) and
+    // stores; it leaves the tile's ticket at 0 for the next launch
+    __shared__ unsigned last;
+    __threadfence(); // this CTA's partial sums are visible before its ticket
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
+        const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
+        if (m >= M || n >= N)
+            continue;
+        float s = 0.f;
+        for (int q = 0; q < ks; q++)
+            s += __ldcg(part_sum + ((size_t)q * M + m) * N + n);
+        store((size_t)m * N + n, s);
+    }
+    if (threadIdx.x == 0)
+        ticket[tile] = 0;
 }
 
 // ---- launchers
@@ -274,14 +314,14 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     X(10, 8, 2, 1, 4, 1)
 
 template <bool FP8>
-static int launch_cfg(int v, const bf16 *X, const void *W, const float *s, void *Y, int y_f32, int M, int N,
-                      int K, cudaStream_t stream)
+static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const bf16 *X, const void *W,
+                      const float *s, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
     switch (v) {
 #define GEMV_CASE(V, WARPS, U, R, MINB, PF)                                                                  \
     case V:                                                                                                  \
-        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>, (N + 16 * R - 1) / (16 * R),          \
-                         32 * WARPS, 0, stream, X, W, s, Y, y_f32, M, N, K));                                \
+        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>, (N + 16 * R - 1) / (16 * R) * ks,     \
+                         32 * WARPS, 0, stream, X, W, s, Y, y_f32, M, N, K, ks, ticket, part_sum));          \
         break;
         GEMV_VARIANTS(GEMV_CASE)
 #undef GEMV_CASE
@@ -316,7 +356,7 @@ static int gemv_pick(bool fp8, int M, int N, int K)
 }
 
 static int gemv_check(const char *fn, const bf16 *X, const void *W, const float *s, bool fp8, const void *Y,
-                      int M, int N, int K, int variant)
+                      int M, int N, int K, int variant, int ks)
 {
     K_REQUIRE(M >= 1 && M <= K_GEMV_MAX_M, "%s: M %d out of 1..%d", fn, M, K_GEMV_MAX_M);
     K_REQUIRE(N >= 1, "%s: N %d < 1", fn, N);
@@ -327,29 +367,93 @@ static int gemv_check(const char *fn, const bf16 *X, const void *W, const float 
               fn, (const void *)X, W);
     K_REQUIRE(variant >= 0 && variant <= K_GEMV_VARIANTS, "%s: variant %d out of 0..%d", fn, variant,
               K_GEMV_VARIANTS);
+    K_REQUIRE(ks >= 0 && ks <= K_GEMV_MAX_SPLIT, "%s: ks %d out of 0..%d", fn, ks, K_GEMV_MAX_SPLIT);
     return 0;
+}
+
+// rows of Y per CTA and k per chunk of variant v
+static void variant_shape(int v, bool fp8, int *rows, int *chunk_k)
+{
+    switch (v) {
+#define GEMV_SHAPE(V, WARPS, U, R, MINB, PF)                                                                 \
+    case V:                                                                                                  \
+        *rows = 16 * R, *chunk_k = U * 4 * (fp8 ? 16 : 8);                                                   \
+        break;
+        GEMV_VARIANTS(GEMV_SHAPE)
+#undef GEMV_SHAPE
+    default:
+        *rows = 16, *chunk_k = 128;
+    }
+}
+
+// Split K (ks = 0): a one-wave GEMV whose warps each walk many chunks one after another (Qwen3's down
+// projection: 320 CTAs, 17 chunks a warp) is cut into 4 parts of K, 4x the CTAs in several waves, like
+// the gate/up GEMV, which streams at a higher rate (docs/KERNELS.md). LLMQ_GEMV_KS (read once) forces
+// the number of parts for every shape of 132..527 CTAs: 1 turns splitting off.
+static int gemv_ks_auto(int ctas, int nchunks)
+{
+    static int env = -2;
+    if (env == -2) {
+        const char *e = getenv("LLMQ_GEMV_KS");
+        env = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_MAX_SPLIT ? atoi(e) : -1;
+    }
+    if (ctas < 132 || ctas >= 528)
+        return 1;
+    if (env > 0)
+        return env;
+    return nchunks >= 8 * 8 * 2 ? 4 : 1; // 16 or more chunks a warp of 8
+}
+
+static int gemv_run(const char *fn, bool fp8, const bf16 *X, const void *W, const float *w_scale, void *Y,
+                    int y_f32, int M, int N, int K, int variant, int ks, void *ws, cudaStream_t stream)
+{
+    if (M == 0)
+        return 0;
+    if (gemv_check(fn, X, W, w_scale, fp8, Y, M, N, K, variant, ks))
+        return -1;
+    const int v = variant ? variant : gemv_pick(fp8, M, N, K);
+    int rows, chunk_k;
+    variant_shape(v, fp8, &rows, &chunk_k);
+    const int ctas = (N + rows - 1) / rows, nchunks = (K + chunk_k - 1) / chunk_k;
+    auto fits = [&](int parts) {
+        return ws && ctas <= K_GEMV_WS_TICKETS &&
+               (size_t)parts * M * N * 4 <= K_GEMV_WS_BYTES - K_GEMV_WS_TICKETS * 4;
+    };
+    if (ks == 0)
+        ks = fits(gemv_ks_auto(ctas, nchunks)) ? gemv_ks_auto(ctas, nchunks) : 1;
+    if (ks > nchunks)
+        ks = nchunks;
+    K_REQUIRE(ks == 1 || fits(ks),
+              "%s: a split of K in %d needs the workspace (%p), at most %d CTAs (%d) and %d x M x N floats",
+              fn, ks, ws, K_GEMV_WS_TICKETS, ctas, ks);
+    unsigned *ticket = (unsigned *)ws;
+    float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
+    return fp8 ? launch_cfg<true>(v, ks, ticket, part_sum, X, W, w_scale, Y, y_f32 != 0, M, N, K, stream)
+               : launch_cfg<false>(v, ks, ticket, part_sum, X, W, NULL, Y, y_f32 != 0, M, N, K, stream);
+}
+
+extern "C" int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
+                              int variant, int ks, void *ws, cudaStream_t stream)
+{
+    return gemv_run("k_gemv_bf16", false, X, W, NULL, Y, y_f32, M, N, K, variant, ks, ws, stream);
+}
+
+extern "C" int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
+                             int N, int K, int variant, int ks, void *ws, cudaStream_t stream)
+{
+    return gemv_run("k_gemv_fp8", true, X, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws, stream);
 }
 
 extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
                                    int variant, cudaStream_t stream)
 {
-    if (M == 0)
-        return 0;
-    if (gemv_check("k_gemv_bf16", X, W, NULL, false, Y, M, N, K, variant))
-        return -1;
-    const int v = variant ? variant : gemv_pick(false, M, N, K);
-    return launch_cfg<false>(v, X, W, NULL, Y, y_f32 != 0, M, N, K, stream);
+    return k_gemv_bf16_ex(X, W, Y, y_f32, M, N, K, variant, 1, NULL, stream);
 }
 
 extern "C" int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32,
                                   int M, int N, int K, int variant, cudaStream_t stream)
 {
-    if (M == 0)
-        return 0;
-    if (gemv_check("k_gemv_fp8", X, W, w_scale, true, Y, M, N, K, variant))
-        return -1;
-    const int v = variant ? variant : gemv_pick(true, M, N, K);
-    return launch_cfg<true>(v, X, W, w_scale, Y, y_f32 != 0, M, N, K, stream);
+    return k_gemv_fp8_ex(X, W, w_scale, Y, y_f32, M, N, K, variant, 1, NULL, stream);
 }
 
 extern "C" int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,

@@ -161,9 +161,9 @@ int k_linear_takes_xq(const struct k_weight *w, int M);
  * the layout of the checkpoints' weight_scale_inv); X stays bf16 (not quantized). e4m3 NaN codes
  * (0x7f, 0xff) are not expected in weights (they decode as +-480).
  * M = 0 is a no-op (returns 0, pointers unused). X and W must be 16-byte aligned; Y needs only its
- * element alignment. Deterministic (fixed summation order), no atomics, no workspace, no host
- * synchronization: safe inside CUDA graph capture. The tensor cores do the products (mma.sync,
- * sm_80+). */
+ * element alignment. Deterministic (fixed summation order), no atomics, no workspace (but see the
+ * split-K form below), no host synchronization: safe inside CUDA graph capture. The tensor cores do
+ * the products (mma.sync, sm_80+). */
 #define K_GEMV_MAX_M 8
 int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream);
 int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N, int K,
@@ -178,6 +178,20 @@ int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M,
 int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
                        int K, int variant, cudaStream_t stream);
 const char *k_gemv_variant_name(int variant); /* static string; "?" out of range */
+/* Split K: the same product with K cut into ks parts (1..K_GEMV_MAX_SPLIT; 0 = the automatic choice,
+ * which splits only shapes of one partial wave whose warps would walk many chunks each, e.g. Qwen3's
+ * down projection). Each part's CTA writes fp32 partial sums into ws and the last part of a tile to
+ * finish adds them in part order (still deterministic) and stores Y. ws: K_GEMV_WS_BYTES of device
+ * memory, zeroed once before first use (every launch leaves its tickets at zero), used by one stream
+ * (launches on it run one after another); NULL = no split. k_gemv_*_variant and k_gemv_bf16 /
+ * k_gemv_fp8 never split. */
+#define K_GEMV_MAX_SPLIT 8
+#define K_GEMV_WS_TICKETS 16384
+#define K_GEMV_WS_BYTES ((size_t)4 << 20)
+int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int variant, int ks,
+                   void *ws, cudaStream_t stream);
+int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
+                  int K, int variant, int ks, void *ws, cudaStream_t stream);
 
 /* ---- quant.cu: FP8 (OCP e4m3) quantization for the block-scaled GEMMs, bit for bit engine/fp8.h:
  * scale = amax / 448 (1 for an all-zero group, FLT_MIN where amax / 448 is below it), q = e4m3(v /

@@ -175,8 +175,17 @@ static void poison(const problem &p, dev_problem &d, int y_f32, cudaStream_t st 
     GPU_OK(cudaMemsetAsync(d.Y, 0xff, ((size_t)p.M * p.N + GUARD) * (y_f32 ? 4 : 2), st));
 }
 
-static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0)
+/* the split-K workspace (K_GEMV_WS_BYTES, zeroed once in main) */
+static void *g_ws;
+
+/* ks 1: the plain launchers; otherwise k_gemv_*_ex with that split (0 = automatic) and g_ws */
+static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0, int ks = 1)
 {
+    if (ks != 1)
+        return p.fp8
+                   ? k_gemv_fp8_ex(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, ks,
+                                   g_ws, st)
+                   : k_gemv_bf16_ex(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, variant, ks, g_ws, st);
     return p.fp8 ? k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, st)
                  : k_gemv_bf16_variant(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, variant, st);
 }
@@ -224,17 +233,22 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
     return ok;
 }
 
-static void run_case(const problem &p, int y_f32, int variant, const char *tag, size_t off = 0)
+/* runs: launches (each on fresh poison, so a split's second launch checks the tickets were left at 0) */
+static void run_case(const problem &p, int y_f32, int variant, const char *tag, size_t off = 0, int ks = 1,
+                     int runs = 1)
 {
     dev_problem d = upload(p, off);
-    poison(p, d, y_f32);
-    char what[160];
-    snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s", tag, p.fp8 ? "fp8 " : "bf16", p.M, p.N, p.K,
-             y_f32 ? "f32 " : "bf16", k_gemv_variant_name(variant), off ? " +off" : "");
-    if (launch(p, d, y_f32, variant))
-        gt_check(false, "%s: %s", what, k_last_error());
-    else
-        verify(what, p, d, y_f32);
+    for (int r = 0; r < runs; r++) {
+        poison(p, d, y_f32);
+        char what[160];
+        snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s ks %d run %d", tag,
+                 p.fp8 ? "fp8 " : "bf16", p.M, p.N, p.K, y_f32 ? "f32 " : "bf16",
+                 k_gemv_variant_name(variant), off ? " +off" : "", ks, r + 1);
+        if (launch(p, d, y_f32, variant, 0, ks))
+            gt_check(false, "%s: %s", what, k_last_error());
+        else
+            verify(what, p, d, y_f32);
+    }
     release(d);
 }
 
@@ -271,6 +285,9 @@ static void argument_checks(void)
         {"bf16 X misaligned", k_gemv_bf16(x + 1, wb, y, 0, 1, 16, 16, 0)},
         {"fp8 W misaligned", k_gemv_fp8(x, w + 8, s, y, 0, 1, 16, 16, 0)},
         {"bf16 variant 99", k_gemv_bf16_variant(x, wb, y, 0, 1, 16, 16, 99, 0)},
+        {"fp8 ks 9", k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, K_GEMV_MAX_SPLIT + 1, g_ws, 0)},
+        {"bf16 ks -1", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, -1, g_ws, 0)},
+        {"bf16 ks 2 without a workspace", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
     };
     for (auto &c : cases)
         gt_check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
@@ -285,6 +302,10 @@ static void argument_checks(void)
     gt_check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
     rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
+    rc = k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "split without workspace message: \"%s\"",
+             k_last_error());
+    gt_check(k_gemv_bf16_ex(NULL, NULL, NULL, 0, 0, 16, 16, 0, 2, NULL, 0) == 0, "split M 0 is a no-op");
     GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
     gt_check(!strcmp(k_gemv_variant_name(0), "auto") &&
                  !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
@@ -309,7 +330,7 @@ static void graph_check(uint64_t seed)
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st);
+    int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st, 3); /* fp8: K split in 3 */
     GPU_OK(cudaStreamEndCapture(st, &graph));
     gt_check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
              rb || rf ? k_last_error() : "");
@@ -321,8 +342,9 @@ static void graph_check(uint64_t seed)
         GPU_OK(cudaStreamSynchronize(st));
         verify(rep ? "graph replay 2 bf16 M 3 N 300 K 640" : "graph replay 1 bf16 M 3 N 300 K 640", pb, db,
                0);
-        verify(rep ? "graph replay 2 fp8 M 5 N 257 K 656 f32" : "graph replay 1 fp8 M 5 N 257 K 656 f32", pf,
-               df, 1);
+        verify(rep ? "graph replay 2 fp8 M 5 N 257 K 656 f32 ks 3"
+                   : "graph replay 1 fp8 M 5 N 257 K 656 f32 ks 3",
+               pf, df, 1);
     }
     GPU_OK(cudaGraphExecDestroy(exec));
     GPU_OK(cudaGraphDestroy(graph));
@@ -543,6 +565,18 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                         },
                         (double)bytes_bf16);
             }
+            timing tsplit = time_it(
+                [&](int) {
+                    if (fp8) {
+                        const int c = (int)(rot++ % copies8);
+                        return k_gemv_fp8_ex(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M, s.N, s.K,
+                                             0, 0, g_ws, 0);
+                    }
+                    return k_gemv_bf16_ex(X,
+                                          (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16),
+                                          Y, s.y_f32, M, s.N, s.K, 0, 0, g_ws, 0);
+                },
+                fp8 ? (double)bytes_fp8 : (double)bytes_bf16);
             if (!fp8 && g)
                 tc = time_it(
                     [&](int) {
@@ -565,8 +599,9 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                           k_gemv_variant_name(best), t[best].ms, t[best].tbs);
             printf("time %s\n", line);
             /* the summary line: TB/s only */
-            o = snprintf(line, sizeof line, "%-4s %-7s M %d %s auto %4.2f  %s %4.2f  best v%-2d %4.2f |",
-                         s.model, s.name, M, fp8 ? "fp8 " : "bf16", t[0].tbs, fp8 ? "      " : "k_gemm",
+            o = snprintf(line, sizeof line,
+                         "%-4s %-7s M %d %s auto %4.2f  split %4.2f  %s %4.2f  best v%-2d %4.2f |", s.model,
+                         s.name, M, fp8 ? "fp8 " : "bf16", t[0].tbs, tsplit.tbs, fp8 ? "      " : "k_gemm",
                          fp8 ? 0.0 : tc.tbs, best, t[best].tbs);
             for (int v = 1; v <= K_GEMV_VARIANTS; v++)
                 o += snprintf(line + o, sizeof line - o, " %4.2f", t[v].tbs);
@@ -584,6 +619,8 @@ int main(void)
 {
     gpu_require();
     base_seed = gt_seed();
+    GPU_OK(cudaMalloc(&g_ws, K_GEMV_WS_BYTES));
+    GPU_OK(cudaMemset(g_ws, 0, K_GEMV_WS_BYTES));
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
 
@@ -632,6 +669,20 @@ int main(void)
         run_case(p, 1, 0, "48-byte offset pointers", 48);
     }
 
+    printf("\n== split K (k_gemv_*_ex): explicit parts, uneven chunk counts, more parts than chunks, the "
+           "automatic choice (N 2200 K 17408: 138 CTAs, 136 chunks -> 4 parts); each twice\n");
+    const int sshape[][2] = {{300, 2048}, {257, 656}, {33, 144}, {2200, 17408}};
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int M : {1, 4, 8})
+            for (auto &sh : sshape)
+                for (int ks : {0, 2, 3, 4, 8}) {
+                    if (sh[1] == 17408 && ks != 0 && ks != 3)
+                        continue; /* the big shape: the automatic split and an uneven one */
+                    problem p;
+                    make_problem(p, fp8, M, sh[0], sh[1], seed());
+                    run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
+                }
+
     printf("\n== graph capture\n");
     graph_check(seed());
 
@@ -666,6 +717,7 @@ int main(void)
            K_GEMV_VARIANTS);
     for (auto &l : summary)
         printf("%s\n", l.c_str());
+    GPU_OK(cudaFree(g_ws));
     for (int i = 0; i < gt_n_failed; i++)
         printf("FAILED: %s\n", gt_failed[i]);
     GPU_OK(cudaDeviceSynchronize());
