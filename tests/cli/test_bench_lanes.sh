@@ -16,6 +16,18 @@ check "--help" 0 "$LLMQ_BIN" bench --help
 for f in --background --background-input-len --lanes --long-max-num-seqs --long-max-num-batched-tokens --config; do
   grep -q -- "$f" <<<"$out" || bad "--help does not mention $f"
 done
+# the defaults --help prints are the ones the configuration has (llmq config), flag by flag
+help=$out
+cfg=$("$LLMQ_BIN" config 2>/dev/null)
+for pair in max-num-seqs:max_num_seqs max-num-batched-tokens:max_num_batched_tokens block-size:block_size \
+  gpu-memory-utilization:gpu_memory_utilization cuda-graph-max-batch:cuda_graph_max_batch \
+  long-max-num-seqs:long_max_num_seqs long-max-num-batched-tokens:long_max_num_batched_tokens \
+  short-max-num-seqs:short_max_num_seqs short-max-num-batched-tokens:short_max_num_batched_tokens; do
+  flag=${pair%%:*} key=${pair#*:}
+  want=$(awk -v k="$key:" '$1 == k { print $2; exit }' <<<"$cfg")
+  [ -n "$want" ] || bad "llmq config shows no $key"
+  grep -qE -- "--$flag .*\(default $want\)" <<<"$help" || bad "--help: --$flag does not print the default $key $want"
+done
 check "unknown background workload" 2 "${fg[@]}" --background nope
 grep -q "nope" "$tmp/err" || bad "the error does not name the workload: $(cat "$tmp/err")"
 check "bad background count" 2 "${fg[@]}" --background longdoc:zero
