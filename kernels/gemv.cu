@@ -386,10 +386,10 @@ static void variant_shape(int v, bool fp8, int *rows, int *chunk_k)
     }
 }
 
-// Split K (ks = 0): a one-wave GEMV whose warps each walk many chunks one after another (Qwen3's down
-// projection: 320 CTAs, 17 chunks a warp) is cut into 4 parts of K, 4x the CTAs in several waves, like
-// the gate/up GEMV, which streams at a higher rate (docs/KERNELS.md). LLMQ_GEMV_KS (read once) forces
-// the number of parts for every shape of 132..527 CTAs: 1 turns splitting off.
+// Split K (ks = 0): a one-wave GEMV whose warps each walk many chunks one after another (Qwen3-14B's
+// down projection: 320 CTAs, 17 chunks a warp) is cut into 4 parts of K, 4x the CTAs in several
+// waves, like the gate/up GEMV, which streams at a higher rate (docs/CUDA_BACKEND.md). LLMQ_GEMV_KS
+// (read once) forces the number of parts for every shape of 132..527 CTAs: 1 turns splitting off.
 static int gemv_ks_auto(int ctas, int nchunks)
 {
     static int env = -2;

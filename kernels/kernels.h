@@ -179,11 +179,11 @@ int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, vo
                        int K, int variant, cudaStream_t stream);
 const char *k_gemv_variant_name(int variant); /* static string; "?" out of range */
 /* Split K: the same product with K cut into ks parts (1..K_GEMV_MAX_SPLIT; 0 = the automatic choice,
- * which splits only shapes of one partial wave whose warps would walk many chunks each, e.g. Qwen3's
- * down projection). Each part's CTA writes fp32 partial sums into ws and the last part of a tile to
- * finish adds them in part order (still deterministic) and stores Y. ws: K_GEMV_WS_BYTES of device
- * memory, zeroed once before first use (every launch leaves its tickets at zero), used by one stream
- * (launches on it run one after another); NULL = no split. k_gemv_*_variant and k_gemv_bf16 /
+ * which splits only shapes of one partial wave whose warps would walk many chunks each, e.g.
+ * Qwen3-14B's down projection). Each part's CTA writes fp32 partial sums into ws and the last part of
+ * a tile to finish adds them in part order (still deterministic) and stores Y. ws: K_GEMV_WS_BYTES of
+ * device memory, zeroed once before first use (every launch leaves its tickets at zero), used by one
+ * stream (launches on it run one after another); NULL = no split. k_gemv_*_variant and k_gemv_bf16 /
  * k_gemv_fp8 never split. */
 #define K_GEMV_MAX_SPLIT 8
 #define K_GEMV_WS_TICKETS 16384
