@@ -12,7 +12,7 @@
  * The server listens on a free loopback port and a unix socket in a fresh temp dir, with
  * `--save "" --appendonly no` unless the extra options say otherwise (they come last and win),
  * and dies with the test process (PR_SET_PDEATHSIG). redis_server_start waits until PING is
- * answered (any answer: NOAUTH counts). */
+ * answered (any answer but -LOADING, which a server gives while it reads its AOF: NOAUTH counts). */
 #pragma once
 #include <errno.h>
 #include <fcntl.h>
@@ -165,7 +165,8 @@ static inline int redis_server_spawn(struct redis_server *s)
         redisContext *c = redis_server_connect(s);
         if (c) {
             redisReply *r = redisCommand(c, "PING");
-            bool ok = r != NULL;
+            /* a server still loading its AOF or RDB answers -LOADING: not ready yet */
+            bool ok = r != NULL && !(r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7));
             if (r)
                 freeReplyObject(r);
             redisFree(c);

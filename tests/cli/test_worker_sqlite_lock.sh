@@ -12,9 +12,11 @@ wait_for 20 test -f "$DB" || bad "no database"
 has_worker_row() { [ "$(sql "SELECT count(*) FROM workers")" = 1 ]; }
 wait_for 20 has_worker_row || bad "no workers row"
 
-# hold the write lock for 5 s
+# hold the write lock until the checks below are done (touch $T/unlock; at most 60 s): a fixed time
+# could run out before them on a loaded machine
 locked() { [ -f "$T/locked" ]; }
-( echo "BEGIN EXCLUSIVE;"; echo ".shell touch $T/locked"; sleep 5; echo "COMMIT;" ) | sqlite3 "$DB" &
+( echo "BEGIN EXCLUSIVE;"; echo ".shell touch $T/locked"
+  for _ in $(seq 600); do [ -f "$T/unlock" ] && break; sleep 0.1; done; echo "COMMIT;" ) | sqlite3 "$DB" &
 LOCK_PID=$!
 wait_for 10 locked || bad "the lock was not taken"
 N=200
@@ -30,6 +32,7 @@ kill -0 "$W_w1" && ok "the worker is alive" || bad "the worker died"
 eq "its heartbeat is alive" "$(rcli EXISTS llmq:worker:w1)" 1
 grep -q "sqlite: .*locked.*wait in memory" "$T/w1.log" && ok "the lock is logged" || bad "no log line for the lock"
 grep -q "not fetching until they are written" "$T/w1.log" && ok "the pause is logged" || bad "no log line for the pause"
+touch "$T/unlock"
 wait "$LOCK_PID"
 all_done() { [ "$(rows)" -ge "$N" ] && [ "$(rcli LLEN llmq:processing:w1)" = 0 ]; }
 wait_for 30 all_done && ok "all rows written after the lock" || bad "after the lock: $(rows) rows, $(rcli LLEN llmq:processing:w1) held"
