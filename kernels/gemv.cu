@@ -419,8 +419,10 @@ static int gemv_run(const char *fn, bool fp8, const bf16 *X, const void *W, cons
         return ws && ctas <= K_GEMV_WS_TICKETS &&
                (size_t)parts * M * N * 4 <= K_GEMV_WS_BYTES - K_GEMV_WS_TICKETS * 4;
     };
-    if (ks == 0)
-        ks = fits(gemv_ks_auto(ctas, nchunks)) ? gemv_ks_auto(ctas, nchunks) : 1;
+    if (ks == 0) {
+        const int want = gemv_ks_auto(ctas, nchunks);
+        ks = fits(want) ? want : 1;
+    }
     if (ks > nchunks)
         ks = nchunks;
     K_REQUIRE(ks == 1 || fits(ks),
