@@ -154,20 +154,63 @@ __device__ __forceinline__ float block_sum256(float v)
 // One CTA (256 threads, 8 warps) per row. Pass 1: residual += x (4 columns per thread at a time)
 // and the sum of squares; pass 2: warp w normalizes groups w, w + 8, ... (re-reading its residual,
 // which the same thread wrote: no barrier needed beyond the reduction's), rounds to bf16, writes out
-// and the group's e4m3 codes and scale.
-template <bool ADD>
+// and the group's e4m3 codes and scale. NG > 0: the row has at most 8 NG groups (cols <= 1024 NG),
+// and a thread's NG groups are loaded at once (the norm weights before the PDL wait, the residual
+// and x right after it), which at decode is the kernel's latency; NG = 0: any cols, one group at a
+// time. The same sums in the same order either way.
+template <bool ADD, int NG>
 __global__ void __launch_bounds__(256)
     add_rmsnorm_fp8_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
                            const bf16 *__restrict__ w, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
                            float *__restrict__ out_scale, int rows, int cols, float eps)
 {
-    pdl_enter(); // kernels/launch.cuh
     const size_t row = (size_t)blockIdx.x * cols;
     float *res = residual + row;
     const int G = cols / QBLK, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    // thread (warp, lane) owns columns g * 128 + lane * 4 .. + 3 of groups g = warp, warp + 8, ...
+    if (NG > 0) {
+        constexpr int N = NG > 0 ? NG : 1;
+        float wf[N][4], xf[N][4];
+        float4 v[N];
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (warp + 8 * j < G)
+                load_bf16x4(w + (warp + 8 * j) * QBLK + lane * 4, wf[j]);
+        pdl_enter_early(); // kernels/launch.cuh: the trigger first (it precedes a GEMV at decode)
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (warp + 8 * j < G) {
+                const int c = (warp + 8 * j) * QBLK + lane * 4;
+                v[j] = *(float4 *)(res + c);
+                if (ADD)
+                    load_bf16x4(x + row + c, xf[j]);
+            }
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (warp + 8 * j < G) {
+                if (ADD) {
+                    v[j].x += xf[j][0], v[j].y += xf[j][1], v[j].z += xf[j][2], v[j].w += xf[j][3];
+                    *(float4 *)(res + (warp + 8 * j) * QBLK + lane * 4) = v[j];
+                }
+                ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+            }
+        const float rr = rsqrtf(block_sum256(ss) / (float)cols + eps);
+#pragma unroll
+        for (int j = 0; j < N; j++)
+            if (warp + 8 * j < G) {
+                const int g = warp + 8 * j, c = g * QBLK + lane * 4;
+                float y[4];
+                y[0] = bf16r_d(v[j].x * rr * wf[j][0]), y[1] = bf16r_d(v[j].y * rr * wf[j][1]);
+                y[2] = bf16r_d(v[j].z * rr * wf[j][2]), y[3] = bf16r_d(v[j].w * rr * wf[j][3]);
+                if (out)
+                    store_bf16x4(out + row + c, y);
+                quant_group(y, outq + row + c, out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
+            }
+        return;
+    }
+    pdl_enter_early(); // kernels/launch.cuh
     float ss = 0.f;
-    // pass 1 walks the columns in the same (group, lane) order as pass 2: thread (warp, lane) owns
-    // columns g * 128 + lane * 4 .. + 3 of groups g = warp, warp + 8, ...
     for (int g = warp; g < G; g += 8) {
         const int c = g * QBLK + lane * 4;
         float4 v = *(float4 *)(res + c);
@@ -271,12 +314,34 @@ extern "C" int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, 
     K_REQUIRE(aligned(residual, 16) && aligned(w, 8) && (!x || aligned(x, 8)) && (!out || aligned(out, 8)) &&
                   aligned(outq, 4) && aligned(out_scale, 4),
               "k_add_rmsnorm_fp8: misaligned pointer");
-    if (x)
-        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<true>, rows, 256, 0, stream, residual, x, w, out, outq,
-                         out_scale, rows, cols, eps));
-    else
-        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<false>, rows, 256, 0, stream, residual, x, w, out, outq,
-                         out_scale, rows, cols, eps));
+    const int ng = (cols / QBLK + 7) / 8; // groups per thread
+    switch (x ? ng : -ng) {
+#define NORM_CASE(N)                                                                                         \
+    case N:                                                                                                  \
+        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<true, N>, rows, 256, 0, stream, residual, x, w, out, outq,   \
+                         out_scale, rows, cols, eps));                                                       \
+        break;                                                                                               \
+    case -N:                                                                                                 \
+        K_CHECK(k_launch(add_rmsnorm_fp8_kernel<false, N>, rows, 256, 0, stream, residual, x, w, out, outq,  \
+                         out_scale, rows, cols, eps));                                                       \
+        break;
+        NORM_CASE(1)
+        NORM_CASE(2)
+        NORM_CASE(3)
+        NORM_CASE(4)
+        NORM_CASE(5)
+        NORM_CASE(6)
+        NORM_CASE(7)
+        NORM_CASE(8)
+#undef NORM_CASE
+    default: // cols > 8192
+        if (x)
+            K_CHECK(k_launch(add_rmsnorm_fp8_kernel<true, 0>, rows, 256, 0, stream, residual, x, w, out, outq,
+                             out_scale, rows, cols, eps));
+        else
+            K_CHECK(k_launch(add_rmsnorm_fp8_kernel<false, 0>, rows, 256, 0, stream, residual, x, w, out,
+                             outq, out_scale, rows, cols, eps));
+    }
     return 0;
 }
 

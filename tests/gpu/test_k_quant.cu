@@ -356,6 +356,8 @@ int main(void)
     case_rmsnorm(129, 1024, true, true, &seed);
     case_rmsnorm(33, 640, false, true, &seed);
     case_rmsnorm(5, 128, false, false, &seed);
+    case_rmsnorm(3, 8192, true, true, &seed);    /* the widest row whose groups a thread loads at once */
+    case_rmsnorm(2, 2176, true, false, &seed);   /* 17 groups: 3 for some warps, 2 for others */
     case_rmsnorm(300, 17408, true, true, &seed); /* wider than 8 warps x 128: several groups per warp */
 
     case_silu(1, 17408, true, &seed);
