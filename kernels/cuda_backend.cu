@@ -223,36 +223,41 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     for (int l = 0; l < b->L; l++) {
         const struct cb_layer *cl = &b->layers[l];
         // an fp8 matrix's input is quantized by its producer (the norm, SiLU*up) or k_quant_fp8_act into
-        // xq/xs where k_linear may read it (k_linear_takes_xq: not at T == 1, where the plain producers
-        // run; the fused ones round to bf16 exactly as they do, so the values are the same); its bf16
-        // form is kept only where k_linear may take the GEMV (T <= K_GEMV_MAX_M)
+        // xq/xs where k_linear may read it (k_linear_takes_xq; the fused producers round to bf16 exactly
+        // as the plain ones do, so the values are the same); its bf16 form is kept only where k_linear
+        // may take the GEMV (T <= K_GEMV_MAX_M)
         const bool small = T <= K_GEMV_MAX_M;
-        if (k_linear_takes_xq(&cl->wqkv, T))
+        const bool qkv_xq = k_linear_takes_xq(&cl->wqkv, T), gu_xq = k_linear_takes_xq(&cl->wgu, T),
+                   down_xq = k_linear_takes_xq(&cl->wdown, T);
+        if (qkv_xq)
             CB_K(k_add_rmsnorm_fp8(b->resid, l == 0 ? NULL : b->tmp, cl->attn_norm, small ? b->h : NULL,
                                    b->xq, b->xs, T, C, b->eps, st));
         else if (l == 0)
             CB_K(k_rmsnorm(b->resid, cl->attn_norm, b->h, T, C, b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->attn_norm, b->h, T, C, b->eps, st));
-        CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->h, b->xq, b->xs, &cl->wqkv, b->qkv, 0, T,
-                      st));
+        CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->h, qkv_xq ? b->xq : NULL,
+                      qkv_xq ? b->xs : NULL, &cl->wqkv, b->qkv, 0, T, st));
         if (attention_block(b, p, cl, pos, slot, scale))
             return -1;
-        if (k_linear_takes_xq(&cl->wo, T))
+        const bool wo_xq = k_linear_takes_xq(&cl->wo, T);
+        if (wo_xq)
             CB_K(k_quant_fp8_act(b->att, T, HD, b->xq, b->xs, st));
-        CB_K(k_linear(b->gemm, b->att, b->xq, b->xs, &cl->wo, b->tmp, 0, T, st));
-        if (k_linear_takes_xq(&cl->wgu, T))
+        CB_K(
+            k_linear(b->gemm, b->att, wo_xq ? b->xq : NULL, wo_xq ? b->xs : NULL, &cl->wo, b->tmp, 0, T, st));
+        if (gu_xq)
             CB_K(k_add_rmsnorm_fp8(b->resid, b->tmp, cl->mlp_norm, small ? b->h : NULL, b->xq, b->xs, T, C,
                                    b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, b->xq, b->xs, &cl->wgu, b->gu, 0, T, st));
-        if (k_linear_takes_xq(&cl->wdown, T))
+        CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
+                      gu_xq ? b->xs : NULL, &cl->wgu, b->gu, 0, T, st));
+        if (down_xq)
             CB_K(k_silu_mul_fp8(b->gu, small ? b->act : NULL, b->xq, b->xs, T, F, st));
         else
             CB_K(k_silu_mul(b->gu, b->act, T, F, st));
-        CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, b->xq, b->xs, &cl->wdown, b->tmp, 0,
-                      T, st));
+        CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, down_xq ? b->xq : NULL,
+                      down_xq ? b->xs : NULL, &cl->wdown, b->tmp, 0, T, st));
     }
     if (p->n_logits == 0)
         return 0;

@@ -444,9 +444,32 @@ extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_sc
 
 // ---- k_linear: GEMV or cuBLASLt
 
+// LLMQ_GEMV_XQ (A/B hook, docs/KERNELS.md; read once): 0 (default) = the fp8 GEMV takes bf16 X; 1 =
+// it takes e4m3 X (k_gemv_fp8q) wherever the caller gives it, which k_linear_takes_xq asks for at
+// M > 1; 2 = the same, and k_linear_takes_xq asks for it at M = 1 too. Measured in the engine
+// (docs/PERFORMANCE.md, 2026-12-01 second): 1 is even with 0 at 4 sequences, 2 loses 3 % at one (the
+// producers' quantization), so the default keeps the more accurate bf16 X.
+static int gemv_xq_mode(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("LLMQ_GEMV_XQ");
+        mode = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
+    }
+    return mode;
+}
+
+static bool gemv_takes_xq(const uint8_t *Xq, const float *x_scale, const struct k_weight *w)
+{
+    return w->fp8 && Xq && x_scale && align_of(Xq) >= 16 && gemv_xq_mode() != 0;
+}
+
 static int run_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t *Xq, const float *x_scale,
                     const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
 {
+    if (path == PATH_GEMV && gemv_takes_xq(Xq, x_scale, w))
+        return k_gemv_fp8q_ex(Xq, x_scale, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, 0,
+                              g->gemv_ws, stream);
     if (path == PATH_GEMV)
         return w->fp8
                    ? k_gemv_fp8_ex(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, 0,
@@ -486,14 +509,16 @@ static float time_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t 
                          : (ms[0] < ms[2] ? ms[0] : (ms[1] < ms[2] ? ms[2] : ms[1]));
 }
 
-static bool gemv_ok(const bf16 *X, const struct k_weight *w, int M)
+static bool gemv_ok(const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w, int M)
 {
-    return X && M <= K_GEMV_MAX_M && w->K % 16 == 0 && align_of(X) >= 16 && align_of(w->w) >= 16;
+    return (gemv_takes_xq(Xq, x_scale, w) || (X && align_of(X) >= 16)) && M <= K_GEMV_MAX_M &&
+           w->K % 16 == 0 && align_of(w->w) >= 16;
 }
 
 extern "C" int k_linear_takes_xq(const struct k_weight *w, int M)
 {
-    return w->fp8 && M > 1; // fp8 at M = 1: always the GEMV on bf16 X (cuBLASLt has no algorithm)
+    // fp8 at M = 1 is always the GEMV (cuBLASLt has no algorithm), on bf16 X unless LLMQ_GEMV_XQ=2
+    return w->fp8 && (M > 1 || gemv_xq_mode() == 2);
 }
 
 extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale,
@@ -505,16 +530,15 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     if (M == 0)
         return 0;
     const bool lt_in = w->fp8 ? (Xq && x_scale) : X != NULL; // what cuBLASLt needs is there
-    const bool gemv_in = gemv_ok(X, w, M);
+    const bool gemv_in = gemv_ok(X, Xq, x_scale, w, M);
     K_REQUIRE(lt_in || gemv_in,
               "k_linear: no usable input for M %d N %d K %d (%s weight: X %p, Xq %p, x_scale %p; GEMV needs "
-              "bf16 X, "
-              "M <= %d, K %% 16 == 0, 16-byte aligned X and W)",
+              "bf16 X or (fp8 W) Xq and x_scale, M <= %d, K %% 16 == 0, 16-byte aligned X or Xq, and W)",
               M, w->N, w->K, w->fp8 ? "fp8" : "bf16", (const void *)X, (const void *)Xq,
               (const void *)x_scale, K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (!lt_in || (w->fp8 && !k_linear_takes_xq(w, M)))
+    if (!lt_in || (w->fp8 && M == 1))
         return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
     const gemm_key key = make_key(w->fp8 ? KIND_CHOICE_FP8 : KIND_CHOICE_BF16, w->fp8 ? (const void *)Xq : X,

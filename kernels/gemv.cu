@@ -40,6 +40,8 @@
 // does not depend on which CTA finishes last — stores Y and puts the ticket back to 0 for the next
 // launch (graph replays included).
 //
+// e4m3 X (k_gemv_fp8q): see XQ at the kernel.
+//
 // The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
 // the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
 // them all).
@@ -87,6 +89,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d += A (16x32, row) . B (32x8, col), e4m3 in, fp32 accumulate (sm_89+; see gemv_kernel for below).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
 __device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v)
 {
     return *(uint32_t *)&v;
@@ -112,17 +126,34 @@ __device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t &lo, uint32_
 // grid (ceil(N / (16 R))), block (WARPS * 32). See the top of the file. MINB (CTAs per SM) sets the
 // register budget, 65536 / (WARPS * 32 * MINB): without one, ptxas (CUDA 13) keeps registers low by
 // issuing each load just before its use, which serializes the loads of a chunk.
-template <int WARPS, int U, int R, int MINB, bool PF, bool FP8>
+//
+// XQ (fp8 weights only): X is e4m3 too, [Mp][K] with Mp = K_FP8_ROWS(M), and x_scale[(k / 128) * Mp + m]
+// (k_gemm_fp8's layout); the products run on the e4m3 tensor cores (mma m16n8k32), which take the
+// weight bytes as they are: no decode. With the same lane mapping, a lane's 16 bytes of a row are
+// two mmas' worth (bytes 0-7 and 8-15; an mma's lane t holds its logical k 4t..4t+3 and 4t+16..4t+19,
+// which are mapped onto the lane's physical bytes 0-3 and 4-7), and X's 16 bytes at the same k
+// match them. Each 64-k step's two mmas start from zero and their sum is added into the fp32
+// accumulator times w_scale * x_scale (columns 2t and 2t+1 of the mma are rows m of X). Below sm_89
+// both operands are decoded to bf16 as the bf16-X kernel decodes W (same pairing for both, so the
+// k's still match).
+//
+// DC: independent mma accumulation chains (1, 2 or 4); otherwise the products of a step run as one
+// dependent chain of long-latency legacy mmas (fp8: 4 into d; a k32 e4m3 mma is two f16 ones on
+// sm_90). fp8: the DC chains of a step are summed at its end; bf16: the step's second mma goes into
+// a second accumulator, added at the end. Measured in the engine: bf16 +0.2-3 % with 2, fp8 nothing
+// (docs/PERFORMANCE.md, 2026-12-01 second).
+template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
-    gemv_kernel(const bf16 *__restrict__ X, const void *__restrict__ Wv, const float *__restrict__ w_scale,
-                void *__restrict__ Y, int y_f32, int M, int N, int K, int ks, unsigned *__restrict__ ticket,
-                float *__restrict__ part_sum)
+    gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
+                const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
+                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum)
 {
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
     constexpr int STEP = 4 * EPL;          // k covered by one load step (4 lanes per row)
     constexpr int CK = U * STEP;           // k per chunk
-    constexpr int XL = FP8 ? 2 : 1;        // 16-byte X loads per lane per step
+    constexpr int XL = FP8 && !XQ ? 2 : 1; // 16-byte X loads per lane per step
+    constexpr int XB = XQ ? 1 : 2;         // bytes per X element
     __shared__ float red[WARPS][R][8][16]; // [warp][tile][m][row in tile]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -138,7 +169,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             const int n = n_base + 16 * r + 8 * h + g;
             wrow[r][h] = (const char *)Wv + ((size_t)(n < N ? n : 0) * K + (size_t)t * EPL) * WB;
         }
-    const bf16 *xrow = X + (size_t)(okx ? g : 0) * K + t * EPL;
+    const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
+    const int Mp = (M + 3) / 4 * 4; // XQ: rows of x_scale per k group
+    const int xm0 = 2 * t < M ? 2 * t : M - 1, xm1 = 2 * t + 1 < M ? 2 * t + 1 : M - 1; // XQ: its columns
     const int kblocks = (K + 127) / 128;
     const float *srow[R];
 #pragma unroll
@@ -147,12 +180,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         srow[r] = FP8 ? w_scale + (size_t)(n / 128) * kblocks : w_scale;
     }
 
-    float acc[R][4];
+    float acc[R][4], acc2[R][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            acc[r][i] = 0.f;
+            acc[r][i] = 0.f, acc2[r][i] = 0.f;
 
     // warp w takes chunks w, w + WARPS, ...; a chunk's weight loads (and scales) are all issued
     // before its products. Loads are unconditional (no branches between them): rows past N and X
@@ -190,6 +223,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         if (c != c_lo + warp)
             load_w(c);
         uint4 xv[U][XL];
+        float xs[U][2]; // XQ: x_scale of columns 2t, 2t+1
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k0 = c * CK + u * STEP;
@@ -197,9 +231,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             const int kk = okk ? k0 : -t * EPL;
 #pragma unroll
             for (int i = 0; i < XL; i++) {
-                xv[u][i] = ld_x(xrow + kk + 8 * i);
+                xv[u][i] = ld_x(xrow + (ptrdiff_t)kk * XB + 16 * i);
                 if (!okk)
                     xv[u][i] = make_uint4(0, 0, 0, 0);
+            }
+            if (XQ) {
+                const float *xsg = x_scale + (size_t)((k0 < K ? k0 : 0) / 128) * Mp;
+                xs[u][0] = __ldg(xsg + xm0), xs[u][1] = __ldg(xsg + xm1);
             }
         }
         // then the products
@@ -210,8 +248,38 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                 for (int r = 0; r < R; r++) {
                     mma_bf16(acc[r], wv[u][r][0].x, wv[u][r][1].x, wv[u][r][0].y, wv[u][r][1].y, xv[u][0].x,
                              xv[u][0].y);
-                    mma_bf16(acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w, wv[u][r][1].w, xv[u][0].z,
-                             xv[u][0].w);
+                    mma_bf16(DC > 1 ? acc2[r] : acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w,
+                             wv[u][r][1].w, xv[u][0].z, xv[u][0].w);
+                }
+            } else if (XQ) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float d[4] = {0.f, 0.f, 0.f, 0.f};
+                    const uint4 &w0 = wv[u][r][0], &w1 = wv[u][r][1], &x = xv[u][0];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+                    float e[4] = {0.f, 0.f, 0.f, 0.f};
+                    mma_e4m3(d, w0.x, w1.x, w0.y, w1.y, x.x, x.y);
+                    mma_e4m3(DC > 1 ? e : d, w0.z, w1.z, w0.w, w1.w, x.z, x.w);
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        d[i] += e[i];
+#else
+                    const uint32_t *q0 = (const uint32_t *)&w0, *q1 = (const uint32_t *)&w1,
+                                   *qx = (const uint32_t *)&x;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t lo0, hi0, lo1, hi1, xlo, xhi;
+                        e4m3x4_to_bf16(q0[j], lo0, hi0);
+                        e4m3x4_to_bf16(q1[j], lo1, hi1);
+                        e4m3x4_to_bf16(qx[j], xlo, xhi);
+                        mma_bf16(d, lo0, lo1, hi0, hi1, xlo, xhi);
+                    }
+#endif
+                    const float s0 = sc[u][r] * xs[u][0], s1 = sc[u][r] * xs[u][1];
+                    acc[r][0] = fmaf(d[0], s0, acc[r][0]);
+                    acc[r][1] = fmaf(d[1], s1, acc[r][1]);
+                    acc[r][2] = fmaf(d[2], s0, acc[r][2]);
+                    acc[r][3] = fmaf(d[3], s1, acc[r][3]);
                 }
             } else {
                 // X words 2j, 2j+1 hold x[4j .. 4j+3]; the decode pairs (0, 2) and (1, 3)
@@ -225,14 +293,27 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                 }
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    float d[4] = {0.f, 0.f, 0.f, 0.f};
+                    float dc[DC][4];
+#pragma unroll
+                    for (int c = 0; c < DC; c++)
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            dc[c][i] = 0.f;
                     const uint32_t *q0 = (const uint32_t *)&wv[u][r][0], *q1 = (const uint32_t *)&wv[u][r][1];
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
                         uint32_t lo0, hi0, lo1, hi1;
                         e4m3x4_to_bf16(q0[j], lo0, hi0);
                         e4m3x4_to_bf16(q1[j], lo1, hi1);
-                        mma_bf16(d, lo0, lo1, hi0, hi1, xb0[j], xb1[j]);
+                        mma_bf16(dc[j % DC], lo0, lo1, hi0, hi1, xb0[j], xb1[j]);
+                    }
+                    float d[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        d[i] = dc[0][i];
+#pragma unroll
+                        for (int c = 1; c < DC; c++)
+                            d[i] += dc[c][i];
                     }
 #pragma unroll
                     for (int i = 0; i < 4; i++)
@@ -245,6 +326,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     // partial sums of the warps -> shared memory -> one thread per output
 #pragma unroll
     for (int r = 0; r < R; r++) {
+        if (!FP8 && DC > 1)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[r][i] += acc2[r][i];
         red[warp][r][2 * t][g] = acc[r][0];
         red[warp][r][2 * t + 1][g] = acc[r][1];
         red[warp][r][2 * t][g + 8] = acc[r][2];
@@ -300,28 +385,31 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 
 // Variant v (1-based) of K_GEMV_VARIANTS: (warps per CTA, load steps per chunk, 16-row tiles per
 // CTA, CTAs per SM the registers are sized for, L2::256B prefetch hint on a chunk's first load of
-// each row). One list drives the launch and the names.
+// each row, accumulation chains DC). One list drives the launch and the names.
 #define GEMV_VARIANTS(X)                                                                                     \
-    X(1, 8, 4, 1, 4, 0)                                                                                      \
-    X(2, 8, 2, 1, 4, 0)                                                                                      \
-    X(3, 4, 4, 1, 8, 0)                                                                                      \
-    X(4, 8, 8, 1, 2, 0)                                                                                      \
-    X(5, 8, 2, 2, 2, 0)                                                                                      \
-    X(6, 8, 4, 1, 3, 0)                                                                                      \
-    X(7, 16, 2, 1, 2, 0)                                                                                     \
-    X(8, 8, 4, 2, 2, 0)                                                                                      \
-    X(9, 8, 4, 1, 4, 1)                                                                                      \
-    X(10, 8, 2, 1, 4, 1)
+    X(1, 8, 4, 1, 4, 0, 1)                                                                                   \
+    X(2, 8, 2, 1, 4, 0, 1)                                                                                   \
+    X(3, 4, 4, 1, 8, 0, 1)                                                                                   \
+    X(4, 8, 8, 1, 2, 0, 1)                                                                                   \
+    X(5, 8, 2, 2, 2, 0, 1)                                                                                   \
+    X(6, 8, 4, 1, 3, 0, 1)                                                                                   \
+    X(7, 16, 2, 1, 2, 0, 1)                                                                                  \
+    X(8, 8, 4, 2, 2, 0, 1)                                                                                   \
+    X(9, 8, 4, 1, 4, 1, 1)                                                                                   \
+    X(10, 8, 2, 1, 4, 1, 1)                                                                                  \
+    X(11, 8, 4, 1, 4, 0, 2)
 
-template <bool FP8>
-static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const bf16 *X, const void *W,
-                      const float *s, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
+template <bool FP8, bool XQ>
+static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const float *xs,
+                      const void *W, const float *s, void *Y, int y_f32, int M, int N, int K,
+                      cudaStream_t stream)
 {
     switch (v) {
-#define GEMV_CASE(V, WARPS, U, R, MINB, PF)                                                                  \
+#define GEMV_CASE(V, WARPS, U, R, MINB, PF, DC)                                                              \
     case V:                                                                                                  \
-        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8>, (N + 16 * R - 1) / (16 * R) * ks,     \
-                         32 * WARPS, 0, stream, X, W, s, Y, y_f32, M, N, K, ks, ticket, part_sum));          \
+        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC>,                               \
+                         (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, M,  \
+                         N, K, ks, ticket, part_sum));                                                       \
         break;
         GEMV_VARIANTS(GEMV_CASE)
 #undef GEMV_CASE
@@ -336,33 +424,36 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const bf
 // for both types (bf16 u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers
 // let 4 CTAs of 8 warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every
 // Qwen3-14B projection but gate_up and lm_head in one wave, so no CTA runs in a lonely tail).
-// Fewer than 132 tiles: 16 warps per CTA for more loads in flight per SM.
-static int gemv_pick(bool fp8, int M, int N, int K)
+// Fewer than 132 tiles: 16 warps per CTA for more loads in flight per SM. bf16 W: two accumulation
+// chains (v11; single bf16 +1-3 % over v1 in the engine, docs/PERFORMANCE.md 2026-12-01 second; for
+// fp8 W two or four chains gained nothing). kind: 0 bf16 W, 1 fp8 W with bf16 X, 2 fp8 W and X.
+static int gemv_pick(int kind, int M, int N, int K)
 {
     (void)M, (void)K;
     const int tiles = (N + 15) / 16;
     if (tiles < 132)
         return 7;
-    // tuning hook (docs/KERNELS.md): LLMQ_GEMV_FP8 / LLMQ_GEMV_BF16 = the variant for shapes of 132
-    // tiles or more, read once
-    static int env[2] = {-1, -1};
-    if (env[fp8] < 0) {
-        const char *e = getenv(fp8 ? "LLMQ_GEMV_FP8" : "LLMQ_GEMV_BF16");
-        env[fp8] = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_VARIANTS ? atoi(e) : 0;
+    // tuning hook (docs/KERNELS.md): LLMQ_GEMV_BF16 / LLMQ_GEMV_FP8 / LLMQ_GEMV_FP8Q = the variant for
+    // shapes of 132 tiles or more, read once
+    static int env[3] = {-1, -1, -1};
+    if (env[kind] < 0) {
+        static const char *const name[3] = {"LLMQ_GEMV_BF16", "LLMQ_GEMV_FP8", "LLMQ_GEMV_FP8Q"};
+        const char *e = getenv(name[kind]);
+        env[kind] = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_VARIANTS ? atoi(e) : 0;
     }
-    if (env[fp8])
-        return env[fp8];
-    return fp8 ? 2 : 1;
+    if (env[kind])
+        return env[kind];
+    return kind ? 2 : 11;
 }
 
-static int gemv_check(const char *fn, const bf16 *X, const void *W, const float *s, bool fp8, const void *Y,
-                      int M, int N, int K, int variant, int ks)
+static int gemv_check(const char *fn, const void *X, const float *xs, bool xq, const void *W, const float *s,
+                      bool fp8, const void *Y, int M, int N, int K, int variant, int ks)
 {
     K_REQUIRE(M >= 1 && M <= K_GEMV_MAX_M, "%s: M %d out of 1..%d", fn, M, K_GEMV_MAX_M);
     K_REQUIRE(N >= 1, "%s: N %d < 1", fn, N);
     K_REQUIRE(K >= 16 && K % 16 == 0, "%s: K %d not a positive multiple of 16", fn, K);
-    K_REQUIRE(X && W && Y && (s || !fp8), "%s: NULL pointer (X %p W %p Y %p w_scale %p)", fn, (const void *)X,
-              W, Y, (const void *)s);
+    K_REQUIRE(X && W && Y && (s || !fp8) && (xs || !xq), "%s: NULL pointer (X %p W %p Y %p w_scale %p%s%p)",
+              fn, X, W, Y, (const void *)s, xq ? " x_scale " : "", xq ? (const void *)xs : (const void *)"");
     K_REQUIRE((uintptr_t)X % 16 == 0 && (uintptr_t)W % 16 == 0, "%s: X %p and W %p must be 16-byte aligned",
               fn, (const void *)X, W);
     K_REQUIRE(variant >= 0 && variant <= K_GEMV_VARIANTS, "%s: variant %d out of 0..%d", fn, variant,
@@ -375,7 +466,7 @@ static int gemv_check(const char *fn, const bf16 *X, const void *W, const float 
 static void variant_shape(int v, bool fp8, int *rows, int *chunk_k)
 {
     switch (v) {
-#define GEMV_SHAPE(V, WARPS, U, R, MINB, PF)                                                                 \
+#define GEMV_SHAPE(V, WARPS, U, R, MINB, PF, DC)                                                             \
     case V:                                                                                                  \
         *rows = 16 * R, *chunk_k = U * 4 * (fp8 ? 16 : 8);                                                   \
         break;
@@ -404,14 +495,16 @@ static int gemv_ks_auto(int ctas, int nchunks)
     return nchunks >= 8 * 8 * 2 ? 4 : 1; // 16 or more chunks a warp of 8
 }
 
-static int gemv_run(const char *fn, bool fp8, const bf16 *X, const void *W, const float *w_scale, void *Y,
-                    int y_f32, int M, int N, int K, int variant, int ks, void *ws, cudaStream_t stream)
+// xq: X is e4m3 with x_scale (fp8 W only)
+static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const float *x_scale, const void *W,
+                    const float *w_scale, void *Y, int y_f32, int M, int N, int K, int variant, int ks,
+                    void *ws, cudaStream_t stream)
 {
     if (M == 0)
         return 0;
-    if (gemv_check(fn, X, W, w_scale, fp8, Y, M, N, K, variant, ks))
+    if (gemv_check(fn, X, x_scale, xq, W, w_scale, fp8, Y, M, N, K, variant, ks))
         return -1;
-    const int v = variant ? variant : gemv_pick(fp8, M, N, K);
+    const int v = variant ? variant : gemv_pick(xq ? 2 : fp8, M, N, K);
     int rows, chunk_k;
     variant_shape(v, fp8, &rows, &chunk_k);
     const int ctas = (N + rows - 1) / rows, nchunks = (K + chunk_k - 1) / chunk_k;
@@ -430,20 +523,48 @@ static int gemv_run(const char *fn, bool fp8, const bf16 *X, const void *W, cons
               fn, ks, ws, K_GEMV_WS_TICKETS, ctas, ks);
     unsigned *ticket = (unsigned *)ws;
     float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
-    return fp8 ? launch_cfg<true>(v, ks, ticket, part_sum, X, W, w_scale, Y, y_f32 != 0, M, N, K, stream)
-               : launch_cfg<false>(v, ks, ticket, part_sum, X, W, NULL, Y, y_f32 != 0, M, N, K, stream);
+    if (xq)
+        return launch_cfg<true, true>(v, ks, ticket, part_sum, X, x_scale, W, w_scale, Y, y_f32 != 0, M, N, K,
+                                      stream);
+    return fp8 ? launch_cfg<true, false>(v, ks, ticket, part_sum, X, NULL, W, w_scale, Y, y_f32 != 0, M, N, K,
+                                         stream)
+               : launch_cfg<false, false>(v, ks, ticket, part_sum, X, NULL, W, NULL, Y, y_f32 != 0, M, N, K,
+                                          stream);
 }
 
 extern "C" int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
                               int variant, int ks, void *ws, cudaStream_t stream)
 {
-    return gemv_run("k_gemv_bf16", false, X, W, NULL, Y, y_f32, M, N, K, variant, ks, ws, stream);
+    return gemv_run("k_gemv_bf16", false, false, X, NULL, W, NULL, Y, y_f32, M, N, K, variant, ks, ws,
+                    stream);
 }
 
 extern "C" int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
                              int N, int K, int variant, int ks, void *ws, cudaStream_t stream)
 {
-    return gemv_run("k_gemv_fp8", true, X, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws, stream);
+    return gemv_run("k_gemv_fp8", true, false, X, NULL, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws,
+                    stream);
+}
+
+extern "C" int k_gemv_fp8q_ex(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
+                              void *Y, int y_f32, int M, int N, int K, int variant, int ks, void *ws,
+                              cudaStream_t stream)
+{
+    return gemv_run("k_gemv_fp8q", true, true, Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws,
+                    stream);
+}
+
+extern "C" int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W,
+                                   const float *w_scale, void *Y, int y_f32, int M, int N, int K, int variant,
+                                   cudaStream_t stream)
+{
+    return k_gemv_fp8q_ex(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, variant, 1, NULL, stream);
+}
+
+extern "C" int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
+                           void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
+{
+    return k_gemv_fp8q_variant(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, 0, stream);
 }
 
 extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
@@ -473,7 +594,7 @@ extern "C" int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale,
 extern "C" const char *k_gemv_variant_name(int variant)
 {
     static const char *names[K_GEMV_VARIANTS + 1] = {"auto",
-#define GEMV_NAME(V, WARPS, U, R, MINB, PF) #WARPS "w u" #U " r" #R " b" #MINB " pf" #PF,
+#define GEMV_NAME(V, WARPS, U, R, MINB, PF, DC) #WARPS "w u" #U " r" #R " b" #MINB " pf" #PF " dc" #DC,
                                                      GEMV_VARIANTS(GEMV_NAME)
 #undef GEMV_NAME
     };

@@ -137,8 +137,9 @@ struct k_weight {
 /* Y[M, N] = X[M, K] . W^T through the fastest path for the shape, the backend's single entry point
  * (fp8 W: Xq, x_scale and Y follow k_gemm_fp8's K_FP8_ROWS(M)-row layout whenever Xq is given):
  *   bf16 W: k_gemm_bf16, or for M <= K_GEMV_MAX_M k_gemv_bf16 when it measured faster;
- *   fp8 W:  k_gemm_fp8 on (Xq, x_scale), or for M <= K_GEMV_MAX_M k_gemv_fp8 on X when it measured
- *           faster (always at M = 1).
+ *   fp8 W:  k_gemm_fp8 on (Xq, x_scale), or for M <= K_GEMV_MAX_M the GEMV when it measured faster
+ *           (always at M = 1): k_gemv_fp8 on X (with LLMQ_GEMV_XQ=1 or 2: k_gemv_fp8q on (Xq, x_scale)
+ *           when they are given; kernels/gemm.cu).
  * The inputs a caller has: X bf16 (may be NULL when M > K_GEMV_MAX_M or W is fp8 and Xq is given),
  * Xq/x_scale (fp8 W only; may be NULL when X is given and M <= K_GEMV_MAX_M). The choice between
  * GEMV and cuBLASLt is made once per (dtype, M, N, K, y_f32, alignments) on the first call that is
@@ -148,8 +149,9 @@ struct k_weight {
  * each choice. */
 int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w,
              void *Y, int y_f32, int M, cudaStream_t stream);
-/* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1); when it may not,
- * a caller need not quantize W's input. */
+/* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1; LLMQ_GEMV_XQ=2
+ * asks for M = 1 too); when it may not, a caller need not quantize W's input and must pass Xq NULL
+ * (k_gemv_fp8q would read stale contents). */
 int k_linear_takes_xq(const struct k_weight *w, int M);
 
 /* ---- gemv.cu: Y[M, N] = X[M, K] · W[N, K]^T for decode-sized M (1 .. K_GEMV_MAX_M), a kernel that
@@ -172,7 +174,7 @@ int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, i
  * k_gemv_bf16 / k_gemv_fp8 do), 1..K_GEMV_VARIANTS = a fixed configuration (warps per CTA, loads in
  * flight, rows per CTA) that k_gemv_variant_name(variant) describes. Every variant computes the
  * same function. */
-#define K_GEMV_VARIANTS 10
+#define K_GEMV_VARIANTS 11
 int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int variant,
                         cudaStream_t stream);
 int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
@@ -192,6 +194,21 @@ int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int 
                    void *ws, cudaStream_t stream);
 int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
                   int K, int variant, int ks, void *ws, cudaStream_t stream);
+/* k_gemv_fp8q: fp8 W as k_gemv_fp8, and X e4m3 too, in k_gemm_fp8's layout: Xq [Mp][K] with
+ * Mp = K_FP8_ROWS(M) and x_scale [ceil(K/128)][Mp] (what k_quant_fp8_act / k_add_rmsnorm_fp8 /
+ * k_silu_mul_fp8 write; rows M..Mp-1 are not read). Y = sum over k of (Xq * x_scale)(W * w_scale),
+ * the products on the e4m3 tensor cores (sm_89+; decoded to bf16 below), the sum of each 64 k in the
+ * tensor core's own accumulation (which on Hopper keeps fewer bits than fp32), then in fp32. No
+ * weight decode in the kernel (sm_90 lowers the e4m3 mma to hardware conversions and f16 mmas):
+ * 3-9 % more weight bandwidth than k_gemv_fp8 on Qwen3-14B shapes in isolation, even in the engine;
+ * k_linear takes it only with LLMQ_GEMV_XQ=1 or 2. Xq 16-byte aligned. Variants and split as for
+ * k_gemv_fp8 (LLMQ_GEMV_FP8Q picks the variant). */
+int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale, void *Y,
+                int y_f32, int M, int N, int K, cudaStream_t stream);
+int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
+                        void *Y, int y_f32, int M, int N, int K, int variant, cudaStream_t stream);
+int k_gemv_fp8q_ex(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale, void *Y,
+                   int y_f32, int M, int N, int K, int variant, int ks, void *ws, cudaStream_t stream);
 
 /* ---- quant.cu: FP8 (OCP e4m3) quantization for the block-scaled GEMMs, bit for bit engine/fp8.h:
  * scale = amax / 448 (1 for an all-zero group, FLT_MIN where amax / 448 is below it), q = e4m3(v /

@@ -31,12 +31,14 @@
  * tensor cores add products inside a 128-deep block with fewer than fp32's bits before the fp32
  * promotion; 1e-4 of the magnitude is ~800 fp32 ulps, while a wrong scale or block index is off by
  * O(1)), norm-relative <= 4e-3. k_gemv_fp8 takes X in bf16 (not quantized): its reference is bf16 X
- * times dequantized W. k_linear must match the reference of whichever path it took (it measures and
- * chooses); it passes if it matches either. M in 1, 2, 7, 16, 129, 1000; N and K odd multiples of
- * 128 and a non-multiple N (partial scale block: correct or a clean failure). k_gemm_fp8's layouts
- * (kernels.h): Xq, x_scale and Y hold Mp = K_FP8_ROWS(M) rows (the pad rows are filled with stale
- * finite data first: they must not change the real rows) and w_scale is padded to K_FP8_KB(K)
- * blocks per row (built here from k_quant_fp8_weight's checkpoint layout; K = 256, 384, 640 have
+ * times dequantized W; k_gemv_fp8q takes the quantized X (the cuBLASLt reference). k_linear must
+ * match the reference of whichever path it took (it measures and chooses; its GEMV takes bf16 X, or
+ * Xq with LLMQ_GEMV_XQ=1); it passes if it matches either; given bf16 X alone (M <= 8) it must match
+ * bf16 X. M in 1, 2,
+ * 7, 16, 129, 1000; N and K odd multiples of 128 and a non-multiple N (partial scale block: correct or a
+ * clean failure). k_gemm_fp8's layouts (kernels.h): Xq, x_scale and Y hold Mp = K_FP8_ROWS(M) rows (the pad
+ * rows are filled with stale finite data first: they must not change the real rows) and w_scale is padded to
+ * K_FP8_KB(K) blocks per row (built here from k_quant_fp8_weight's checkpoint layout; K = 256, 384, 640 have
  * 2, 3, 5 blocks). Every M >= 2 must run correctly; cuBLASLt may offer no algorithm at M = 1
  * (reported, not a failure: k_linear takes the GEMV there). Timing at the Qwen3-14B shapes for M = 1 .. 4096:
  * cuBLASLt bf16, cuBLASLt fp8, GEMV bf16, GEMV fp8, and k_linear's choice, as weight TB/s (fp8
@@ -463,33 +465,32 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
                  "nan %zu",
                  what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
     }
-    /* the GEMV kernels (bf16 X, dequantized W) */
+    /* the GEMV kernels, and k_linear on bf16 X alone */
     if (M <= K_GEMV_MAX_M) {
-        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
-        if (k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 0)) {
-            gt_check(false, "%s k_gemv_fp8: %s", what, k_last_error());
-        } else {
-            fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wd, pairs);
-            gt_check(
-                fp8_ok(e),
-                "%s k_gemv_fp8   %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
-                what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
-        }
-        /* and the bf16 GEMV on the original bf16 W */
+        /* one GEMV-shaped path: run on fresh poison, compare with the reference of (xr, wr) */
+        auto gemv_path = [&](const char *name, const std::vector<float> &xr, const std::vector<float> &wr,
+                             auto run) {
+            GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
+            if (run()) {
+                gt_check(false, "%s %s: %s", what, name, k_last_error());
+                return;
+            }
+            fp8_err e = fp8_compare(Y, y_f32, M, N, K, xr, wr, pairs);
+            gt_check(fp8_ok(e),
+                     "%s %-12s %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu", what,
+                     name, pairs.size(), e.rel, e.worst, e.bad, e.nan);
+        };
         std::vector<bf16> wh = to_host(W, (size_t)N * K);
         std::vector<float> wf((size_t)N * K);
         for (size_t i = 0; i < wf.size(); i++)
             wf[i] = __bfloat162float(wh[i]);
-        GPU_OK(cudaMemset(Y, 0xff, (size_t)M * N * ysz));
-        if (k_gemv_bf16(X, W, Y, y_f32, M, N, K, 0)) {
-            gt_check(false, "%s k_gemv_bf16: %s", what, k_last_error());
-        } else {
-            fp8_err e = fp8_compare(Y, y_f32, M, N, K, xb, wf, pairs);
-            gt_check(
-                fp8_ok(e),
-                "%s k_gemv_bf16  %6zu checked  rel %.2e  worst |d|/bound %.3f  out-of-bound %zu  nan %zu",
-                what, pairs.size(), e.rel, e.worst, e.bad, e.nan);
-        }
+        struct k_weight kx = {1, Wq, ws, N, K, ws_lt};
+        /* bf16 X and dequantized W; e4m3 X; k_linear given bf16 X only (the GEMV on bf16 X); the bf16
+         * GEMV on the original bf16 W */
+        gemv_path("k_gemv_fp8", xb, wd, [&] { return k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 0); });
+        gemv_path("k_gemv_fp8q", xd, wd, [&] { return k_gemv_fp8q(Xq, xs, Wq, ws, Y, y_f32, M, N, K, 0); });
+        gemv_path("k_linear X", xb, wd, [&] { return k_linear(g, X, NULL, NULL, &kx, Y, y_f32, M, 0); });
+        gemv_path("k_gemv_bf16", xb, wf, [&] { return k_gemv_bf16(X, W, Y, y_f32, M, N, K, 0); });
     }
     /* k_linear with every input a backend gives it: either path's reference */
     struct k_weight kw = {1, Wq, ws, N, K, ws_lt};
@@ -504,7 +505,7 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
         const fp8_err &e = fp8_ok(a) || !fp8_ok(b) ? a : b;
         gt_check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
                  again ? " (cached)" : "", e.rel, e.worst,
-                 &e == &a ? "cuBLASLt, quantized X" : "GEMV, bf16 X");
+                 &e == &a ? "quantized X: cuBLASLt or k_gemv_fp8q" : "GEMV, bf16 X");
     }
     cudaFree(X), cudaFree(W), cudaFree(Xq), cudaFree(Wq), cudaFree(xs), cudaFree(ws), cudaFree(ws_lt),
         cudaFree(Y);

@@ -1,12 +1,15 @@
-/* k_gemv_bf16 / k_gemv_fp8 (kernels/gemv.cu) against a double reference: Y[M, N] = X[M, K] . W[N, K]^T
- * for M = 1 .. K_GEMV_MAX_M, plus argument errors, graph capture, and timing beside k_gemm_bf16 (cuBLASLt).
+/* k_gemv_bf16 / k_gemv_fp8 / k_gemv_fp8q (kernels/gemv.cu) against a double reference: Y[M, N] =
+ * X[M, K] . W[N, K]^T for M = 1 .. K_GEMV_MAX_M, plus argument errors, graph capture, and timing beside
+ * k_gemm_bf16 (cuBLASLt).
  *
  * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run):
  * X ~ N(0, 1) bf16; bf16 W ~ N(0, 1/K); fp8 W: 90% of the codes are e4m3(N(0, 1) * 64) (so up to
  * the +-448 edge), 10% are uniformly random codes (subnormals and every exponent; not the NaN codes
  * 0x7f / 0xff), with fp32 block scales drawn in [0.5, 2] / (64 sqrt(K)) per 128 x 128 block. The
  * reference decodes the same bytes with engine/dtype.h's e4m3_to_f32 (not the kernel's bit trick)
- * and sums x * w * scale in double.
+ * and sums x * w * scale in double. k_gemv_fp8q ("fp8q": X e4m3 too): X codes drawn like the weight
+ * codes, with scales in [0.5, 2] / 64 per row and 128 columns, in k_gemm_fp8's layout (Mp =
+ * K_FP8_ROWS(M) rows; the pad rows hold NaN codes and NaN scales, which must not reach Y).
  *
  * Tolerance, per element: |got - ref| <= rtol * |ref| + atol with
  *   rtol = 2^-8 * 1.001 for bf16 Y (half an ulp of bf16 is <= 2^-9 of the value: 2x margin),
@@ -17,8 +20,12 @@
  *          like a random walk: about 2^-23 * K / 4 * rms|xw| in all, 1.5e-4 rms|xw| at K = 5120,
  *          against atol = 1.1e-3 max|xw| there. A dropped or doubled product (~ rms|xw|) or a
  *          wrong scale fails it by orders of magnitude.
+ *          fp8q: 2^-12 instead of 2^-16: the e4m3 tensor cores sum an mma's 32 products (and add
+ *          the step's second mma) keeping fewer bits than fp32 (about 14 on Hopper, as DeepSeek-V3's
+ *          report measured for its FP8 GEMMs); the kernel adds each 64-k step into fp32. A dropped
+ *          product (~ max|xw| / 5) still fails it by 10x.
  * and per case the norm-relative error ||got - ref|| / ||ref|| <= 4e-3 (bf16 Y; uniform rounding
- * gives ~1.1e-3) or 5e-5 (fp32 Y). Y is poisoned (0xFF bytes: NaN) before every run, followed by a
+ * gives ~1.1e-3) or 5e-5 (fp32 Y; fp8q 1e-3). Y is poisoned (0xFF bytes: NaN) before every run, followed by a
  * 64-element poisoned guard that must stay untouched; any NaN/inf in Y fails.
  *
  * Timing (informational, never asserted): every Qwen3-14B projection at M = 1, 2, 4, 8 (the 8B
@@ -46,6 +53,7 @@ extern "C" {
 #define BF16_RTOL (1.0 / 256 * 1.001)
 #define F32_RTOL (1.0 / 4194304)
 #define ATOL_FRAC (1.0 / 65536)
+#define ATOL_FRAC_XQ (1.0 / 4096)
 #define GUARD 64
 
 static uint64_t base_seed;
@@ -53,9 +61,11 @@ static uint64_t base_seed;
 /* ---- host problems (small cases): inputs, reference, check */
 
 struct problem {
-    bool fp8;
+    bool fp8, xq; /* xq: X is e4m3 (k_gemv_fp8q) */
     int M, N, K;
     std::vector<uint16_t> x;  /* [M][K] bf16 bits */
+    std::vector<uint8_t> x8;  /* xq: [Mp][K] e4m3 */
+    std::vector<float> xs;    /* xq: [ceil(K/128)][Mp] */
     std::vector<uint16_t> wb; /* [N][K] bf16 bits (bf16) */
     std::vector<uint8_t> wq;  /* [N][K] e4m3 (fp8) */
     std::vector<float> sc;    /* [ceil(N/128)][ceil(K/128)] (fp8) */
@@ -81,10 +91,11 @@ static uint8_t random_e4m3(uint64_t *s)
 
 /* kind: 0 normal inputs; 1 fp8 codes restricted to subnormals and zero, scale 1 (a decode that
  * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4) */
-static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t seed, int kind = 0)
+static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t seed, int kind = 0,
+                         bool xq = false)
 {
     uint64_t s = seed | 1;
-    p.fp8 = fp8, p.M = M, p.N = N, p.K = K;
+    p.fp8 = fp8, p.xq = fp8 && xq, p.M = M, p.N = N, p.K = K;
     p.x.resize((size_t)M * K);
     for (auto &v : p.x) {
         float f = gt_normal(&s);
@@ -111,11 +122,22 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
         for (auto &v : p.sc)
             v = kind == 1 ? 1.f : (0.5f + 0.75f * (gt_uniform(&s) + 1.f)) / (64.f * sqrtf((float)K));
     }
+    const int Mp = K_FP8_ROWS(M);
+    if (p.xq) {
+        p.x8.assign((size_t)Mp * K, 0x7f); /* pad rows: NaN codes */
+        p.xs.assign((size_t)kb * Mp, NAN);
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++)
+                p.x8[(size_t)m * K + k] = kind == 1 ? (uint8_t)(gt_next(&s) % 8) : random_e4m3(&s);
+        for (int gk = 0; gk < kb; gk++)
+            for (int m = 0; m < M; m++)
+                p.xs[(size_t)gk * Mp + m] = (0.5f + 0.75f * (gt_uniform(&s) + 1.f)) / 64.f;
+    }
     /* reference */
     p.ref.assign((size_t)M * N, 0), p.atol.assign((size_t)M * N, 0);
     std::vector<double> xf((size_t)M * K), wrow(K);
     for (size_t i = 0; i < xf.size(); i++)
-        xf[i] = bf16f(p.x[i]);
+        xf[i] = p.xq ? (double)e4m3_to_f32(p.x8[i]) * p.xs[(i % K / 128) * Mp + i / K] : bf16f(p.x[i]);
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++)
             wrow[k] =
@@ -129,16 +151,16 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
                 acc += pr, mx = std::max(mx, fabs(pr));
             }
             p.ref[(size_t)m * N + n] = acc;
-            p.atol[(size_t)m * N + n] = ATOL_FRAC * sqrt((double)K) * mx;
+            p.atol[(size_t)m * N + n] = (p.xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
         }
     }
 }
 
 struct dev_problem {
     char *xa = nullptr, *wa = nullptr;
-    bf16 *X = nullptr;
+    bf16 *X = nullptr; /* xq: the e4m3 codes */
     void *W = nullptr;
-    float *S = nullptr;
+    float *S = nullptr, *XS = nullptr;
     void *Y = nullptr; /* M*N + GUARD elements */
 };
 
@@ -146,11 +168,16 @@ struct dev_problem {
 static dev_problem upload(const problem &p, size_t off = 0)
 {
     dev_problem d;
-    const size_t xb = p.x.size() * 2, wb = p.fp8 ? p.wq.size() : p.wb.size() * 2;
+    const size_t xb = std::max(p.x.size() * 2, p.x8.size()), wb = p.fp8 ? p.wq.size() : p.wb.size() * 2;
     GPU_OK(cudaMalloc(&d.xa, xb + off));
     GPU_OK(cudaMalloc(&d.wa, wb + off));
     d.X = (bf16 *)(d.xa + off), d.W = d.wa + off;
-    GPU_OK(cudaMemcpy(d.X, p.x.data(), xb, cudaMemcpyHostToDevice));
+    if (p.xq) {
+        GPU_OK(cudaMemcpy(d.X, p.x8.data(), p.x8.size(), cudaMemcpyHostToDevice));
+        GPU_OK(cudaMalloc(&d.XS, p.xs.size() * 4));
+        GPU_OK(cudaMemcpy(d.XS, p.xs.data(), p.xs.size() * 4, cudaMemcpyHostToDevice));
+    } else
+        GPU_OK(cudaMemcpy(d.X, p.x.data(), xb, cudaMemcpyHostToDevice));
     GPU_OK(cudaMemcpy(d.W, p.fp8 ? (const void *)p.wq.data() : (const void *)p.wb.data(), wb,
                       cudaMemcpyHostToDevice));
     if (p.fp8) {
@@ -166,6 +193,7 @@ static void release(dev_problem &d)
     GPU_OK(cudaFree(d.xa));
     GPU_OK(cudaFree(d.wa));
     GPU_OK(cudaFree(d.S));
+    GPU_OK(cudaFree(d.XS));
     GPU_OK(cudaFree(d.Y));
     d = dev_problem();
 }
@@ -181,6 +209,13 @@ static void *g_ws;
 /* ks 1: the plain launchers; otherwise k_gemv_*_ex with that split (0 = automatic) and g_ws */
 static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0, int ks = 1)
 {
+    const uint8_t *xq = (const uint8_t *)d.X;
+    if (p.xq && ks != 1)
+        return k_gemv_fp8q_ex(xq, d.XS, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, ks,
+                              g_ws, st);
+    if (p.xq)
+        return k_gemv_fp8q_variant(xq, d.XS, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant,
+                                   st);
     if (ks != 1)
         return p.fp8
                    ? k_gemv_fp8_ex(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, ks,
@@ -221,7 +256,7 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
         if (dd / bound > worst)
             worst = dd / bound, worst_i = i;
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (p.xq ? 1e-3 : 5e-5) : 4e-3;
     const bool ok = !nonfinite && !guard_bad && !bad && rel <= tol;
     gt_check(
         ok,
@@ -242,8 +277,11 @@ static void run_case(const problem &p, int y_f32, int variant, const char *tag, 
         poison(p, d, y_f32);
         char what[160];
         snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s ks %d run %d", tag,
-                 p.fp8 ? "fp8 " : "bf16", p.M, p.N, p.K, y_f32 ? "f32 " : "bf16",
-                 k_gemv_variant_name(variant), off ? " +off" : "", ks, r + 1);
+                 p.xq    ? "fp8q"
+                 : p.fp8 ? "fp8 "
+                         : "bf16",
+                 p.M, p.N, p.K, y_f32 ? "f32 " : "bf16", k_gemv_variant_name(variant), off ? " +off" : "", ks,
+                 r + 1);
         if (launch(p, d, y_f32, variant, 0, ks))
             gt_check(false, "%s: %s", what, k_last_error());
         else
@@ -288,6 +326,11 @@ static void argument_checks(void)
         {"fp8 ks 9", k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, K_GEMV_MAX_SPLIT + 1, g_ws, 0)},
         {"bf16 ks -1", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, -1, g_ws, 0)},
         {"bf16 ks 2 without a workspace", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
+        {"fp8q M 9", k_gemv_fp8q(w, s, w, s, y, 0, 9, 16, 16, 0)},
+        {"fp8q x_scale NULL", k_gemv_fp8q(w, NULL, w, s, y, 0, 1, 16, 16, 0)},
+        {"fp8q w_scale NULL", k_gemv_fp8q(w, s, w, NULL, y, 0, 1, 16, 16, 0)},
+        {"fp8q Xq misaligned", k_gemv_fp8q(w + 8, s, w, s, y, 0, 1, 16, 16, 0)},
+        {"fp8q ks 2 without a workspace", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
     };
     for (auto &c : cases)
         gt_check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
@@ -302,6 +345,8 @@ static void argument_checks(void)
     gt_check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
     rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
+    rc = k_gemv_fp8q(w, NULL, w, s, y, 0, 1, 16, 16, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "x_scale"), "NULL x_scale message: \"%s\"", k_last_error());
     rc = k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "split without workspace message: \"%s\"",
              k_last_error());
@@ -321,23 +366,26 @@ static void argument_checks(void)
 
 static void graph_check(uint64_t seed)
 {
-    problem pb, pf;
+    problem pb, pf, pq;
     make_problem(pb, false, 3, 300, 640, seed);
     make_problem(pf, true, 5, 257, 656, seed ^ 0xabc);
-    dev_problem db = upload(pb), df = upload(pf);
+    make_problem(pq, true, 2, 300, 1024, seed ^ 0xdef, 0, true);
+    dev_problem db = upload(pb), df = upload(pf), dq = upload(pq);
     cudaStream_t st;
     GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st, 3); /* fp8: K split in 3 */
+    int rq = launch(pq, dq, 0, 0, st, 2);                                /* fp8q: split in 2 */
     GPU_OK(cudaStreamEndCapture(st, &graph));
-    gt_check(rb == 0 && rf == 0, "launchers inside stream capture return 0 (%d, %d) %s", rb, rf,
-             rb || rf ? k_last_error() : "");
+    gt_check(rb == 0 && rf == 0 && rq == 0, "launchers inside stream capture return 0 (%d, %d, %d) %s", rb,
+             rf, rq, rb || rf || rq ? k_last_error() : "");
     GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) {
         poison(pb, db, 0, st);
         poison(pf, df, 1, st);
+        poison(pq, dq, 0, st);
         GPU_OK(cudaGraphLaunch(exec, st));
         GPU_OK(cudaStreamSynchronize(st));
         verify(rep ? "graph replay 2 bf16 M 3 N 300 K 640" : "graph replay 1 bf16 M 3 N 300 K 640", pb, db,
@@ -345,12 +393,16 @@ static void graph_check(uint64_t seed)
         verify(rep ? "graph replay 2 fp8 M 5 N 257 K 656 f32 ks 3"
                    : "graph replay 1 fp8 M 5 N 257 K 656 f32 ks 3",
                pf, df, 1);
+        verify(rep ? "graph replay 2 fp8q M 2 N 300 K 1024 ks 2"
+                   : "graph replay 1 fp8q M 2 N 300 K 1024 ks 2",
+               pq, dq, 0);
     }
     GPU_OK(cudaGraphExecDestroy(exec));
     GPU_OK(cudaGraphDestroy(graph));
     GPU_OK(cudaStreamDestroy(st));
     release(db);
     release(df);
+    release(dq);
 }
 
 /* ---- big shapes: device-side random inputs, sampled check, timing */
@@ -424,9 +476,11 @@ template <typename F> static timing time_it(F launch_i, double bytes)
     return r;
 }
 
-/* Sampled check of Y (auto variant) on 64 rows n (0, N-1 and 62 random) for every m. */
-static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W, const float *S,
-                       const void *Y, int y_f32, int M, int N, int K, uint64_t *rng)
+/* Sampled check of Y (auto variant) on 64 rows n (0, N-1 and 62 random) for every m. Xq, XS: fp8q's
+ * X (K_FP8_ROWS(M) rows), else NULL. */
+static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t *Xq, const float *XS,
+                       const void *W, const float *S, const void *Y, int y_f32, int M, int N, int K,
+                       uint64_t *rng)
 {
     std::vector<int> rows = {0, N - 1};
     for (int i = 0; i < 62 && i < N - 2; i++)
@@ -437,6 +491,18 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W,
     std::vector<uint16_t> xh((size_t)M * K);
     GPU_OK(cudaDeviceSynchronize());
     GPU_OK(cudaMemcpy(xh.data(), X, xh.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> xd((size_t)M * K);
+    for (size_t i = 0; i < xd.size(); i++)
+        xd[i] = bf16f(xh[i]);
+    if (Xq) {
+        const int Mp = K_FP8_ROWS(M);
+        std::vector<uint8_t> q((size_t)M * K);
+        std::vector<float> xs((size_t)kb * Mp);
+        GPU_OK(cudaMemcpy(q.data(), Xq, q.size(), cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(xs.data(), XS, xs.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < xd.size(); i++)
+            xd[i] = (double)e4m3_to_f32(q[i]) * xs[(i % K / 128) * Mp + i / K];
+    }
     /* every output must be finite */
     const size_t es = y_f32 ? 4 : 2;
     std::vector<uint8_t> yraw((size_t)M * N * es);
@@ -475,21 +541,21 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W,
         for (int m = 0; m < M; m++) {
             double ref = 0, mx = 0;
             for (int k = 0; k < K; k++) {
-                const double pr = (double)bf16f(xh[(size_t)m * K + k]) * w[k];
+                const double pr = xd[(size_t)m * K + k] * w[k];
                 ref += pr, mx = std::max(mx, fabs(pr));
             }
             const double got = yval((size_t)m * N + n);
             if (!std::isfinite(got))
                 continue;
             const double d = fabs(got - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) +
-                                                      ATOL_FRAC * sqrt((double)K) * mx;
+                                                      (Xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
             num += d * d, den += ref * ref, checked++;
             bad += d > bound;
             if (d / bound > worst)
                 worst = d / bound, wm = m, wn = n, wgot = got, wref = ref;
         }
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (Xq ? 1e-3 : 5e-5) : 4e-3;
     gt_check(
         !nonfinite && !bad && rel <= tol,
         "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
@@ -507,10 +573,12 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     const int copies16 = (int)(min_total / bytes_bf16 + 1);
     const int copies8 = (int)(min_total / nk + 1);
     bf16 *X, *Wb;
-    uint8_t *Wq;
-    float *S;
+    uint8_t *Wq, *Xq;
+    float *S, *XS;
     void *Y;
     GPU_OK(cudaMalloc(&X, (size_t)K_GEMV_MAX_M * s.K * 2));
+    GPU_OK(cudaMalloc(&Xq, (size_t)K_FP8_ROWS(K_GEMV_MAX_M) * s.K));
+    GPU_OK(cudaMalloc(&XS, (size_t)K_FP8_ROWS(K_GEMV_MAX_M) * kb * 4));
     GPU_OK(cudaMalloc(&Wb, bytes_bf16 * copies16));
     GPU_OK(cudaMalloc(&Wq, nk * copies8));
     GPU_OK(cudaMalloc(&S, (size_t)nb * kb * 4 * copies8));
@@ -531,24 +599,39 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     uint64_t rot = 0; /* the next weight copy: every launch takes the next one, across variants too */
     for (int M : Ms) {
         char what[128];
-        for (int fp8 = 0; fp8 < 2; fp8++) {
+        for (int mode = 0; mode < 3; mode++) { /* bf16, fp8, fp8q */
+            const bool fp8 = mode > 0, xq = mode == 2;
+            const char *dt = xq ? "fp8q" : fp8 ? "fp8 " : "bf16";
             /* check the automatic choice on fresh poison */
-            snprintf(what, sizeof what, "%s %-7s M %d N %6d K %5d %s %s", s.model, s.name, M, s.N, s.K,
-                     fp8 ? "fp8 " : "bf16", s.y_f32 ? "f32 " : "bf16");
+            snprintf(what, sizeof what, "%s %-7s M %d N %6d K %5d %s %s", s.model, s.name, M, s.N, s.K, dt,
+                     s.y_f32 ? "f32 " : "bf16");
             GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
-            int rc = fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
-                         : k_gemv_bf16(X, Wb, Y, s.y_f32, M, s.N, s.K, 0);
+            if (xq && k_quant_fp8_act(X, M, s.K, Xq, XS, 0)) {
+                gt_check(false, "%s: k_quant_fp8_act: %s", what, k_last_error());
+                continue;
+            }
+            int rc = xq    ? k_gemv_fp8q(Xq, XS, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
+                     : fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
+                           : k_gemv_bf16(X, Wb, Y, s.y_f32, M, s.N, s.K, 0);
             if (rc) {
                 gt_check(false, "%s: %s", what, k_last_error());
                 continue;
             }
-            big_verify(what, fp8, X, fp8 ? (const void *)Wq : (const void *)Wb, S, Y, s.y_f32, M, s.N, s.K,
-                       &rng);
+            big_verify(what, fp8, X, xq ? Xq : NULL, XS, fp8 ? (const void *)Wq : (const void *)Wb, S, Y,
+                       s.y_f32, M, s.N, s.K, &rng);
 
             /* time: auto, every variant, and k_gemm_bf16 (bf16 only) */
             timing t[K_GEMV_VARIANTS + 1], tc;
             for (int v = 0; v <= K_GEMV_VARIANTS; v++) {
-                if (fp8)
+                if (xq)
+                    t[v] = time_it(
+                        [&](int) {
+                            const int c = (int)(rot++ % copies8);
+                            return k_gemv_fp8q_variant(Xq, XS, Wq + c * nk, S + (size_t)c * nb * kb, Y,
+                                                       s.y_f32, M, s.N, s.K, v, 0);
+                        },
+                        (double)bytes_fp8);
+                else if (fp8)
                     t[v] = time_it(
                         [&](int) {
                             const int c = (int)(rot++ % copies8);
@@ -567,6 +650,11 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
             }
             timing tsplit = time_it(
                 [&](int) {
+                    if (xq) {
+                        const int c = (int)(rot++ % copies8);
+                        return k_gemv_fp8q_ex(Xq, XS, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M,
+                                              s.N, s.K, 0, 0, g_ws, 0);
+                    }
                     if (fp8) {
                         const int c = (int)(rot++ % copies8);
                         return k_gemv_fp8_ex(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M, s.N, s.K,
@@ -590,9 +678,9 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                 if (t[v].ms > 0 && (t[best].ms <= 0 || t[v].ms < t[best].ms))
                     best = v;
             char line[512];
-            int o = snprintf(
-                line, sizeof line, "%s %-7s N %6d K %5d M %d %s: auto %7.4f ms %4.2f TB/s (%3.0f%%)", s.model,
-                s.name, s.N, s.K, M, fp8 ? "fp8 " : "bf16", t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100);
+            int o =
+                snprintf(line, sizeof line, "%s %-7s N %6d K %5d M %d %s: auto %7.4f ms %4.2f TB/s (%3.0f%%)",
+                         s.model, s.name, s.N, s.K, M, dt, t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100);
             if (!fp8)
                 o += snprintf(line + o, sizeof line - o, " | k_gemm %7.4f ms %4.2f TB/s", tc.ms, tc.tbs);
             o += snprintf(line + o, sizeof line - o, " | best v%d (%s) %7.4f ms %4.2f TB/s", best,
@@ -601,14 +689,16 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
             /* the summary line: TB/s only */
             o = snprintf(line, sizeof line,
                          "%-4s %-7s M %d %s auto %4.2f  split %4.2f  %s %4.2f  best v%-2d %4.2f |", s.model,
-                         s.name, M, fp8 ? "fp8 " : "bf16", t[0].tbs, tsplit.tbs, fp8 ? "      " : "k_gemm",
-                         fp8 ? 0.0 : tc.tbs, best, t[best].tbs);
+                         s.name, M, dt, t[0].tbs, tsplit.tbs, fp8 ? "      " : "k_gemm", fp8 ? 0.0 : tc.tbs,
+                         best, t[best].tbs);
             for (int v = 1; v <= K_GEMV_VARIANTS; v++)
                 o += snprintf(line + o, sizeof line - o, " %4.2f", t[v].tbs);
             summary.push_back(line);
         }
     }
     GPU_OK(cudaFree(X));
+    GPU_OK(cudaFree(Xq));
+    GPU_OK(cudaFree(XS));
     GPU_OK(cudaFree(Wb));
     GPU_OK(cudaFree(Wq));
     GPU_OK(cudaFree(S));
@@ -630,23 +720,23 @@ int main(void)
     printf("\n== every M, odd N and K, y_f32 both ways (automatic variant)\n");
     const int Ns[] = {1, 7, 17, 129, 1000};
     const int Ks[] = {16, 48, 128, 144, 640, 656, 5120};
-    for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int mode = 0; mode < 3; mode++) /* bf16, fp8, fp8q */
         for (int M = 1; M <= K_GEMV_MAX_M; M++)
             for (int ni = 0; ni < 5; ni++)
                 for (int ki = 0; ki < 7; ki++) {
                     problem p;
-                    make_problem(p, fp8, M, Ns[ni], Ks[ki], seed());
+                    make_problem(p, mode > 0, M, Ns[ni], Ks[ki], seed(), 0, mode == 2);
                     run_case(p, (ni + ki + M) & 1, 0, "grid");
                 }
 
     printf("\n== every variant\n");
     const int vshape[][2] = {{33, 144}, {129, 656}, {1000, 5120}, {300, 2048}};
-    for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int mode = 0; mode < 3; mode++)
         for (int v = 1; v <= K_GEMV_VARIANTS; v++)
             for (int M : {1, 5, 8})
                 for (auto &sh : vshape) {
                     problem p;
-                    make_problem(p, fp8, M, sh[0], sh[1], seed());
+                    make_problem(p, mode > 0, M, sh[0], sh[1], seed(), 0, mode == 2);
                     run_case(p, (M + v) & 1, v, "variant");
                 }
 
@@ -655,6 +745,8 @@ int main(void)
         problem p;
         make_problem(p, true, M, 33, 256, seed(), 1);
         run_case(p, 1, 0, "fp8 subnormal codes only, scale 1");
+        make_problem(p, true, M, 33, 256, seed(), 1, true);
+        run_case(p, 1, 0, "fp8q subnormal codes only (W scale 1)");
     }
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int M : {1, 8}) {
@@ -672,14 +764,14 @@ int main(void)
     printf("\n== split K (k_gemv_*_ex): explicit parts, uneven chunk counts, more parts than chunks, the "
            "automatic choice (N 2200 K 17408: 138 CTAs, 136 chunks -> 4 parts); each twice\n");
     const int sshape[][2] = {{300, 2048}, {257, 656}, {33, 144}, {2200, 17408}};
-    for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int mode = 0; mode < 3; mode++)
         for (int M : {1, 4, 8})
             for (auto &sh : sshape)
                 for (int ks : {0, 2, 3, 4, 8}) {
                     if (sh[1] == 17408 && ks != 0 && ks != 3)
                         continue; /* the big shape: the automatic split and an uneven one */
                     problem p;
-                    make_problem(p, fp8, M, sh[0], sh[1], seed());
+                    make_problem(p, mode > 0, M, sh[0], sh[1], seed(), 0, mode == 2);
                     run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
                 }
 
