@@ -425,7 +425,7 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
 // let 4 CTAs of 8 warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every
 // Qwen3-14B projection but gate_up and lm_head in one wave, so no CTA runs in a lonely tail).
 // Fewer than 132 tiles: 16 warps per CTA for more loads in flight per SM. bf16 W: two accumulation
-// chains (v11; single bf16 +1-3 % over v1 in the engine, docs/PERFORMANCE.md 2026-12-01 second; for
+// chains (v11; single bf16 +0.2-3 % over v1 in the engine, docs/PERFORMANCE.md 2026-12-01 second; for
 // fp8 W two or four chains gained nothing). kind: 0 bf16 W, 1 fp8 W with bf16 X, 2 fp8 W and X.
 static int gemv_pick(int kind, int M, int N, int K)
 {
@@ -452,8 +452,9 @@ static int gemv_check(const char *fn, const void *X, const float *xs, bool xq, c
     K_REQUIRE(M >= 1 && M <= K_GEMV_MAX_M, "%s: M %d out of 1..%d", fn, M, K_GEMV_MAX_M);
     K_REQUIRE(N >= 1, "%s: N %d < 1", fn, N);
     K_REQUIRE(K >= 16 && K % 16 == 0, "%s: K %d not a positive multiple of 16", fn, K);
-    K_REQUIRE(X && W && Y && (s || !fp8) && (xs || !xq), "%s: NULL pointer (X %p W %p Y %p w_scale %p%s%p)",
-              fn, X, W, Y, (const void *)s, xq ? " x_scale " : "", xq ? (const void *)xs : (const void *)"");
+    K_REQUIRE(X && W && Y && (s || !fp8), "%s: NULL pointer (X %p W %p Y %p w_scale %p)", fn, X, W, Y,
+              (const void *)s);
+    K_REQUIRE(xs || !xq, "%s: NULL x_scale", fn);
     K_REQUIRE((uintptr_t)X % 16 == 0 && (uintptr_t)W % 16 == 0, "%s: X %p and W %p must be 16-byte aligned",
               fn, (const void *)X, W);
     K_REQUIRE(variant >= 0 && variant <= K_GEMV_VARIANTS, "%s: variant %d out of 0..%d", fn, variant,
