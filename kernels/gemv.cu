@@ -45,6 +45,7 @@
 // The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
 // the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
 // them all).
+#include <atomic>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -419,22 +420,38 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
     return 0;
 }
 
+// SMs of the current device (132 on the H200), cached per device; 132 if it cannot be read.
+static int sm_count(void)
+{
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return 132;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (n == 0) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 132;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
 // The configuration for a shape, chosen before any measurement on the H200 (the timing table of
 // tests/gpu/test_k_gemv.cu says which variant wins where; change this to match). Chunks are 128 k
 // for both types (bf16 u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers
 // let 4 CTAs of 8 warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every
 // Qwen3-14B projection but gate_up and lm_head in one wave, so no CTA runs in a lonely tail).
-// Fewer than 132 tiles: 16 warps per CTA for more loads in flight per SM. bf16 W: two accumulation
+// Fewer tiles than SMs: 16 warps per CTA for more loads in flight per SM. bf16 W: two accumulation
 // chains (v11; single bf16 +0.2-3 % over v1 in the engine, docs/PERFORMANCE.md 2026-12-01 second; for
 // fp8 W two or four chains gained nothing). kind: 0 bf16 W, 1 fp8 W with bf16 X, 2 fp8 W and X.
 static int gemv_pick(int kind, int M, int N, int K)
 {
     (void)M, (void)K;
     const int tiles = (N + 15) / 16;
-    if (tiles < 132)
+    if (tiles < sm_count())
         return 7;
     // tuning hook (docs/KERNELS.md): LLMQ_GEMV_BF16 / LLMQ_GEMV_FP8 / LLMQ_GEMV_FP8Q = the variant for
-    // shapes of 132 tiles or more, read once
+    // shapes of as many tiles as SMs or more, read once
     static int env[3] = {-1, -1, -1};
     if (env[kind] < 0) {
         static const char *const name[3] = {"LLMQ_GEMV_BF16", "LLMQ_GEMV_FP8", "LLMQ_GEMV_FP8Q"};
@@ -463,37 +480,41 @@ static int gemv_check(const char *fn, const void *X, const float *xs, bool xq, c
     return 0;
 }
 
-// rows of Y per CTA and k per chunk of variant v
-static void variant_shape(int v, bool fp8, int *rows, int *chunk_k)
+// rows of Y per CTA, k per chunk, warps per CTA and CTAs per SM (register budget) of variant v
+struct variant_info {
+    int rows, chunk_k, warps, minb;
+};
+static variant_info variant_shape(int v, bool fp8)
 {
     switch (v) {
 #define GEMV_SHAPE(V, WARPS, U, R, MINB, PF, DC)                                                             \
     case V:                                                                                                  \
-        *rows = 16 * R, *chunk_k = U * 4 * (fp8 ? 16 : 8);                                                   \
-        break;
+        return {16 * R, U * 4 * (fp8 ? 16 : 8), WARPS, MINB};
         GEMV_VARIANTS(GEMV_SHAPE)
 #undef GEMV_SHAPE
     default:
-        *rows = 16, *chunk_k = 128;
+        return {16, 128, 8, 4};
     }
 }
 
 // Split K (ks = 0): a one-wave GEMV whose warps each walk many chunks one after another (Qwen3-14B's
 // down projection: 320 CTAs, 17 chunks a warp) is cut into 4 parts of K, 4x the CTAs in several
 // waves, like the gate/up GEMV, which streams at a higher rate (docs/CUDA_BACKEND.md). LLMQ_GEMV_KS
-// (read once) forces the number of parts for every shape of 132..527 CTAs: 1 turns splitting off.
-static int gemv_ks_auto(int ctas, int nchunks)
+// (read once) forces the number of parts for every one-wave shape of at least one CTA per SM (132..527
+// CTAs of the defaults on the H200): 1 turns splitting off.
+static int gemv_ks_auto(int ctas, int nchunks, const variant_info &vi)
 {
     static int env = -2;
     if (env == -2) {
         const char *e = getenv("LLMQ_GEMV_KS");
         env = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_MAX_SPLIT ? atoi(e) : -1;
     }
-    if (ctas < 132 || ctas >= 528)
+    const int sms = sm_count();
+    if (ctas < sms || ctas >= vi.minb * sms)
         return 1;
     if (env > 0)
         return env;
-    return nchunks >= 8 * 8 * 2 ? 4 : 1; // 16 or more chunks a warp of 8
+    return nchunks >= 16 * vi.warps ? 4 : 1; // 16 or more chunks a warp
 }
 
 // xq: X is e4m3 with x_scale (fp8 W only)
@@ -506,15 +527,14 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
     if (gemv_check(fn, X, x_scale, xq, W, w_scale, fp8, Y, M, N, K, variant, ks))
         return -1;
     const int v = variant ? variant : gemv_pick(xq ? 2 : fp8, M, N, K);
-    int rows, chunk_k;
-    variant_shape(v, fp8, &rows, &chunk_k);
-    const int ctas = (N + rows - 1) / rows, nchunks = (K + chunk_k - 1) / chunk_k;
+    const variant_info vi = variant_shape(v, fp8);
+    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
     auto fits = [&](int parts) {
         return ws && ctas <= K_GEMV_WS_TICKETS &&
                (size_t)parts * M * N * 4 <= K_GEMV_WS_BYTES - K_GEMV_WS_TICKETS * 4;
     };
     if (ks == 0) {
-        const int want = gemv_ks_auto(ctas, nchunks);
+        const int want = gemv_ks_auto(ctas, nchunks, vi);
         ks = fits(want) ? want : 1;
     }
     if (ks > nchunks)
