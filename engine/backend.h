@@ -51,10 +51,15 @@ enum be_weights {
                           * lm_head keep their dtype. The CPU backend computes with the same fp8 values */
 };
 
+/* What a backend assumes where backend_opts leaves max_num_seqs / max_num_batched_tokens at 0 (tests
+ * that open a backend directly; the engine always passes its own, engine_opts_default). */
+#define BACKEND_DEFAULT_MAX_NUM_SEQS 256
+#define BACKEND_DEFAULT_MAX_BATCHED_TOKENS 8192
+
 struct backend_opts {
     int block_size;              /* tokens per KV block */
-    int max_num_seqs;            /* most sequences in one step */
-    int max_num_batched_tokens;  /* most new tokens in one step */
+    int max_num_seqs;            /* most sequences in one step (0: BACKEND_DEFAULT_MAX_NUM_SEQS) */
+    int max_num_batched_tokens;  /* most new tokens in one step (0: BACKEND_DEFAULT_MAX_BATCHED_TOKENS) */
     int max_model_len;           /* longest sequence */
     int threads;                 /* CPU threads, 0 = all */
     double gpu_memory_utilization;

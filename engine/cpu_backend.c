@@ -509,8 +509,8 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
         b->emu = true;
         b->emu_graphs = o->cuda_graphs;
-        b->emu_graph_max =
-            decode_graph_max(o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : 256);
+        b->emu_graph_max = decode_graph_max(
+            o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_bf16_jitter;
     }

@@ -454,8 +454,9 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->D = c->head_dim, b->V = c->vocab;
     b->HD = b->H * b->D, b->KVD = b->KVH * b->D, b->QKV = b->HD + 2 * b->KVD;
     b->eps = c->rms_eps;
-    b->max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : 256;
-    b->max_tokens = o->max_num_batched_tokens > 0 ? o->max_num_batched_tokens : 8192;
+    b->max_seqs = o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS;
+    b->max_tokens =
+        o->max_num_batched_tokens > 0 ? o->max_num_batched_tokens : BACKEND_DEFAULT_MAX_BATCHED_TOKENS;
     b->max_model_len = max_len;
     b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
     b->use_graphs = o->cuda_graphs;
