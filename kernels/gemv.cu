@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             wrow[r][h] = (const char *)Wv + ((size_t)(n < N ? n : 0) * K + (size_t)t * EPL) * WB;
         }
     const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
-    const int Mp = (M + 3) / 4 * 4; // XQ: rows of x_scale per k group
+    const int Mp = K_FP8_ROWS(M); // XQ: rows of x_scale per k group
     const int xm0 = 2 * t < M ? 2 * t : M - 1, xm1 = 2 * t + 1 < M ? 2 * t + 1 : M - 1; // XQ: its columns
     const int kblocks = (K + 127) / 128;
     const float *srow[R];
