@@ -4,13 +4,9 @@
 // a 16-byte store) when F % 8 == 0 and the buffers are 16-byte aligned, single elements otherwise.
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/silu.cuh"
 
 // ---- kernels
-
-__device__ __forceinline__ float silu_mul1(float g, float u)
-{
-    return g / (1.f + expf(-g)) * u;
-}
 
 // grid (T, ceil(F8 / threads)): token blockIdx.x, unit f of 8 columns; no integer division
 __global__ void __launch_bounds__(256)

@@ -211,6 +211,19 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
     return 0;
 }
 
+// A one-sequence step with fp8 weights runs gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the
+// same bits, one dependent launch fewer a layer); LLMQ_GLU=0 (read once) keeps them apart, for A/B
+// measurements (docs/KERNELS.md).
+static bool glu_fused(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMQ_GLU");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on != 0;
+}
+
 int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
 {
     const int T = p->T, C = b->C, F = b->F, HD = b->HD;
@@ -250,12 +263,16 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                                    b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
-                      gu_xq ? b->xs : NULL, &cl->wgu, b->gu, 0, T, st));
-        if (down_xq)
-            CB_K(k_silu_mul_fp8(b->gu, small ? b->act : NULL, b->xq, b->xs, T, F, st));
-        else
-            CB_K(k_silu_mul(b->gu, b->act, T, F, st));
+        if (T == 1 && cl->wgu.fp8 && !gu_xq && !down_xq && glu_fused())
+            CB_K(k_gemv_fp8_glu(b->h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->act, 1, F, C, st));
+        else {
+            CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
+                          gu_xq ? b->xs : NULL, &cl->wgu, b->gu, 0, T, st));
+            if (down_xq)
+                CB_K(k_silu_mul_fp8(b->gu, small ? b->act : NULL, b->xq, b->xs, T, F, st));
+            else
+                CB_K(k_silu_mul(b->gu, b->act, T, F, st));
+        }
         CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, down_xq ? b->xq : NULL,
                       down_xq ? b->xs : NULL, &cl->wdown, b->tmp, 0, T, st));
     }

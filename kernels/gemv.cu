@@ -51,6 +51,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/silu.cuh"
 
 // ---- device helpers
 
@@ -143,7 +144,13 @@ __device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t &lo, uint32_
 // sm_90). fp8: the DC chains of a step are summed at its end; bf16: the step's second mma goes into
 // a second accumulator, added at the end. Measured in the engine: bf16 +0.2-3 % with 2, fp8 nothing
 // (docs/PERFORMANCE.md, 2026-12-01 second).
-template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1>
+//
+// GLU (R = 1, ks = 1; k_gemv_*_glu): W holds 2N rows, gate rows 0..N-1 then up rows N..2N-1 (the fused
+// gate_up matrix), and a tile is 8 outputs: gate rows n_base + g as the mma's rows g (h = 0), up rows
+// N + n_base + g as rows g + 8 (h = 1), each half with its own block scale. The store rounds both sums
+// to bf16 as the unfused GEMV would store them and writes silu(gate) * up as k_silu_mul computes it
+// (kernels/silu.cuh): the same bits as k_gemv_* followed by k_silu_mul.
+template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
                 const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
@@ -160,26 +167,33 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x / ks, part = blockIdx.x - tile * ks; // split K: part of the tile's K
-    const int n_base = tile * (16 * R);
+    static_assert(!GLU || R == 1, "GLU tiles are one 8 + 8-row tile");
+    const int n_base = tile * (GLU ? 8 : 16 * R);
     const bool okx = g < M;
     const char *wrow[R][2];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int n = n_base + 16 * r + 8 * h + g;
-            wrow[r][h] = (const char *)Wv + ((size_t)(n < N ? n : 0) * K + (size_t)t * EPL) * WB;
+            const int n = GLU ? (n_base + g < N ? h * N + n_base + g : 0) : n_base + 16 * r + 8 * h + g;
+            wrow[r][h] =
+                (const char *)Wv + ((size_t)(n < (GLU ? 2 * N : N) ? n : 0) * K + (size_t)t * EPL) * WB;
         }
     const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
     const int Mp = K_FP8_ROWS(M); // XQ: rows of x_scale per k group
     const int xm0 = 2 * t < M ? 2 * t : M - 1, xm1 = 2 * t + 1 < M ? 2 * t + 1 : M - 1; // XQ: its columns
     const int kblocks = (K + 127) / 128;
-    const float *srow[R];
+    // A 16-row tile lies in one 128-row scale block; so do GLU's 8 gate rows and (N % 8 == 0) its 8 up
+    // rows, each half with its own block.
+    constexpr int SH = GLU ? 2 : 1;
+    const float *srow[R][SH];
 #pragma unroll
-    for (int r = 0; r < R; r++) { // a tile past N reads the first scale row (its outputs are not stored)
-        const int n = n_base + 16 * r < N ? n_base + 16 * r : 0;
-        srow[r] = FP8 ? w_scale + (size_t)(n / 128) * kblocks : w_scale;
-    }
+    for (int r = 0; r < R; r++) // a tile past N reads the first scale row (its outputs are not stored)
+#pragma unroll
+        for (int h = 0; h < SH; h++) {
+            const int n = n_base + 16 * r < N ? (GLU ? h * N + n_base : n_base + 16 * r) : 0;
+            srow[r][h] = FP8 ? w_scale + (size_t)(n / 128) * kblocks : w_scale;
+        }
 
     float acc[R][4], acc2[R][4];
 #pragma unroll
@@ -196,7 +210,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     const int nchunks = (K + CK - 1) / CK;
     const int c_lo = (int)((long)nchunks * part / ks), c_hi = (int)((long)nchunks * (part + 1) / ks);
     uint4 wv[U][R][2];
-    float sc[U][R];
+    float sc[U][R][SH];
     auto load_w = [&](int c) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -211,7 +225,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             if (FP8)
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    sc[u][r] = __ldg(srow[r] + (k0 < K ? k0 : 0) / 128);
+#pragma unroll
+                    for (int h = 0; h < SH; h++)
+                        sc[u][r][h] = __ldg(srow[r][h] + (k0 < K ? k0 : 0) / 128);
         }
     };
     // The weights do not depend on the kernel before (PDL, kernels/launch.cuh): the warp's first
@@ -276,7 +292,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                         mma_bf16(d, lo0, lo1, hi0, hi1, xlo, xhi);
                     }
 #endif
-                    const float s0 = sc[u][r] * xs[u][0], s1 = sc[u][r] * xs[u][1];
+                    const float s0 = sc[u][r][0] * xs[u][0], s1 = sc[u][r][0] * xs[u][1];
                     acc[r][0] = fmaf(d[0], s0, acc[r][0]);
                     acc[r][1] = fmaf(d[1], s1, acc[r][1]);
                     acc[r][2] = fmaf(d[2], s0, acc[r][2]);
@@ -317,8 +333,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                             d[i] += dc[c][i];
                     }
 #pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        acc[r][i] = fmaf(d[i], sc[u][r], acc[r][i]);
+                    for (int i = 0; i < 4; i++) // d[0], d[1]: row g; d[2], d[3]: row g + 8
+                        acc[r][i] = fmaf(d[i], sc[u][r][GLU ? i >> 1 : 0], acc[r][i]);
                 }
             }
         }
@@ -337,6 +353,21 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         red[warp][r][2 * t + 1][g + 8] = acc[r][3];
     }
     __syncthreads();
+    if (GLU) {
+        for (int i = threadIdx.x; i < 64; i += WARPS * 32) {
+            const int m = i >> 3, row = i & 7, n = n_base + row;
+            if (m >= M || n >= N)
+                continue;
+            float gs = 0.f, us = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; w++)
+                gs += red[w][0][m][row], us += red[w][0][m][row + 8];
+            const float gv = __bfloat162float(__float2bfloat16(gs)),
+                        uv = __bfloat162float(__float2bfloat16(us));
+            ((bf16 *)Y)[(size_t)m * N + n] = __float2bfloat16(silu_mul1(gv, uv));
+        }
+        return;
+    }
     auto store = [&](size_t o, float s) {
         if (y_f32)
             ((float *)Y)[o] = s;
@@ -586,6 +617,21 @@ extern "C" int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_
                            void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
     return k_gemv_fp8q_variant(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, 0, stream);
+}
+
+extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F,
+                              int K, cudaStream_t stream)
+{
+    if (M == 0)
+        return 0;
+    if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
+        return -1;
+    K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
+    // fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps, 2 load steps, 4 CTAs an SM)
+    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true>, (F + 7) / 8, 256, 0, stream,
+                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1,
+                     (unsigned *)NULL, (float *)NULL));
+    return 0;
 }
 
 extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,

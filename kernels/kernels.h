@@ -194,6 +194,14 @@ int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int 
                    void *ws, cudaStream_t stream);
 int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
                   int K, int variant, int ks, void *ws, cudaStream_t stream);
+/* k_gemv_fp8_glu: the gate/up projection and SwiGLU in one launch for decode-sized M: W is the fused
+ * gate_up matrix in k_gemv_fp8's format with 2F rows (gate rows 0..F-1, then up rows F..2F-1; scales
+ * [ceil(2F/128)][ceil(K/128)]), Y [M, F] bf16 = silu(X . W_gate^T) * (X . W_up^T), each product
+ * rounded to bf16 first: bit for bit k_gemv_fp8 into a [M, 2F] buffer (its configuration for shapes of
+ * at least one 16-row tile per SM, variant 2) followed by k_silu_mul, without the buffer and the
+ * second launch. F a multiple of 8 (a CTA's 8 up rows share one scale block); X as for k_gemv_fp8. */
+int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F, int K,
+                   cudaStream_t stream);
 /* k_gemv_fp8q: fp8 W as k_gemv_fp8, and X e4m3 too, in k_gemm_fp8's layout: Xq [Mp][K] with
  * Mp = K_FP8_ROWS(M) and x_scale [ceil(K/128)][Mp] (what k_quant_fp8_act / k_add_rmsnorm_fp8 /
  * k_silu_mul_fp8 write; rows M..Mp-1 are not read). Y = sum over k of (Xq * x_scale)(W * w_scale),

@@ -18,6 +18,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/silu.cuh"
 
 #define QBLK 128
 
@@ -236,11 +237,6 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-__device__ __forceinline__ float silu_mul_d(float g, float u)
-{
-    return g / (1.f + expf(-g)) * u; // k_silu_mul's formula, operation for operation
-}
-
 // One warp per (token t, group g of the F outputs).
 __global__ void __launch_bounds__(256)
     silu_mul_fp8_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
@@ -259,7 +255,7 @@ __global__ void __launch_bounds__(256)
     load_bf16x4(row + F + c, uv);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        y[i] = bf16r_d(silu_mul_d(gv[i], uv[i]));
+        y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));
     if (out)
         store_bf16x4(out + (size_t)t * F + c, y);
     quant_group(y, outq + (size_t)t * F + c, out_scale + (size_t)g * K_FP8_ROWS(T) + t);

@@ -331,6 +331,10 @@ static void argument_checks(void)
         {"fp8q w_scale NULL", k_gemv_fp8q(w, s, w, NULL, y, 0, 1, 16, 16, 0)},
         {"fp8q Xq misaligned", k_gemv_fp8q(w + 8, s, w, s, y, 0, 1, 16, 16, 0)},
         {"fp8q ks 2 without a workspace", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
+        {"glu M 9", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 9, 16, 16, 0)},
+        {"glu w_scale NULL", k_gemv_fp8_glu(x, w, NULL, (bf16 *)y, 1, 16, 16, 0)},
+        {"glu K 40", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 1, 16, 40, 0)},
+        {"glu F 12", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 1, 12, 16, 0)},
     };
     for (auto &c : cases)
         gt_check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
@@ -360,6 +364,69 @@ static void argument_checks(void)
     GPU_OK(cudaFree(w));
     GPU_OK(cudaFree(s));
     GPU_OK(cudaFree(y));
+}
+
+/* ---- k_gemv_fp8_glu against k_gemv_fp8 (the same configuration, variant 2) + k_silu_mul: the same bits.
+ * graph: the fused launch captured into a graph and replayed twice instead of launched directly. */
+
+static void glu_case(int M, int F, int K, uint64_t seed, bool graph)
+{
+    problem p;
+    make_problem(p, true, M, 2 * F, K, seed); /* W: the 2F rows of gate_up */
+    dev_problem d = upload(p);
+    bf16 *ref, *got;
+    const size_t n = (size_t)M * F;
+    GPU_OK(cudaMalloc(&ref, n * 2));
+    GPU_OK(cudaMalloc(&got, (n + GUARD) * 2));
+    char what[96];
+    snprintf(what, sizeof what, "glu M %d F %4d K %4d%s", M, F, K, graph ? " graph x2" : "");
+    poison(p, d, 0);
+    int rc = launch(p, d, 0, 2);
+    if (!rc) {
+        verify(what, p, d, 0); /* the unfused gate_up itself against the double reference */
+        rc = k_silu_mul((const bf16 *)d.Y, ref, M, F, 0);
+    }
+    cudaStream_t st;
+    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraphExec_t exec = NULL;
+    if (!rc && graph) {
+        cudaGraph_t gr;
+        GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        rc = k_gemv_fp8_glu(d.X, (const uint8_t *)d.W, d.S, got, M, F, K, st);
+        GPU_OK(cudaStreamEndCapture(st, &gr));
+        GPU_OK(cudaGraphInstantiate(&exec, gr, 0));
+        GPU_OK(cudaGraphDestroy(gr));
+    }
+    for (int rep = 0; rep < (graph ? 2 : 1) && !rc; rep++) {
+        GPU_OK(cudaMemsetAsync(got, 0xff, (n + GUARD) * 2, st));
+        if (graph)
+            GPU_OK(cudaGraphLaunch(exec, st));
+        else
+            rc = k_gemv_fp8_glu(d.X, (const uint8_t *)d.W, d.S, got, M, F, K, st);
+        GPU_OK(cudaStreamSynchronize(st));
+        std::vector<uint16_t> a(n), b(n + GUARD);
+        GPU_OK(cudaMemcpy(a.data(), ref, n * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(b.data(), got, (n + GUARD) * 2, cudaMemcpyDeviceToHost));
+        size_t diff = 0, guard = 0, first = n;
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i] && diff++ == 0)
+                first = i;
+        for (size_t i = n; i < n + GUARD; i++)
+            guard += b[i] != 0xffff;
+        gt_check(!diff && !guard,
+                 "%s run %d: fused = gate_up GEMV + k_silu_mul bit for bit (%zu differ%s%s), guard %s", what,
+                 rep + 1, diff, diff ? ", first at " : "",
+                 diff ? (std::to_string(first / F) + "," + std::to_string(first % F)).c_str() : "",
+                 guard ? "OVERWRITTEN" : "ok");
+    }
+    if (rc)
+        gt_check(false, "%s: %s", what, k_last_error());
+    if (exec)
+        GPU_OK(cudaGraphExecDestroy(exec));
+    GPU_OK(cudaStreamDestroy(st));
+    GPU_OK(cudaFree(ref));
+    GPU_OK(cudaFree(got));
+    release(d);
 }
 
 /* ---- CUDA graph capture: both launchers captured on a non-blocking stream, replayed twice */
@@ -774,6 +841,14 @@ int main(void)
                     make_problem(p, mode > 0, M, sh[0], sh[1], seed(), 0, mode == 2);
                     run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
                 }
+
+    printf("\n== gate/up + SwiGLU fused (k_gemv_fp8_glu)\n");
+    for (int M : {1, 2, 5, 8})
+        for (int F : {8, 16, 136, 1000})
+            for (int K : {16, 144, 656, 5120})
+                glu_case(M, F, K, seed(), false);
+    glu_case(1, 17408, 5120, seed(), true); /* Qwen3-14B's gate/up, in a graph */
+    glu_case(3, 304, 1024, seed(), true);
 
     printf("\n== graph capture\n");
     graph_check(seed());
