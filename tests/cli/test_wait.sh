@@ -114,6 +114,5 @@ eq "cancelled status" "$(python3 -c 'import json,sys; print(json.load(open(sys.a
 # ---- Ctrl-C
 "$LLMQ" wait -c "$CFG" never >/dev/null 2>&1 &
 w5=$!
-sleep 0.5
-kill -INT "$w5"; wait "$w5"; eq "Ctrl-C: exit 130" "$?" 130
+interrupt "$w5"; wait "$w5"; eq "Ctrl-C: exit 130" "$?" 130
 finish

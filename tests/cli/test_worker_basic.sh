@@ -113,7 +113,7 @@ eq "status --json" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys
 "$LLMQ" status -c "$CFG" --watch --json >"$T/watch.out" 2>&1 &
 watch_pid=$!
 sleep 1.5
-kill -INT "$watch_pid"; wait "$watch_pid"; eq "status --watch stops on Ctrl-C" "$?" 0
+interrupt "$watch_pid"; wait "$watch_pid"; eq "status --watch stops on Ctrl-C" "$?" 0
 [ "$(wc -l <"$T/watch.out")" -ge 1 ] && ok "status --watch printed" || bad "status --watch printed nothing"
 
 # ---- cancel a queued job, and a running one

@@ -7,6 +7,7 @@
 #   make_model; write_config        # $M (model dir), $CFG (llmq.yaml), $DB (results database)
 #   worker_start w1 --drain         # pid in $W_w1 (log $T/w1.log)
 #   wait_rows 100 30 || bad "..."   # until 100 rows exist, at most 30 s
+#   interrupt "$pid"                # Ctrl-C to a background command once it listens for it
 #   finish                          # prints the tally, exits 1 if anything failed
 set -u
 fail=0
@@ -148,6 +149,19 @@ wait_rows() {
   done
   return 1
 }
+# interrupt PID: SIGINT to a command started in the background, once it catches SIGINT (bit 1 of
+# SigCgt in /proc; up to 10 s). A background job of a non-interactive shell starts with SIGINT
+# ignored, so a SIGINT sent before the command has installed its handler would be lost.
+interrupt() {
+  local cgt
+  for _ in $(seq 200); do
+    cgt=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+    [ -n "$cgt" ] && (( 0x$cgt & 2 )) && break
+    sleep 0.05
+  done
+  kill -INT "$1"
+}
+
 # wait_for SECONDS COMMAND...: until the command succeeds.
 wait_for() {
   local secs=$1 i; shift
