@@ -915,8 +915,7 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
         return 0;
     const float sl2 = scale * 1.4426950408889634f;
     /* tuning hook (docs/KERNELS.md): LLMQ_ATTN_PREFILL_BM=64 selects 64-row CTAs of 4 warps */
-    const char *bm_env = getenv("LLMQ_ATTN_PREFILL_BM");
-    const bool bm64 = bm_env && atoi(bm_env) == 64;
+    static const bool bm64 = k_env_int("LLMQ_ATTN_PREFILL_BM", 128, 64, 128) == 64;
     if (D == 128)
         return bm64 ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
                     : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);

@@ -216,11 +216,7 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
 // measurements (docs/KERNELS.md).
 static bool glu_fused(void)
 {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LLMQ_GLU");
-        on = !(e && !strcmp(e, "0"));
-    }
+    static const int on = k_env_int("LLMQ_GLU", 1, 0, 1);
     return on != 0;
 }
 

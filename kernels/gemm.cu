@@ -451,11 +451,7 @@ extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_sc
 // producers' quantization), so the default keeps the more accurate bf16 X.
 static int gemv_xq_mode(void)
 {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("LLMQ_GEMV_XQ");
-        mode = e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
-    }
+    static const int mode = k_env_int("LLMQ_GEMV_XQ", 0, 0, 2);
     return mode;
 }
 

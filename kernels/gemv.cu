@@ -374,10 +374,15 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         else
             ((bf16 *)Y)[o] = __float2bfloat16(s);
     };
-    for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
-        const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
-        if (m >= M || n >= N)
-            continue;
+    // f(r, m, row, n) for each output of the CTA's tiles (one thread each)
+    auto each_output = [&](auto f) {
+        for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
+            const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
+            if (m < M && n < N)
+                f(r, m, row, n);
+        }
+    };
+    each_output([&](int r, int m, int row, int n) {
         float s = 0.f;
 #pragma unroll
         for (int w = 0; w < WARPS; w++)
@@ -386,7 +391,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             store((size_t)m * N + n, s);
         else
             part_sum[((size_t)part * M + m) * N + n] = s;
-    }
+    });
     if (ks == 1)
         return;
     // split K: the tile's last part to finish adds the parts' sums in part order (deterministic) and
@@ -400,15 +405,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     if (!last)
         return;
     __threadfence();
-    for (int i = threadIdx.x; i < R * 128; i += WARPS * 32) {
-        const int r = i >> 7, m = (i >> 4) & 7, row = i & 15, n = n_base + 16 * r + row;
-        if (m >= M || n >= N)
-            continue;
+    each_output([&](int, int m, int, int n) {
         float s = 0.f;
         for (int q = 0; q < ks; q++)
             s += __ldcg(part_sum + ((size_t)q * M + m) * N + n);
         store((size_t)m * N + n, s);
-    }
+    });
     if (threadIdx.x == 0)
         ticket[tile] = 0;
 }
@@ -483,12 +485,9 @@ static int gemv_pick(int kind, int M, int N, int K)
         return 7;
     // tuning hook (docs/KERNELS.md): LLMQ_GEMV_BF16 / LLMQ_GEMV_FP8 / LLMQ_GEMV_FP8Q = the variant for
     // shapes of as many tiles as SMs or more, read once
-    static int env[3] = {-1, -1, -1};
-    if (env[kind] < 0) {
-        static const char *const name[3] = {"LLMQ_GEMV_BF16", "LLMQ_GEMV_FP8", "LLMQ_GEMV_FP8Q"};
-        const char *e = getenv(name[kind]);
-        env[kind] = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_VARIANTS ? atoi(e) : 0;
-    }
+    static const int env[3] = {k_env_int("LLMQ_GEMV_BF16", 0, 1, K_GEMV_VARIANTS),
+                               k_env_int("LLMQ_GEMV_FP8", 0, 1, K_GEMV_VARIANTS),
+                               k_env_int("LLMQ_GEMV_FP8Q", 0, 1, K_GEMV_VARIANTS)};
     if (env[kind])
         return env[kind];
     return kind ? 2 : 11;
@@ -535,11 +534,7 @@ static variant_info variant_shape(int v, bool fp8)
 // CTAs of the defaults on the H200): 1 turns splitting off.
 static int gemv_ks_auto(int ctas, int nchunks, const variant_info &vi)
 {
-    static int env = -2;
-    if (env == -2) {
-        const char *e = getenv("LLMQ_GEMV_KS");
-        env = e && atoi(e) >= 1 && atoi(e) <= K_GEMV_MAX_SPLIT ? atoi(e) : -1;
-    }
+    static const int env = k_env_int("LLMQ_GEMV_KS", -1, 1, K_GEMV_MAX_SPLIT);
     const int sms = sm_count();
     if (ctas < sms || ctas >= vi.minb * sms)
         return 1;

@@ -46,6 +46,9 @@ int k_fail(const char *file, int line, const char *what, cudaError_t e);
 #define K_CHECK_LAUNCH() K_CHECK(cudaGetLastError())
 /* Records "file:line: " + a printf-style message (bad arguments, cuBLAS failures); returns -1. */
 int k_failf(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A tuning hook's value (docs/KERNELS.md): the environment variable `name` read as an integer when it
+ * is one in lo..hi, else dflt. Callers keep the value (read once per process). */
+int k_env_int(const char *name, int dflt, int lo, int hi);
 /* In a launcher: fails with the message unless cond holds, e.g. K_REQUIRE(D % 2 == 0, "D %d odd", D). */
 #define K_REQUIRE(cond, ...)                                                                                       \
     do {                                                                                                           \

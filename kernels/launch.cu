@@ -1,9 +1,19 @@
-// The per-process switch of kernels/launch.cuh: whether kernels are launched with programmatic
-// dependent launch.
+// The per-process switches: whether kernels are launched with programmatic dependent launch
+// (kernels/launch.cuh), and the reader of every tuning hook (k_env_int, kernels.h).
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/launch.cuh"
+
+extern "C" int k_env_int(const char *name, int dflt, int lo, int hi)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return dflt;
+    char *end;
+    const long v = strtol(e, &end, 10);
+    return *end == 0 && v >= lo && v <= hi ? (int)v : dflt;
+}
 
 // Decided on first use and never changed; a race between two first calls computes the same value.
 static int pdl = -1;
@@ -17,8 +27,7 @@ bool k_pdl_on(void)
             cudaGetLastError(); // no device: not a sticky error for the caller
             major = 0;
         }
-        const char *e = getenv("LLMQ_PDL");
-        pdl = major >= 9 && !(e && !strcmp(e, "0"));
+        pdl = major >= 9 && k_env_int("LLMQ_PDL", 1, 0, 1);
     }
     return pdl != 0;
 }

@@ -152,6 +152,19 @@ __device__ __forceinline__ float block_sum256(float v)
     return total;
 }
 
+// A lane's 4 columns of one group: the residual v times rr and the norm weights, rounded to bf16 (written
+// to out when given), then the group's e4m3 codes and scale (quant_group: the warp holds the group).
+__device__ __forceinline__ void norm_quant_group(float4 v, float rr, const float wf[4], bf16 *out, uint8_t *q,
+                                                 float *scale)
+{
+    float y[4];
+    y[0] = bf16r_d(v.x * rr * wf[0]), y[1] = bf16r_d(v.y * rr * wf[1]);
+    y[2] = bf16r_d(v.z * rr * wf[2]), y[3] = bf16r_d(v.w * rr * wf[3]);
+    if (out)
+        store_bf16x4(out, y);
+    quant_group(y, q, scale);
+}
+
 // One CTA (256 threads, 8 warps) per row. Pass 1: residual += x (4 columns per thread at a time)
 // and the sum of squares; pass 2: warp w normalizes groups w, w + 8, ... (re-reading its residual,
 // which the same thread wrote: no barrier needed beyond the reduction's), rounds to bf16, writes out
@@ -201,12 +214,8 @@ __global__ void __launch_bounds__(256)
         for (int j = 0; j < N; j++)
             if (warp + 8 * j < G) {
                 const int g = warp + 8 * j, c = g * QBLK + lane * 4;
-                float y[4];
-                y[0] = bf16r_d(v[j].x * rr * wf[j][0]), y[1] = bf16r_d(v[j].y * rr * wf[j][1]);
-                y[2] = bf16r_d(v[j].z * rr * wf[j][2]), y[3] = bf16r_d(v[j].w * rr * wf[j][3]);
-                if (out)
-                    store_bf16x4(out + row + c, y);
-                quant_group(y, outq + row + c, out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
+                norm_quant_group(v[j], rr, wf[j], out ? out + row + c : NULL, outq + row + c,
+                                 out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
             }
         return;
     }
@@ -227,13 +236,10 @@ __global__ void __launch_bounds__(256)
     for (int g = warp; g < G; g += 8) {
         const int c = g * QBLK + lane * 4;
         const float4 v = *(const float4 *)(res + c);
-        float wf[4], y[4];
+        float wf[4];
         load_bf16x4(w + c, wf);
-        y[0] = bf16r_d(v.x * rr * wf[0]), y[1] = bf16r_d(v.y * rr * wf[1]);
-        y[2] = bf16r_d(v.z * rr * wf[2]), y[3] = bf16r_d(v.w * rr * wf[3]);
-        if (out)
-            store_bf16x4(out + row + c, y);
-        quant_group(y, outq + row + c, out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
+        norm_quant_group(v, rr, wf, out ? out + row + c : NULL, outq + row + c,
+                         out_scale + (size_t)g * K_FP8_ROWS(rows) + blockIdx.x);
     }
 }
 
