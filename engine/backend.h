@@ -66,6 +66,10 @@ struct backend_opts {
     int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
     enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */
+    /* the output projection (lm_head, or the embedding when tied), by the rule of fp8_linear_use
+     * (engine/fp8.h): AUTO (0) = fp8 only where the checkpoint ships it in F8_E4M3 blocks (the Qwen3
+     * FP8 checkpoints keep it bf16), FP8 = quantized at load (model.lm_head_dtype), BF16 = never */
+    enum be_weights lm_head_dtype;
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
     int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).

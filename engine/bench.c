@@ -40,15 +40,19 @@ void bench_roofline_step(struct bench_roofline *r, const struct model_config *c,
     }
     if (T == 0)
         return;
-    const double wb = r->fp8_weights ? 1 : 2;                      /* bytes per linear weight */
+    const double wb = r->fp8_weights ? 1 : 2;                       /* bytes per linear weight */
     const double kvb = r->fp8_kv ? 2 * KVH * (D + 4) : 2 * 2 * KVD; /* K and V bytes per token and layer */
-    double bytes = L * (wb * lin + 2 * small) + 2 * C + (samp > 0 ? 2 * V * C : 0) + 2 * C * T /* embedding rows */
-                   + L * kvb * kv_read                                                        /* K and V read */
-                   + L * kvb * T;                                                             /* K and V written */
-    double lin_flops = 2 * L * lin * T, flops = lin_flops + 2 * V * C * samp + 4 * L * HD * attn;
+    const double lmb = r->fp8_lm_head ? 1 : 2;                      /* bytes per lm_head weight */
+    double bytes = L * (wb * lin + 2 * small) + 2 * C + (samp > 0 ? lmb * V * C : 0) +
+                   2 * C * T           /* embedding rows */
+                   + L * kvb * kv_read /* K and V read */
+                   + L * kvb * T;      /* K and V written */
+    double lin_flops = 2 * L * lin * T, lm_flops = 2 * V * C * samp,
+           flops = lin_flops + lm_flops + 4 * L * HD * attn;
     double tb = bytes / BENCH_COPY_BPS,
            tf = lin_flops / (r->fp8_weights ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +
-                (flops - lin_flops) / BENCH_BF16_FLOPS;
+                lm_flops / (r->fp8_lm_head ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +
+                (flops - lin_flops - lm_flops) / BENCH_BF16_FLOPS;
     r->steps++;
     r->tokens += (uint64_t)T;
     r->sampled += (uint64_t)samp;

@@ -10,7 +10,8 @@
  * rates are the H200's measured ceilings: 4.2 TB/s copy, 776 TFLOP/s dense bf16, 1416 TFLOP/s fp8.
  * With fp8 weights the linear weights count 1 byte each (their scales are 1/16384 of that) and their
  * flops run at the fp8 rate; with an fp8 KV cache a token's K and V count 2 * KVH * (D + 4) bytes a
- * layer (e4m3 codes and an fp32 scale per KV head). */
+ * layer (e4m3 codes and an fp32 scale per KV head); with an fp8 output projection (model.lm_head_dtype)
+ * its V * C weights count 1 byte each and its flops run at the fp8 rate. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +36,7 @@ const char *bench_workload_names(void);
 
 struct bench_roofline {
     bool fp8_weights, fp8_kv;   /* set by the caller: what the backend stores (see above) */
+    bool fp8_lm_head;           /* the output projection in fp8 (model.lm_head_dtype) */
     uint64_t steps, tokens, sampled;
     double bytes, flops;        /* summed over steps */
     double ideal_s;             /* sum of each step's max(bytes / bw, flops / rate) */

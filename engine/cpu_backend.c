@@ -307,6 +307,20 @@ static enum lw_mode linear_mode(const struct backend_opts *o, const struct tenso
     return LW_FP8;
 }
 
+/* The output projection's mode: fp8 where it is on the GPU (backend_opts.lm_head_dtype). */
+static enum lw_mode lm_head_mode(const struct backend_opts *o, const struct tensor_view *src)
+{
+    const enum lw_mode plain = o->emulate_bf16 ? LW_BF16 : LW_PLAIN;
+    const struct tensor_view *parts[1] = {src};
+    char why[256];
+    if (!fp8_linear_use(o->lm_head_dtype, parts, 1, why, sizeof why)) {
+        if (why[0])
+            log_info("cpu backend: lm_head: %s", why);
+        return plain;
+    }
+    return LW_FP8;
+}
+
 static int load_weights(struct cpu_backend *b, const struct model *m, const struct backend_opts *o, char *err,
                         size_t errlen)
 {
@@ -316,7 +330,11 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
     const int64_t C = b->C, F = b->F, D = b->D, V = b->V, QKV = b->QKV, HD = b->HD, KVD = b->KVD;
     size_t per_layer = (size_t)(C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD +
                                 C + 2 * F * C + C * F);
-    size_t total = (size_t)(V * C) * (c->tie_embeddings ? 1 : 2) + (size_t)C + per_layer * (size_t)b->L;
+    /* the output projection in fp8 (model.lm_head_dtype; the GPU's values) needs its own copy when tied */
+    const struct tensor_view *lm_src = c->tie_embeddings ? &m->embed : &m->lm_head;
+    const enum lw_mode ml = lm_head_mode(o, lm_src);
+    const bool lm_own = !c->tie_embeddings || ml == LW_FP8;
+    size_t total = (size_t)(V * C) * (lm_own ? 2 : 1) + (size_t)C + per_layer * (size_t)b->L;
     b->weights = malloc(total * sizeof(float));
     b->n_weights = total;
     b->layers = calloc((size_t)b->L, sizeof *b->layers);
@@ -335,11 +353,11 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
     if (load_weight(&m->embed, "embed_tokens", -1, V, C, w, plain, err, errlen))
         return -1;
     b->embed = w;
-    if (c->tie_embeddings) {
+    if (!lm_own) {
         b->lm_head = b->embed;
     } else {
         TAKE(w, V * C);
-        if (load_weight(&m->lm_head, "lm_head", -1, V, C, w, plain, err, errlen))
+        if (load_weight(lm_src, c->tie_embeddings ? "embed_tokens" : "lm_head", -1, V, C, w, ml, err, errlen))
             return -1;
         b->lm_head = w;
     }

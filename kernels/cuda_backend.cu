@@ -275,17 +275,25 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     if (p->n_logits == 0)
         return 0;
     // the last layer's down projection is still to be added: the final norm does it, on logits rows only
+    const int NL = p->n_logits;
+    float *res = b->resid;
+    const bf16 *add = b->tmp;
     if (p->gather) {
-        gather_rows_kernel<<<p->n_logits, 256, 0, st>>>(b->resid, b->tmp, (const int32_t *)b->last_rows.d,
-                                                        b->resid_last, b->tmp_last, C);
+        gather_rows_kernel<<<NL, 256, 0, st>>>(b->resid, b->tmp, (const int32_t *)b->last_rows.d,
+                                               b->resid_last, b->tmp_last, C);
         CB_CUDA(cudaGetLastError());
-        CB_K(k_add_rmsnorm(b->resid_last, b->tmp_last, b->final_norm, b->h_last, p->n_logits, C, b->eps, st));
-    } else {
-        CB_K(k_add_rmsnorm(b->resid, b->tmp, b->final_norm, b->h_last, p->n_logits, C, b->eps, st));
+        res = b->resid_last, add = b->tmp_last;
     }
-    // lm_head stays bf16 (as vLLM and the Qwen3-FP8 checkpoints keep it); small batches may take the GEMV
-    const struct k_weight lm = {0, b->lm_head, NULL, b->V, C, NULL};
-    CB_K(k_linear(b->gemm, b->h_last, NULL, NULL, &lm, b->logits, 1, p->n_logits, st));
+    // lm_head: bf16 (as vLLM and the Qwen3-FP8 checkpoints keep it) or fp8 (model.lm_head_dtype), whose
+    // input the final norm quantizes where k_linear may read it; small batches may take the GEMV
+    const bool lm_small = NL <= K_GEMV_MAX_M, lm_xq = k_linear_takes_xq(&b->lm, NL);
+    if (lm_xq)
+        CB_K(k_add_rmsnorm_fp8(res, add, b->final_norm, lm_small ? b->h_last : NULL, b->xq, b->xs, NL, C,
+                               b->eps, st));
+    else
+        CB_K(k_add_rmsnorm(res, add, b->final_norm, b->h_last, NL, C, b->eps, st));
+    CB_K(k_linear(b->gemm, b->lm.fp8 && !lm_small ? NULL : b->h_last, lm_xq ? b->xq : NULL,
+                  lm_xq ? b->xs : NULL, &b->lm, b->logits, 1, NL, st));
     return 0;
 }
 
@@ -377,7 +385,7 @@ static int alloc_buffers(struct cuda_backend *b)
         cb_malloc(b, (void **)&b->resid_last, S * C * 4, "last rows") ||
         cb_malloc(b, (void **)&b->tmp_last, S * C * 2, "last rows") ||
         cb_malloc(b, (void **)&b->h_last, S * C * 2, "last rows") ||
-        cb_malloc(b, (void **)&b->logits, S * b->V * 4, "logits") ||
+        cb_malloc(b, (void **)&b->logits, K_FP8_ROWS(S) * b->V * 4, "logits") || // fp8 lm_head: Mp rows
         cb_malloc(b, (void **)&b->qs_dec, (S + 1) * 4, "q_start"))
         return -1;
     iota_kernel<<<(unsigned)((S + 1 + 255) / 256), 256, 0, b->stream>>>(b->qs_dec, (int)S + 1);
@@ -475,6 +483,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->use_graphs = o->cuda_graphs;
     b->graph_max = decode_graph_max(o->cuda_graph_max_batch, b->max_seqs);
     b->weight_dtype = o->weight_dtype;
+    b->lm_head_dtype = o->lm_head_dtype;
     b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
     // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
     b->rows = K_FP8_ROWS(b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs);

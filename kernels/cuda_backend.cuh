@@ -74,15 +74,17 @@ struct cuda_backend {
     struct k_gemm *gemm;
 
     // weights: one allocation. Linear weights are bf16, or e4m3 with fp32 128x128 block scales
-    // (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings, norms, lm_head bf16.
+    // (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings and norms bf16; the output
+    // projection bf16, or fp8 by the same rule under backend_opts.lm_head_dtype.
     void *wbuf;
     size_t wbytes;
-    enum be_weights weight_dtype;
+    enum be_weights weight_dtype, lm_head_dtype;
     int n_fp8;       // linear matrices (of 4 L) held in fp8
     uint8_t *xq;     // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
     float *xs;       // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
     size_t xq_bytes; // one allocation: xq then xs
-    const bf16 *embed, *lm_head, *final_norm; // (V, C), (V, C) (== embed when tied), (C)
+    const bf16 *embed, *final_norm; // (V, C), (C)
+    struct k_weight lm;             // lm_head (V, C): bf16 (the embedding itself when tied), or fp8
     struct cb_layer *layers;                  // [L]
     float *inv_freq;                          // (D/2) device
     float attn_scale;

@@ -347,7 +347,18 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         snprintf(b->base.err, sizeof b->base.err, "out of host memory");
         return -1;
     }
-    size_t total = align256(V * C * 2) * (c->tie_embeddings ? 1 : 2) + align256(C * 2), fp8_bytes = 0;
+    // the output projection: bf16 (shared with the embedding when tied) or fp8 (its own copy)
+    const struct tensor_view *lm_src = c->tie_embeddings ? &m->embed : &m->lm_head, *lm_parts[1] = {lm_src};
+    char lm_why[256];
+    const bool lm_fp8 = fp8_linear_use(b->lm_head_dtype, lm_parts, 1, lm_why, sizeof lm_why);
+    if (lm_why[0])
+        log_info("cuda backend: lm_head: %s", lm_why);
+    size_t total = align256(V * C * 2) +
+                   (lm_fp8              ? linear_bytes(V, C, true)
+                    : c->tie_embeddings ? 0
+                                        : align256(V * C * 2)) +
+                   align256(C * 2),
+           fp8_bytes = lm_fp8 ? linear_bytes(V, C, true) : 0;
     b->n_fp8 = 0;
     for (int l = 0; l < b->L; l++) {
         const struct layer_weights *lw = &m->layers[l];
@@ -375,7 +386,7 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     b->wbytes = total;
     if (cb_malloc(b, (void **)&ld.stage, STAGE_BYTES, "weight staging")) // freed when loading is done
         goto out;
-    if (b->n_fp8) {
+    if (b->n_fp8 || lm_fp8) {
         // the fp8 GEMM input (one buffer for every matrix in turn) and the quantization staging
         const size_t kmax = C > HD ? (C > F ? C : F) : (HD > F ? HD : F), R = (size_t)b->rows;
         b->xq_bytes = align256(R * kmax) + align256(kmax / FP8_BLOCK * R * 4);
@@ -407,13 +418,18 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         if (put(&ld, &m->embed, "embed_tokens", -1, V, C, w))
             goto out;
         b->embed = w;
-        if (c->tie_embeddings) {
-            b->lm_head = b->embed;
+        if (lm_fp8) {
+            const struct part_spec sl[1] = {
+                {lm_src, c->tie_embeddings ? "embed_tokens" : "lm_head", (int64_t)V}};
+            if (put_linear(&ld, &p, &b->lm, true, V, C, sl, 1, -1))
+                goto out;
+        } else if (c->tie_embeddings) {
+            b->lm = (struct k_weight){0, b->embed, NULL, (int)V, (int)C, NULL};
         } else {
             TAKE(w, V * C);
             if (put(&ld, &m->lm_head, "lm_head", -1, V, C, w))
                 goto out;
-            b->lm_head = w;
+            b->lm = (struct k_weight){0, w, NULL, (int)V, (int)C, NULL};
         }
         TAKE(w, C);
         if (put(&ld, &m->final_norm, "norm", -1, C, 0, w))
@@ -495,13 +511,16 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         : b->n_fp8 == 4 * b->L ? "linear weights fp8 e4m3 (128x128 blocks), the rest bf16"
                                : "some linear weights fp8 e4m3, the rest bf16",
         (double)ld.uploaded / 1e9, (double)ld.converted / 1e9, (double)ld.random / 1e9,
-        b->n_fp8 ? "; fp8 staging included" : "", c->tie_embeddings ? ", lm_head tied to the embedding" : "");
-    if (b->n_fp8)
+        b->n_fp8 || lm_fp8 ? "; fp8 staging included" : "",
+        lm_fp8              ? ", lm_head fp8"
+        : c->tie_embeddings ? ", lm_head tied to the embedding"
+                            : "");
+    if (b->n_fp8 || lm_fp8)
         log_info(
-            "cuda backend: %d of %d linear matrices in fp8: %.2f GB (%.2f GB copied from the checkpoint as "
+            "cuda backend: %d of %d linear matrices in fp8%s: %.2f GB (%.2f GB copied from the checkpoint as "
             "fp8, %.2f GB quantized at load)",
-            b->n_fp8, 4 * b->L, (double)fp8_bytes / 1e9, (double)ld.fp8_copied / 1e9,
-            (double)ld.fp8_quantized / 1e9);
+            b->n_fp8, 4 * b->L, lm_fp8 ? ", and lm_head" : "", (double)fp8_bytes / 1e9,
+            (double)ld.fp8_copied / 1e9, (double)ld.fp8_quantized / 1e9);
 out:
     free(lp);
     if (ld.stage || ld.qstage || ld.bad)

@@ -27,6 +27,7 @@
 
 #include "engine/bench.h"
 #include "engine/engine.h"
+#include "engine/fp8.h"
 #include "engine/gpu.h"
 #include "engine/log.h"
 #include "engine/model.h"
@@ -97,6 +98,8 @@ static void usage(FILE *f)
         "      --cuda-graph-max-batch N    largest decode batch run as a graph (default %d)\n"
         "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
         "                                  quantized at load in 128x128 blocks; model.dtype)\n"
+        "      --lm-head-dtype D           auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
+        "                                  model.lm_head_dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
         "      --threads N                 CPU backend threads (default all)\n"
         "      --seed N                    prompt seed (default 0)\n"
@@ -132,6 +135,20 @@ static int parse_int(const char *flag, const char *s, int lo, int *out)
     if (errno || end == s || *end || v < lo || v > 0x7fffffffLL)
         return cli_usage_error(CMD, "%s: '%s' is not an integer >= %d", flag, s, lo);
     *out = (int)v;
+    return 0;
+}
+
+/* --dtype / --lm-head-dtype: auto | bf16 | fp8 */
+static int parse_weights(const char *flag, const char *s, enum be_weights *out)
+{
+    if (!strcmp(s, "auto"))
+        *out = BE_WEIGHTS_AUTO;
+    else if (!strcmp(s, "bf16"))
+        *out = BE_WEIGHTS_BF16;
+    else if (!strcmp(s, "fp8"))
+        *out = BE_WEIGHTS_FP8;
+    else
+        return cli_usage_error(CMD, "%s: '%s' (expected auto, bf16 or fp8)", flag, s);
     return 0;
 }
 
@@ -409,6 +426,7 @@ int cmd_bench(int argc, char **argv)
         O_SHORT_TOKENS,
         O_DTYPE,
         O_KVDTYPE,
+        O_LMDTYPE,
     };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},
@@ -440,6 +458,7 @@ int cmd_bench(int argc, char **argv)
         {"seed", required_argument, NULL, O_SEED},
         {"dtype", required_argument, NULL, O_DTYPE},
         {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
+        {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *model_dir = NULL, *shape = NULL, *workload = NULL, *backend = "auto", *config = NULL;
@@ -547,14 +566,10 @@ int cmd_bench(int argc, char **argv)
             rc = parse_int("--cuda-graph-max-batch", optarg, 1, &eo.be.cuda_graph_max_batch);
             break;
         case O_DTYPE:
-            if (!strcmp(optarg, "auto"))
-                eo.be.weight_dtype = BE_WEIGHTS_AUTO;
-            else if (!strcmp(optarg, "bf16"))
-                eo.be.weight_dtype = BE_WEIGHTS_BF16;
-            else if (!strcmp(optarg, "fp8"))
-                eo.be.weight_dtype = BE_WEIGHTS_FP8;
-            else
-                rc = cli_usage_error(CMD, "--dtype: '%s' (expected auto, bf16 or fp8)", optarg);
+            rc = parse_weights("--dtype", optarg, &eo.be.weight_dtype);
+            break;
+        case O_LMDTYPE:
+            rc = parse_weights("--lm-head-dtype", optarg, &eo.be.lm_head_dtype);
             break;
         case O_KVDTYPE:
             if (!strcmp(optarg, "bf16") || !strcmp(optarg, "auto"))
@@ -735,6 +750,11 @@ int cmd_bench(int argc, char **argv)
     b.roof.fp8_weights = eo.be.weight_dtype == BE_WEIGHTS_FP8 ||
                          (eo.be.weight_dtype == BE_WEIGHTS_AUTO && b.model->cfg.fp8_blocks);
     b.roof.fp8_kv = eo.be.kv_dtype == DT_F8_E4M3;
+    {
+        const struct tensor_view *lm[1] = {b.model->cfg.tie_embeddings ? &b.model->embed : &b.model->lm_head};
+        char why[256];
+        b.roof.fp8_lm_head = fp8_linear_use(eo.be.lm_head_dtype, lm, 1, why, sizeof why);
+    }
 
     if (b.has_bg)
         log_info("bench: %s, background %s: %d requests x %d in / %d out in the long lane", model_name,
@@ -824,6 +844,7 @@ int cmd_bench(int argc, char **argv)
                         json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
                                     : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
                                                                             : "auto"));
+    json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : "bf16"));
     json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : "bf16"));
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));

@@ -98,6 +98,7 @@ static int check_template(const void *v, char *msg, size_t len)
 /* ---- the table: the only place keys are defined */
 
 static const char *const dtype_choices[] = {"auto", "bf16", "fp16", "fp32", "fp8", NULL};
+static const char *const lm_dtype_choices[] = {"auto", "bf16", "fp8", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const kv_choices[] = {"auto", "bf16", "fp8", NULL};
 static const char *const level_choices[] = {"debug", "info", "warn", "error", NULL};
@@ -172,6 +173,10 @@ static const struct cfg_key keys[] = {
     STR("model", "name", model.name, "", 0, NULL, "model name recorded in results; \"\" = the folder's name"),
     ENUM("model", "dtype", model.dtype, "auto", dtype_choices,
          "weight dtype on the backend; auto = the checkpoint's (fp32 on cpu); fp8 quantizes at load"),
+    ENUM("model", "lm_head_dtype", model.lm_head_dtype, "auto", lm_dtype_choices,
+         "output projection dtype; auto = the checkpoint's (bf16 in the Qwen3 FP8 checkpoints); fp8 "
+         "quantizes it at load (128x128 blocks): ~3 % faster one-sequence decode, slightly different "
+         "logprobs"),
     INT("model", "max_model_len", model.max_model_len, "0", 0, MAX_LEN,
         "longest prompt + output; 0 = the model's; more than native enables YaRN"),
     STR("model", "tokenizer", model.tokenizer, "", 0, NULL, "folder with tokenizer.json; \"\" = model.path"),

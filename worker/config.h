@@ -43,6 +43,9 @@
 enum cfg_dtype { CFG_DTYPE_AUTO, CFG_DTYPE_BF16, CFG_DTYPE_FP16, CFG_DTYPE_FP32, CFG_DTYPE_FP8 };
 /* engine.backend */
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CPU, CFG_BACKEND_CUDA };
+/* model.lm_head_dtype */
+enum cfg_lm_dtype { CFG_LM_AUTO, CFG_LM_BF16, CFG_LM_FP8 };
+
 /* engine.kv_cache_dtype */
 enum cfg_kv_dtype { CFG_KV_AUTO, CFG_KV_BF16, CFG_KV_FP8 };
 /* worker.log_level holds an enum log_level (engine/log.h): debug, info, warn, error. */
@@ -78,6 +81,7 @@ struct cfg_model {
     char *path;        /* Hugging Face model folder; "" = none (commands then need --model) */
     char *name;        /* name recorded in results; "" = the folder's basename */
     int dtype;         /* enum cfg_dtype */
+    int lm_head_dtype; /* enum cfg_lm_dtype */
     int max_model_len; /* 0 = config.json's max_position_embeddings; more enables YaRN */
     char *tokenizer;   /* folder with tokenizer.json; "" = the model folder */
 };

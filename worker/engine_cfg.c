@@ -25,6 +25,9 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.weight_dtype = c->model.dtype == CFG_DTYPE_FP8    ? BE_WEIGHTS_FP8
                         : c->model.dtype == CFG_DTYPE_BF16 ? BE_WEIGHTS_BF16
                                                            : BE_WEIGHTS_AUTO;
+    o.be.lm_head_dtype = c->model.lm_head_dtype == CFG_LM_FP8    ? BE_WEIGHTS_FP8
+                         : c->model.lm_head_dtype == CFG_LM_BF16 ? BE_WEIGHTS_BF16
+                                                                 : BE_WEIGHTS_AUTO;
     const char *backend = cfg_choice("engine.backend", c->engine.backend);
     o.backend = backend ? backend : "auto";
     o.enable_prefix_caching = c->engine.enable_prefix_caching;

@@ -21,6 +21,11 @@
  * chaotic next-token distributions that amplify any perturbation, so greedy agreement there measures
  * the model, not fp8: its bars are printed as "info", never failed).
  *
+ * The output projection in fp8 (model.lm_head_dtype), on models whose vocab and hidden size are
+ * multiples of 128: "fp8 weights + lm_head" against the reference, "fp8 lm_head alone" against fp8
+ * weights (the same layers and contexts: what the projection alone moves), and against the CPU oracle
+ * with the same fp8 projection over bf16 layers, with 12 sequences (the cuBLASLt path as well as the GEMV).
+ *
  * Bars (loose sanity: they fail on a broken path, not on fp8's own error; the numbers go into
  * docs/CUDA_BACKEND.md), on the tiny aligned models: every fp8 configuration has mean chosen
  * |dlogprob| < 0.5 and greedy agreement > 50%; against the CPU oracle (emulate_bf16 with the same
@@ -65,10 +70,12 @@ static void trace_free(struct trace *t)
     memset(t, 0, sizeof *t);
 }
 
+#define MAXSEQ 12 /* the lm_head cases: more logits rows than the GEMV takes (K_GEMV_MAX_M) */
+
 struct prompts {
     int n_seq, n_gen;
-    int n_prompt[8];
-    int32_t *tok[8]; /* prompt then the reference's generated tokens */
+    int n_prompt[MAXSEQ];
+    int32_t *tok[MAXSEQ]; /* prompt then the reference's generated tokens */
 };
 
 /* Runs prompts through be: one prefill step, then n_gen - 1 decode steps. With teacher set, the
@@ -94,8 +101,8 @@ static int drive(struct backend *be, struct prompts *p, bool teacher, struct tra
     int32_t *bt = malloc((size_t)S * nbs * sizeof *bt);
     struct sampling_params sp = sampling_params_default();
     sp.temperature = 0, sp.logprobs = TOP;
-    struct be_seq seqs[8];
-    struct be_out out[8];
+    struct be_seq seqs[MAXSEQ];
+    struct be_out out[MAXSEQ];
     for (int s = 0; s < S; s++)
         for (int i = 0; i < nbs; i++)
             bt[s * nbs + i] = s * nbs + i;
@@ -234,30 +241,33 @@ static void judge(const char *model, const char *cfg, const struct stats *s, boo
     n_fail += !ok && !informational;
 }
 
-static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights wd, bool kv8, int max_len)
+static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights wd, enum be_weights lm,
+                                bool kv8, int max_len, int n_seq)
 {
     struct backend_opts o;
     memset(&o, 0, sizeof o);
     o.block_size = BS;
-    o.max_num_seqs = 8;
+    o.max_num_seqs = n_seq > 8 ? MAXSEQ : 8;
     o.max_num_batched_tokens = 4096;
     o.max_model_len = max_len;
     o.gpu_memory_utilization = 0.9;
     /* enough for 8 sequences of max_len in fp32 (CPU); a cap on the GPU's pool (opens faster) */
     int64_t per_tok = (int64_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * 4;
-    o.kv_cache_bytes = per_tok * (8 * (int64_t)(max_len + BS)) + ((int64_t)1 << 20);
+    o.kv_cache_bytes = per_tok * (o.max_num_seqs * (int64_t)(max_len + BS)) + ((int64_t)1 << 20);
     o.kv_dtype = cpu ? DT_F32 : kv8 ? DT_F8_E4M3 : DT_BF16;
     o.cuda_graphs = true; /* the GPU's decode steps as graphs; the emulating oracle mirrors their buckets */
     o.emulate_bf16 = cpu;
     o.weight_dtype = wd;
+    o.lm_head_dtype = lm;
     return o;
 }
 
 /* Opens and drives one configuration; false when it could not open (printed). */
-static bool run_cfg(const struct model *m, const char *model, const char *cfg, bool cpu, enum be_weights wd,
-                    bool kv8, struct prompts *p, bool teacher, struct trace *t, int max_len)
+static bool run_cfg_lm(const struct model *m, const char *model, const char *cfg, bool cpu,
+                       enum be_weights wd, enum be_weights lm, bool kv8, struct prompts *p, bool teacher,
+                       struct trace *t, int max_len)
 {
-    struct backend_opts o = opts(m, cpu, wd, kv8, max_len);
+    struct backend_opts o = opts(m, cpu, wd, lm, kv8, max_len, p->n_seq);
     char err[512];
     struct backend *be = backend_open(cpu ? "cpu" : "cuda", m, &o, err, sizeof err);
     if (!be) {
@@ -280,6 +290,13 @@ static bool run_cfg(const struct model *m, const char *model, const char *cfg, b
         printf("     %-22s %-26s ran in %.2f s\n", model, cfg,
                (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return rc == 0;
+}
+
+/* run_cfg_lm with the output projection as the checkpoint has it (bf16 here) */
+static bool run_cfg(const struct model *m, const char *model, const char *cfg, bool cpu, enum be_weights wd,
+                    bool kv8, struct prompts *p, bool teacher, struct trace *t, int max_len)
+{
+    return run_cfg_lm(m, model, cfg, cpu, wd, BE_WEIGHTS_AUTO, kv8, p, teacher, t, max_len);
 }
 
 static void make_prompts(struct prompts *p, int n_seq, const int *lens, int n_gen, int vocab, uint64_t seed)
@@ -314,21 +331,68 @@ static void gpu_configs(const struct model *m, const char *model, struct prompts
         const char *name;
         enum be_weights wd;
         bool kv8;
-    } cfgs[] = {{"bf16 weights, bf16 KV (2)", BE_WEIGHTS_BF16, false},
-                {"fp8 weights, bf16 KV", BE_WEIGHTS_FP8, false},
-                {"bf16 weights, fp8 KV", BE_WEIGHTS_BF16, true},
-                {"fp8 weights, fp8 KV", BE_WEIGHTS_FP8, true}};
+        enum be_weights lm;
+    } cfgs[] = {{"bf16 weights, bf16 KV (2)", BE_WEIGHTS_BF16, false, BE_WEIGHTS_AUTO},
+                {"fp8 weights, bf16 KV", BE_WEIGHTS_FP8, false, BE_WEIGHTS_AUTO},
+                {"bf16 weights, fp8 KV", BE_WEIGHTS_BF16, true, BE_WEIGHTS_AUTO},
+                {"fp8 weights, fp8 KV", BE_WEIGHTS_FP8, true, BE_WEIGHTS_AUTO},
+                {"fp8 weights + lm_head", BE_WEIGHTS_FP8, false, BE_WEIGHTS_FP8}};
+    const bool lm_ok = m->cfg.vocab % 128 == 0 && m->cfg.hidden % 128 == 0; /* else lm_head stays bf16 */
+    struct trace fp8w = {0};
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         struct trace t = {0};
-        if (run_cfg(m, model, cfgs[i].name, false, cfgs[i].wd, cfgs[i].kv8, p, true, &t, max_len)) {
+        if (cfgs[i].lm == BE_WEIGHTS_FP8 && !lm_ok)
+            continue;
+        const bool ran = run_cfg_lm(m, model, cfgs[i].name, false, cfgs[i].wd, cfgs[i].lm, cfgs[i].kv8, p,
+                                    true, &t, max_len);
+        if (ran) {
             struct stats s = compare(&ref, &t);
             print_stats(model, cfgs[i].name, &s);
             if (i > 0)
                 judge(model, cfgs[i].name, &s, !random_big, random_big);
+            if (cfgs[i].lm == BE_WEIGHTS_FP8 && fp8w.tok) {
+                /* the same layers and contexts: the output projection's fp8 alone */
+                struct stats sl = compare(&fp8w, &t);
+                print_stats(model, "fp8 lm_head alone", &sl);
+            }
         }
-        trace_free(&t);
+        if (i == 1 && ran)
+            fp8w = t;
+        else
+            trace_free(&t);
     }
+    trace_free(&fp8w);
     trace_free(&ref);
+}
+
+/* CUDA with an fp8 output projection against the CPU oracle with the same values (and with the output
+ * projection in bf16): the oracle's and the GPU's lm_head must be the same fp8 values, at every logits
+ * row count (the prompts: more sequences than the GEMV takes). The layers stay bf16, so that the two
+ * backends' spread (bf16 rounding) is small next to what the projection's fp8 moves. */
+static void oracle_lm(const struct model *m, const char *model, struct prompts *p, int max_len)
+{
+    struct trace cpu8 = {0}, cpu16 = {0}, gpu8 = {0};
+    if (!run_cfg_lm(m, model, "cpu oracle, fp8 lm_head", true, BE_WEIGHTS_BF16, BE_WEIGHTS_FP8, false, p,
+                    false, &cpu8, max_len) ||
+        !run_cfg_lm(m, model, "cpu oracle, bf16 lm_head", true, BE_WEIGHTS_BF16, BE_WEIGHTS_BF16, false, p,
+                    true, &cpu16, max_len) ||
+        !run_cfg_lm(m, model, "cuda, fp8 lm_head", false, BE_WEIGHTS_BF16, BE_WEIGHTS_FP8, false, p, true,
+                    &gpu8, max_len)) {
+        trace_free(&cpu8), trace_free(&cpu16), trace_free(&gpu8);
+        return;
+    }
+    struct stats s8 = compare(&cpu8, &gpu8), s16 = compare(&cpu16, &gpu8), sq = compare(&cpu16, &cpu8);
+    print_stats(model, "cuda vs cpu, fp8 lm_head", &s8);
+    print_stats(model, "cuda fp8 vs cpu bf16 lm_head", &s16);
+    print_stats(model, "cpu: fp8 lm_head alone", &sq);
+    judge(model, "cuda vs cpu, fp8 lm_head", &s8, true, false);
+    const bool closer = s8.top_mean < s16.top_mean;
+    printf(
+        "%s %s: cuda with an fp8 lm_head is closer to the oracle's fp8 lm_head (top20 mean %.4f) than to its "
+        "bf16 one (%.4f)\n",
+        closer ? "ok  " : "FAIL", model, s8.top_mean, s16.top_mean);
+    n_fail += !closer;
+    trace_free(&cpu8), trace_free(&cpu16), trace_free(&gpu8);
 }
 
 /* CUDA with fp8 weights against the CPU oracle with the same fp8 weights (and with bf16 weights). */
@@ -360,7 +424,8 @@ static void oracle(const struct model *m, const char *model, struct prompts *p, 
 struct tiny {
     const char *name;
     struct tiny_opts o;
-    bool oracle; /* also against the CPU oracle */
+    bool oracle;    /* also against the CPU oracle */
+    bool lm_oracle; /* the fp8 output projection against the CPU oracle */
 };
 
 int main(void)
@@ -374,32 +439,39 @@ int main(void)
     log_set_level(LOG_WARN);
 
     /* the fixtures of tests/fixtures/models/models.json, and 128-aligned shapes */
-    struct tiny tinies[8];
+    struct tiny tinies[10];
     int nt = 0;
     struct tiny_opts o = tiny_opts_default();
     o.hidden = 64, o.intermediate = 160, o.layers = 2, o.heads = 4, o.kv_heads = 2, o.head_dim = 32,
     o.vocab = 512;
     o.tie = true, o.rope_theta = 10000, o.max_position = 4096, o.seed = 11;
-    tinies[nt++] = (struct tiny){"qwen3_tied", o, false};
+    tinies[nt++] = (struct tiny){"qwen3_tied", o, false, false};
     o = tiny_opts_default();
     o.hidden = 96, o.intermediate = 256, o.layers = 3, o.heads = 8, o.kv_heads = 2, o.head_dim = 16,
     o.vocab = 640;
     o.tie = false, o.rope_theta = 1000000, o.max_position = 4096, o.seed = 22;
-    tinies[nt++] = (struct tiny){"qwen3_untied_gqa4", o, false};
+    tinies[nt++] = (struct tiny){"qwen3_untied_gqa4", o, false, false};
     o = tiny_opts_default();
     o.arch = ARCH_QWEN2, o.hidden = 64, o.intermediate = 128, o.layers = 2, o.heads = 4, o.kv_heads = 1;
     o.head_dim = 16, o.vocab = 512, o.tie = false, o.rope_theta = 100000, o.max_position = 4096, o.seed = 33;
-    tinies[nt++] = (struct tiny){"qwen2_bias", o, false};
+    tinies[nt++] = (struct tiny){"qwen2_bias", o, false, false};
     o = tiny_opts_default();
     o.hidden = 256, o.heads = 8, o.kv_heads = 2, o.head_dim = 128, o.intermediate = 512, o.layers = 3;
     o.tie = false, o.vocab = 1000, o.seed = 1;
-    tinies[nt++] = (struct tiny){"qwen3-aligned", o, true};
+    tinies[nt++] = (struct tiny){"qwen3-aligned", o, true, false};
     o.dtype = DT_F8_E4M3, o.seed = 4;
-    tinies[nt++] = (struct tiny){"qwen3-aligned-fp8ckpt", o, true};
+    tinies[nt++] = (struct tiny){"qwen3-aligned-fp8ckpt", o, true, false};
     o = tiny_opts_default();
     o.arch = ARCH_QWEN2, o.hidden = 384, o.heads = 3, o.kv_heads = 1, o.head_dim = 128, o.intermediate = 1024;
     o.layers = 2, o.tie = true, o.vocab = 800, o.seed = 5;
-    tinies[nt++] = (struct tiny){"qwen2-aligned-tied", o, true};
+    tinies[nt++] = (struct tiny){"qwen2-aligned-tied", o, true, false};
+    /* vocab a multiple of 128: the output projection can be fp8 (model.lm_head_dtype) */
+    o = tiny_opts_default();
+    o.hidden = 256, o.heads = 4, o.kv_heads = 2, o.head_dim = 64, o.intermediate = 512, o.layers = 2;
+    o.tie = false, o.vocab = 1024, o.seed = 6;
+    tinies[nt++] = (struct tiny){"qwen3-aligned-v1024", o, false, true};
+    o.tie = true, o.vocab = 768, o.seed = 7;
+    tinies[nt++] = (struct tiny){"qwen3-aligned-tied-v768", o, false, true};
 
     const int lens[4] = {5, 64, 300, 777};
     const char *tmp = getenv("TMPDIR");
@@ -448,6 +520,12 @@ int main(void)
                     oracle(m, tinies[i].name, &p, 1024, BE_WEIGHTS_FP8, true);
             }
             prompts_free(&p);
+            if (tinies[i].lm_oracle) {
+                const int lens12[MAXSEQ] = {3, 9, 17, 30, 41, 64, 80, 100, 127, 150, 200, 260};
+                make_prompts(&p, MAXSEQ, lens12, 12, c->vocab, 4321 + (uint64_t)i);
+                oracle_lm(m, tinies[i].name, &p, 1024);
+                prompts_free(&p);
+            }
         }
         model_free(m);
         scratch_dir_remove(dir);

@@ -169,6 +169,7 @@ static void test_defaults(void **state)
     assert_true(eo.be.gpu_memory_utilization == dflt.be.gpu_memory_utilization);
     assert_int_equal(eo.be.kv_dtype, dflt.be.kv_dtype);
     assert_int_equal(eo.be.weight_dtype, dflt.be.weight_dtype);
+    assert_int_equal(eo.be.lm_head_dtype, dflt.be.lm_head_dtype);
     assert_int_equal(eo.be.cuda_graphs, dflt.be.cuda_graphs);
     assert_int_equal(eo.be.cuda_graph_max_batch, dflt.be.cuda_graph_max_batch);
     assert_string_equal(eo.backend, dflt.backend);
@@ -716,6 +717,7 @@ static void test_precedence(void **state)
     set_env("LLMQ_QUEUES_LONG_MAX_NUM_SEQS", "8");
     set_env("LLMQ_ENGINE_CUDA_GRAPHS", "off");
     set_env("LLMQ_MODEL_DTYPE", "fp8");
+    set_env("LLMQ_MODEL_LM_HEAD_DTYPE", "fp8");
     set_env("LLMQ_QUEUES_MAX_JOB_BYTES", "8MiB");
     set_env("LLMQ_SAMPLING_TOP_P", "0.9");
     set_env("LLMQ_ENGINE_BLOK_SIZE", "48"); /* names no key: ignored */
@@ -727,6 +729,12 @@ static void test_precedence(void **state)
     assert_int_equal(c.engine.max_num_seqs, 8); /* env over default */
     assert_false(c.engine.cuda_graphs);
     assert_int_equal(c.model.dtype, CFG_DTYPE_FP8);
+    assert_int_equal(c.model.lm_head_dtype, CFG_LM_FP8);
+    {
+        const struct engine_opts eo = engine_cfg_opts(&c); /* what the backend is then opened with */
+        assert_int_equal(eo.be.weight_dtype, BE_WEIGHTS_FP8);
+        assert_int_equal(eo.be.lm_head_dtype, BE_WEIGHTS_FP8);
+    }
     assert_int_equal(c.queues.max_job_bytes, 8 << 20);
     assert_true(c.sampling.top_p == 0.9);
     assert_int_equal(origin_of(&c, "engine.block_size")->source, CFG_SRC_ENV);
@@ -762,6 +770,7 @@ static void test_precedence(void **state)
                                        "LLMQ_QUEUES_LONG_MAX_NUM_SEQS",
                                        "LLMQ_ENGINE_CUDA_GRAPHS",
                                        "LLMQ_MODEL_DTYPE",
+                                       "LLMQ_MODEL_LM_HEAD_DTYPE",
                                        "LLMQ_QUEUES_MAX_JOB_BYTES",
                                        "LLMQ_SAMPLING_TOP_P",
                                        "LLMQ_ENGINE_BLOK_SIZE"};

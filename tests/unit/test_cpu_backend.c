@@ -15,6 +15,7 @@
 
 #include "engine/backend.h"
 #include "engine/dtype.h"
+#include "engine/fp8.h"
 #include "engine/log.h"
 #include "engine/model.h"
 
@@ -279,9 +280,11 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
 
 /* ---- driving the backend */
 
-static struct backend *open_cpu(const struct tmodel *t, int block_size, int64_t kv_bytes)
+static struct backend *open_cpu_lm(const struct tmodel *t, int block_size, int64_t kv_bytes,
+                                   enum be_weights lm)
 {
     struct backend_opts o = {0};
+    o.lm_head_dtype = lm;
     o.block_size = block_size;
     o.max_num_seqs = 8;
     o.max_num_batched_tokens = 512;
@@ -293,6 +296,11 @@ static struct backend *open_cpu(const struct tmodel *t, int block_size, int64_t 
     assert_string_equal(backend_name(be), "cpu");
     assert_int_equal(be->block_size, block_size);
     return be;
+}
+
+static struct backend *open_cpu(const struct tmodel *t, int block_size, int64_t kv_bytes)
+{
+    return open_cpu_lm(t, block_size, kv_bytes, BE_WEIGHTS_AUTO);
 }
 
 /* A sequence as a test drives it: its tokens, its block table, and the steps (chunk sizes). */
@@ -427,6 +435,53 @@ static void test_against_reference(void **state)
         expect_matches_ref(&out[N - 1], ref + (size_t)(N - 1) * t->sh->V, t->sh->V, 1e-4, N - 1);
         backend_free(be);
         free(ref);
+        free_model(t);
+    }
+}
+
+/* model.lm_head_dtype fp8: the output projection holds its 128x128-block fp8 values (what the GPU
+ * multiplies with), the embedding (tied or not) its own; auto and bf16 keep the plain values. */
+static void test_fp8_lm_head(void **state)
+{
+    (void)state;
+    enum { N = 24 };
+    static const struct shape LM[] = {
+        {"qwen3-untied-v256", ARCH_QWEN3, 128, 192, 2, 4, 2, 32, 256, false, false, 1000000},
+        {"qwen3-tied-v384", ARCH_QWEN3, 128, 160, 2, 4, 2, 32, 384, true, false, 1000000},
+    };
+    for (int si = 0; si < 2; si++) {
+        struct tmodel *t = make_model(&LM[si]);
+        const int V = LM[si].V, C = LM[si].C;
+        int32_t tok[N];
+        random_tokens(tok, N, V);
+        double *plain = ref_forward(t, tok, N);
+        /* the reference with the output projection's fp8 values (the input embedding unchanged) */
+        float *q = malloc((size_t)V * C * sizeof *q), *keep = t->lm_head;
+        char err[256];
+        assert_non_null(q);
+        struct tensor_view lv = t->m.lm_head; /* == the embedding's view when tied */
+        assert_int_equal(fp8_linear_values(&lv, true, q, err, sizeof err), 0);
+        t->lm_head = q;
+        double *ref8 = ref_forward(t, tok, N);
+        t->lm_head = keep;
+        /* the quantization moves the logprobs (else this test could not tell the two apart) */
+        double moved = 0;
+        for (size_t i = 0; i < (size_t)N * V; i++)
+            moved = fmax(moved, fabs(ref8[i] - plain[i]));
+        assert_true(moved > 1e-3);
+
+        const enum be_weights modes[3] = {BE_WEIGHTS_FP8, BE_WEIGHTS_AUTO, BE_WEIGHTS_BF16};
+        for (int mi = 0; mi < 3; mi++) {
+            struct backend *be = open_cpu_lm(t, 4, 0, modes[mi]);
+            struct be_out out[N];
+            struct tseq s;
+            tseq_init(&s, tok, N, 4, 0, 1);
+            run_chunks(be, &s, 1, out);
+            for (int p = 0; p < N; p++)
+                expect_matches_ref(&out[p], (mi == 0 ? ref8 : plain) + (size_t)p * V, V, 1e-4, p);
+            backend_free(be);
+        }
+        free(q), free(plain), free(ref8);
         free_model(t);
     }
 }
@@ -774,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_batch_equals_alone), cmocka_unit_test(test_sample_flag),
         cmocka_unit_test(test_step_errors),        cmocka_unit_test(test_kv_sizing),
         cmocka_unit_test(test_open_errors),        cmocka_unit_test(test_rope_freqs),
+        cmocka_unit_test(test_fp8_lm_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

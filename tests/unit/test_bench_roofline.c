@@ -1,0 +1,61 @@
+/* engine/bench.c's roofline model of a step: what each dtype choice changes in a step's bytes and
+ * flops, on Qwen3-14B's shapes (the numbers llmq bench divides by). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <string.h>
+
+#include "engine/bench.h"
+#include "engine/random_model.h"
+
+/* One step of a decode sequence at position 200 and a prefill chunk of 64 tokens that samples
+ * (sample_prefill) or not; returns the roofline it adds to. */
+static struct bench_roofline one_step(const struct model_config *c, bool fp8w, bool fp8lm,
+                                      bool sample_prefill, bool decode)
+{
+    struct bench_roofline r;
+    memset(&r, 0, sizeof r);
+    r.fp8_weights = fp8w, r.fp8_lm_head = fp8lm;
+    struct be_seq s[2];
+    memset(s, 0, sizeof s);
+    s[0].pos = 200, s[0].n_new = 1, s[0].sample = true;
+    s[1].pos = 0, s[1].n_new = 64, s[1].sample = sample_prefill;
+    bench_roofline_step(&r, c, decode ? s : s + 1, decode ? 2 : 1);
+    return r;
+}
+
+static void test_lm_head_bytes(void **state)
+{
+    (void)state;
+    struct model_config c;
+    char err[256];
+    assert_int_equal(random_model_config("qwen3-14b", &c, err, sizeof err), 0);
+    const double V = c.vocab, C = c.hidden, L = c.n_layers, F = c.intermediate;
+    const double QKV = (double)(c.n_heads + 2 * c.n_kv_heads) * c.head_dim,
+                 HD = (double)c.n_heads * c.head_dim;
+    const double lin = QKV * C + HD * C + 3 * F * C;
+    for (int fw = 0; fw < 2; fw++) {
+        /* a step that samples: the projection counts 2 bytes a weight in bf16, 1 in fp8 */
+        struct bench_roofline a = one_step(&c, fw, false, true, true), b = one_step(&c, fw, true, true, true);
+        assert_true(a.bytes - b.bytes == V * C);
+        assert_true(a.flops == b.flops); /* the same products, at another rate */
+        assert_true(b.ideal_s < a.ideal_s);
+        /* a step where nothing samples reads no projection */
+        a = one_step(&c, fw, false, false, false), b = one_step(&c, fw, true, false, false);
+        assert_true(a.bytes == b.bytes);
+        assert_true(a.ideal_s == b.ideal_s);
+    }
+    /* fp8 linear weights count the layers' matrices once, the projection as it is */
+    struct bench_roofline a = one_step(&c, false, false, true, true),
+                          b = one_step(&c, true, false, true, true);
+    assert_true(a.bytes - b.bytes == L * lin);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_lm_head_bytes)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
