@@ -85,8 +85,8 @@ struct cuda_backend {
     size_t xq_bytes; // one allocation: xq then xs
     const bf16 *embed, *final_norm; // (V, C), (C)
     struct k_weight lm;             // lm_head (V, C): bf16 (the embedding itself when tied), or fp8
-    struct cb_layer *layers;                  // [L]
-    float *inv_freq;                          // (D/2) device
+    struct cb_layer *layers;        // [L]
+    float *inv_freq;                // (D/2) device
     float attn_scale;
 
     // KV pool: one allocation, [L][K|V][num_blocks][KVH][block_size][D] bf16; with kv_fp8 the same in

@@ -1,6 +1,6 @@
 // Weights to the device (see cuda_backend.cuh): every tensor in one allocation, q/k/v fused into one
 // (H + 2 KVH) D x C matrix and gate/up into one 2F x C matrix (biases likewise), a tied lm_head
-// sharing the embedding.
+// sharing the embedding (an fp8 lm_head, model.lm_head_dtype, is its own copy: see below).
 //
 // bf16 tensors. Sources: BF16 is copied as is; F32 and F16 are converted on the device in chunks;
 // F8_E4M3 (with or without block scales) is dequantized on the host by tensor_to_f32 and then takes
@@ -13,7 +13,8 @@
 // is (its scale_inv, bf16 or fp32, converted to fp32 on the host); any other source is made bf16 in
 // a staging buffer, a chunk of 128-row blocks at a time, by the bf16 path above, and quantized there
 // by k_quant_fp8_weight (bit for bit fp8_quantize_blocks of those bf16 values: what the CPU oracle
-// computes with). A NaN or infinity in such a weight fails the load.
+// computes with). A NaN or infinity in such a weight fails the load. The output projection follows
+// the same rule under backend_opts.lm_head_dtype.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
