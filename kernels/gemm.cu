@@ -61,6 +61,7 @@ struct k_gemm {
     gemm_plan *plans; // [cap], cap a power of two, at most half full
     int cap, n;
     bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
+    int pick; // LLMQ_GEMM_PICK: 0 time GEMV and cuBLASLt (default), 1 the GEMV, 2 cuBLASLt where it can run
 };
 
 static int align_of(const void *p)
@@ -316,6 +317,7 @@ extern "C" struct k_gemm *k_gemm_create(size_t workspace_bytes)
     g->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
     const char *log = getenv("LLMQ_GEMM_LOG");
     g->log = log && *log && strcmp(log, "0");
+    g->pick = k_env_int("LLMQ_GEMM_PICK", 0, 0, 2); // per handle, so that a test can set it per backend
     cublasStatus_t s = cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         k_failf(__FILE__, __LINE__, "cublasLtCreate: %s (%d)", cublasLtGetStatusString(s), (int)s);
@@ -534,8 +536,10 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
               (const void *)x_scale, K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (!lt_in || (w->fp8 && M == 1))
+    if (!lt_in || (w->fp8 && M == 1) || g->pick == 1)
         return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
+    if (g->pick == 2)
+        return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
     const gemm_key key = make_key(w->fp8 ? KIND_CHOICE_FP8 : KIND_CHOICE_BF16, w->fp8 ? (const void *)Xq : X,
                                   w->w, Y, y_f32, M, w->N, w->K);
