@@ -15,6 +15,8 @@ struct cuda_backend_stats {
     int graphs;              /* decode graphs captured */
     uint64_t graph_replays;  /* steps run by replaying a graph */
     uint64_t eager_steps;    /* steps launched kernel by kernel */
+    uint64_t guesses_taken;  /* decode steps enqueued one step ahead and taken (LLMQ_SPEC) */
+    uint64_t guesses_dropped; /* ... and dropped: the step asked for was another */
 };
 
 /* Fills *st for a backend opened as "cuda" (directly or through "auto"). Returns 0, or -1 when be

@@ -143,6 +143,7 @@ static void after_failure(struct cuda_backend *b)
         if (g)
             cudaGraphDestroy(g);
     }
+    b->spec_live = false; // a guessed step on the stream is dropped with the failed one
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e == cudaSuccess)
         return;
@@ -422,7 +423,7 @@ static int alloc_buffers(struct cuda_backend *b)
         snprintf(b->base.err, sizeof b->base.err, "out of host memory");
         return -1;
     }
-    return 0;
+    return cb_spec_init(b);
 }
 
 extern "C" struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
@@ -560,6 +561,7 @@ static void cb_free(struct backend *be)
         return;
     if (b->stream)
         cudaStreamSynchronize(b->stream);
+    cb_spec_free(b);
     if (b->n_graphs || b->graph_replays || b->eager_steps)
         log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured",
                  (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs);
@@ -603,6 +605,8 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     st->graphs = b->n_graphs;
     st->graph_replays = b->graph_replays;
     st->eager_steps = b->eager_steps;
+    st->guesses_taken = b->spec_hits;
+    st->guesses_dropped = b->spec_misses;
     return 0;
 }
 
@@ -630,6 +634,27 @@ static void put_btab(int32_t *bt, int k, int mb, const struct be_seq *s, int ctx
 static bool needs_history(const struct sampling_params *sp)
 {
     return sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
+}
+
+bool cb_plain_sampling(const struct be_seq *s)
+{
+    return !needs_history(s->sp) && !(s->banned && s->n_banned > 0);
+}
+
+void cb_sample_params(const struct be_seq *s, struct k_sample_params *q)
+{
+    const struct sampling_params *sp = s->sp;
+    memset(q, 0, sizeof *q);
+    q->temperature = sp->temperature;
+    q->top_p = sp->top_p;
+    q->min_p = sp->min_p;
+    q->repetition_penalty = sp->repetition_penalty;
+    q->presence_penalty = sp->presence_penalty;
+    q->frequency_penalty = sp->frequency_penalty;
+    q->top_k = sp->top_k;
+    q->logprobs = sp->logprobs;
+    q->seed = sp->seed;
+    q->step = (uint64_t)(s->n_tokens - s->n_prompt);
 }
 
 // Sampler inputs for rows 0 .. n_samp-1 (row j samples seqs[b->row_seq[j]]), uploaded.
@@ -665,16 +690,7 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
             continue;
         }
         const struct sampling_params *sp = s->sp;
-        q->temperature = sp->temperature;
-        q->top_p = sp->top_p;
-        q->min_p = sp->min_p;
-        q->repetition_penalty = sp->repetition_penalty;
-        q->presence_penalty = sp->presence_penalty;
-        q->frequency_penalty = sp->frequency_penalty;
-        q->top_k = sp->top_k;
-        q->logprobs = sp->logprobs;
-        q->seed = sp->seed;
-        q->step = (uint64_t)(s->n_tokens - s->n_prompt);
+        cb_sample_params(s, q);
         if (needs_history(sp)) {
             int from = sp->repetition_penalty != 1.0f ? 0 : s->n_prompt;
             memcpy(hist + oh, s->tokens + from, (size_t)(s->n_tokens - from) * 4);
@@ -698,6 +714,9 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
 
 static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out)
 {
+    int taken_rc = 0;
+    if (b->spec_live && cb_spec_take(b, seqs, n, out, &taken_rc)) // the guessed step was this one
+        return taken_rc;
     const int bs = b->base.block_size, S = b->max_seqs;
     // decode sequences first, then prefill sequences
     int nd = 0, np = 0, max_ctx_dec = 0, max_ctx_pre = 0, max_q_pre = 0, T = 0;
@@ -817,28 +836,48 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         b->eager_steps++;
     }
 
-    if (n_samp > 0) {
-        char *o = (char *)b->out.d;
-        int32_t *tok = (int32_t *)o;
-        float *lp = (float *)(o + (size_t)S * 4);
-        int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
-        float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
-        CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
-                      (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
-                      (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
-                      (const int32_t *)b->banned_start.d, tok, lp, top_ids, top_lp, b->samp_ws,
-                      b->samp_ws_bytes, b->stream));
-        bool want_top = false;
-        for (int j = 0; j < n_samp; j++) {
-            const struct be_seq *s = &seqs[b->row_seq[j]];
-            want_top |= s->sample && s->sp->logprobs > 0;
-        }
-        size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
-        CB_CUDA(cudaMemcpyAsync(b->out.h, b->out.d, bytes, cudaMemcpyDeviceToHost, b->stream));
-    }
-    CB_CUDA(cudaStreamSynchronize(b->stream));
+    if (n_samp > 0 && cb_enqueue_sample(b, seqs, n_samp, b->out.h))
+        return -1;
+    CB_CUDA(cudaEventRecord(b->ev_out, b->stream));
+    // the next pure decode step, guessed and enqueued before this one's tokens are read (cuda_spec.cu)
+    if (graph && n_samp == nd && nd > 0)
+        cb_spec_guess(b, seqs, nd, B, gctx);
+    CB_CUDA(cudaEventSynchronize(b->ev_out));
+    if (cb_read_outputs(b, seqs, n_samp, b->out.h, out))
+        return -1;
+    if (b->spec_live)
+        cb_spec_expect(b, seqs, nd, (const int32_t *)b->out.h);
+    return 0;
+}
 
-    const char *o = (const char *)b->out.h;
+int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host)
+{
+    const int S = b->max_seqs;
+    char *o = (char *)b->out.d;
+    int32_t *tok = (int32_t *)o;
+    float *lp = (float *)(o + (size_t)S * 4);
+    int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
+    float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
+    CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
+                  (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
+                  (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
+                  (const int32_t *)b->banned_start.d, tok, lp, top_ids, top_lp, b->samp_ws, b->samp_ws_bytes,
+                  b->stream));
+    bool want_top = false;
+    for (int j = 0; j < n_samp; j++) {
+        const struct be_seq *s = &seqs[b->row_seq[j]];
+        want_top |= s->sample && s->sp->logprobs > 0;
+    }
+    size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
+    CB_CUDA(cudaMemcpyAsync(host, b->out.d, bytes, cudaMemcpyDeviceToHost, b->stream));
+    return 0;
+}
+
+int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, const void *host,
+                    struct be_out *out)
+{
+    const int S = b->max_seqs;
+    const char *o = (const char *)host;
     const int32_t *tok = (const int32_t *)o;
     const float *lp = (const float *)(o + (size_t)S * 4);
     const int32_t *top_ids = (const int32_t *)(o + (size_t)S * 8);

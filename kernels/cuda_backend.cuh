@@ -1,8 +1,9 @@
-// The CUDA backend's state, shared by its three files (private to kernels/):
+// The CUDA backend's state, shared by its four files (private to kernels/):
 //   cuda_backend.cu  open/free, memory plan, one step (host descriptors, forward, sampling)
 //   cuda_weights.cu  weights to the device: bf16 conversion or fp8 (e4m3, 128x128 blocks), QKV and
 //                    gate/up fusion, random weights
 //   cuda_graphs.cu   decode steps as CUDA graphs, one per (batch bucket, context bucket)
+//   cuda_spec.cu     the next decode step guessed and enqueued before the host has read this one
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -131,6 +132,21 @@ struct cuda_backend {
     int n_graphs;
     uint64_t graph_replays, eager_steps, captures_failed;
 
+    // the guessed next step (cuda_spec.cu): a pure decode graph step enqueued before the host has read
+    // the tokens of the step before, its inputs advanced on the device
+    int spec_max;                  // most sequences a guessed step may have; 0 = never guess (LLMQ_SPEC)
+    bool spec_live;                // a guessed step is on the stream
+    int spec_nd, spec_B, spec_gctx; // its sequences, graph batch and context buckets
+    int32_t *spec_ids, *spec_pos, *spec_slot; // [S] host: its inputs, row by row, as the device holds them
+    int32_t *spec_btab;                        // [S * max_blocks] stride spec_mb
+    int spec_mb;
+    struct k_sample_params *spec_params; // [S]
+    void *out_h2;                        // pinned, out.cap bytes: the guessed step's outputs
+    cudaEvent_t ev_out;                  // a step's outputs copied back
+    cudaEvent_t ev_spec[2];              // a guessed step's outputs copied back (two: one guess is
+    int spec_ev;                         // enqueued behind another before that one is waited for)
+    uint64_t spec_hits, spec_misses;
+
     // memory accounting
     size_t alloc_bytes; // device bytes this backend allocated (KV pool included)
     size_t peak_used;   // highest total - free seen
@@ -168,4 +184,31 @@ int cb_graph_ctx(const struct cuda_backend *b, int ctx);
 // Runs plan p (a padded pure-decode step of bucket (batch, ctx)) through its graph, capturing it
 // on first use (the first use runs eagerly, then captures). 0, or -1 with b->base.err.
 int cb_graph_run(struct cuda_backend *b, const struct cb_plan *p, int batch, int ctx);
+// the graph of (batch, ctx) buckets, or NULL when none was captured
+cudaGraphExec_t cb_graph_find(const struct cuda_backend *b, int batch, int ctx);
+
+// ---- cuda_backend.cu: pieces of a step the guessed step shares
+// The sampler's parameters of a sampling sequence, as a step uploads them (padding zeroed).
+void cb_sample_params(const struct be_seq *s, struct k_sample_params *q);
+// Whether a sequence's sampling needs no token history and bans nothing.
+bool cb_plain_sampling(const struct be_seq *s);
+// k_sample over rows 0 .. n_samp-1 (row j samples seqs[b->row_seq[j]]) and the copy of its outputs
+// into host (pinned, out.cap bytes), enqueued.
+int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host);
+// The copied-back outputs of those rows into out[]; -1 with be->err on a token outside the vocabulary.
+int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, const void *host,
+                    struct be_out *out);
+
+// ---- cuda_spec.cu: the guessed next step
+int cb_spec_init(struct cuda_backend *b);
+void cb_spec_free(struct cuda_backend *b);
+// After a pure decode graph step of nd sequences (rows 0 .. nd-1 = seqs[0 .. nd-1]) is enqueued:
+// enqueues the same step one position on when every sequence allows it (spec_live then).
+void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, int B, int gctx);
+// Once that step's tokens are read: the guessed step's inputs as the host would write them.
+void cb_spec_expect(struct cuda_backend *b, const struct be_seq *seqs, int nd, const int32_t *tok);
+// At the start of a step while a guess is live: when the step is the guessed one, waits for it, writes
+// out (*rc its result), may guess the next, and returns true; otherwise waits for the stream to drain,
+// drops the guess and returns false.
+bool cb_spec_take(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out, int *rc);
 void cb_graphs_free(struct cuda_backend *b);

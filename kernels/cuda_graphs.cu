@@ -106,6 +106,14 @@ int cb_graph_run(struct cuda_backend *b, const struct cb_plan *p, int batch, int
     return 0;
 }
 
+cudaGraphExec_t cb_graph_find(const struct cuda_backend *b, int batch, int ctx)
+{
+    for (int i = 0; i < b->n_graphs; i++)
+        if (b->graphs[i].batch == batch && b->graphs[i].ctx == ctx)
+            return b->graphs[i].exec;
+    return NULL;
+}
+
 void cb_graphs_free(struct cuda_backend *b)
 {
     for (int i = 0; i < b->n_graphs; i++)

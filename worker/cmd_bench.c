@@ -830,13 +830,16 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "prefix_cache_queries", json_integer((json_int_t)pq));
     json_object_set_new(j, "prefix_cache_hits", json_integer((json_int_t)ph));
     json_object_set_new(j, "prefix_cache_hit_rate", json_real(pq ? r4((double)ph / (double)pq) : 0));
-    json_t *peak = json_null(), *dev = json_null(), *graphs = json_null();
+    json_t *peak = json_null(), *dev = json_null(), *graphs = json_null(), *taken = json_null(),
+           *dropped = json_null();
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs;
     if (cuda_backend_get_stats(bench_inner_backend(b.be), &cs) == 0) {
         peak = json_real(r1((double)cs.peak_used_bytes / 1e9));
         dev = json_string(cs.device);
         graphs = json_integer((json_int_t)cs.graph_replays);
+        taken = json_integer((json_int_t)cs.guesses_taken);
+        dropped = json_integer((json_int_t)cs.guesses_dropped);
     }
 #endif
     json_object_set_new(j, "peak_gpu_mem_gb", peak);
@@ -852,6 +855,8 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "preemptions", json_integer((json_int_t)(st.preemptions - st0.preemptions)));
     json_object_set_new(j, "steps", json_integer((json_int_t)roof.steps));
     json_object_set_new(j, "graph_replays", graphs);
+    json_object_set_new(j, "guessed_steps", taken);
+    json_object_set_new(j, "dropped_guesses", dropped);
     json_object_set_new(j, "ideal_s", json_real(r6(roof.ideal_s)));
     json_object_set_new(j, "roofline_efficiency", json_real(round(roof.ideal_s / wall * 1e4) / 1e4));
     json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)roof.compute_bound_steps));

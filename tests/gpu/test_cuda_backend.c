@@ -561,8 +561,10 @@ struct result {
 #define NREQ 10
 #define PENALTY_REQ 3 /* the request with repetition, presence and frequency penalties */
 
+/* kind 0: the ten requests below; 1: three sampled ones (temperature, top-k, top-p, seeds, logprobs; 40
+ * tokens each, across block boundaries). guesses (may be NULL): the CUDA backend's guessed steps taken. */
 static int run_engine(const struct model *m, const struct tok *tok, enum role role, int64_t kv_bytes,
-                      int max_len, struct result *res, uint64_t *preemptions)
+                      int max_len, struct result *res, uint64_t *preemptions, int kind, uint64_t *guesses)
 {
     char err[512];
     struct engine_opts eo = engine_opts_default();
@@ -574,7 +576,9 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
         n_fail++;
         return -1;
     }
-    const int add_at[NREQ] = {0, 0, 0, 1, 1, 3, 3, 6, 10, 10};
+    const int add_at0[NREQ] = {0, 0, 0, 1, 1, 3, 3, 6, 10, 10}, add_at1[3] = {0, 0, 7};
+    const int nreq = kind ? 3 : NREQ;
+    const int *add_at = kind ? add_at1 : add_at0;
     int32_t prompts[NREQ][96];
     int lens[NREQ];
     uint64_t seed = 99;
@@ -584,14 +588,14 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
             prompts[i][j] = (int32_t)(rng(&seed) % (uint64_t)m->cfg.vocab);
     }
     int next = 0, rc = 0;
-    for (int step = 0; next < NREQ || engine_has_work(e); step++) {
+    for (int step = 0; next < nreq || engine_has_work(e); step++) {
         if (step > 5000) {
             printf("FAIL engine on %s: no progress after 5000 steps\n", ROLE_NAME[role]);
             n_fail++;
             rc = -1;
             break;
         }
-        while (next < NREQ && add_at[next] <= step) {
+        while (next < nreq && add_at[next] <= step) {
             struct engine_request r = engine_request_default();
             r.prompt = prompts[next];
             r.n_prompt = lens[next];
@@ -607,6 +611,17 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
             if (next == 5) { /* EOS banned until min_tokens */
                 r.ignore_eos = false;
                 r.min_tokens = 6;
+            }
+            if (kind == 1) {
+                r.sp.repetition_penalty = 1.0f, r.sp.presence_penalty = 0.0f, r.sp.frequency_penalty = 0.0f;
+                r.sp.temperature = 0.9f;
+                r.sp.top_p = 0.9f;
+                r.sp.top_k = 40;
+                r.sp.seed = 1234 + (uint64_t)next;
+                r.sp.logprobs = 3;
+                r.max_tokens = 40;
+                r.ignore_eos = true;
+                r.min_tokens = 0;
             }
             r.user = (void *)(intptr_t)next;
             if (!engine_add(e, &r, err, sizeof err)) {
@@ -643,6 +658,14 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     struct engine_stats st;
     engine_get_stats(e, &st);
     *preemptions = st.preemptions;
+    if (guesses) {
+        *guesses = 0;
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+        struct cuda_backend_stats cs;
+        if (cuda_backend_get_stats(be, &cs) == 0)
+            *guesses = cs.guesses_taken;
+#endif
+    }
     engine_free(e);
     return rc;
 }
@@ -718,7 +741,7 @@ static void case_engine(const char *shape, const struct model *m, const struct t
     char label[160];
     snprintf(label, sizeof label, "%s engine%s", shape, small ? " (small KV pool: preemption)" : "");
     for (enum role r = EMU; r <= CUDA; r++)
-        if (!(cpu_only && r == CUDA) && run_engine(m, tok, r, kv, max_len, res[r], &pre[r]))
+        if (!(cpu_only && r == CUDA) && run_engine(m, tok, r, kv, max_len, res[r], &pre[r], 0, NULL))
             return;
     struct cmp c[N_STD] = {{0}};
     int div[N_STD] = {0};
@@ -739,6 +762,77 @@ static void case_engine(const char *shape, const struct model *m, const struct t
     if (small && pre[cpu_only ? EMU : CUDA] == 0)
         printf("  %s: note: the small pool caused no preemption\n", label);
     report(label, c, k, "cuda");
+}
+
+/* ---- decode steps guessed one step ahead (kernels/cuda_spec.cu): the same engine runs with LLMQ_SPEC=0
+ * and =4 must give the same tokens, logprobs and finishes bit for bit (the same graphs on the same
+ * inputs), and the second must have taken guesses. The unguessed run is made twice: whether the engine
+ * repeats itself bit for bit is printed (a note), not failed. */
+
+static bool same_out(const struct be_out *a, const struct be_out *b)
+{
+    if (a->logprob != b->logprob || a->n_top != b->n_top)
+        return false;
+    for (int t = 0; t < a->n_top; t++)
+        if (a->top_ids[t] != b->top_ids[t] || a->top_logprobs[t] != b->top_logprobs[t])
+            return false;
+    return true;
+}
+
+static void case_spec(const char *shape, const struct model *m, const struct tok *tok)
+{
+    static struct result off[NREQ], on[NREQ], off2[NREQ];
+    for (int kind = 0; kind < 2; kind++) {
+        memset(off, 0, sizeof off);
+        memset(on, 0, sizeof on);
+        memset(off2, 0, sizeof off2);
+        uint64_t pre = 0, g_off = 0, g_on = 0, g_off2 = 0;
+        /* k_linear's GEMV/cuBLASLt choice pinned: timed per backend, it can differ between instances on
+         * these launch-bound shapes, and the two paths round differently */
+        setenv("LLMQ_GEMM_PICK", "1", 1);
+        setenv("LLMQ_SPEC", "0", 1);
+        int rc = run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, off, &pre, kind, &g_off);
+        rc |= run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, off2, &pre, kind, &g_off2);
+        setenv("LLMQ_SPEC", "4", 1);
+        rc |= run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, on, &pre, kind, &g_on);
+        unsetenv("LLMQ_SPEC");
+        unsetenv("LLMQ_GEMM_PICK");
+        if (rc)
+            return; /* run_engine counted the failure */
+        int bad = 0, nreq = kind ? 3 : NREQ, nondet = 0;
+        for (int i = 0; i < nreq; i++) { /* the unguessed engine against itself: is it deterministic? */
+            bool same = off[i].n == off2[i].n && off[i].finish == off2[i].finish;
+            for (int p = 0; same && p < off[i].n; p++)
+                same = off[i].tok[p] == off2[i].tok[p] && same_out(&off[i].lp[p], &off2[i].lp[p]);
+            nondet += !same;
+        }
+        if (nondet) /* a finding to look into, though not this case's subject */
+            printf("  note: %s guessed steps (%s): %d requests differ between two unguessed runs\n", shape,
+                   kind ? "sampled" : "greedy", nondet);
+        for (int i = 0; i < nreq; i++) {
+            bool same = off[i].n == on[i].n && off[i].finish == on[i].finish;
+            for (int p = 0; same && p < off[i].n; p++)
+                same = off[i].tok[p] == on[i].tok[p] && same_out(&off[i].lp[p], &on[i].lp[p]);
+            if (!same && bad++ < 3) {
+                int p = 0;
+                while (p < off[i].n && p < on[i].n && off[i].tok[p] == on[i].tok[p] &&
+                       same_out(&off[i].lp[p], &on[i].lp[p]))
+                    p++;
+                printf("  %s guessed steps (%s): request %d differs: %d tokens (%s) vs %d (%s); first at "
+                       "output %d: token %d lp %.6f vs %d lp %.6f\n",
+                       shape, kind ? "sampled" : "greedy", i, on[i].n, finish_reason_name(on[i].finish),
+                       off[i].n, finish_reason_name(off[i].finish), p, p < on[i].n ? on[i].tok[p] : -1,
+                       p < on[i].n ? on[i].lp[p].logprob : 0.f, p < off[i].n ? off[i].tok[p] : -1,
+                       p < off[i].n ? off[i].lp[p].logprob : 0.f);
+            }
+        }
+        const bool ok = !bad && g_off == 0 && g_on > 0;
+        printf("%s %s guessed steps (%s requests): %d of %d requests differ from the unguessed run, %llu "
+               "guesses taken (unguessed run: %llu)\n",
+               ok ? "ok  " : "FAIL", shape, kind ? "3 sampled" : "10 greedy", bad, nreq,
+               (unsigned long long)g_on, (unsigned long long)g_off);
+        n_fail += !ok;
+    }
 }
 
 /* ---- decode graphs */
@@ -1046,6 +1140,8 @@ int main(int argc, char **argv)
             }
             if (shapes[i].graphs)
                 case_graphs(sname, m, &k);
+            if (shapes[i].engine && !cpu_only)
+                case_spec(sname, m, tk);
             if (i == 0 && !cpu_only && !kv_fp8)
                 case_errors(m);
             printf("  %s: largest oracle spread %.4f / %.4f, bf16 rounding %.4f / %.4f (max / mean "

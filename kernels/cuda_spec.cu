@@ -1,0 +1,210 @@
+// The guessed next decode step (docs/CUDA_BACKEND.md, "Hiding the host's turn between decode steps").
+//
+// At one sequence a decode step leaves the GPU idle for ~0.1 ms: the copy back, the host's wake-up and
+// bookkeeping, the next step's uploads and launch. After a pure decode graph step whose sequences all
+// allow it, the backend enqueues the next step before it reads this one's tokens: a small kernel turns
+// the sampled tokens into the next step's inputs in the device buffers the graph reads (token, position,
+// KV slot and context length one on, the sampler's step count one on), then the same graph, the sampler
+// and the copy back into a second host buffer. The next call compares the step it is given with the
+// guess, input by input as the host would have written them; on a match it enqueues the guess after
+// that one, waits for the guessed step's outputs and returns them; otherwise it waits for the stream and
+// runs the step as usual. Either way the step's results are those of the same graph on the same inputs.
+//
+// A guess is made only when (a) every sequence samples with no token history and nothing banned (so
+// the sampler's inputs other than its step count stay as they are), (b) its next position lies in the
+// block it writes now (the block table and the next slot are known), (c) its next context stays in the
+// graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
+// (LLMQ_SPEC; the latency regime: in throughput runs sequences end and arrive at most steps, and a
+// wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence written
+// at the position after its last token, inside the block it was writing, which it owns alone (prefix
+// caching shares only full blocks): whoever holds that block later writes its own rows before reading
+// them and never reads past its context, so nothing anyone reads changes.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_backend.cuh"
+
+extern "C" {
+#include "engine/log.h"
+}
+
+// rows 0 .. nd-1 of a pure decode graph step, one position on
+__global__ void spec_advance_kernel(const int32_t *__restrict__ tok, int nd, int32_t *__restrict__ ids,
+                                    int32_t *__restrict__ pos, int32_t *__restrict__ slot,
+                                    int32_t *__restrict__ ctx, struct k_sample_params *__restrict__ params)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= nd)
+        return;
+    ids[k] = tok[k];
+    pos[k] += 1;
+    slot[k] += 1;
+    ctx[k] += 1;
+    params[k].step += 1;
+}
+
+int cb_spec_init(struct cuda_backend *b)
+{
+    cudaError_t e;
+    if ((e = cudaEventCreateWithFlags(&b->ev_out, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&b->ev_spec[0], cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&b->ev_spec[1], cudaEventDisableTiming)) != cudaSuccess)
+        return cb_fail_cuda(b, __FILE__, __LINE__, "cudaEventCreateWithFlags", e);
+    int m = k_env_int("LLMQ_SPEC", 4, 0, 1 << 20); // docs/CUDA_BACKEND.md: the default
+    m = m > b->max_seqs ? b->max_seqs : m;
+    b->spec_max = m;
+    if (m == 0)
+        return 0;
+    b->spec_ids = (int32_t *)calloc((size_t)m, 4);
+    b->spec_pos = (int32_t *)calloc((size_t)m, 4);
+    b->spec_slot = (int32_t *)calloc((size_t)m, 4);
+    b->spec_btab = (int32_t *)calloc((size_t)m * b->max_blocks, 4);
+    b->spec_params = (struct k_sample_params *)calloc((size_t)m, sizeof *b->spec_params);
+    if (!b->spec_ids || !b->spec_pos || !b->spec_slot || !b->spec_btab || !b->spec_params) {
+        snprintf(b->base.err, sizeof b->base.err, "out of host memory");
+        return -1;
+    }
+    if ((e = cudaHostAlloc(&b->out_h2, b->out.cap, cudaHostAllocDefault)) != cudaSuccess) {
+        b->out_h2 = NULL;
+        return cb_fail_cuda(b, __FILE__, __LINE__, "cudaHostAlloc(guessed step outputs)", e);
+    }
+    log_info("cuda backend: decode steps of up to %d sequences are guessed one step ahead (LLMQ_SPEC)", m);
+    return 0;
+}
+
+void cb_spec_free(struct cuda_backend *b)
+{
+    if (b->spec_max > 0)
+        log_info("cuda backend: guessed steps taken %llu, dropped %llu", (unsigned long long)b->spec_hits,
+                 (unsigned long long)b->spec_misses);
+    if (b->ev_out)
+        cudaEventDestroy(b->ev_out);
+    for (int i = 0; i < 2; i++)
+        if (b->ev_spec[i])
+            cudaEventDestroy(b->ev_spec[i]);
+    free(b->spec_ids);
+    free(b->spec_pos);
+    free(b->spec_slot);
+    free(b->spec_btab);
+    free(b->spec_params);
+    if (b->out_h2)
+        cudaFreeHost(b->out_h2);
+}
+
+void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, int B, int gctx)
+{
+    if (b->spec_live || nd < 1 || nd > b->spec_max)
+        return;
+    const int bs = b->base.block_size;
+    for (int k = 0; k < nd; k++) {
+        const struct be_seq *s = &seqs[b->order[k]];
+        const int next = s->pos + 1; // the guessed step's position; its context is next + 1
+        if (!s->sample || !cb_plain_sampling(s) || next % bs == 0 || next + 1 > gctx ||
+            next + 1 > b->max_model_len)
+            return;
+    }
+    cudaGraphExec_t ex = cb_graph_find(b, B, gctx);
+    if (!ex)
+        return;
+    const int ev = b->spec_ev ^ 1;
+    spec_advance_kernel<<<(nd + 127) / 128, 128, 0, b->stream>>>(
+        (const int32_t *)b->out.d, nd, (int32_t *)b->ids.d, (int32_t *)b->pos.d, (int32_t *)b->slot.d,
+        (int32_t *)b->ctx_dec.d, (struct k_sample_params *)b->params.d);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaGraphLaunch(ex, b->stream);
+    if (e != cudaSuccess || cb_enqueue_sample(b, seqs, nd, b->out_h2) ||
+        (e = cudaEventRecord(b->ev_spec[ev], b->stream)) != cudaSuccess) {
+        // the step before is enqueued and unaffected; the next step uploads all of its inputs again
+        log_warn("cuda backend: enqueuing a guessed step failed (%s); steps are no longer guessed",
+                 e != cudaSuccess ? cudaGetErrorString(e) : b->base.err);
+        b->base.err[0] = 0;
+        b->spec_max = 0;
+        return;
+    }
+    b->graph_replays++;
+    b->spec_live = true;
+    b->spec_ev = ev;
+    b->spec_nd = nd, b->spec_B = B, b->spec_gctx = gctx;
+    b->spec_mb = (gctx + bs - 1) / bs;
+    for (int k = 0; k < nd; k++) { // what the host would write for it (the tokens: cb_spec_expect)
+        const struct be_seq *s = &seqs[b->order[k]];
+        b->spec_pos[k] = s->pos + 1;
+        b->spec_slot[k] = s->block_table[s->pos / bs] * bs + s->pos % bs + 1;
+        const int need = (s->pos + 2 + bs - 1) / bs;
+        int32_t *row = b->spec_btab + (size_t)k * b->spec_mb;
+        memcpy(row, s->block_table, (size_t)need * 4);
+        memset(row + need, 0, (size_t)(b->spec_mb - need) * 4);
+        cb_sample_params(s, &b->spec_params[k]);
+        b->spec_params[k].step += 1;
+    }
+}
+
+void cb_spec_expect(struct cuda_backend *b, const struct be_seq *seqs, int nd, const int32_t *tok)
+{
+    (void)seqs;
+    for (int k = 0; k < nd && k < b->spec_nd; k++)
+        b->spec_ids[k] = tok[k];
+}
+
+// Whether the step of seqs is the guessed one: every input as the host would write it.
+static bool spec_matches(const struct cuda_backend *b, const struct be_seq *seqs, int n)
+{
+    if (n != b->spec_nd || !b->use_graphs || n > b->graph_max || cb_graph_batch(b, n) != b->spec_B)
+        return false;
+    const int bs = b->base.block_size;
+    int max_ctx = 0;
+    for (int i = 0; i < n; i++) {
+        const struct be_seq *s = &seqs[i];
+        if (s->n_new != 1 || !s->sample || !cb_plain_sampling(s) || s->pos != b->spec_pos[i] ||
+            s->tokens[s->pos] != b->spec_ids[i] ||
+            s->block_table[s->pos / bs] * bs + s->pos % bs != b->spec_slot[i])
+            return false;
+        const int need = (s->pos + 1 + bs - 1) / bs;
+        const int32_t *row = b->spec_btab + (size_t)i * b->spec_mb;
+        if (need > b->spec_mb || memcmp(row, s->block_table, (size_t)need * 4))
+            return false;
+        for (int j = need; j < b->spec_mb; j++)
+            if (row[j] != 0)
+                return false;
+        struct k_sample_params q;
+        cb_sample_params(s, &q);
+        if (memcmp(&q, &b->spec_params[i], sizeof q))
+            return false;
+        max_ctx = s->pos + 1 > max_ctx ? s->pos + 1 : max_ctx;
+    }
+    return cb_graph_ctx(b, max_ctx) == b->spec_gctx;
+}
+
+bool cb_spec_take(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out, int *rc)
+{
+    b->spec_live = false;
+    cudaError_t e;
+    if (!spec_matches(b, seqs, n)) {
+        b->spec_misses++;
+        if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
+            *rc = cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
+            return true;
+        }
+        return false;
+    }
+    b->spec_hits++;
+    // its outputs are on their way into out_h2: that buffer becomes out.h, and the next guess, enqueued
+    // behind it before waiting, copies into the other one
+    void *h = b->out.h;
+    b->out.h = b->out_h2;
+    b->out_h2 = h;
+    const int ev = b->spec_ev;
+    for (int j = 0; j < n; j++)
+        b->row_seq[j] = j, b->order[j] = j;
+    cb_spec_guess(b, seqs, n, b->spec_B, b->spec_gctx);
+    if ((e = cudaEventSynchronize(b->ev_spec[ev])) != cudaSuccess) {
+        *rc = cb_fail_cuda(b, __FILE__, __LINE__, "cudaEventSynchronize", e);
+        return true;
+    }
+    *rc = cb_read_outputs(b, seqs, n, b->out.h, out);
+    if (*rc == 0 && b->spec_live)
+        cb_spec_expect(b, seqs, n, (const int32_t *)b->out.h);
+    return true;
+}
