@@ -571,7 +571,7 @@ static void run_errors(int V, uint64_t seed)
     run_batch("refused rows (NaN, inf, banned)", b);
 }
 
-/* ---- timing: 256 rows x 151936, the median of 20 launches after warm-up */
+/* ---- timing: 256 rows x 151936 (and one row), the median of 20 launches after warm-up */
 
 static void time_case(const char *what, int n, int V, float *d_logits,
                       const std::vector<k_sample_params> &params, int hist_len, uint64_t *s)
@@ -656,6 +656,14 @@ static void run_timing(uint64_t seed)
     time_case("T 1, top_p 0.95, min_p 0.05, logprobs 5", n, V, d_logits, p, 0, &s);
     set(0.7f, 50, 0.9f, 0.f, -1, 1.1f, 0.5f, 0.2f);
     time_case("T 0.7, top_k 50, top_p 0.9, penalties (hist 1024)", n, V, d_logits, p, 1024, &s);
+    /* one row (single-sequence decode: one CTA per kernel, the sampler's latency per token; the two
+     * launches' overhead included) */
+    set(0.f, 0, 1.f, 0.f, -1, 1.f, 0.f, 0.f);
+    time_case("greedy, one row", 1, V, d_logits, p, 0, &s);
+    set(0.f, 0, 1.f, 0.f, 20, 1.f, 0.f, 0.f);
+    time_case("greedy, logprobs 20, one row", 1, V, d_logits, p, 0, &s);
+    set(0.7f, 50, 0.9f, 0.f, -1, 1.f, 0.f, 0.f);
+    time_case("T 0.7, top_k 50, top_p 0.9, one row", 1, V, d_logits, p, 0, &s);
     cudaFree(d_logits);
 }
 
