@@ -1,7 +1,7 @@
 // The guessed next decode step (docs/CUDA_BACKEND.md, "Hiding the host's turn between decode steps").
 //
-// At one sequence a decode step leaves the GPU idle for ~0.1 ms: the copy back, the host's wake-up and
-// bookkeeping, the next step's uploads and launch. After a pure decode graph step whose sequences all
+// At one sequence a decode step leaves the GPU idle for 0.035-0.06 ms (measured on the H200): the copy
+// back, the host's wake-up and bookkeeping, the next step's uploads and launch. After a pure decode graph step whose sequences all
 // allow it, the backend enqueues the next step before it reads this one's tokens: a small kernel turns
 // the sampled tokens into the next step's inputs in the device buffers the graph reads (token, position,
 // KV slot and context length one on, the sampler's step count one on), then the same graph, the sampler
@@ -14,7 +14,7 @@
 // the sampler's inputs other than its step count stay as they are), (b) its next position lies in the
 // block it writes now (the block table and the next slot are known), (c) its next context stays in the
 // graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
-// (LLMQ_SPEC; the latency regime: in throughput runs sequences end and arrive at most steps, and a
+// (LLMQ_SPEC, default 4; the latency regime: in throughput runs sequences end and arrive at most steps, and a
 // wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence written
 // at the position after its last token, inside the block it was writing, which it owns alone (prefix
 // caching shares only full blocks): whoever holds that block later writes its own rows before reading
