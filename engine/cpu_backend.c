@@ -421,9 +421,9 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
         cl->wdown = w;
     }
 #undef TAKE
-    if (n_fp8)
-        log_info("cpu backend: %d of %d linear weight matrices hold fp8 (e4m3, %dx%d blocks) values", n_fp8,
-                 n_lin, FP8_BLOCK, FP8_BLOCK);
+    if (n_fp8 || ml == LW_FP8)
+        log_info("cpu backend: %d of %d linear weight matrices%s hold fp8 (e4m3, %dx%d blocks) values", n_fp8,
+                 n_lin, ml == LW_FP8 ? " and lm_head" : "", FP8_BLOCK, FP8_BLOCK);
     return 0;
 }
 

@@ -22,6 +22,7 @@ for m in a t; do
   check "$m: fp8" 0 run "$tmp/$m" --lm-head-dtype fp8
   expect "$m: fp8" lm_head_dtype '"fp8"'
   expect "$m: fp8" failed 0
+  grep -q "and lm_head hold fp8" "$tmp/err" || bad "$m: fp8: the backend does not log the fp8 lm_head: $(grep 'cpu backend' "$tmp/err")"
   check "$m: bf16" 0 run "$tmp/$m" --lm-head-dtype bf16
   expect "$m: bf16" lm_head_dtype '"bf16"'
 done
