@@ -612,13 +612,17 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
 
 // ---- step
 
+int cb_slot(const struct be_seq *s, int p, int bs)
+{
+    return s->block_table[p / bs] * bs + p % bs;
+}
+
 // One row's token, position and KV slot.
 static void put_row(struct cuda_backend *b, int r, const struct be_seq *s, int p)
 {
-    const int bs = b->base.block_size;
     ((int32_t *)b->ids.h)[r] = s->tokens[p];
     ((int32_t *)b->pos.h)[r] = p;
-    ((int32_t *)b->slot.h)[r] = s->block_table[p / bs] * bs + p % bs;
+    ((int32_t *)b->slot.h)[r] = cb_slot(s, p, b->base.block_size);
 }
 
 // Row k of a block-table array of stride mb: the sequence's blocks, then block 0.
@@ -846,7 +850,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     if (cb_read_outputs(b, seqs, n_samp, b->out.h, out))
         return -1;
     if (b->spec_live)
-        cb_spec_expect(b, seqs, nd, (const int32_t *)b->out.h);
+        cb_spec_expect(b, nd, (const int32_t *)b->out.h);
     return 0;
 }
 

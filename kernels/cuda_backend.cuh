@@ -134,11 +134,11 @@ struct cuda_backend {
 
     // the guessed next step (cuda_spec.cu): a pure decode graph step enqueued before the host has read
     // the tokens of the step before, its inputs advanced on the device
-    int spec_max;                  // most sequences a guessed step may have; 0 = never guess (LLMQ_SPEC)
-    bool spec_live;                // a guessed step is on the stream
+    int spec_max;                   // most sequences a guessed step may have; 0 = never guess (LLMQ_SPEC)
+    bool spec_live;                 // a guessed step is on the stream
     int spec_nd, spec_B, spec_gctx; // its sequences, graph batch and context buckets
     int32_t *spec_ids, *spec_pos, *spec_slot; // [S] host: its inputs, row by row, as the device holds them
-    int32_t *spec_btab;                        // [S * max_blocks] stride spec_mb
+    int32_t *spec_btab; // [S * max_blocks] stride spec_mb: the blocks each row's context needs
     int spec_mb;
     struct k_sample_params *spec_params; // [S]
     void *out_h2;                        // pinned, out.cap bytes: the guessed step's outputs
@@ -188,6 +188,8 @@ int cb_graph_run(struct cuda_backend *b, const struct cb_plan *p, int batch, int
 cudaGraphExec_t cb_graph_find(const struct cuda_backend *b, int batch, int ctx);
 
 // ---- cuda_backend.cu: pieces of a step the guessed step shares
+// The KV slot of position p of a sequence (block size bs).
+int cb_slot(const struct be_seq *s, int p, int bs);
 // The sampler's parameters of a sampling sequence, as a step uploads them (padding zeroed).
 void cb_sample_params(const struct be_seq *s, struct k_sample_params *q);
 // Whether a sequence's sampling needs no token history and bans nothing.
@@ -206,7 +208,7 @@ void cb_spec_free(struct cuda_backend *b);
 // enqueues the same step one position on when every sequence allows it (spec_live then).
 void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, int B, int gctx);
 // Once that step's tokens are read: the guessed step's inputs as the host would write them.
-void cb_spec_expect(struct cuda_backend *b, const struct be_seq *seqs, int nd, const int32_t *tok);
+void cb_spec_expect(struct cuda_backend *b, int nd, const int32_t *tok);
 // At the start of a step while a guess is live: when the step is the guessed one, waits for it, writes
 // out (*rc its result), may guess the next, and returns true; otherwise waits for the stream to drain,
 // drops the guess and returns false.

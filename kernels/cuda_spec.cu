@@ -1,8 +1,9 @@
 // The guessed next decode step (docs/CUDA_BACKEND.md, "Hiding the host's turn between decode steps").
 //
 // At one sequence a decode step leaves the GPU idle for 0.035-0.06 ms (measured on the H200): the copy
-// back, the host's wake-up and bookkeeping, the next step's uploads and launch. After a pure decode graph step whose sequences all
-// allow it, the backend enqueues the next step before it reads this one's tokens: a small kernel turns
+// back, the host's wake-up and bookkeeping, the next step's uploads and launch. After a pure decode
+// graph step whose sequences all allow it, the backend enqueues the next step before it reads this
+// one's tokens: a small kernel turns
 // the sampled tokens into the next step's inputs in the device buffers the graph reads (token, position,
 // KV slot and context length one on, the sampler's step count one on), then the same graph, the sampler
 // and the copy back into a second host buffer. The next call compares the step it is given with the
@@ -14,9 +15,9 @@
 // the sampler's inputs other than its step count stay as they are), (b) its next position lies in the
 // block it writes now (the block table and the next slot are known), (c) its next context stays in the
 // graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
-// (LLMQ_SPEC, default 4; the latency regime: in throughput runs sequences end and arrive at most steps, and a
-// wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence written
-// at the position after its last token, inside the block it was writing, which it owns alone (prefix
+// (LLMQ_SPEC, default 4; the latency regime: in throughput runs sequences end and arrive at most
+// steps, and a wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence
+// written at the position after its last token, inside the block it was writing, which it owns alone (prefix
 // caching shares only full blocks): whoever holds that block later writes its own rows before reading
 // them and never reads past its context, so nothing anyone reads changes.
 #include <stdio.h>
@@ -131,19 +132,18 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
     for (int k = 0; k < nd; k++) { // what the host would write for it (the tokens: cb_spec_expect)
         const struct be_seq *s = &seqs[b->order[k]];
         b->spec_pos[k] = s->pos + 1;
-        b->spec_slot[k] = s->block_table[s->pos / bs] * bs + s->pos % bs + 1;
-        const int need = (s->pos + 2 + bs - 1) / bs;
-        int32_t *row = b->spec_btab + (size_t)k * b->spec_mb;
-        memcpy(row, s->block_table, (size_t)need * 4);
-        memset(row + need, 0, (size_t)(b->spec_mb - need) * 4);
+        b->spec_slot[k] = cb_slot(s, s->pos + 1, bs);
+        // the blocks its context needs (the rest of the device's row is block 0 in both steps: the
+        // next position stays in the same block, so the count is the same)
+        memcpy(b->spec_btab + (size_t)k * b->spec_mb, s->block_table,
+               (size_t)((s->pos + 2 + bs - 1) / bs) * 4);
         cb_sample_params(s, &b->spec_params[k]);
         b->spec_params[k].step += 1;
     }
 }
 
-void cb_spec_expect(struct cuda_backend *b, const struct be_seq *seqs, int nd, const int32_t *tok)
+void cb_spec_expect(struct cuda_backend *b, int nd, const int32_t *tok)
 {
-    (void)seqs;
     for (int k = 0; k < nd && k < b->spec_nd; k++)
         b->spec_ids[k] = tok[k];
 }
@@ -158,16 +158,12 @@ static bool spec_matches(const struct cuda_backend *b, const struct be_seq *seqs
     for (int i = 0; i < n; i++) {
         const struct be_seq *s = &seqs[i];
         if (s->n_new != 1 || !s->sample || !cb_plain_sampling(s) || s->pos != b->spec_pos[i] ||
-            s->tokens[s->pos] != b->spec_ids[i] ||
-            s->block_table[s->pos / bs] * bs + s->pos % bs != b->spec_slot[i])
+            s->tokens[s->pos] != b->spec_ids[i] || cb_slot(s, s->pos, bs) != b->spec_slot[i])
             return false;
-        const int need = (s->pos + 1 + bs - 1) / bs;
-        const int32_t *row = b->spec_btab + (size_t)i * b->spec_mb;
-        if (need > b->spec_mb || memcmp(row, s->block_table, (size_t)need * 4))
+        // the position matched, so the blocks its context needs are as many as the guess copied
+        if (memcmp(b->spec_btab + (size_t)i * b->spec_mb, s->block_table,
+                   (size_t)((s->pos + 1 + bs - 1) / bs) * 4))
             return false;
-        for (int j = need; j < b->spec_mb; j++)
-            if (row[j] != 0)
-                return false;
         struct k_sample_params q;
         cb_sample_params(s, &q);
         if (memcmp(&q, &b->spec_params[i], sizeof q))
@@ -205,6 +201,6 @@ bool cb_spec_take(struct cuda_backend *b, const struct be_seq *seqs, int n, stru
     }
     *rc = cb_read_outputs(b, seqs, n, b->out.h, out);
     if (*rc == 0 && b->spec_live)
-        cb_spec_expect(b, seqs, n, (const int32_t *)b->out.h);
+        cb_spec_expect(b, n, (const int32_t *)b->out.h);
     return true;
 }
