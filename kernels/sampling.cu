@@ -1,11 +1,15 @@
 // The GPU sampler: the same function as engine/sampler.c (the oracle), one row of raw fp32 logits
 // per sequence. docs/KERNELS.md ("Sampling") describes the algorithm and its exactness.
 //
-// Two kernels, one CTA per row:
-//   stats_kernel   one pass over the raw logits: NaN/+inf check, max and argmax (ties to the lowest
-//                  id), log-sum-exp (when logprobs are asked for) and the top N raw logits (N <= 20,
-//                  a sorted list per thread in registers, merged by warps), written to top_ids/top_lp.
-//   sample_kernel  penalties (a bitset of touched ids in shared memory, their flags and output counts
+// Two kernels:
+//   stats_kernel   one pass over the raw logits, a row split into P slices of one CTA each (P > 1 for
+//                  few rows: one CTA alone took ~75 us over 152K logits, 1.6 % of a single-sequence
+//                  decode step): NaN/+inf check, max and argmax (ties to the lowest id), the
+//                  slice's max and sum of exp for the log-sum-exp (when logprobs are asked for) and its
+//                  top N raw logits (N <= 20, a sorted list per thread in registers, merged by warps).
+//   sample_kernel  one CTA per row. It first merges the row's P slices (warp 0: the reductions and a
+//                  P-way merge of the sorted top lists, written to top_ids/top_lp), then: penalties
+//                  (a bitset of touched ids in shared memory, their flags and output counts
 //                  in the row's workspace), then greedy (argmax) or: p = (float)exp((double)(l - lmax)
 //                  / T) exactly as the oracle computes it, stored as its bits (the key: for p > 0 the
 //                  bits order like p) in the row's workspace; top_k, top_p, min_p and the pick are each
@@ -43,7 +47,7 @@
 #define ST_BAD 1 // a NaN or +inf logit
 #define ST_ANY 2 // some logit > -inf
 
-struct samp_stats { // per row, from stats_kernel
+struct samp_stats { // per row, merged from its slices by sample_kernel
     float lmax;     // largest raw logit
     int argmax;     // its lowest id, -1 when every logit is -inf
     int flags;      // ST_*
@@ -51,6 +55,37 @@ struct samp_stats { // per row, from stats_kernel
     double lse; // log-sum-exp of the raw logits (when logprobs >= 0)
     double pad2;
 };
+
+struct samp_part {       // per slice of a row, from stats_kernel
+    uint64_t top[S_TOP]; // the slice's largest keys (vkey), descending; 0 past its count
+    uint64_t am;         // its largest key
+    float gm, sc;        // its largest finite logit and sum of exp(x - gm) (when logprobs >= 0)
+    int flags;           // ST_*
+    int pad;
+};
+
+#define S_PART_SLOTS 128  // slices of all rows together when a row has more than one
+#define S_PART_MIN_V 4096 // logits a slice covers at least
+#define S_PART_MAX 32     // slices of one row: one warp merges them
+
+// Slices per row for n rows of V logits: one for many rows, up to 32 while rows x slices fit 128.
+// LLMQ_SAMPLE_SPLIT=0 keeps one slice per row (a tuning hook, for A/B runs).
+static int stats_parts(int n, int V)
+{
+    static const int on = k_env_int("LLMQ_SAMPLE_SPLIT", 1, 0, 1);
+    int p = n > 0 && on ? S_PART_SLOTS / n : 1;
+    p = p < S_PART_MAX ? p : S_PART_MAX;
+    p = p < V / S_PART_MIN_V ? p : V / S_PART_MIN_V;
+    return p > 1 ? p : 1;
+}
+
+// Top-N entries a row wants (logprobs capped by S_TOP and V).
+__device__ __forceinline__ int want_top(const struct k_sample_params &p, int V)
+{
+    int ntop = p.logprobs < S_TOP ? p.logprobs : S_TOP;
+    ntop = ntop < V ? ntop : V;
+    return ntop > 0 ? ntop : 0;
+}
 
 // ---- helpers
 
@@ -158,11 +193,13 @@ template <bool VEC> __device__ __forceinline__ float4 load4(const float *row, in
     return v;
 }
 
-// Calls f(x, id) for every logit of the row; each thread sees its ids in ascending order.
-template <bool VEC, typename F> __device__ __forceinline__ void for_logits(const float *row, int V, F &&f)
+// Calls f(x, id) for every logit of the groups of four [q0, n4); each thread sees its ids in ascending
+// order.
+template <bool VEC, typename F>
+__device__ __forceinline__ void for_range(const float *row, int V, int q0, int n4, F &&f)
 {
-    const int n4 = (V + 3) >> 2, bd = blockDim.x;
-    for (int q = threadIdx.x; q < n4; q += 2 * bd) {
+    const int bd = blockDim.x;
+    for (int q = q0 + threadIdx.x; q < n4; q += 2 * bd) {
         const int q2 = q + bd;
         float4 a = load4<VEC>(row, V, q), b = make_float4(0.f, 0.f, 0.f, 0.f);
         if (q2 < n4)
@@ -172,6 +209,12 @@ template <bool VEC, typename F> __device__ __forceinline__ void for_logits(const
         if (q2 < n4)
             f(b.x, j), f(b.y, j + 1), f(b.z, j + 2), f(b.w, j + 3);
     }
+}
+
+// Calls f(x, id) for every logit of the row; each thread sees its ids in ascending order.
+template <bool VEC, typename F> __device__ __forceinline__ void for_logits(const float *row, int V, F &&f)
+{
+    for_range<VEC>(row, V, 0, (V + 3) >> 2, static_cast<F &&>(f));
 }
 
 // Calls f(key, id) for every key of the row (Vp keys, a multiple of 4; padding keys are 0).
@@ -191,7 +234,7 @@ template <typename F> __device__ __forceinline__ void for_keys(const uint32_t *p
     }
 }
 
-// ---- stats_kernel: grid (n), block (SA_THREADS)
+// ---- stats_kernel: grid (P, n), block (SA_THREADS); CTA (p, r) covers slice p of row r
 
 // Largest of each lane's head, removed from the lane that holds it; lane 0's list grows by one.
 __device__ __forceinline__ uint64_t top_pop(uint64_t (&tk)[S_TOP])
@@ -211,23 +254,21 @@ __device__ __forceinline__ uint64_t top_pop(uint64_t (&tk)[S_TOP])
 
 template <bool VEC>
 __global__ void __launch_bounds__(SA_THREADS)
-    stats_kernel(const float *logits, int V, const struct k_sample_params *params, struct samp_stats *stats,
-                 int32_t *top_ids, float *top_lp)
+    stats_kernel(const float *logits, int V, const struct k_sample_params *params, struct samp_part *parts)
 {
     pdl_enter(); // kernels/launch.cuh
     __shared__ uint64_t red64[32];
     __shared__ float redf[32];
     __shared__ uint64_t wtop[SA_THREADS / 32][S_TOP];
-    __shared__ uint64_t ftop[S_TOP];
-    __shared__ double s_lse;
 
-    const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *row = logits + (size_t)r * V;
-    const int want = params[r].logprobs;
-    int ntop = want < S_TOP ? want : S_TOP;
-    ntop = ntop < V ? ntop : V;
-    ntop = ntop > 0 ? ntop : 0;
-    const bool lse_on = want >= 0;
+    const int ntop = want_top(params[r], V);
+    const bool lse_on = params[r].logprobs >= 0;
+    // slice: groups of four [q0, q1), the same share for every slice but the last
+    const int n4 = (V + 3) >> 2, per = (n4 + gridDim.x - 1) / gridDim.x;
+    const int q0 = min(n4, (int)blockIdx.x * per), q1 = min(n4, q0 + per);
+    struct samp_part *out = parts + (size_t)r * gridDim.x + blockIdx.x;
 
     uint64_t tk[S_TOP];
 #pragma unroll
@@ -236,7 +277,7 @@ __global__ void __launch_bounds__(SA_THREADS)
     uint64_t am = 0;
     float m = -INFINITY, s = 0.f;
     int bad = 0, any = 0;
-    for_logits<VEC>(row, V, [&](float x, int i) {
+    for_range<VEC>(row, V, q0, q1, [&](float x, int i) {
         if (i >= V)
             return;
         bad |= (x != x) | (x == INFINITY);
@@ -266,14 +307,13 @@ __global__ void __launch_bounds__(SA_THREADS)
     any = __syncthreads_or(any);
     am = block_reduce(
         am, [](uint64_t a, uint64_t b) { return u64max(a, b); }, red64);
+    float gm = -INFINITY, sc = 0.f;
     if (lse_on) {
-        const float gm = block_reduce(
+        gm = block_reduce(
             m, [](float a, float b) { return fmaxf(a, b); }, redf);
-        float sc = (m == -INFINITY) ? 0.f : s * expf(m - gm);
+        sc = (m == -INFINITY) ? 0.f : s * expf(m - gm);
         sc = block_reduce(
             sc, [](float a, float b) { return a + b; }, redf);
-        if (threadIdx.x == 0)
-            s_lse = (double)gm + log((double)sc);
     }
     // top N: each warp merges its lanes' lists, then warp 0 merges the warps' lists
     for (int j = 0; j < ntop; j++) {
@@ -282,39 +322,83 @@ __global__ void __launch_bounds__(SA_THREADS)
             wtop[warp][j] = b;
     }
     __syncthreads();
-    if (warp == 0 && ntop > 0) {
+    if (warp == 0) {
 #pragma unroll
         for (int q = 0; q < S_TOP; q++)
             tk[q] = (lane < (int)(blockDim.x >> 5) && q < ntop) ? wtop[lane][q] : 0;
-        for (int j = 0; j < ntop; j++) {
-            uint64_t b = top_pop(tk);
+        for (int j = 0; j < S_TOP; j++) { // every entry, so that the merge may read 0 past the count
+            uint64_t b = j < ntop ? top_pop(tk) : 0;
             if (lane == 0)
-                ftop[j] = b;
+                out->top[j] = b;
+        }
+        if (lane == 0) {
+            out->am = am, out->gm = gm, out->sc = sc;
+            out->flags = (bad ? ST_BAD : 0) | (any ? ST_ANY : 0);
+            out->pad = 0;
+        }
+    }
+}
+
+// The row's slices merged into its stats (returned to every thread) and its top-N list written to
+// top_ids/top_lp. Warp 0 reduces the slices and merges their sorted lists P ways, one pop per entry,
+// from shared memory (sh: S_PART_MAX * S_TOP keys).
+__device__ struct samp_stats stats_merge(const struct samp_part *pp, int P, int r, int ntop, bool lse_on,
+                                         int32_t *top_ids, float *top_lp, uint64_t *sh,
+                                         struct samp_stats *s_out)
+{
+    const int nl = ntop < S_TOP ? ntop + 1 : S_TOP; // entries a list can be read up to
+    for (int i = threadIdx.x; ntop > 0 && i < P * nl; i += blockDim.x)
+        sh[(i / nl) * S_TOP + i % nl] = __ldcg(&pp[i / nl].top[i % nl]);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        uint64_t am = 0;
+        float gm = -INFINITY, sc = 0.f;
+        int flags = 0;
+        if (lane < P) {
+            am = __ldcg(&pp[lane].am), gm = __ldcg(&pp[lane].gm), sc = __ldcg(&pp[lane].sc);
+            flags = __ldcg(&pp[lane].flags);
+        }
+        float GM = gm;
+#pragma unroll
+        for (int o = 16; o; o >>= 1) {
+            am = u64max(am, __shfl_xor_sync(0xffffffffu, am, o));
+            flags |= __shfl_xor_sync(0xffffffffu, flags, o);
+            GM = fmaxf(GM, __shfl_xor_sync(0xffffffffu, GM, o));
+        }
+        double S = gm == -INFINITY ? 0.0 : (double)sc * exp((double)gm - (double)GM);
+#pragma unroll
+        for (int o = 16; o; o >>= 1)
+            S += __shfl_xor_sync(0xffffffffu, S, o);
+        const double lse = lse_on ? (double)GM + log(S) : 0.0;
+        int h = 0;
+        uint64_t key = lane < P && ntop > 0 ? sh[lane * S_TOP] : 0;
+        for (int j = 0; j < ntop; j++) {
+            uint64_t best = key;
+#pragma unroll
+            for (int o = 16; o; o >>= 1)
+                best = u64max(best, __shfl_xor_sync(0xffffffffu, best, o));
+            if (key == best && best != 0) // ids are distinct: one lane
+                key = ++h < S_TOP ? sh[lane * S_TOP + h] : 0;
+            if (lane == 0 && top_ids) {
+                top_ids[(size_t)r * S_TOP + j] = vkey_id(best);
+                top_lp[(size_t)r * S_TOP + j] = (float)__dsub_rn((double)vkey_val(best), lse);
+            }
+        }
+        if (top_ids && lane >= ntop && lane < S_TOP)
+            top_ids[(size_t)r * S_TOP + lane] = -1, top_lp[(size_t)r * S_TOP + lane] = -INFINITY;
+        if (lane == 0) {
+            const float lmax = vkey_val(am);
+            s_out->lmax = lmax;
+            s_out->argmax = lmax == -INFINITY ? -1 : vkey_id(am);
+            s_out->flags = flags;
+            s_out->pad = 0;
+            s_out->lse = lse;
+            s_out->pad2 = 0;
         }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        const float lmax = vkey_val(am);
-        struct samp_stats st;
-        st.lmax = lmax;
-        st.argmax = lmax == -INFINITY ? -1 : vkey_id(am);
-        st.flags = (bad ? ST_BAD : 0) | (any ? ST_ANY : 0);
-        st.pad = 0;
-        st.lse = lse_on ? s_lse : 0.0;
-        st.pad2 = 0;
-        stats[r] = st;
-    }
-    if (top_ids && threadIdx.x < S_TOP) {
-        const int j = threadIdx.x;
-        const size_t o = (size_t)r * S_TOP + j;
-        if (j < ntop) {
-            top_ids[o] = vkey_id(ftop[j]);
-            top_lp[o] = (float)__dsub_rn((double)vkey_val(ftop[j]), s_lse);
-        } else {
-            top_ids[o] = -1;
-            top_lp[o] = -INFINITY;
-        }
-    }
+    return *s_out;
 }
 
 // ---- sample_kernel: grid (n), block (SB_THREADS), dynamic shared memory S_REGION + the bitset
@@ -684,16 +768,19 @@ template <bool VEC>
 __global__ void __launch_bounds__(SB_THREADS, 2)
     sample_kernel(const float *logits, int V, int Vp, const struct k_sample_params *params,
                   const int32_t *hist, const int32_t *hist_start, const int32_t *n_prompt,
-                  const int32_t *banned, const int32_t *banned_start, const struct samp_stats *stats,
-                  uint32_t *ws_keys, int32_t *token, float *logprob)
+                  const int32_t *banned, const int32_t *banned_start, const struct samp_part *parts,
+                  int n_parts, int32_t *top_ids, float *top_lp, uint32_t *ws_keys, int32_t *token,
+                  float *logprob)
 {
     pdl_enter(); // kernels/launch.cuh
     extern __shared__ __align__(16) unsigned char dyn[];
     __shared__ sstate S;
+    __shared__ struct samp_stats s_st;
 
     const int r = blockIdx.x, bd = blockDim.x, tid = threadIdx.x;
     const struct k_sample_params P = params[r];
-    const struct samp_stats st = stats[r];
+    const struct samp_stats st = stats_merge(parts + (size_t)r * n_parts, n_parts, r, want_top(P, V),
+                                             P.logprobs >= 0, top_ids, top_lp, (uint64_t *)dyn, &s_st);
     sctx c;
     c.row = logits + (size_t)r * V;
     c.pw = ws_keys + (size_t)r * Vp;
@@ -895,9 +982,10 @@ static size_t keys_stride(int V)
 {
     return round_up((size_t)V, 4);
 }
+// The slices' stats: n rows of one slice, or at most S_PART_SLOTS slices (stats_parts).
 static size_t stats_bytes(int n)
 {
-    return round_up((size_t)n * sizeof(struct samp_stats), 256);
+    return round_up((size_t)(n > S_PART_SLOTS ? n : S_PART_SLOTS) * sizeof(struct samp_part), 256);
 }
 
 extern "C" size_t k_sample_workspace(int n, int V)
@@ -913,11 +1001,14 @@ static int sample_launch(float *logits, int n, int V, const struct k_sample_para
                          const int32_t *banned, const int32_t *banned_start, int32_t *token, float *logprob,
                          int32_t *top_ids, float *top_lp, void *workspace, cudaStream_t stream)
 {
-    struct samp_stats *stats = (struct samp_stats *)workspace;
+    struct samp_part *parts = (struct samp_part *)workspace;
+    const int P = stats_parts(n, V);
     uint32_t *keys = (uint32_t *)((char *)workspace + stats_bytes(n));
     const int Vp = (int)keys_stride(V);
     const size_t smem = S_REGION + round_up((size_t)((V + 31) / 32) * 4, 16);
     static_assert(sizeof(struct samp_stats) == 32, "samp_stats layout");
+    static_assert(S_PART_MAX <= 32 && S_PART_MAX * S_TOP * 8 <= S_REGION,
+                  "stats_merge: one warp, sh in S_REGION");
     // Dynamic shared memory up to what any V needs (or the device allows), set once per device and
     // not per launch, so that a launch inside a graph capture makes no attribute call after the
     // first eager one.
@@ -938,9 +1029,9 @@ static int sample_launch(float *logits, int n, int V, const struct k_sample_para
     K_REQUIRE(smem <= (size_t)allowed.load(),
               "k_sample: V %d needs %zu bytes of shared memory, the device allows %d", V, smem,
               allowed.load());
-    K_CHECK(k_launch(stats_kernel<VEC>, n, SA_THREADS, 0, stream, logits, V, params, stats, top_ids, top_lp));
+    K_CHECK(k_launch(stats_kernel<VEC>, dim3(P, n), SA_THREADS, 0, stream, logits, V, params, parts));
     K_CHECK(k_launch(sample_kernel<VEC>, n, SB_THREADS, smem, stream, logits, V, Vp, params, hist, hist_start,
-                     n_prompt, banned, banned_start, stats, keys, token, logprob));
+                     n_prompt, banned, banned_start, parts, P, top_ids, top_lp, keys, token, logprob));
     return 0;
 }
 

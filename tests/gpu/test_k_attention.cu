@@ -739,6 +739,13 @@ int main(void)
         }
     }
 
+    /* decode of short contexts (single-sequence decode): 2-16 partitions of one or a few tiles, and
+       batches whose sequences have fewer partitions than the launch (idle CTAs) */
+    const std::vector<std::vector<int>> shorts = {{100}, {512}, {640}, {1000}, {450, 200, 64}, {77, 1, 300}};
+    for (const cfg &c : {heads[0], heads[5]})
+        for (const std::vector<int> &ctx : shorts)
+            decode_case(c, ctx, 128, case_seed(k++));
+
     /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys */
     for (const cfg &c : single)
         for (int n : {1, 7, 1000, 4097})
@@ -761,6 +768,8 @@ int main(void)
             decode_case(c, ctx, n <= 3 ? 64 : n <= 64 ? 256 : 512, st, true);
         }
     }
+    for (const std::vector<int> &ctx : shorts)
+        decode_case(heads8[0], ctx, 128, case_seed(k++), true);
 
     timing();
     printf("%s: %d of %d checks passed\n", failures ? "FAIL" : "PASS", cases - failures, cases);

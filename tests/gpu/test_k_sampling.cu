@@ -695,6 +695,10 @@ int main(void)
     for (int kind = C_GREEDY; kind <= C_MASKED; kind++)
         run_kind(kind, VBIG, kind == C_COMBO || kind == C_TIES || kind == C_PENALTY ? 160 : 96,
                  case_seed(k++));
+    /* few rows: each row's stats pass split over 12-32 CTAs (stats_parts in kernels/sampling.cu); an odd
+       V takes the scalar loads */
+    for (int kind = C_GREEDY; kind <= C_MASKED; kind++)
+        run_kind(kind, kind & 1 ? VBIG : 50001, 1 + (kind % 4) * 3, case_seed(k++));
     for (int vi = 0; vi < 2; vi++) {
         const int V = vi ? VBIG : 1000, n = vi ? 128 : 256;
         run_seed_sweep(V, n, "sweep T 0.8 top_p 0.9", 0.8f, 0, 0.9f, 0.f, L_NORMAL, case_seed(k++));
