@@ -16,6 +16,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/rope.cuh"
 
 extern "C" {
 #include "engine/decode_split.h"
@@ -493,7 +494,14 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
  * rows of one m16 tile (rows >= G are zero); each warp takes 16 keys of every 64-key tile and
  * keeps its own softmax state; the 4 warps combine at the end. A sequence whose context fits one
  * partition writes `out` directly; otherwise each partition writes its normalized fp32 output and
- * (max, sum) to the workspace and decode_reduce_kernel combines them. */
+ * (max, sum) to the workspace and decode_reduce_kernel combines them.
+ *
+ * ROPE (bf16 cache; k_attention_decode_rope): the attention prologue of kernels/rope.cu folded in,
+ * with its per-lane function (kernels/rope.cuh), so the values are the same bits. q is the raw qkv.
+ * Each CTA normalizes and rotates its G query heads itself (groups of D/8 lanes, one head each) and
+ * stores them to sQ; the CTA whose partition holds the new key (position ctx - 1, the token being
+ * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
+ * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
 constexpr int DC_THREADS = 128;
 template <int D, bool F8> constexpr int decode_stages()
 {
@@ -501,21 +509,23 @@ template <int D, bool F8> constexpr int decode_stages()
 }
 template <int D, bool F8> constexpr int decode_smem()
 {
-    /* bf16: sQ, NS stages of K and V. fp8: sQ, one bf16 K and V tile, NS staging stages of e4m3 K and V
-     * with their scales, the current tile's scales (the final combine reuses the staging area) */
+    /* bf16: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one bf16 K and V tile, NS staging
+     * stages of e4m3 K and V with their scales, the current tile's scales (the final combine reuses the
+     * staging area) */
     return F8 ? 16 * D * 2 + 2 * KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4) +
                     2 * KV_TILE * 4
-              : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2;
+              : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2 + D * 4;
 }
 
-template <int D, bool F8>
+template <int D, bool F8, bool ROPE>
 __global__ void __launch_bounds__(DC_THREADS)
     attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
                             const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                             const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
                             int KVH, int bs, float sl2, int part_keys, int n_part_max,
-                            float *__restrict__ ws_o, float2 *__restrict__ ws_ml)
+                            float *__restrict__ ws_o, float2 *__restrict__ ws_ml, const k_rope_in rope)
 {
+    static_assert(!(ROPE && F8), "the folded prologue writes a bf16 cache");
     constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
@@ -537,6 +547,21 @@ __global__ void __launch_bounds__(DC_THREADS)
     const int qrow = q_start[s];
     const int32_t *btab = btabs + (size_t)s * max_blocks;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    constexpr int GL = D / 8; /* ROPE: lanes per head */
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    float *cs = nullptr, *sn = nullptr;
+    int slot = -1;
+    uint4 wq = zero4, wk = zero4;
+    if constexpr (ROPE) { /* before the wait: the table, the slot, the norm weights */
+        cs = reinterpret_cast<float *>(smem_raw + decode_smem<D, F8>() - D * 4), sn = cs + D / 2;
+        rope_table_fill(rope.inv_freq, rope.attn_scale, rope.positions[qrow], D, cs, sn);
+        slot = rope.slot_mapping[qrow];
+        if (rope.q_norm)
+            wq = __ldg(reinterpret_cast<const uint4 *>(rope.q_norm) + tid % GL);
+        if (rope.k_norm)
+            wk = __ldg(reinterpret_cast<const uint4 *>(rope.k_norm) + tid % GL);
+        __syncthreads();
+    }
 
     /* The first NS - 1 tiles before the wait (kernels/launch.cuh): the step writes one key of the
      * sequence, its last (ctx - 1, the token being decoded: k_qk_norm_rope_kv, the kernel before),
@@ -558,7 +583,44 @@ __global__ void __launch_bounds__(DC_THREADS)
     pdl_enter(); // kernels/launch.cuh
     if (!live)
         return;
-    { /* Q: rows g < G are the query heads kvh * G + g */
+    const bool late_here = jlate >= start && jlate < end, late_staged = (jlate - start) / KV_TILE < NS - 1;
+    uint4 late = zero4; /* ROPE: this lane's 16 bytes of the new key's k (late_kind 1) or v (2) */
+    int late_kind = 0;
+    if constexpr (ROPE) { /* the prologue: q heads of this KV head to sQ; k and v of the new key */
+        constexpr int GROUPS = DC_THREADS / GL;
+        const int grp = tid / GL, sub = tid % GL, n_items = G + (late_here ? 2 : 0);
+        const bf16 *row = q + (size_t)qrow * q_stride;
+        for (int base = 0; base < G + 2; base += GROUPS) { /* uniform: every lane shuffles */
+            const int item = base + grp, kind = item < G ? 0 : item == G ? 1 : 2;
+            const bool valid = item < n_items;
+            const int col = (kind == 0 ? kvh * G + item : kind == 1 ? H + kvh : H + KVH + kvh) * D + sub * 8;
+            const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(row + col) : zero4;
+            const uint4 braw =
+                rope.bias && valid ? __ldg(reinterpret_cast<const uint4 *>(rope.bias + col)) : zero4;
+            const bool norm =
+                valid && (kind == 0 ? rope.q_norm != nullptr : kind == 1 && rope.k_norm != nullptr);
+            float r[8];
+            rope_lane<GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
+                          sn, r);
+            if (!valid)
+                continue;
+            const uint4 v = rope_pack_bf16x8(r);
+            if (kind == 0) {
+                *reinterpret_cast<uint4 *>(sQ + swz<D>(item, sub)) = v;
+            } else {
+                if (slot >= 0) {
+                    bf16 *cache = const_cast<bf16 *>(kind == 1 ? kc : vc);
+                    const size_t at = (((size_t)(slot / bs) * KVH + kvh) * bs + slot % bs) * D + sub * 8;
+                    *reinterpret_cast<uint4 *>(cache + at) = v;
+                    if (!late_staged) /* the main loop reads it back from L2 (cp.async.cg) */
+                        __threadfence();
+                }
+                late = v, late_kind = kind;
+            }
+        }
+        for (int i = tid; i < (16 - G) * GL; i += DC_THREADS) /* rows >= G are zero */
+            *reinterpret_cast<uint4 *>(sQ + swz<D>(G + i / GL, i % GL)) = zero4;
+    } else { /* Q: rows g < G are the query heads kvh * G + g */
         constexpr int CPR = D / 8;
 #pragma unroll
         for (int i = 0; i < 16 * CPR / DC_THREADS; i++) {
@@ -568,7 +630,7 @@ __global__ void __launch_bounds__(DC_THREADS)
             cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
         }
     }
-    if (jlate >= start && jlate < end && (jlate - start) / KV_TILE < NS - 1) { /* the key left out above */
+    if (!ROPE && late_here && late_staged) { /* the key left out above */
         const int st = (jlate - start) / KV_TILE, r = jlate - start - st * KV_TILE;
         if constexpr (F8)
             load_kv_row_f8<D>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab, kvh, KVH, bs, r,
@@ -580,6 +642,14 @@ __global__ void __launch_bounds__(DC_THREADS)
     cp_async_commit();
     cp_async_wait<0>(); /* Q, the late key and the tiles before the wait */
     __syncthreads();
+    if constexpr (ROPE) { /* the new key into its stage (no copy is in flight to that row) */
+        if (late_kind > 0 && late_staged) {
+            const int st = (jlate - start) / KV_TILE, r = jlate - start - st * KV_TILE;
+            *reinterpret_cast<uint4 *>(sKV + (st * 2 + late_kind - 1) * KV_TILE * D + swz<D>(r, tid % GL)) =
+                late;
+        }
+        __syncthreads();
+    }
 
     const int g4 = lane / 4, t4 = lane % 4;
     const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
@@ -884,19 +954,20 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
     return 0;
 }
 
-template <int D, bool F8>
+template <int D, bool F8, bool ROPE>
 int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
-                  int KVH, int block_size, float sl2, int part, int n_part, void *ws, cudaStream_t stream)
+                  int KVH, int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
+                  cudaStream_t stream)
 {
     static bool smem_done[16];
-    if (raise_smem(attention_decode_kernel<D, F8>, decode_smem<D, F8>(), smem_done))
+    if (raise_smem(attention_decode_kernel<D, F8, ROPE>, decode_smem<D, F8>(), smem_done))
         return -1;
     float *ws_o = (float *)ws;
     float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
     dim3 grid(n_part, KVH, b->n_seqs);
-    K_CHECK(k_launch(attention_decode_kernel<D, F8>, grid, DC_THREADS, decode_smem<D, F8>(), stream, q,
+    K_CHECK(k_launch(attention_decode_kernel<D, F8, ROPE>, grid, DC_THREADS, decode_smem<D, F8>(), stream, q,
                      q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
-                     block_size, sl2, part, n_part, ws_o, ws_ml));
+                     block_size, sl2, part, n_part, ws_o, ws_ml, rope));
     if (n_part > 1) {
         const long long warps = (long long)b->n_seqs * H;
         K_CHECK(k_launch(attention_decode_reduce_kernel<D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,
@@ -923,10 +994,10 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
                 : launch_prefill<64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
 }
 
-template <bool F8>
+template <bool F8, bool ROPE = false>
 int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
                 bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys, void *workspace,
-                size_t workspace_bytes, cudaStream_t stream)
+                size_t workspace_bytes, cudaStream_t stream, const k_rope_in &rope = k_rope_in{})
 {
     if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
         return -1;
@@ -940,10 +1011,10 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
               "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
               workspace ? workspace_bytes : (size_t)0);
     const float sl2 = scale * 1.4426950408889634f;
-    return D == 128 ? launch_decode<128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part, n_part,
-                                             workspace, stream)
-                    : launch_decode<64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part, n_part,
-                                            workspace, stream);
+    return D == 128 ? launch_decode<128, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                   n_part, workspace, rope, stream)
+                    : launch_decode<64, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                  n_part, workspace, rope, stream);
 }
 
 } // namespace
@@ -996,6 +1067,21 @@ extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 
     const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
     return decode_impl<false>("k_attention_decode", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
                               part_keys, workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *rope, bf16 *k_cache,
+                                       bf16 *v_cache, const struct k_attn_batch *b, bf16 *out, int H, int KVH,
+                                       int D, int block_size, float scale, int part_keys, void *workspace,
+                                       size_t workspace_bytes, cudaStream_t stream)
+{
+    K_REQUIRE(rope && rope->positions && rope->inv_freq && rope->slot_mapping,
+              "k_attention_decode_rope: NULL rope, positions, inv_freq or slot_mapping");
+    K_REQUIRE(!(rope->eps < 0), "k_attention_decode_rope: eps %g < 0", (double)rope->eps);
+    K_REQUIRE(((uintptr_t)rope->bias | (uintptr_t)rope->q_norm | (uintptr_t)rope->k_norm) % 16 == 0,
+              "k_attention_decode_rope: bias, q_norm and k_norm must be 16-byte aligned");
+    const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
+    return decode_impl<false, true>("k_attention_decode_rope", qkv, (H + 2 * KVH) * D, kv, b, out, H, KVH, D,
+                                    block_size, scale, part_keys, workspace, workspace_bytes, stream, *rope);
 }
 
 extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,

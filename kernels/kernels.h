@@ -283,6 +283,26 @@ int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, c
                              const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
                              float scale, int part_keys, void *workspace, size_t workspace_bytes,
                              cudaStream_t stream);
+/* k_qk_norm_rope_kv and k_attention_decode_split in one kernel, for a decode step over a bf16 cache
+ * (token row t = sequence s; the new token of sequence s at position ctx_len[s] - 1 = positions[s]):
+ * every CTA normalizes and rotates the query heads it reads itself, and the CTA whose partition holds
+ * the new key writes its k and v to the cache slot and uses them at once. qkv ([n_seqs, (H + 2*KVH) * D],
+ * 16-byte aligned) is only read: q is not written back. Outputs and cache rows are those of the two
+ * calls, bit for bit (one per-lane function, kernels/rope.cuh). D 64 or 128; bias and norms as in
+ * k_qk_norm_rope_kv (NULL when absent, 16-byte aligned); part_keys and workspace as in
+ * k_attention_decode_split. */
+struct k_rope_in {
+    const bf16 *bias, *q_norm, *k_norm;
+    float eps;
+    const int32_t *positions;    /* [n_seqs] */
+    const float *inv_freq;       /* [D/2] */
+    float attn_scale;
+    const int32_t *slot_mapping; /* [n_seqs], < 0: no cache write */
+};
+int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *rope, bf16 *k_cache, bf16 *v_cache,
+                            const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
+                            float scale, int part_keys, void *workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
 /* The three over an fp8 cache (e4m3 k_cache/v_cache with k_scale/v_scale, layout above): the same
  * batch, outputs, workspace and splits. Tiles are read with 16-byte copies (16 codes each) and turned
  * into bf16 codes exactly; S[., key] is multiplied by k_scale[key] and P[., key] by v_scale[key] before

@@ -21,6 +21,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/rope.cuh"
 
 // ---- kernels
 
@@ -41,12 +42,7 @@ struct rope_args {
 // shared cos/sin of token blockIdx.x: cs[i], sn[i] for i < D/2, already multiplied by attn_scale
 __device__ __forceinline__ void rope_table(const rope_args &a, int pos, float *cs, float *sn)
 {
-    for (int i = threadIdx.x; i < a.D / 2; i += blockDim.x) {
-        float s, c;
-        sincosf((float)pos * a.inv_freq[i], &s, &c); // the angle rounded to fp32 as transformers does
-        cs[i] = c * a.attn_scale;
-        sn[i] = s * a.attn_scale;
-    }
+    rope_table_fill(a.inv_freq, a.attn_scale, pos, a.D, cs, sn);
     __syncthreads();
 }
 
@@ -75,7 +71,7 @@ __device__ __forceinline__ uint2 e4m3x8(const float (&x)[8], float inv)
 // the cos/sin table, bias and norm weights) is read before the wait (kernels/launch.cuh).
 template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
 {
-    constexpr int D = G * 8, HG = G / 2;
+    constexpr int D = G * 8;
     extern __shared__ __align__(16) float smem[];
     float *cs = smem, *sn = smem + D / 2;
     const int t = blockIdx.x, NH = a.H + 2 * a.KVH;
@@ -83,8 +79,6 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     rope_table(a, pos, cs, sn);
 
     const int sub = threadIdx.x % G, groups = blockDim.x / G;
-    const bool first = sub < HG;
-    const int fi0 = (sub % HG) * 8; // angle index of element 0
     bf16 *row = a.qkv + (size_t)t * NH * D;
     const int hh = blockIdx.y * groups + threadIdx.x / G;
     const bool valid = hh < NH;
@@ -94,60 +88,12 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     const uint4 braw = a.bias && valid ? __ldg((const uint4 *)(a.bias + col)) : make_uint4(0, 0, 0, 0);
     const uint4 wraw = nw && valid ? __ldg((const uint4 *)(nw + sub * 8)) : make_uint4(0, 0, 0, 0);
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
-    float x[8];
-    uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
-    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 p = __bfloat1622float2(h2[i]);
-        x[2 * i] = p.x, x[2 * i + 1] = p.y;
-    }
-    if (a.bias && valid) {
-        const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(b2[i]);
-            x[2 * i] += p.x, x[2 * i + 1] += p.y;
-        }
-    }
-    // per-head RMSNorm (q with q_norm, k with k_norm); the shuffles run on every lane
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        ss += x[i] * x[i];
-#pragma unroll
-    for (int o = HG; o > 0; o >>= 1)
-        ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (nw && valid) {
-        const float r = rsqrtf(ss / (float)D + a.eps);
-        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(w2[i]);
-            x[2 * i] = x[2 * i] * r * p.x, x[2 * i + 1] = x[2 * i + 1] * r * p.y;
-        }
-    }
-    // NeoX RoPE: first half v[i] = a c - b s, second half v[i + D/2] = b c + a s
-    float y[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        y[i] = __shfl_xor_sync(0xffffffffu, x[i], HG);
+    const uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
+    float r[8];
+    rope_lane<G>(raw, braw, a.bias && valid, wraw, nw && valid, kind < 2, a.eps, cs, sn, r);
     if constexpr (F8) {
-        float r[8];
-        if (kind < 2) {
-            const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
-            const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
-            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                r[i] = x[i];
-        }
         // the head's amax: every lane takes part (invalid ones contribute zeros)
+        constexpr int HG = G / 2;
         float am = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; i++)
@@ -158,12 +104,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
         if (!valid)
             return;
         if (kind == 0) {
-            uint4 outv;
-            __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
-            *(uint4 *)(row + col) = outv;
+            *(uint4 *)(row + col) = rope_pack_bf16x8(r);
         } else if (slot >= 0) {
             const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
             const size_t at = cache_at(a, slot, g);
@@ -176,26 +117,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     }
     if (!valid)
         return;
-    uint4 outv;
-    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&outv;
-    if (kind < 2) {
-        // 16-byte shared loads (fi0 is a multiple of 8)
-        const float4 c0 = *(const float4 *)(cs + fi0), c1 = *(const float4 *)(cs + fi0 + 4);
-        const float4 s0 = *(const float4 *)(sn + fi0), s1 = *(const float4 *)(sn + fi0 + 4);
-        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-        const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-        float r[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            r[i] = first ? x[i] * c[i] - y[i] * s[i] : x[i] * c[i] + y[i] * s[i];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            o2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-    }
+    const uint4 outv = rope_pack_bf16x8(r);
     if (kind == 0)
         *(uint4 *)(row + col) = outv;
     else if (slot >= 0) {

@@ -440,6 +440,99 @@ static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_par
     P.free_dev();
 }
 
+/* k_attention_decode_rope against its two-kernel equivalent, k_qk_norm_rope_kv then
+ * k_attention_decode_split, on the same raw qkv rows and cache: the outputs and both whole cache pools
+ * must be equal bit for bit (the prologue's per-lane arithmetic is one function), and qkv untouched.
+ * The new key of each sequence is at position ctx - 1; partitions of part keys cover the cases where
+ * its tile is one of the stages loaded before the wait and where the main loop reads it back. */
+static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, bool bias, bool norms,
+                           float attn_scale, uint64_t seed)
+{
+    paged P;
+    build(P, c, std::vector<int>(ctx.size(), 1), ctx, seed);
+    const int n = P.n, QS = P.q_stride;
+    std::vector<uint16_t> qkv((size_t)n * QS), hb(QS), hqn(c.D), hkn(c.D);
+    uint64_t st = seed ^ 0x9e3779b97f4a7c15ull;
+    for (auto &x : qkv)
+        x = f2bits(gt_normal(&st) * Q_SCALE);
+    for (auto &x : hb)
+        x = f2bits(gt_normal(&st) * 0.5f);
+    for (int d = 0; d < c.D; d++)
+        hqn[d] = f2bits(1.f + 0.3f * gt_normal(&st)), hkn[d] = f2bits(1.f + 0.3f * gt_normal(&st));
+    std::vector<float> inv(c.D / 2);
+    for (int i = 0; i < c.D / 2; i++)
+        inv[i] = (float)pow(1e6, -2.0 * i / c.D);
+    std::vector<int32_t> pos(n), slot(n);
+    for (int s = 0; s < n; s++) {
+        const int j = ctx[s] - 1;
+        pos[s] = j;
+        slot[s] = P.btab[(size_t)s * P.max_blocks + j / c.bs] * c.bs + j % c.bs;
+    }
+    const size_t pool = (size_t)P.num_blocks * c.KVH * c.bs * c.D, outn = (size_t)n * c.H * c.D;
+    bf16 *q_raw = gt_to_device((const bf16 *)qkv.data(), qkv.size());
+    bf16 *q_a = gt_to_device((const bf16 *)qkv.data(), qkv.size());
+    bf16 *db = bias ? gt_to_device((const bf16 *)hb.data(), hb.size()) : nullptr;
+    bf16 *dqn = norms ? gt_to_device((const bf16 *)hqn.data(), hqn.size()) : nullptr;
+    bf16 *dkn = norms ? gt_to_device((const bf16 *)hkn.data(), hkn.size()) : nullptr;
+    float *dinv = gt_to_device(inv.data(), inv.size());
+    int32_t *dpos = gt_to_device(pos.data(), pos.size()), *dslot = gt_to_device(slot.data(), slot.size());
+    bf16 *kc[2], *vc[2], *out[2];
+    for (int i = 0; i < 2; i++) {
+        GPU_OK(cudaMalloc(&kc[i], pool * 2));
+        GPU_OK(cudaMalloc(&vc[i], pool * 2));
+        GPU_OK(cudaMemcpy(kc[i], P.dk, pool * 2, cudaMemcpyDeviceToDevice));
+        GPU_OK(cudaMemcpy(vc[i], P.dv, pool * 2, cudaMemcpyDeviceToDevice));
+        out[i] = gt_poisoned<bf16>(outn);
+    }
+    const size_t wsb = k_attention_decode_workspace_split(n, c.H, c.D, P.max_ctx, part);
+    void *ws = nullptr;
+    if (wsb)
+        GPU_OK(cudaMalloc(&ws, wsb));
+    const k_attn_batch b = P.batch();
+    const float scale = 1.f / sqrtf((float)c.D), eps = 1e-6f;
+    K_OK(k_qk_norm_rope_kv(q_a, db, dqn, dkn, eps, dpos, dinv, attn_scale, dslot, kc[0], vc[0], n, c.H, c.KVH,
+                           c.D, c.bs, 0));
+    K_OK(k_attention_decode_split(q_a, QS, kc[0], vc[0], &b, out[0], c.H, c.KVH, c.D, c.bs, scale, part, ws,
+                                  wsb, 0));
+    const k_rope_in rope = {db, dqn, dkn, eps, dpos, dinv, attn_scale, dslot};
+    K_OK(k_attention_decode_rope(q_raw, &rope, kc[1], vc[1], &b, out[1], c.H, c.KVH, c.D, c.bs, scale, part,
+                                 ws, wsb, 0));
+    GPU_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> ha(pool), hb2(pool), oa(outn), ob(outn), qb(qkv.size());
+    int bad = 0;
+    const char *what = "";
+    GPU_OK(cudaMemcpy(oa.data(), out[0], outn * 2, cudaMemcpyDeviceToHost));
+    GPU_OK(cudaMemcpy(ob.data(), out[1], outn * 2, cudaMemcpyDeviceToHost));
+    if (oa != ob)
+        bad = 1, what = "attention output";
+    for (int kv = 0; kv < 2 && !bad; kv++) {
+        GPU_OK(cudaMemcpy(ha.data(), kv ? vc[0] : kc[0], pool * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(hb2.data(), kv ? vc[1] : kc[1], pool * 2, cudaMemcpyDeviceToHost));
+        if (ha != hb2)
+            bad = 1, what = kv ? "v cache" : "k cache";
+    }
+    GPU_OK(cudaMemcpy(qb.data(), q_raw, qkv.size() * 2, cudaMemcpyDeviceToHost));
+    if (!bad && qb != qkv)
+        bad = 1, what = "qkv (written)";
+    if (!bad) { /* the two-kernel path really wrote the new keys (the comparison is not vacuous) */
+        for (int s = 0; s < n && !bad; s++)
+            if (memcmp(&ha[(size_t)((slot[s] / c.bs * c.KVH) * c.bs + slot[s] % c.bs) * c.D],
+                       &P.v[(size_t)((slot[s] / c.bs * c.KVH) * c.bs + slot[s] % c.bs) * c.D], c.D * 2) == 0)
+                bad = 1, what = "v cache row not written";
+    }
+    char cn[64];
+    printf("%s decode+rope %s %d seqs, ctx %d..%d, part %d%s%s%s: %s\n", bad ? "FAIL" : "ok  ",
+           cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx, part,
+           bias ? ", bias" : "", norms ? ", q/k norms" : "", attn_scale != 1.f ? ", attn_scale" : "",
+           bad ? what : "equal to the two kernels bit for bit");
+    tally(!bad);
+    for (int i = 0; i < 2; i++)
+        cudaFree(kc[i]), cudaFree(vc[i]), cudaFree(out[i]);
+    cudaFree(ws), cudaFree(q_raw), cudaFree(q_a), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dinv),
+        cudaFree(dpos), cudaFree(dslot);
+    P.free_dev();
+}
+
 /* Launcher argument checks: bad arguments are refused with a message, nothing launched. */
 static void argument_checks(void)
 {
@@ -745,6 +838,19 @@ int main(void)
     for (const cfg &c : {heads[0], heads[5]})
         for (const std::vector<int> &ctx : shorts)
             decode_case(c, ctx, 128, case_seed(k++));
+
+    /* the decode attention with the q/k norm + RoPE prologue folded in (GQA 1..16, bias, no norms) */
+    const cfg rope_cfgs[] = {
+        {40, 8, 128, 32}, {16, 8, 64, 16}, {4, 4, 128, 16}, {32, 2, 64, 32}, {12, 1, 128, 16}};
+    const std::vector<std::vector<int>> rope_ctx = {{1}, {65}, {640}, {3000}, {450, 1, 200, 64}};
+    int ri = 0;
+    for (const cfg &c : rope_cfgs)
+        for (const std::vector<int> &ctx : rope_ctx)
+            for (int part : {0, -1, 64, 512}) {
+                const int v = ri++;
+                rope_fold_case(c, ctx, part, v % 3 == 1, v % 4 != 3, v % 5 == 2 ? 1.25f : 1.f,
+                               case_seed(k++));
+            }
 
     /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys */
     for (const cfg &c : single)
