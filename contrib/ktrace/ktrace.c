@@ -1,7 +1,7 @@
 /* Kernel timeline for any CUDA program, without changing it: the CUDA driver loads this library when
  * CUDA_INJECTION64_PATH names it, and CUPTI's activity API records every kernel (graph nodes included)
  * with its device start and end times, grid and block. At exit the records go to the CSV file named by
- * LLMQ_KTRACE (default ktrace.csv):
+ * LLMQ_KTRACE (default ktrace.csv), with demangled names:
  *
  *   start_ns,end_ns,grid,block,regs,graph_node,name
  *
@@ -11,6 +11,21 @@
 #include <cupti.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+// libstdc++'s demangler (the records carry mangled names)
+char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
+
+// name as one CSV field: quoted, a quote inside doubled
+static void put_field(FILE *f, const char *name)
+{
+    fputc('"', f);
+    for (const char *c = name; *c; c++) {
+        if (*c == '"')
+            fputc('"', f);
+        fputc(*c, f);
+    }
+    fputc('"', f);
+}
 
 static FILE *out;
 
@@ -36,11 +51,16 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-        if (out)
-            fprintf(out, "%llu,%llu,%d,%d,%u,%llu,\"%s\"\n", (unsigned long long)k->start,
-                    (unsigned long long)k->end, k->gridX * k->gridY * k->gridZ,
-                    k->blockX * k->blockY * k->blockZ, (unsigned)k->registersPerThread,
-                    (unsigned long long)k->graphNodeId, k->name ? k->name : "?");
+        if (!out)
+            continue;
+        int status = -1;
+        char *dm = k->name ? __cxa_demangle(k->name, NULL, NULL, &status) : NULL;
+        fprintf(out, "%llu,%llu,%d,%d,%u,%llu,", (unsigned long long)k->start, (unsigned long long)k->end,
+                k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ,
+                (unsigned)k->registersPerThread, (unsigned long long)k->graphNodeId);
+        put_field(out, status == 0 && dm ? dm : k->name ? k->name : "?");
+        fputc('\n', out);
+        free(dm);
     }
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)

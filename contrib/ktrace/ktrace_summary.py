@@ -9,7 +9,7 @@ the last N (default 64). For every kernel the table gives its duration (first CT
 end; with programmatic dependent launch this includes the time spent resident but waiting) and its
 share of the critical path: how far it moves the latest end seen so far. The shares add up to the
 step's span. The layer table averages the same numbers over every layer, taking the layer's length
-from the distance between consecutive q/k norm + RoPE kernels."""
+from the distance between consecutive decode attention kernels (or q/k norm + RoPE kernels)."""
 import argparse
 import collections
 import csv
@@ -18,11 +18,20 @@ import statistics
 
 
 def short(name):
-    name = re.sub(r"^void ", "", name)
-    m = re.match(r"([A-Za-z_0-9:]+)(<[^()]*>)?", name)
-    base = m.group(1) if m else name
-    tmpl = (m.group(2) or "") if m else ""
-    return (base.split("::")[-1] + tmpl)[:60]
+    """A demangled kernel name without its return type, namespaces and parameter list."""
+    name = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "")
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # the parameter list: the first "(" outside template brackets
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    name = name[:cut]
+    base, lt, tmpl = name.partition("<")
+    return (base.split("::")[-1] + lt + tmpl)[:60]
 
 
 def main():
@@ -76,12 +85,15 @@ def main():
         print(f"{nm:60s} {c // n:6d} {d / n:9.1f} {cr / n:9.1f} {g:6d}")
     print(f"{'total':60s} {'':6s} {sum(v[1] for v in agg.values()) / n:9.1f} {sum(v[2] for v in agg.values()) / n:9.1f}")
 
-    ropes = [i for i, r in enumerate(sel[0]) if "rope" in r[3].lower()]
-    if len(ropes) < 3:
+    # a layer begins at the decode attention, or at q/k norm + RoPE where that runs on its own
+    marks = [i for i, r in enumerate(sel[0]) if "attention_decode_kernel" in r[3]]
+    if len(marks) < 3:
+        marks = [i for i, r in enumerate(sel[0]) if "rope" in r[3].lower()]
+    if len(marks) < 3:
         return
-    L = ropes[1] - ropes[0]
-    first = ropes[0]
-    layers = (len(ropes))
+    L = marks[1] - marks[0]
+    first = marks[0]
+    layers = len(marks)
     acc = [[0.0, 0.0, 0.0, 0, "", 0] for _ in range(L)]
     for sh in per_step:
         for li in range(layers - 1):

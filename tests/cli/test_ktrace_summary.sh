@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# contrib/ktrace/ktrace_summary.py on a synthetic timeline whose answer is known: steps cut at the
+# embedding kernel, the critical-path share of a kernel that starts before the one before it ends,
+# the layer table (a layer begins at the decode attention), demangled names shortened, quoted CSV
+# fields with commas. The CUPTI library that writes real timelines: tests/gpu/test_ktrace.sh.
+. "$(dirname "$0")/cli_lib.sh"
+sum=$LLMQ_SOURCE_DIR/contrib/ktrace/ktrace_summary.py
+
+# 4 steps: embedding 2 us; 3 layers of [attention 3 us starting 1 us before the kernel before it
+# ends, GEMV 10 us after a 0.2 us gap, RMSNorm 1.5 us after 0.1 us]; sample 2 us after 0.3 us; 5 us
+# between steps. Per step: span 2 + 3 * (2 + 10.2 + 1.6) + 2.3 = 45.7 us, period 50.7 us.
+python3 - "$tmp/t.csv" <<'PY'
+import sys
+att = "void (anonymous namespace)::attention_decode_kernel<128, false, true>(__nv_bfloat16 const*, int)"
+gemv = "void gemv_kernel<8, 2, 1, 4, false, true, false, 1, false>(void const*, float const*)"
+norm = "void rmsnorm_vec_kernel<4, true>(float*, __nv_bfloat16 const*)"
+rows, t = [], 10_000
+for step in range(4):
+    rows.append((t, t + 2000, "void embedding_vec_kernel<float>(int const*)")); t += 2000
+    for layer in range(3):
+        s = t - 1000; rows.append((s, s + 3000, att)); t = s + 3000
+        s = t + 200; rows.append((s, s + 10_000, gemv)); t = s + 10_000
+        s = t + 100; rows.append((s, s + 1500, norm)); t = s + 1500
+    s = t + 300; rows.append((s, s + 2000, "void sample_kernel<true>(float const*, int)")); t = s + 2000
+    t += 5000
+with open(sys.argv[1], "w") as f:
+    f.write("start_ns,end_ns,grid,block,regs,graph_node,name\n")
+    for st, en, name in reversed(rows):  # any order: the summary sorts by start
+        f.write('%d,%d,132,256,64,0,"%s"\n' % (st, en, name.replace('"', '""')))
+PY
+check "summary" 0 python3 "$sum" "$tmp/t.csv"
+has() { grep -qE -- "$2" <<<"$out" && ok "$1" || bad "$1: no line matching '$2' in: $out"; }
+has "steps" "^4 steps, 4 analysed of 11 kernels each"
+has "span and period" "step span 45\.7 us .*step period 50\.7 us"
+has "attention share" "^attention_decode_kernel<128, false, true> +3 +9\.0 +6\.0 +132"
+has "gemv share" "^gemv_kernel<8, 2, 1, 4, false, true, false, 1, false> +3 +30\.0 +30\.6"
+has "total" "^total +47\.5 +45\.7"
+has "layer table" "one layer \(3 kernels, averaged over 2 layers x 4 steps\)"
+has "layer attention" "^attention_decode_kernel<128, false, true> +3\.00 +2\.00 +-1\.00 +132"
+has "layer norm" "^rmsnorm_vec_kernel<4, true> +1\.50 +1\.60 +0\.10"
+has "layer sum" "^layer +14\.50 +13\.80"
+check "--last 2" 0 python3 "$sum" "$tmp/t.csv" --last 2
+has "--last" "^4 steps, 2 analysed"
+printf 'start_ns,end_ns,grid,block,regs,graph_node,name\n' >"$tmp/empty.csv"
+check "empty trace" 1 python3 "$sum" "$tmp/empty.csv"
+grep -q "no kernels" "$tmp/err" || bad "empty trace: no clear message: $(cat "$tmp/err")"
+finish
