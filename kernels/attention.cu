@@ -604,14 +604,13 @@ __global__ void __launch_bounds__(DC_THREADS)
                           sn, r);
             if (!valid)
                 continue;
-            const uint4 v = rope_pack_bf16x8(r);
+            const uint4 v = float_to_bf16x8(r);
             if (kind == 0) {
                 *reinterpret_cast<uint4 *>(sQ + swz<D>(item, sub)) = v;
             } else {
                 if (slot >= 0) {
                     bf16 *cache = const_cast<bf16 *>(kind == 1 ? kc : vc);
-                    const size_t at = (((size_t)(slot / bs) * KVH + kvh) * bs + slot % bs) * D + sub * 8;
-                    *reinterpret_cast<uint4 *>(cache + at) = v;
+                    *reinterpret_cast<uint4 *>(cache + rope_cache_at(slot, kvh, KVH, bs, D) + sub * 8) = v;
                     if (!late_staged) /* the main loop reads it back from L2 (cp.async.cg) */
                         __threadfence();
                 }

@@ -206,7 +206,7 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
     // launch fewer a layer, the same bits: k_attention_decode_rope); LLMQ_ROPE_FOLD=0 (read once) keeps
     // them apart, for A/B runs.
     static const int fold = k_env_int("LLMQ_ROPE_FOLD", 1, 0, 1);
-    if (fold && p->np == 0 && p->nd > 0 && (b->D == 64 || b->D == 128)) {
+    if (fold && p->np == 0 && p->nd > 0) {
         const struct k_rope_in rope = {cl->bqkv, cl->q_norm,  cl->k_norm,    b->eps,
                                        pos,      b->inv_freq, b->attn_scale, slot};
         CB_K(k_attention_decode_rope(b->qkv, &rope, kc, vc, &p->dec, b->att, b->H, b->KVH, b->D, bs, scale, 0,

@@ -6,6 +6,7 @@
 // writes the updated residual, and after a block reduction of the sum of squares writes 16 bytes of
 // out per unit: every byte moves once. Scalar path otherwise: two passes over the row (the second
 // re-reads the residual from L1/L2).
+#include "kernels/bf16x8.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
@@ -31,26 +32,6 @@ __device__ __forceinline__ float block_sum(float v)
     }
     __syncthreads();
     return total;
-}
-
-__device__ __forceinline__ void bf16x8_to_float(uint4 u, float *f)
-{
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 p = __bfloat1622float2(h[i]);
-        f[2 * i] = p.x, f[2 * i + 1] = p.y;
-    }
-}
-
-__device__ __forceinline__ uint4 float_to_bf16x8(const float *f)
-{
-    uint4 u;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return u;
 }
 
 // grid (rows), block (threads, a multiple of 32, <= 512); unit u of the row = columns [8u, 8u + 8), thread

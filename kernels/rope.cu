@@ -49,8 +49,7 @@ __device__ __forceinline__ void rope_table(const rope_args &a, int pos, float *c
 // k/v head g of a token at cache slot `slot`: element 0 of its row in the cache
 __device__ __forceinline__ size_t cache_at(const rope_args &a, int slot, int g)
 {
-    const int blk = slot / a.block_size, off = slot % a.block_size;
-    return (((size_t)blk * a.KVH + g) * a.block_size + off) * a.D;
+    return rope_cache_at(slot, g, a.KVH, a.block_size, a.D);
 }
 
 // 8 codes of x * inv (e4m3, round to nearest even, saturating at 448) in memory order
@@ -104,7 +103,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
         if (!valid)
             return;
         if (kind == 0) {
-            *(uint4 *)(row + col) = rope_pack_bf16x8(r);
+            *(uint4 *)(row + col) = float_to_bf16x8(r);
         } else if (slot >= 0) {
             const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
             const size_t at = cache_at(a, slot, g);
@@ -117,7 +116,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     }
     if (!valid)
         return;
-    const uint4 outv = rope_pack_bf16x8(r);
+    const uint4 outv = float_to_bf16x8(r);
     if (kind == 0)
         *(uint4 *)(row + col) = outv;
     else if (slot >= 0) {

@@ -1,10 +1,14 @@
-// The per-lane arithmetic of the attention prologue (bias, per-head RMSNorm, NeoX RoPE), shared by
-// k_qk_norm_rope_kv (kernels/rope.cu) and the decode attention that folds the prologue in
-// (kernels/attention.cu, k_attention_decode_rope): one function, so that both compute the same bits.
+// The per-lane arithmetic of the attention prologue (bias, per-head RMSNorm, NeoX RoPE) and where it
+// stores k and v, shared by k_qk_norm_rope_kv (kernels/rope.cu) and the decode attention that folds
+// the prologue in (kernels/attention.cu, k_attention_decode_rope): one function, so that both compute
+// the same bits.
 // Included by kernels/*.cu only.
 #pragma once
 #include <cuda_bf16.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/bf16x8.cuh"
 
 // cos and sin of position pos for the D/2 frequencies, times attn_scale, by the calling CTA's threads
 // (the caller synchronizes before reading them).
@@ -34,19 +38,13 @@ __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, 
     const bool first = sub < HG;
     const int fi0 = (sub % HG) * 8; // angle index of element 0
     float x[8];
-    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 p = __bfloat1622float2(h2[i]);
-        x[2 * i] = p.x, x[2 * i + 1] = p.y;
-    }
+    bf16x8_to_float(raw, x);
     if (add_bias) {
-        const __nv_bfloat162 *b2 = (const __nv_bfloat162 *)&braw;
+        float b[8];
+        bf16x8_to_float(braw, b);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(b2[i]);
-            x[2 * i] += p.x, x[2 * i + 1] += p.y;
-        }
+        for (int i = 0; i < 8; i++)
+            x[i] += b[i];
     }
     // per-head RMSNorm; the shuffles run on every lane
     float ss = 0.f;
@@ -58,12 +56,11 @@ __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, 
         ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (norm) {
         const float rr = rsqrtf(ss / (float)D + eps);
-        const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&wraw;
+        float w[8];
+        bf16x8_to_float(wraw, w);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(w2[i]);
-            x[2 * i] = x[2 * i] * rr * p.x, x[2 * i + 1] = x[2 * i + 1] * rr * p.y;
-        }
+        for (int i = 0; i < 8; i++)
+            x[i] = x[i] * rr * w[i];
     }
     // NeoX RoPE: first half v[i] = a c - b s, second half v[i + D/2] = b c + a s
     float y[8];
@@ -86,13 +83,8 @@ __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, 
     }
 }
 
-// Eight floats to eight bf16 (round to nearest even) in memory order.
-__device__ __forceinline__ uint4 rope_pack_bf16x8(const float (&r)[8])
+// Element 0 of KV head g's row at cache slot `slot` in a paged cache [blocks][KVH][bs][D] (kernels.h).
+__device__ __forceinline__ size_t rope_cache_at(int slot, int g, int KVH, int bs, int D)
 {
-    uint4 v;
-    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        o2[i] = __floats2bfloat162_rn(r[2 * i], r[2 * i + 1]);
-    return v;
+    return (((size_t)(slot / bs) * KVH + g) * bs + slot % bs) * D;
 }
