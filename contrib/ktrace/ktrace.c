@@ -40,6 +40,8 @@ static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_r
 {
     *size = 16u << 20;
     *buf = aligned_alloc(8, *size);
+    if (!*buf)
+        *size = 0; // CUPTI then drops records (and says how many)
     *max_records = 0;
 }
 
