@@ -8,15 +8,18 @@
  *
  * GQA: a CTA works for one KV head and all G = H / KVH query heads that share it. Its "rows" are
  * packed (token, head) pairs, row = token * G + g, so every K/V tile is loaded once for G heads. */
+#include <atomic>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #include <cuda_fp8.h>
 
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/wgmma.cuh"
 
 extern "C" {
 #include "engine/decode_split.h"
@@ -144,12 +147,13 @@ __device__ __forceinline__ size_t kv_row(const int32_t *__restrict__ btab, int j
 /* Issues the cp.asyncs of one K and one V tile: keys j0 .. j0+63 of KV head kvh, read through the
  * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
  * the last block may hold anything, and 0 * NaN would poison P·V). Key jskip (< jlim) is left out
- * entirely (no copy: load_kv_row brings it later). */
-template <int D, int NT>
+ * entirely (no copy: load_kv_row brings it later). SWR > 0: the tiles are in the 128-byte-swizzled
+ * layout of SWR rows (kernels/wgmma.cuh, sw128_off), the keys at rows r_off .. r_off + 63. */
+template <int D, int NT, int SWR = 0>
 __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
                                              const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
                                              int kvh, int KVH, int bs, int j0, int jlim, int tid,
-                                             int jskip = -1)
+                                             int jskip = -1, int r_off = 0)
 {
     constexpr int CPR = D / 8;    /* chunks per row */
     constexpr int RPP = NT / CPR; /* rows per pass */
@@ -162,7 +166,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
         const int j = j0 + r;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 8 : 0;
-        const uint32_t so = (uint32_t)swz<D>(r, c) * 2;
+        const uint32_t so = SWR ? sw128_off(r_off + r, c, SWR) : (uint32_t)swz<D>(r, c) * 2;
         if (!ok || j != jskip) { /* a key past jlim is zero-filled even if it is jskip */
             cp_async16(k_base + so, kc + off, ok);
             cp_async16(v_base + so, vc + off, ok);
@@ -244,7 +248,7 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
  * and probability columns), and copies its scales to sSc [K, V][KV_TILE]. Per unit of 8 elements: an
  * 8-byte shared load, four fp8x2 conversions, one 16-byte shared store (an 8-lane phase writes 8
  * distinct chunks of one row group: conflict-free). */
-template <int D, int NT>
+template <int D, int NT, bool SW = false>
 __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uint8_t *sF, const float *sS,
                                                 int tid)
 {
@@ -259,20 +263,31 @@ __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uin
         uint4 o;
         o.x = e4m3x2_to_bf16x2(w.x), o.y = e4m3x2_to_bf16x2(w.x >> 16);
         o.z = e4m3x2_to_bf16x2(w.y), o.w = e4m3x2_to_bf16x2(w.y >> 16);
-        *reinterpret_cast<uint4 *>(sKV + kv * KV_TILE * D + swz<D>(r, c)) = o;
+        bf16 *tile = sKV + kv * KV_TILE * D;
+        if (SW)
+            *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(tile) + sw128_off(r, c)) = o;
+        else
+            *reinterpret_cast<uint4 *>(tile + swz<D>(r, c)) = o;
     }
     for (int i = tid; i < 2 * KV_TILE; i += NT)
         sSc[i] = sS[i];
 }
 
 /* ---- prefill: grid (row tiles, KVH, n_seqs), BM packed rows per CTA, 16 per warp (BM = 128: 8 warps,
- * the default; 64: 4 warps, two CTAs per SM) */
-template <int D, int BM, bool F8> constexpr int prefill_smem()
+ * the default; 64: 4 warps, two CTAs per SM).
+ *
+ * WG (sm_90a, D = 128, BM = 128): the two products run on the warpgroup tensor cores (kernels/wgmma.cuh):
+ * each warpgroup's 64 rows against the whole K/V tile in shared memory, S = Q K^T as 8 m64n64k16 and
+ * O += P V as 4 m64n128k16, A (Q, P) from the same registers as the mma.sync version, K and V stored
+ * in the 128-byte-swizzled [2][64][64] layout (sw128_off). A warpgroup skips a tile only when it lies
+ * above all of its 64 rows; everything else (mask, online softmax, stores) is per warp as before. */
+template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
 {
     /* bf16: sQ, two stages of K and V. fp8: sQ, one bf16 K and V tile, two staging stages of e4m3 K and
-     * V with their scales, the current tile's scales */
-    return F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
-              : (BM + 4 * KV_TILE) * D * 2;
+     * V with their scales, the current tile's scales. WG: + 1 KB to align the K/V tiles to 1024 bytes */
+    return (F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
+               : (BM + 2 * (WG ? 6 : 2) * KV_TILE) * D * 2) +
+           (WG ? 1024 : 0);
 }
 /* CTAs per SM the register budget is cut for: at D = 128 a thread needs ~235 registers */
 template <int D, int BM> constexpr int prefill_min_ctas()
@@ -280,22 +295,28 @@ template <int D, int BM> constexpr int prefill_min_ctas()
     return (D <= 64 ? 2 : 1) * (128 / BM);
 }
 
-template <int D, int BM, bool F8, int NT = BM * 2>
+template <int D, int BM, bool F8, bool WG = false, int NT = BM * 2>
 __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
                              const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                              const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
                              int KVH, int bs, float sl2)
 {
-    pdl_enter();                    // kernels/launch.cuh
-    constexpr int KST = F8 ? 1 : 2; /* bf16 K/V tiles: two stages, or the one converted fp8 tile */
+    static_assert(!WG || (D == 128 && BM == 128), "the wgmma prefill is for D = 128, BM = 128");
+    pdl_enter(); // kernels/launch.cuh
+    /* 64-key K/V tiles: two stages, or the one converted fp8 tile; the pipelined wgmma loop: three
+     * stages of 128 keys */
+    constexpr int KST = F8 ? 1 : WG ? 6 : 2;
+    constexpr bool PIPE = WG && !F8; /* the pipelined wgmma loop below */
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);                     /* [BM][D] */
-    bf16 *sK = sQ + BM * D;                                            /* [KST][KV_TILE][D] */
-    bf16 *sV = sK + KST * KV_TILE * D;                                 /* [KST][KV_TILE][D] */
-    uint8_t *sF = reinterpret_cast<uint8_t *>(sV + KST * KV_TILE * D); /* fp8: [2][K, V][KV_TILE][D] */
-    float *sS = reinterpret_cast<float *>(sF + 2 * 2 * KV_TILE * D);   /* fp8: [2][K, V][KV_TILE] */
-    float *sSc = sS + 2 * 2 * KV_TILE;                                 /* fp8: [K, V][KV_TILE] */
+    /* WG: the K/V tiles (16 KB each) first, on a 1024-byte boundary */
+    unsigned char *smem = WG ? smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023) : smem_raw;
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);                       /* [KST][KV_TILE][D] */
+    bf16 *sV = sK + KST * KV_TILE * D;                               /* [KST][KV_TILE][D] */
+    bf16 *sQ = sV + KST * KV_TILE * D;                               /* [BM][D] */
+    uint8_t *sF = reinterpret_cast<uint8_t *>(sQ + BM * D);          /* fp8: [2][K, V][KV_TILE][D] */
+    float *sS = reinterpret_cast<float *>(sF + 2 * 2 * KV_TILE * D); /* fp8: [2][K, V][KV_TILE] */
+    float *sSc = sS + 2 * 2 * KV_TILE;                               /* fp8: [K, V][KV_TILE] */
     const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
 
     const int G = H / KVH;
@@ -323,16 +344,36 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                 const int tok = pr / G, g = pr - tok * G;
                 src = q + (size_t)(q0 + tok) * q_stride + (size_t)(kvh * G + g) * D + c * 8;
             }
-            cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
+            /* PIPE: each warpgroup's 64 rows as a 128-byte-swizzled A operand */
+            cp_async16(smem_u32(sQ) + (PIPE ? (r / 64) * 16384 + sw128_off(r % 64, c) : swz<D>(r, c) * 2),
+                       src, ok);
         }
     }
     cp_async_commit();
-    if constexpr (F8)
-        load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bs, 0, kv_end, tid);
-    else
-        load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
-    cp_async_commit();
-    cp_async_wait<1>();
+    /* PIPE: 128-key tiles (two 64-key loads each) in stage t % 3 */
+    constexpr int KT = 2 * KV_TILE;
+    const int nt2 = (kv_end + KT - 1) / KT;
+    auto load2 = [&](int t) {
+        bf16 *k = sK + (t % 3) * KT * D, *v = sV + (t % 3) * KT * D;
+        load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT, kv_end, tid, -1, 0);
+        load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT + KV_TILE, kv_end, tid, -1, KV_TILE);
+    };
+    if constexpr (PIPE) { /* tiles 0 and 1 */
+        load2(0);
+        cp_async_commit();
+        if (nt2 > 1)
+            load2(1);
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q and tile 0 */
+        wg_fence_smem();
+    } else {
+        if constexpr (F8)
+            load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bs, 0, kv_end, tid);
+        else
+            load_kv_tile<D, NT, WG ? 64 : 0>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+    }
     __syncthreads();
 
     /* this warp's 16 rows: Q fragments, and the query position of the thread's two rows (g4, g4+8);
@@ -344,129 +385,243 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     const int qposB = past + min(wr0 + g4 + 8, rows - 1) / G;
     const int w_qmin = past + min(wr0, rows - 1) / G;
     const int w_qmax = past + min(wr0 + 15, rows - 1) / G;
+    /* WG: this warpgroup's 64 rows (uniform over its 4 warps) */
+    const int g_r0 = r0 + (warp / 4) * 64;
+    const bool g_active = g_r0 < rows;
+    const int g_qmax = past + min(g_r0 + 63, rows - 1) / G;
 
-    uint32_t qf[D / 16][4];
+    uint32_t qf[D / 16][4]; /* PIPE reads Q from shared memory */
+    if constexpr (!PIPE)
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16) * 2);
+        for (int kk = 0; kk < D / 16; kk++)
+            ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(warp * 16 + (lane % 16), kk * 2 + lane / 16) * 2);
 
-    const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
+    [[maybe_unused]] const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
 
-    for (int it = 0; it < n_tiles; it++) {
-        const int st = it & 1;
-        if (it + 1 < n_tiles) {
-            if constexpr (F8)
-                load_kv_tile_f8<D, NT>(sF + (st ^ 1) * 2 * KV_TILE * D, sS + (st ^ 1) * 2 * KV_TILE, kv, btab,
-                                       kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
-            else
-                load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc, btab,
-                                    kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+    /* The online softmax of one S tile (this warp's 16 rows x 64 keys from key j0): fp8 key scales, the
+     * causal mask, new maxima and sums, and P as the A fragments of P V; alA, alB are the factors this
+     * thread's two O rows are to be rescaled by. A row whose keys are all masked so far keeps m = -inf
+     * and p = 0. */
+    auto softmax_p = [&](auto &sc, int j0, auto &pf, float &alA, float &alB) {
+        constexpr int NB = std::extent<std::remove_reference_t<decltype(sc)>>::value; /* 8-key blocks */
+        if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask (-inf * 0 would be NaN) */
+#pragma unroll
+            for (int nt = 0; nt < NB; nt++) {
+                const float2 ks = *reinterpret_cast<const float2 *>(sSc + nt * 8 + 2 * t4);
+                sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
+            }
         }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; the staging stage
-         * read here is refilled only after the barrier below) */
-        if constexpr (F8) {
-            convert_kv_tile<D, NT>(sK, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
-            __syncthreads();
+        /* causal mask (also covers keys >= kv_end: every qpos < kv_end) */
+        if (j0 + NB * 8 - 1 > w_qmin) {
+#pragma unroll
+            for (int nt = 0; nt < NB; nt++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + nt * 8 + 2 * t4 + e;
+                    if (j > qposA)
+                        sc[nt][e] = NEG_INF;
+                    if (j > qposB)
+                        sc[nt][2 + e] = NEG_INF;
+                }
+            }
         }
-        const int kst = F8 ? 0 : st;
+        /* online softmax; a row whose keys are all masked so far keeps m = -inf and p = 0 */
+        float mxA = mA, mxB = mB;
+#pragma unroll
+        for (int nt = 0; nt < NB; nt++) {
+            mxA = fmaxf(mxA, fmaxf(sc[nt][0], sc[nt][1]));
+            mxB = fmaxf(mxB, fmaxf(sc[nt][2], sc[nt][3]));
+        }
+        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
+        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
+        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+        mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+        const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
+        alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
+        mA = mxA, mB = mxB;
+        lA *= alA, lB *= alB;
+#pragma unroll
+        for (int nt = 0; nt < NB; nt++) {
+            const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+                        p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
+            const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+                        p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
+            lA += p0 + p1, lB += p2 + p3;
+            if constexpr (F8) { /* P[., key] *= v_scale[key] for the product; l sums the unscaled p */
+                const float2 vs = *reinterpret_cast<const float2 *>(sSc + KV_TILE + nt * 8 + 2 * t4);
+                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+            } else {
+                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+            }
+        }
+    };
 
-        const int j0 = it * KV_TILE;
-        if (warp_active && j0 <= w_qmax) {
-            /* S = Q K^T for 16 rows x 64 keys */
-            float sc[KV_TILE / 8][4];
+    if constexpr (PIPE) {
+        /* Pipelined (FlashAttention-3's order within a warpgroup): while the tensor cores run
+         * O += P(it) V(it), the warps do the softmax of S(it + 1), whose product was issued just before;
+         * O is rescaled once that P V is done. Tiles of 128 keys in three stages: tiles it and it + 1 in
+         * use, it + 2 in flight. Q is read from shared memory. Both warpgroups work on every tile of
+         * the CTA (the causal mask zeroes what lies above a row) and nothing around a wgmma branches,
+         * so that ptxas keeps the wgmmas asynchronous (a wgmma under a branch it cannot prove uniform
+         * over the warpgroup is serialized). */
+        float sc[KT / 8][4];
+        uint32_t pf[KT / 16][4], pn[KT / 16][4];
+        const uint32_t qb = smem_u32(sQ) + (warp / 4) * 16384;
+        auto s_issue =
+            [&](int t) { /* S = Q K(t)^T, one group */
+                         const uint32_t kb = smem_u32(sK + (t % 3) * KT * D);
 #pragma unroll
-            for (int i = 0; i < KV_TILE / 8; i++)
-                sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
-            const uint32_t kb = smem_u32(sK + kst * KV_TILE * D);
+                         for (int kk = 0; kk < D / 16; kk++)
+                             wg_m64n128k16_ss(sc, wg_desc(qb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
+                                              wg_desc(kb + (kk / 4) * KT * 128 + (kk % 4) * 32, 16, 1024),
+                                              kk > 0);
+                         wg_commit();
+                         wg_hold(sc);
+            };
+        auto pv_issue = [&](int t) { /* O += P V(t), one group */
+                                     const uint32_t vb = smem_u32(sV + (t % 3) * KT * D);
+                                     wg_hold(o);
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-#pragma unroll
-                for (int np = 0; np < KV_TILE / 16; np++) {
-                    uint32_t b[4];
-                    ldsm_x4(b, kb + np * 16 * D * 2 + (kfb ^ (kk * 32)));
-                    mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
-                    mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
-                }
-            }
-            if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask (-inf * 0 would be NaN) */
-#pragma unroll
-                for (int nt = 0; nt < KV_TILE / 8; nt++) {
-                    const float2 ks = *reinterpret_cast<const float2 *>(sSc + nt * 8 + 2 * t4);
-                    sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
-                }
-            }
-            /* causal mask (also covers keys >= kv_end: every qpos < kv_end) */
-            if (j0 + KV_TILE - 1 > w_qmin) {
-#pragma unroll
-                for (int nt = 0; nt < KV_TILE / 8; nt++) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int j = j0 + nt * 8 + 2 * t4 + e;
-                        if (j > qposA)
-                            sc[nt][e] = NEG_INF;
-                        if (j > qposB)
-                            sc[nt][2 + e] = NEG_INF;
-                    }
-                }
-            }
-            /* online softmax; a row whose keys are all masked so far keeps m = -inf and p = 0 */
-            float mxA = mA, mxB = mB;
-#pragma unroll
-            for (int nt = 0; nt < KV_TILE / 8; nt++) {
-                mxA = fmaxf(mxA, fmaxf(sc[nt][0], sc[nt][1]));
-                mxB = fmaxf(mxB, fmaxf(sc[nt][2], sc[nt][3]));
-            }
-            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
-            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
-            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
-            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
-            const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
-            const float alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
-            mA = mxA, mB = mxB;
-            lA *= alA, lB *= alB;
+                                     for (int kk = 0; kk < KT / 16; kk++)
+                                         wg_m64n128k16_nmajor(o, pf[kk],
+                                                              wg_desc(vb + kk * 2048, KT * 128, 1024));
+                                     wg_commit();
+                                     wg_hold(o);
+        };
+        {
+            float a, b;
+            wg_fence();
+            s_issue(0);
+            wg_wait<0>();
+            wg_hold(sc);
+            softmax_p(sc, 0, pf, a, b);
+        }
+        for (int it = 0; it + 1 < nt2; it++) {
+            cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
+            wg_fence_smem();
+            __syncthreads(); /* ... everyone's; and every warpgroup is done with tile it - 1 */
+            if (it + 2 < nt2)
+                load2(it + 2);
+            cp_async_commit();
+            wg_fence();
+            s_issue(it + 1);
+            pv_issue(it);
+            float alA, alB;
+            wg_wait<1>(); /* S(it + 1) */
+            wg_hold(sc);
+            softmax_p(sc, (it + 1) * KT, pn, alA, alB);
+            wg_wait<0>(); /* P(it) V(it) */
+            wg_hold(o);
+            wg_keep(pf);
 #pragma unroll
             for (int i = 0; i < D / 8; i++)
                 o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
-            uint32_t pf[KV_TILE / 16][4];
 #pragma unroll
-            for (int nt = 0; nt < KV_TILE / 8; nt++) {
-                const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
-                            p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
-                const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
-                            p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
-                lA += p0 + p1, lB += p2 + p3;
-                if constexpr (F8) { /* P[., key] *= v_scale[key] for the product; l sums the unscaled p */
-                    const float2 vs = *reinterpret_cast<const float2 *>(sSc + KV_TILE + nt * 8 + 2 * t4);
-                    pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
-                    pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
-                } else {
-                    pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
-                    pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
-                }
-            }
-            /* O += P V */
-            const uint32_t vb = smem_u32(sV + kst * KV_TILE * D);
+            for (int i = 0; i < KT / 16; i++)
 #pragma unroll
-            for (int kk = 0; kk < KV_TILE / 16; kk++) {
-#pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) {
-                    uint32_t b[4];
-                    ldsm_x4_t(b, vb + kk * 16 * D * 2 + (vfb ^ (dp * 32)));
-                    mma_bf16(o[2 * dp], pf[kk], b[0], b[1]);
-                    mma_bf16(o[2 * dp + 1], pf[kk], b[2], b[3]);
-                }
-            }
+                for (int e = 0; e < 4; e++)
+                    pf[i][e] = pn[i][e];
         }
-        if constexpr (!F8)
-            __syncthreads(); /* stage st is overwritten by the next iteration's load */
+        /* the last tile's P V (the tile landed before the last iteration's barrier, or the prologue's) */
+        wg_fence();
+        pv_issue(nt2 - 1);
+        wg_wait<0>();
+        wg_hold(o);
+        wg_keep(pf);
+    } else {
+        for (int it = 0; it < n_tiles; it++) {
+            const int st = it & 1;
+            if (it + 1 < n_tiles) {
+                if constexpr (F8)
+                    load_kv_tile_f8<D, NT>(sF + (st ^ 1) * 2 * KV_TILE * D, sS + (st ^ 1) * 2 * KV_TILE, kv,
+                                           btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+                else
+                    load_kv_tile<D, NT, WG ? 64 : 0>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D,
+                                                     kc, vc, btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end,
+                                                     tid);
+            }
+            cp_async_commit();
+            cp_async_wait<1>();
+            if (WG && !F8)
+                wg_fence_smem(); /* the landed tile, before the wgmmas read it */
+            __syncthreads();
+            /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; the staging stage
+             * read here is refilled only after the barrier below) */
+            if constexpr (F8) {
+                convert_kv_tile<D, NT, WG>(sK, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
+                if (WG)
+                    wg_fence_smem();
+                __syncthreads();
+            }
+            const int kst = F8 ? 0 : st;
+
+            const int j0 = it * KV_TILE;
+            if (WG ? g_active && j0 <= g_qmax : warp_active && j0 <= w_qmax) {
+                /* S = Q K^T for 16 rows x 64 keys */
+                float sc[KV_TILE / 8][4];
+#pragma unroll
+                for (int i = 0; i < KV_TILE / 8; i++)
+                    sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+                const uint32_t kb = smem_u32(sK + kst * KV_TILE * D);
+                if constexpr (WG) {
+                    wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++)
+                        wg_m64n64k16(sc, qf[kk], wg_desc(kb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
+                                     kk > 0);
+                    wg_commit_wait();
+                    wg_hold(sc);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+                        for (int np = 0; np < KV_TILE / 16; np++) {
+                            uint32_t b[4];
+                            ldsm_x4(b, kb + np * 16 * D * 2 + (kfb ^ (kk * 32)));
+                            mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
+                            mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
+                        }
+                    }
+                }
+                uint32_t pf[KV_TILE / 16][4];
+                float alA, alB;
+                softmax_p(sc, j0, pf, alA, alB);
+#pragma unroll
+                for (int i = 0; i < D / 8; i++)
+                    o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+                /* O += P V */
+                const uint32_t vb = smem_u32(sV + kst * KV_TILE * D);
+                if constexpr (WG) {
+                    wg_hold(o);
+                    wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < KV_TILE / 16; kk++)
+                        wg_m64n128k16_nmajor(o, pf[kk], wg_desc(vb + kk * 2048, 8192, 1024));
+                    wg_commit_wait();
+                    wg_hold(o);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < KV_TILE / 16; kk++) {
+#pragma unroll
+                        for (int dp = 0; dp < D / 16; dp++) {
+                            uint32_t b[4];
+                            ldsm_x4_t(b, vb + kk * 16 * D * 2 + (vfb ^ (dp * 32)));
+                            mma_bf16(o[2 * dp], pf[kk], b[0], b[1]);
+                            mma_bf16(o[2 * dp + 1], pf[kk], b[2], b[3]);
+                        }
+                    }
+                }
+            }
+            if constexpr (!F8)
+                __syncthreads(); /* stage st is overwritten by the next iteration's load */
+        }
     }
 
     if (!warp_active)
@@ -937,21 +1092,24 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
     return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
 }
 
-template <int D, int BM, bool F8>
+template <int D, int BM, bool F8, bool WG = false>
 int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
                    int KVH, int block_size, float sl2, cudaStream_t stream)
 {
     static bool smem_done[16];
-    if (raise_smem(attention_prefill_kernel<D, BM, F8>, prefill_smem<D, BM, F8>(), smem_done))
+    constexpr int smem = prefill_smem<D, BM, F8, WG>();
+    if (raise_smem(attention_prefill_kernel<D, BM, F8, WG>, smem, smem_done))
         return -1;
     const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
     K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
     dim3 grid((unsigned)tiles, KVH, b->n_seqs);
-    K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8>, grid, BM * 2, prefill_smem<D, BM, F8>(), stream, q,
-                     q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
-                     block_size, sl2));
+    K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
+                     b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2));
     return 0;
 }
+
+/* k_attention_prefill_force: 0 = automatic, else K_ATTN_PREFILL_* (kernels.h) */
+std::atomic<int> prefill_forced{0};
 
 template <int D, bool F8, bool ROPE>
 int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
@@ -984,13 +1142,27 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     if (b->n_seqs <= 0 || b->max_q_len <= 0)
         return 0;
     const float sl2 = scale * 1.4426950408889634f;
-    /* tuning hook (docs/KERNELS.md): LLMQ_ATTN_PREFILL_BM=64 selects 64-row CTAs of 4 warps */
-    static const bool bm64 = k_env_int("LLMQ_ATTN_PREFILL_BM", 128, 64, 128) == 64;
-    if (D == 128)
-        return bm64 ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
-                    : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
-    return bm64 ? launch_prefill<64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
-                : launch_prefill<64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+    /* tuning hooks (docs/KERNELS.md), read once: LLMQ_ATTN_PREFILL_BM=64 selects the mma.sync kernel's
+     * 64-row CTAs of 4 warps; LLMQ_ATTN_PREFILL_WG=0 keeps the mma.sync kernel on sm_90a */
+    static const int env = k_env_int("LLMQ_ATTN_PREFILL_BM", 128, 64, 128) == 64 ? K_ATTN_PREFILL_MMA64
+                           : k_env_int("LLMQ_ATTN_PREFILL_WG", 1, 0, 1)          ? 0
+                                                                                 : K_ATTN_PREFILL_MMA128;
+    int v = prefill_forced.load(std::memory_order_relaxed);
+    if (v == 0)
+        v = env;
+    if (v == 0 || v == K_ATTN_PREFILL_WGMMA)
+        v = D == 128 && k_wgmma_on() ? K_ATTN_PREFILL_WGMMA : K_ATTN_PREFILL_MMA128;
+    if (D == 128) {
+        if (v == K_ATTN_PREFILL_WGMMA)
+            return launch_prefill<128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
+                                                      stream);
+        return v == K_ATTN_PREFILL_MMA64
+                   ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+                   : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+    }
+    return v == K_ATTN_PREFILL_MMA64
+               ? launch_prefill<64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+               : launch_prefill<64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
 }
 
 template <bool F8, bool ROPE = false>
@@ -1017,6 +1189,14 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
 }
 
 } // namespace
+
+extern "C" int k_attention_prefill_force(int variant)
+{
+    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA, "k_attention_prefill_force: variant %d",
+              variant);
+    prefill_forced.store(variant, std::memory_order_relaxed);
+    return variant == K_ATTN_PREFILL_WGMMA && !k_wgmma_on() ? 1 : 0;
+}
 
 extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                                    const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,

@@ -31,3 +31,24 @@ bool k_pdl_on(void)
     }
     return pdl != 0;
 }
+
+static int wgmma = -1;
+
+bool k_wgmma_on(void)
+{
+#ifdef LLMQ_HAVE_SM90A
+    if (wgmma < 0) {
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        wgmma = major == 9 && minor == 0;
+    }
+    return wgmma != 0;
+#else
+    return false;
+#endif
+}

@@ -68,6 +68,10 @@ __device__ __forceinline__ void pdl_enter_early()
 // process).
 bool k_pdl_on(void);
 
+// Whether the current device runs this binary's sm_90a code (wgmma): compute capability 9.0 and a
+// build for 90a (LLMQ_HAVE_SM90A). Decided on first use.
+bool k_wgmma_on(void);
+
 // kern<<<grid, block, smem, stream>>>(args...), with the PDL attribute when k_pdl_on().
 template <typename... P, typename... A>
 static inline cudaError_t k_launch(void (*kern)(P...), dim3 grid, dim3 block, size_t smem,

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <time.h>
 #include <vector>
@@ -347,6 +348,24 @@ static const char *cfg_name(const cfg &c, char *buf, size_t n)
 
 /* ---- prefill */
 
+/* The prefill kernels a case runs (k_attention_prefill_force); the wgmma one only at D = 128 where the
+ * device and the build have it. */
+static bool prefill_runs(int v, int D)
+{
+    if (v != K_ATTN_PREFILL_WGMMA)
+        return true;
+    const bool on = D == 128 && k_attention_prefill_force(v) == 0;
+    k_attention_prefill_force(0);
+    return on;
+}
+
+static const char *prefill_variant_name(int v)
+{
+    return v == K_ATTN_PREFILL_WGMMA   ? "wgmma, 128 rows/CTA"
+           : v == K_ATTN_PREFILL_MMA64 ? "mma.sync, 64 rows/CTA"
+                                       : "mma.sync, 128 rows/CTA";
+}
+
 static void prefill_case(const char *label, const cfg &c, const std::vector<int> &nq,
                          const std::vector<int> &ctx, uint64_t seed, bool f8 = false)
 {
@@ -369,8 +388,10 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
     k_attn_batch b = P.batch();
     const float scale = 1.f / sqrtf((float)c.D);
     char name[200], cn[64];
-    for (int bm : {128, 64}) {
-        setenv("LLMQ_ATTN_PREFILL_BM", bm == 64 ? "64" : "128", 1);
+    for (int v : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA}) {
+        if (!prefill_runs(v, c.D))
+            continue; /* no wgmma here (said once, in main) */
+        k_attention_prefill_force(v);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
         if (f8)
             K_OK(k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH,
@@ -378,12 +399,11 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
         else
             K_OK(k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale,
                                      0));
-        snprintf(name, sizeof name, "prefill%s %s %s (%d seqs, max n_q %d, max ctx %d, %s rows/CTA)",
-                 f8 ? " fp8" : "", label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx,
-                 bm == 64 ? "64" : "128");
+        snprintf(name, sizeof name, "prefill%s %s %s (%d seqs, max n_q %d, max ctx %d, %s)", f8 ? " fp8" : "",
+                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_variant_name(v));
         tally(check(name, P, rows, ref));
     }
-    unsetenv("LLMQ_ATTN_PREFILL_BM");
+    k_attention_prefill_force(0);
     P.free_dev();
 }
 
@@ -703,8 +723,10 @@ static void timing(void)
         fill_codes(k8, pool, 14), fill_codes(v8, pool, 15);
         fill_scales(ks, pool / D, 16), fill_scales(vs, pool / D, 17);
         for (int f8 = 0; f8 < 2; f8++)
-            for (const char *bm : {"128", "64"}) {
-                setenv("LLMQ_ATTN_PREFILL_BM", bm, 1);
+            for (int var : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA}) {
+                if (!prefill_runs(var, D))
+                    continue;
+                k_attention_prefill_force(var);
                 const double ms = time_ms(10, [&]() {
                     if (f8)
                         K_OK(k_attention_prefill_fp8(q, q_stride, k8, v8, ks, vs, &b, out, H, KVH, D, bs,
@@ -712,15 +734,14 @@ static void timing(void)
                     else
                         K_OK(k_attention_prefill(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, 0));
                 });
-                printf(
-                    "time prefill %s %d x %d causal H%d/KVH%d D%d bs%d, %s rows/CTA: %.3f ms, %.1f TFLOP/s "
-                    "(%.0f%% of 776)\n",
-                    f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, bm, ms, flops / ms / 1e9,
-                    flops / ms / 1e9 / 776 * 100);
+                printf("time prefill %s %d x %d causal H%d/KVH%d D%d bs%d, %s: %.3f ms, %.1f TFLOP/s "
+                       "(%.0f%% of 776)\n",
+                       f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, prefill_variant_name(var), ms,
+                       flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
             }
         GPU_OK(cudaFree(ks));
         GPU_OK(cudaFree(vs));
-        unsetenv("LLMQ_ATTN_PREFILL_BM");
+        k_attention_prefill_force(0);
         free_dev_batch(d);
         GPU_OK(cudaFree(k));
         GPU_OK(cudaFree(v));
@@ -799,6 +820,11 @@ int main(void)
     uint64_t k = 0;
 
     argument_checks();
+    /* LLMQ_TEST_PREFILL_ONLY=1: the prefill cases and the timing table only (tuning the prefill kernels) */
+    const char *po = getenv("LLMQ_TEST_PREFILL_ONLY");
+    const bool prefill_only = po && strcmp(po, "1") == 0;
+    if (!prefill_runs(K_ATTN_PREFILL_WGMMA, 128))
+        printf("note: no sm_90a device or build: the wgmma prefill kernel is not tested here\n");
 
     /* prefill, one sequence, n_q = ctx */
     const cfg single[] = {{40, 8, 128, 32}, {16, 8, 64, 16}};
@@ -816,6 +842,8 @@ int main(void)
 
     /* decode: batches 1, 3, 64, 256 with contexts from 1 to 32k mixed in one batch */
     for (const cfg &c : heads) {
+        if (prefill_only)
+            break;
         for (int n : {1, 3, 64, 256}) {
             uint64_t st = case_seed(k++);
             std::vector<int> ctx(n);
@@ -836,7 +864,7 @@ int main(void)
        batches whose sequences have fewer partitions than the launch (idle CTAs) */
     const std::vector<std::vector<int>> shorts = {{100}, {512}, {640}, {1000}, {450, 200, 64}, {77, 1, 300}};
     for (const cfg &c : {heads[0], heads[5]})
-        for (const std::vector<int> &ctx : shorts)
+        for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : shorts)
             decode_case(c, ctx, 128, case_seed(k++));
 
     /* the decode attention with the q/k norm + RoPE prologue folded in (GQA 1..16, bias, no norms) */
@@ -845,7 +873,7 @@ int main(void)
     const std::vector<std::vector<int>> rope_ctx = {{1}, {65}, {640}, {3000}, {450, 1, 200, 64}};
     int ri = 0;
     for (const cfg &c : rope_cfgs)
-        for (const std::vector<int> &ctx : rope_ctx)
+        for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : rope_ctx)
             for (int part : {0, -1, 64, 512}) {
                 const int v = ri++;
                 rope_fold_case(c, ctx, part, v % 3 == 1, v % 4 != 3, v % 5 == 2 ? 1.25f : 1.f,
@@ -860,6 +888,8 @@ int main(void)
     for (const cfg &c : heads8)
         prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++), true);
     for (const cfg &c : heads8) {
+        if (prefill_only)
+            break;
         for (int n : {1, 3, 64, 256}) {
             uint64_t st = case_seed(k++);
             std::vector<int> ctx(n);
@@ -874,7 +904,7 @@ int main(void)
             decode_case(c, ctx, n <= 3 ? 64 : n <= 64 ? 256 : 512, st, true);
         }
     }
-    for (const std::vector<int> &ctx : shorts)
+    for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : shorts)
         decode_case(heads8[0], ctx, 128, case_seed(k++), true);
 
     timing();
