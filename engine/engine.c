@@ -98,6 +98,7 @@ struct engine_opts engine_opts_default(void)
     o.backend = "auto";
     o.long_prefill_chunk = 0;
     o.enable_prefix_caching = true;
+    o.admission_reserve = 1.0;
     o.seed = 0;
     o.num_lanes = 1;
     return o;
@@ -241,6 +242,7 @@ struct engine *engine_open_backend(const struct model *m, const struct tok *tok,
     so.max_num_batched_tokens = bo.max_num_batched_tokens;
     so.max_model_len = mml;
     so.long_prefill_chunk = o->long_prefill_chunk;
+    so.admission_reserve = o->admission_reserve;
     so.num_lanes = e->num_lanes;
     for (int l = 0; l < o->num_lanes; l++) {
         so.lanes[l].max_num_seqs = o->lanes[l].max_num_seqs;

@@ -41,13 +41,14 @@ struct engine_opts {
     const char *backend;          /* "auto" | "cpu" | "cuda" */
     int long_prefill_chunk;       /* most tokens of one prompt per step (0 = max_num_batched_tokens) */
     bool enable_prefix_caching;   /* reuse the K/V of full blocks shared with earlier prompts */
+    double admission_reserve;     /* share of max_tokens admission keeps blocks for (sched_opts) */
     uint64_t seed;                /* base of the seeds drawn for requests without one */
     int num_lanes;                /* 0 or 1 = one lane with the global caps */
     struct engine_lane lanes[ENGINE_MAX_LANES];
 };
 /* block_size 32, max_num_seqs 512, max_num_batched_tokens 16384, max_model_len 0 (= the model's),
  * backend "auto", gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
- * cuda_graphs true up to batch 512, prefix caching on, seed 0, one lane. */
+ * cuda_graphs true up to batch 512, prefix caching on, admission_reserve 1, seed 0, one lane. */
 struct engine_opts engine_opts_default(void);
 
 struct engine_request {

@@ -20,6 +20,10 @@ struct sched {
     struct sched_seq *run_head, *run_tail; /* in arrival order */
     int n_running;
     uint64_t next_arrival;
+    /* admission_reserve: sequences finished after running, and the sum of their shares of max_tokens
+     * generated */
+    int n_finished;
+    double finished_share;
     /* the current plan */
     struct sched_item *items;
     struct sched_seq **preempted;
@@ -33,6 +37,7 @@ struct budget {
     int tokens;
     int lane_tokens[SCHED_MAX_LANES];
     bool preempted;
+    int reserve; /* blocks the running sequences are expected to need still (admission_reserve) */
 };
 
 enum admit { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NO_FIT, ADMIT_FAILED, ADMIT_OOM };
@@ -45,6 +50,7 @@ struct sched_opts sched_opts_default(void)
     o.max_num_batched_tokens = 8192;
     o.max_model_len = 4096;
     o.watermark_blocks = -1;
+    o.admission_reserve = 1.0;
     o.num_lanes = 1;
     return o;
 }
@@ -102,6 +108,11 @@ struct sched *sched_create(const struct sched_opts *o, struct kv_pool *kv, char 
         s->lanes[l].o.max_num_seqs = cap_or(lo->max_num_seqs, o->max_num_seqs);
         s->lanes[l].o.max_num_batched_tokens = cap_or(lo->max_num_batched_tokens, o->max_num_batched_tokens);
         s->lanes[l].o.max_model_len = cap_or(lo->max_model_len, o->max_model_len);
+    }
+    if (!(o->admission_reserve >= 0 && o->admission_reserve <= 1)) {
+        snprintf(err, errlen, "scheduler: admission_reserve %g is not in [0, 1]", o->admission_reserve);
+        sched_free(s);
+        return NULL;
     }
     s->watermark = o->watermark_blocks >= 0 ? o->watermark_blocks : kv_num_blocks(kv) / 100;
     if (o->watermark_blocks < 0 && s->watermark < 1)
@@ -255,6 +266,7 @@ int sched_add(struct sched *s, struct sched_seq *q, char *err, size_t errlen)
         return -1;
     }
     q->n_computed = q->n_cached = q->n_preemptions = 0;
+    q->n_prompt = q->n_tokens;
     q->error[0] = 0;
     q->arrival = s->next_arrival++;
     kv_table_init(&q->kv);
@@ -270,6 +282,10 @@ void sched_finish(struct sched *s, struct sched_seq *q)
         run_unlink(s, q);
     else
         return;
+    if (!q->error[0] && q->max_len > q->n_prompt && q->n_tokens > q->n_prompt) { /* ran and generated */
+        s->n_finished++;
+        s->finished_share += (double)(q->n_tokens - q->n_prompt) / (q->max_len - q->n_prompt);
+    }
     kv_table_release(s->kv, &q->kv);
     kv_table_free(&q->kv);
     q->state = SCHED_DONE;
@@ -386,6 +402,28 @@ static int schedule_running(struct sched *s, struct budget *b)
 
 /* ---- admission */
 
+#define RESERVE_PRIOR 8 /* admission_reserve counts as this many finished sequences */
+
+double sched_reserve_share(const struct sched *s)
+{
+    const double r = s->o.admission_reserve;
+    return r > 0 ? (RESERVE_PRIOR * r + s->finished_share) / (RESERVE_PRIOR + s->n_finished) : 0;
+}
+
+/* The tokens q is expected to reach: its prompt and share of its max_tokens. */
+static int reserve_tokens(const struct sched_seq *q, double share)
+{
+    int want = q->n_prompt + (int)(share * (q->max_len - q->n_prompt) + 0.999);
+    return want < q->max_len ? want : q->max_len;
+}
+
+/* Blocks q is expected to need beyond those it holds. */
+static int reserve_of(const struct sched *s, const struct sched_seq *q, double share)
+{
+    int more = kv_blocks_for(s->kv, reserve_tokens(q, share)) - q->kv.n_blocks;
+    return more > 0 ? more : 0;
+}
+
 static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq *q, bool allow_chunk)
 {
     struct lane *L = &s->lanes[q->lane];
@@ -416,7 +454,15 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
         r = ADMIT_NO_FIT;
     } else {
         int need = kv_blocks_for(s->kv, cached + n_new) - q->kv.n_blocks;
-        int wm = s->n_running > 0 ? s->watermark : 0;
+        /* while others run: the watermark, their growth reserve and this one's own (what it will
+         * need beyond this chunk's blocks) */
+        int wm = 0;
+        if (s->n_running > 0) {
+            const double share = sched_reserve_share(s);
+            int own = share > 0 ? reserve_tokens(q, share) : 0;
+            own = own > cached + n_new ? kv_blocks_for(s->kv, own) - kv_blocks_for(s->kv, cached + n_new) : 0;
+            wm = s->watermark + b->reserve + own;
+        }
         if (need + wm > kv_num_free(s->kv))
             r = ADMIT_NO_ROOM;
         else if (kv_table_grow(s->kv, &q->kv, cached + n_new))
@@ -430,6 +476,7 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
     run_push(s, q);
     q->n_computed = q->n_cached = cached;
     add_item(s, b, q, n_new);
+    b->reserve += reserve_of(s, q, sched_reserve_share(s));
     return ADMIT_OK;
 }
 
@@ -480,6 +527,10 @@ int sched_schedule(struct sched *s, struct sched_out *out)
     for (int l = 0; l < s->num_lanes; l++)
         b.lane_tokens[l] = s->lanes[l].o.max_num_batched_tokens;
     int rc = schedule_running(s, &b);
+    const double share = sched_reserve_share(s);
+    if (share > 0)
+        for (struct sched_seq *q = s->run_head; q; q = q->next)
+            b.reserve += reserve_of(s, q, share);
     for (int l = 0; rc == 0 && !b.preempted && l < s->num_lanes; l++)
         rc = admit_lane(s, &b, l);
     *out = s->out;

@@ -12,7 +12,8 @@
  * running sequences (their blocks are freed, they go to the front of their lane's waiting queue
  * and are recomputed on readmission, generated tokens included), never one that arrived before
  * it, so the oldest running sequence always makes progress and a readmitted one is not the first
- * victim again. Admission needs the chunk's blocks plus a small watermark while others run. A
+ * victim again. Admission needs the chunk's blocks plus a small watermark while others run, plus a
+ * reserve for the growth of the running sequences (admission_reserve, docs/SCHEDULER.md). A
  * sequence that could not fit even alone in the pool is failed (sched_out.failed, with a message
  * in its error field). With prefix caching, admission starts a sequence after its longest cached
  * prefix of full blocks (at most n_tokens - 1, so that its last token is always run).
@@ -47,10 +48,15 @@ struct sched_opts {
     int max_model_len;          /* longest sequence, prompt + output (>= 1) */
     int long_prefill_chunk;     /* most tokens of one sequence per step; 0 = no cap of its own */
     int watermark_blocks;       /* free blocks admission leaves while others run; -1 = 1% (>= 1) */
-    int num_lanes;              /* 0 or 1 = one lane */
+    /* Admission also leaves free the blocks the running sequences will still need if each generates
+     * this share of its max_tokens; once sequences have finished, the share they generated takes
+     * over (a running mean that starts from this value, 8 sequences strong). 0 = no reserve. */
+    double admission_reserve;
+    int num_lanes; /* 0 or 1 = one lane */
     struct sched_lane_opts lanes[SCHED_MAX_LANES];
 };
-/* max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 4096, one lane, watermark -1. */
+/* max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 4096, one lane, watermark -1,
+ * admission_reserve 1. */
 struct sched_opts sched_opts_default(void);
 
 enum sched_state { SCHED_NEW, SCHED_WAITING, SCHED_RUNNING, SCHED_DONE };
@@ -68,6 +74,7 @@ struct sched_seq {
     int n_computed; /* tokens whose K/V is in the cache */
     int n_cached;   /* tokens found in the prefix cache at its last admission */
     int n_preemptions;
+    int n_prompt;                  /* n_tokens at sched_add */
     uint64_t arrival;              /* order of sched_add */
     struct kv_table kv;            /* its blocks */
     struct sched_seq *prev, *next; /* in its lane's waiting list, or the running list (by arrival) */
@@ -115,6 +122,8 @@ void sched_commit(struct sched *s, const struct sched_out *out);
 void sched_finish(struct sched *s, struct sched_seq *q);
 
 int sched_num_running(const struct sched *s, int lane); /* lane -1 = all */
+/* The share of max_tokens admission reserves blocks for now (admission_reserve, learned). */
+double sched_reserve_share(const struct sched *s);
 int sched_num_waiting(const struct sched *s, int lane);
 bool sched_has_work(const struct sched *s);
 const struct sched_opts *sched_get_opts(const struct sched *s);

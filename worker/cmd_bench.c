@@ -76,6 +76,8 @@ static void usage(FILE *f)
         "      --output-len N              generated tokens per request (default: the workload's)\n"
         "      --shared-prefix N           the first N prompt tokens are the same in every request\n"
         "      --no-prefix-caching         turn the prefix cache off (engine.enable_prefix_caching)\n"
+        "      --admission-reserve X       share of max_tokens admission keeps KV blocks for, 0..1\n"
+        "                                  (engine.admission_reserve, default 1; 0 = admit, preempt later)\n"
         "      --background W[:N]          N requests (default: W's) of workload W run in the long lane\n"
         "                                  while the workload runs in the short lane (implies --lanes)\n"
         "      --background-input-len N    the background's prompt tokens (default: W's)\n"
@@ -407,6 +409,7 @@ int cmd_bench(int argc, char **argv)
         O_MML,
         O_BS,
         O_UTIL,
+        O_RESERVE,
         O_NOGRAPH,
         O_GRAPH_MAX,
         O_THREADS,
@@ -437,6 +440,7 @@ int cmd_bench(int argc, char **argv)
         {"output-len", required_argument, NULL, O_OUT},
         {"shared-prefix", required_argument, NULL, O_SHARED},
         {"no-prefix-caching", no_argument, NULL, O_NOPREFIX},
+        {"admission-reserve", required_argument, NULL, O_RESERVE},
         {"background", required_argument, NULL, O_BG},
         {"background-input-len", required_argument, NULL, O_BG_IN},
         {"background-output-len", required_argument, NULL, O_BG_OUT},
@@ -557,6 +561,15 @@ int cmd_bench(int argc, char **argv)
             if (errno || end == optarg || *end || !(u > 0 && u <= 1))
                 rc = cli_usage_error(CMD, "--gpu-memory-utilization: '%s' is not a number in (0, 1]", optarg);
             eo.be.gpu_memory_utilization = u;
+            break;
+        }
+        case O_RESERVE: {
+            char *end;
+            errno = 0;
+            double r = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(r >= 0 && r <= 1))
+                rc = cli_usage_error(CMD, "--admission-reserve: '%s' is not a number in [0, 1]", optarg);
+            eo.admission_reserve = r;
             break;
         }
         case O_NOGRAPH:
@@ -853,6 +866,7 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
     json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));
     json_object_set_new(j, "preemptions", json_integer((json_int_t)(st.preemptions - st0.preemptions)));
+    json_object_set_new(j, "admission_reserve", json_real(eo.admission_reserve));
     json_object_set_new(j, "steps", json_integer((json_int_t)roof.steps));
     json_object_set_new(j, "graph_replays", graphs);
     json_object_set_new(j, "guessed_steps", taken);

@@ -201,6 +201,9 @@ static const struct cfg_key keys[] = {
          "KV cache size of the cpu backend"),
     BOOL("engine", "enable_prefix_caching", engine.enable_prefix_caching, "true",
          "share KV blocks of identical prompt prefixes"),
+    DBL("engine", "admission_reserve", engine.admission_reserve, "1.0", 0, 1, 0,
+        "a job starts only when the KV cache also holds this share of its and the running jobs' "
+        "max_tokens; learned from finished jobs after the first; 0 = admit, preempt later"),
     BOOL("engine", "cuda_graphs", engine.cuda_graphs, "true", "run decode steps as CUDA graphs"),
     INT("engine", "cuda_graph_max_batch", engine.cuda_graph_max_batch, "512", 1, 4096,
         "largest decode batch captured as a graph; larger ones run eagerly"),

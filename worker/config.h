@@ -97,6 +97,7 @@ struct cfg_engine {
     int num_kv_blocks;             /* 0 = as many as memory allows; else exactly this many */
     int64_t cpu_kv_cache_bytes;    /* KV pool size of the CPU backend */
     bool enable_prefix_caching;
+    double admission_reserve; /* share of max_tokens admission keeps KV blocks for */
     bool cuda_graphs;         /* capture decode steps as CUDA graphs */
     int cuda_graph_max_batch; /* larger decode batches run without a graph */
     int threads;              /* CPU backend OpenMP threads; 0 = all cores */

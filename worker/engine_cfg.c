@@ -31,6 +31,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     const char *backend = cfg_choice("engine.backend", c->engine.backend);
     o.backend = backend ? backend : "auto";
     o.enable_prefix_caching = c->engine.enable_prefix_caching;
+    o.admission_reserve = c->engine.admission_reserve;
     o.seed = (uint64_t)c->engine.seed;
     return o;
 }

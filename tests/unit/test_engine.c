@@ -329,6 +329,7 @@ static void test_preemption_equals_alone(void **state)
         o.be.max_model_len = 260;
         /* 70 blocks of 4 tokens: one long job fits, the batch does not */
         o.be.kv_cache_bytes = 70 * BLOCK_BYTES;
+        o.admission_reserve = 0; /* admit, then preempt as the jobs grow */
         struct engine *e = open_engine(&o);
         struct result got[MAXJ];
         struct engine_stats st;
@@ -715,6 +716,7 @@ static void test_seeds(void **state)
     struct engine_opts o = base_opts();
     o.be.max_model_len = 260;
     o.be.kv_cache_bytes = 80 * BLOCK_BYTES;
+    o.admission_reserve = 0;
     struct engine *e = open_engine(&o);
     struct engine_stats st;
     run_jobs(e, jobs, 8, got, &st);

@@ -39,6 +39,7 @@ static void run(bool caching, struct engine_stats *st)
     struct tok *tok;
     cpu_test_load_dir(dir, &m, &tok);
     struct engine_opts o = engine_opts_default();
+    o.admission_reserve = 0; /* admit, then preempt as the jobs grow */
     o.backend = "cpu";
     o.be.block_size = BS;
     o.be.max_model_len = 128;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,7 @@ static void test_preemption_and_recompute(void **state)
     (void)state;
     struct harness h;
     struct sched_opts o = opts(8, 64, 256);
+    o.admission_reserve = 0; /* growth must preempt (test_admission_reserve: the reserve avoids it) */
     h_open(&h, 10, 4, false, &o); /* 40 token slots */
     struct tseq a, b, c, d;
     seq_init(&a, 0, 12, 24, 0); /* 3 blocks, grows to 6 */
@@ -452,6 +454,7 @@ static void test_preempted_goes_first(void **state)
     (void)state;
     struct harness h;
     struct sched_opts o = opts(2, 64, 256);
+    o.admission_reserve = 0;
     h_open(&h, 6, 4, false, &o); /* 24 slots */
     struct tseq a, b, c;
     seq_init(&a, 0, 8, 20, 0);
@@ -478,6 +481,86 @@ static void test_preempted_goes_first(void **state)
     assert_true(preempted_at >= 0);
     assert_true(a.finished && b.finished && c.finished);
     h_close(&h);
+}
+
+/* The growth reserve: in the scene of test_preemption_and_recompute (there: preemptions) a sequence
+ * is admitted only with the blocks it and the running ones will grow into, so nobody is preempted;
+ * and sequences that stop early (EOS) lower the share, so more run at once. */
+static void test_admission_reserve(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(8, 64, 256); /* admission_reserve 1 by default */
+    assert_true(o.admission_reserve == 1.0);
+    h_open(&h, 10, 4, false, &o);
+    struct tseq a, b, c;
+    seq_init(&a, 0, 12, 24, 0);
+    seq_init(&b, 1, 12, 24, 0);
+    seq_init(&c, 2, 12, 24, 0);
+    add(&h, &a);
+    add(&h, &b);
+    add(&h, &c);
+    struct sched_out out;
+    h_step(&h, &out); /* a runs alone: with b, 3 + 3 blocks each to grow into, 12 > 10 */
+    assert_int_equal(out.n_items, 1);
+    assert_int_equal(b.q.state, SCHED_WAITING);
+    assert_int_equal(c.q.state, SCHED_WAITING);
+    int steps = 0, preempted = 0;
+    while (sched_has_work(h.s) && steps++ < 200) {
+        h_step(&h, &out);
+        preempted += out.n_preempted;
+    }
+    assert_int_equal(preempted, 0);
+    assert_true(a.finished && b.finished && c.finished);
+    assert_true(sched_reserve_share(h.s) == 1.0); /* they generated all of max_tokens */
+    h_close(&h);
+
+    /* 40 blocks of 4; prompts of 4 tokens, max_len 40 (9 blocks to grow into), stopping after 4
+       tokens (EOS): at share 1 a sequence takes 1 + 9 blocks, so 4 run at once */
+    o = opts(64, 256, 256);
+    h_open(&h, 40, 4, false, &o);
+    enum { N = 48 };
+    struct tseq *t = calloc(N, sizeof *t);
+    int first_running[2] = {0, 0};
+    double share_after[2] = {0, 0};
+    for (int wave = 0; wave < 2; wave++) {
+        for (int i = wave * 24; i < wave * 24 + 24; i++) {
+            seq_init(&t[i], i, 4, 8, 0);
+            t[i].q.max_len = 40;
+            add(&h, &t[i]);
+        }
+        steps = preempted = 0;
+        while (sched_has_work(h.s) && steps++ < 500) {
+            h_step(&h, &out);
+            preempted += out.n_preempted;
+            if (steps == 1)
+                first_running[wave] = out.n_items;
+        }
+        assert_int_equal(preempted, 0);
+        for (int i = wave * 24; i < wave * 24 + 24; i++)
+            assert_true(t[i].finished);
+        share_after[wave] = sched_reserve_share(h.s);
+    }
+    /* 24 finished at 4 / 36 of max_tokens: (8 * 1 + 24 / 9) / 32 = 1 / 3; then 48: (8 + 48 / 9) / 56 */
+    assert_true(fabs(share_after[0] - 1.0 / 3) < 1e-9);
+    assert_true(fabs(share_after[1] - (8 + 48.0 / 9) / 56) < 1e-9);
+    assert_int_equal(first_running[0], 4);  /* 1 + 9 blocks each */
+    assert_int_equal(first_running[1], 10); /* share 1/3: 4 + 12 tokens, 4 blocks each */
+    free(t);
+    h_close(&h);
+
+    /* 0: no reserve, nothing learned */
+    o = opts(8, 64, 256);
+    o.admission_reserve = 0;
+    h_open(&h, 10, 4, false, &o);
+    assert_true(sched_reserve_share(h.s) == 0);
+    h_close(&h);
+    o.admission_reserve = 1.5;
+    char err[128] = "";
+    struct kv_pool *kv = kv_pool_create(10, 4, false, err, sizeof err);
+    assert_null(sched_create(&o, kv, err, sizeof err));
+    assert_non_null(strstr(err, "admission_reserve"));
+    kv_pool_free(kv);
 }
 
 static void test_never_fits(void **state)
@@ -608,6 +691,7 @@ static void stress(bool prefix, unsigned seed)
     struct sched_opts o = opts(1 + rand() % 12, 4 + rand() % 60, nb * bs);
     o.long_prefill_chunk = rand() % 3 ? 0 : 1 + rand() % 16;
     o.watermark_blocks = rand() % 3;
+    o.admission_reserve = (rand() % 3) * 0.5;
     o.num_lanes = 1 + rand() % 2;
     o.lanes[1].max_num_seqs = rand() % 4;
     o.lanes[1].max_num_batched_tokens = rand() % 20;
@@ -721,6 +805,7 @@ int main(void)
         cmocka_unit_test(test_arrival_fairness),
         cmocka_unit_test(test_preemption_and_recompute),
         cmocka_unit_test(test_preempted_goes_first),
+        cmocka_unit_test(test_admission_reserve),
         cmocka_unit_test(test_never_fits),
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_prefix_cache_admission),
