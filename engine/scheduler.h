@@ -48,12 +48,13 @@ struct sched_opts {
     int max_model_len;          /* longest sequence, prompt + output (>= 1) */
     int long_prefill_chunk;     /* most tokens of one sequence per step; 0 = no cap of its own */
     int watermark_blocks;       /* free blocks admission leaves while others run; -1 = 1% (>= 1) */
-    /* Admission also leaves free the blocks the running sequences will still need if each generates
-     * this share of its max_tokens; once sequences have finished, the share they generated takes
-     * over (a running mean that starts from this value, 8 sequences strong). 0 = no reserve. */
-    double admission_reserve;
-    int num_lanes; /* 0 or 1 = one lane */
+    int num_lanes;              /* 0 or 1 = one lane */
     struct sched_lane_opts lanes[SCHED_MAX_LANES];
+    /* Admission also leaves free the blocks the running sequences (and the one admitted) will still
+     * need if each generates this share of its max_tokens; once sequences have finished, the share
+     * they generated takes over (a running mean that starts from this value, 8 sequences strong).
+     * 0 = no reserve. */
+    double admission_reserve;
 };
 /* max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 4096, one lane, watermark -1,
  * admission_reserve 1. */

@@ -276,15 +276,18 @@ __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uin
 /* ---- prefill: grid (row tiles, KVH, n_seqs), BM packed rows per CTA, 16 per warp (BM = 128: 8 warps,
  * the default; 64: 4 warps, two CTAs per SM).
  *
- * WG (sm_90a, D = 128, BM = 128): the two products run on the warpgroup tensor cores (kernels/wgmma.cuh):
- * each warpgroup's 64 rows against the whole K/V tile in shared memory, S = Q K^T as 8 m64n64k16 and
- * O += P V as 4 m64n128k16, A (Q, P) from the same registers as the mma.sync version, K and V stored
- * in the 128-byte-swizzled [2][64][64] layout (sw128_off). A warpgroup skips a tile only when it lies
- * above all of its 64 rows; everything else (mask, online softmax, stores) is per warp as before. */
+ * WG (sm_90a, D = 128, BM = 128): the two products run on the warpgroup tensor cores (kernels/wgmma.cuh),
+ * each warpgroup's 64 rows against the whole K/V tile in shared memory, K and V in the
+ * 128-byte-swizzled layout (sw128_off); mask, online softmax and stores stay per warp.
+ *   - bf16 cache (PIPE): 128-key tiles in three stages, Q read from shared memory (swizzled too),
+ *     S = Q K^T as 8 m64n128k16, O += P V as 8 m64n128k16 with P from registers, pipelined (below).
+ *   - fp8 cache: the mma.sync kernel's order and 64-key tiles (converted to bf16), S as 8 m64n64k16
+ *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows. */
 template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
 {
-    /* bf16: sQ, two stages of K and V. fp8: sQ, one bf16 K and V tile, two staging stages of e4m3 K and
-     * V with their scales, the current tile's scales. WG: + 1 KB to align the K/V tiles to 1024 bytes */
+    /* bf16: sQ, two stages of K and V (PIPE: three of 128 keys). fp8: sQ, one bf16 K and V tile, two
+     * staging stages of e4m3 K and V with their scales, the current tile's scales. WG: + 1 KB to align
+     * the K/V tiles to 1024 bytes */
     return (F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
                : (BM + 2 * (WG ? 6 : 2) * KV_TILE) * D * 2) +
            (WG ? 1024 : 0);
