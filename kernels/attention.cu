@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         if constexpr (F8)
             load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bs, 0, kv_end, tid);
         else
-            load_kv_tile<D, NT, WG ? 64 : 0>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
+            load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
         cp_async_commit();
         cp_async_wait<1>();
     }
@@ -466,6 +466,12 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         }
     };
 
+    auto rescale_o = [&](float alA, float alB) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+    };
+
     if constexpr (PIPE) {
         /* Pipelined (FlashAttention-3's order within a warpgroup): while the tensor cores run
          * O += P(it) V(it), the warps do the softmax of S(it + 1), whose product was issued just before;
@@ -477,26 +483,25 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         float sc[KT / 8][4];
         uint32_t pf[KT / 16][4], pn[KT / 16][4];
         const uint32_t qb = smem_u32(sQ) + (warp / 4) * 16384;
-        auto s_issue =
-            [&](int t) { /* S = Q K(t)^T, one group */
-                         const uint32_t kb = smem_u32(sK + (t % 3) * KT * D);
+        /* S = Q K(t)^T, one group */
+        auto s_issue = [&](int t) {
+            const uint32_t kb = smem_u32(sK + (t % 3) * KT * D);
 #pragma unroll
-                         for (int kk = 0; kk < D / 16; kk++)
-                             wg_m64n128k16_ss(sc, wg_desc(qb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
-                                              wg_desc(kb + (kk / 4) * KT * 128 + (kk % 4) * 32, 16, 1024),
-                                              kk > 0);
-                         wg_commit();
-                         wg_hold(sc);
-            };
-        auto pv_issue = [&](int t) { /* O += P V(t), one group */
-                                     const uint32_t vb = smem_u32(sV + (t % 3) * KT * D);
-                                     wg_hold(o);
+            for (int kk = 0; kk < D / 16; kk++)
+                wg_m64n128k16_ss(sc, wg_desc(qb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
+                                 wg_desc(kb + (kk / 4) * KT * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+            wg_commit();
+            wg_hold(sc);
+        };
+        /* O += P V(t), one group */
+        auto pv_issue = [&](int t) {
+            const uint32_t vb = smem_u32(sV + (t % 3) * KT * D);
+            wg_hold(o);
 #pragma unroll
-                                     for (int kk = 0; kk < KT / 16; kk++)
-                                         wg_m64n128k16_nmajor(o, pf[kk],
-                                                              wg_desc(vb + kk * 2048, KT * 128, 1024));
-                                     wg_commit();
-                                     wg_hold(o);
+            for (int kk = 0; kk < KT / 16; kk++)
+                wg_m64n128k16_nmajor(o, pf[kk], wg_desc(vb + kk * 2048, KT * 128, 1024));
+            wg_commit();
+            wg_hold(o);
         };
         {
             float a, b;
@@ -523,9 +528,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
             wg_wait<0>(); /* P(it) V(it) */
             wg_hold(o);
             wg_keep(pf);
-#pragma unroll
-            for (int i = 0; i < D / 8; i++)
-                o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+            rescale_o(alA, alB);
 #pragma unroll
             for (int i = 0; i < KT / 16; i++)
 #pragma unroll
@@ -546,14 +549,11 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                     load_kv_tile_f8<D, NT>(sF + (st ^ 1) * 2 * KV_TILE * D, sS + (st ^ 1) * 2 * KV_TILE, kv,
                                            btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
                 else
-                    load_kv_tile<D, NT, WG ? 64 : 0>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D,
-                                                     kc, vc, btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end,
-                                                     tid);
+                    load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc,
+                                        btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
             }
             cp_async_commit();
             cp_async_wait<1>();
-            if (WG && !F8)
-                wg_fence_smem(); /* the landed tile, before the wgmmas read it */
             __syncthreads();
             /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; the staging stage
              * read here is refilled only after the barrier below) */
@@ -579,7 +579,8 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                     for (int kk = 0; kk < D / 16; kk++)
                         wg_m64n64k16(sc, qf[kk], wg_desc(kb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
                                      kk > 0);
-                    wg_commit_wait();
+                    wg_commit();
+                    wg_wait<0>();
                     wg_hold(sc);
                 } else {
 #pragma unroll
@@ -596,9 +597,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
                 uint32_t pf[KV_TILE / 16][4];
                 float alA, alB;
                 softmax_p(sc, j0, pf, alA, alB);
-#pragma unroll
-                for (int i = 0; i < D / 8; i++)
-                    o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+                rescale_o(alA, alB);
                 /* O += P V */
                 const uint32_t vb = smem_u32(sV + kst * KV_TILE * D);
                 if constexpr (WG) {
@@ -607,7 +606,8 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
 #pragma unroll
                     for (int kk = 0; kk < KV_TILE / 16; kk++)
                         wg_m64n128k16_nmajor(o, pf[kk], wg_desc(vb + kk * 2048, 8192, 1024));
-                    wg_commit_wait();
+                    wg_commit();
+                    wg_wait<0>();
                     wg_hold(o);
                 } else {
 #pragma unroll

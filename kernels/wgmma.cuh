@@ -55,13 +55,6 @@ __device__ __forceinline__ void wg_fence_smem()
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
-// Closes the issued wgmmas into a group and waits until all groups are done.
-__device__ __forceinline__ void wg_commit_wait()
-{
-#ifdef K_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
 // Closes the wgmmas issued since the last commit into a group.
 __device__ __forceinline__ void wg_commit()
 {
