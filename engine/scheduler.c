@@ -37,7 +37,8 @@ struct budget {
     int tokens;
     int lane_tokens[SCHED_MAX_LANES];
     bool preempted;
-    int reserve; /* blocks the running sequences are expected to need still (admission_reserve) */
+    double share; /* sched_reserve_share for this step */
+    int reserve;  /* blocks the running sequences are expected to need still (admission_reserve) */
 };
 
 enum admit { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NO_FIT, ADMIT_FAILED, ADMIT_OOM };
@@ -410,17 +411,14 @@ double sched_reserve_share(const struct sched *s)
     return r > 0 ? (RESERVE_PRIOR * r + s->finished_share) / (RESERVE_PRIOR + s->n_finished) : 0;
 }
 
-/* The tokens q is expected to reach: its prompt and share of its max_tokens. */
-static int reserve_tokens(const struct sched_seq *q, double share)
+/* Blocks q is expected to need beyond `held`: up to its prompt and share of its max_tokens. */
+static int reserve_of(const struct sched *s, const struct sched_seq *q, double share, int held)
 {
+    if (share <= 0)
+        return 0;
     int want = q->n_prompt + (int)(share * (q->max_len - q->n_prompt) + 0.999);
-    return want < q->max_len ? want : q->max_len;
-}
-
-/* Blocks q is expected to need beyond those it holds. */
-static int reserve_of(const struct sched *s, const struct sched_seq *q, double share)
-{
-    int more = kv_blocks_for(s->kv, reserve_tokens(q, share)) - q->kv.n_blocks;
+    want = want < q->max_len ? want : q->max_len;
+    int more = kv_blocks_for(s->kv, want) - held;
     return more > 0 ? more : 0;
 }
 
@@ -450,19 +448,15 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
     int remaining = q->n_tokens - cached;
     int n_new = min_i(remaining, room);
     enum admit r = ADMIT_OK;
+    int own = 0; /* its growth reserve, blocks */
     if (!allow_chunk && n_new < remaining) {
         r = ADMIT_NO_FIT;
     } else {
-        int need = kv_blocks_for(s->kv, cached + n_new) - q->kv.n_blocks;
+        int held = kv_blocks_for(s->kv, cached + n_new), need = held - q->kv.n_blocks;
         /* while others run: the watermark, their growth reserve and this one's own (what it will
          * need beyond this chunk's blocks) */
-        int wm = 0;
-        if (s->n_running > 0) {
-            const double share = sched_reserve_share(s);
-            int own = share > 0 ? reserve_tokens(q, share) : 0;
-            own = own > cached + n_new ? kv_blocks_for(s->kv, own) - kv_blocks_for(s->kv, cached + n_new) : 0;
-            wm = s->watermark + b->reserve + own;
-        }
+        own = reserve_of(s, q, b->share, held);
+        int wm = s->n_running > 0 ? s->watermark + b->reserve + own : 0;
         if (need + wm > kv_num_free(s->kv))
             r = ADMIT_NO_ROOM;
         else if (kv_table_grow(s->kv, &q->kv, cached + n_new))
@@ -476,7 +470,7 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
     run_push(s, q);
     q->n_computed = q->n_cached = cached;
     add_item(s, b, q, n_new);
-    b->reserve += reserve_of(s, q, sched_reserve_share(s));
+    b->reserve += own;
     return ADMIT_OK;
 }
 
@@ -527,10 +521,10 @@ int sched_schedule(struct sched *s, struct sched_out *out)
     for (int l = 0; l < s->num_lanes; l++)
         b.lane_tokens[l] = s->lanes[l].o.max_num_batched_tokens;
     int rc = schedule_running(s, &b);
-    const double share = sched_reserve_share(s);
-    if (share > 0)
+    b.share = sched_reserve_share(s);
+    if (b.share > 0)
         for (struct sched_seq *q = s->run_head; q; q = q->next)
-            b.reserve += reserve_of(s, q, share);
+            b.reserve += reserve_of(s, q, b.share, q->kv.n_blocks);
     for (int l = 0; rc == 0 && !b.preempted && l < s->num_lanes; l++)
         rc = admit_lane(s, &b, l);
     *out = s->out;
