@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarize a kernel timeline written by libllmq_ktrace.so (contrib/ktrace/ktrace.c).
 
-usage: ktrace_summary.py TRACE.csv [--last N] [--split KERNEL]
+usage: ktrace_summary.py TRACE.csv [--last N] [--split KERNEL] [--whole]
 
 Kernels are cut into steps at each launch whose name contains KERNEL (default: embedding, the first
 kernel of every llmq step); only the most common step length is kept (the decode steps), and of those
@@ -9,7 +9,11 @@ the last N (default 64). For every kernel the table gives its duration (first CT
 end; with programmatic dependent launch this includes the time spent resident but waiting) and its
 share of the critical path: how far it moves the latest end seen so far. The shares add up to the
 step's span. The layer table averages the same numbers over every layer, taking the layer's length
-from the distance between consecutive decode attention kernels (or q/k norm + RoPE kernels)."""
+from the distance between consecutive decode attention kernels (or q/k norm + RoPE kernels).
+
+With --whole, the steps are not told apart: the table is every kernel's share of the whole run's
+critical path (where a benchmark's wall time went, prefill and mixed steps included), and the time
+no kernel ran (host work, copies, waits) is one line of its own."""
 import argparse
 import collections
 import csv
@@ -39,12 +43,18 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--last", type=int, default=64)
     ap.add_argument("--split", default="embedding")
+    ap.add_argument("--whole", action="store_true", help="shares of the whole run, not of the decode steps")
     a = ap.parse_args()
     rows = []
     with open(a.trace) as f:
         for r in csv.DictReader(f):
             rows.append((int(r["start_ns"]), int(r["end_ns"]), int(r["grid"]), short(r["name"])))
     rows.sort()
+    if not rows:
+        raise SystemExit("no kernels in " + a.trace)
+    if a.whole:
+        whole(rows, a.split)
+        return
     steps, cur = [], []
     for r in rows:
         if a.split in r[3] and cur:
@@ -113,6 +123,35 @@ def main():
     print(f"{'layer':60s} {sum(e[0] / e[3] for e in acc):7.2f} {sum(e[1] / e[3] for e in acc):7.2f}")
     print("(gap: start minus the latest end before it; negative when the kernel became resident early)")
 
+
+def whole(rows, split):
+    """Every kernel's share of the run's critical path, the time no kernel covered, and the steps
+    (cut at each kernel named like split) with and without a prefill kernel."""
+    agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    last_end, idle = rows[0][0], 0.0
+    for st, en, g, nm in rows:
+        e = agg[nm]
+        e[0] += 1
+        e[1] += (en - st) / 1e3
+        e[2] += max(0, en - max(st, last_end)) / 1e3
+        idle += max(0, st - last_end) / 1e3
+        last_end = max(last_end, en)
+    span = (last_end - rows[0][0]) / 1e3
+    print(f"{len(rows)} kernels over {span / 1e3:.3f} ms (first start to last end)")
+    print(f"\n{'kernel':60s} {'count':>8s} {'dur, ms':>11s} {'crit, ms':>11s} {'share':>6s}")
+    for nm, (c, d, cr) in sorted(agg.items(), key=lambda kv: -kv[1][2]):
+        print(f"{nm:60s} {c:8d} {d / 1e3:11.3f} {cr / 1e3:11.3f} {100 * cr / span:5.1f}%")
+    print(f"{'(no kernel running)':60s} {'':8s} {'':11s} {idle / 1e3:11.3f} {100 * idle / span:5.1f}%")
+    cuts = [i for i, r in enumerate(rows) if split in r[3]] + [len(rows)]
+    kinds = collections.defaultdict(lambda: [0, 0.0])
+    for i, j in zip(cuts, cuts[1:]):
+        step = rows[i:j]
+        kind = "with prefill" if any("prefill" in r[3] for r in step) else "decode only"
+        kinds[kind][0] += 1
+        kinds[kind][1] += (rows[j][0] if j < len(rows) else max(r[1] for r in step)) - step[0][0]
+    print(f"\n{'steps':14s} {'count':>6s} {'ms':>11s} {'ms/step':>9s}  (a step's start to the next one's)")
+    for kind, (c, t) in sorted(kinds.items()):
+        print(f"{kind:14s} {c:6d} {t / 1e6:11.3f} {t / 1e6 / c:9.3f}")
 
 if __name__ == "__main__":
     main()

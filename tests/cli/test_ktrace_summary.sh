@@ -39,6 +39,19 @@ has "layer table" "one layer \(3 kernels, averaged over 2 layers x 4 steps\)"
 has "layer attention" "^attention_decode_kernel<128, false, true> +3\.00 +2\.00 +-1\.00 +132"
 has "layer norm" "^rmsnorm_vec_kernel<4, true> +1\.50 +1\.60 +0\.10"
 has "layer sum" "^layer +14\.50 +13\.80"
+# --whole: shares of the whole run, 197.8 us (gaps in no kernel's share: 19.8 us of them, 1.2 a step
+# and 5 between steps); steps with a prefill kernel apart (the last step's attention renamed: the
+# file lists that step first)
+check "--whole" 0 python3 "$sum" "$tmp/t.csv" --whole
+has "whole span" "^44 kernels over 0\.198 ms"
+has "whole gemv" "^gemv_kernel<8, 2, 1, 4, false, true, false, 1, false> +12 +0\.120 +0\.120 +60\.7%"
+has "whole attention" "^attention_decode_kernel<128, false, true> +12 +0\.036 +0\.024 +12\.1%"
+has "whole idle" "^\(no kernel running\) +0\.020 +10\.0%"
+has "whole steps" "^decode only +4 +0\.198 +0\.049"
+awk 'NR > 1 && NR <= 12 { sub(/attention_decode_kernel/, "attention_prefill_kernel") } { print }' "$tmp/t.csv" >"$tmp/p.csv"
+check "--whole, a prefill step" 0 python3 "$sum" "$tmp/p.csv" --whole
+has "prefill step" "^with prefill +1 +0\.046 +0\.046"
+has "decode steps" "^decode only +3 +0\.152 +0\.051"
 check "--last 2" 0 python3 "$sum" "$tmp/t.csv" --last 2
 has "--last" "^4 steps, 2 analysed"
 printf 'start_ns,end_ns,grid,block,regs,graph_node,name\n' >"$tmp/empty.csv"
