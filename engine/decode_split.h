@@ -4,33 +4,53 @@
  * (engine/cpu_backend.c), because the split decides where the kernel rounds its probabilities and
  * both must take the same one (docs/CUDA_BACKEND.md, "The emulation").
  *
- * Automatic split (part_keys == 0) for n_seqs sequences whose longest context is max_ctx_len:
- * partitions of >= 512 keys, at most max(1, 4096 / n_seqs) per sequence (bounds the workspace at
- * ~4096 * H * (4 D + 8) bytes); a batch of few sequences is split into at least
- * min(ceil(ctx / 64), 32 / n_seqs) partitions, so that its KV heads x partitions CTAs cover the SMs
- * (one sequence of 512 keys at 8 KV heads: 64 CTAs of 64 keys instead of 8 of 512). The same rule
- * over a bf16 and an fp8 cache. part_keys > 0: that many keys (rounded up to a multiple of 64);
+ * Automatic split (part_keys == 0) for n_seqs sequences whose longest context is max_ctx_len: as few
+ * partitions as keep the GPU busy, because each one is a CTA that fills its copy pipeline, drains it
+ * and merges its warps on its own (~3 us that no other work hides, so 512-key partitions ran at 76 %
+ * of the copy rate where 2048-key ones ran at 84 %; docs/PERFORMANCE.md). The count is the largest of
+ *   - floor(ctx / 2048) (partitions of >= 2048 keys; at least one),
+ *   - min(ceil(128 / n_seqs), floor(ctx / 512)): a batch of fewer than 128 sequences is split, down to
+ *     512-key partitions, until n_seqs x partitions >= 128 (~4 waves of CTAs at 8 KV heads),
+ *   - min(ceil(ctx / 64), 32 / n_seqs): a batch of few sequences down to 64-key partitions, so that
+ *     its KV heads x partitions CTAs cover the SMs (one sequence of 512 keys at 8 KV heads: 64 CTAs of
+ *     64 keys instead of 8 of 512),
+ * and at most max(1, 4096 / n_seqs) (bounds the workspace at ~4096 * H * (4 D + 8) bytes). The same
+ * rule over a bf16 and an fp8 cache. part_keys > 0: that many keys (rounded up to a multiple of 64);
  * < 0: one partition. *part is max_ctx_len when it does not split.
  * *n_bound (may be NULL): the partitions a workspace must hold for every context up to max_ctx_len
  * (the rounding to whole tiles can make n_part dip as the context grows; n does not).
- * LLMQ_ATTN_DECODE_FILL=N replaces the 32 (0: no fill), read once (a tuning hook). Plain C, also
- * compiled as CUDA C++. */
+ * Tuning hooks, read once: LLMQ_ATTN_DECODE_FILL=N replaces the 32 (0: no fill),
+ * LLMQ_ATTN_DECODE_PART=N the 2048. Plain C, also compiled as CUDA C++. */
 #pragma once
 #include <stdlib.h>
 
 #define DECODE_SPLIT_TILE 64    /* keys per K/V tile of the decode kernel: partitions are whole tiles */
-#define DECODE_SPLIT_PART 512   /* automatic partitions of >= 512 keys */
+#define DECODE_SPLIT_PART 2048  /* partitions of >= 2048 keys ... */
+#define DECODE_SPLIT_MIN 512    /* ... or of >= 512 keys, */
+#define DECODE_SPLIT_WAVE 128   /* until n_seqs x partitions >= 128 */
 #define DECODE_SPLIT_SLOTS 4096 /* at most max(1, 4096 / n_seqs) partitions per sequence */
 #define DECODE_SPLIT_FILL 32    /* >= min(ceil(ctx / 64), 32 / n_seqs) partitions */
+
+static inline int decode_split_hook(const char *name, int dflt, int *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e ? (atoi(e) > 0 ? atoi(e) : 0) : dflt;
+    }
+    return *cache;
+}
 
 static inline int decode_split_fill(void)
 {
     static int fill = -1;
-    if (fill < 0) {
-        const char *e = getenv("LLMQ_ATTN_DECODE_FILL");
-        fill = e ? (atoi(e) > 0 ? atoi(e) : 0) : DECODE_SPLIT_FILL;
-    }
-    return fill;
+    return decode_split_hook("LLMQ_ATTN_DECODE_FILL", DECODE_SPLIT_FILL, &fill);
+}
+
+static inline int decode_split_part(void)
+{
+    static int part = -1;
+    const int p = decode_split_hook("LLMQ_ATTN_DECODE_PART", DECODE_SPLIT_PART, &part);
+    return p > DECODE_SPLIT_MIN ? p : DECODE_SPLIT_MIN;
 }
 
 static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int *part, int *n_part,
@@ -48,7 +68,11 @@ static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int 
         const int cap = DECODE_SPLIT_SLOTS / ns > 1 ? DECODE_SPLIT_SLOTS / ns : 1;
         const int tiles = (ctx + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE, f = decode_split_fill() / ns;
         const int nf = f < tiles ? f : tiles;
-        n = (ctx + DECODE_SPLIT_PART - 1) / DECODE_SPLIT_PART;
+        const int w = (DECODE_SPLIT_WAVE + ns - 1) / ns, wmax = ctx / DECODE_SPLIT_MIN;
+        const int nw = w < wmax ? w : wmax;
+        n = ctx / decode_split_part();
+        n = n > 1 ? n : 1;
+        n = n > nw ? n : nw;
         n = n > nf ? n : nf;
         n = n < cap ? n : cap;
         part_keys = (ctx + n - 1) / n;

@@ -811,6 +811,60 @@ static void timing(void)
         GPU_OK(cudaFree(q));
         GPU_OK(cudaFree(out));
     }
+    { /* decode at summarize's shape (the first wave of 200 x 4096 / 256: 144 sequences of ~4,224 keys),
+         over a pool of 20,480 blocks (2.7 GB), split as the decode graph of its bucket (4,352) splits it
+         and at other partition sizes; plain and with the RoPE prologue folded in */
+        const int n = 144, ctx = 4224, bucket = 4352, num_blocks = 20480;
+        const size_t pool = (size_t)num_blocks * KVH * bs * D;
+        bf16 *k, *v, *q, *out;
+        GPU_OK(cudaMalloc(&k, pool * 2));
+        GPU_OK(cudaMalloc(&v, pool * 2));
+        GPU_OK(cudaMalloc(&q, (size_t)n * q_stride * 2));
+        GPU_OK(cudaMalloc(&out, (size_t)n * H * D * 2));
+        fill_random(k, pool, 31, 1.f), fill_random(v, pool, 32, 1.f),
+            fill_random(q, (size_t)n * q_stride, 33, 1.f);
+        dev_batch d = make_dev_batch(n, 1, ctx, bs, num_blocks, case_seed(7100));
+        k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, 1, bucket};
+        std::vector<float> inv(D / 2);
+        for (int i = 0; i < D / 2; i++)
+            inv[i] = (float)pow(1e6, -2.0 * i / D);
+        std::vector<int32_t> pos(n, ctx - 1), slot(n, -1);
+        float *dinv = gt_to_device(inv.data(), inv.size());
+        int32_t *dpos = gt_to_device(pos.data(), pos.size()), *dslot = gt_to_device(slot.data(), slot.size());
+        const k_rope_in rope = {nullptr, nullptr, nullptr, 1e-6f, dpos, dinv, 1.f, dslot};
+        const double bytes = (double)n * ctx * KVH * 2 * D * 2;
+        for (int part : {0, 512, 1024, -1})
+            for (int fold = 0; fold < 2; fold++) {
+                const size_t wsb = k_attention_decode_workspace_split(n, H, D, bucket, part);
+                void *ws = nullptr;
+                if (wsb)
+                    GPU_OK(cudaMalloc(&ws, wsb));
+                int keys = 0;
+                const int parts = k_attention_decode_parts(n, bucket, part, &keys);
+                const double ms = time_ms(20, [&]() {
+                    if (fold)
+                        K_OK(k_attention_decode_rope(q, &rope, k, v, &b, out, H, KVH, D, bs, scale, part, ws,
+                                                     wsb, 0));
+                    else
+                        K_OK(k_attention_decode_split(q, q_stride, k, v, &b, out, H, KVH, D, bs, scale, part,
+                                                      ws, wsb, 0));
+                });
+                printf("time decode bf16 %d seqs x %d ctx H%d/KVH%d D%d bs%d%s, %d partitions of %d keys: "
+                       "%.3f ms, "
+                       "%.1f MB moved, %.0f GB/s (%.0f%% of 4200)\n",
+                       n, ctx, H, KVH, D, bs, fold ? ", RoPE folded" : "", parts, keys, ms, bytes / 1e6,
+                       bytes / ms / 1e6, bytes / ms / 1e6 / 4200 * 100);
+                GPU_OK(cudaFree(ws));
+            }
+        free_dev_batch(d);
+        GPU_OK(cudaFree(dinv));
+        GPU_OK(cudaFree(dpos));
+        GPU_OK(cudaFree(dslot));
+        GPU_OK(cudaFree(k));
+        GPU_OK(cudaFree(v));
+        GPU_OK(cudaFree(q));
+        GPU_OK(cudaFree(out));
+    }
 }
 
 int main(void)
@@ -820,6 +874,12 @@ int main(void)
     uint64_t k = 0;
 
     argument_checks();
+    /* LLMQ_TEST_TIMING_ONLY=1: the timing table alone (tuning; no checks) */
+    const char *to = getenv("LLMQ_TEST_TIMING_ONLY");
+    if (to && strcmp(to, "1") == 0) {
+        timing();
+        return 0;
+    }
     /* LLMQ_TEST_PREFILL_ONLY=1: the prefill cases and the timing table only (tuning the prefill kernels) */
     const char *po = getenv("LLMQ_TEST_PREFILL_ONLY");
     const bool prefill_only = po && strcmp(po, "1") == 0;

@@ -12,11 +12,13 @@
  *     any max_model_len holds every shorter context; need = n_seqs * H * n_part * (4 D + 8) bytes (each
  *     partition of each sequence and head writes D fp32 outputs and its (max, sum) pair) when split;
  *   - the documented rule at a few points: a lone sequence of 512 keys in 8 partitions of 64 keys;
- *     >= 33 sequences >= 512 keys a partition; the 4096 / n_seqs cap; a forced split (part_keys
- *     100 -> 128) and no split (-1);
+ *     a batch of >= 128 sequences in partitions of >= 2048 keys; a smaller one split down to 512-key
+ *     partitions until sequences x partitions >= 128; the 4096 / n_seqs cap; a forced split
+ *     (part_keys 100 -> 128) and no split (-1);
  *   - the decode graphs' batch buckets (decode_graph_max, decode_graph_batch): 1, 2, 4, then multiples
  *     of 8, never above engine.cuda_graph_max_batch or max_num_seqs.
- * LLMQ_ATTN_DECODE_FILL (a tuning hook) must not be set: the rule's points assume its default. */
+ * LLMQ_ATTN_DECODE_FILL and LLMQ_ATTN_DECODE_PART (tuning hooks) must not be set: the rule's points
+ * assume their defaults. */
 #include <stdlib.h>
 
 #include "gpu/gpu_test.h"
@@ -72,8 +74,8 @@ static void point(const char *what, int n_seqs, int ctx, int part_keys, int want
 
 int main(void)
 {
-    if (getenv("LLMQ_ATTN_DECODE_FILL")) {
-        printf("SKIPPED: LLMQ_ATTN_DECODE_FILL is set (the expected splits assume its default)\n");
+    if (getenv("LLMQ_ATTN_DECODE_FILL") || getenv("LLMQ_ATTN_DECODE_PART")) {
+        printf("SKIPPED: LLMQ_ATTN_DECODE_FILL or _PART is set (the expected splits assume the defaults)\n");
         return 77;
     }
     for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 256})
@@ -82,10 +84,14 @@ int main(void)
     point("lone sequence: 64-key partitions", 1, 512, 0, 8, 64);
     point("lone sequence: 10 partitions of 64", 1, 640, 0, 10, 64);
     point("lone sequence: at most 32 partitions short of 16k", 1, 4096, 0, 32, 128);
-    point("lone sequence: >= 512 keys a partition past 16k", 1, 131072, 0, 256, 512);
+    point("lone sequence: 128 partitions past 64k", 1, 131072, 0, 128, 1024);
     point("4 sequences: 32 / 4 = 8 partitions", 4, 1000, 0, 8, 128);
-    point("33 sequences: >= 512 keys a partition", 33, 1000, 0, 2, 512);
-    point("256 sequences: the 4096 / n_seqs cap", 256, 32768, 0, 16, 2048);
+    point("33 sequences: no partition below 512 keys", 33, 1000, 0, 1, 1000);
+    point("33 sequences: 4 partitions for 132 >= 128", 33, 4096, 0, 4, 1024);
+    point("8 sequences: >= 2048 keys a partition", 8, 65536, 0, 32, 2048);
+    point("144 sequences: >= 2048 keys a partition", 144, 4352, 0, 2, 2176);
+    point("256 sequences: one partition below 4096 keys", 256, 4095, 0, 1, 4095);
+    point("256 sequences: the 4096 / n_seqs cap", 256, 65536, 0, 16, 4096);
     point("a single key", 1, 1, 0, 1, 1);
     point("forced 100 keys -> 128", 3, 1000, 100, 8, 128);
     point("no split", 1, 32768, -1, 1, 32768);
