@@ -664,28 +664,36 @@ template <typename F> static double time_ms(int reps, F fn)
     return t[reps / 2];
 }
 
-/* Device batch of n_seqs sequences of n_q new tokens each at context ctx, over a shared random pool. */
+/* Device batch of sequences with nq[s] new tokens at context ctx[s] each, over a shared random pool. */
 struct dev_batch {
     int32_t *qs, *ctx, *bt;
     int max_blocks;
 };
-static dev_batch make_dev_batch(int n_seqs, int n_q, int ctx, int bs, int num_blocks, uint64_t seed)
+static dev_batch make_dev_batch(const std::vector<int> &nq, const std::vector<int> &ctx, int bs,
+                                int num_blocks, uint64_t seed)
 {
     dev_batch d;
-    d.max_blocks = (ctx + bs - 1) / bs;
-    std::vector<int32_t> perm(num_blocks), qs(n_seqs + 1), cl(n_seqs, ctx), bt((size_t)n_seqs * d.max_blocks);
+    const int n_seqs = (int)nq.size();
+    d.max_blocks = (*std::max_element(ctx.begin(), ctx.end()) + bs - 1) / bs;
+    std::vector<int32_t> perm(num_blocks), qs(n_seqs + 1, 0), cl(ctx.begin(), ctx.end()),
+        bt((size_t)n_seqs * d.max_blocks);
     for (int i = 0; i < num_blocks; i++)
         perm[i] = i;
     for (int i = num_blocks - 1; i > 0; i--)
         std::swap(perm[i], perm[gt_next(&seed) % (uint64_t)(i + 1)]);
     for (size_t i = 0; i < bt.size(); i++)
         bt[i] = perm[i % num_blocks];
-    for (int s = 0; s <= n_seqs; s++)
-        qs[s] = s * n_q;
+    for (int s = 0; s < n_seqs; s++)
+        qs[s + 1] = qs[s] + nq[s];
     d.qs = gt_to_device(qs.data(), qs.size());
     d.ctx = gt_to_device(cl.data(), cl.size());
     d.bt = gt_to_device(bt.data(), bt.size());
     return d;
+}
+/* n_seqs sequences of n_q new tokens each at context ctx */
+static dev_batch make_dev_batch(int n_seqs, int n_q, int ctx, int bs, int num_blocks, uint64_t seed)
+{
+    return make_dev_batch(std::vector<int>(n_seqs, n_q), std::vector<int>(n_seqs, ctx), bs, num_blocks, seed);
 }
 static void free_dev_batch(dev_batch &d)
 {
@@ -739,9 +747,47 @@ static void timing(void)
                        f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, prefill_variant_name(var), ms,
                        flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
             }
+        /* the default kernel on two more shapes over the same pool: 4 prompts of 4096 (half the CTAs), and
+           a summarize prefill step (16,384 tokens: the 144-token rest of a prompt after 3,952 cached
+           ones, 3 whole prompts, the first 3,952 of the next) */
+        k_attention_prefill_force(0);
+        const std::vector<std::vector<int>> nqs = {
+            {4096, 4096, 4096, 4096}, {144, 4096, 4096, 4096, 3952}, {144, 4096, 4096, 4096, 3952}};
+        const std::vector<std::vector<int>> ctxs = {
+            {4096, 4096, 4096, 4096}, {4096, 4096, 4096, 4096, 3952}, {4096, 4096, 4096, 4096, 3952}};
+        /* the third: the same step with its blocks spread over a pool of 20,480 (1.3 GB of K, as an
+           engine's layer has), not 1,024 */
+        const int big_blocks = 20480;
+        bf16 *kb, *vb;
+        GPU_OK(cudaMalloc(&kb, (size_t)big_blocks * KVH * bs * D * 2));
+        GPU_OK(cudaMalloc(&vb, (size_t)big_blocks * KVH * bs * D * 2));
+        fill_random(kb, (size_t)big_blocks * KVH * bs * D, 18, 1.f);
+        fill_random(vb, (size_t)big_blocks * KVH * bs * D, 19, 1.f);
+        for (size_t sh = 0; sh < nqs.size(); sh++) {
+            const bool big = sh == 2;
+            dev_batch e =
+                make_dev_batch(nqs[sh], ctxs[sh], bs, big ? big_blocks : num_blocks, case_seed(7003 + sh));
+            k_attn_batch be = {(int)nqs[sh].size(), e.qs, e.ctx, e.bt, e.max_blocks, 4096, 4096};
+            double fl = 0;
+            for (size_t i = 0; i < nqs[sh].size(); i++) /* query i of a sequence sees past + i + 1 keys */
+                for (int t = 0; t < nqs[sh][i]; t++)
+                    fl += 4.0 * (ctxs[sh][i] - nqs[sh][i] + t + 1) * D * H;
+            const double ms = time_ms(10, [&]() {
+                K_OK(k_attention_prefill(q, q_stride, big ? kb : k, big ? vb : v, &be, out, H, KVH, D, bs,
+                                         scale, 0));
+            });
+            printf("time prefill bf16 %s H%d/KVH%d D%d bs%d, default kernel: %.3f ms, %.1f TFLOP/s (%.0f%% "
+                   "of 776)\n",
+                   sh == 0 ? "4 x 4096 causal" : "a summarize step (144 after 3952, 3 x 4096, 3952)", H, KVH,
+                   D, bs, ms, fl / ms / 1e9, fl / ms / 1e9 / 776 * 100);
+            if (big)
+                printf("  (its blocks spread over %d, not %d)\n", big_blocks, num_blocks);
+            free_dev_batch(e);
+        }
+        GPU_OK(cudaFree(kb));
+        GPU_OK(cudaFree(vb));
         GPU_OK(cudaFree(ks));
         GPU_OK(cudaFree(vs));
-        k_attention_prefill_force(0);
         free_dev_batch(d);
         GPU_OK(cudaFree(k));
         GPU_OK(cudaFree(v));
