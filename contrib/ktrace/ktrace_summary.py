@@ -129,7 +129,7 @@ def whole(rows, split):
     (cut at each kernel named like split) with and without a prefill kernel."""
     agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
     last_end, idle = rows[0][0], 0.0
-    for st, en, g, nm in rows:
+    for st, en, _, nm in rows:
         e = agg[nm]
         e[0] += 1
         e[1] += (en - st) / 1e3
@@ -152,6 +152,7 @@ def whole(rows, split):
     print(f"\n{'steps':14s} {'count':>6s} {'ms':>11s} {'ms/step':>9s}  (a step's start to the next one's)")
     for kind, (c, t) in sorted(kinds.items()):
         print(f"{kind:14s} {c:6d} {t / 1e6:11.3f} {t / 1e6 / c:9.3f}")
+
 
 if __name__ == "__main__":
     main()
