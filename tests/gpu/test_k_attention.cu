@@ -642,12 +642,27 @@ static void fill_scales(float *p, size_t n, uint64_t seed)
     GPU_OK(cudaGetLastError());
 }
 
-/* Median time in ms of fn() over `reps` runs after 3 warm-ups. */
+/* Median time in ms of fn() over `reps` runs after 3 warm-ups; with LLMQ_TEST_HOT_MS=N, after N ms of
+   fn() first (a cool chip runs compute-bound kernels up to ~30 % faster than one a long run has
+   heated: docs/PERFORMANCE.md, 2026-12-02, second). */
 template <typename F> static double time_ms(int reps, F fn)
 {
     cudaEvent_t a, b;
     GPU_OK(cudaEventCreate(&a));
     GPU_OK(cudaEventCreate(&b));
+    static const char *hot_env = getenv("LLMQ_TEST_HOT_MS");
+    const double hot_ms = hot_env ? atof(hot_env) : 0;
+    float spent = 0;
+    while (spent < hot_ms) { /* batches of 10 calls until hot_ms have passed on the device */
+        float ms = 0;
+        GPU_OK(cudaEventRecord(a));
+        for (int i = 0; i < 10; i++)
+            fn();
+        GPU_OK(cudaEventRecord(b));
+        GPU_OK(cudaEventSynchronize(b));
+        GPU_OK(cudaEventElapsedTime(&ms, a, b));
+        spent += ms;
+    }
     for (int i = 0; i < 3; i++)
         fn();
     std::vector<float> t(reps);
