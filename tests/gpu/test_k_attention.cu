@@ -465,6 +465,15 @@ static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_par
  * must be equal bit for bit (the prologue's per-lane arithmetic is one function), and qkv untouched.
  * The new key of each sequence is at position ctx - 1; partitions of part keys cover the cases where
  * its tile is one of the stages loaded before the wait and where the main loop reads it back. */
+/* RoPE inverse frequencies at theta 1e6 (Qwen3's) for head dim D */
+static std::vector<float> rope_inv_freq(int D)
+{
+    std::vector<float> inv(D / 2);
+    for (int i = 0; i < D / 2; i++)
+        inv[i] = (float)pow(1e6, -2.0 * i / D);
+    return inv;
+}
+
 static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, bool bias, bool norms,
                            float attn_scale, uint64_t seed)
 {
@@ -479,9 +488,7 @@ static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, 
         x = f2bits(gt_normal(&st) * 0.5f);
     for (int d = 0; d < c.D; d++)
         hqn[d] = f2bits(1.f + 0.3f * gt_normal(&st)), hkn[d] = f2bits(1.f + 0.3f * gt_normal(&st));
-    std::vector<float> inv(c.D / 2);
-    for (int i = 0; i < c.D / 2; i++)
-        inv[i] = (float)pow(1e6, -2.0 * i / c.D);
+    const std::vector<float> inv = rope_inv_freq(c.D);
     std::vector<int32_t> pos(n), slot(n);
     for (int s = 0; s < n; s++) {
         const int j = ctx[s] - 1;
@@ -650,29 +657,26 @@ template <typename F> static double time_ms(int reps, F fn)
     cudaEvent_t a, b;
     GPU_OK(cudaEventCreate(&a));
     GPU_OK(cudaEventCreate(&b));
-    static const char *hot_env = getenv("LLMQ_TEST_HOT_MS");
-    const double hot_ms = hot_env ? atof(hot_env) : 0;
-    float spent = 0;
-    while (spent < hot_ms) { /* batches of 10 calls until hot_ms have passed on the device */
+    /* device ms of `calls` calls */
+    auto run = [&](int calls) {
         float ms = 0;
         GPU_OK(cudaEventRecord(a));
-        for (int i = 0; i < 10; i++)
+        for (int i = 0; i < calls; i++)
             fn();
         GPU_OK(cudaEventRecord(b));
         GPU_OK(cudaEventSynchronize(b));
         GPU_OK(cudaEventElapsedTime(&ms, a, b));
-        spent += ms;
-    }
+        return ms;
+    };
+    static const char *hot_env = getenv("LLMQ_TEST_HOT_MS");
+    const double hot_ms = hot_env ? atof(hot_env) : 0;
+    for (double spent = 0; spent < hot_ms;)
+        spent += run(10);
     for (int i = 0; i < 3; i++)
         fn();
     std::vector<float> t(reps);
-    for (int i = 0; i < reps; i++) {
-        GPU_OK(cudaEventRecord(a));
-        fn();
-        GPU_OK(cudaEventRecord(b));
-        GPU_OK(cudaEventSynchronize(b));
-        GPU_OK(cudaEventElapsedTime(&t[i], a, b));
-    }
+    for (int i = 0; i < reps; i++)
+        t[i] = run(1);
     GPU_OK(cudaEventDestroy(a));
     GPU_OK(cudaEventDestroy(b));
     std::sort(t.begin(), t.end());
@@ -715,6 +719,27 @@ static void free_dev_batch(dev_batch &d)
     cudaFree(d.qs), cudaFree(d.ctx), cudaFree(d.bt);
 }
 
+/* A timing section's buffers: a K and a V pool of num_blocks blocks (KVH x bs x D bf16 each), q of
+   q_rows rows of q_stride and out of q_rows rows of H x D (none when q_rows is 0), random values
+   from seeds seed, seed + 1, seed + 2. */
+struct timing_bufs {
+    bf16 *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+    size_t pool = 0;
+    timing_bufs(int num_blocks, int KVH, int bs, int D, size_t q_rows, int q_stride, int H, uint64_t seed)
+        : pool((size_t)num_blocks * KVH * bs * D)
+    {
+        GPU_OK(cudaMalloc(&k, pool * 2));
+        GPU_OK(cudaMalloc(&v, pool * 2));
+        fill_random(k, pool, seed, 1.f), fill_random(v, pool, seed + 1, 1.f);
+        if (q_rows) {
+            GPU_OK(cudaMalloc(&q, q_rows * q_stride * 2));
+            GPU_OK(cudaMalloc(&out, q_rows * H * D * 2));
+            fill_random(q, q_rows * q_stride, seed + 2, 1.f);
+        }
+    }
+    ~timing_bufs() { cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out); }
+};
+
 static void timing(void)
 {
     const int H = 40, KVH = 8, D = 128, bs = 32;
@@ -727,14 +752,9 @@ static void timing(void)
 
     { /* prefill: 8 x 4096 new tokens, causal, no earlier context */
         const int n = 8, T = 4096, num_blocks = n * T / bs;
-        const size_t pool = (size_t)num_blocks * KVH * bs * D;
-        bf16 *k, *v, *q, *out;
-        GPU_OK(cudaMalloc(&k, pool * 2));
-        GPU_OK(cudaMalloc(&v, pool * 2));
-        GPU_OK(cudaMalloc(&q, (size_t)n * T * q_stride * 2));
-        GPU_OK(cudaMalloc(&out, (size_t)n * T * H * D * 2));
-        fill_random(k, pool, 11, 1.f), fill_random(v, pool, 12, 1.f);
-        fill_random(q, (size_t)n * T * q_stride, 13, 1.f);
+        timing_bufs t(num_blocks, KVH, bs, D, (size_t)n * T, q_stride, H, 11);
+        bf16 *k = t.k, *v = t.v, *q = t.q, *out = t.out;
+        const size_t pool = t.pool;
         dev_batch d = make_dev_batch(n, T, T, bs, num_blocks, case_seed(7001));
         k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, T, T};
         const double flops = (double)n * 2 * 2 * T * (double)T / 2 * D * H;
@@ -773,11 +793,8 @@ static void timing(void)
         /* the third: the same step with its blocks spread over a pool of 20,480 (1.3 GB of K, as an
            engine's layer has), not 1,024 */
         const int big_blocks = 20480;
-        bf16 *kb, *vb;
-        GPU_OK(cudaMalloc(&kb, (size_t)big_blocks * KVH * bs * D * 2));
-        GPU_OK(cudaMalloc(&vb, (size_t)big_blocks * KVH * bs * D * 2));
-        fill_random(kb, (size_t)big_blocks * KVH * bs * D, 18, 1.f);
-        fill_random(vb, (size_t)big_blocks * KVH * bs * D, 19, 1.f);
+        timing_bufs big(big_blocks, KVH, bs, D, 0, q_stride, H, 18);
+        bf16 *kb = big.k, *vb = big.v;
         for (size_t sh = 0; sh < nqs.size(); sh++) {
             const bool big = sh == 2;
             dev_batch e =
@@ -799,26 +816,15 @@ static void timing(void)
                 printf("  (its blocks spread over %d, not %d)\n", big_blocks, num_blocks);
             free_dev_batch(e);
         }
-        GPU_OK(cudaFree(kb));
-        GPU_OK(cudaFree(vb));
         GPU_OK(cudaFree(ks));
         GPU_OK(cudaFree(vs));
         free_dev_batch(d);
-        GPU_OK(cudaFree(k));
-        GPU_OK(cudaFree(v));
-        GPU_OK(cudaFree(q));
-        GPU_OK(cudaFree(out));
     }
     { /* decode: one random pool of 16384 blocks (2.1 GB of K and V), two batch shapes */
         const int num_blocks = 16384;
-        const size_t pool = (size_t)num_blocks * KVH * bs * D;
-        bf16 *k, *v, *q, *out;
-        GPU_OK(cudaMalloc(&k, pool * 2));
-        GPU_OK(cudaMalloc(&v, pool * 2));
-        GPU_OK(cudaMalloc(&q, (size_t)256 * q_stride * 2));
-        GPU_OK(cudaMalloc(&out, (size_t)256 * H * D * 2));
-        fill_random(k, pool, 21, 1.f), fill_random(v, pool, 22, 1.f),
-            fill_random(q, (size_t)256 * q_stride, 23, 1.f);
+        timing_bufs t(num_blocks, KVH, bs, D, 256, q_stride, H, 21);
+        bf16 *k = t.k, *v = t.v, *q = t.q, *out = t.out;
+        const size_t pool = t.pool;
         uint8_t *k8 = (uint8_t *)k, *v8 = (uint8_t *)v;
         float *ks, *vs;
         GPU_OK(cudaMalloc(&ks, pool / D * 4));
@@ -867,28 +873,16 @@ static void timing(void)
         }
         GPU_OK(cudaFree(ks));
         GPU_OK(cudaFree(vs));
-        GPU_OK(cudaFree(k));
-        GPU_OK(cudaFree(v));
-        GPU_OK(cudaFree(q));
-        GPU_OK(cudaFree(out));
     }
     { /* decode at summarize's shape (the first wave of 200 x 4096 / 256: 144 sequences of ~4,224 keys),
          over a pool of 20,480 blocks (2.7 GB), split as the decode graph of its bucket (4,352) splits it
          and at other partition sizes; plain and with the RoPE prologue folded in */
         const int n = 144, ctx = 4224, bucket = 4352, num_blocks = 20480;
-        const size_t pool = (size_t)num_blocks * KVH * bs * D;
-        bf16 *k, *v, *q, *out;
-        GPU_OK(cudaMalloc(&k, pool * 2));
-        GPU_OK(cudaMalloc(&v, pool * 2));
-        GPU_OK(cudaMalloc(&q, (size_t)n * q_stride * 2));
-        GPU_OK(cudaMalloc(&out, (size_t)n * H * D * 2));
-        fill_random(k, pool, 31, 1.f), fill_random(v, pool, 32, 1.f),
-            fill_random(q, (size_t)n * q_stride, 33, 1.f);
+        timing_bufs t(num_blocks, KVH, bs, D, n, q_stride, H, 31);
+        bf16 *k = t.k, *v = t.v, *q = t.q, *out = t.out;
         dev_batch d = make_dev_batch(n, 1, ctx, bs, num_blocks, case_seed(7100));
         k_attn_batch b = {n, d.qs, d.ctx, d.bt, d.max_blocks, 1, bucket};
-        std::vector<float> inv(D / 2);
-        for (int i = 0; i < D / 2; i++)
-            inv[i] = (float)pow(1e6, -2.0 * i / D);
+        const std::vector<float> inv = rope_inv_freq(D);
         std::vector<int32_t> pos(n, ctx - 1), slot(n, -1);
         float *dinv = gt_to_device(inv.data(), inv.size());
         int32_t *dpos = gt_to_device(pos.data(), pos.size()), *dslot = gt_to_device(slot.data(), slot.size());
@@ -921,10 +915,6 @@ static void timing(void)
         GPU_OK(cudaFree(dinv));
         GPU_OK(cudaFree(dpos));
         GPU_OK(cudaFree(dslot));
-        GPU_OK(cudaFree(k));
-        GPU_OK(cudaFree(v));
-        GPU_OK(cudaFree(q));
-        GPU_OK(cudaFree(out));
     }
 }
 
