@@ -573,9 +573,15 @@ static void cb_free(struct backend *be)
     if (b->stream)
         cudaStreamSynchronize(b->stream);
     cb_spec_free(b);
-    if (b->n_graphs || b->graph_replays || b->eager_steps)
-        log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured",
-                 (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs);
+    if (b->n_graphs || b->graph_replays || b->eager_steps) {
+        struct k_gemm_counts gc = {0, 0};
+        if (b->gemm)
+            k_gemm_get_counts(b->gemm, &gc);
+        log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured; GEMM "
+                 "algorithms: %d timed, %d taken from their tune bucket",
+                 (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs,
+                 gc.tuned, gc.borrowed);
+    }
     cb_graphs_free(b);
     k_gemm_free(b->gemm);
     if (b->xq)

@@ -42,6 +42,7 @@ struct gemm_key {
     int kind; // KIND_*: a cuBLASLt plan of either dtype, or k_linear's measured choice
     int M, N, K, y_f32;
     int align_x, align_w, align_y; // bytes, 2..256 (fp8 plans: of Xq, W, Y)
+    int rep; // 1: the algorithm timed for M's tune bucket (M is the bucket's top; no descriptors)
 };
 
 struct gemm_plan {
@@ -50,7 +51,8 @@ struct gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d; // W, X, Y (Y is both C and D)
     cublasLtMatmulAlgo_t algo;
-    int path; // choice entries: PATH_LT or PATH_GEMV
+    int path;    // choice entries: PATH_LT or PATH_GEMV
+    int timed_M; // bucket representatives: the M whose timing chose algo
 };
 
 struct k_gemm {
@@ -61,6 +63,7 @@ struct k_gemm {
     gemm_plan *plans; // [cap], cap a power of two, at most half full
     int cap, n;
     bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
+    struct k_gemm_counts counts;
     int pick; // LLMQ_GEMM_PICK: 0 time GEMV and cuBLASLt (default), 1 the GEMV, 2 cuBLASLt where it can run
 };
 
@@ -81,8 +84,8 @@ static bool key_eq(const gemm_key &x, const gemm_key &y)
 static uint32_t key_hash(const gemm_key &k)
 {
     uint64_t h = 1469598103934665603ull; // FNV-1a over the key's ints, then a final mix
-    const int v[8] = {k.kind, k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y};
-    for (int i = 0; i < 8; i++)
+    const int v[9] = {k.kind, k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y, k.rep};
+    for (int i = 0; i < 9; i++)
         h = (h ^ (uint32_t)v[i]) * 1099511628211ull;
     h ^= h >> 29;
     return (uint32_t)h;
@@ -126,8 +129,22 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
 // algorithms on the call's own operands (one warm-up, then the median of three) and keeps the
 // fastest. Not while the stream is being captured into a graph (then the first pick is kept; the
 // backend runs each graph's step eagerly once before capturing it, so its plans are tuned).
+//
+// Timing is paid once per tune bucket, not once per M: M in (lo, hi] with hi = 1, 2, 4, then the
+// multiples of 8 (the decode graphs' batch sizes). A bucket's top M (what a graph runs) is timed
+// exactly; the first other M of a bucket is timed and its algorithm kept as the bucket's
+// representative; every later M of the bucket takes the top's algorithm, or else the
+// representative's, after cublasLtMatmulAlgoCheck accepts it for the new M (the fastest near M, not
+// necessarily at M). Eager steps (mixed prefill/decode, the lm_head of their sampled rows) have a new
+// M almost every step: timed each, they cost 8 candidates x 4 runs with a synchronization each,
+// ~17 ms for the lm_head alone (docs/PERFORMANCE.md, 2026-12-02, second and third).
 #define GEMM_TUNE_CANDIDATES 8
 #define GEMM_TUNE_MAX_M 256
+
+static int tune_bucket(int M)
+{
+    return M <= 2 ? M : M <= 4 ? 4 : (M + 7) / 8 * 8;
+}
 
 struct gemm_tune {
     const void *X, *W;
@@ -192,9 +209,9 @@ static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeurist
     return best;
 }
 
-// Makes the descriptors and picks the algorithm for key into *p (timing candidates when tune is
-// not NULL); on failure *p is left empty.
-static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
+// Makes the operation and layout descriptors of key into *p (an fp8 plan's scale pointers are
+// tune's when given); on failure *p is left empty.
+static int plan_desc(const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
 {
     memset(p, 0, sizeof *p);
     const gemm_key &k = p_key;
@@ -223,7 +240,65 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
     LT_CHECK("cublasLtMatrixLayoutCreate(X)", cublasLtMatrixLayoutCreate(&p->b, in_t, k.K, k.M, k.K));
     LT_CHECK("cublasLtMatrixLayoutCreate(Y)",
              cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : CUDA_R_16BF, k.N, k.M, k.N));
+    p->key = k;
+    return 0;
+}
 
+static void plan_log(const gemm_plan *p, size_t workspace, float waves, const char *how)
+{
+    const gemm_key &k = p->key;
+    int id = -1, tile = -1, splitk = -1, sched = -1, stages = -1;
+    uint32_t red = 0;
+    size_t w;
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
+                                         &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red,
+                                         &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages,
+                                         &w);
+    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sched, sizeof sched,
+                                         &w);
+    fprintf(stderr,
+            "gemm plan %s M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
+            "reduction %u swizzle %d, workspace %zu, waves %.2f%s\n",
+            k.kind == KIND_FP8 ? "fp8" : "bf16", k.M, k.N, k.K, k.y_f32 ? "f32" : "bf16", k.align_x,
+            k.align_w, k.align_y, id, tile, stages, splitk, red, sched, workspace, waves, how);
+}
+
+// Makes the plan of key into *p with algo, if cuBLASLt accepts algo for key's shape; -1 (and *p
+// empty) otherwise.
+static int plan_borrow(struct k_gemm *g, const gemm_key &key, gemm_plan *p, const cublasLtMatmulAlgo_t &algo,
+                       int from_M, const gemm_tune *t)
+{
+    if (plan_desc(key, p, t)) // fp8: the check wants the scale pointers
+        return -1;
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    if (cublasLtMatmulAlgoCheck(g->lt, p->op, p->a, p->b, p->d, p->d, &algo, &res) != CUBLAS_STATUS_SUCCESS ||
+        res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > g->ws_bytes) {
+        plan_destroy(p);
+        return -1;
+    }
+    p->algo = algo;
+    p->used = true;
+    g->counts.borrowed++;
+    if (g->log) {
+        char how[48];
+        snprintf(how, sizeof how, ", from M %d's timing", from_M);
+        plan_log(p, res.workspaceSize, res.wavesCount, how);
+    }
+    return 0;
+}
+
+// Makes the descriptors and picks the algorithm for key into *p (timing candidates when tune is
+// not NULL and M <= GEMM_TUNE_MAX_M); on failure *p is left empty.
+static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
+{
+    if (plan_desc(p_key, p, tune))
+        return -1;
+    const gemm_key &k = p_key;
     cublasLtMatmulPreference_t pref = NULL;
     LT_CHECK("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = g->ws_bytes;
@@ -254,32 +329,16 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
         s = CUBLAS_STATUS_NOT_SUPPORTED;
     LT_CHECK("cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape and alignment)", s);
     LT_CHECK("cublasLtMatmulAlgoGetHeuristic (result)", cand[0].state);
-    p->key = k;
-    int best = found > 1 ? plan_tune(g, p, cand, found, tune) : 0;
+    int best = 0;
+    if (found > 1) {
+        best = plan_tune(g, p, cand, found, tune);
+        g->counts.tuned++;
+    }
     const cublasLtMatmulHeuristicResult_t &res = cand[best];
     p->algo = res.algo;
-    p->key = k;
     p->used = true;
-    if (g->log) {
-        int id = -1, tile = -1, splitk = -1, sched = -1, stages = -1;
-        uint32_t red = 0;
-        size_t w;
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                             sizeof splitk, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
-                                             sizeof red, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages,
-                                             &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sched,
-                                             sizeof sched, &w);
-        fprintf(stderr,
-                "gemm plan %s M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
-                "reduction %u swizzle %d, workspace %zu, waves %.2f\n",
-                fp8 ? "fp8" : "bf16", k.M, k.N, k.K, k.y_f32 ? "f32" : "bf16", k.align_x, k.align_w,
-                k.align_y, id, tile, stages, splitk, red, sched, res.workspaceSize, res.wavesCount);
-    }
+    if (g->log)
+        plan_log(p, res.workspaceSize, res.wavesCount, found > 1 ? ", timed" : "");
     return 0;
 }
 
@@ -362,23 +421,51 @@ extern "C" void k_gemm_free(struct k_gemm *g)
     free(g);
 }
 
-// Finds or makes the plan of key (tuned on the call's operands unless the stream is capturing).
+// The used entry of key, or NULL.
+static const gemm_plan *plan_find(const struct k_gemm *g, const gemm_key &key)
+{
+    const gemm_plan *p = slot_of(g->plans, g->cap, key);
+    return p->used ? p : NULL;
+}
+
+// Finds or makes the plan of key: an algorithm already timed for its tune bucket, else one timed on
+// the call's operands (unless the stream is capturing: then the heuristic's first pick).
 static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, gemm_plan **out)
 {
     gemm_plan *p = slot_of(g->plans, g->cap, key);
-    if (!p->used) {
-        if (2 * (g->n + 1) > g->cap) {
-            if (table_grow(g))
-                return -1;
-            p = slot_of(g->plans, g->cap, key);
-        }
+    if (p->used) {
+        *out = p;
+        return 0;
+    }
+    if (2 * (g->n + 2) > g->cap) { // room for the plan and a bucket representative
+        if (table_grow(g))
+            return -1;
+        p = slot_of(g->plans, g->cap, key);
+    }
+    const int hi = tune_bucket(key.M);
+    const bool bucketed = key.M <= GEMM_TUNE_MAX_M && hi != key.M;
+    gemm_key top = key, rep = key;
+    top.M = rep.M = hi;
+    rep.rep = 1;
+    const gemm_plan *from = bucketed ? plan_find(g, top) : NULL;
+    if (bucketed && !from)
+        from = plan_find(g, rep);
+    if (!from || plan_borrow(g, key, p, from->algo, from->key.rep ? from->timed_M : hi, t)) {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
         const bool capturing =
             cudaStreamIsCapturing(t->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
         if (plan_make(g, key, p, capturing ? NULL : t))
             return -1;
-        g->n++;
+        if (bucketed && !capturing) { // the bucket's representative: its algorithm, no descriptors
+            gemm_plan *r = slot_of(g->plans, g->cap, rep);
+            if (!r->used) {
+                memset(r, 0, sizeof *r);
+                r->used = true, r->key = rep, r->algo = p->algo, r->timed_M = key.M;
+                g->n++;
+            }
+        }
     }
+    g->n++;
     *out = p;
     return 0;
 }
@@ -442,6 +529,11 @@ extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_sc
         return lt_fail(__FILE__, __LINE__, "cublasLtMatmul", s, key);
     K_CHECK_LAUNCH();
     return 0;
+}
+
+extern "C" void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c)
+{
+    *c = g->counts;
 }
 
 // ---- k_linear: GEMV or cuBLASLt

@@ -97,11 +97,19 @@ int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const
 int k_silu_mul(const bf16 *gate_up, bf16 *out, int T, int F, cudaStream_t stream);
 
 /* ---- gemm.cu: cuBLASLt, Y[M, N] = X[M, K] · W[N, K]^T, bf16 inputs, fp32 accumulation; Y bf16,
- * or fp32 when y_f32 (logits). The algorithm is chosen once per (M, N, K, y_f32) by the library's
- * heuristic (and cached); the handle owns a workspace. Not thread-safe; one per stream. */
+ * or fp32 when y_f32 (logits). The algorithm is chosen once per (M, N, K, y_f32, alignments) and
+ * cached: the library's heuristic pick, or for M <= 256 the fastest of its candidates timed once per
+ * tune bucket of M; the handle owns a workspace. Not thread-safe; one per stream. */
 struct k_gemm;
 struct k_gemm *k_gemm_create(size_t workspace_bytes);
 void k_gemm_free(struct k_gemm *g);
+/* How a handle's cuBLASLt plans got their algorithms so far: tuned = timed over candidates on the
+ * call's operands (M <= 256, outside a graph capture); borrowed = taken from a timed plan of the
+ * same tune bucket (kernels/gemm.cu). */
+struct k_gemm_counts {
+    int tuned, borrowed;
+};
+void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c);
 int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
                 cudaStream_t stream);
 

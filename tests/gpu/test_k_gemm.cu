@@ -603,6 +603,50 @@ static void fp8_timing(struct k_gemm *g, const char *name, int N, int K, std::ve
     cudaFree(X), cudaFree(Xq), cudaFree(xs), cudaFree(W16), cudaFree(W8), cudaFree(Y);
 }
 
+/* ---- tune buckets: an M <= 256 takes the algorithm timed for its bucket (1, 2, 4, multiples of 8)
+ * when there is one; each step's product is checked in full, and the handle's counts must move as
+ * kernels/gemm.cu says: the first M of a bucket and its top are timed, any other M borrows. */
+static void tune_bucket_cases(uint64_t seed)
+{
+    struct k_gemm *h = k_gemm_create(0);
+    if (!h) {
+        gt_check(false, "k_gemm_create: %s", k_last_error());
+        return;
+    }
+    struct step {
+        int M, tuned, borrowed; /* the counts' change that M must make (tuned -1: 0 or 1) */
+        bool fp8;               /* fp8 plans are keyed by K_FP8_ROWS(M) */
+    };
+    const step steps[] = {
+        {37, 1, 0, false},  /* first of bucket 40: timed, kept as the bucket's representative */
+        {38, 0, 1, false},  /* borrows 37's algorithm */
+        {40, 1, 0, false},  /* the top (a graph's batch size) is timed exactly */
+        {33, 0, 1, false},  /* borrows the top's */
+        {3, 1, 0, false},   /* bucket 4 */
+        {4, 1, 0, false},   /* its top */
+        {300, 0, 0, false}, /* above 256: the heuristic's pick, never timed */
+        {301, 0, 0, false}, /* nor borrowed */
+        {37, -1, 0, true},  /* fp8: 40 rows, the top (timed if cuBLASLt offers more than one algorithm) */
+        {33, 0, 1, true},   /* 36 rows: borrows it */
+    };
+    uint64_t k = 0;
+    for (const step &st : steps) {
+        struct k_gemm_counts c0, c1;
+        k_gemm_get_counts(h, &c0);
+        const gemm_case c = {"bucket", st.M, 1024, 512, 0, 0, 0, 0, false};
+        if (st.fp8)
+            fp8_case(h, st.M, 384, 640, 0, false, gt_splitmix(seed + k++));
+        else
+            small_case(h, c, gt_splitmix(seed + k++));
+        k_gemm_get_counts(h, &c1);
+        const int dt = c1.tuned - c0.tuned;
+        gt_check((st.tuned < 0 ? dt <= 1 : dt == st.tuned) && c1.borrowed - c0.borrowed == st.borrowed,
+                 "tune bucket %s M %d: timed %d, borrowed %d (want %d, %d)", st.fp8 ? "fp8" : "bf16", st.M,
+                 dt, c1.borrowed - c0.borrowed, st.tuned, st.borrowed);
+    }
+    k_gemm_free(h);
+}
+
 int main(void)
 {
     gpu_require();
@@ -642,6 +686,7 @@ int main(void)
     uint64_t k = 1;
     for (const gemm_case &c : small)
         small_case(g, c, gt_splitmix(base_seed + k++));
+    tune_bucket_cases(gt_splitmix(base_seed + k++));
 
     /* Qwen3-14B */
     const big_shape big[] = {
