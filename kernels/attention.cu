@@ -4,7 +4,9 @@
  *
  * Both kernels use mma.sync m16n8k16 (bf16 in, fp32 accumulate; sm_80 and sm_90), K and V tiles of
  * 64 keys gathered from the paged cache with 16-byte cp.async into XOR-swizzled shared memory
- * (conflict-free ldmatrix), and an online softmax in fp32 in the log2 domain.
+ * (conflict-free ldmatrix), and an online softmax in fp32 in the log2 domain. On sm_90a the prefill
+ * over a bf16 cache runs its products on wgmma instead, its 128-key tiles copied by the tensor memory
+ * accelerator (kernels/tma.cuh).
  *
  * GQA: a CTA works for one KV head and all G = H / KVH query heads that share it. Its "rows" are
  * packed (token, head) pairs, row = token * G + g, so every K/V tile is loaded once for G heads. */
@@ -12,6 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 
 #include <cuda_fp8.h>
@@ -19,6 +22,7 @@
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/tma.cuh"
 #include "kernels/wgmma.cuh"
 
 extern "C" {
@@ -112,6 +116,13 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v)
 struct kv_src {
     const void *k, *v;
     const float *ks, *vs;
+};
+
+/* The wgmma prefill's tensor maps of the bf16 cache's K and V (rows of D, read keys_per_copy rows at a
+ * time: min(block size, 128)); keys_per_copy 0: its tiles are loaded with cp.async instead. */
+struct kv_maps {
+    CUtensorMap k, v;
+    int keys_per_copy;
 };
 
 /* Element offset of 16-byte chunk c of row r in a [rows][D] bf16 tile whose chunks are XOR-swizzled
@@ -280,7 +291,9 @@ __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uin
  * each warpgroup's 64 rows against the whole K/V tile in shared memory, K and V in the
  * 128-byte-swizzled layout (sw128_off); mask, online softmax and stores stay per warp.
  *   - bf16 cache (PIPE): 128-key tiles in three stages, Q read from shared memory (swizzled too),
- *     S = Q K^T as 8 m64n128k16, O += P V as 8 m64n128k16 with P from registers, pipelined (below).
+ *     S = Q K^T as 8 m64n128k16, O += P V as 8 m64n128k16 with P from registers, pipelined (below);
+ *     the tiles come through tensor maps (maps.keys_per_copy > 0: TMA copies issued by warp 0,
+ *     completing on three mbarriers after sQ), else cp.async from every thread.
  *   - fp8 cache: the mma.sync kernel's order and 64-key tiles (converted to bf16), S as 8 m64n64k16
  *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows. */
 template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
@@ -290,7 +303,7 @@ template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
      * the K/V tiles to 1024 bytes */
     return (F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
                : (BM + 2 * (WG ? 6 : 2) * KV_TILE) * D * 2) +
-           (WG ? 1024 : 0);
+           (WG ? 1024 : 0) + (WG && !F8 ? 64 : 0); /* the pipelined loop's three tile barriers */
 }
 /* CTAs per SM the register budget is cut for: at D = 128 a thread needs ~235 registers */
 template <int D, int BM> constexpr int prefill_min_ctas()
@@ -303,7 +316,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
                              const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                              const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
-                             int KVH, int bs, float sl2)
+                             int KVH, int bs, float sl2, const __grid_constant__ kv_maps maps)
 {
     static_assert(!WG || (D == 128 && BM == 128), "the wgmma prefill is for D = 128, BM = 128");
     pdl_enter(); // kernels/launch.cuh
@@ -361,13 +374,69 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT, kv_end, tid, -1, 0);
         load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT + KV_TILE, kv_end, tid, -1, KV_TILE);
     };
+    /* PIPE with tensor maps: warp 0 issues a tile's copies, lane c the keys_per_copy keys from
+     * c * keys_per_copy of K and V (two 64-column halves each), completing on barrier t % 3 (phase
+     * (t / 3) & 1); the lane reads its block-table entry (tma_row) before the wait that precedes the
+     * issue, so the read's latency is hidden. Keys past kv_end are not copied, and their V rows are
+     * zeroed once the tile has landed (v_tail): an unwritten slot of the last block may hold anything,
+     * and 0 * NaN would poison P V. K rows past kv_end need nothing: the causal mask overwrites their
+     * scores. */
+    const bool tma = PIPE && maps.keys_per_copy > 0;
+    [[maybe_unused]] uint64_t *bars = reinterpret_cast<uint64_t *>(sF);
+    auto tma_row = [&](int t) { /* warp 0: the cache row of this lane's copy of tile t, or -1 */
+                                const int R = maps.keys_per_copy, j = t * KT + lane * R;
+                                return t < nt2 && lane * R < KT && j < kv_end
+                                           ? (btab[j / bs] * KVH + kvh) * bs + j % bs
+                                           : -1;
+    };
+    auto tma_issue =
+        [&](int t, int row) { /* warp 0 */
+                              const int R = maps.keys_per_copy, j0 = t * KT, j1 = min(j0 + KT, kv_end);
+                              const uint32_t bar = smem_u32(bars + t % 3);
+                              if (lane == 0)
+                                  mbar_arrive_expect_tx(bar, (uint32_t)((j1 - j0 + R - 1) / R) * R * 128 * 4);
+                              __syncwarp();
+                              if (row >= 0) {
+                                  const uint32_t off = (uint32_t)(lane * R) * 128;
+                                  const uint32_t kb = smem_u32(sK + (t % 3) * KT * D) + off,
+                                                 vb = smem_u32(sV + (t % 3) * KT * D) + off;
+                                  tma_load_2d(kb, &maps.k, 0, row, bar);
+                                  tma_load_2d(kb + KT * 128, &maps.k, 64, row, bar);
+                                  tma_load_2d(vb, &maps.v, 0, row, bar);
+                                  tma_load_2d(vb + KT * 128, &maps.v, 64, row, bar);
+                              }
+        };
+    auto v_tail = [&](int t) { /* zero V rows kv_end - t * KT .. KT - 1 of tile t (both halves) */
+                               const int rz = kv_end - t * KT;
+                               unsigned char *v = reinterpret_cast<unsigned char *>(sV + (t % 3) * KT * D);
+                               for (int i = tid; i < (KT - rz) * 16; i += NT)
+                                   *reinterpret_cast<uint4 *>(v + ((i % 16) >> 3) * KT * 128 +
+                                                              (rz + i / 16) * 128 + (i % 8) * 16) =
+                                       make_uint4(0, 0, 0, 0);
+    };
     if constexpr (PIPE) { /* tiles 0 and 1 */
-        load2(0);
-        cp_async_commit();
-        if (nt2 > 1)
-            load2(1);
-        cp_async_commit();
-        cp_async_wait<1>(); /* Q and tile 0 */
+        if (tma) {
+            if (tid == 0)
+                for (int i = 0; i < 3; i++)
+                    mbar_init(smem_u32(bars + i), 1);
+            __syncthreads(); /* the barriers before anyone waits on them */
+            if (warp == 0) {
+                tma_issue(0, tma_row(0));
+                if (nt2 > 1)
+                    tma_issue(1, tma_row(1));
+            }
+            cp_async_wait<0>(); /* Q */
+            mbar_wait(smem_u32(bars), 0);
+            if (nt2 == 1)
+                v_tail(0);
+        } else {
+            load2(0);
+            cp_async_commit();
+            if (nt2 > 1)
+                load2(1);
+            cp_async_commit();
+            cp_async_wait<1>(); /* Q and tile 0 */
+        }
         wg_fence_smem();
     } else {
         if constexpr (F8)
@@ -512,12 +581,24 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
             softmax_p(sc, 0, pf, a, b);
         }
         for (int it = 0; it + 1 < nt2; it++) {
-            cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
+            const int next_row = tma && warp == 0 ? tma_row(it + 2) : -1;
+            if (tma) {
+                mbar_wait(smem_u32(bars + (it + 1) % 3), ((it + 1) / 3) & 1); /* tile it + 1 landed */
+                if (it + 2 == nt2)
+                    v_tail(it + 1);
+            } else {
+                cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
+            }
             wg_fence_smem();
             __syncthreads(); /* ... everyone's; and every warpgroup is done with tile it - 1 */
-            if (it + 2 < nt2)
-                load2(it + 2);
-            cp_async_commit();
+            if (tma) {
+                if (warp == 0 && it + 2 < nt2)
+                    tma_issue(it + 2, next_row);
+            } else {
+                if (it + 2 < nt2)
+                    load2(it + 2);
+                cp_async_commit();
+            }
             wg_fence();
             s_issue(it + 1);
             pv_issue(it);
@@ -1106,8 +1187,25 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
     const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
     K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
     dim3 grid((unsigned)tiles, KVH, b->n_seqs);
+    kv_maps maps;
+    memset(&maps, 0, sizeof maps);
+    /* the pipelined wgmma loop reads its tiles through tensor maps when a block's keys tile the 128-key
+     * tiles (or the reverse) and the rows are 16-byte aligned; LLMQ_ATTN_PREFILL_TMA=0 (read once) keeps
+     * cp.async (docs/KERNELS.md) */
+    static const int tma_env = k_env_int("LLMQ_ATTN_PREFILL_TMA", 1, 0, 1);
+    constexpr int KT = 2 * KV_TILE;
+    if (WG && !F8 && tma_env && block_size >= 8 && (KT % block_size == 0 || block_size % KT == 0) &&
+        ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
+        const int R = block_size < KT ? block_size : KT;
+        const uint64_t rows = (uint64_t)1 << 31; /* the pool's extent is not known here; copies stay inside */
+        if (k_tma_map_rows(&maps.k, kv.k, rows, D, (size_t)D * 2, R) ||
+            k_tma_map_rows(&maps.v, kv.v, rows, D, (size_t)D * 2, R))
+            return -1;
+        maps.keys_per_copy = R;
+    }
     K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
-                     b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2));
+                     b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2,
+                     maps));
     return 0;
 }
 
