@@ -649,34 +649,24 @@ static void fill_scales(float *p, size_t n, uint64_t seed)
     GPU_OK(cudaGetLastError());
 }
 
-/* Median time in ms of fn() over `reps` runs after 3 warm-ups; with LLMQ_TEST_HOT_MS=N, after N ms of
-   fn() first (a cool chip runs compute-bound kernels up to ~30 % faster than one a long run has
-   heated: docs/PERFORMANCE.md, 2026-12-02, second). */
+/* Median time in ms of fn() over `reps` runs after 3 warm-ups. A cool chip at full clock: the engine's
+   prefill runs under the board's power cap, which the GEMMs reach and this table does not
+   (docs/PERFORMANCE.md, 2026-12-02, third). */
 template <typename F> static double time_ms(int reps, F fn)
 {
     cudaEvent_t a, b;
     GPU_OK(cudaEventCreate(&a));
     GPU_OK(cudaEventCreate(&b));
-    /* device ms of `calls` calls */
-    auto run = [&](int calls) {
-        float ms = 0;
-        GPU_OK(cudaEventRecord(a));
-        for (int i = 0; i < calls; i++)
-            fn();
-        GPU_OK(cudaEventRecord(b));
-        GPU_OK(cudaEventSynchronize(b));
-        GPU_OK(cudaEventElapsedTime(&ms, a, b));
-        return ms;
-    };
-    static const char *hot_env = getenv("LLMQ_TEST_HOT_MS");
-    const double hot_ms = hot_env ? atof(hot_env) : 0;
-    for (double spent = 0; spent < hot_ms;)
-        spent += run(10);
     for (int i = 0; i < 3; i++)
         fn();
     std::vector<float> t(reps);
-    for (int i = 0; i < reps; i++)
-        t[i] = run(1);
+    for (int i = 0; i < reps; i++) {
+        GPU_OK(cudaEventRecord(a));
+        fn();
+        GPU_OK(cudaEventRecord(b));
+        GPU_OK(cudaEventSynchronize(b));
+        GPU_OK(cudaEventElapsedTime(&t[i], a, b));
+    }
     GPU_OK(cudaEventDestroy(a));
     GPU_OK(cudaEventDestroy(b));
     std::sort(t.begin(), t.end());
