@@ -13,6 +13,7 @@
 #include <atomic>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <type_traits>
@@ -383,36 +384,35 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
      * scores. */
     const bool tma = PIPE && maps.keys_per_copy > 0;
     [[maybe_unused]] uint64_t *bars = reinterpret_cast<uint64_t *>(sF);
-    auto tma_row = [&](int t) { /* warp 0: the cache row of this lane's copy of tile t, or -1 */
-                                const int R = maps.keys_per_copy, j = t * KT + lane * R;
-                                return t < nt2 && lane * R < KT && j < kv_end
-                                           ? (btab[j / bs] * KVH + kvh) * bs + j % bs
-                                           : -1;
+    /* warp 0: the cache row of this lane's copy of tile t, or -1 */
+    auto tma_row = [&](int t) {
+        const int R = maps.keys_per_copy, j = t * KT + lane * R;
+        return t < nt2 && lane * R < KT && j < kv_end ? (btab[j / bs] * KVH + kvh) * bs + j % bs : -1;
     };
-    auto tma_issue =
-        [&](int t, int row) { /* warp 0 */
-                              const int R = maps.keys_per_copy, j0 = t * KT, j1 = min(j0 + KT, kv_end);
-                              const uint32_t bar = smem_u32(bars + t % 3);
-                              if (lane == 0)
-                                  mbar_arrive_expect_tx(bar, (uint32_t)((j1 - j0 + R - 1) / R) * R * 128 * 4);
-                              __syncwarp();
-                              if (row >= 0) {
-                                  const uint32_t off = (uint32_t)(lane * R) * 128;
-                                  const uint32_t kb = smem_u32(sK + (t % 3) * KT * D) + off,
-                                                 vb = smem_u32(sV + (t % 3) * KT * D) + off;
-                                  tma_load_2d(kb, &maps.k, 0, row, bar);
-                                  tma_load_2d(kb + KT * 128, &maps.k, 64, row, bar);
-                                  tma_load_2d(vb, &maps.v, 0, row, bar);
-                                  tma_load_2d(vb + KT * 128, &maps.v, 64, row, bar);
-                              }
-        };
-    auto v_tail = [&](int t) { /* zero V rows kv_end - t * KT .. KT - 1 of tile t (both halves) */
-                               const int rz = kv_end - t * KT;
-                               unsigned char *v = reinterpret_cast<unsigned char *>(sV + (t % 3) * KT * D);
-                               for (int i = tid; i < (KT - rz) * 16; i += NT)
-                                   *reinterpret_cast<uint4 *>(v + ((i % 16) >> 3) * KT * 128 +
-                                                              (rz + i / 16) * 128 + (i % 8) * 16) =
-                                       make_uint4(0, 0, 0, 0);
+    /* warp 0: tile t's copies, this lane's (row from tma_row) */
+    auto tma_issue = [&](int t, int row) {
+        const int R = maps.keys_per_copy, j0 = t * KT, j1 = min(j0 + KT, kv_end);
+        const uint32_t bar = smem_u32(bars + t % 3);
+        if (lane == 0)
+            mbar_arrive_expect_tx(bar, (uint32_t)((j1 - j0 + R - 1) / R) * R * 128 * 4);
+        __syncwarp();
+        if (row >= 0) {
+            const uint32_t off = (uint32_t)(lane * R) * 128;
+            const uint32_t kb = smem_u32(sK + (t % 3) * KT * D) + off,
+                           vb = smem_u32(sV + (t % 3) * KT * D) + off;
+            tma_load_2d(kb, &maps.k, 0, row, bar);
+            tma_load_2d(kb + KT * 128, &maps.k, 64, row, bar);
+            tma_load_2d(vb, &maps.v, 0, row, bar);
+            tma_load_2d(vb + KT * 128, &maps.v, 64, row, bar);
+        }
+    };
+    /* zero V rows kv_end - t * KT .. KT - 1 of tile t (both halves, whole rows: swizzle-blind) */
+    auto v_tail = [&](int t) {
+        const int rz = kv_end - t * KT;
+        unsigned char *v = reinterpret_cast<unsigned char *>(sV + (t % 3) * KT * D);
+        for (int i = tid; i < (KT - rz) * 16; i += NT)
+            *reinterpret_cast<uint4 *>(v + ((i % 16) >> 3) * KT * 128 + (rz + i / 16) * 128 + (i % 8) * 16) =
+                make_uint4(0, 0, 0, 0);
     };
     if constexpr (PIPE) { /* tiles 0 and 1 */
         if (tma) {
@@ -1198,10 +1198,15 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
         ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
         const int R = block_size < KT ? block_size : KT;
         const uint64_t rows = (uint64_t)1 << 31; /* the pool's extent is not known here; copies stay inside */
-        if (k_tma_map_rows(&maps.k, kv.k, rows, D, (size_t)D * 2, R) ||
-            k_tma_map_rows(&maps.v, kv.v, rows, D, (size_t)D * 2, R))
-            return -1;
-        maps.keys_per_copy = R;
+        if (!k_tma_map_rows(&maps.k, kv.k, rows, D, (size_t)D * 2, R) &&
+            !k_tma_map_rows(&maps.v, kv.v, rows, D, (size_t)D * 2, R)) {
+            maps.keys_per_copy = R;
+        } else { /* a driver without tensor maps: the cp.async loads, said once */
+            static std::atomic<bool> said{false};
+            if (!said.exchange(true))
+                fprintf(stderr, "k_attention_prefill: no tensor maps (%s); K/V tiles load with cp.async\n",
+                        k_last_error());
+        }
     }
     K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
                      b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2,
