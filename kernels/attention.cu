@@ -1178,7 +1178,7 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
 
 template <int D, int BM, bool F8, bool WG = false>
 int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
-                   int KVH, int block_size, float sl2, cudaStream_t stream)
+                   int KVH, int block_size, float sl2, cudaStream_t stream, bool allow_tma = true)
 {
     static bool smem_done[16];
     constexpr int smem = prefill_smem<D, BM, F8, WG>();
@@ -1194,8 +1194,8 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
      * cp.async (docs/KERNELS.md) */
     static const int tma_env = k_env_int("LLMQ_ATTN_PREFILL_TMA", 1, 0, 1);
     constexpr int KT = 2 * KV_TILE;
-    if (WG && !F8 && tma_env && block_size >= 8 && (KT % block_size == 0 || block_size % KT == 0) &&
-        ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
+    if (WG && !F8 && allow_tma && tma_env && block_size >= 8 &&
+        (KT % block_size == 0 || block_size % KT == 0) && ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
         const int R = block_size < KT ? block_size : KT;
         const uint64_t rows = (uint64_t)1 << 31; /* the pool's extent is not known here; copies stay inside */
         if (!k_tma_map_rows(&maps.k, kv.k, rows, D, (size_t)D * 2, R) &&
@@ -1256,12 +1256,12 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     int v = prefill_forced.load(std::memory_order_relaxed);
     if (v == 0)
         v = env;
-    if (v == 0 || v == K_ATTN_PREFILL_WGMMA)
-        v = D == 128 && k_wgmma_on() ? K_ATTN_PREFILL_WGMMA : K_ATTN_PREFILL_MMA128;
+    if (v == 0 || v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC)
+        v = !(D == 128 && k_wgmma_on()) ? K_ATTN_PREFILL_MMA128 : v == 0 ? K_ATTN_PREFILL_WGMMA : v;
     if (D == 128) {
-        if (v == K_ATTN_PREFILL_WGMMA)
+        if (v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC)
             return launch_prefill<128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
-                                                      stream);
+                                                      stream, v == K_ATTN_PREFILL_WGMMA);
         return v == K_ATTN_PREFILL_MMA64
                    ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
                    : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
@@ -1298,10 +1298,10 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
 
 extern "C" int k_attention_prefill_force(int variant)
 {
-    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA, "k_attention_prefill_force: variant %d",
-              variant);
+    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA_CPASYNC,
+              "k_attention_prefill_force: variant %d", variant);
     prefill_forced.store(variant, std::memory_order_relaxed);
-    return variant == K_ATTN_PREFILL_WGMMA && !k_wgmma_on() ? 1 : 0;
+    return variant >= K_ATTN_PREFILL_WGMMA && !k_wgmma_on() ? 1 : 0;
 }
 
 extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,

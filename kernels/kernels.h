@@ -275,10 +275,12 @@ int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const 
                         const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
                         cudaStream_t stream);
 /* Which prefill kernel the next k_attention_prefill(_fp8) calls in this process take (tests, tuning;
- * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG are read once and give way to this): 0 automatic, or one
- * of the below. The wgmma kernel where the device or binary lacks it (or at D = 64) falls back to the
- * 128-row mma.sync kernel and the call returns 1; otherwise 0 (-1 for an unknown variant). */
-enum { K_ATTN_PREFILL_MMA128 = 1, K_ATTN_PREFILL_MMA64 = 2, K_ATTN_PREFILL_WGMMA = 3 };
+ * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG / _TMA are read once and give way to this): 0 automatic,
+ * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its bf16 K/V tiles copied by every thread
+ * (cp.async) instead of the tensor memory accelerator (its fallback; an fp8 cache is always read so).
+ * The wgmma kernels where the device or binary lacks them (or at D = 64) fall back to the 128-row
+ * mma.sync kernel and the call returns 1; otherwise 0 (-1 for an unknown variant). */
+enum { K_ATTN_PREFILL_MMA128 = 1, K_ATTN_PREFILL_MMA64 = 2, K_ATTN_PREFILL_WGMMA = 3, K_ATTN_PREFILL_WGMMA_CPASYNC = 4 };
 int k_attention_prefill_force(int variant);
 /* One query per sequence (q_start[s] = s), GQA-aware, split over the context for long sequences.
  * workspace: at least k_attention_decode_workspace(...) bytes. */
