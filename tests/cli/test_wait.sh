@@ -37,7 +37,11 @@ rcli LPUSH llmq:queue:short '{"id": "dead-1", "prompt": "x", "max_tokens": 99999
 w1=$!
 "$LLMQ" wait -c "$CFG" --timeout 60 dead-1 >"$T/w2.out" 2>"$T/w2.err" &
 w2=$!
-sleep 1
+# the notice comes once wait has read the job hashes: up to 10 s on a loaded machine
+for _ in $(seq 100); do
+    grep -q "raw-1: not known to Redis yet" "$T/w1.err" && break
+    sleep 0.1
+done
 kill -0 "$w1" 2>/dev/null && ok "wait blocks while nothing runs" || bad "wait returned before the worker started: $(cat "$T/w1.err")"
 grep -q "raw-1: not known to Redis yet" "$T/w1.err" && ok "a job without a hash is announced" || bad "no notice for raw-1: $(cat "$T/w1.err")"
 worker_start w1 --drain
