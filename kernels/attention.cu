@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     /* warp 0: the cache row of this lane's copy of tile t, or -1 */
     auto tma_row = [&](int t) {
         const int R = maps.keys_per_copy, j = t * KT + lane * R;
-        return t < nt2 && lane * R < KT && j < kv_end ? (btab[j / bs] * KVH + kvh) * bs + j % bs : -1;
+        return t < nt2 && lane * R < KT && j < kv_end ? (int)kv_row(btab, j, kvh, KVH, bs) : -1;
     };
     /* warp 0: tile t's copies, this lane's (row from tma_row) */
     auto tma_issue = [&](int t, int row) {

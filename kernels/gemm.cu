@@ -52,7 +52,7 @@ struct gemm_plan {
     cublasLtMatrixLayout_t a, b, d; // W, X, Y (Y is both C and D)
     cublasLtMatmulAlgo_t algo;
     int path;    // choice entries: PATH_LT or PATH_GEMV
-    int timed_M; // bucket representatives: the M whose timing chose algo
+    int timed_M; // cuBLASLt plans and bucket representatives: the M whose timing (or pick) chose algo
 };
 
 struct k_gemm {
@@ -283,6 +283,7 @@ static int plan_borrow(struct k_gemm *g, const gemm_key &key, gemm_plan *p, cons
     }
     p->algo = algo;
     p->used = true;
+    p->timed_M = from_M;
     g->counts.borrowed++;
     if (g->log) {
         char how[48];
@@ -337,6 +338,7 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
     const cublasLtMatmulHeuristicResult_t &res = cand[best];
     p->algo = res.algo;
     p->used = true;
+    p->timed_M = k.M;
     if (g->log)
         plan_log(p, res.workspaceSize, res.wavesCount, found > 1 ? ", timed" : "");
     return 0;
@@ -450,7 +452,7 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
     const gemm_plan *from = bucketed ? plan_find(g, top) : NULL;
     if (bucketed && !from)
         from = plan_find(g, rep);
-    if (!from || plan_borrow(g, key, p, from->algo, from->key.rep ? from->timed_M : hi, t)) {
+    if (!from || plan_borrow(g, key, p, from->algo, from->timed_M, t)) {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
         const bool capturing =
             cudaStreamIsCapturing(t->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
@@ -460,7 +462,7 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
             gemm_plan *r = slot_of(g->plans, g->cap, rep);
             if (!r->used) {
                 memset(r, 0, sizeof *r);
-                r->used = true, r->key = rep, r->algo = p->algo, r->timed_M = key.M;
+                r->used = true, r->key = rep, r->algo = p->algo, r->timed_M = p->timed_M;
                 g->n++;
             }
         }

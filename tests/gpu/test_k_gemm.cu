@@ -633,11 +633,10 @@ static void tune_bucket_cases(uint64_t seed)
     for (const step &st : steps) {
         struct k_gemm_counts c0, c1;
         k_gemm_get_counts(h, &c0);
-        const gemm_case c = {"bucket", st.M, 1024, 512, 0, 0, 0, 0, false};
         if (st.fp8)
             fp8_case(h, st.M, 384, 640, 0, false, gt_splitmix(seed + k++));
         else
-            small_case(h, c, gt_splitmix(seed + k++));
+            small_case(h, {"bucket", st.M, 1024, 512, 0, 0, 0, 0, false}, gt_splitmix(seed + k++));
         k_gemm_get_counts(h, &c1);
         const int dt = c1.tuned - c0.tuned;
         gt_check((st.tuned < 0 ? dt <= 1 : dt == st.tuned) && c1.borrowed - c0.borrowed == st.borrowed,
