@@ -46,6 +46,7 @@
 #include "engine/backend.h"
 #include "engine/decode_split.h"
 #include "engine/fp8.h"
+#include "engine/kv_stage.h"
 #include "engine/log.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -612,9 +613,10 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
 
 /* Rows 0 .. n-1 of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer as floats: the fp32
  * pool itself (*scale NULL), or with an fp8 pool the codes decoded into buf (exact) and their scales
- * in *scale (the value of row j is the decoded row times scale[j]). */
+ * in *scale (the value of row j is the decoded row times scale[j]); staged (fp8 pool): the values
+ * themselves, rounded as k_kv_stage_fp8 rounds them, *scale NULL. */
 static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, int32_t blk, int g, int n,
-                            float *buf, const float **scale)
+                            bool staged, float *buf, const float **scale)
 {
     const size_t at =
         ((size_t)layer * 2 + (size_t)kind) * b->kv_part + ((size_t)blk * b->KVH + g) * b->kv_slab;
@@ -623,9 +625,16 @@ static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, in
         return b->kv + at;
     }
     const uint8_t *c = b->kv_codes + at;
+    const float *sc = b->kv_scales + at / (size_t)b->D;
+    if (staged) { /* k_kv_stage_fp8: code * scale in fp32, rounded to bf16 */
+        for (size_t i = 0; i < (size_t)n * b->D; i++)
+            buf[i] = emu_round(b, b->e4m3_lut[c[i]] * sc[i / (size_t)b->D]);
+        *scale = NULL;
+        return buf;
+    }
     for (size_t i = 0; i < (size_t)n * b->D; i++)
         buf[i] = b->e4m3_lut[c[i]];
-    *scale = b->kv_scales + at / (size_t)b->D;
+    *scale = sc;
     return buf;
 }
 
@@ -677,14 +686,14 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
  * bt), each times scale, into sc[0 .. ctx); returns their maximum. buf: kv_rows's scratch (NULL unless
  * the pool is fp8). */
 static float qk_scores(const struct cpu_backend *b, int layer, const int32_t *bt, int g, int ctx,
-                       const float *q, float scale, float *buf, float *sc)
+                       const float *q, float scale, bool staged, float *buf, float *sc)
 {
     const int D = b->D, bs = b->base.block_size;
     float mx = -INFINITY;
     for (int j0 = 0; j0 < ctx; j0 += bs) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
         const float *ks;
-        const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, buf, &ks);
+        const float *kb = kv_rows(b, layer, 0, bt[j0 / bs], g, n, staged, buf, &ks);
         for (int j = 0; j < n; j++) {
             float s = dot(q, kb + (size_t)j * D, D); /* fp8: q · codes, then the column's k_scale */
             if (ks)
@@ -709,7 +718,7 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
         const float *q = b->qkv + (size_t)r * b->QKV + (size_t)h * D;
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
-        const float mx = qk_scores(b, layer, bt, g, ctx, q, scale, buf, sc);
+        const float mx = qk_scores(b, layer, bt, g, ctx, q, scale, false, buf, sc);
         double sum = 0;
         for (int j = 0; j < ctx; j++) {
             float e = expf(sc[j] - mx);
@@ -721,7 +730,8 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
         for (int j0 = 0; j0 < ctx; j0 += bs) {
             int n = ctx - j0 < bs ? ctx - j0 : bs;
             const float *vs;
-            const float *vb = kv_rows(b, layer, 1, bt[j0 / bs], g, n, buf ? buf + b->kv_slab : NULL, &vs);
+            const float *vb =
+                kv_rows(b, layer, 1, bt[j0 / bs], g, n, false, buf ? buf + b->kv_slab : NULL, &vs);
             for (int j = 0; j < n; j++) {
                 float p = (float)(sc[j0 + j] / sum);
                 if (vs)
@@ -762,7 +772,9 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *mr = b->mrun + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
-        const float M = qk_scores(b, layer, bt, g, ctx, q, 1.0f, buf, sc); /* raw: sl2 is applied below */
+        /* a prefill row over an fp8 pool reads the staged bf16 values (engine/kv_stage.h) */
+        const bool staged = buf && sq->n_new > 1 && kv_stage_on();
+        const float M = qk_scores(b, layer, bt, g, ctx, q, 1.0f, staged, buf, sc); /* raw: sl2 below */
         if (sq->n_new == 1) {
             int np = (ctx + part - 1) / part;
             np = np < 1 ? 1 : np > n_part ? n_part : np;
@@ -796,7 +808,8 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         for (int j0 = 0; j0 < ctx; j0 += bs) {
             int n = ctx - j0 < bs ? ctx - j0 : bs;
             const float *vs;
-            const float *vb = kv_rows(b, layer, 1, bt[j0 / bs], g, n, buf ? buf + b->kv_slab : NULL, &vs);
+            const float *vb =
+                kv_rows(b, layer, 1, bt[j0 / bs], g, n, staged, buf ? buf + b->kv_slab : NULL, &vs);
             for (int j = 0; j < n; j++) {
                 const float ms = mr[j0 + j] * sl2;
                 const float p = exp2f(fmaf(sc[j0 + j], sl2, -ms)), c = exp2f(ms - Ms);

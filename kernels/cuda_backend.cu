@@ -28,6 +28,7 @@
 extern "C" {
 #include "engine/cuda_backend.h"
 #include "engine/decode_split.h"
+#include "engine/kv_stage.h"
 #include "engine/log.h"
 }
 
@@ -196,9 +197,23 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
         if (p->nd > 0)
             CB_K(k_attention_decode_fp8(b->qkv, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->dec, b->att, b->H,
                                         b->KVH, b->D, bs, scale, b->attn_ws, b->attn_ws_bytes, st));
-        if (p->np > 0)
+        if (p->np > 0 && p->n_stage == 0)
             CB_K(k_attention_prefill_fp8(q_pre, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->pre, att_pre, b->H,
                                          b->KVH, b->D, bs, scale, st));
+        for (int g = 0; g < p->n_stage; g++) { // the blocks as bf16, then the bf16 prefill over them
+            const struct cb_stage_group *sg = &p->stage[g];
+            CB_K(k_kv_stage_fp8(kc, vc, cl->k_scale, cl->v_scale, (const int32_t *)b->stage_src.d + sg->b0,
+                                sg->nb, b->stage_k, b->stage_v, b->KVH, b->D, bs, st));
+            struct k_attn_batch gb = p->pre;
+            gb.n_seqs = sg->k1 - sg->k0;
+            gb.q_start += sg->k0;
+            gb.ctx_len += sg->k0;
+            gb.block_tables = (const int32_t *)b->btab_stage.d + (size_t)sg->k0 * p->pre.max_blocks;
+            gb.max_q_len = sg->max_q;
+            gb.max_ctx_len = sg->max_ctx;
+            CB_K(k_attention_prefill(q_pre, QKV, b->stage_k, b->stage_v, &gb, att_pre, b->H, b->KVH, b->D, bs,
+                                     scale, st));
+        }
         return 0;
     }
     bf16 *kc = (bf16 *)cl->k_cache, *vc = (bf16 *)cl->v_cache;
@@ -384,6 +399,29 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     return 0;
 }
 
+// fp8 cache: the prefill attention's staging pool (cuda_backend.cuh). It holds one sequence of
+// max_model_len, or a full step of fresh prompts (max_tokens new keys in at most S partial blocks), so
+// a step needs more than one staging round only when earlier context adds up past that; LLMQ_KV_STAGE=0
+// keeps the fp8 prefill kernel (engine/kv_stage.h).
+static int alloc_stage(struct cuda_backend *b)
+{
+    b->stage_cap = 0;
+    if (!b->kv_fp8 || !kv_stage_on())
+        return 0;
+    const int bs = b->base.block_size, S = b->max_seqs;
+    long long cap = (b->max_tokens + bs - 1) / bs + S;
+    cap = cap > b->max_blocks ? cap : b->max_blocks;
+    cap = cap < 65535 ? cap : 65535; // one k_kv_stage_fp8 launch
+    const size_t bytes = (size_t)cap * b->KVH * bs * b->D * sizeof(bf16);
+    if (cb_malloc(b, (void **)&b->stage_k, bytes, "fp8 prefill staging (K)") ||
+        cb_malloc(b, (void **)&b->stage_v, bytes, "fp8 prefill staging (V)") ||
+        buf_alloc(b, &b->stage_src, (size_t)S * b->max_blocks * 4, "staged blocks") ||
+        buf_alloc(b, &b->btab_stage, (size_t)S * b->max_blocks * 4, "staged block tables"))
+        return -1;
+    b->stage_cap = (int)cap;
+    return 0;
+}
+
 static int alloc_buffers(struct cuda_backend *b)
 {
     const size_t R = b->rows, S = b->max_seqs, C = b->C;
@@ -428,9 +466,12 @@ static int alloc_buffers(struct cuda_backend *b)
         buf_alloc(b, &b->banned_start, (S + 1) * 4, "banned starts") ||
         buf_alloc(b, &b->out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
         return -1;
+    if (alloc_stage(b))
+        return -1;
     b->row_seq = (int *)calloc(S, sizeof(int));
     b->order = (int *)calloc(S, sizeof(int));
-    if (!b->row_seq || !b->order) {
+    b->stage_groups = (struct cb_stage_group *)calloc(S, sizeof *b->stage_groups);
+    if (!b->row_seq || !b->order || !b->stage_groups) {
         snprintf(b->base.err, sizeof b->base.err, "out of host memory");
         return -1;
     }
@@ -586,21 +627,22 @@ static void cb_free(struct backend *be)
     k_gemm_free(b->gemm);
     if (b->xq)
         cudaFree(b->xq);
-    void *dev[] = {b->wbuf,   b->kv,     b->inv_freq, b->resid,   b->h,          b->qkv,
-                   b->att,    b->tmp,    b->gu,       b->act,     b->resid_last, b->tmp_last,
-                   b->h_last, b->logits, b->qs_dec,   b->attn_ws, b->samp_ws};
+    void *dev[] = {b->wbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,    b->att,
+                   b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last, b->logits,
+                   b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
-    struct cb_buf *bufs[] = {&b->ids,       &b->pos,    &b->slot,         &b->ctx_dec,
-                             &b->btab_dec,  &b->qs_pre, &b->ctx_pre,      &b->btab_pre,
-                             &b->last_rows, &b->params, &b->hist,         &b->hist_start,
-                             &b->n_prompt,  &b->banned, &b->banned_start, &b->out};
+    struct cb_buf *bufs[] = {&b->ids,    &b->pos,        &b->slot,      &b->ctx_dec,   &b->btab_dec,
+                             &b->qs_pre, &b->ctx_pre,    &b->btab_pre,  &b->last_rows, &b->params,
+                             &b->hist,   &b->hist_start, &b->n_prompt,  &b->banned,    &b->banned_start,
+                             &b->out,    &b->stage_src,  &b->btab_stage};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(b, bufs[i]);
     free(b->layers);
     free(b->row_seq);
     free(b->order);
+    free(b->stage_groups);
     if (b->stream)
         cudaStreamDestroy(b->stream);
     free(b);
@@ -650,6 +692,43 @@ static void put_btab(int32_t *bt, int k, int mb, const struct be_seq *s, int ctx
     memcpy(row, s->block_table, (size_t)need * sizeof(int32_t));
     for (int j = need; j < mb; j++)
         row[j] = 0;
+}
+
+// fp8 cache: the staging rounds of a step's np prefill sequences (their block tables in btab_pre, rows
+// of mb): consecutive sequences share a round while their blocks fit the pool; each sequence's blocks
+// are listed in stage_src and its table remapped to their places in the pool. Uploads both; returns the
+// number of rounds (0: no pool, or a sequence longer than it), -1 on a CUDA error.
+static int plan_stage(struct cuda_backend *b, int np, int mb)
+{
+    if (b->stage_cap == 0)
+        return 0;
+    const int bs = b->base.block_size;
+    const int32_t *ctx = (const int32_t *)b->ctx_pre.h, *qs = (const int32_t *)b->qs_pre.h,
+                  *btab = (const int32_t *)b->btab_pre.h;
+    int32_t *src = (int32_t *)b->stage_src.h, *remap = (int32_t *)b->btab_stage.h;
+    int n_groups = 0, total = 0;
+    struct cb_stage_group *g = NULL;
+    for (int k = 0; k < np; k++) {
+        const int need = (ctx[k] + bs - 1) / bs;
+        if (need > b->stage_cap)
+            return 0;
+        if (!g || g->nb + need > b->stage_cap) {
+            g = &b->stage_groups[n_groups++];
+            *g = cb_stage_group{k, k, total, 0, 0, 0};
+        }
+        for (int j = 0; j < mb; j++)
+            remap[(size_t)k * mb + j] = j < need ? g->nb + j : 0;
+        memcpy(src + total, btab + (size_t)k * mb, (size_t)need * sizeof(int32_t));
+        total += need;
+        g->nb += need;
+        g->k1 = k + 1;
+        const int nq = qs[k + 1] - qs[k];
+        g->max_q = nq > g->max_q ? nq : g->max_q;
+        g->max_ctx = ctx[k] > g->max_ctx ? ctx[k] : g->max_ctx;
+    }
+    if (upload(b, &b->stage_src, (size_t)total * 4) || upload(b, &b->btab_stage, (size_t)np * mb * 4))
+        return -1;
+    return n_groups;
 }
 
 static bool needs_history(const struct sampling_params *sp)
@@ -822,6 +901,9 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     if (np > 0 && (upload(b, &b->qs_pre, (size_t)(np + 1) * 4) || upload(b, &b->ctx_pre, (size_t)np * 4) ||
                    upload(b, &b->btab_pre, (size_t)np * mb_pre * 4)))
         return -1;
+    const int n_stage = np > 0 ? plan_stage(b, np, mb_pre) : 0;
+    if (n_stage < 0)
+        return -1;
     if (!pure && n_samp > 0 && upload(b, &b->last_rows, (size_t)n_samp * 4))
         return -1;
     if (n_samp > 0 && put_sampler_inputs(b, seqs, n_samp))
@@ -848,6 +930,8 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     p.pre.max_ctx_len = max_ctx_pre;
     p.n_logits = pure ? B : n_samp; // a padded graph computes logits for its dummy rows too
     p.gather = !pure;
+    p.n_stage = n_stage;
+    p.stage = b->stage_groups;
     if (graph) {
         if (cb_graph_run(b, &p, B, gctx))
             return -1;

@@ -38,6 +38,13 @@ struct cb_buf {
     size_t cap;
 };
 
+// fp8 cache: prefill sequences k0 .. k1-1 of a step, whose blocks are staged together as bf16 blocks
+// b0 .. b0+nb-1 of the step's staging list (k_kv_stage_fp8) before their attention; max_q and max_ctx
+// over those sequences.
+struct cb_stage_group {
+    int k0, k1, b0, nb, max_q, max_ctx;
+};
+
 // What one forward pass runs (device pointers inside point at fixed buffers, so a pass can be
 // captured into a graph and replayed after the buffers are refilled).
 struct cb_plan {
@@ -47,6 +54,10 @@ struct cb_plan {
     struct k_attn_batch dec, pre;
     int n_logits; // rows that get logits
     bool gather;  // logits rows are gathered through last_rows; else rows 0 .. n_logits-1
+    // fp8 cache: the prefill attention over bf16 copies of its blocks, group by group (0: the fp8
+    // prefill kernel over the cache itself)
+    int n_stage;
+    const struct cb_stage_group *stage;
 };
 
 struct cb_graph {
@@ -95,6 +106,14 @@ struct cuda_backend {
     bool kv_fp8;
     void *kv;
     size_t kv_bytes;
+    // fp8 cache: the staging pool of the prefill attention, [stage_cap][KVH][block_size][D] bf16 for K
+    // and for V (stage_cap 0: none; LLMQ_KV_STAGE=0 turns it off, docs/KERNELS.md); a step's staged
+    // blocks (cache block ids, int32 [stage_cap]) and its prefill block tables remapped to them (int32
+    // [S * max_blocks]); stage_groups [S] host
+    bf16 *stage_k, *stage_v;
+    int stage_cap;
+    struct cb_buf stage_src, btab_stage;
+    struct cb_stage_group *stage_groups;
 
     // activations, [rows, ·]
     float *resid;      // (rows, C) fp32 residual stream

@@ -336,6 +336,16 @@ int k_attention_decode_split_fp8(const bf16 *q, int q_stride, const uint8_t *k_c
                                  bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys,
                                  void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* ---- kv_stage.cu: an fp8 cache's blocks as bf16, for the bf16 prefill attention (the engine's fp8 prefill:
+ * docs/CUDA_BACKEND.md, "FP8 KV cache"). Staged block j = cache block blocks[j] (j < n_blocks <= 65535):
+ * k_out/v_out [n_blocks][KVH][block_size][D] bf16, element = bf16_rn(e4m3_to_f32(code) * scale), the
+ * product in fp32 (one more rounding than the fp8 kernels, relative 2^-9, against e4m3's 2^-4). A batch
+ * whose block tables are remapped to the staged blocks then runs k_attention_prefill over k_out/v_out.
+ * D a multiple of 16; caches and outputs 16-byte aligned, scales 4-byte. */
+int k_kv_stage_fp8(const uint8_t *k_cache, const uint8_t *v_cache, const float *k_scale, const float *v_scale,
+                   const int32_t *blocks, int n_blocks, bf16 *k_out, bf16 *v_out, int KVH, int D, int block_size,
+                   cudaStream_t stream);
+
 /* ---- sampling.cu: the GPU sampler, the same function as engine/sampler.c (the oracle).
  * logits [n, V] fp32 (raw model logits), one row per sequence to sample. Per row (device arrays):
  *   params[r]          struct k_sample_params

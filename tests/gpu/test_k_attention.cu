@@ -24,7 +24,9 @@
  * reference dequantizes the same bytes (e4m3_to_f32(code) * scale) in double. Unwritten codes are
  * 0x7F (NaN) and unwritten scales NaN. The kernels' arithmetic over the codes is the bf16 path's
  * (codes are exact in bf16; the scales multiply fp32 scores and the probabilities before their bf16
- * rounding), so the tolerances are the same.
+ * rounding), so the tolerances are the same. Every fp8 prefill case also runs as the engine runs it:
+ * the blocks staged as bf16 (k_kv_stage_fp8, itself checked bit for bit by stage_case), then the bf16
+ * kernels over them, against the reference over the staged (bf16-rounded) values.
  *
  * Large cases check a random sample of query rows (always the first and last rows of each
  * sequence) against the reference to bound the host time. Seeds are fresh per run (printed;
@@ -104,8 +106,9 @@ struct paged {
     std::vector<uint16_t> k, v, q; /* bf16 bits: pool [num_blocks][KVH][bs][D], q [total_q][q_stride] */
     bf16 *dk = nullptr, *dv = nullptr, *dq = nullptr, *dout = nullptr;
     int32_t *dqs = nullptr, *dctx = nullptr, *dbt = nullptr;
-    /* fp8 cache: codes [num_blocks][KVH][bs][D], scales [num_blocks][KVH][bs] (k and v unused) */
-    bool f8 = false;
+    /* fp8 cache: codes [num_blocks][KVH][bs][D], scales [num_blocks][KVH][bs] (k and v unused);
+       staged: the reference reads each value as k_kv_stage_fp8 leaves it (rounded to bf16) */
+    bool f8 = false, staged = false;
     std::vector<uint8_t> k8, v8;
     std::vector<float> ks, vs;
     uint8_t *dk8 = nullptr, *dv8 = nullptr;
@@ -126,7 +129,8 @@ struct paged {
             const uint8_t *cd = &(is_v ? v8 : k8)[at * c.D];
             const double sc = (is_v ? vs : ks)[at];
             for (int d = 0; d < c.D; d++)
-                out[d] = (double)e4m3_to_f32(cd[d]) * sc;
+                out[d] = staged ? bits2f(f32_to_bf16(e4m3_to_f32(cd[d]) * (float)sc))
+                                : (double)e4m3_to_f32(cd[d]) * sc;
         } else {
             const uint16_t *r = &(is_v ? v : k)[at * c.D];
             for (int d = 0; d < c.D; d++)
@@ -367,6 +371,102 @@ static const char *prefill_variant_name(int v)
                                                : "mma.sync, 128 rows/CTA";
 }
 
+/* The engine's fp8 prefill: every block the batch reads staged as bf16 (k_kv_stage_fp8, blocks listed
+ * sequence by sequence, each sequence's table remapped to its staged blocks, entries past its blocks to
+ * staged block 0), then the bf16 kernels over the staged pool, against the reference over the staged
+ * values (stage_case checks them bit for bit). Against the unrounded fp8 values the staging's one more
+ * rounding (relative 2^-9 on K and V, like a bf16 cache's own, 32 times below e4m3's) moves these sharp
+ * rows by up to ~4e-2 (measured on the H200), over the per-row tolerance meant for the kernels'
+ * arithmetic. */
+static void staged_prefill(const char *label, paged &P, const std::vector<qrow> &rows)
+{
+    P.staged = true;
+    const std::vector<double> ref = reference(P, rows);
+    const cfg &c = P.c;
+    std::vector<int32_t> list, remap((size_t)P.n * P.max_blocks, 0);
+    for (int s = 0; s < P.n; s++) {
+        const int need = (P.ctx[s] + c.bs - 1) / c.bs;
+        for (int j = 0; j < need; j++) {
+            remap[(size_t)s * P.max_blocks + j] = (int32_t)list.size();
+            list.push_back(P.btab[(size_t)s * P.max_blocks + j]);
+        }
+    }
+    const size_t blk = (size_t)c.KVH * c.bs * c.D, n_st = std::max<size_t>(list.size(), 1);
+    int32_t *dlist = gt_to_device(list.data(), std::max<size_t>(list.size(), 1)),
+            *dremap = gt_to_device(remap.data(), remap.size());
+    bf16 *sk = gt_poisoned<bf16>(n_st * blk), *sv = gt_poisoned<bf16>(n_st * blk);
+    K_OK(k_kv_stage_fp8(P.dk8, P.dv8, P.dks, P.dvs, dlist, (int)list.size(), sk, sv, c.KVH, c.D, c.bs, 0));
+    k_attn_batch b = P.batch();
+    b.block_tables = dremap;
+    const float scale = 1.f / sqrtf((float)c.D);
+    char name[220], cn[64];
+    for (int v : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_WGMMA}) {
+        if (!prefill_runs(v, c.D))
+            continue;
+        k_attention_prefill_force(v);
+        GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
+        K_OK(k_attention_prefill(P.dq, P.q_stride, sk, sv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale, 0));
+        snprintf(name, sizeof name, "prefill fp8 staged as bf16 %s %s (%d seqs, max n_q %d, max ctx %d, %s)",
+                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_variant_name(v));
+        tally(check(name, P, rows, ref));
+    }
+    k_attention_prefill_force(0);
+    P.staged = false;
+    cudaFree(dlist), cudaFree(dremap), cudaFree(sk), cudaFree(sv);
+}
+
+/* k_kv_stage_fp8 bit for bit against e4m3_to_f32(code) * scale in fp32, rounded to bf16 (f32_to_bf16):
+ * every code (NaN ones too: NaN in, NaN out), scales of many magnitudes and 0, blocks listed out of
+ * order and twice; the outputs past the listed blocks keep their poison. */
+static void stage_case(int KVH, int D, int bs, uint64_t seed)
+{
+    cases++;
+    const int num_blocks = 37, n_list = 50;
+    const size_t blk = (size_t)KVH * bs * D, rows = (size_t)num_blocks * KVH * bs;
+    std::vector<uint8_t> k8(num_blocks * blk), v8(num_blocks * blk);
+    std::vector<float> ks(rows), vs(rows);
+    for (size_t i = 0; i < k8.size(); i++)
+        k8[i] = (uint8_t)gt_next(&seed), v8[i] = (uint8_t)(i * 7 + 3);
+    for (size_t i = 0; i < rows; i++) {
+        ks[i] = i % 97 == 0 ? 0.f : exp2f(gt_uniform(&seed) * 40.f - 30.f) * (1.f + gt_uniform(&seed));
+        vs[i] = exp2f(gt_uniform(&seed) * 12.f - 10.f);
+    }
+    std::vector<int32_t> list(n_list);
+    for (int j = 0; j < n_list; j++)
+        list[j] = (int32_t)(gt_next(&seed) % num_blocks);
+    uint8_t *dk8 = gt_to_device(k8.data(), k8.size()), *dv8 = gt_to_device(v8.data(), v8.size());
+    float *dks = gt_to_device(ks.data(), rows), *dvs = gt_to_device(vs.data(), rows);
+    int32_t *dl = gt_to_device(list.data(), list.size());
+    /* one spare block past the list: it must stay poisoned */
+    bf16 *ok = gt_poisoned<bf16>((n_list + 1) * blk), *ov = gt_poisoned<bf16>((n_list + 1) * blk);
+    K_OK(k_kv_stage_fp8(dk8, dv8, dks, dvs, dl, n_list, ok, ov, KVH, D, bs, 0));
+    std::vector<uint16_t> gk((n_list + 1) * blk), gv((n_list + 1) * blk);
+    GPU_OK(cudaMemcpy(gk.data(), ok, gk.size() * 2, cudaMemcpyDeviceToHost));
+    GPU_OK(cudaMemcpy(gv.data(), ov, gv.size() * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0, first = 0;
+    for (int kv = 0; kv < 2; kv++)
+        for (int j = 0; j < n_list; j++)
+            for (size_t e = 0; e < blk; e++) {
+                const size_t at = (size_t)list[j] * blk + e;
+                const float x = e4m3_to_f32((kv ? v8 : k8)[at]) * (kv ? vs : ks)[at / D];
+                const uint16_t want = f32_to_bf16(x), got = (kv ? gv : gk)[(size_t)j * blk + e];
+                const bool same = std::isnan(x) ? (got & 0x7fff) > 0x7f80 : got == want;
+                if (!same && !bad++)
+                    first = (size_t)kv << 40 | (size_t)j * blk + e;
+            }
+    for (size_t e = 0; e < blk; e++)
+        if (gk[(size_t)n_list * blk + e] != 0xffff || gv[(size_t)n_list * blk + e] != 0xffff)
+            bad++;
+    printf("%s: kv stage fp8 -> bf16 KVH%d D%d bs%d (%d blocks): %zu elements differ%s\n",
+           bad ? "FAIL" : "ok", KVH, D, bs, n_list, bad, bad ? " (or the spare block was written)" : "");
+    if (bad) {
+        failures++;
+        printf("  first: %s, staged block %zu, element %zu\n", first >> 40 ? "V" : "K",
+               (first & (((size_t)1 << 40) - 1)) / blk, (first & (((size_t)1 << 40) - 1)) % blk);
+    }
+    cudaFree(dk8), cudaFree(dv8), cudaFree(dks), cudaFree(dvs), cudaFree(dl), cudaFree(ok), cudaFree(ov);
+}
+
 static void prefill_case(const char *label, const cfg &c, const std::vector<int> &nq,
                          const std::vector<int> &ctx, uint64_t seed, bool f8 = false)
 {
@@ -405,6 +505,8 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
                  label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_variant_name(v));
         tally(check(name, P, rows, ref));
     }
+    if (f8)
+        staged_prefill(label, P, rows);
     k_attention_prefill_force(0);
     P.free_dev();
 }
@@ -775,6 +877,32 @@ static void timing(void)
                        f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, prefill_variant_name(var), ms,
                        flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
             }
+        { /* the engine's fp8 prefill: the blocks staged as bf16 (the table's blocks in order, so the
+             staged table is 0, 1, 2, ...), then the default bf16 kernel; and the staging alone */
+            const int nb = n * d.max_blocks;
+            std::vector<int32_t> iota(nb);
+            for (int i = 0; i < nb; i++)
+                iota[i] = i;
+            int32_t *dio = gt_to_device(iota.data(), iota.size());
+            bf16 *sk, *sv;
+            GPU_OK(cudaMalloc(&sk, (size_t)nb * KVH * bs * D * 2));
+            GPU_OK(cudaMalloc(&sv, (size_t)nb * KVH * bs * D * 2));
+            k_attn_batch bs8 = b;
+            bs8.block_tables = dio;
+            const double st_ms =
+                time_ms(10, [&]() { K_OK(k_kv_stage_fp8(k8, v8, ks, vs, d.bt, nb, sk, sv, KVH, D, bs, 0)); });
+            const double ms = time_ms(10, [&]() {
+                K_OK(k_kv_stage_fp8(k8, v8, ks, vs, d.bt, nb, sk, sv, KVH, D, bs, 0));
+                K_OK(k_attention_prefill(q, q_stride, sk, sv, &bs8, out, H, KVH, D, bs, scale, 0));
+            });
+            const double bytes = (double)nb * KVH * bs * (D * 3 + 4) * 2;
+            printf(
+                "time prefill fp8  %d x %d causal H%d/KVH%d D%d bs%d, staged as bf16 + default kernel: %.3f "
+                "ms, %.1f TFLOP/s (%.0f%% of 776); the staging alone %.3f ms, %.0f GB/s\n",
+                n, T, H, KVH, D, bs, ms, flops / ms / 1e9, flops / ms / 1e9 / 776 * 100, st_ms,
+                bytes / st_ms / 1e6);
+            cudaFree(dio), cudaFree(sk), cudaFree(sv);
+        }
         /* the default kernel on two more shapes over the same pool: 4 prompts of 4096 (half the CTAs), and
            a summarize prefill step (16,384 tokens: the 144-token rest of a prompt after 3,952 cached
            ones, 3 whole prompts, the first 3,952 of the next) */
@@ -983,6 +1111,11 @@ int main(void)
                 rope_fold_case(c, ctx, part, v % 3 == 1, v % 4 != 3, v % 5 == 2 ? 1.25f : 1.f,
                                case_seed(k++));
             }
+
+    /* the fp8 cache staged as bf16 for the prefill (the staged prefill itself runs in the fp8 cases) */
+    stage_case(8, 128, 32, case_seed(k++));
+    stage_case(4, 64, 16, case_seed(k++));
+    stage_case(1, 16, 8, case_seed(k++));
 
     /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys */
     for (const cfg &c : single)
