@@ -402,7 +402,7 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
 // fp8 cache: the prefill attention's staging pool (cuda_backend.cuh). It holds one sequence of
 // max_model_len, or a full step of fresh prompts (max_tokens new keys in at most S partial blocks), so
 // a step needs more than one staging round only when earlier context adds up past that; LLMQ_KV_STAGE=0
-// keeps the fp8 prefill kernel (engine/kv_stage.h).
+// keeps the fp8 prefill kernel, LLMQ_KV_STAGE=N >= 2 makes the pool N blocks (engine/kv_stage.h).
 static int alloc_stage(struct cuda_backend *b)
 {
     b->stage_cap = 0;
@@ -411,7 +411,8 @@ static int alloc_stage(struct cuda_backend *b)
     const int bs = b->base.block_size, S = b->max_seqs;
     long long cap = (b->max_tokens + bs - 1) / bs + S;
     cap = cap > b->max_blocks ? cap : b->max_blocks;
-    cap = cap < 65535 ? cap : 65535; // one k_kv_stage_fp8 launch
+    cap = kv_stage_hook() >= 2 ? kv_stage_hook() : cap; // a test's small pool
+    cap = cap < 65535 ? cap : 65535;                    // one k_kv_stage_fp8 launch
     const size_t bytes = (size_t)cap * b->KVH * bs * b->D * sizeof(bf16);
     if (cb_malloc(b, (void **)&b->stage_k, bytes, "fp8 prefill staging (K)") ||
         cb_malloc(b, (void **)&b->stage_v, bytes, "fp8 prefill staging (V)") ||
