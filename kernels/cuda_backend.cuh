@@ -107,9 +107,9 @@ struct cuda_backend {
     void *kv;
     size_t kv_bytes;
     // fp8 cache: the staging pool of the prefill attention, [stage_cap][KVH][block_size][D] bf16 for K
-    // and for V (stage_cap 0: none; LLMQ_KV_STAGE=0 turns it off, docs/KERNELS.md); a step's staged
-    // blocks (cache block ids, int32 [stage_cap]) and its prefill block tables remapped to them (int32
-    // [S * max_blocks]); stage_groups [S] host
+    // and for V (stage_cap 0: none; engine/kv_stage.h); a step's staged blocks, round after round
+    // (cache block ids, int32 [S * max_blocks]) and its prefill block tables remapped to their places
+    // in the pool (int32 [S * max_blocks]); stage_groups [S] host: the rounds
     bf16 *stage_k, *stage_v;
     int stage_cap;
     struct cb_buf stage_src, btab_stage;

@@ -68,9 +68,7 @@ extern "C" int k_kv_stage_fp8(const uint8_t *k_cache, const uint8_t *v_cache, co
     K_REQUIRE(k_cache && v_cache && k_scale && v_scale && blocks && k_out && v_out,
               "k_kv_stage_fp8: NULL pointer");
     K_REQUIRE(KVH > 0 && block_size > 0 && D > 0 && D % 16 == 0,
-              "k_kv_stage_fp8: KVH %d, D %d (a multiple "
-              "of 16), block_size %d",
-              KVH, D, block_size);
+              "k_kv_stage_fp8: KVH %d, D %d (a multiple of 16), block_size %d", KVH, D, block_size);
     K_REQUIRE(((uintptr_t)k_cache | (uintptr_t)v_cache | (uintptr_t)k_out | (uintptr_t)v_out) % 16 == 0 &&
                   ((uintptr_t)k_scale | (uintptr_t)v_scale) % 4 == 0,
               "k_kv_stage_fp8: caches and outputs must be 16-byte aligned, scales 4-byte");

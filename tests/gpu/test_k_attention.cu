@@ -696,6 +696,19 @@ static void argument_checks(void)
                                c.D, c.bs, 0.1f, ws, need, 0) == 0 ||
         !strstr(k_last_error(), "scale"))
         ok = 0, printf("     fp8 decode without v_scale not refused (%s)\n", k_last_error());
+    bf16 *so = P.dout; /* staging: a NULL list, D not a multiple of 16, a misaligned output */
+    if (k_kv_stage_fp8(k8, v8, (const float *)P.dk, (const float *)P.dv, NULL, 1, so, so, c.KVH, c.D, c.bs,
+                       0) == 0 ||
+        !strstr(k_last_error(), "NULL"))
+        ok = 0, printf("     staging without a block list not refused (%s)\n", k_last_error());
+    if (k_kv_stage_fp8(k8, v8, (const float *)P.dk, (const float *)P.dv, P.dbt, 1, so, so, c.KVH, 24, c.bs,
+                       0) == 0 ||
+        !strstr(k_last_error(), "multiple of 16"))
+        ok = 0, printf("     staging at D = 24 not refused (%s)\n", k_last_error());
+    if (k_kv_stage_fp8(k8, v8, (const float *)P.dk, (const float *)P.dv, P.dbt, 1, so + 1, so, c.KVH, c.D,
+                       c.bs, 0) == 0 ||
+        !strstr(k_last_error(), "aligned"))
+        ok = 0, printf("     staging to a misaligned output not refused (%s)\n", k_last_error());
     GPU_OK(cudaGetLastError());
     printf("%s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", k_last_error());
     tally(ok);
