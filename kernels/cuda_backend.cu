@@ -644,6 +644,8 @@ static void cb_free(struct backend *be)
     free(b->row_seq);
     free(b->order);
     free(b->stage_groups);
+    free(b->stage_mark);
+    free(b->stage_at);
     if (b->stream)
         cudaStreamDestroy(b->stream);
     free(b);
@@ -696,32 +698,59 @@ static void put_btab(int32_t *bt, int k, int mb, const struct be_seq *s, int ctx
 }
 
 // fp8 cache: the staging rounds of a step's np prefill sequences (their block tables in btab_pre, rows
-// of mb): consecutive sequences share a round while their blocks fit the pool; each sequence's blocks
-// are listed in stage_src and its table remapped to their places in the pool. Uploads both; returns the
-// number of rounds (0: no pool, or a sequence longer than it), -1 on a CUDA error.
+// of mb): consecutive sequences share a round while their blocks fit the pool, and a block two of them
+// read (a shared prefix) is staged once per round; the round's blocks are listed in stage_src and each
+// table is remapped to their places in the pool. Uploads both; returns the number of rounds (0: no pool,
+// or a sequence longer than it), -1 on a CUDA error.
 static int plan_stage(struct cuda_backend *b, int np, int mb)
 {
     if (b->stage_cap == 0)
         return 0;
-    const int bs = b->base.block_size;
+    const int bs = b->base.block_size, n_blocks = b->base.num_blocks;
+    if (!b->stage_mark) { // per cache block: the round that staged it last, and where
+        b->stage_mark = (uint32_t *)calloc((size_t)n_blocks, sizeof *b->stage_mark);
+        b->stage_at = (int32_t *)malloc((size_t)n_blocks * sizeof *b->stage_at);
+        if (!b->stage_mark || !b->stage_at) {
+            free(b->stage_mark), free(b->stage_at);
+            b->stage_mark = NULL, b->stage_at = NULL;
+            return 0; // no host memory for it: the fp8 kernel
+        }
+    }
     const int32_t *ctx = (const int32_t *)b->ctx_pre.h, *qs = (const int32_t *)b->qs_pre.h,
                   *btab = (const int32_t *)b->btab_pre.h;
     int32_t *src = (int32_t *)b->stage_src.h, *remap = (int32_t *)b->btab_stage.h;
+    uint32_t *mark = b->stage_mark;
     int n_groups = 0, total = 0;
     struct cb_stage_group *g = NULL;
     for (int k = 0; k < np; k++) {
         const int need = (ctx[k] + bs - 1) / bs;
+        const int32_t *row = btab + (size_t)k * mb;
         if (need > b->stage_cap)
             return 0;
-        if (!g || g->nb + need > b->stage_cap) {
+        int fresh = 0; // blocks the current round does not hold yet
+        for (int j = 0; j < need; j++) {
+            if (row[j] < 0 || row[j] >= n_blocks)
+                return 0; // not a block of this pool (the step fails in its own checks)
+            fresh += g && mark[row[j]] == b->stage_epoch ? 0 : 1;
+        }
+        if (!g || g->nb + fresh > b->stage_cap) {
+            if (++b->stage_epoch == 0) { // 2^32 rounds: start the marks again
+                memset(mark, 0, (size_t)n_blocks * sizeof *mark);
+                b->stage_epoch = 1;
+            }
             g = &b->stage_groups[n_groups++];
             *g = cb_stage_group{k, k, total, 0, 0, 0};
         }
-        for (int j = 0; j < mb; j++)
-            remap[(size_t)k * mb + j] = j < need ? g->nb + j : 0;
-        memcpy(src + total, btab + (size_t)k * mb, (size_t)need * sizeof(int32_t));
-        total += need;
-        g->nb += need;
+        for (int j = 0; j < need; j++) {
+            if (mark[row[j]] != b->stage_epoch) {
+                mark[row[j]] = b->stage_epoch;
+                b->stage_at[row[j]] = g->nb++;
+                src[total++] = row[j];
+            }
+            remap[(size_t)k * mb + j] = b->stage_at[row[j]];
+        }
+        for (int j = need; j < mb; j++)
+            remap[(size_t)k * mb + j] = 0;
         g->k1 = k + 1;
         const int nq = qs[k + 1] - qs[k];
         g->max_q = nq > g->max_q ? nq : g->max_q;

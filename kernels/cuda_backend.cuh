@@ -114,6 +114,8 @@ struct cuda_backend {
     int stage_cap;
     struct cb_buf stage_src, btab_stage;
     struct cb_stage_group *stage_groups;
+    uint32_t *stage_mark, stage_epoch; // [num_blocks] host: the staging round that holds a cache block
+    int32_t *stage_at;                 // [num_blocks] host: its place in the pool in that round
 
     // activations, [rows, ·]
     float *resid;      // (rows, C) fp32 residual stream

@@ -22,8 +22,9 @@
  *   direct/staggered  sequences arriving and leaving mid-batch, prompts in chunks: mixed prefill+decode
  *                     steps, freed blocks reused by later sequences
  *   engine            the real engine (scheduler, prefix cache) on every backend, requests added at
- *                     different steps, with penalties and banned EOS on some; once with a KV pool so
- *                     small that the scheduler preempts
+ *                     different steps, with penalties and banned EOS on some, two of them sharing a
+ *                     3-block prefix with an earlier one (prefix-cache hits, prefilled together over
+ *                     the same blocks); once with a KV pool so small that the scheduler preempts
  *   graphs            decode steps at batch sizes 1..40 and across the 1024-token context bucket:
  *                     CUDA graphs vs eager CUDA vs the oracles (emu mirrors the graph's decode split);
  *                     batches above cuda_graph_max_batch (GRAPH_MAX) run eagerly, counted
@@ -584,8 +585,17 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     uint64_t seed = 99;
     for (int i = 0; i < NREQ; i++) {
         lens[i] = 2 + (int)(rng(&seed) % 90);
-        for (int j = 0; j < lens[i]; j++)
+        for (int j = 0; j < 96; j++) /* all of them: lens may grow below */
             prompts[i][j] = (int32_t)(rng(&seed) % (uint64_t)m->cfg.vocab);
+    }
+    /* requests 8 and 9 (added together at step 10) begin with request 0's first SHARED tokens: they find
+     * its full blocks in the prefix cache and prefill the rest in one step over the same cached blocks
+     * (with an fp8 cache those are staged once for both, kernels/cuda_backend.cu plan_stage) */
+    enum { SHARED = 48 };
+    lens[0] = lens[0] < SHARED + 16 ? SHARED + 16 : lens[0];
+    for (int i = 8; i < NREQ && !kind; i++) {
+        lens[i] = lens[i] < SHARED + 8 ? SHARED + 8 : lens[i];
+        memcpy(prompts[i], prompts[0], SHARED * sizeof prompts[0][0]);
     }
     int next = 0, rc = 0;
     for (int step = 0; next < nreq || engine_has_work(e); step++) {
@@ -658,6 +668,9 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     struct engine_stats st;
     engine_get_stats(e, &st);
     *preemptions = st.preemptions;
+    if (role == (cpu_only ? EMU : CUDA) && !kind)
+        printf("  engine on %s: %llu of %llu prompt tokens found in the prefix cache\n", ROLE_NAME[role],
+               (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_query_tokens);
     if (guesses) {
         *guesses = 0;
 #ifdef LLMQ_HAVE_CUDA_BACKEND
