@@ -194,7 +194,8 @@ static const struct cfg_key keys[] = {
         "tokens per engine step (prefill chunks + decodes), both lanes"),
     ENUM("engine", "kv_cache_dtype", engine.kv_cache_dtype, "auto", kv_choices,
          "KV cache element type; auto = bf16 on cuda (fp32 on cpu), whatever the weights; fp8 = e4m3 + a "
-         "scale per token and KV head"),
+         "scale per token and KV head (its prefill reads bf16 copies of a step's blocks from a staging pool "
+         "of about one max_model_len sequence, taken from the cache's memory)"),
     INT("engine", "num_kv_blocks", engine.num_kv_blocks, "0", 0, 16777216,
         "0 = as many as memory allows; else exactly this many (tests)"),
     SIZE("engine", "cpu_kv_cache_bytes", engine.cpu_kv_cache_bytes, "1GiB", 16 * MiB, TiB,
