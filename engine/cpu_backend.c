@@ -627,8 +627,9 @@ static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, in
     const uint8_t *c = b->kv_codes + at;
     const float *sc = b->kv_scales + at / (size_t)b->D;
     if (staged) { /* k_kv_stage_fp8: code * scale in fp32, rounded to bf16 */
-        for (size_t i = 0; i < (size_t)n * b->D; i++)
-            buf[i] = emu_round(b, b->e4m3_lut[c[i]] * sc[i / (size_t)b->D]);
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < b->D; d++)
+                buf[(size_t)j * b->D + d] = emu_round(b, b->e4m3_lut[c[(size_t)j * b->D + d]] * sc[j]);
         *scale = NULL;
         return buf;
     }

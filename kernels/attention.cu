@@ -18,8 +18,7 @@
 #include <string.h>
 #include <type_traits>
 
-#include <cuda_fp8.h>
-
+#include "kernels/e4m3x2.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/rope.cuh"
@@ -101,14 +100,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* Two e4m3 values (low byte first) to a bf16x2 register, exactly: the hardware fp8x2 -> f16x2
- * conversion (cvt.rn.f16x2.e4m3x2 on sm_89+), then f16 -> f32 -> bf16, all exact (e4m3 has 4
- * significant bits and an exponent range inside both f16's and bf16's normal range, subnormals of
- * e4m3 included). */
+/* Two e4m3 values (low byte first) to a bf16x2 register, exactly (kernels/e4m3x2.cuh; the f32 -> bf16
+ * step is exact too: e4m3's range is inside bf16's normal range). */
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v)
 {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
-    const float2 f = __half22float2(__half2(h));
+    const float2 f = e4m3x2_to_float2(v);
     return pack_bf16(f.x, f.y);
 }
 

@@ -8,8 +8,7 @@
 //
 // Memory-bound: 16 codes (one 16-byte load; D % 16 == 0, so one row and one scale) to 16 bf16 (two
 // 16-byte stores) per thread.
-#include <cuda_fp8.h>
-
+#include "kernels/e4m3x2.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
@@ -18,12 +17,11 @@ namespace
 
 constexpr int STAGE_THREADS = 256;
 
-// e4m3 codes lo, hi times s, rounded to a bf16 pair (the fp8x2 -> f16x2 conversion is exact, and so is
-// f16 -> f32; the product rounds once to fp32, then once to bf16)
+// e4m3 codes lo, hi (exact in fp32, kernels/e4m3x2.cuh) times s: the product rounds once to fp32, then
+// once to bf16
 __device__ __forceinline__ uint32_t dequant2(uint32_t v, float s)
 {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
-    const float2 f = __half22float2(__half2(h));
+    const float2 f = e4m3x2_to_float2(v);
     __nv_bfloat162 r = __floats2bfloat162_rn(f.x * s, f.y * s);
     return *reinterpret_cast<uint32_t *>(&r);
 }
