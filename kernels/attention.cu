@@ -23,6 +23,7 @@
 #include "kernels/launch.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/tma.cuh"
+#include "kernels/warpgroup.cuh"
 #include "kernels/wgmma.cuh"
 
 extern "C" {
@@ -292,7 +293,17 @@ __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uin
  *     the tiles come through tensor maps (maps.keys_per_copy > 0: TMA copies issued by warp 0,
  *     completing on three mbarriers after sQ), else cp.async from every thread.
  *   - fp8 cache: the mma.sync kernel's order and 64-key tiles (converted to bf16), S as 8 m64n64k16
- *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows. */
+ *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows.
+ *
+ * WS (the bf16 cache through tensor maps, FlashAttention-3's warp specialization): 384 threads, a
+ * producer warpgroup (one warp issues every tile's copies, waiting for a stage to be released before it
+ * refills it; 24 registers a thread) and the two consumer warpgroups of the 128 rows (240 registers),
+ * with no CTA-wide barrier in the loop: a consumer warp releases a stage (an arrival on the stage's
+ * "empty" barrier) once its P V of that tile is done, and the two consumer warpgroups take turns
+ * issuing their products (named barriers, "ping-pong"), so that one's softmax runs while the other's
+ * products keep the tensor cores busy. Without WS both warpgroups issue at once, then both do their
+ * softmax while the tensor cores have only the P V products left, and a __syncthreads per tile frees
+ * the stage. */
 template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
 {
     /* bf16: sQ, two stages of K and V (PIPE: three of 128 keys). fp8: sQ, one bf16 K and V tile, two
@@ -308,14 +319,15 @@ template <int D, int BM> constexpr int prefill_min_ctas()
     return (D <= 64 ? 2 : 1) * (128 / BM);
 }
 
-template <int D, int BM, bool F8, bool WG = false, int NT = BM * 2>
-__global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
+template <int D, int BM, bool F8, bool WG = false, bool WS = false, int NT = BM *(WS ? 3 : 2)>
+__global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
                              const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
                              const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
                              int KVH, int bs, float sl2, const __grid_constant__ kv_maps maps)
 {
     static_assert(!WG || (D == 128 && BM == 128), "the wgmma prefill is for D = 128, BM = 128");
+    static_assert(!WS || (WG && !F8), "the warp-specialized prefill is the bf16 wgmma kernel's");
     pdl_enter(); // kernels/launch.cuh
     /* 64-key K/V tiles: two stages, or the one converted fp8 tile; the pipelined wgmma loop: three
      * stages of 128 keys */
@@ -343,10 +355,14 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     const int kv_end = past + min(r0 + BM - 1, rows - 1) / G + 1;
     const int n_tiles = (kv_end + KV_TILE - 1) / KV_TILE;
     const int32_t *btab = btabs + (size_t)s * max_blocks;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    /* WS: threads 0..127 are the producer warpgroup; tid and warp count the consumers' threads from 0 */
+    constexpr int NC = WS ? NT - 128 : NT; /* threads that compute */
+    const bool producer = WS && threadIdx.x < 128;
+    const int tid = (int)threadIdx.x - (WS ? 128 : 0), warp = tid / 32, lane = threadIdx.x % 32;
 
-    { /* Q tile: packed row r -> token r / G, head kvh * G + r % G; rows past the end are zeros */
-        constexpr int CPR = D / 8, RPP = NT / CPR;
+    if (!producer) { /* Q tile: packed row r -> token r / G, head kvh * G + r % G; rows past the end are zeros
+                      */
+        constexpr int CPR = D / 8, RPP = NC / CPR;
         const int c = tid % CPR;
 #pragma unroll
         for (int i = 0; i < BM / RPP; i++) {
@@ -368,8 +384,8 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
     const int nt2 = (kv_end + KT - 1) / KT;
     auto load2 = [&](int t) {
         bf16 *k = sK + (t % 3) * KT * D, *v = sV + (t % 3) * KT * D;
-        load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT, kv_end, tid, -1, 0);
-        load_kv_tile<D, NT, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT + KV_TILE, kv_end, tid, -1, KV_TILE);
+        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT, kv_end, tid, -1, 0);
+        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT + KV_TILE, kv_end, tid, -1, KV_TILE);
     };
     /* PIPE with tensor maps: warp 0 issues a tile's copies, lane c the keys_per_copy keys from
      * c * keys_per_copy of K and V (two 64-column halves each), completing on barrier t % 3 (phase
@@ -402,15 +418,54 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
             tma_load_2d(vb + KT * 128, &maps.v, 64, row, bar);
         }
     };
-    /* zero V rows kv_end - t * KT .. KT - 1 of tile t (both halves, whole rows: swizzle-blind) */
-    auto v_tail = [&](int t) {
+    /* zero V rows kv_end - t * KT .. KT - 1 of tile t (both halves, whole rows: swizzle-blind); threads
+     * first, first + step, ... */
+    auto v_tail = [&](int t, int first, int step) {
         const int rz = kv_end - t * KT;
         unsigned char *v = reinterpret_cast<unsigned char *>(sV + (t % 3) * KT * D);
-        for (int i = tid; i < (KT - rz) * 16; i += NT)
+        for (int i = first; i < (KT - rz) * 16; i += step)
             *reinterpret_cast<uint4 *>(v + ((i % 16) >> 3) * KT * 128 + (rz + i / 16) * 128 + (i % 8) * 16) =
                 make_uint4(0, 0, 0, 0);
     };
-    if constexpr (PIPE) { /* tiles 0 and 1 */
+    /* WS barriers: bars[0..2] "full" (tile t landed in stage t % 3), bars[3..5] "empty" (the 256 consumer
+     * threads are done with the tile in stage t % 3), bars[6] "tail" (the last tile's V tail is zeroed) */
+    if constexpr (WS) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < 3; i++)
+                mbar_init(smem_u32(bars + i), 1), mbar_init(smem_u32(bars + 3 + i), NC);
+            mbar_init(smem_u32(bars + 6), 1);
+        }
+        __syncthreads(); /* the barriers before anyone waits on them; the last CTA-wide barrier */
+        if (producer) {
+            wg_reg_dealloc<24>();
+            if (threadIdx.x >= 32)
+                return;
+            /* warp 0: every tile's copies, a stage refilled once its last tile is released */
+            int row = tma_row(0);
+            for (int t = 0; t < nt2; t++) {
+                const int next = tma_row(t + 1);
+                if (t >= 3)
+                    mbar_wait(smem_u32(bars + 3 + t % 3), (t / 3 - 1) & 1);
+                tma_issue(t, row);
+                row = next;
+            }
+            /* the last tile's V rows past kv_end, once it has landed; then the consumers' last P V may run */
+            const int last = nt2 - 1;
+            if (kv_end - last * KT < KT) {
+                mbar_wait(smem_u32(bars + last % 3), (last / 3) & 1);
+                v_tail(last, lane, 32);
+                wg_fence_smem();
+            }
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(smem_u32(bars + 6));
+            return;
+        }
+        wg_reg_alloc<240>();
+        cp_async_wait<0>(); /* Q: this thread's copies, then its warpgroup's */
+        wg_fence_smem();
+        named_bar_sync(3 + warp / 4, 128);
+    } else if constexpr (PIPE) { /* tiles 0 and 1 */
         if (tma) {
             if (tid == 0)
                 for (int i = 0; i < 3; i++)
@@ -424,7 +479,7 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
             cp_async_wait<0>(); /* Q */
             mbar_wait(smem_u32(bars), 0);
             if (nt2 == 1)
-                v_tail(0);
+                v_tail(0, tid, NT);
         } else {
             load2(0);
             cp_async_commit();
@@ -442,7 +497,8 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
         cp_async_commit();
         cp_async_wait<1>();
     }
-    __syncthreads();
+    if constexpr (!WS)
+        __syncthreads();
 
     /* this warp's 16 rows: Q fragments, and the query position of the thread's two rows (g4, g4+8);
      * padding rows past the end act as the last row and are not stored */
@@ -568,41 +624,14 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
             wg_commit();
             wg_hold(o);
         };
-        {
-            float a, b;
-            wg_fence();
-            s_issue(0);
-            wg_wait<0>();
-            wg_hold(sc);
-            softmax_p(sc, 0, pf, a, b);
-        }
-        for (int it = 0; it + 1 < nt2; it++) {
-            const int next_row = tma && warp == 0 ? tma_row(it + 2) : -1;
-            if (tma) {
-                mbar_wait(smem_u32(bars + (it + 1) % 3), ((it + 1) / 3) & 1); /* tile it + 1 landed */
-                if (it + 2 == nt2)
-                    v_tail(it + 1);
-            } else {
-                cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
-            }
-            wg_fence_smem();
-            __syncthreads(); /* ... everyone's; and every warpgroup is done with tile it - 1 */
-            if (tma) {
-                if (warp == 0 && it + 2 < nt2)
-                    tma_issue(it + 2, next_row);
-            } else {
-                if (it + 2 < nt2)
-                    load2(it + 2);
-                cp_async_commit();
-            }
-            wg_fence();
-            s_issue(it + 1);
-            pv_issue(it);
+        /* once S(t + 1) and P V(t) are issued: the softmax of S(t + 1), then O rescaled when P V(t) is done,
+         * and P(t + 1) made the current P */
+        auto finish = [&](int t) {
             float alA, alB;
-            wg_wait<1>(); /* S(it + 1) */
+            wg_wait<1>(); /* S(t + 1) */
             wg_hold(sc);
-            softmax_p(sc, (it + 1) * KT, pn, alA, alB);
-            wg_wait<0>(); /* P(it) V(it) */
+            softmax_p(sc, (t + 1) * KT, pn, alA, alB);
+            wg_wait<0>(); /* P(t) V(t) */
             wg_hold(o);
             wg_keep(pf);
             rescale_o(alA, alB);
@@ -611,13 +640,85 @@ __global__ void __launch_bounds__(NT, prefill_min_ctas<D, BM>())
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     pf[i][e] = pn[i][e];
+        };
+        if constexpr (WS) {
+            /* Ping-pong: warpgroup w issues its products once named barrier 1 + w lets it, then lets the
+             * other one (barrier 2 - w); warpgroup 0 goes first. Each issues nt2 + 1 times: S(0), then
+             * S(it + 1) with P V(it), then the last P V; warpgroup 1's arrival after its last issue is
+             * left out, so that each barrier sees as many arrivals as waits. */
+            const int w = warp / 4;
+            if (w == 1)
+                named_bar_arrive(1, 256);
+            float a, b;
+            mbar_wait(smem_u32(bars), 0); /* tile 0 landed */
+            named_bar_sync(1 + w, 256);
+            wg_fence();
+            s_issue(0);
+            named_bar_arrive(2 - w, 256);
+            wg_wait<0>();
+            wg_hold(sc);
+            softmax_p(sc, 0, pf, a, b);
+            for (int it = 0; it + 1 < nt2; it++) {
+                mbar_wait(smem_u32(bars + (it + 1) % 3), ((it + 1) / 3) & 1); /* tile it + 1 landed */
+                named_bar_sync(1 + w, 256);
+                wg_fence();
+                s_issue(it + 1);
+                pv_issue(it);
+                named_bar_arrive(2 - w, 256);
+                finish(it);
+                /* this thread is done with tile it: once all are, its stage may be refilled (every thread
+                 * arrives: a branch here made ptxas serialize the wgmmas, C7513) */
+                mbar_arrive(smem_u32(bars + 3 + it % 3));
+            }
+            mbar_wait(smem_u32(bars + 6), 0); /* the last tile's V rows past kv_end are zero */
+            named_bar_sync(1 + w, 256);
+            wg_fence();
+            pv_issue(nt2 - 1);
+            wg_wait<0>();
+            wg_hold(o);
+            wg_keep(pf);
+            if (w == 0)
+                named_bar_arrive(2, 256);
+        } else {
+            {
+                float a, b;
+                wg_fence();
+                s_issue(0);
+                wg_wait<0>();
+                wg_hold(sc);
+                softmax_p(sc, 0, pf, a, b);
+            }
+            for (int it = 0; it + 1 < nt2; it++) {
+                const int next_row = tma && warp == 0 ? tma_row(it + 2) : -1;
+                if (tma) {
+                    mbar_wait(smem_u32(bars + (it + 1) % 3), ((it + 1) / 3) & 1); /* tile it + 1 landed */
+                    if (it + 2 == nt2)
+                        v_tail(it + 1, tid, NT);
+                } else {
+                    cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
+                }
+                wg_fence_smem();
+                __syncthreads(); /* ... everyone's; and every warpgroup is done with tile it - 1 */
+                if (tma) {
+                    if (warp == 0 && it + 2 < nt2)
+                        tma_issue(it + 2, next_row);
+                } else {
+                    if (it + 2 < nt2)
+                        load2(it + 2);
+                    cp_async_commit();
+                }
+                wg_fence();
+                s_issue(it + 1);
+                pv_issue(it);
+                finish(it);
+            }
+            /* the last tile's P V (the tile landed before the last iteration's barrier, or the prologue's) */
+            wg_fence();
+            pv_issue(nt2 - 1);
+            wg_wait<0>();
+            wg_hold(o);
+            wg_keep(pf);
         }
-        /* the last tile's P V (the tile landed before the last iteration's barrier, or the prologue's) */
-        wg_fence();
-        pv_issue(nt2 - 1);
-        wg_wait<0>();
-        wg_hold(o);
-        wg_keep(pf);
     } else {
         for (int it = 0; it < n_tiles; it++) {
             const int st = it & 1;
@@ -1174,7 +1275,8 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
 
 template <int D, int BM, bool F8, bool WG = false>
 int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
-                   int KVH, int block_size, float sl2, cudaStream_t stream, bool allow_tma = true)
+                   int KVH, int block_size, float sl2, cudaStream_t stream, bool allow_tma = true,
+                   bool allow_ws = true)
 {
     static bool smem_done[16];
     constexpr int smem = prefill_smem<D, BM, F8, WG>();
@@ -1202,6 +1304,20 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
             if (!said.exchange(true))
                 fprintf(stderr, "k_attention_prefill: no tensor maps (%s); K/V tiles load with cp.async\n",
                         k_last_error());
+        }
+    }
+    /* with tensor maps, the warp-specialized kernel; LLMQ_ATTN_PREFILL_WS=0 (read once) keeps both
+     * warpgroups in lockstep (docs/KERNELS.md) */
+    static const int ws_env = k_env_int("LLMQ_ATTN_PREFILL_WS", 1, 0, 1);
+    if constexpr (WG && !F8) {
+        if (maps.keys_per_copy > 0 && allow_ws && ws_env) {
+            static bool ws_done[16];
+            if (raise_smem(attention_prefill_kernel<D, BM, F8, WG, true>, smem, ws_done))
+                return -1;
+            K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG, true>, grid, BM * 3, smem, stream, q,
+                             q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H,
+                             KVH, block_size, sl2, maps));
+            return 0;
         }
     }
     K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
@@ -1252,12 +1368,15 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     int v = prefill_forced.load(std::memory_order_relaxed);
     if (v == 0)
         v = env;
-    if (v == 0 || v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC)
+    const bool wg =
+        v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC;
+    if (v == 0 || wg)
         v = !(D == 128 && k_wgmma_on()) ? K_ATTN_PREFILL_MMA128 : v == 0 ? K_ATTN_PREFILL_WGMMA : v;
     if (D == 128) {
-        if (v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC)
+        if (v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC)
             return launch_prefill<128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
-                                                      stream, v == K_ATTN_PREFILL_WGMMA);
+                                                      stream, v != K_ATTN_PREFILL_WGMMA_CPASYNC,
+                                                      v == K_ATTN_PREFILL_WGMMA);
         return v == K_ATTN_PREFILL_MMA64
                    ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
                    : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
@@ -1294,8 +1413,8 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
 
 extern "C" int k_attention_prefill_force(int variant)
 {
-    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA_CPASYNC,
-              "k_attention_prefill_force: variant %d", variant);
+    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA_SYNC, "k_attention_prefill_force: variant %d",
+              variant);
     prefill_forced.store(variant, std::memory_order_relaxed);
     return variant >= K_ATTN_PREFILL_WGMMA && !k_wgmma_on() ? 1 : 0;
 }

@@ -278,9 +278,17 @@ int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const 
  * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG / _TMA are read once and give way to this): 0 automatic,
  * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its bf16 K/V tiles copied by every thread
  * (cp.async) instead of the tensor memory accelerator (its fallback; an fp8 cache is always read so).
- * The wgmma kernels where the device or binary lacks them (or at D = 64) fall back to the 128-row
- * mma.sync kernel and the call returns 1; otherwise 0 (-1 for an unknown variant). */
-enum { K_ATTN_PREFILL_MMA128 = 1, K_ATTN_PREFILL_MMA64 = 2, K_ATTN_PREFILL_WGMMA = 3, K_ATTN_PREFILL_WGMMA_CPASYNC = 4 };
+ * WGMMA_SYNC: the wgmma kernel with tensor-map tiles but without the warp specialization (both
+ * warpgroups in lockstep, LLMQ_ATTN_PREFILL_WS=0). The wgmma kernels where the device or binary lacks
+ * them (or at D = 64) fall back to the 128-row mma.sync kernel and the call returns 1; otherwise 0 (-1
+ * for an unknown variant). */
+enum {
+    K_ATTN_PREFILL_MMA128 = 1,
+    K_ATTN_PREFILL_MMA64 = 2,
+    K_ATTN_PREFILL_WGMMA = 3,
+    K_ATTN_PREFILL_WGMMA_CPASYNC = 4,
+    K_ATTN_PREFILL_WGMMA_SYNC = 5
+};
 int k_attention_prefill_force(int variant);
 /* One query per sequence (q_start[s] = s), GQA-aware, split over the context for long sequences.
  * workspace: at least k_attention_decode_workspace(...) bytes. */

@@ -39,13 +39,14 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
 {
 #ifdef K_WGMMA
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
+    // The retry loop is inside the asm: a C loop around try_wait made ptxas serialize the wgmmas of a
+    // loop that waits on barriers (C7513).
+    asm volatile("{\n .reg .pred p;\n"
+                 "mbar_wait_%=:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra mbar_wait_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
 #endif
 }
 
@@ -59,5 +60,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         "{%2, %3}], [%4];\n" ::"r"(dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
         : "memory");
+#endif
+}
+
+// One arrival on bar (no bytes announced): a consumer saying it is done with what bar guards.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+#ifdef K_WGMMA
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }

@@ -356,7 +356,7 @@ static const char *cfg_name(const cfg &c, char *buf, size_t n)
  * device and the build have it. */
 static bool prefill_runs(int v, int D)
 {
-    if (v != K_ATTN_PREFILL_WGMMA && v != K_ATTN_PREFILL_WGMMA_CPASYNC)
+    if (v != K_ATTN_PREFILL_WGMMA && v != K_ATTN_PREFILL_WGMMA_CPASYNC && v != K_ATTN_PREFILL_WGMMA_SYNC)
         return true;
     const bool on = D == 128 && k_attention_prefill_force(v) == 0;
     k_attention_prefill_force(0);
@@ -367,6 +367,7 @@ static const char *prefill_variant_name(int v)
 {
     return v == K_ATTN_PREFILL_WGMMA           ? "wgmma, 128 rows/CTA"
            : v == K_ATTN_PREFILL_WGMMA_CPASYNC ? "wgmma, 128 rows/CTA, cp.async tiles"
+           : v == K_ATTN_PREFILL_WGMMA_SYNC    ? "wgmma, 128 rows/CTA, warpgroups in lockstep"
            : v == K_ATTN_PREFILL_MMA64         ? "mma.sync, 64 rows/CTA"
                                                : "mma.sync, 128 rows/CTA";
 }
@@ -489,10 +490,11 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
     k_attn_batch b = P.batch();
     const float scale = 1.f / sqrtf((float)c.D);
     char name[200], cn[64];
-    for (int v :
-         {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA, K_ATTN_PREFILL_WGMMA_CPASYNC}) {
-        if (!prefill_runs(v, c.D) || (f8 && v == K_ATTN_PREFILL_WGMMA_CPASYNC))
-            continue; /* no wgmma here (said once, in main); an fp8 cache has one wgmma load path */
+    for (int v : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
+                  K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC}) {
+        if (!prefill_runs(v, c.D) ||
+            (f8 && (v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC)))
+            continue; /* no wgmma here (said once, in main); an fp8 cache has one wgmma kernel */
         k_attention_prefill_force(v);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
         if (f8)
@@ -874,8 +876,9 @@ static void timing(void)
         fill_scales(ks, pool / D, 16), fill_scales(vs, pool / D, 17);
         for (int f8 = 0; f8 < 2; f8++)
             for (int var : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
-                            K_ATTN_PREFILL_WGMMA_CPASYNC}) {
-                if (!prefill_runs(var, D) || (f8 && var == K_ATTN_PREFILL_WGMMA_CPASYNC))
+                            K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC}) {
+                if (!prefill_runs(var, D) ||
+                    (f8 && (var == K_ATTN_PREFILL_WGMMA_CPASYNC || var == K_ATTN_PREFILL_WGMMA_SYNC)))
                     continue;
                 k_attention_prefill_force(var);
                 const double ms = time_ms(10, [&]() {
