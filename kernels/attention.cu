@@ -298,7 +298,7 @@ __device__ __forceinline__ void convert_kv_tile(bf16 *sKV, float *sSc, const uin
  * WS (the bf16 cache through tensor maps, FlashAttention-3's warp specialization): 384 threads, a
  * producer warpgroup (one warp issues every tile's copies, waiting for a stage to be released before it
  * refills it; 24 registers a thread) and the two consumer warpgroups of the 128 rows (240 registers),
- * with no CTA-wide barrier in the loop: a consumer warp releases a stage (an arrival on the stage's
+ * with no CTA-wide barrier in the loop: a consumer thread releases a stage (an arrival on the stage's
  * "empty" barrier) once its P V of that tile is done, and the two consumer warpgroups take turns
  * issuing their products (named barriers, "ping-pong"), so that one's softmax runs while the other's
  * products keep the tensor cores busy. Without WS both warpgroups issue at once, then both do their
@@ -360,8 +360,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     const bool producer = WS && threadIdx.x < 128;
     const int tid = (int)threadIdx.x - (WS ? 128 : 0), warp = tid / 32, lane = threadIdx.x % 32;
 
-    if (!producer) { /* Q tile: packed row r -> token r / G, head kvh * G + r % G; rows past the end are zeros
-                      */
+    /* Q tile (the consumers): packed row r -> token r / G, head kvh * G + r % G; rows past the end are 0 */
+    if (!producer) {
         constexpr int CPR = D / 8, RPP = NC / CPR;
         const int c = tid % CPR;
 #pragma unroll
@@ -1368,12 +1368,14 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     int v = prefill_forced.load(std::memory_order_relaxed);
     if (v == 0)
         v = env;
-    const bool wg =
-        v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC;
-    if (v == 0 || wg)
+    auto wgmma = [](int x) {
+        return x == K_ATTN_PREFILL_WGMMA || x == K_ATTN_PREFILL_WGMMA_CPASYNC ||
+               x == K_ATTN_PREFILL_WGMMA_SYNC;
+    };
+    if (v == 0 || wgmma(v))
         v = !(D == 128 && k_wgmma_on()) ? K_ATTN_PREFILL_MMA128 : v == 0 ? K_ATTN_PREFILL_WGMMA : v;
     if (D == 128) {
-        if (v == K_ATTN_PREFILL_WGMMA || v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC)
+        if (wgmma(v))
             return launch_prefill<128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
                                                       stream, v != K_ATTN_PREFILL_WGMMA_CPASYNC,
                                                       v == K_ATTN_PREFILL_WGMMA);
