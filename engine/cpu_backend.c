@@ -55,8 +55,8 @@
 #define LOGIT_CHUNK 16                            /* sequences whose logits are computed at once */
 #define GEMM_NB 16                                /* weight rows per GEMM work item */
 
-/* bf16 emulation: the CUDA kernels' constants (kernels/attention.cu; the decode split and graph buckets
- * are shared: engine/decode_split.h) */
+/* bf16 emulation: the CUDA kernels' constants (kernels/attention.cuh; the decode split and graph
+ * buckets are shared: engine/decode_split.h) */
 #define EMU_KV_TILE 64 /* keys per K/V tile of both attention kernels */
 #define EMU_DC_WARPS 4 /* k_attention_decode: warps per CTA, 16 keys of each tile per warp */
 
@@ -879,7 +879,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             dctx = decode_graph_ctx(dctx, b->emu_max_len, b->base.block_size);
             nd = decode_graph_batch(nd, b->emu_graph_max);
         }
-        decode_split(nd, dctx, 0, &dec_part, &dec_nparts, NULL); /* as kernels/attention.cu */
+        decode_split(nd, dctx, 0, &dec_part, &dec_nparts, NULL); /* as kernels/attention_decode.cu */
     }
     const size_t TC = (size_t)T * C;
 

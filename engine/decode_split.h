@@ -1,5 +1,5 @@
 /* The decode attention's split over the context (flash-decoding partitions), and the decode graphs'
- * buckets that choose it for a graph: one definition for the CUDA backend (kernels/attention.cu,
+ * buckets that choose it for a graph: one definition for the CUDA backend (kernels/attention_decode.cu,
  * kernels/cuda_graphs.cu) and the CPU backend's emulation of the CUDA numerics
  * (engine/cpu_backend.c), because the split decides where the kernel rounds its probabilities and
  * both must take the same one (docs/CUDA_BACKEND.md, "The emulation").

@@ -1,7 +1,7 @@
 // Two e4m3 (OCP fn) codes to fp32, exactly: the hardware fp8x2 -> f16x2 conversion (cvt.rn.f16x2.e4m3x2
 // on sm_89+, emulated in software below that), then f16 -> f32. e4m3 has 4 significant bits and an exponent range
 // inside f16's normal range, its subnormals included, so neither step rounds. Used by the fp8 attention
-// kernels (attention.cu) and the cache staging (kv_stage.cu). Included by kernels/*.cu only.
+// kernels (attention.cuh) and the cache staging (kv_stage.cu). Included by kernels/*.cu only.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

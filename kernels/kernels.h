@@ -251,8 +251,8 @@ int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, bf16 *out, 
 int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, float *out_scale, int T, int F,
                    cudaStream_t stream);
 
-/* ---- attention.cu: causal attention over the paged cache (K and V of the step's new tokens are
- * already written by k_qk_norm_rope_kv). Batch description (device arrays unless noted):
+/* ---- attention_prefill.cu, attention_decode.cu: causal attention over the paged cache (K and V of the step's
+ * new tokens are already written by k_qk_norm_rope_kv). Batch description (device arrays unless noted):
  *   q_start[n_seqs + 1]  query rows of sequence s are q_start[s] .. q_start[s+1]-1 (cumulative)
  *   ctx_len[n_seqs]      keys of sequence s: positions 0 .. ctx_len[s]-1; its n_q = q_start[s+1]-q_start[s]
  *                        queries sit at positions ctx_len[s] - n_q .. ctx_len[s] - 1 (causal within)

@@ -1,6 +1,6 @@
 // The per-lane arithmetic of the attention prologue (bias, per-head RMSNorm, NeoX RoPE) and where it
 // stores k and v, shared by k_qk_norm_rope_kv (kernels/rope.cu) and the decode attention that folds
-// the prologue in (kernels/attention.cu, k_attention_decode_rope): one function, so that both compute
+// the prologue in (kernels/attention_decode.cu, k_attention_decode_rope): one function, so that both compute
 // the same bits.
 // Included by kernels/*.cu only.
 #pragma once

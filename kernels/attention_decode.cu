@@ -1,0 +1,589 @@
+/* Causal decode attention over the paged KV cache, GQA-aware and split over the context (with the
+ * q/k norm + RoPE prologue folded in for k_attention_decode_rope): the kernels, their launchers and
+ * k_attention_decode*. What it shares with the prefill kernel: kernels/attention.cuh; notes and
+ * numbers: docs/KERNELS.md, "Attention". */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.cuh"
+#include "kernels/kernels.h"
+#include "kernels/launch.cuh"
+#include "kernels/rope.cuh"
+
+extern "C" {
+#include "engine/decode_split.h"
+}
+
+namespace
+{
+
+/* The cp.asyncs of key j alone, row r of a tile load_kv_tile left it out of (threads tid < D / 8). */
+template <int D>
+__device__ __forceinline__ void load_kv_row(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
+                                            const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
+                                            int kvh, int KVH, int bs, int r, int j, int tid)
+{
+    if (tid < D / 8) {
+        const size_t off = kv_row(btab, j, kvh, KVH, bs) * D + tid * 8;
+        const uint32_t so = (uint32_t)swz<D>(r, tid) * 2;
+        cp_async16(smem_u32(sK) + so, kc + off, true);
+        cp_async16(smem_u32(sV) + so, vc + off, true);
+    }
+}
+
+/* fp8 cache: the cp.asyncs of key j alone (codes and scales), row r of a staging tile
+ * load_kv_tile_f8 left it out of (threads tid < D / 16 + 2). */
+template <int D>
+__device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_src kv,
+                                               const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
+                                               int r, int j, int tid)
+{
+    constexpr int CPR = D / 16;
+    const size_t row = kv_row(btab, j, kvh, KVH, bs);
+    const uint8_t *kc = static_cast<const uint8_t *>(kv.k), *vc = static_cast<const uint8_t *>(kv.v);
+    const uint32_t base = smem_u32(sF);
+    if (tid < CPR) {
+        cp_async16(base + r * D + tid * 16, kc + row * D + tid * 16, true);
+        cp_async16(base + (KV_TILE + r) * D + tid * 16, vc + row * D + tid * 16, true);
+    } else if (tid == CPR) {
+        cp_async4(smem_u32(sS + r), kv.ks + row, true);
+    } else if (tid == CPR + 1) {
+        cp_async4(smem_u32(sS + KV_TILE + r), kv.vs + row, true);
+    }
+}
+
+/* ---- decode: grid (partitions, KVH, n_seqs), 4 warps; the G query heads of the KV head are the
+ * rows of one m16 tile (rows >= G are zero); each warp takes 16 keys of every 64-key tile and
+ * keeps its own softmax state; the 4 warps combine at the end. A sequence whose context fits one
+ * partition writes `out` directly; otherwise each partition writes its normalized fp32 output and
+ * (max, sum) to the workspace and decode_reduce_kernel combines them.
+ *
+ * ROPE (bf16 cache; k_attention_decode_rope): the attention prologue of kernels/rope.cu folded in,
+ * with its per-lane function (kernels/rope.cuh), so the values are the same bits. q is the raw qkv.
+ * Each CTA normalizes and rotates its G query heads itself (groups of D/8 lanes, one head each) and
+ * stores them to sQ; the CTA whose partition holds the new key (position ctx - 1, the token being
+ * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
+ * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
+constexpr int DC_THREADS = 128;
+template <int D, bool F8> constexpr int decode_stages()
+{
+    return F8 ? 4 : D >= 128 ? 3 : 4;
+}
+template <int D, bool F8> constexpr int decode_smem()
+{
+    /* bf16: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one bf16 K and V tile, NS staging
+     * stages of e4m3 K and V with their scales, the current tile's scales (the final combine reuses the
+     * staging area) */
+    return F8 ? 16 * D * 2 + 2 * KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4) +
+                    2 * KV_TILE * 4
+              : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2 + D * 4;
+}
+
+template <int D, bool F8, bool ROPE>
+__global__ void __launch_bounds__(DC_THREADS)
+    attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
+                            const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
+                            const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
+                            int KVH, int bs, float sl2, int part_keys, int n_part_max,
+                            float *__restrict__ ws_o, float2 *__restrict__ ws_ml, const k_rope_in rope)
+{
+    static_assert(!(ROPE && F8), "the folded prologue writes a bf16 cache");
+    constexpr int NS = decode_stages<D, F8>();
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
+    bf16 *sKV = sQ + 16 * D; /* bf16: [NS][K, V][KV_TILE][D]; fp8: [K, V][KV_TILE][D] (converted) */
+    uint8_t *sF = reinterpret_cast<uint8_t *>(sKV + 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE][D] */
+    float *sS = reinterpret_cast<float *>(sF + NS * 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE] */
+    float *sSc = sS + NS * 2 * KV_TILE;                               /* fp8: [K, V][KV_TILE] */
+    const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
+
+    const int G = H / KVH;
+    const int s = blockIdx.z, kvh = blockIdx.y, p = blockIdx.x;
+    const int ctx = max(ctx_len[s], 0);
+    /* partitions of this sequence; the last launched one takes any remainder (max_ctx_len too small) */
+    const int n_part_s = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
+    const bool live = p < n_part_s;
+    const int start = p * part_keys;
+    const int end = p == n_part_s - 1 ? ctx : start + part_keys;
+    const int n_tiles = (end - start + KV_TILE - 1) / KV_TILE;
+    const int qrow = q_start[s];
+    const int32_t *btab = btabs + (size_t)s * max_blocks;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    constexpr int GL = D / 8; /* ROPE: lanes per head */
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    float *cs = nullptr, *sn = nullptr;
+    int slot = -1;
+    uint4 wq = zero4, wk = zero4;
+    if constexpr (ROPE) { /* before the wait: the table, the slot, the norm weights */
+        cs = reinterpret_cast<float *>(smem_raw + decode_smem<D, F8>() - D * 4), sn = cs + D / 2;
+        rope_table_fill(rope.inv_freq, rope.attn_scale, rope.positions[qrow], D, cs, sn);
+        slot = rope.slot_mapping[qrow];
+        if (rope.q_norm)
+            wq = __ldg(reinterpret_cast<const uint4 *>(rope.q_norm) + tid % GL);
+        if (rope.k_norm)
+            wk = __ldg(reinterpret_cast<const uint4 *>(rope.k_norm) + tid % GL);
+        __syncthreads();
+    }
+
+    /* The first NS - 1 tiles before the wait (kernels/launch.cuh): the step writes one key of the
+     * sequence, its last (ctx - 1, the token being decoded: k_qk_norm_rope_kv, the kernel before),
+     * which is left out and brought after the wait with Q. At decode this takes the KV reads off the
+     * latency chain: they run while the kernel before finishes. */
+    const int jlate = ctx - 1;
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (live && st < n_tiles) {
+            if constexpr (F8)
+                load_kv_tile_f8<D, DC_THREADS>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab,
+                                               kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
+            else
+                load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
+                                            vc, btab, kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
+        }
+        cp_async_commit();
+    }
+    pdl_enter(); // kernels/launch.cuh
+    if (!live)
+        return;
+    const bool late_here = jlate >= start && jlate < end, late_staged = (jlate - start) / KV_TILE < NS - 1;
+    uint4 late = zero4; /* ROPE: this lane's 16 bytes of the new key's k (late_kind 1) or v (2) */
+    int late_kind = 0;
+    if constexpr (ROPE) { /* the prologue: q heads of this KV head to sQ; k and v of the new key */
+        constexpr int GROUPS = DC_THREADS / GL;
+        const int grp = tid / GL, sub = tid % GL, n_items = G + (late_here ? 2 : 0);
+        const bf16 *row = q + (size_t)qrow * q_stride;
+        for (int base = 0; base < G + 2; base += GROUPS) { /* uniform: every lane shuffles */
+            const int item = base + grp, kind = item < G ? 0 : item == G ? 1 : 2;
+            const bool valid = item < n_items;
+            const int col = (kind == 0 ? kvh * G + item : kind == 1 ? H + kvh : H + KVH + kvh) * D + sub * 8;
+            const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(row + col) : zero4;
+            const uint4 braw =
+                rope.bias && valid ? __ldg(reinterpret_cast<const uint4 *>(rope.bias + col)) : zero4;
+            const bool norm =
+                valid && (kind == 0 ? rope.q_norm != nullptr : kind == 1 && rope.k_norm != nullptr);
+            float r[8];
+            rope_lane<GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
+                          sn, r);
+            if (!valid)
+                continue;
+            const uint4 v = float_to_bf16x8(r);
+            if (kind == 0) {
+                *reinterpret_cast<uint4 *>(sQ + swz<D>(item, sub)) = v;
+            } else {
+                if (slot >= 0) {
+                    bf16 *cache = const_cast<bf16 *>(kind == 1 ? kc : vc);
+                    *reinterpret_cast<uint4 *>(cache + rope_cache_at(slot, kvh, KVH, bs, D) + sub * 8) = v;
+                    if (!late_staged) /* the main loop reads it back from L2 (cp.async.cg) */
+                        __threadfence();
+                }
+                late = v, late_kind = kind;
+            }
+        }
+        for (int i = tid; i < (16 - G) * GL; i += DC_THREADS) /* rows >= G are zero */
+            *reinterpret_cast<uint4 *>(sQ + swz<D>(G + i / GL, i % GL)) = zero4;
+    } else { /* Q: rows g < G are the query heads kvh * G + g */
+        constexpr int CPR = D / 8;
+#pragma unroll
+        for (int i = 0; i < 16 * CPR / DC_THREADS; i++) {
+            const int idx = tid + i * DC_THREADS, r = idx / CPR, c = idx % CPR;
+            const bool ok = r < G;
+            const bf16 *src = ok ? q + (size_t)qrow * q_stride + (size_t)(kvh * G + r) * D + c * 8 : q;
+            cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
+        }
+    }
+    if (!ROPE && late_here && late_staged) { /* the key left out above */
+        const int st = (jlate - start) / KV_TILE, r = jlate - start - st * KV_TILE;
+        if constexpr (F8)
+            load_kv_row_f8<D>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab, kvh, KVH, bs, r,
+                              jlate, tid);
+        else
+            load_kv_row<D>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc, vc, btab, kvh,
+                           KVH, bs, r, jlate, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>(); /* Q, the late key and the tiles before the wait */
+    __syncthreads();
+    if constexpr (ROPE) { /* the new key into its stage (no copy is in flight to that row) */
+        if (late_kind > 0 && late_staged) {
+            const int st = (jlate - start) / KV_TILE, r = jlate - start - st * KV_TILE;
+            *reinterpret_cast<uint4 *>(sKV + (st * 2 + late_kind - 1) * KV_TILE * D + swz<D>(r, tid % GL)) =
+                late;
+        }
+        __syncthreads();
+    }
+
+    const int g4 = lane / 4, t4 = lane % 4;
+    const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(lane % 16, kk * 2 + lane / 16) * 2);
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        {
+            const int nxt = it + NS - 1;
+            if (nxt < n_tiles) {
+                const int sn = nxt % NS;
+                if constexpr (F8)
+                    load_kv_tile_f8<D, DC_THREADS>(sF + sn * 2 * KV_TILE * D, sS + sn * 2 * KV_TILE, kv, btab,
+                                                   kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+                else
+                    load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D,
+                                                kc, vc, btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+            }
+            cp_async_commit();
+        }
+        cp_async_wait<NS - 1>();
+        __syncthreads();
+
+        const int st = it % NS;
+        /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; its staging stage
+         * is refilled only after the barrier below) */
+        if constexpr (F8) {
+            convert_kv_tile<D, DC_THREADS>(sKV, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
+            __syncthreads();
+        }
+        const int wj0 = start + it * KV_TILE + warp * 16; /* this warp's 16 keys */
+        if (wj0 < end) {
+            const uint32_t kb = smem_u32(sKV + (F8 ? 0 : st) * 2 * KV_TILE * D) + warp * 16 * D * 2;
+            const uint32_t vb = kb + KV_TILE * D * 2;
+            float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t b[4];
+                ldsm_x4(b, kb + (kfb ^ (kk * 32)));
+                mma_bf16(sc[0], qf[kk], b[0], b[1]);
+                mma_bf16(sc[1], qf[kk], b[2], b[3]);
+            }
+            if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask */
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const float2 ks = *reinterpret_cast<const float2 *>(sSc + warp * 16 + nt * 8 + 2 * t4);
+                    sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
+                }
+            }
+            if (wj0 + 15 >= end) {
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        if (wj0 + nt * 8 + 2 * t4 + e >= end)
+                            sc[nt][e] = sc[nt][2 + e] = NEG_INF;
+                    }
+                }
+            }
+            float mxA = fmaxf(mA, fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1])));
+            float mxB = fmaxf(mB, fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3])));
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
+            mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+            mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
+            const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
+            const float alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
+            mA = mxA, mB = mxB;
+            lA *= alA, lB *= alB;
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+                o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+            uint32_t pf[4];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+                            p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
+                const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+                            p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
+                lA += p0 + p1, lB += p2 + p3;
+                if constexpr (F8) { /* P[., key] *= v_scale[key]; l sums the unscaled p */
+                    const float2 vs =
+                        *reinterpret_cast<const float2 *>(sSc + KV_TILE + warp * 16 + nt * 8 + 2 * t4);
+                    pf[nt * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
+                    pf[nt * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+                } else {
+                    pf[nt * 2] = pack_bf16(p0, p1);
+                    pf[nt * 2 + 1] = pack_bf16(p2, p3);
+                }
+            }
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t b[4];
+                ldsm_x4_t(b, vb + (vfb ^ (dp * 32)));
+                mma_bf16(o[2 * dp], pf, b[0], b[1]);
+                mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
+            }
+        }
+        if constexpr (!F8)
+            __syncthreads(); /* stage st is refilled by the next iteration's load */
+    }
+
+    /* combine the 4 warps through shared memory (the K/V stages are free now) */
+    cp_async_wait<0>();
+    __syncthreads();
+    float *sO = reinterpret_cast<float *>(F8 ? (void *)sF : (void *)sKV); /* [4 warps][16 rows][D] */
+    float *sM = sO + 4 * 16 * D;                                          /* [4][16] */
+    float *sL = sM + 4 * 16;                                              /* [4][16] */
+    lA += __shfl_xor_sync(0xffffffffu, lA, 1);
+    lA += __shfl_xor_sync(0xffffffffu, lA, 2);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 1);
+    lB += __shfl_xor_sync(0xffffffffu, lB, 2);
+    if (t4 == 0) {
+        sM[warp * 16 + g4] = mA, sM[warp * 16 + g4 + 8] = mB;
+        sL[warp * 16 + g4] = lA, sL[warp * 16 + g4 + 8] = lB;
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) {
+        *reinterpret_cast<float2 *>(sO + (warp * 16 + g4) * D + nt * 8 + 2 * t4) =
+            make_float2(o[nt][0], o[nt][1]);
+        *reinterpret_cast<float2 *>(sO + (warp * 16 + g4 + 8) * D + nt * 8 + 2 * t4) =
+            make_float2(o[nt][2], o[nt][3]);
+    }
+    __syncthreads();
+
+    const int H_D = H * D;
+    for (int idx = tid; idx < G * D / 2; idx += DC_THREADS) {
+        const int r = idx / (D / 2), d = (idx % (D / 2)) * 2;
+        float M = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < 4; w++)
+            M = fmaxf(M, sM[w * 16 + r]);
+        float L = 0.f, x = 0.f, y = 0.f;
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const float mw = sM[w * 16 + r];
+            const float e = mw == NEG_INF ? 0.f : fast_exp2((mw - M) * sl2);
+            const float2 v = *reinterpret_cast<const float2 *>(sO + (w * 16 + r) * D + d);
+            L += sL[w * 16 + r] * e, x += v.x * e, y += v.y * e;
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        const int h = kvh * G + r;
+        if (n_part_s == 1) {
+            *reinterpret_cast<uint32_t *>(out + (size_t)qrow * H_D + (size_t)h * D + d) =
+                pack_bf16(x * inv, y * inv);
+        } else {
+            const size_t slot = ((size_t)s * H + h) * n_part_max + p;
+            *reinterpret_cast<float2 *>(ws_o + slot * D + d) = make_float2(x * inv, y * inv);
+            if (d == 0)
+                ws_ml[slot] = make_float2(M * sl2, L); /* every partition has >= 1 key: M is finite */
+        }
+    }
+}
+
+/* One warp per (sequence, head) of a split sequence: out = sum_p w_p o_p / sum_p w_p with
+ * w_p = l_p * 2^(m_p - max m). Block (32, 4). A latency chain at decode (one warp's loads are the
+ * whole kernel): lane p holds partition p's (m, l), and the partial outputs of DR_BATCH partitions
+ * are loaded together, the first batch in flight with the (m, l) loads; the sum runs over p in order. */
+constexpr int DR_BATCH = 16;
+
+template <int V>
+__device__ __forceinline__ void load_parts(float (&x)[DR_BATCH][V], const float *__restrict__ ws_o,
+                                           size_t base, int p0, int n, int D, int lane)
+{
+#pragma unroll
+    for (int j = 0; j < DR_BATCH; j++) {
+        const int p = min(p0 + j, n - 1);
+        const float *src = ws_o + (base + p) * D + lane * V;
+        if constexpr (V == 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(src);
+            x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                x[j][v] = src[v];
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128)
+    attention_decode_reduce_kernel(const float *__restrict__ ws_o, const float2 *__restrict__ ws_ml,
+                                   const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
+                                   bf16 *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
+{
+    constexpr int V = D / 32; /* elements per lane */
+    const int gw = blockIdx.x * 4 + threadIdx.y, lane = threadIdx.x;
+    const int s = gw / H, h = gw % H;
+    /* the step's inputs (uploaded before it, kernels/launch.cuh) before the wait */
+    const int ctx = s < n_seqs ? max(ctx_len[s], 0) : 0, qs = s < n_seqs ? q_start[s] : 0;
+    pdl_enter(); // kernels/launch.cuh
+    if (s >= n_seqs)
+        return;
+    const int n = min(max((ctx + part_keys - 1) / part_keys, 1), n_part_max);
+    if (n <= 1)
+        return; /* written by the partition kernel */
+    const size_t base = ((size_t)s * H + h) * n_part_max;
+    const float2 ml_lane = lane < n ? ws_ml[base + lane] : make_float2(NEG_INF, 0.f);
+    float x[DR_BATCH][V];
+    load_parts<V>(x, ws_o, base, 0, n, D, lane);
+    float M = ml_lane.x;
+    for (int p = lane + 32; p < n; p += 32)
+        M = fmaxf(M, ws_ml[base + p].x);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float acc[V], L = 0.f;
+#pragma unroll
+    for (int v = 0; v < V; v++)
+        acc[v] = 0.f;
+    for (int p0 = 0; p0 < n; p0 += DR_BATCH) {
+        if (p0 > 0)
+            load_parts<V>(x, ws_o, base, p0, n, D, lane);
+#pragma unroll
+        for (int j = 0; j < DR_BATCH; j++) {
+            const int p = p0 + j; /* warp-uniform */
+            if (p >= n)
+                break;
+            const float2 ml = p < 32 ? make_float2(__shfl_sync(0xffffffffu, ml_lane.x, p),
+                                                   __shfl_sync(0xffffffffu, ml_lane.y, p))
+                                     : ws_ml[base + p];
+            const float w = ml.y * fast_exp2(ml.x - M);
+            L += w;
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                acc[v] += w * x[j][v];
+        }
+    }
+    const float inv = 1.f / L;
+    bf16 *dst = out + (size_t)qs * H * D + (size_t)h * D + lane * V;
+#pragma unroll
+    for (int v = 0; v < V; v += 2)
+        *reinterpret_cast<uint32_t *>(dst + v) = pack_bf16(acc[v] * inv, acc[v + 1] * inv);
+}
+
+/* Decode partitioning: decode_split, engine/decode_split.h (shared with the CPU backend's emulation). */
+static_assert(KV_TILE == DECODE_SPLIT_TILE, "decode partitions are whole K/V tiles");
+
+size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
+{
+    return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
+}
+
+template <int D, bool F8, bool ROPE>
+int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
+                  int KVH, int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
+                  cudaStream_t stream)
+{
+    static bool smem_done[16];
+    if (raise_smem(attention_decode_kernel<D, F8, ROPE>, decode_smem<D, F8>(), smem_done))
+        return -1;
+    float *ws_o = (float *)ws;
+    float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
+    dim3 grid(n_part, KVH, b->n_seqs);
+    K_CHECK(k_launch(attention_decode_kernel<D, F8, ROPE>, grid, DC_THREADS, decode_smem<D, F8>(), stream, q,
+                     q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+                     block_size, sl2, part, n_part, ws_o, ws_ml, rope));
+    if (n_part > 1) {
+        const long long warps = (long long)b->n_seqs * H;
+        K_CHECK(k_launch(attention_decode_reduce_kernel<D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,
+                         stream, ws_o, ws_ml, b->q_start, b->ctx_len, out, b->n_seqs, H, part, n_part));
+    }
+    return 0;
+}
+
+template <bool F8, bool ROPE = false>
+int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
+                bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys, void *workspace,
+                size_t workspace_bytes, cudaStream_t stream, const k_rope_in &rope = k_rope_in{})
+{
+    if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
+        return -1;
+    K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
+    if (b->n_seqs <= 0)
+        return 0;
+    int part, n_part;
+    decode_split(b->n_seqs, b->max_ctx_len, part_keys, &part, &n_part, nullptr);
+    const size_t need = decode_ws_bytes(b->n_seqs, H, D, n_part);
+    K_REQUIRE(need == 0 || (workspace && workspace_bytes >= need && (uintptr_t)workspace % 16 == 0),
+              "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
+              workspace ? workspace_bytes : (size_t)0);
+    const float sl2 = scale * 1.4426950408889634f;
+    return D == 128 ? launch_decode<128, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                   n_part, workspace, rope, stream)
+                    : launch_decode<64, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                  n_part, workspace, rope, stream);
+}
+
+} // namespace
+
+extern "C" size_t k_attention_decode_workspace_split(int n_seqs, int H, int D, int max_ctx_len, int part_keys)
+{
+    int part, n_part, n_bound;
+    decode_split(n_seqs, max_ctx_len, part_keys, &part, &n_part, &n_bound);
+    return decode_ws_bytes(n_seqs, H, D, n_bound);
+}
+
+extern "C" size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max_ctx_len)
+{
+    return k_attention_decode_workspace_split(n_seqs, H, D, max_ctx_len, 0);
+}
+
+extern "C" int k_attention_decode_parts(int n_seqs, int max_ctx_len, int part_keys, int *part)
+{
+    int p, n_part;
+    decode_split(n_seqs, max_ctx_len, part_keys, &p, &n_part, nullptr);
+    if (part)
+        *part = p;
+    return n_part;
+}
+
+extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                        int block_size, float scale, int part_keys, void *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream)
+{
+    const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
+    return decode_impl<false>("k_attention_decode", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                              part_keys, workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *rope, bf16 *k_cache,
+                                       bf16 *v_cache, const struct k_attn_batch *b, bf16 *out, int H, int KVH,
+                                       int D, int block_size, float scale, int part_keys, void *workspace,
+                                       size_t workspace_bytes, cudaStream_t stream)
+{
+    K_REQUIRE(rope && rope->positions && rope->inv_freq && rope->slot_mapping,
+              "k_attention_decode_rope: NULL rope, positions, inv_freq or slot_mapping");
+    K_REQUIRE(!(rope->eps < 0), "k_attention_decode_rope: eps %g < 0", (double)rope->eps);
+    K_REQUIRE(((uintptr_t)rope->bias | (uintptr_t)rope->q_norm | (uintptr_t)rope->k_norm) % 16 == 0,
+              "k_attention_decode_rope: bias, q_norm and k_norm must be 16-byte aligned");
+    const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
+    return decode_impl<false, true>("k_attention_decode_rope", qkv, (H + 2 * KVH) * D, kv, b, out, H, KVH, D,
+                                    block_size, scale, part_keys, workspace, workspace_bytes, stream, *rope);
+}
+
+extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
+                                  const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                  int block_size, float scale, void *workspace, size_t workspace_bytes,
+                                  cudaStream_t stream)
+{
+    return k_attention_decode_split(q, q_stride, k_cache, v_cache, b, out, H, KVH, D, block_size, scale, 0,
+                                    workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_split_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
+                                            const uint8_t *v_cache, const float *k_scale,
+                                            const float *v_scale, const struct k_attn_batch *b, bf16 *out,
+                                            int H, int KVH, int D, int block_size, float scale, int part_keys,
+                                            void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    const kv_src kv = {k_cache, v_cache, k_scale, v_scale};
+    return decode_impl<true>("k_attention_decode_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                             part_keys, workspace, workspace_bytes, stream);
+}
+
+extern "C" int k_attention_decode_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
+                                      const uint8_t *v_cache, const float *k_scale, const float *v_scale,
+                                      const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D,
+                                      int block_size, float scale, void *workspace, size_t workspace_bytes,
+                                      cudaStream_t stream)
+{
+    return k_attention_decode_split_fp8(q, q_stride, k_cache, v_cache, k_scale, v_scale, b, out, H, KVH, D,
+                                        block_size, scale, 0, workspace, workspace_bytes, stream);
+}
