@@ -1087,6 +1087,10 @@ int main(void)
     const std::vector<int> mix_ctx = {1, 7, 300, 3130, 3001, 3064, 513, 3017, 4000, 129};
     for (const cfg &c : heads)
         prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
+    /* the tensor-map copies' other shapes (block sizes 64, 128, 256: 64 keys a copy, two lanes a tile; 128,
+       one lane; 128 of a 256-key block) */
+    for (const cfg &c : {cfg{40, 8, 128, 64}, cfg{16, 8, 128, 128}, cfg{8, 2, 128, 256}})
+        prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
 
     /* decode: batches 1, 3, 64, 256 with contexts from 1 to 32k mixed in one batch */
     for (const cfg &c : heads) {
