@@ -56,7 +56,7 @@ template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
      * the K/V tiles to 1024 bytes */
     return (F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
                : (BM + 2 * (WG ? 6 : 2) * KV_TILE) * D * 2) +
-           (WG ? 1024 : 0) + (WG && !F8 ? 64 : 0); /* the pipelined loop's three tile barriers */
+           (WG ? 1024 : 0) + (WG && !F8 ? 64 : 0); /* the pipelined loop's tile barriers (WS: seven) */
 }
 /* CTAs per SM the register budget is cut for: at D = 128 a thread needs ~235 registers */
 template <int D, int BM> constexpr int prefill_min_ctas()

@@ -363,6 +363,16 @@ static bool prefill_runs(int v, int D)
     return on;
 }
 
+/* Every prefill kernel variant, and whether a case runs it: an fp8 cache has one wgmma kernel (the
+ * cp.async and lockstep variants are the bf16 cache's). */
+static const int prefill_variants[] = {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
+                                       K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC};
+static bool prefill_case_runs(int v, int D, bool f8)
+{
+    return prefill_runs(v, D) &&
+           !(f8 && (v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC));
+}
+
 static const char *prefill_variant_name(int v)
 {
     return v == K_ATTN_PREFILL_WGMMA           ? "wgmma, 128 rows/CTA"
@@ -490,11 +500,9 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
     k_attn_batch b = P.batch();
     const float scale = 1.f / sqrtf((float)c.D);
     char name[200], cn[64];
-    for (int v : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
-                  K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC}) {
-        if (!prefill_runs(v, c.D) ||
-            (f8 && (v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC)))
-            continue; /* no wgmma here (said once, in main); an fp8 cache has one wgmma kernel */
+    for (int v : prefill_variants) {
+        if (!prefill_case_runs(v, c.D, f8))
+            continue; /* no wgmma here (said once, in main) */
         k_attention_prefill_force(v);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
         if (f8)
@@ -875,10 +883,8 @@ static void timing(void)
         fill_codes(k8, pool, 14), fill_codes(v8, pool, 15);
         fill_scales(ks, pool / D, 16), fill_scales(vs, pool / D, 17);
         for (int f8 = 0; f8 < 2; f8++)
-            for (int var : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
-                            K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC}) {
-                if (!prefill_runs(var, D) ||
-                    (f8 && (var == K_ATTN_PREFILL_WGMMA_CPASYNC || var == K_ATTN_PREFILL_WGMMA_SYNC)))
+            for (int var : prefill_variants) {
+                if (!prefill_case_runs(var, D, f8))
                     continue;
                 k_attention_prefill_force(var);
                 const double ms = time_ms(10, [&]() {
