@@ -272,12 +272,14 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
 
-    /* The online softmax of one S tile (this warp's 16 rows x 64 keys from key j0): fp8 key scales, the
-     * causal mask, new maxima and sums, and P as the A fragments of P V; alA, alB are the factors this
-     * thread's two O rows are to be rescaled by. A row whose keys are all masked so far keeps m = -inf
-     * and p = 0. */
-    auto softmax_p = [&](auto &sc, int j0, auto &pf, float &alA, float &alB) {
+    /* The online softmax of one S tile in place (this warp's 16 rows x NB * 8 keys from key j0): fp8 key
+     * scales, the causal mask, new maxima and sums; sc becomes p (unscaled by the fp8 value scales), and
+     * alA, alB are the factors this thread's two O rows are to be rescaled by. A row whose keys are all
+     * masked so far keeps m = -inf and p = 0. The maxima and sums run as four independent chains a row
+     * (one dependent chain of NB steps made the softmax latency-bound). */
+    auto softmax_exp = [&](auto &sc, int j0, float &alA, float &alB) {
         constexpr int NB = std::extent<std::remove_reference_t<decltype(sc)>>::value; /* 8-key blocks */
+        static_assert(NB % 4 == 0, "four chains");
         if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask (-inf * 0 would be NaN) */
 #pragma unroll
             for (int nt = 0; nt < NB; nt++) {
@@ -299,37 +301,54 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                 }
             }
         }
-        /* online softmax; a row whose keys are all masked so far keeps m = -inf and p = 0 */
-        float mxA = mA, mxB = mB;
+        float xA[4], xB[4];
 #pragma unroll
-        for (int nt = 0; nt < NB; nt++) {
-            mxA = fmaxf(mxA, fmaxf(sc[nt][0], sc[nt][1]));
-            mxB = fmaxf(mxB, fmaxf(sc[nt][2], sc[nt][3]));
+        for (int c = 0; c < 4; c++)
+            xA[c] = fmaxf(sc[c][0], sc[c][1]), xB[c] = fmaxf(sc[c][2], sc[c][3]);
+#pragma unroll
+        for (int nt = 4; nt < NB; nt++) {
+            xA[nt % 4] = fmaxf(xA[nt % 4], fmaxf(sc[nt][0], sc[nt][1]));
+            xB[nt % 4] = fmaxf(xB[nt % 4], fmaxf(sc[nt][2], sc[nt][3]));
         }
+        float mxA = fmaxf(fmaxf(mA, fmaxf(xA[0], xA[1])), fmaxf(xA[2], xA[3]));
+        float mxB = fmaxf(fmaxf(mB, fmaxf(xB[0], xB[1])), fmaxf(xB[2], xB[3]));
         mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 1));
-        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
         mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 1));
+        mxA = fmaxf(mxA, __shfl_xor_sync(0xffffffffu, mxA, 2));
         mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
         const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
         alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
         mA = mxA, mB = mxB;
-        lA *= alA, lB *= alB;
+        float sA[4] = {0.f, 0.f, 0.f, 0.f}, sB[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int nt = 0; nt < NB; nt++) {
-            const float p0 = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
-                        p1 = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
-            const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
-                        p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
-            lA += p0 + p1, lB += p2 + p3;
-            if constexpr (F8) { /* P[., key] *= v_scale[key] for the product; l sums the unscaled p */
+            sc[nt][0] = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+            sc[nt][1] = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
+            sc[nt][2] = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+            sc[nt][3] = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
+            sA[nt % 4] += sc[nt][0] + sc[nt][1], sB[nt % 4] += sc[nt][2] + sc[nt][3];
+        }
+        lA = fmaf(lA, alA, (sA[0] + sA[1]) + (sA[2] + sA[3]));
+        lB = fmaf(lB, alB, (sB[0] + sB[1]) + (sB[2] + sB[3]));
+    };
+    /* p (from softmax_exp) as the A fragments of P V; fp8: times the keys' value scales */
+    auto pack_p = [&](auto &sc, auto &pf) {
+        constexpr int NB = std::extent<std::remove_reference_t<decltype(sc)>>::value;
+#pragma unroll
+        for (int nt = 0; nt < NB; nt++) {
+            if constexpr (F8) {
                 const float2 vs = *reinterpret_cast<const float2 *>(sSc + KV_TILE + nt * 8 + 2 * t4);
-                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
-                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+                pf[nt / 2][(nt % 2) * 2] = pack_bf16(sc[nt][0] * vs.x, sc[nt][1] * vs.y);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(sc[nt][2] * vs.x, sc[nt][3] * vs.y);
             } else {
-                pf[nt / 2][(nt % 2) * 2] = pack_bf16(p0, p1);
-                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(p2, p3);
+                pf[nt / 2][(nt % 2) * 2] = pack_bf16(sc[nt][0], sc[nt][1]);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(sc[nt][2], sc[nt][3]);
             }
         }
+    };
+    auto softmax_p = [&](auto &sc, int j0, auto &pf, float &alA, float &alB) {
+        softmax_exp(sc, j0, alA, alB);
+        pack_p(sc, pf);
     };
 
     auto rescale_o = [&](float alA, float alB) {
@@ -347,44 +366,47 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
          * so that ptxas keeps the wgmmas asynchronous (a wgmma under a branch it cannot prove uniform
          * over the warpgroup is serialized). */
         float sc[KT / 8][4];
-        uint32_t pf[KT / 16][4], pn[KT / 16][4];
-        const uint32_t qb = smem_u32(sQ) + (warp / 4) * 16384;
+        uint32_t pf[KT / 16][4];
+        /* a k step's descriptor is its stage's plus its byte offset (wg_desc_at): one add, not six */
+        const uint64_t qd = wg_desc(smem_u32(sQ) + (warp / 4) * 16384, 16, 1024);
         /* S = Q K(t)^T, one group */
         auto s_issue = [&](int t) {
-            const uint32_t kb = smem_u32(sK + (t % 3) * KT * D);
+            const uint64_t kd = wg_desc(smem_u32(sK + (t % 3) * KT * D), 16, 1024);
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
-                wg_m64n128k16_ss(sc, wg_desc(qb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
-                                 wg_desc(kb + (kk / 4) * KT * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+                wg_m64n128k16_ss(sc, wg_desc_at(qd, (kk / 4) * 8192 + (kk % 4) * 32),
+                                 wg_desc_at(kd, (kk / 4) * KT * 128 + (kk % 4) * 32), kk > 0);
             wg_commit();
             wg_hold(sc);
         };
         /* O += P V(t), one group */
         auto pv_issue = [&](int t) {
-            const uint32_t vb = smem_u32(sV + (t % 3) * KT * D);
+            const uint64_t vd = wg_desc(smem_u32(sV + (t % 3) * KT * D), KT * 128, 1024);
             wg_hold(o);
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++)
-                wg_m64n128k16_nmajor(o, pf[kk], wg_desc(vb + kk * 2048, KT * 128, 1024));
+                wg_m64n128k16_nmajor(o, pf[kk], wg_desc_at(vd, kk * 2048));
             wg_commit();
             wg_hold(o);
         };
-        /* once S(t + 1) and P V(t) are issued: the softmax of S(t + 1), then O rescaled when P V(t) is done,
-         * and P(t + 1) made the current P */
+        /* once S(t + 1) and P V(t) are issued: the softmax of S(t + 1) in place, then, once P V(t) is done,
+         * O rescaled and P(t + 1) packed into the registers P V(t) read (FlashAttention-3's order).
+         * Packing during the softmax wrote registers the running product still read, so ptxas waited
+         * for P V(t) first. ptxas still hoists the second wait above the softmax (a wait moves up to the
+         * start of its basic block), so the softmax runs after both products, beside the other
+         * warpgroup's: a loop rotated to put the wait past the back edge ran the softmax beside P V(t)
+         * and was slower (docs/PERFORMANCE.md, 2026-12-02, sixth). */
         auto finish = [&](int t) {
             float alA, alB;
             wg_wait<1>(); /* S(t + 1) */
             wg_hold(sc);
-            softmax_p(sc, (t + 1) * KT, pn, alA, alB);
+            softmax_exp(sc, (t + 1) * KT, alA, alB);
+            wg_hold(sc);
             wg_wait<0>(); /* P(t) V(t) */
             wg_hold(o);
             wg_keep(pf);
             rescale_o(alA, alB);
-#pragma unroll
-            for (int i = 0; i < KT / 16; i++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    pf[i][e] = pn[i][e];
+            pack_p(sc, pf);
         };
         if constexpr (WS) {
             /* Ping-pong: warpgroup w issues its products once named barrier 1 + w lets it, then lets the

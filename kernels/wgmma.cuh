@@ -40,6 +40,14 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
            (uint64_t)((sbo & 0x3ffffu) >> 4) << 32 | (uint64_t)1 << 62;
 }
 
+// The descriptor of the operand `bytes` further on than d's (a k step within a stage): the start
+// address field is the low 14 bits of addr >> 4, and shared memory ends below 256 KB, so the sum stays
+// in the field; a 32-bit add.
+__device__ __forceinline__ uint64_t wg_desc_at(uint64_t d, uint32_t bytes)
+{
+    return (d & ~0xffffffffull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+
 // Orders this thread's register writes before the next wgmma reads them (accumulators, A).
 __device__ __forceinline__ void wg_fence()
 {
