@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
      * scales, the causal mask, new maxima and sums; sc becomes p (unscaled by the fp8 value scales), and
      * alA, alB are the factors this thread's two O rows are to be rescaled by. A row whose keys are all
      * masked so far keeps m = -inf and p = 0. The maxima and sums run as four independent chains a row
-     * (one dependent chain of NB steps made the softmax latency-bound). */
+     * (the SASS had one dependent chain of NB steps). */
     auto softmax_exp = [&](auto &sc, int j0, float &alA, float &alB) {
         constexpr int NB = std::extent<std::remove_reference_t<decltype(sc)>>::value; /* 8-key blocks */
         static_assert(NB % 4 == 0, "four chains");
@@ -322,9 +322,9 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         float sA[4] = {0.f, 0.f, 0.f, 0.f}, sB[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int nt = 0; nt < NB; nt++) {
-            sc[nt][0] = fast_exp2(fmaf(sc[nt][0], sl2, -msA)),
+            sc[nt][0] = fast_exp2(fmaf(sc[nt][0], sl2, -msA));
             sc[nt][1] = fast_exp2(fmaf(sc[nt][1], sl2, -msA));
-            sc[nt][2] = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
+            sc[nt][2] = fast_exp2(fmaf(sc[nt][2], sl2, -msB));
             sc[nt][3] = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
             sA[nt % 4] += sc[nt][0] + sc[nt][1], sB[nt % 4] += sc[nt][2] + sc[nt][3];
         }
@@ -392,8 +392,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         /* once S(t + 1) and P V(t) are issued: the softmax of S(t + 1) in place, then, once P V(t) is done,
          * O rescaled and P(t + 1) packed into the registers P V(t) read (FlashAttention-3's order).
          * Packing during the softmax wrote registers the running product still read, so ptxas waited
-         * for P V(t) first. ptxas still hoists the second wait above the softmax (a wait moves up to the
-         * start of its basic block), so the softmax runs after both products, beside the other
+         * for P V(t) first. ptxas still hoists the second wait above the softmax (to the start of its
+         * basic block, as the SASS shows), so the softmax runs after both products, beside the other
          * warpgroup's: a loop rotated to put the wait past the back edge ran the softmax beside P V(t)
          * and was slower (docs/PERFORMANCE.md, 2026-12-02, sixth). */
         auto finish = [&](int t) {
