@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
             wg_wait<1>(); /* S(t + 1) */
             wg_hold(sc);
             softmax_exp(sc, (t + 1) * KT, alA, alB);
-            wg_hold(sc);
+            wg_hold(sc);  /* the softmax above the wait in the PTX (ptxas moves the wait up regardless) */
             wg_wait<0>(); /* P(t) V(t) */
             wg_hold(o);
             wg_keep(pf);
