@@ -78,6 +78,16 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* The same product with f16 operands (the fp8 cache's decode: e4m3 codes convert to f16 in one
+ * instruction a pair, where bf16 takes a trip through fp32). */
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ float fast_exp2(float x)
 {
     float y;
@@ -88,6 +98,12 @@ __device__ __forceinline__ float fast_exp2(float x)
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
@@ -166,10 +182,19 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
     }
 }
 
+/* The decode kernel's fp8 staging rows: 16-byte chunk c of row r sits at chunk position c ^ (r & 7) for
+ * D = 128 (8 chunks a row), so that lanes reading chunks 2 t4 (+ 1) of 2 rows, or 8-byte halves across
+ * a row, hit distinct banks; D = 64 rows (4 chunks, 2 rows per 128 bytes) need no swizzle. */
+template <int D> __device__ __forceinline__ int f8_chunk(int r, int c)
+{
+    return D == 128 ? c ^ (r & 7) : c;
+}
+
 /* fp8 cache: issues the cp.asyncs of one K and one V tile of e4m3 bytes (16 per copy) into a
- * linear staging area sF [K, V][KV_TILE][D] and their scales into sS [K, V][KV_TILE]; keys >= jlim
- * are zero-filled and key jskip left out as in load_kv_tile. */
-template <int D, int NT>
+ * staging area sF [K, V][KV_TILE][D] (linear, or with SW the chunk order of f8_chunk) and their
+ * scales into sS [K, V][KV_TILE]; keys >= jlim are zero-filled and key jskip left out as in
+ * load_kv_tile. */
+template <int D, int NT, bool SW = false>
 __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv_src kv,
                                                 const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
                                                 int j0, int jlim, int tid, int jskip = -1)
@@ -186,9 +211,10 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int j = j0 + r;
         const bool ok = j < jlim;
         const size_t off = ok ? kv_row(btab, j, kvh, KVH, bs) * D + c * 16 : 0;
+        const int pc = SW ? f8_chunk<D>(r, c) : c;
         if (!ok || j != jskip) {
-            cp_async16(base + r * D + c * 16, kc + off, ok);
-            cp_async16(base + (KV_TILE + r) * D + c * 16, vc + off, ok);
+            cp_async16(base + r * D + pc * 16, kc + off, ok);
+            cp_async16(base + (KV_TILE + r) * D + pc * 16, vc + off, ok);
         }
     }
     for (int i = tid; i < 2 * KV_TILE; i += NT) {

@@ -35,7 +35,7 @@ __device__ __forceinline__ void load_kv_row(bf16 *sK, bf16 *sV, const bf16 *__re
 }
 
 /* fp8 cache: the cp.asyncs of key j alone (codes and scales), row r of a staging tile
- * load_kv_tile_f8 left it out of (threads tid < D / 16 + 2). */
+ * load_kv_tile_f8 left it out of (threads tid < D / 16 + 2), in the chunk order of f8_chunk. */
 template <int D>
 __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_src kv,
                                                const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
@@ -46,12 +46,100 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
     const uint8_t *kc = static_cast<const uint8_t *>(kv.k), *vc = static_cast<const uint8_t *>(kv.v);
     const uint32_t base = smem_u32(sF);
     if (tid < CPR) {
-        cp_async16(base + r * D + tid * 16, kc + row * D + tid * 16, true);
-        cp_async16(base + (KV_TILE + r) * D + tid * 16, vc + row * D + tid * 16, true);
+        const int pc = f8_chunk<D>(r, tid);
+        cp_async16(base + r * D + pc * 16, kc + row * D + tid * 16, true);
+        cp_async16(base + (KV_TILE + r) * D + pc * 16, vc + row * D + tid * 16, true);
     } else if (tid == CPR) {
         cp_async4(smem_u32(sS + r), kv.ks + row, true);
     } else if (tid == CPR + 1) {
         cp_async4(smem_u32(sS + KV_TILE + r), kv.vs + row, true);
+    }
+}
+
+constexpr int DC_THREADS = 128;
+
+/* fp8 cache: this lane's Q fragments as f16 for mma_f16, read once from sQ. The head dimension is
+ * permuted (the same way for Q and K, so the sums are the same sums): in k step kk the lane's k
+ * positions 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 hold d = t4 D / 4 + 4 kk + 0 .. 3, so that a key's
+ * fragments are D / 4 consecutive codes (k_frags_f8). bf16 -> f16 is exact over f16's normal range;
+ * if |q| exceeds 2^14, Q is scaled by a power of two 2^-e and the return value 2^e multiplies the
+ * scores with the k scales (exact either way). */
+template <int D>
+__device__ __forceinline__ float q_frags_f16(uint32_t (&qf)[D / 16][4], const bf16 *sQ, int g4, int t4)
+{
+    uint2 raw[D / 16][2]; /* rows g4, g4 + 8: 4 bf16 at d = t4 D / 4 + 4 kk */
+    float amax = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int d = t4 * (D / 4) + 4 * kk;
+            raw[kk][h] = *reinterpret_cast<const uint2 *>(sQ + swz<D>(g4 + 8 * h, d / 8) + d % 8);
+            const uint32_t w[2] = {raw[kk][h].x, raw[kk][h].y};
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(w[i] << 16)),
+                                         fabsf(__uint_as_float(w[i] & 0xffff0000u))));
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int e = 0;
+    if (amax > 16384.f) { /* uniform across the warp */
+        frexpf(amax, &e); /* amax < 2^e */
+        e -= 14;
+    }
+    const float down = exp2f((float)-e);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t w[2] = {raw[kk][h].x, raw[kk][h].y};
+#pragma unroll
+            for (int i = 0; i < 2; i++) /* i = 0: d + 0, 1 (fragment 0 / 1); i = 1: d + 2, 3 (2 / 3) */
+                qf[kk][2 * i + h] =
+                    pack_f16(__uint_as_float(w[i] << 16) * down, __uint_as_float(w[i] & 0xffff0000u) * down);
+        }
+    }
+    return exp2f((float)e);
+}
+
+/* fp8 cache: the S products of one n tile (8 keys) from staged codes: this lane's key is row kr of the
+ * stage's K, its D / 4 codes (q_frags_f16's permutation) read as whole chunks and converted in
+ * registers, one instruction a pair. */
+template <int D>
+__device__ __forceinline__ void s_tile_f8(float (&sc)[4], const uint32_t (&qf)[D / 16][4], const uint8_t *sK8,
+                                          int kr, int t4)
+{
+    uint32_t w[D / 16];
+#pragma unroll
+    for (int h = 0; h < D / 64; h++) {
+        const uint4 x =
+            *reinterpret_cast<const uint4 *>(sK8 + kr * D + f8_chunk<D>(kr, t4 * (D / 64) + h) * 16);
+        w[4 * h] = x.x, w[4 * h + 1] = x.y, w[4 * h + 2] = x.z, w[4 * h + 3] = x.w;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        mma_f16(sc, qf[kk], e4m3x2_to_f16x2(w[kk]), e4m3x2_to_f16x2(w[kk] >> 16));
+}
+
+/* fp8 cache: one warp's 16 V rows (r0 ..) of a staged tile to f16 in the swizzled tile sVh that
+ * ldsm_x4_t reads. A lane converts 8-byte units: conflict-free 8-byte loads (a half-warp reads 128
+ * distinct bytes) and 16-byte stores (an 8-lane phase writes 8 chunk positions of one row). */
+template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uint8_t *sV8, int r0, int lane)
+{
+    constexpr int UPR = D / 8;    /* 8-byte units a row */
+    constexpr int RPI = 32 / UPR; /* rows a pass */
+    const int u = lane % UPR;
+#pragma unroll
+    for (int i = 0; i < 16 / RPI; i++) {
+        const int r = r0 + lane / UPR + i * RPI;
+        const uint2 x =
+            *reinterpret_cast<const uint2 *>(sV8 + r * D + f8_chunk<D>(r, u / 2) * 16 + (u % 2) * 8);
+        const uint4 o = make_uint4(e4m3x2_to_f16x2(x.x), e4m3x2_to_f16x2(x.x >> 16), e4m3x2_to_f16x2(x.y),
+                                   e4m3x2_to_f16x2(x.y >> 16));
+        *reinterpret_cast<uint4 *>(sVh + swz<D>(r, u)) = o;
     }
 }
 
@@ -67,18 +155,17 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
  * stores them to sQ; the CTA whose partition holds the new key (position ctx - 1, the token being
  * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
-constexpr int DC_THREADS = 128;
+/* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM, with 168 registers; 4 stages (2 CTAs)
+ * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md) */
 template <int D, bool F8> constexpr int decode_stages()
 {
-    return F8 ? 4 : D >= 128 ? 3 : 4;
+    return F8 ? 3 : D >= 128 ? 3 : 4;
 }
 template <int D, bool F8> constexpr int decode_smem()
 {
-    /* bf16: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one bf16 K and V tile, NS staging
-     * stages of e4m3 K and V with their scales, the current tile's scales (the final combine reuses the
-     * staging area) */
-    return F8 ? 16 * D * 2 + 2 * KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4) +
-                    2 * KV_TILE * 4
+    /* bf16: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one f16 V tile, NS staging
+     * stages of e4m3 K and V with their scales (the final combine reuses the staging area) */
+    return F8 ? 16 * D * 2 + KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4)
               : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2 + D * 4;
 }
 
@@ -94,10 +181,9 @@ __global__ void __launch_bounds__(DC_THREADS)
     constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
-    bf16 *sKV = sQ + 16 * D; /* bf16: [NS][K, V][KV_TILE][D]; fp8: [K, V][KV_TILE][D] (converted) */
-    uint8_t *sF = reinterpret_cast<uint8_t *>(sKV + 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE][D] */
+    bf16 *sKV = sQ + 16 * D; /* bf16: [NS][K, V][KV_TILE][D]; fp8: V [KV_TILE][D] as f16 (v_rows_f16) */
+    uint8_t *sF = reinterpret_cast<uint8_t *>(sKV + KV_TILE * D); /* fp8: [NS][K, V][KV_TILE][D] (f8_chunk) */
     float *sS = reinterpret_cast<float *>(sF + NS * 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE] */
-    float *sSc = sS + NS * 2 * KV_TILE;                               /* fp8: [K, V][KV_TILE] */
     const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
 
     const int G = H / KVH;
@@ -137,8 +223,9 @@ __global__ void __launch_bounds__(DC_THREADS)
     for (int st = 0; st < NS - 1; st++) {
         if (live && st < n_tiles) {
             if constexpr (F8)
-                load_kv_tile_f8<D, DC_THREADS>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv, btab,
-                                               kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
+                load_kv_tile_f8<D, DC_THREADS, true>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv,
+                                                     btab, kvh, KVH, bs, start + st * KV_TILE, end, tid,
+                                                     jlate);
             else
                 load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
                                             vc, btab, kvh, KVH, bs, start + st * KV_TILE, end, tid, jlate);
@@ -218,57 +305,74 @@ __global__ void __launch_bounds__(DC_THREADS)
     const int g4 = lane / 4, t4 = lane % 4;
     const uint32_t kfb = k_frag_base<D>(lane), vfb = v_frag_base<D>(lane);
     uint32_t qf[D / 16][4];
+    float qmul = 1.f; /* fp8: what the scores owe Q's scaling (q_frags_f16) */
+    if constexpr (F8) {
+        qmul = q_frags_f16<D>(qf, sQ, g4, t4);
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(lane % 16, kk * 2 + lane / 16) * 2);
+        for (int kk = 0; kk < D / 16; kk++)
+            ldsm_x4(qf[kk], smem_u32(sQ) + swz<D>(lane % 16, kk * 2 + lane / 16) * 2);
+    }
 
     float o[D / 8][4];
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mA = NEG_INF, mB = NEG_INF, lA = 0.f, lB = 0.f;
+    float cv = 0.f; /* fp8: o holds the output over cv, the last tile's largest v scale of this warp */
 
     for (int it = 0; it < n_tiles; it++) {
-        {
+        const auto issue_next = [&]() {
             const int nxt = it + NS - 1;
             if (nxt < n_tiles) {
                 const int sn = nxt % NS;
                 if constexpr (F8)
-                    load_kv_tile_f8<D, DC_THREADS>(sF + sn * 2 * KV_TILE * D, sS + sn * 2 * KV_TILE, kv, btab,
-                                                   kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
+                    load_kv_tile_f8<D, DC_THREADS, true>(sF + sn * 2 * KV_TILE * D, sS + sn * 2 * KV_TILE, kv,
+                                                         btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
                 else
                     load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D,
                                                 kc, vc, btab, kvh, KVH, bs, start + nxt * KV_TILE, end, tid);
             }
             cp_async_commit();
-        }
-        cp_async_wait<NS - 1>();
-        __syncthreads();
-
-        const int st = it % NS;
-        /* fp8: tile it to bf16 (the previous tile's readers are past the barrier above; its staging stage
-         * is refilled only after the barrier below) */
-        if constexpr (F8) {
-            convert_kv_tile<D, DC_THREADS>(sKV, sSc, sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, tid);
+        };
+        if constexpr (F8) { /* one barrier a tile: tile it has landed, and every warp is past tile it - 1,
+                               whose stage the next load refills */
+            cp_async_wait<NS - 2>();
+            __syncthreads();
+            issue_next();
+        } else {
+            issue_next();
+            cp_async_wait<NS - 1>();
             __syncthreads();
         }
+
+        const int st = it % NS;
         const int wj0 = start + it * KV_TILE + warp * 16; /* this warp's 16 keys */
         if (wj0 < end) {
             const uint32_t kb = smem_u32(sKV + (F8 ? 0 : st) * 2 * KV_TILE * D) + warp * 16 * D * 2;
-            const uint32_t vb = kb + KV_TILE * D * 2;
+            const uint32_t vb = F8 ? kb : kb + KV_TILE * D * 2;
+            const uint8_t *sK8 = sF + st * 2 * KV_TILE * D;
+            const float *sSt = sS + st * 2 * KV_TILE; /* fp8: this tile's k scales, then v scales */
             float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t b[4];
-                ldsm_x4(b, kb + (kfb ^ (kk * 32)));
-                mma_bf16(sc[0], qf[kk], b[0], b[1]);
-                mma_bf16(sc[1], qf[kk], b[2], b[3]);
-            }
-            if constexpr (F8) { /* S[., key] *= k_scale[key], before the mask */
+            if constexpr (F8) {
+                __syncwarp(); /* the lanes' reads of the previous tile's V are done */
+                v_rows_f16<D>(sKV, sK8 + KV_TILE * D, warp * 16, lane);
+                s_tile_f8<D>(sc[0], qf, sK8, warp * 16 + g4, t4);
+                s_tile_f8<D>(sc[1], qf, sK8, warp * 16 + 8 + g4, t4);
+                /* S[., key] *= k_scale[key] (and Q's scaling), before the mask */
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
-                    const float2 ks = *reinterpret_cast<const float2 *>(sSc + warp * 16 + nt * 8 + 2 * t4);
-                    sc[nt][0] *= ks.x, sc[nt][1] *= ks.y, sc[nt][2] *= ks.x, sc[nt][3] *= ks.y;
+                    const float2 ks = *reinterpret_cast<const float2 *>(sSt + warp * 16 + nt * 8 + 2 * t4);
+                    const float kx = ks.x * qmul, ky = ks.y * qmul;
+                    sc[nt][0] *= kx, sc[nt][1] *= ky, sc[nt][2] *= kx, sc[nt][3] *= ky;
+                }
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, kb + (kfb ^ (kk * 32)));
+                    mma_bf16(sc[0], qf[kk], b[0], b[1]);
+                    mma_bf16(sc[1], qf[kk], b[2], b[3]);
                 }
             }
             if (wj0 + 15 >= end) {
@@ -289,11 +393,31 @@ __global__ void __launch_bounds__(DC_THREADS)
             mxB = fmaxf(mxB, __shfl_xor_sync(0xffffffffu, mxB, 2));
             const float msA = mxA == NEG_INF ? 0.f : mxA * sl2, msB = mxB == NEG_INF ? 0.f : mxB * sl2;
             const float alA = fast_exp2(mA * sl2 - msA), alB = fast_exp2(mB * sl2 - msB);
+            float oA = alA, oB = alB; /* o's factor */
+            /* fp8: P[., key] *= v_scale[key] / c, c the largest of the warp's 16 (P stays in [0, 1], f16's
+               best range); o, kept over c, is rescaled by c_old / c_new with the softmax's factor */
+            float2 vs[2] = {make_float2(0.f, 0.f), make_float2(0.f, 0.f)};
+            if constexpr (F8) {
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+                    vs[nt] = *reinterpret_cast<const float2 *>(sSt + KV_TILE + warp * 16 + nt * 8 + 2 * t4);
+                float c = fmaxf(fmaxf(vs[0].x, vs[0].y), fmaxf(vs[1].x, vs[1].y));
+                c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, 1));
+                c = fmaxf(c, __shfl_xor_sync(0xffffffffu, c, 2));
+                if (!(c > 0.f)) /* all zero (or NaN): the products are zero either way */
+                    c = 1.f;
+                const float inv = 1.f / c, r = cv * inv;
+                cv = c;
+                oA *= r, oB *= r;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+                    vs[nt].x *= inv, vs[nt].y *= inv;
+            }
             mA = mxA, mB = mxB;
             lA *= alA, lB *= alB;
 #pragma unroll
             for (int i = 0; i < D / 8; i++)
-                o[i][0] *= alA, o[i][1] *= alA, o[i][2] *= alB, o[i][3] *= alB;
+                o[i][0] *= oA, o[i][1] *= oA, o[i][2] *= oB, o[i][3] *= oB;
             uint32_t pf[4];
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
@@ -302,26 +426,36 @@ __global__ void __launch_bounds__(DC_THREADS)
                 const float p2 = fast_exp2(fmaf(sc[nt][2], sl2, -msB)),
                             p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
                 lA += p0 + p1, lB += p2 + p3;
-                if constexpr (F8) { /* P[., key] *= v_scale[key]; l sums the unscaled p */
-                    const float2 vs =
-                        *reinterpret_cast<const float2 *>(sSc + KV_TILE + warp * 16 + nt * 8 + 2 * t4);
-                    pf[nt * 2] = pack_bf16(p0 * vs.x, p1 * vs.y);
-                    pf[nt * 2 + 1] = pack_bf16(p2 * vs.x, p3 * vs.y);
+                if constexpr (F8) { /* l sums the unscaled p */
+                    pf[nt * 2] = pack_f16(p0 * vs[nt].x, p1 * vs[nt].y);
+                    pf[nt * 2 + 1] = pack_f16(p2 * vs[nt].x, p3 * vs[nt].y);
                 } else {
                     pf[nt * 2] = pack_bf16(p0, p1);
                     pf[nt * 2 + 1] = pack_bf16(p2, p3);
                 }
             }
+            if constexpr (F8)
+                __syncwarp(); /* the warp's V rows (v_rows_f16) are in sKV */
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t b[4];
                 ldsm_x4_t(b, vb + (vfb ^ (dp * 32)));
-                mma_bf16(o[2 * dp], pf, b[0], b[1]);
-                mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
+                if constexpr (F8) {
+                    mma_f16(o[2 * dp], pf, b[0], b[1]);
+                    mma_f16(o[2 * dp + 1], pf, b[2], b[3]);
+                } else {
+                    mma_bf16(o[2 * dp], pf, b[0], b[1]);
+                    mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
+                }
             }
         }
         if constexpr (!F8)
             __syncthreads(); /* stage st is refilled by the next iteration's load */
+    }
+    if constexpr (F8) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            o[i][0] *= cv, o[i][1] *= cv, o[i][2] *= cv, o[i][3] *= cv;
     }
 
     /* combine the 4 warps through shared memory (the K/V stages are free now) */
