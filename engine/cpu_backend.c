@@ -95,6 +95,7 @@ struct cpu_backend {
     int emu_max_len;
     size_t n_weights; /* floats in weights */
     float *mrun;      /* [nthreads, cap_ctx] the running max each key's probability was rounded against */
+    float *vgrp;      /* fp8 pool: [nthreads, cap_ctx] each key's v scale, then its 16-key group's largest */
 
     float *kv;      /* the pool, layout above; NULL with an fp8 pool */
     size_t kv_slab; /* elements of one (block, kv head): block_size * D */
@@ -244,6 +245,12 @@ static inline float jitter(float x, uint64_t seed)
 static inline float emu_round(const struct cpu_backend *b, float x)
 {
     return bf16r(b->emu_jitter ? jitter(x, b->emu_jitter) : x);
+}
+
+/* The same, rounded to f16 (the fp8 pool's decode probabilities, k_attention_decode_fp8). */
+static inline float emu_round_f16(const struct cpu_backend *b, float x)
+{
+    return f16_to_f32(f32_to_f16(b->emu_jitter ? jitter(x, b->emu_jitter) : x));
 }
 
 static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
@@ -569,6 +576,7 @@ static void cpu_free(struct backend *be)
     free(b->kv_codes), free(b->kv_scales), free(b->kv_buf);
     free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
     free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores), free(b->mrun);
+    free(b->vgrp);
     free(b->hfin), free(b->logits), free(b->pick), free(b->perr);
     if (b->samp)
         for (int t = 0; t < b->nthreads; t++)
@@ -606,9 +614,19 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
             return -1;
         if (b->emu && grow((void **)&b->mrun, (size_t)b->nthreads * ctx * sizeof(float)))
             return -1;
+        if (b->emu && b->kv8 && grow((void **)&b->vgrp, (size_t)b->nthreads * ctx * sizeof(float)))
+            return -1;
         b->cap_ctx = ctx;
     }
     return 0;
+}
+
+/* fp8 pool: the scales of rows 0 .. of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer. */
+static const float *kv_scale_rows(const struct cpu_backend *b, int layer, int kind, int32_t blk, int g)
+{
+    const size_t at =
+        ((size_t)layer * 2 + (size_t)kind) * b->kv_part + ((size_t)blk * b->KVH + g) * b->kv_slab;
+    return b->kv_scales + at / (size_t)b->D;
 }
 
 /* Rows 0 .. n-1 of K (kind 0) or V (kind 1) of (block blk, kv head g) of a layer as floats: the fp32
@@ -625,7 +643,7 @@ static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, in
         return b->kv + at;
     }
     const uint8_t *c = b->kv_codes + at;
-    const float *sc = b->kv_scales + at / (size_t)b->D;
+    const float *sc = kv_scale_rows(b, layer, kind, blk, g);
     if (staged) { /* k_kv_stage_fp8: code * scale in fp32, rounded to bf16 */
         for (int j = 0; j < n; j++)
             for (int d = 0; d < b->D; d++)
@@ -802,6 +820,25 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
                     mr[j] = m;
             }
         }
+        /* fp8 pool, decode row (k_attention_decode_fp8): P * v_scale / c is rounded to f16, c the largest v
+           scale of the key's 16-key group (a warp's keys of a tile; partitions start at whole tiles) */
+        float *vg = NULL;
+        if (b->kv8 && !staged && sq->n_new == 1) {
+            vg = b->vgrp + (size_t)omp_get_thread_num() * b->cap_ctx;
+            for (int j0 = 0; j0 < ctx; j0 += bs)
+                memcpy(vg + j0, kv_scale_rows(b, layer, 1, bt[j0 / bs], g),
+                       (size_t)(ctx - j0 < bs ? ctx - j0 : bs) * sizeof(float));
+            for (int g0 = 0; g0 < ctx; g0 += 16) {
+                const int g1 = g0 + 16 < ctx ? g0 + 16 : ctx;
+                float c = 0.0f;
+                for (int j = g0; j < g1; j++)
+                    c = fmaxf(c, vg[j]);
+                if (!(c > 0.0f))
+                    c = 1.0f;
+                for (int j = g0; j < g1; j++)
+                    vg[j] = c;
+            }
+        }
         const float Ms = M * sl2;
         float l = 0;
         float *o = b->att + (size_t)r * b->HD + (size_t)h * D;
@@ -814,8 +851,11 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
             for (int j = 0; j < n; j++) {
                 const float ms = mr[j0 + j] * sl2;
                 const float p = exp2f(fmaf(sc[j0 + j], sl2, -ms)), c = exp2f(ms - Ms);
-                /* fp8: the probability times the key's v_scale is what the kernels round for P·V */
-                const float w = emu_round(b, vs ? p * vs[j] : p) * c;
+                /* fp8: the probability times the key's v_scale is what the kernels round for P·V (the
+                   decode kernel: over its group's largest, to f16) */
+                const float w = vg   ? emu_round_f16(b, p * (vs[j] * (1.0f / vg[j0 + j]))) * vg[j0 + j] * c
+                                : vs ? emu_round(b, p * vs[j]) * c
+                                     : emu_round(b, p) * c;
                 l += p * c;
                 const float *vv = vb + (size_t)j * D;
                 for (int d = 0; d < D; d++)
