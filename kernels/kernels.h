@@ -291,7 +291,8 @@ enum {
 };
 int k_attention_prefill_force(int variant);
 /* One query per sequence (q_start[s] = s), GQA-aware, split over the context for long sequences.
- * workspace: at least k_attention_decode_workspace(...) bytes. */
+ * block_size must be a power of two (as engine.block_size is; the decode kernels find a key's block by a
+ * shift). workspace: at least k_attention_decode_workspace(...) bytes. */
 size_t k_attention_decode_workspace(int n_seqs, int H, int D, int max_ctx_len);
 int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
