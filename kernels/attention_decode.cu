@@ -1,5 +1,6 @@
 /* Causal decode attention over the paged KV cache, GQA-aware and split over the context (with the
- * q/k norm + RoPE prologue folded in for k_attention_decode_rope): the kernels, their launchers and
+ * q/k norm + RoPE prologue folded in for k_attention_decode_rope; over an fp8 cache with f16 products,
+ * K's codes straight from the staged bytes into the mma registers): the kernels, their launchers and
  * k_attention_decode*. What it shares with the prefill kernel: kernels/attention.cuh; notes and
  * numbers: docs/KERNELS.md, "Attention". */
 #include <math.h>
@@ -61,7 +62,7 @@ constexpr int DC_THREADS = 128;
 /* fp8 cache: this lane's Q fragments as f16 for mma_f16, read once from sQ. The head dimension is
  * permuted (the same way for Q and K, so the sums are the same sums): in k step kk the lane's k
  * positions 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 hold d = t4 D / 4 + 4 kk + 0 .. 3, so that a key's
- * fragments are D / 4 consecutive codes (k_frags_f8). bf16 -> f16 is exact over f16's normal range;
+ * fragments are D / 4 consecutive codes (s_tile_f8). bf16 -> f16 is exact over f16's normal range;
  * if |q| exceeds 2^14, Q is scaled by a power of two 2^-e and the return value 2^e multiplies the
  * scores with the k scales (exact either way). */
 template <int D>
@@ -155,8 +156,8 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * stores them to sQ; the CTA whose partition holds the new key (position ctx - 1, the token being
  * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
-/* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM, with 168 registers; 4 stages (2 CTAs)
- * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md) */
+/* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM (at most 170 registers); 4 stages (2 CTAs)
+ * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh) */
 template <int D, bool F8> constexpr int decode_stages()
 {
     return F8 ? 3 : D >= 128 ? 3 : 4;
