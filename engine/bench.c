@@ -47,8 +47,8 @@ void bench_roofline_step(struct bench_roofline *r, const struct model_config *c,
                    2 * C * T           /* embedding rows */
                    + L * kvb * kv_read /* K and V read */
                    + L * kvb * T;      /* K and V written */
-    double lin_flops = 2 * L * lin * T, lm_flops = 2 * V * C * samp,
-           flops = lin_flops + lm_flops + 4 * L * HD * attn;
+    double lin_flops = 2 * L * lin * T, lm_flops = 2 * V * C * samp, attn_flops = 4 * L * HD * attn,
+           flops = lin_flops + lm_flops + attn_flops;
     double tb = bytes / BENCH_COPY_BPS,
            tf = lin_flops / (r->fp8_weights ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +
                 lm_flops / (r->fp8_lm_head ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +
@@ -59,6 +59,8 @@ void bench_roofline_step(struct bench_roofline *r, const struct model_config *c,
     r->bytes += bytes;
     r->flops += flops;
     r->ideal_s += tb > tf ? tb : tf;
+    const double ab = L * kvb * kv_read / BENCH_COPY_BPS, af = attn_flops / BENCH_BF16_FLOPS;
+    r->attn_ideal_s += ab > af ? ab : af;
     r->compute_bound_steps += tf > tb;
 }
 

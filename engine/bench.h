@@ -11,7 +11,10 @@
  * With fp8 weights the linear weights count 1 byte each (their scales are 1/16384 of that) and their
  * flops run at the fp8 rate; with an fp8 KV cache a token's K and V count 2 * KVH * (D + 4) bytes a
  * layer (e4m3 codes and an fp32 scale per KV head); with an fp8 output projection (model.lm_head_dtype)
- * its V * C weights count 1 byte each and its flops run at the fp8 rate. */
+ * its V * C weights count 1 byte each and its flops run at the fp8 rate.
+ *
+ * Attention's part of the floor: per step max(K/V bytes read / BENCH_COPY_BPS, attention flops /
+ * BENCH_BF16_FLOPS), never more than the step's ideal time (each term is part of the step's). */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,11 +38,12 @@ const struct bench_workload *bench_workload_find(const char *name);
 const char *bench_workload_names(void);
 
 struct bench_roofline {
-    bool fp8_weights, fp8_kv;   /* set by the caller: what the backend stores (see above) */
-    bool fp8_lm_head;           /* the output projection in fp8 (model.lm_head_dtype) */
+    bool fp8_weights, fp8_kv; /* set by the caller: what the backend stores (see above) */
+    bool fp8_lm_head;         /* the output projection in fp8 (model.lm_head_dtype) */
     uint64_t steps, tokens, sampled;
     double bytes, flops;        /* summed over steps */
     double ideal_s;             /* sum of each step's max(bytes / bw, flops / rate) */
+    double attn_ideal_s;        /* sum of each step's attention floor (above) */
     double compute_bound_steps; /* steps whose flops term was the larger */
 };
 

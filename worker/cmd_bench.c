@@ -874,6 +874,10 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "ideal_s", json_real(r6(roof.ideal_s)));
     json_object_set_new(j, "roofline_efficiency", json_real(round(roof.ideal_s / wall * 1e4) / 1e4));
     json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)roof.compute_bound_steps));
+    json_object_set_new(j, "attention_ideal_s", json_real(r6(roof.attn_ideal_s)));
+    json_object_set_new(
+        j, "attention_ideal_share",
+        json_real(roof.ideal_s > 0 ? round(roof.attn_ideal_s / roof.ideal_s * 1e4) / 1e4 : 0.0));
     json_object_set_new(j, "backend", json_string(engine_backend_name(b.eng)));
     json_object_set_new(j, "gpu", dev);
     json_t *lj = json_null();

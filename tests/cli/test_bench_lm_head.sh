@@ -2,7 +2,7 @@
 # `llmq bench --lm-head-dtype` on tiny models (CPU backend): the output projection in fp8 where its
 # shape allows (vocab and hidden size multiples of 128), reported in the JSON line (the roofline's
 # count of it: tests/unit/test_bench_roofline.c); refused (kept bf16, with a log line) where the shape
-# does not allow it; a bad value is a usage error.
+# does not allow it; a bad value is a usage error. Also the roofline's attention keys of the line.
 . "$(dirname "$0")/cli_lib.sh"
 
 tiny_model "$tmp/a" --hidden 128 --heads 4 --kv-heads 2 --intermediate 256 --vocab 384 --no-tie
@@ -19,6 +19,10 @@ for m in a t; do
   check "$m: default" 0 run "$tmp/$m"
   expect "$m: default" lm_head_dtype '"bf16"'
   expect "$m: default" failed 0
+  # attention's part of the roofline floor (tests/unit/test_bench_roofline.c has its arithmetic; the
+  # seconds are rounded to 1e-6, which a tiny model's floor is)
+  py "$m: attention's floor within the floor" \
+    '0 <= d["attention_ideal_s"] <= d["ideal_s"] and 0 < d["attention_ideal_share"] < 1' 
   check "$m: fp8" 0 run "$tmp/$m" --lm-head-dtype fp8
   expect "$m: fp8" lm_head_dtype '"fp8"'
   expect "$m: fp8" failed 0

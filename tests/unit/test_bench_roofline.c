@@ -1,7 +1,9 @@
 /* engine/bench.c's roofline model of a step: what each dtype choice changes in a step's bytes and
  * flops, on Qwen3-14B's shapes (the numbers llmq bench divides by). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,8 +56,45 @@ static void test_lm_head_bytes(void **state)
     assert_true(a.bytes - b.bytes == L * lin);
 }
 
+static bool near(double a, double b)
+{
+    return fabs(a - b) <= 1e-12 * fabs(b);
+}
+
+/* Attention's part of the floor: a decode step reads K and V of its context (bytes-bound), a long
+ * prefill chunk is flops-bound; never more than the step's whole ideal time. */
+static void test_attention_floor(void **state)
+{
+    (void)state;
+    struct model_config c;
+    char err[256];
+    assert_int_equal(random_model_config("qwen3-14b", &c, err, sizeof err), 0);
+    const double L = c.n_layers, KVH = c.n_kv_heads, D = c.head_dim, HD = (double)c.n_heads * c.head_dim;
+    for (int f8 = 0; f8 < 2; f8++) {
+        struct bench_roofline r;
+        memset(&r, 0, sizeof r);
+        r.fp8_kv = f8;
+        struct be_seq s;
+        memset(&s, 0, sizeof s);
+        s.pos = 65535, s.n_new = 1, s.sample = true; /* one decode step at 65,536 keys */
+        bench_roofline_step(&r, &c, &s, 1);
+        const double kvb = f8 ? 2 * KVH * (D + 4) : 4 * KVH * D;
+        assert_true(near(r.attn_ideal_s, L * kvb * 65536 / BENCH_COPY_BPS));
+        assert_true(r.attn_ideal_s < r.ideal_s);
+        /* a prefill chunk of 8192 tokens after 57,344 cached: 4 L HD flops per causal pair */
+        memset(&r, 0, sizeof r);
+        r.fp8_kv = f8;
+        s.pos = 57344, s.n_new = 8192, s.sample = false;
+        bench_roofline_step(&r, &c, &s, 1);
+        const double pairs = 8192.0 * 57344 + 8192.0 * 8193 / 2;
+        assert_true(near(r.attn_ideal_s, 4 * L * HD * pairs / BENCH_BF16_FLOPS));
+        assert_true(r.attn_ideal_s <= r.ideal_s && r.attn_ideal_s > 0.4 * r.ideal_s);
+    }
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_lm_head_bytes)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_lm_head_bytes),
+                                       cmocka_unit_test(test_attention_floor)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
