@@ -146,17 +146,12 @@ template <int D> __device__ __forceinline__ uint32_t v_frag_base(int lane)
 }
 
 /* Element index / D of key j of KV head kvh in one layer's paged cache (kernels.h: block_table[j / bs],
- * then the head's slab, then j % bs): the slot of the fp32 scales, and the row of the K/V codes. */
-__device__ __forceinline__ size_t kv_row(const int32_t *__restrict__ btab, int j, int kvh, int KVH, int bs)
-{
-    return ((size_t)btab[j / bs] * KVH + kvh) * bs + (j % bs);
-}
-
-/* kv_row for a power-of-two block size 1 << bsh (the decode kernels): a shift and a mask where kv_row
- * divides by a runtime block size (~20 instructions a row: the fp8 decode kernel's copies took a third
- * of its loop's issue slots), in 32 bits (a layer's pool holds fewer than 2^32 rows). */
-__device__ __forceinline__ uint32_t kv_row_p2(const int32_t *__restrict__ btab, int j, int kvh, int KVH,
-                                              int bsh)
+ * then the head's slab, then j % bs): the slot of the fp32 scales, and the row of the K/V codes. Block
+ * sizes are powers of two (check_common refuses others), so bsh = log2(bs) makes the block a shift and
+ * the slot a mask: dividing by a runtime block size costs ~20 instructions a row (it held the fp8 decode
+ * kernel's copies at a third of its loop's issue slots, docs/KERNELS.md). 32 bits: a layer's pool holds
+ * fewer than 2^32 rows. */
+__device__ __forceinline__ uint32_t kv_row(const int32_t *__restrict__ btab, int j, int kvh, int KVH, int bsh)
 {
     return (((uint32_t)btab[j >> bsh] * (uint32_t)KVH + (uint32_t)kvh) << bsh) |
            ((uint32_t)j & ((1u << bsh) - 1u));
@@ -166,12 +161,12 @@ __device__ __forceinline__ uint32_t kv_row_p2(const int32_t *__restrict__ btab, 
  * block table. Keys >= jlim are zero-filled without touching the block table (an unwritten slot of
  * the last block may hold anything, and 0 * NaN would poison P·V). Key jskip (< jlim) is left out
  * entirely (no copy: load_kv_row brings it later). SWR > 0: the tiles are in the 128-byte-swizzled
- * layout of SWR rows (kernels/wgmma.cuh, sw128_off), the keys at rows r_off .. r_off + 63. P2: bs is
- * the log2 of a power-of-two block size (kv_row_p2). */
-template <int D, int NT, int SWR = 0, bool P2 = false>
+ * layout of SWR rows (kernels/wgmma.cuh, sw128_off), the keys at rows r_off .. r_off + 63. bsh: log2 of
+ * the block size (kv_row). */
+template <int D, int NT, int SWR = 0>
 __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
                                              const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
-                                             int kvh, int KVH, int bs, int j0, int jlim, int tid,
+                                             int kvh, int KVH, int bsh, int j0, int jlim, int tid,
                                              int jskip = -1, int r_off = 0)
 {
     constexpr int CPR = D / 8;    /* chunks per row */
@@ -184,9 +179,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__r
         const int r = tid / CPR + i * RPP;
         const int j = j0 + r;
         const bool ok = j < jlim;
-        const size_t off =
-            ok ? (P2 ? (size_t)kv_row_p2(btab, j, kvh, KVH, bs) : kv_row(btab, j, kvh, KVH, bs)) * D + c * 8
-               : 0;
+        const size_t off = ok ? (size_t)kv_row(btab, j, kvh, KVH, bsh) * D + c * 8 : 0;
         const uint32_t so = SWR ? sw128_off(r_off + r, c, SWR) : (uint32_t)swz<D>(r, c) * 2;
         if (!ok || j != jskip) { /* a key past jlim is zero-filled even if it is jskip */
             cp_async16(k_base + so, kc + off, ok);
@@ -206,10 +199,10 @@ template <int D> __device__ __forceinline__ int f8_chunk(int r, int c)
 /* fp8 cache: issues the cp.asyncs of one K and one V tile of e4m3 bytes (16 per copy) into a
  * staging area sF [K, V][KV_TILE][D] (linear, or with SW the chunk order of f8_chunk) and their
  * scales into sS [K, V][KV_TILE]; keys >= jlim are zero-filled and key jskip left out as in
- * load_kv_tile (P2 too). */
-template <int D, int NT, bool SW = false, bool P2 = false>
+ * load_kv_tile. */
+template <int D, int NT, bool SW = false>
 __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv_src kv,
-                                                const int32_t *__restrict__ btab, int kvh, int KVH, int bs,
+                                                const int32_t *__restrict__ btab, int kvh, int KVH, int bsh,
                                                 int j0, int jlim, int tid, int jskip = -1)
 {
     constexpr int CPR = D / 16;   /* 16-byte chunks per row */
@@ -223,9 +216,7 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
         const int r = tid / CPR + i * RPP;
         const int j = j0 + r;
         const bool ok = j < jlim;
-        const size_t off =
-            ok ? (P2 ? (size_t)kv_row_p2(btab, j, kvh, KVH, bs) : kv_row(btab, j, kvh, KVH, bs)) * D + c * 16
-               : 0;
+        const size_t off = ok ? (size_t)kv_row(btab, j, kvh, KVH, bsh) * D + c * 16 : 0;
         const int pc = SW ? f8_chunk<D>(r, c) : c;
         if (!ok || j != jskip) {
             cp_async16(base + r * D + pc * 16, kc + off, ok);
@@ -235,8 +226,7 @@ __device__ __forceinline__ void load_kv_tile_f8(uint8_t *sF, float *sS, const kv
     for (int i = tid; i < 2 * KV_TILE; i += NT) {
         const int j = j0 + i % KV_TILE;
         const bool ok = j < jlim;
-        const size_t off =
-            ok ? (P2 ? (size_t)kv_row_p2(btab, j, kvh, KVH, bs) : kv_row(btab, j, kvh, KVH, bs)) : 0;
+        const size_t off = ok ? (size_t)kv_row(btab, j, kvh, KVH, bsh) : 0;
         if (!ok || j != jskip)
             cp_async4(smem_u32(sS + i), (i < KV_TILE ? kv.ks : kv.vs) + off, ok);
     }
@@ -299,6 +289,8 @@ int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
     K_REQUIRE(H > 0 && KVH > 0 && H % KVH == 0, "%s: H %d is not a positive multiple of KVH %d", fn, H, KVH);
     K_REQUIRE(block_size > 0 && b->max_blocks > 0, "%s: block_size %d, max_blocks %d", fn, block_size,
               b->max_blocks);
+    K_REQUIRE((block_size & (block_size - 1)) == 0, "%s: block_size %d is not a power of two", fn,
+              block_size); /* kv_row */
     K_REQUIRE(q_stride >= H * D && q_stride % 8 == 0, "%s: q_stride %d (>= H * D = %d, a multiple of 8)", fn,
               q_stride, H * D);
     K_REQUIRE(((uintptr_t)q | (uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0 && (uintptr_t)out % 4 == 0,

@@ -28,7 +28,7 @@ __device__ __forceinline__ void load_kv_row(bf16 *sK, bf16 *sV, const bf16 *__re
                                             int kvh, int KVH, int bsh, int r, int j, int tid)
 {
     if (tid < D / 8) {
-        const size_t off = (size_t)kv_row_p2(btab, j, kvh, KVH, bsh) * D + tid * 8;
+        const size_t off = (size_t)kv_row(btab, j, kvh, KVH, bsh) * D + tid * 8;
         const uint32_t so = (uint32_t)swz<D>(r, tid) * 2;
         cp_async16(smem_u32(sK) + so, kc + off, true);
         cp_async16(smem_u32(sV) + so, vc + off, true);
@@ -43,7 +43,7 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
                                                int r, int j, int tid)
 {
     constexpr int CPR = D / 16;
-    const size_t row = kv_row_p2(btab, j, kvh, KVH, bsh);
+    const size_t row = kv_row(btab, j, kvh, KVH, bsh);
     const uint8_t *kc = static_cast<const uint8_t *>(kv.k), *vc = static_cast<const uint8_t *>(kv.v);
     const uint32_t base = smem_u32(sF);
     if (tid < CPR) {
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(DC_THREADS)
     const int n_tiles = (end - start + KV_TILE - 1) / KV_TILE;
     const int qrow = q_start[s];
     const int32_t *btab = btabs + (size_t)s * max_blocks;
-    const int bsh = __ffs(bs) - 1; /* bs is a power of two (decode_impl) */
+    const int bsh = __ffs(bs) - 1; /* bs is a power of two (check_common) */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     constexpr int GL = D / 8; /* ROPE: lanes per head */
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
@@ -225,13 +225,12 @@ __global__ void __launch_bounds__(DC_THREADS)
     for (int st = 0; st < NS - 1; st++) {
         if (live && st < n_tiles) {
             if constexpr (F8)
-                load_kv_tile_f8<D, DC_THREADS, true, true>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE,
-                                                           kv, btab, kvh, KVH, bsh, start + st * KV_TILE, end,
-                                                           tid, jlate);
+                load_kv_tile_f8<D, DC_THREADS, true>(sF + st * 2 * KV_TILE * D, sS + st * 2 * KV_TILE, kv,
+                                                     btab, kvh, KVH, bsh, start + st * KV_TILE, end, tid,
+                                                     jlate);
             else
-                load_kv_tile<D, DC_THREADS, 0, true>(sKV + st * 2 * KV_TILE * D,
-                                                     sKV + (st * 2 + 1) * KV_TILE * D, kc, vc, btab, kvh, KVH,
-                                                     bsh, start + st * KV_TILE, end, tid, jlate);
+                load_kv_tile<D, DC_THREADS>(sKV + st * 2 * KV_TILE * D, sKV + (st * 2 + 1) * KV_TILE * D, kc,
+                                            vc, btab, kvh, KVH, bsh, start + st * KV_TILE, end, tid, jlate);
         }
         cp_async_commit();
     }
@@ -330,13 +329,12 @@ __global__ void __launch_bounds__(DC_THREADS)
             if (nxt < n_tiles) {
                 const int sn = nxt % NS;
                 if constexpr (F8)
-                    load_kv_tile_f8<D, DC_THREADS, true, true>(sF + sn * 2 * KV_TILE * D,
-                                                               sS + sn * 2 * KV_TILE, kv, btab, kvh, KVH, bsh,
-                                                               start + nxt * KV_TILE, end, tid);
+                    load_kv_tile_f8<D, DC_THREADS, true>(sF + sn * 2 * KV_TILE * D, sS + sn * 2 * KV_TILE, kv,
+                                                         btab, kvh, KVH, bsh, start + nxt * KV_TILE, end,
+                                                         tid);
                 else
-                    load_kv_tile<D, DC_THREADS, 0, true>(sKV + sn * 2 * KV_TILE * D,
-                                                         sKV + (sn * 2 + 1) * KV_TILE * D, kc, vc, btab, kvh,
-                                                         KVH, bsh, start + nxt * KV_TILE, end, tid);
+                    load_kv_tile<D, DC_THREADS>(sKV + sn * 2 * KV_TILE * D, sKV + (sn * 2 + 1) * KV_TILE * D,
+                                                kc, vc, btab, kvh, KVH, bsh, start + nxt * KV_TILE, end, tid);
             }
             cp_async_commit();
         };
@@ -634,8 +632,6 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
     if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
         return -1;
     K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
-    K_REQUIRE((block_size & (block_size - 1)) == 0, "%s: block_size %d is not a power of two", fn,
-              block_size);
     if (b->n_seqs <= 0)
         return 0;
     int part, n_part;

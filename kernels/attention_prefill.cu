@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
 {
     static_assert(!WG || (D == 128 && BM == 128), "the wgmma prefill is for D = 128, BM = 128");
     static_assert(!WS || (WG && !F8), "the warp-specialized prefill is the bf16 wgmma kernel's");
-    pdl_enter(); // kernels/launch.cuh
+    pdl_enter();                   // kernels/launch.cuh
+    const int bsh = __ffs(bs) - 1; /* bs is a power of two (check_common) */
     /* 64-key K/V tiles: two stages, or the one converted fp8 tile; the pipelined wgmma loop: three
      * stages of 128 keys */
     constexpr int KST = F8 ? 1 : WG ? 6 : 2;
@@ -129,8 +130,9 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     const int nt2 = (kv_end + KT - 1) / KT;
     auto load2 = [&](int t) {
         bf16 *k = sK + (t % 3) * KT * D, *v = sV + (t % 3) * KT * D;
-        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT, kv_end, tid, -1, 0);
-        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bs, t * KT + KV_TILE, kv_end, tid, -1, KV_TILE);
+        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bsh, t * KT, kv_end, tid, -1, 0);
+        load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bsh, t * KT + KV_TILE, kv_end, tid, -1,
+                                KV_TILE);
     };
     /* PIPE with tensor maps: warp 0 issues a tile's copies, lane c the keys_per_copy keys from
      * c * keys_per_copy of K and V (two 64-column halves each), completing on barrier t % 3 (phase
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     /* warp 0: the cache row of this lane's copy of tile t, or -1 */
     auto tma_row = [&](int t) {
         const int R = maps.keys_per_copy, j = t * KT + lane * R;
-        return t < nt2 && lane * R < KT && j < kv_end ? (int)kv_row(btab, j, kvh, KVH, bs) : -1;
+        return t < nt2 && lane * R < KT && j < kv_end ? (int)kv_row(btab, j, kvh, KVH, bsh) : -1;
     };
     /* warp 0: tile t's copies, this lane's (row from tma_row) */
     auto tma_issue = [&](int t, int row) {
@@ -236,9 +238,9 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         wg_fence_smem();
     } else {
         if constexpr (F8)
-            load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bs, 0, kv_end, tid);
+            load_kv_tile_f8<D, NT>(sF, sS, kv, btab, kvh, KVH, bsh, 0, kv_end, tid);
         else
-            load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bs, 0, kv_end, tid);
+            load_kv_tile<D, NT>(sK, sV, kc, vc, btab, kvh, KVH, bsh, 0, kv_end, tid);
         cp_async_commit();
         cp_async_wait<1>();
     }
@@ -492,10 +494,10 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
             if (it + 1 < n_tiles) {
                 if constexpr (F8)
                     load_kv_tile_f8<D, NT>(sF + (st ^ 1) * 2 * KV_TILE * D, sS + (st ^ 1) * 2 * KV_TILE, kv,
-                                           btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+                                           btab, kvh, KVH, bsh, (it + 1) * KV_TILE, kv_end, tid);
                 else
                     load_kv_tile<D, NT>(sK + (st ^ 1) * KV_TILE * D, sV + (st ^ 1) * KV_TILE * D, kc, vc,
-                                        btab, kvh, KVH, bs, (it + 1) * KV_TILE, kv_end, tid);
+                                        btab, kvh, KVH, bsh, (it + 1) * KV_TILE, kv_end, tid);
             }
             cp_async_commit();
             cp_async_wait<1>();

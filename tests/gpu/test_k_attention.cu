@@ -701,6 +701,9 @@ static void argument_checks(void)
                            0) == 0 ||
         !strstr(k_last_error(), "power of two"))
         ok = 0, printf("     block size 24 not refused by decode (%s)\n", k_last_error());
+    if (k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, 24, 0.1f, 0) == 0 ||
+        !strstr(k_last_error(), "power of two"))
+        ok = 0, printf("     block size 24 not refused by prefill (%s)\n", k_last_error());
     const uint8_t *k8 = (const uint8_t *)P.dk, *v8 = (const uint8_t *)P.dv; /* any 16-byte aligned memory */
     if (k_attention_prefill_fp8(P.dq, P.q_stride, k8, v8, NULL, (const float *)P.dv, &b, P.dout, c.H, c.KVH,
                                 c.D, c.bs, 0.1f, 0) == 0 ||
