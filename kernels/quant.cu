@@ -4,10 +4,13 @@
 // hardware's round-to-nearest-even saturating conversion, which is f32_to_e4m3 for finite inputs).
 //
 //   k_quant_fp8_weight  128x128 blocks of a bf16 weight, one CTA per block (load time only)
-//   k_quant_fp8_act     1x128 groups of bf16 activations, one warp per (row, group): each lane
-//                       holds 4 consecutive values (8-byte load), a warp max, a 4-byte store
+//   k_quant_fp8_act     1x128 groups of bf16 activations, 16 lanes a group: each lane holds 8
+//                       consecutive values (a 16-byte load), a half-warp max, an 8-byte store
 //   k_add_rmsnorm_fp8   k_add_rmsnorm (or k_rmsnorm) that also writes the quantized output
-//   k_silu_mul_fp8      k_silu_mul that also writes the quantized output
+//   k_silu_mul_fp8      k_silu_mul that also writes the quantized output (16 lanes a group, as above)
+// The two elementwise ones take a 2-D grid (row, unit of 8 columns), so a lane finds its group without
+// a division; a lane per 4 columns and a 64-bit division of the warp index ran them at 1.4-1.5 TB/s
+// (docs/PERFORMANCE.md, 2026-12-02, eighth).
 // The fused producers round their result to bf16 first (the value k_add_rmsnorm / k_silu_mul would
 // store) and quantize that, so their e4m3 output is k_quant_fp8_act of their bf16 output exactly.
 // Activation scales are stored M-contiguous with a leading dimension of K_FP8_ROWS(M) (a multiple of
@@ -55,6 +58,43 @@ __device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float 
     *(uint32_t *)q = packed;
     if ((threadIdx.x & 31) == 0)
         *scale = s;
+}
+
+// Quantizes the 8 values a lane holds of a 128-column group that 16 lanes hold (lanes 0-15 or 16-31 of
+// the warp; a half-warp is active or not as a whole): writes 8 bytes at q and, from the half's first
+// lane, the scale at *scale. The max is exact in any order, so this is quant_group's result.
+__device__ __forceinline__ void quant_group8(const float v[8], uint8_t *q, float *scale)
+{
+    const unsigned lane = threadIdx.x & 31, half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    float a = fabsf(v[0]);
+#pragma unroll
+    for (int i = 1; i < 8; i++)
+        a = fmaxf(a, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+        a = fmaxf(a, __shfl_xor_sync(half, a, o));
+    const float s = fp8_scale_d(a);
+    uint32_t w[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float2 lo = make_float2(__fdiv_rn(v[4 * h], s), __fdiv_rn(v[4 * h + 1], s));
+        const float2 hi = make_float2(__fdiv_rn(v[4 * h + 2], s), __fdiv_rn(v[4 * h + 3], s));
+        w[h] = (uint32_t)__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3) |
+               (uint32_t)__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3) << 16;
+    }
+    *(uint2 *)q = make_uint2(w[0], w[1]);
+    if ((lane & 15) == 0)
+        *scale = s;
+}
+
+__device__ __forceinline__ void bf16x8_to_float(uint4 u, float v[8])
+{
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h[i]);
+        v[2 * i] = f.x, v[2 * i + 1] = f.y;
+    }
 }
 
 __device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
@@ -115,20 +155,20 @@ __global__ void __launch_bounds__(256)
             Wq[(size_t)r * K + c] = to_e4m3(__bfloat162float(W[(size_t)r * K + c]), s);
 }
 
-// One warp per (row m, group g): warps numbered m * G + g. 256 threads per CTA.
+// grid (M, ceil(K / 8 / 256)): row blockIdx.x, unit u of 8 columns (group u / 16). K is a multiple of
+// 128, so a CTA's units past K / 8 are whole half-warps. (Two or four rows a CTA, each lane loading all
+// of its rows before converting any, measured the same: docs/PERFORMANCE.md, 2026-12-02, eighth.)
 __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__ X, int M, int K,
                                                         uint8_t *__restrict__ Xq, float *__restrict__ x_scale)
 {
     pdl_enter(); // kernels/launch.cuh
-    const int G = K / QBLK;
-    const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (wid >= (long)M * G)
+    const int u = blockIdx.y * blockDim.x + threadIdx.x;
+    if (u >= K / 8)
         return;
-    const int m = (int)(wid / G), g = (int)(wid % G), lane = threadIdx.x & 31;
-    const size_t off = (size_t)m * K + (size_t)g * QBLK + lane * 4;
-    float v[4];
-    load_bf16x4(X + off, v);
-    quant_group(v, Xq + off, x_scale + (size_t)g * K_FP8_ROWS(M) + m);
+    const size_t m = blockIdx.x, off = m * K + (size_t)u * 8;
+    float v[8];
+    bf16x8_to_float(__ldg((const uint4 *)(X + off)), v);
+    quant_group8(v, Xq + off, x_scale + (size_t)(u / 16) * K_FP8_ROWS(M) + m);
 }
 
 // Block sum (every thread gets it); blockDim.x = 256.
@@ -243,28 +283,32 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-// One warp per (token t, group g of the F outputs).
+// grid (T, ceil(F / 8 / 256)): token blockIdx.x, unit u of 8 outputs (group u / 16), as quant_act_kernel.
 __global__ void __launch_bounds__(256)
     silu_mul_fp8_kernel(const bf16 *__restrict__ gate_up, bf16 *__restrict__ out, uint8_t *__restrict__ outq,
                         float *__restrict__ out_scale, int T, int F)
 {
     pdl_enter(); // kernels/launch.cuh
-    const int G = F / QBLK;
-    const long wid = ((long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    if (wid >= (long)T * G)
+    const int u = blockIdx.y * blockDim.x + threadIdx.x;
+    if (u >= F / 8)
         return;
-    const int t = (int)(wid / G), g = (int)(wid % G), lane = threadIdx.x & 31;
-    const int c = g * QBLK + lane * 4;
-    const bf16 *row = gate_up + (size_t)t * 2 * F;
-    float gv[4], uv[4], y[4];
-    load_bf16x4(row + c, gv);
-    load_bf16x4(row + F + c, uv);
+    const size_t t = blockIdx.x;
+    const bf16 *row = gate_up + t * 2 * F + (size_t)u * 8;
+    float gv[8], uv[8], y[8];
+    bf16x8_to_float(__ldg((const uint4 *)row), gv);
+    bf16x8_to_float(__ldg((const uint4 *)(row + F)), uv);
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 8; i++)
         y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));
-    if (out)
-        store_bf16x4(out + (size_t)t * F + c, y);
-    quant_group(y, outq + (size_t)t * F + c, out_scale + (size_t)g * K_FP8_ROWS(T) + t);
+    if (out) {
+        uint4 o;
+        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            o2[i] = __floats2bfloat162_rn(y[2 * i], y[2 * i + 1]);
+        *(uint4 *)(out + t * F + (size_t)u * 8) = o;
+    }
+    quant_group8(y, outq + t * F + (size_t)u * 8, out_scale + (size_t)(u / 16) * K_FP8_ROWS(T) + t);
 }
 
 // ---- launchers
@@ -274,9 +318,10 @@ static bool aligned(const void *p, unsigned a)
     return ((uintptr_t)p & (a - 1)) == 0;
 }
 
-static unsigned warp_grid(long warps)
+// (rows, units of 8 columns over 256-thread CTAs) for quant_act_kernel and silu_mul_fp8_kernel
+static dim3 unit_grid(int rows, int cols)
 {
-    return (unsigned)((warps * 32 + 255) / 256);
+    return dim3((unsigned)rows, (unsigned)((cols / 8 + 255) / 256));
 }
 
 extern "C" int k_quant_fp8_weight(const bf16 *W, int N, int K, uint8_t *Wq, float *w_scale, int *bad,
@@ -298,9 +343,9 @@ extern "C" int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *
     if (M == 0)
         return 0;
     K_REQUIRE(X && Xq && x_scale, "k_quant_fp8_act: NULL pointer");
-    K_REQUIRE(aligned(X, 8) && aligned(Xq, 4) && aligned(x_scale, 4), "k_quant_fp8_act: misaligned pointer");
-    K_CHECK(
-        k_launch(quant_act_kernel, warp_grid((long)M * (K / QBLK)), 256, 0, stream, X, M, K, Xq, x_scale));
+    K_REQUIRE(aligned(X, 16) && aligned(Xq, 8) && aligned(x_scale, 4),
+              "k_quant_fp8_act: misaligned pointer (X 16 bytes, Xq 8, x_scale 4)");
+    K_CHECK(k_launch(quant_act_kernel, unit_grid(M, K), 256, 0, stream, X, M, K, Xq, x_scale));
     return 0;
 }
 
@@ -355,9 +400,9 @@ extern "C" int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, flo
     if (T == 0)
         return 0;
     K_REQUIRE(gate_up && outq && out_scale, "k_silu_mul_fp8: NULL pointer");
-    K_REQUIRE(aligned(gate_up, 8) && (!out || aligned(out, 8)) && aligned(outq, 4) && aligned(out_scale, 4),
-              "k_silu_mul_fp8: misaligned pointer");
-    K_CHECK(k_launch(silu_mul_fp8_kernel, warp_grid((long)T * (F / QBLK)), 256, 0, stream, gate_up, out, outq,
-                     out_scale, T, F));
+    K_REQUIRE(aligned(gate_up, 16) && (!out || aligned(out, 16)) && aligned(outq, 8) && aligned(out_scale, 4),
+              "k_silu_mul_fp8: misaligned pointer (gate_up and out 16 bytes, outq 8, out_scale 4)");
+    K_CHECK(
+        k_launch(silu_mul_fp8_kernel, unit_grid(T, F), 256, 0, stream, gate_up, out, outq, out_scale, T, F));
     return 0;
 }
