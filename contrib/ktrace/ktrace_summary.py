@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarize a kernel timeline written by libllmq_ktrace.so (contrib/ktrace/ktrace.c).
 
-usage: ktrace_summary.py TRACE.csv [--last N] [--split KERNEL] [--whole]
+usage: ktrace_summary.py TRACE.csv[.gz] [--last N] [--split KERNEL] [--whole] [--shapes REGEX]
 
 Kernels are cut into steps at each launch whose name contains KERNEL (default: embedding, the first
 kernel of every llmq step); only the most common step length is kept (the decode steps), and of those
@@ -13,10 +13,18 @@ from the distance between consecutive decode attention kernels (or q/k norm + Ro
 
 With --whole, the steps are not told apart: the table is every kernel's share of the whole run's
 critical path (where a benchmark's wall time went, prefill and mixed steps included), and the time
-no kernel ran (host work, copies, waits) is one line of its own."""
+no kernel ran (host work, copies, waits) is one line of its own; then the steps with and without a
+prefill kernel, and the host's turn before each step (from the latest kernel end before it to its
+first kernel's start: the copy back, the host's work, the uploads and the launch) by step kind.
+
+With --shapes REGEX, the launches of every kernel whose name matches REGEX are told apart by their grid
+(the launch's CTAs: a batch size, a token count): count, median and total duration of each, so that
+one kernel's prefill launches and its decode launches can be compared with their bytes or flops."""
 import argparse
 import collections
 import csv
+import gzip
+import itertools
 import re
 import statistics
 
@@ -44,14 +52,18 @@ def main():
     ap.add_argument("--last", type=int, default=64)
     ap.add_argument("--split", default="embedding")
     ap.add_argument("--whole", action="store_true", help="shares of the whole run, not of the decode steps")
+    ap.add_argument("--shapes", metavar="REGEX", help="launches of the matching kernels by grid")
     a = ap.parse_args()
     rows = []
-    with open(a.trace) as f:
+    with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
         for r in csv.DictReader(f):
             rows.append((int(r["start_ns"]), int(r["end_ns"]), int(r["grid"]), short(r["name"])))
     rows.sort()
     if not rows:
         raise SystemExit("no kernels in " + a.trace)
+    if a.shapes:
+        shapes(rows, a.shapes)
+        return
     if a.whole:
         whole(rows, a.split)
         return
@@ -152,6 +164,28 @@ def whole(rows, split):
     print(f"\n{'steps':14s} {'count':>6s} {'ms':>11s} {'ms/step':>9s}  (a step's start to the next one's)")
     for kind, (c, t) in sorted(kinds.items()):
         print(f"{kind:14s} {c:6d} {t / 1e6:11.3f} {t / 1e6 / c:9.3f}")
+    ends = list(itertools.accumulate((r[1] for r in rows), max))  # ends[i]: latest end of rows 0 .. i
+    turns = collections.defaultdict(list)  # the first step has no turn before it
+    for i, j in zip(cuts[1:], cuts[2:]):
+        kind = "with prefill" if any("prefill" in r[3] for r in rows[i:j]) else "decode only"
+        turns[kind].append(max(0, rows[i][0] - ends[i - 1]) / 1e3)
+    print(f"\n{'host turn':14s} {'count':>6s} {'median us':>11s} {'ms':>9s}  (latest end before a step to its start)")
+    for kind, v in sorted(turns.items()):
+        print(f"{kind:14s} {len(v):6d} {statistics.median(v):11.1f} {sum(v) / 1e3:9.3f}")
+
+
+def shapes(rows, pattern):
+    """The launches of the kernels matching pattern, by (kernel, grid): count, median and total."""
+    rx = re.compile(pattern)
+    by = collections.defaultdict(list)
+    for st, en, g, nm in rows:
+        if rx.search(nm):
+            by[(nm, g)].append((en - st) / 1e3)
+    if not by:
+        raise SystemExit(f"no kernel matches {pattern!r}")
+    print(f"{'kernel':60s} {'grid':>8s} {'count':>6s} {'median us':>10s} {'total ms':>10s}")
+    for (nm, g), v in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{nm:60s} {g:8d} {len(v):6d} {statistics.median(v):10.1f} {sum(v) / 1e3:10.3f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # contrib/ktrace/ktrace_summary.py on a synthetic timeline whose answer is known: steps cut at the
 # embedding kernel, the critical-path share of a kernel that starts before the one before it ends,
 # the layer table (a layer begins at the decode attention), demangled names shortened, quoted CSV
-# fields with commas. The CUPTI library that writes real timelines: tests/gpu/test_ktrace.sh.
+# fields with commas; --whole's host turns before each step by kind; --shapes (one kernel's launches
+# by grid); a gzip-compressed trace. The CUPTI library that writes real timelines:
+# tests/gpu/test_ktrace.sh.
 . "$(dirname "$0")/cli_lib.sh"
 sum=$LLMQ_SOURCE_DIR/contrib/ktrace/ktrace_summary.py
 
@@ -48,10 +50,25 @@ has "whole gemv" "^gemv_kernel<8, 2, 1, 4, false, true, false, 1, false> +12 +0\
 has "whole attention" "^attention_decode_kernel<128, false, true> +12 +0\.036 +0\.024 +12\.1%"
 has "whole idle" "^\(no kernel running\) +0\.020 +10\.0%"
 has "whole steps" "^decode only +4 +0\.198 +0\.049"
+has "host turns" "^decode only +3 +5\.0 +0\.015$" # the 5 us before steps 2-4; none before the first
 awk 'NR > 1 && NR <= 12 { sub(/attention_decode_kernel/, "attention_prefill_kernel") } { print }' "$tmp/t.csv" >"$tmp/p.csv"
 check "--whole, a prefill step" 0 python3 "$sum" "$tmp/p.csv" --whole
 has "prefill step" "^with prefill +1 +0\.046 +0\.046"
 has "decode steps" "^decode only +3 +0\.152 +0\.051"
+has "turn before the prefill step" "^with prefill +1 +5\.0 +0\.005$"
+has "turns before decode steps" "^decode only +2 +5\.0 +0\.010$"
+# --shapes: the last step's launches (listed first) with grid 64 instead of 132
+sed -E '2,12s/^([0-9]+,[0-9]+),132,/\1,64,/' "$tmp/t.csv" >"$tmp/g.csv"
+check "--shapes" 0 python3 "$sum" "$tmp/g.csv" --shapes 'attention_decode'
+has "shape of grid 132" "^attention_decode_kernel<128, false, true> +132 +9 +3\.0 +0\.027$"
+has "shape of grid 64" "^attention_decode_kernel<128, false, true> +64 +3 +3\.0 +0\.009$"
+grep -q gemv <<<"$out" && bad "--shapes: a kernel that does not match is listed: $out" || ok "--shapes: matches only"
+check "--shapes, no match" 1 python3 "$sum" "$tmp/t.csv" --shapes 'no_such_kernel'
+grep -q "no kernel matches" "$tmp/err" || bad "no match: no clear message: $(cat "$tmp/err")"
+gzip -c "$tmp/t.csv" >"$tmp/t.csv.gz"
+plain=$(python3 "$sum" "$tmp/t.csv" --whole)
+check "a .gz trace" 0 python3 "$sum" "$tmp/t.csv.gz" --whole
+[ "$out" = "$plain" ] && ok "a .gz trace reads the same" || bad "a .gz trace: $out"
 check "--last 2" 0 python3 "$sum" "$tmp/t.csv" --last 2
 has "--last" "^4 steps, 2 analysed"
 printf 'start_ns,end_ns,grid,block,regs,graph_node,name\n' >"$tmp/empty.csv"
