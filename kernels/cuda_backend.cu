@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/cuda_backend.cuh"
 
@@ -607,6 +608,38 @@ fail:
     return NULL;
 }
 
+// ---- the host's part of a step
+//
+// Between two steps the GPU waits for the host: the copy back of the sampled tokens, the engine's and
+// the caller's work on them, the next step's layout and uploads, its launch. A kernel timeline shows
+// the whole gap (contrib/ktrace, `--whole`: the host turn); these sums say which part of it is host
+// time, per phase, for graph (pure decode) and eager steps: logged at close.
+enum { CB_HT_BETWEEN, CB_HT_PREPARE, CB_HT_FORWARD, CB_HT_SAMPLER, CB_HT_WAIT, CB_HT_READ, CB_HT_N };
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void host_times_log(const struct cuda_backend *b)
+{
+    static const char *kind[2] = {"graph", "eager"};
+    for (int k = 0; k < 2; k++) {
+        if (b->ht_steps[k] == 0)
+            continue;
+        const double u = 1e6 / (double)b->ht_steps[k];
+        const double *t = b->ht[k];
+        log_info(
+            "cuda backend: host time a step, %s steps (%llu), us: %.1f between steps (the engine and its "
+            "caller), %.1f layout and uploads, %.1f forward enqueued, %.1f sampler enqueued, %.1f "
+            "waiting for the GPU, %.1f outputs read",
+            kind[k], (unsigned long long)b->ht_steps[k], t[CB_HT_BETWEEN] * u, t[CB_HT_PREPARE] * u,
+            t[CB_HT_FORWARD] * u, t[CB_HT_SAMPLER] * u, t[CB_HT_WAIT] * u, t[CB_HT_READ] * u);
+    }
+}
+
 static void cb_free(struct backend *be)
 {
     struct cuda_backend *b = (struct cuda_backend *)be;
@@ -615,6 +648,7 @@ static void cb_free(struct backend *be)
     if (b->stream)
         cudaStreamSynchronize(b->stream);
     cb_spec_free(b);
+    host_times_log(b);
     if (b->n_graphs || b->graph_replays || b->eager_steps) {
         struct k_gemm_counts gc = {0, 0};
         if (b->gemm)
@@ -842,7 +876,8 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
     return 0;
 }
 
-static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out)
+static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out,
+                    double t_enter)
 {
     int taken_rc = 0;
     if (b->spec_live && cb_spec_take(b, seqs, n, out, &taken_rc)) // the guessed step was this one
@@ -939,6 +974,13 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     if (n_samp > 0 && put_sampler_inputs(b, seqs, n_samp))
         return -1;
 
+    const int hk = graph ? 0 : 1; // host time sums: graph or eager step
+    double *ht = b->ht[hk], t1 = mono_s(), t2;
+    if (b->ht_return > 0)
+        ht[CB_HT_BETWEEN] += t_enter - b->ht_return;
+    ht[CB_HT_PREPARE] += t1 - t_enter;
+    b->ht_steps[hk]++;
+
     struct cb_plan p;
     memset(&p, 0, sizeof p);
     p.T = rows;
@@ -971,15 +1013,22 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         b->eager_steps++;
     }
 
+    t2 = mono_s();
+    ht[CB_HT_FORWARD] += t2 - t1;
     if (n_samp > 0 && cb_enqueue_sample(b, seqs, n_samp, b->out.h))
         return -1;
     CB_CUDA(cudaEventRecord(b->ev_out, b->stream));
     // the next pure decode step, guessed and enqueued before this one's tokens are read (cuda_spec.cu)
     if (graph && n_samp == nd && nd > 0)
         cb_spec_guess(b, seqs, nd, B, gctx);
+    t1 = mono_s();
+    ht[CB_HT_SAMPLER] += t1 - t2;
     CB_CUDA(cudaEventSynchronize(b->ev_out));
+    t2 = mono_s();
+    ht[CB_HT_WAIT] += t2 - t1;
     if (cb_read_outputs(b, seqs, n_samp, b->out.h, out))
         return -1;
+    ht[CB_HT_READ] += mono_s() - t2;
     if (b->spec_live)
         cb_spec_expect(b, nd, (const int32_t *)b->out.h);
     return 0;
@@ -1047,6 +1096,7 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
 static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {
     struct cuda_backend *b = (struct cuda_backend *)be;
+    const double t_enter = mono_s();
     if (b->broken) // be->err still holds the error that broke it
         return -1;
     be->err[0] = 0;
@@ -1069,8 +1119,9 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
                  (long long)T, b->max_tokens);
         return -1;
     }
-    int rc = run_step(b, seqs, n, out);
+    int rc = run_step(b, seqs, n, out, t_enter);
     if (rc)
         after_failure(b);
+    b->ht_return = mono_s();
     return rc;
 }

@@ -168,6 +168,12 @@ struct cuda_backend {
     int spec_ev;                         // enqueued behind another before that one is waited for)
     uint64_t spec_hits, spec_misses;
 
+    // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,
+    // [1] eager steps; phases CB_HT_* (cuda_backend.cu, host_times_log)
+    double ht[2][6];
+    uint64_t ht_steps[2];
+    double ht_return; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
+
     // memory accounting
     size_t alloc_bytes; // device bytes this backend allocated (KV pool included)
     size_t peak_used;   // highest total - free seen
