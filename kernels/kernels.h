@@ -20,7 +20,7 @@
  *   fp32 beside them: the value of element d of a (token, KV head) vector is
  *   e4m3(cache[slot, d]) * scale[slot], scale = amax / 448 over the vector's D values (0 for a zero
  *   vector). Written by k_qk_norm_rope_kv_fp8, read by k_attention_prefill_fp8 / k_attention_decode_fp8.
- * - Only kernels/ and tests/gpu/ include this header (it includes CUDA headers). */
+ * - Only kernels/, tests/gpu/ and contrib/overlap_probe include this header (it includes CUDA headers). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -270,7 +270,8 @@ struct k_attn_batch {
     int max_ctx_len; /* host */
 };
 /* FlashAttention-2 style (tensor cores, online softmax), any n_q per sequence. On sm_90a at D = 128 the
- * products run on the warpgroup tensor cores (wgmma), elsewhere on mma.sync. */
+ * products run on the warpgroup tensor cores (wgmma), elsewhere on mma.sync. block_size must be a power
+ * of two (a key's block is found by a shift, as in the decode kernels). */
 int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
                         const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
                         cudaStream_t stream);
