@@ -613,8 +613,7 @@ fail:
 // Between two steps the GPU waits for the host: the copy back of the sampled tokens, the engine's and
 // the caller's work on them, the next step's layout and uploads, its launch. A kernel timeline shows
 // the whole gap (contrib/ktrace, `--whole`: the host turn); these sums say which part of it is host
-// time, per phase, for graph (pure decode) and eager steps: logged at close.
-enum { CB_HT_BETWEEN, CB_HT_PREPARE, CB_HT_FORWARD, CB_HT_SAMPLER, CB_HT_WAIT, CB_HT_READ, CB_HT_N };
+// time, per phase (CB_HT_*, cuda_backend.cuh), for graph (pure decode) and eager steps: logged at close.
 
 static double mono_s(void)
 {

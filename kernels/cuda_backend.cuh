@@ -65,6 +65,10 @@ struct cb_graph {
     cudaGraphExec_t exec;
 };
 
+// Phases of a step's host time (struct cuda_backend's ht): between steps (the engine and its caller),
+// layout and uploads, forward enqueued, sampler enqueued, waiting for the GPU, outputs read.
+enum { CB_HT_BETWEEN, CB_HT_PREPARE, CB_HT_FORWARD, CB_HT_SAMPLER, CB_HT_WAIT, CB_HT_READ, CB_HT_N };
+
 struct cuda_backend {
     struct backend base; // first: a struct backend * is a struct cuda_backend *
     struct model_config cfg;
@@ -169,8 +173,8 @@ struct cuda_backend {
     uint64_t spec_hits, spec_misses;
 
     // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,
-    // [1] eager steps; phases CB_HT_* (cuda_backend.cu, host_times_log)
-    double ht[2][6];
+    // [1] eager steps (cuda_backend.cu, host_times_log)
+    double ht[2][CB_HT_N];
     uint64_t ht_steps[2];
     double ht_return; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
 

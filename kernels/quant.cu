@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 #include <float.h>
 
+#include "kernels/bf16x8.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/silu.cuh"
@@ -85,16 +86,6 @@ __device__ __forceinline__ void quant_group8(const float v[8], uint8_t *q, float
     *(uint2 *)q = make_uint2(w[0], w[1]);
     if ((lane & 15) == 0)
         *scale = s;
-}
-
-__device__ __forceinline__ void bf16x8_to_float(uint4 u, float v[8])
-{
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x, v[2 * i + 1] = f.y;
-    }
 }
 
 __device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
@@ -300,14 +291,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int i = 0; i < 8; i++)
         y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));
-    if (out) {
-        uint4 o;
-        __nv_bfloat162 *o2 = (__nv_bfloat162 *)&o;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            o2[i] = __floats2bfloat162_rn(y[2 * i], y[2 * i + 1]);
-        *(uint4 *)(out + t * F + (size_t)u * 8) = o;
-    }
+    if (out)
+        *(uint4 *)(out + t * F + (size_t)u * 8) = float_to_bf16x8(y);
     quant_group8(y, outq + t * F + (size_t)u * 8, out_scale + (size_t)(u / 16) * K_FP8_ROWS(T) + t);
 }
 
