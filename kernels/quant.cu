@@ -2,6 +2,8 @@
 // is amax / 448 (one correctly rounded division; 1 for an all-zero group, FLT_MIN where the quotient
 // is smaller), and each value becomes e4m3(v / scale) (a correctly rounded division, then the
 // hardware's round-to-nearest-even saturating conversion, which is f32_to_e4m3 for finite inputs).
+// The activation quantizers take a group's quotients from one reciprocal of its scale
+// (engine/fp8_quotient.h: the same codes as the division, checked for every bf16 input).
 //
 //   k_quant_fp8_weight  128x128 blocks of a bf16 weight, one CTA per block (load time only)
 //   k_quant_fp8_act     1x128 groups of bf16 activations, 16 lanes a group: each lane holds 8
@@ -19,6 +21,7 @@
 #include <cuda_fp8.h>
 #include <float.h>
 
+#include "engine/fp8_quotient.h"
 #include "kernels/bf16x8.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
@@ -54,8 +57,11 @@ __device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float 
 {
     float a = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
     const float s = fp8_scale_d(warp_max(a));
-    const uint32_t packed = (uint32_t)to_e4m3(v[0], s) | (uint32_t)to_e4m3(v[1], s) << 8 |
-                            (uint32_t)to_e4m3(v[2], s) << 16 | (uint32_t)to_e4m3(v[3], s) << 24;
+    float d[4];
+    fp8_divide(d, v, 4, s); // engine/fp8_quotient.h: v / s from one reciprocal
+    const uint32_t packed =
+        (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[0], d[1]), __NV_SATFINITE, __NV_E4M3) |
+        (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[2], d[3]), __NV_SATFINITE, __NV_E4M3) << 16;
     *(uint32_t *)q = packed;
     if ((threadIdx.x & 31) == 0)
         *scale = s;
@@ -75,11 +81,13 @@ __device__ __forceinline__ void quant_group8(const float v[8], uint8_t *q, float
     for (int o = 8; o > 0; o >>= 1)
         a = fmaxf(a, __shfl_xor_sync(half, a, o));
     const float s = fp8_scale_d(a);
+    float d[8];
+    fp8_divide(d, v, 8, s); // engine/fp8_quotient.h: v / s from one reciprocal
     uint32_t w[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const float2 lo = make_float2(__fdiv_rn(v[4 * h], s), __fdiv_rn(v[4 * h + 1], s));
-        const float2 hi = make_float2(__fdiv_rn(v[4 * h + 2], s), __fdiv_rn(v[4 * h + 3], s));
+        const float2 lo = make_float2(d[4 * h], d[4 * h + 1]);
+        const float2 hi = make_float2(d[4 * h + 2], d[4 * h + 3]);
         w[h] = (uint32_t)__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3) |
                (uint32_t)__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3) << 16;
     }

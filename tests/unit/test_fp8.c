@@ -2,7 +2,8 @@
  * value search over the 256 decoded e4m3 codes (ties to the even code, saturation at 448), scales
  * against the block maxima found in double, and the dequantized values against the format's error
  * bound. Edge blocks, zero blocks, NaN/inf rejection, the fp8 rule of the backends and the values
- * the CPU oracle computes with. */
+ * the CPU oracle computes with, and the GPU quantizers' quotient from a shared reciprocal against the
+ * division it replaces. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 
 #include "engine/dtype.h"
 #include "engine/fp8.h"
+#include "engine/fp8_quotient.h"
 #include "engine/model.h"
 
 static uint64_t rng_next(uint64_t *s)
@@ -269,12 +271,79 @@ static void test_linear_values(void **state)
     free(w), free(got), free(want), free(h), free(q);
 }
 
+/* bf16 bit pattern -> float */
+static float bf16_bits(uint32_t b)
+{
+    union {
+        uint32_t u;
+        float f;
+    } x = {b << 16};
+    return x.f;
+}
+
+/* For s = fp8_scale(amax) and every bf16 v with 0 < v <= amax, for the bf16 amax of the given exponent
+ * fields: fp8_divide's quotient has the e4m3 code of v / s, and is v / s bit for bit where that is
+ * 2^-11 or more (below, both give code 0). Negative v mirror positive ones exactly (every step rounds
+ * to nearest even) and v = 0 gives 0. Returns the pairs checked; *n_fast: those on the reciprocal path. */
+static uint64_t check_quotients(const int *exps, int n_exps, uint64_t *n_fast)
+{
+    uint64_t n = 0, bad = 0;
+    *n_fast = 0;
+    for (int e = 0; e < n_exps; e++)
+        for (uint32_t m = 0; m < 128; m++) {
+            const uint32_t ab = (uint32_t)exps[e] << 7 | m;
+            if (ab == 0)
+                continue;
+            const float amax = bf16_bits(ab), s = fp8_scale(amax);
+            for (uint32_t vb = 1; vb <= ab; vb++) {
+                const float v = bf16_bits(vb), want = v / s;
+                float got;
+                fp8_divide(&got, &v, 1, s);
+                const bool same = f32_to_e4m3(want) == f32_to_e4m3(got) &&
+                                  (memcmp(&want, &got, 4) == 0 || fabsf(want) < 0x1p-11f);
+                if (!same && bad++ < 5)
+                    fprintf(stderr, "v %a / s %a (amax %a): want %a, got %a\n", (double)v, (double)s,
+                            (double)amax, (double)want, (double)got);
+                n++;
+                *n_fast += s >= FP8Q_MIN_SCALE;
+            }
+        }
+    assert_int_equal(bad, 0);
+    return n;
+}
+
+static void test_quotient(void **state)
+{
+    (void)state;
+    /* every exponent field of amax: all (amax, v) pairs, ~5e8 (LLMQ_TEST_EXHAUSTIVE=1) */
+    const char *ex = getenv("LLMQ_TEST_EXHAUSTIVE");
+    if (ex && strcmp(ex, "1") == 0) {
+        int all[255];
+        for (int e = 0; e < 255; e++)
+            all[e] = e;
+        uint64_t fast, n = check_quotients(all, 255, &fast);
+        printf("fp8 quotient: %llu pairs (%llu by the reciprocal), all equal\n", (unsigned long long)n,
+               (unsigned long long)fast);
+        return;
+    }
+    /* otherwise: subnormal and tiny amax (scale FLT_MIN, by division), amax around 2^-107 (exponent
+     * field 20: where the reciprocal path would first go wrong, were FP8Q_MIN_SCALE below ~2^-100),
+     * amax where the scale crosses FP8Q_MIN_SCALE (448 x 2^-60 is 1.75 x 2^-52: exponent field 75),
+     * amax near 1 and near 448, and the largest exponents, each with every mantissa */
+    const int some[] = {0,  1,   2,   3,   18,  20,  22,  73,  74,  75,  76,
+                        77, 126, 127, 128, 134, 135, 136, 250, 252, 253, 254};
+    uint64_t fast, n = check_quotients(some, (int)(sizeof some / sizeof some[0]), &fast);
+    printf("fp8 quotient: %llu pairs (%llu by the reciprocal), all equal\n", (unsigned long long)n,
+           (unsigned long long)fast);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale),      cmocka_unit_test(test_round_trip_edges),
         cmocka_unit_test(test_zero_block), cmocka_unit_test(test_reject_nonfinite),
         cmocka_unit_test(test_linear_use), cmocka_unit_test(test_linear_values),
+        cmocka_unit_test(test_quotient),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
