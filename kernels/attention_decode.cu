@@ -157,10 +157,17 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
 /* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM (at most 170 registers); 4 stages (2 CTAs)
- * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh) */
+ * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh).
+ * bf16 at D = 128: 3 stages (101 KB, 2 CTAs an SM). 2 stages (68 KB, 3 CTAs an SM: the same bytes in
+ * flight an SM, and a third CTA to hide each one's prologue and merge) were faster in one call (decode
+ * workload +2.7 %, chat +0.65 %; 2026-12-02, ninth) but have not yet run the correctness tests: build
+ * with -DLLMQ_DECODE_BF16_STAGES=2 to measure or test them. */
+#ifndef LLMQ_DECODE_BF16_STAGES
+#define LLMQ_DECODE_BF16_STAGES 3
+#endif
 template <int D, bool F8> constexpr int decode_stages()
 {
-    return F8 ? 3 : D >= 128 ? 3 : 4;
+    return F8 ? 3 : D >= 128 ? LLMQ_DECODE_BF16_STAGES : 4;
 }
 template <int D, bool F8> constexpr int decode_smem()
 {

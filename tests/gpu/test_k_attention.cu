@@ -970,16 +970,18 @@ static void timing(void)
         GPU_OK(cudaFree(vs));
         free_dev_batch(d);
     }
-    { /* decode: one random pool of 16384 blocks (2.1 GB of K and V), two batch shapes */
+    { /* decode: one random pool of 16384 blocks (2.1 GB of K and V), four batch shapes: 256 x 2048,
+         8 x 65,536 (longdoc), 512 x 576 (chat's decode steps) and 512 x 256 (the decode workload's first
+         steps: CTAs of a few tiles, where a CTA's prologue and merge weigh most) */
         const int num_blocks = 16384;
-        timing_bufs t(num_blocks, KVH, bs, D, 256, q_stride, H, 21);
+        timing_bufs t(num_blocks, KVH, bs, D, 512, q_stride, H, 21);
         bf16 *k = t.k, *v = t.v, *q = t.q, *out = t.out;
         const size_t pool = t.pool;
         uint8_t *k8 = (uint8_t *)k, *v8 = (uint8_t *)v;
         float *ks, *vs;
         GPU_OK(cudaMalloc(&ks, pool / D * 4));
         GPU_OK(cudaMalloc(&vs, pool / D * 4));
-        const int shapes[2][2] = {{256, 2048}, {8, 65536}};
+        const int shapes[4][2] = {{256, 2048}, {8, 65536}, {512, 576}, {512, 256}};
         for (const auto &sh : shapes) {
             const int n = sh[0], ctx = sh[1];
             dev_batch d = make_dev_batch(n, 1, ctx, bs, num_blocks, case_seed(7002 + n));
