@@ -77,13 +77,23 @@ def main():
         steps.append(cur)
     if not steps:
         raise SystemExit("no kernels in " + a.trace)
+    # the last --last steps that ran the most common sequence of kernels (names and grids): steps of
+    # another batch size or context bucket run other GEMM algorithms and attention grids, and averaging
+    # them position by position would mix kernels in the layer table
     n_mode = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
-    idx = [i for i, s in enumerate(steps) if len(s) == n_mode][-a.last:]
+    idx_n = [i for i, s in enumerate(steps) if len(s) == n_mode]
+    sig = lambda s: tuple((r[3], r[2]) for r in s)
+    common = collections.Counter(sig(steps[i]) for i in idx_n).most_common(1)[0][0]
+    same = [i for i in idx_n if sig(steps[i]) == common]
+    idx = same[-a.last:]
     sel = [steps[i] for i in idx]
     spans = [(s[-1][1] - s[0][0]) / 1e3 for s in sel]
     starts = [s[0][0] for s in sel]
     period = statistics.median([(b - a_) / 1e3 for a_, b in zip(starts, starts[1:])]) if len(sel) > 1 else 0
-    print(f"{len(steps)} steps, {len(sel)} analysed of {n_mode} kernels each")
+    print(
+        f"{len(steps)} steps, {len(sel)} analysed of {n_mode} kernels each: the last with the most common "
+        f"kernels and grids ({len(idx_n) - len(same)} other steps of {n_mode} kernels left out)"
+    )
     print(f"step span {statistics.mean(spans):.1f} us (first start to last end), step period {period:.1f} us")
 
     def shares(s):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # contrib/ktrace/ktrace_summary.py on a synthetic timeline whose answer is known: steps cut at the
 # embedding kernel, the critical-path share of a kernel that starts before the one before it ends,
-# the layer table (a layer begins at the decode attention), demangled names shortened, quoted CSV
+# the layer table (a layer begins at the decode attention), the step tables over the steps that ran
+# the most common kernels and grids only, demangled names shortened, quoted CSV
 # fields with commas; --whole's host turns before each step by kind; --shapes (one kernel's launches
 # by grid); a gzip-compressed trace. The CUPTI library that writes real timelines:
 # tests/gpu/test_ktrace.sh.
@@ -63,6 +64,11 @@ check "--shapes" 0 python3 "$sum" "$tmp/g.csv" --shapes 'attention_decode'
 has "shape of grid 132" "^attention_decode_kernel<128, false, true> +132 +9 +3\.0 +0\.027$"
 has "shape of grid 64" "^attention_decode_kernel<128, false, true> +64 +3 +3\.0 +0\.009$"
 grep -q gemv <<<"$out" && bad "--shapes: a kernel that does not match is listed: $out" || ok "--shapes: matches only"
+# the step tables leave that last step out (its kernels differ: another grid), rather than mixing it in
+check "a step of other grids" 0 python3 "$sum" "$tmp/g.csv"
+has "other step left out" "^4 steps, 3 analysed of 11 kernels each: .*\(1 other steps of 11 kernels left out\)"
+has "other step: layer grid" "^attention_decode_kernel<128, false, true> +3\.00 +2\.00 +-1\.00 +132"
+has "other step: step table grid" "^attention_decode_kernel<128, false, true> +3 +9\.0 +6\.0 +132"
 check "--shapes, no match" 1 python3 "$sum" "$tmp/t.csv" --shapes 'no_such_kernel'
 grep -q "no kernel matches" "$tmp/err" || bad "no match: no clear message: $(cat "$tmp/err")"
 gzip -c "$tmp/t.csv" >"$tmp/t.csv.gz"
