@@ -51,6 +51,13 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+// Four quotients to their e4m3 codes (round to nearest even, saturating), packed low byte first.
+__device__ __forceinline__ uint32_t e4m3x4(const float d[4])
+{
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[0], d[1]), __NV_SATFINITE, __NV_E4M3) |
+           (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[2], d[3]), __NV_SATFINITE, __NV_E4M3) << 16;
+}
+
 // Quantizes the 4 values a lane holds of a 128-column group (the warp holds the group): writes 4
 // bytes at q and, from lane 0, the scale at *scale.
 __device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float *scale)
@@ -59,10 +66,7 @@ __device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float 
     const float s = fp8_scale_d(warp_max(a));
     float d[4];
     fp8_divide(d, v, 4, s); // engine/fp8_quotient.h: v / s from one reciprocal
-    const uint32_t packed =
-        (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[0], d[1]), __NV_SATFINITE, __NV_E4M3) |
-        (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[2], d[3]), __NV_SATFINITE, __NV_E4M3) << 16;
-    *(uint32_t *)q = packed;
+    *(uint32_t *)q = e4m3x4(d);
     if ((threadIdx.x & 31) == 0)
         *scale = s;
 }
@@ -83,15 +87,7 @@ __device__ __forceinline__ void quant_group8(const float v[8], uint8_t *q, float
     const float s = fp8_scale_d(a);
     float d[8];
     fp8_divide(d, v, 8, s); // engine/fp8_quotient.h: v / s from one reciprocal
-    uint32_t w[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float2 lo = make_float2(d[4 * h], d[4 * h + 1]);
-        const float2 hi = make_float2(d[4 * h + 2], d[4 * h + 3]);
-        w[h] = (uint32_t)__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3) |
-               (uint32_t)__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3) << 16;
-    }
-    *(uint2 *)q = make_uint2(w[0], w[1]);
+    *(uint2 *)q = make_uint2(e4m3x4(d), e4m3x4(d + 4));
     if ((lane & 15) == 0)
         *scale = s;
 }
