@@ -16,6 +16,7 @@
 #include "engine/kv_blocks.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/mono.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "engine/tokenizer.h"
@@ -112,13 +113,6 @@ struct engine_request engine_request_default(void)
     r.max_tokens = 16;
     r.skip_special_tokens = true;
     return r;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static uint64_t splitmix64(uint64_t x)
@@ -491,7 +485,7 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->pub.text[0] = 0;
     q->pub.user = r->user;
     q->pub.n_prompt = r->n_prompt;
-    q->pub.t_arrival = now_s();
+    q->pub.t_arrival = llmq_mono_s();
     if (sp.logprobs >= 0 && grow((void **)&q->pub.logprobs, &q->logprobs_cap, 4, sizeof *q->pub.logprobs))
         goto oom;
     q->sq.tokens = q->pub.tokens;
@@ -599,7 +593,7 @@ static void finish(struct engine *e, struct eseq *q, enum finish_reason why, con
     q->pub.finish = why;
     if (msg)
         snprintf(q->pub.error, sizeof q->pub.error, "%s", msg);
-    q->pub.t_finished = now_s();
+    q->pub.t_finished = llmq_mono_s();
     if (q->cancel) { /* finished otherwise before its cancel was seen */
         cancels_remove(e, q);
         q->cancel = false;
@@ -650,7 +644,7 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         e->prev[e->n_prev++] = q;
     }
     if (q->pub.t_first_token == 0)
-        q->pub.t_first_token = now_s();
+        q->pub.t_first_token = llmq_mono_s();
     e->st.generated_tokens++;
     changed_add(e, q);
 

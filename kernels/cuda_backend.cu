@@ -31,6 +31,7 @@ extern "C" {
 #include "engine/decode_split.h"
 #include "engine/kv_stage.h"
 #include "engine/log.h"
+#include "engine/mono.h"
 }
 
 #define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
@@ -615,13 +616,6 @@ fail:
 // the whole gap (contrib/ktrace, `--whole`: the host turn); these sums say which part of it is host
 // time, per phase (CB_HT_*, cuda_backend.cuh), for graph (pure decode) and eager steps: logged at close.
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void host_times_log(const struct cuda_backend *b)
 {
     static const char *kind[2] = {"graph", "eager"};
@@ -974,7 +968,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         return -1;
 
     const int hk = graph ? 0 : 1; // host time sums: graph or eager step
-    double *ht = b->ht[hk], t1 = mono_s(), t2;
+    double *ht = b->ht[hk], t1 = llmq_mono_s(), t2;
     if (b->ht_return > 0)
         ht[CB_HT_BETWEEN] += t_enter - b->ht_return;
     ht[CB_HT_PREPARE] += t1 - t_enter;
@@ -1012,7 +1006,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         b->eager_steps++;
     }
 
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ht[CB_HT_FORWARD] += t2 - t1;
     if (n_samp > 0 && cb_enqueue_sample(b, seqs, n_samp, b->out.h))
         return -1;
@@ -1020,14 +1014,14 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     // the next pure decode step, guessed and enqueued before this one's tokens are read (cuda_spec.cu)
     if (graph && n_samp == nd && nd > 0)
         cb_spec_guess(b, seqs, nd, B, gctx);
-    t1 = mono_s();
+    t1 = llmq_mono_s();
     ht[CB_HT_SAMPLER] += t1 - t2;
     CB_CUDA(cudaEventSynchronize(b->ev_out));
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ht[CB_HT_WAIT] += t2 - t1;
     if (cb_read_outputs(b, seqs, n_samp, b->out.h, out))
         return -1;
-    ht[CB_HT_READ] += mono_s() - t2;
+    ht[CB_HT_READ] += llmq_mono_s() - t2;
     if (b->spec_live)
         cb_spec_expect(b, nd, (const int32_t *)b->out.h);
     return 0;
@@ -1095,7 +1089,7 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
 static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {
     struct cuda_backend *b = (struct cuda_backend *)be;
-    const double t_enter = mono_s();
+    const double t_enter = llmq_mono_s();
     if (b->broken) // be->err still holds the error that broke it
         return -1;
     be->err[0] = 0;
@@ -1121,6 +1115,6 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
     int rc = run_step(b, seqs, n, out, t_enter);
     if (rc)
         after_failure(b);
-    b->ht_return = mono_s();
+    b->ht_return = llmq_mono_s();
     return rc;
 }

@@ -19,6 +19,7 @@
 extern "C" {
 #include "engine/decode_split.h"
 #include "engine/log.h"
+#include "engine/mono.h"
 }
 
 int cb_graph_batch(const struct cuda_backend *b, int n)
@@ -31,18 +32,11 @@ int cb_graph_ctx(const struct cuda_backend *b, int ctx)
     return decode_graph_ctx(ctx, b->max_model_len, b->base.block_size);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 // Captures plan p into a new graph; 0 when stored, -1 when capture is not possible (graphs are then
 // turned off; the error is logged, not returned: the step already ran).
 static int capture(struct cuda_backend *b, const struct cb_plan *p, int batch, int ctx)
 {
-    double t0 = now_ms();
+    double t0 = 1e3 * llmq_mono_s();
     cudaGraph_t g = NULL;
     cudaGraphExec_t ex = NULL;
     char why[sizeof b->base.err];
@@ -86,7 +80,7 @@ static int capture(struct cuda_backend *b, const struct cb_plan *p, int batch, i
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > b->peak_used)
         b->peak_used = tot - fr;
     log_info("cuda backend: decode graph %d captured: batch %d, context <= %d, %.1f ms", b->n_graphs, batch,
-             ctx, now_ms() - t0);
+             ctx, 1e3 * llmq_mono_s() - t0);
     return 0;
 }
 

@@ -6,18 +6,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/mono.h"
 #include "queue/ack.h"
 #include "queue/fetch.h"
 #include "queue/progress.h"
 #include "queue/push.h"
 #include "queue/rq.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_bytes, struct rq_bench *out)
 {
@@ -55,12 +49,12 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             s[n] = 0;
             items[i] = (struct rq_push_item){s, (size_t)n, ids[i]};
         }
-        double t0 = now_ms();
+        double t0 = 1e3 * llmq_mono_s();
         if (rq_push(q, queue, items, jobs)) {
             rc = -1;
             break;
         }
-        double t1 = now_ms();
+        double t1 = 1e3 * llmq_mono_s();
         unsigned long long rt0 = q->cmd.round_trips;
         int n = 0;
         struct rq_source src = {queue, jobs};
@@ -75,14 +69,14 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
         }
         if (rc)
             break;
-        double t2 = now_ms();
+        double t2 = 1e3 * llmq_mono_s();
         for (int i = 0; i < n; i++)
             pr[i] = (struct rq_progress){got[i].id, 0.5, 100, 1, t2 / 1e3};
         if (rq_progress(q, pr, n)) {
             rc = -1;
             break;
         }
-        double t3 = now_ms();
+        double t3 = 1e3 * llmq_mono_s();
         for (int i = 0; i < n; i++)
             res[i] = (struct rq_result){.job = &got[i],
                                         .status = RQ_STATUS_COMPLETED,
@@ -93,7 +87,7 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             rc = rq_fail(q, "bench: ack: %s", rq_error(q));
             break;
         }
-        double t4 = now_ms();
+        double t4 = 1e3 * llmq_mono_s();
         out->round_trips += q->cmd.round_trips - rt0;
         for (int i = 0; i < n; i++)
             rq_job_free(&got[i]);

@@ -31,6 +31,7 @@
 #include "engine/gpu.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/mono.h"
 #include "engine/random_model.h"
 #include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
@@ -112,13 +113,6 @@ static void usage(FILE *f)
         q->short_max_num_batched_tokens, d.be.max_num_seqs, d.be.max_num_batched_tokens, d.be.block_size,
         d.be.gpu_memory_utilization, d.be.cuda_graph_max_batch);
     cfg_free(&c);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t splitmix64(uint64_t *s)
@@ -278,7 +272,7 @@ static int run_engine(struct bench *b, struct progress *bar, bool record, enum u
         struct engine_seq **ch;
         int nc;
         engine_step(b->eng, &ch, &nc);
-        double t = now_s();
+        double t = llmq_mono_s();
         for (int i = 0; i < nc; i++) {
             struct engine_seq *q = ch[i];
             intptr_t u = (intptr_t)q->user;
@@ -349,7 +343,7 @@ static int make_prompts(struct group *g, int vocab, uint64_t seed, int shared)
 /* Submits every request of g (user ids as run_engine reads them). */
 static int submit(struct bench *b, struct group *g, bool background, char *err, size_t errlen)
 {
-    double t = now_s();
+    double t = llmq_mono_s();
     for (int i = 0; i < g->n_req; i++) {
         intptr_t user = background ? -(intptr_t)(i + 1) : (intptr_t)(i + 1);
         uint64_t seed = (uint64_t)i + (background ? 1000000007ull : 0);
@@ -775,7 +769,7 @@ int cmd_bench(int argc, char **argv)
     log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", model_name, b.fg.wl->name,
              b.fg.n_req, b.fg.in_len, b.fg.out_len, lanes ? " in the short lane" : "",
              engine_backend_name(b.eng));
-    double t_bg = now_s();
+    double t_bg = llmq_mono_s();
     if (b.has_bg) { /* the background first, until the long lane has run a step */
         if (submit(&b, &b.bg, true, err, sizeof err)) {
             fprintf(stderr, "llmq %s: background request: %s\n", CMD, err);
@@ -785,7 +779,7 @@ int cmd_bench(int argc, char **argv)
         run_engine(&b, NULL, false, UNTIL_BG_STARTED);
     }
     struct progress *bar = progress_new(stderr, "requests", b.fg.n_req);
-    double t0 = now_s();
+    double t0 = llmq_mono_s();
     if (submit(&b, &b.fg, false, err, sizeof err)) {
         progress_free(bar);
         fprintf(stderr, "llmq %s: request: %s\n", CMD, err);
@@ -793,7 +787,7 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     int drc = run_engine(&b, bar, true, UNTIL_FG_DONE);
-    double t_end = now_s(), secs = t_end - t0;
+    double t_end = llmq_mono_s(), secs = t_end - t0;
     double wall = b.has_bg ? t_end - t_bg : secs; /* the roofline's window: from the first submission */
     progress_finish(bar);
     progress_free(bar);

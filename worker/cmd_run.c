@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/mono.h"
 #include "engine/tokenizer.h"
 #include "worker/cli.h"
 #include "worker/config.h"
@@ -90,13 +91,6 @@ struct run {
     uint64_t prompt_tokens, generated_tokens;
     bool write_failed, read_failed;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
 {
@@ -326,7 +320,7 @@ static int run_batch(struct run *r)
     size_t cap = 0;
     long lineno = 0;
     bool eof = false;
-    double t0 = now_s();
+    double t0 = llmq_mono_s();
     while (!eof || r->head < r->tail) {
         while (!eof && r->tail - r->head < WINDOW) {
             errno = 0;
@@ -366,7 +360,7 @@ static int run_batch(struct run *r)
     }
     free(line);
     progress_finish(r->bar);
-    double dt = now_s() - t0;
+    double dt = llmq_mono_s() - t0;
     if (fflush(r->out) || ferror(r->out) || r->write_failed) {
         fprintf(stderr, "llmq %s: writing %s failed: %s\n", CMD, r->out_path, strerror(errno ? errno : EIO));
         return 1;

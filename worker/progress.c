@@ -1,5 +1,6 @@
 /* The terminal progress bar; see progress.h. */
 #include "worker/progress.h"
+#include "engine/mono.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +25,6 @@ struct progress {
     int n_samples, next_sample;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct progress *progress_new_ex(FILE *f, const char *unit, int64_t total, bool active)
 {
     struct progress *p = calloc(1, sizeof *p);
@@ -40,7 +34,7 @@ struct progress *progress_new_ex(FILE *f, const char *unit, int64_t total, bool 
     p->unit = unit ? unit : "";
     p->total = total;
     p->active = active;
-    p->t0 = now_s();
+    p->t0 = llmq_mono_s();
     p->last_draw = -1;
     return p;
 }
@@ -171,7 +165,7 @@ void progress_update(struct progress *p, int64_t done, int64_t tokens)
     p->tokens = tokens;
     if (!p->active)
         return;
-    double t = now_s();
+    double t = llmq_mono_s();
     if (p->last_draw < 0 || t - p->last_draw >= REDRAW_S)
         draw(p, t);
 }
@@ -180,7 +174,7 @@ void progress_finish(struct progress *p)
 {
     if (!p || !p->active)
         return;
-    draw(p, now_s());
+    draw(p, llmq_mono_s());
     fputc('\n', p->f);
     fflush(p->f);
     p->drawn = false;

@@ -15,6 +15,7 @@
 #include "engine/gpu.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/mono.h"
 #include "engine/tokenizer.h"
 #include "llmq_version.h"
 #include "queue/ack.h"
@@ -141,13 +142,6 @@ struct wk {
 
 /* ---- small helpers */
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -168,7 +162,7 @@ static void move(struct wk *w, struct wk_job *j, int state)
         wk_list_remove(&w->l[j->state], j);
     j->state = state;
     if (state == WK_PENDING && w->l[WK_PENDING].n == 0)
-        w->oldest_pending = mono_s();
+        w->oldest_pending = llmq_mono_s();
     if (state >= 0)
         wk_list_push(&w->l[state], j);
 }
@@ -213,7 +207,7 @@ static int grow_scratch(struct wk *w, int n)
 /* A Redis step failed: log it (at most every TROUBLE_LOG_S while it keeps failing). */
 static void redis_trouble(struct wk *w, const char *what)
 {
-    double now = mono_s();
+    double now = llmq_mono_s();
     if (w->redis_trouble_since == 0)
         w->redis_trouble_since = now;
     if (now >= w->next_redis_log) {
@@ -226,7 +220,7 @@ static void redis_trouble(struct wk *w, const char *what)
 static void redis_ok(struct wk *w)
 {
     if (w->redis_trouble_since > 0) {
-        log_info("redis: working again after %.1f s", mono_s() - w->redis_trouble_since);
+        log_info("redis: working again after %.1f s", llmq_mono_s() - w->redis_trouble_since);
         w->redis_trouble_since = 0;
         w->next_redis_log = 0;
     }
@@ -459,7 +453,7 @@ static void redis_retry(struct wk *w)
 
 static void db_trouble(struct wk *w, const char *msg)
 {
-    double now = mono_s();
+    double now = llmq_mono_s();
     snprintf(w->db_err, sizeof w->db_err, "%s", msg);
     if (w->db_trouble_since == 0)
         w->db_trouble_since = now;
@@ -474,7 +468,7 @@ static void db_trouble(struct wk *w, const char *msg)
 
 static void commit_done(struct wk *w, struct wk_batch *b)
 {
-    double now = mono_s();
+    double now = llmq_mono_s();
     bool results_ok = b->rc_results == DB_OK || b->rc_results == DB_ERR_ROW;
     log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", w->nb, (size_t)w->nm_sent,
               b->write_ms, b->rc_results);
@@ -579,7 +573,7 @@ static void commit_submit(struct wk *w, bool stopped)
         j = next;
     }
     if (w->l[WK_PENDING].n)
-        w->oldest_pending = mono_s();
+        w->oldest_pending = llmq_mono_s();
     b->rows = w->rows;
     b->nrows = w->nb;
     b->row_rc = w->row_rc;
@@ -767,7 +761,7 @@ static void phase_fetch(struct wk *w, bool *blocked)
     if (total <= 0)
         return;
     bool idle = !engine_has_work(w->eng) && held_count(w) == 0;
-    double now = mono_s();
+    double now = llmq_mono_s();
     if (!idle && w->last_empty_fetch > 0 && now - w->last_empty_fetch < w->empty_fetch_wait)
         return;
     if (total > w->fetch_cap) {
@@ -789,7 +783,7 @@ static void phase_fetch(struct wk *w, bool *blocked)
         return;
     }
     redis_ok(w);
-    w->last_empty_fetch = n == 0 ? mono_s() : 0;
+    w->last_empty_fetch = n == 0 ? llmq_mono_s() : 0;
     if (n > 0 || idle)
         w->empty_fetch_wait = EMPTY_FETCH_S;
     else if (w->empty_fetch_wait < EMPTY_FETCH_MAX_S)
@@ -805,7 +799,7 @@ static void phase_fetch(struct wk *w, bool *blocked)
         }
         return;
     }
-    double nm = mono_s(), nw = db_now();
+    double nm = llmq_mono_s(), nw = db_now();
     int k = 0;
     for (int i = 0; i < n; i++) {
         struct wk_job *j = wk_job_new(&w->fetched[i], nm, nw);
@@ -825,7 +819,7 @@ static void phase_fetch(struct wk *w, bool *blocked)
 
 static void phase_cancel(struct wk *w)
 {
-    double now = mono_s();
+    double now = llmq_mono_s();
     if (now - w->last_cancel < CANCEL_CHECK_S)
         return;
     w->last_cancel = now;
@@ -856,12 +850,12 @@ static void phase_cancel(struct wk *w)
 /* engine_step and what follows from it: progress and finished jobs. Returns the step's seconds. */
 static void phase_step(struct wk *w, double *ph)
 {
-    double t0 = mono_s();
+    double t0 = llmq_mono_s();
     struct engine_seq **changed = NULL;
     int n = 0;
     if (engine_step(w->eng, &changed, &n))
         log_warn("engine: a step failed; its %d job%s are retried", n, n == 1 ? "" : "s");
-    double t1 = mono_s();
+    double t1 = llmq_mono_s();
     ph[PH_STEP] += t1 - t0;
     /* progress: marked per job every `every` tokens (and at the first token), sent in one
      * pipeline at most every PROGRESS_FLUSH_S */
@@ -899,7 +893,7 @@ static void phase_step(struct wk *w, double *ph)
         if (np && rq_progress(w->rq, w->prog, np))
             redis_trouble(w, "progress");
     }
-    double t2 = mono_s();
+    double t2 = llmq_mono_s();
     ph[PH_PROGRESS] += t2 - t1;
     /* finished */
     nw = db_now();
@@ -919,13 +913,13 @@ static void phase_step(struct wk *w, double *ph)
             move(w, j, WK_PENDING);
         }
     }
-    ph[PH_FINISH] += mono_s() - t2;
+    ph[PH_FINISH] += llmq_mono_s() - t2;
 }
 
 static void iterate(struct wk *w)
 {
     double ph[PH_N] = {0};
-    double t = mono_s(), t2;
+    double t = llmq_mono_s(), t2;
     struct engine_stats hb; /* the engine's gauges for the heartbeat (llmq status) */
     engine_get_stats(w->eng, &hb);
     struct rq_worker_info info = {
@@ -957,27 +951,27 @@ static void iterate(struct wk *w)
             redis_trouble(w, "recovering this worker's processing list");
         }
     }
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ph[PH_TICK] = t2 - t;
     t = t2;
 
     redis_committed(w);
     redis_route(w);
     redis_retry(w);
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ph[PH_REDIS] = t2 - t;
     t = t2;
 
     bool blocked = false;
     phase_fetch(w, &blocked);
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ph[PH_FETCH] = t2 - t;
     t = t2;
 
     bool has_work = engine_has_work(w->eng);
     if (has_work)
         phase_cancel(w);
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ph[PH_CANCEL] = t2 - t;
     t = t2;
 
@@ -986,7 +980,7 @@ static void iterate(struct wk *w)
     int running = st.running;
     if (has_work)
         phase_step(w, ph);
-    t = mono_s();
+    t = llmq_mono_s();
 
     struct wk_batch *b = wk_writer_poll(w->wr);
     if (b)
@@ -1003,7 +997,7 @@ static void iterate(struct wk *w)
         commit_submit(w, false);
     if (t >= w->next_publish)
         publish(w, t);
-    t2 = mono_s();
+    t2 = llmq_mono_s();
     ph[PH_COMMIT] = t2 - t;
 
     if (has_work && !blocked) {
@@ -1051,17 +1045,17 @@ static void requeue_state(struct wk *w, int state, const char *why)
  * finished jobs whose rows are not written yet are handed back too instead of waiting for SQLite. */
 static void finish_run(struct wk *w, bool hard)
 {
-    double until = mono_s() + (hard ? 2.0 : FLUSH_S);
+    double until = llmq_mono_s() + (hard ? 2.0 : FLUSH_S);
     w->stopping = true; /* GET /health: 503 "stopping" from now on */
     if (w->m.jobs_done) /* the last, partial interval */
-        add_metrics_row(w, mono_s());
-    publish(w, mono_s());
+        add_metrics_row(w, llmq_mono_s());
+    publish(w, llmq_mono_s());
     int running = w->l[WK_RUNNING].n;
     if (running)
         log_info("worker: handing %d unfinished job%s back to the front of their queue", running,
                  running == 1 ? "" : "s");
     for (;;) {
-        double now = mono_s();
+        double now = llmq_mono_s();
         requeue_state(w, WK_RUNNING, "shutdown");
         struct wk_batch *b = wk_writer_poll(w->wr);
         if (b)
@@ -1180,7 +1174,7 @@ static int setup(struct wk *w)
     w->ctx = (struct wk_ctx){.model_name = w->model_name, .worker_id = w->worker_id, .tok = w->tok};
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
-    double now = mono_s();
+    double now = llmq_mono_s();
     wk_metrics_init(&w->m, now, &st);
     w->next_metrics = now + c->metrics.interval_s;
     w->last_tokens_per_s = 0;
@@ -1303,7 +1297,7 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         sigaction(SIGINT, &old_int, NULL);
         return 1;
     }
-    double t_start = mono_s();
+    double t_start = llmq_mono_s();
     bool hard = false;
     for (;;) {
         int sigs = g_signals;
@@ -1315,14 +1309,14 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         }
         if (sigs == 1 && !w->stopping) {
             w->stopping = true;
-            w->deadline = mono_s() + c->worker.shutdown_timeout_s;
+            w->deadline = llmq_mono_s() + c->worker.shutdown_timeout_s;
             log_info(
                 "received %s: not fetching any more; finishing %d running job%s (up to %d s), then handing "
                 "back the rest (send it again to stop at once)",
                 g_signo == SIGINT ? "SIGINT" : "SIGTERM", w->l[WK_RUNNING].n,
                 w->l[WK_RUNNING].n == 1 ? "" : "s", c->worker.shutdown_timeout_s);
         }
-        if (w->stopping && (!engine_has_work(w->eng) || mono_s() >= w->deadline)) {
+        if (w->stopping && (!engine_has_work(w->eng) || llmq_mono_s() >= w->deadline)) {
             if (engine_has_work(w->eng))
                 log_info("worker: shutdown_timeout_s (%d s) is over", c->worker.shutdown_timeout_s);
             break;
@@ -1336,7 +1330,7 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         }
     }
     finish_run(w, hard);
-    double dt = mono_s() - t_start;
+    double dt = llmq_mono_s() - t_start;
     timing_line("worker stats", &w->t);
     log_info(
         "worker %s stopped after %.1f s: %lld jobs done (%lld completed, %lld failed, %lld cancelled), %lld "

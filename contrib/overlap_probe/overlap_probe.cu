@@ -28,6 +28,7 @@
 
 #include <vector>
 
+#include "engine/mono.h"
 #include "kernels/kernels.h"
 
 static void fail(const char *file, int line, const char *what, const char *err, int code)
@@ -95,13 +96,6 @@ static __nv_bfloat16 *rand_bf16(size_t n, uint32_t seed)
     fill_kernel<<<1024, 256>>>(p, n, seed);
     CK(cudaGetLastError());
     return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // One GEMM Y[M, N] = X[M, K] W[N, K]^T in bf16 through cuBLASLt, planned for `sms` SMs.
@@ -240,12 +234,12 @@ template <typename Fn> static double timed(int reps, Fn once, std::vector<cudaSt
     once();
     for (cudaStream_t s : streams)
         CK(cudaStreamSynchronize(s));
-    const double t0 = now_s();
+    const double t0 = llmq_mono_s();
     for (int i = 0; i < reps; i++)
         once();
     for (cudaStream_t s : streams)
         CK(cudaStreamSynchronize(s));
-    return (now_s() - t0) / reps;
+    return (llmq_mono_s() - t0) / reps;
 }
 
 int main(int argc, char **argv)

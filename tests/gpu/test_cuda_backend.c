@@ -81,6 +81,7 @@
 #include "engine/gpu.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/mono.h"
 #include "engine/random_model.h"
 #include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
@@ -115,13 +116,6 @@ static uint64_t rng(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* ---- backends */
@@ -461,7 +455,7 @@ static int drive(struct backend **be, struct tseq *s, int ns, int chunk, int poo
                 memset(&out[k][j], 0xff, sizeof out[k][j]);
                 out[k][j].logprob = NAN;
             }
-            double t0 = now_ms();
+            double t0 = 1e3 * llmq_mono_s();
             if (backend_step(be[k], bs, n, out[k])) {
                 printf("FAIL %s: backend %s failed a step of %d sequences: %s\n", label, ROLE_NAME[k], n,
                        be[k]->err);
@@ -470,7 +464,7 @@ static int drive(struct backend **be, struct tseq *s, int ns, int chunk, int poo
                 goto out;
             }
             if (timed)
-                decode_ms[k] += now_ms() - t0;
+                decode_ms[k] += 1e3 * llmq_mono_s() - t0;
         }
         for (int j = 0; j < n; j++) {
             struct tseq *q = &s[idx[j]];

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <utf8proc.h>
 
+#include "engine/mono.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
 
@@ -27,13 +28,6 @@ static struct tok *tok;
 /* The committed corpus (tests/fixtures/tokenizer/corpus.jsonl) plus random strings. */
 static char **texts;
 static size_t *text_lens, n_texts;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void add_text(const char *s, size_t len)
 {
@@ -50,13 +44,13 @@ static int setup(void **state)
     snprintf(json_path, sizeof json_path, "%s", test_asset("qwen3-tokenizer/tokenizer.json"));
     snprintf(config_path, sizeof config_path, "%s", test_asset("qwen3-tokenizer/tokenizer_config.json"));
     char err[512];
-    double t0 = now();
+    double t0 = llmq_mono_s();
     tok = tok_load(json_path, config_path, err, sizeof err);
     if (!tok) {
         fprintf(stderr, "tok_load: %s\n", err);
         return -1;
     }
-    printf("# loaded the Qwen3 tokenizer in %.3f s\n", now() - t0);
+    printf("# loaded the Qwen3 tokenizer in %.3f s\n", llmq_mono_s() - t0);
 
     FILE *f = fopen(test_source("tests/fixtures/tokenizer/corpus.jsonl"), "r");
     if (!f) {
@@ -325,10 +319,10 @@ static void test_long_runs(void **state)
             len += ul;
         }
         s[len++] = 'x';
-        double t0 = now();
+        double t0 = llmq_mono_s();
         size_t n, blen;
         int32_t *ids = encode(s, len, &n);
-        double t = now() - t0;
+        double t = llmq_mono_s() - t0;
         char *back = decode(ids, n, false, &blen);
         char *want = (char *)utf8proc_NFC((const utf8proc_uint8_t *)(s[len] = 0, s));
         assert_int_equal(blen, strlen(want));
