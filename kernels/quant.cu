@@ -58,37 +58,32 @@ __device__ __forceinline__ uint32_t e4m3x4(const float d[4])
            (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(d[2], d[3]), __NV_SATFINITE, __NV_E4M3) << 16;
 }
 
-// Quantizes the 4 values a lane holds of a 128-column group (the warp holds the group): writes 4
-// bytes at q and, from lane 0, the scale at *scale.
-__device__ __forceinline__ void quant_group(const float v[4], uint8_t *q, float *scale)
+// Quantizes one 128-column group held by L lanes, N = 128 / L values each (L = 32: the whole warp, 4
+// values a lane; L = 16: lanes 0-15 or 16-31, 8 values a lane, a half-warp active or not as a whole):
+// writes the lane's N bytes at q and, from the group's first lane, the scale at *scale. The max is
+// exact in any order, so both shapes give the same codes and scale for the same group.
+template <int L>
+__device__ __forceinline__ void quant_group(const float (&v)[128 / L], uint8_t *q, float *scale)
 {
-    float a = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-    const float s = fp8_scale_d(warp_max(a));
-    float d[4];
-    fp8_divide(d, v, 4, s); // engine/fp8_quotient.h: v / s from one reciprocal
-    *(uint32_t *)q = e4m3x4(d);
-    if ((threadIdx.x & 31) == 0)
-        *scale = s;
-}
-
-// Quantizes the 8 values a lane holds of a 128-column group that 16 lanes hold (lanes 0-15 or 16-31 of
-// the warp; a half-warp is active or not as a whole): writes 8 bytes at q and, from the half's first
-// lane, the scale at *scale. The max is exact in any order, so this is quant_group's result.
-__device__ __forceinline__ void quant_group8(const float v[8], uint8_t *q, float *scale)
-{
-    const unsigned lane = threadIdx.x & 31, half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    constexpr int N = 128 / L;
+    static_assert(L == 16 || L == 32, "a group is held by a half-warp or a warp");
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned mask = L == 32 ? 0xffffffffu : lane < 16 ? 0x0000ffffu : 0xffff0000u;
     float a = fabsf(v[0]);
 #pragma unroll
-    for (int i = 1; i < 8; i++)
+    for (int i = 1; i < N; i++)
         a = fmaxf(a, fabsf(v[i]));
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1)
-        a = fmaxf(a, __shfl_xor_sync(half, a, o));
+    for (int o = L / 2; o > 0; o >>= 1)
+        a = fmaxf(a, __shfl_xor_sync(mask, a, o));
     const float s = fp8_scale_d(a);
-    float d[8];
-    fp8_divide(d, v, 8, s); // engine/fp8_quotient.h: v / s from one reciprocal
-    *(uint2 *)q = make_uint2(e4m3x4(d), e4m3x4(d + 4));
-    if ((lane & 15) == 0)
+    float d[N];
+    fp8_divide(d, v, N, s); // engine/fp8_quotient.h: v / s from one reciprocal
+    if constexpr (N == 4)
+        *(uint32_t *)q = e4m3x4(d);
+    else
+        *(uint2 *)q = make_uint2(e4m3x4(d), e4m3x4(d + 4));
+    if ((lane & (L - 1)) == 0)
         *scale = s;
 }
 
@@ -163,7 +158,7 @@ __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__
     const size_t m = blockIdx.x, off = m * K + (size_t)u * 8;
     float v[8];
     bf16x8_to_float(__ldg((const uint4 *)(X + off)), v);
-    quant_group8(v, Xq + off, x_scale + (size_t)(u / 16) * K_FP8_ROWS(M) + m);
+    quant_group<16>(v, Xq + off, x_scale + (size_t)(u / 16) * K_FP8_ROWS(M) + m);
 }
 
 // Block sum (every thread gets it); blockDim.x = 256.
@@ -188,7 +183,7 @@ __device__ __forceinline__ float block_sum256(float v)
 }
 
 // A lane's 4 columns of one group: the residual v times rr and the norm weights, rounded to bf16 (written
-// to out when given), then the group's e4m3 codes and scale (quant_group: the warp holds the group).
+// to out when given), then the group's e4m3 codes and scale (quant_group<32>: the warp holds the group).
 __device__ __forceinline__ void norm_quant_group(float4 v, float rr, const float wf[4], bf16 *out, uint8_t *q,
                                                  float *scale)
 {
@@ -197,7 +192,7 @@ __device__ __forceinline__ void norm_quant_group(float4 v, float rr, const float
     y[2] = bf16r_d(v.z * rr * wf[2]), y[3] = bf16r_d(v.w * rr * wf[3]);
     if (out)
         store_bf16x4(out, y);
-    quant_group(y, q, scale);
+    quant_group<32>(y, q, scale);
 }
 
 // One CTA (256 threads, 8 warps) per row. Pass 1: residual += x (4 columns per thread at a time)
@@ -297,7 +292,7 @@ __global__ void __launch_bounds__(256)
         y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));
     if (out)
         *(uint4 *)(out + t * F + (size_t)u * 8) = float_to_bf16x8(y);
-    quant_group8(y, outq + t * F + (size_t)u * 8, out_scale + (size_t)(u / 16) * K_FP8_ROWS(T) + t);
+    quant_group<16>(y, outq + t * F + (size_t)u * 8, out_scale + (size_t)(u / 16) * K_FP8_ROWS(T) + t);
 }
 
 // ---- launchers
