@@ -24,9 +24,16 @@
  *          the step's second mma) keeping fewer bits than fp32 (about 14 on Hopper, as DeepSeek-V3's
  *          report measured for its FP8 GEMMs); the kernel adds each 64-k step into fp32. A dropped
  *          product (~ max|xw| / 5) still fails it by 10x.
- * and per case the norm-relative error ||got - ref|| / ||ref|| <= 4e-3 (bf16 Y; uniform rounding
- * gives ~1.1e-3) or 5e-5 (fp32 Y; fp8q 1e-3). Y is poisoned (0xFF bytes: NaN) before every run, followed by a
- * 64-element poisoned guard that must stay untouched; any NaN/inf in Y fails.
+ * and per case the norm-relative error ||got - ref|| <= tol * ||ref|| + rms(atol) with tol 4e-3 (bf16
+ * Y; uniform rounding gives ~1.1e-3) or 5e-5 (fp32 Y; fp8q 1e-3). rms(atol), one output's
+ * accumulation allowance, is for the cases of a single output (N = 1, M = 1), whose relative error
+ * is that output's: a sum that cancels to near zero would fail on its fp32 accumulation error alone
+ * (fp32 Y: a simulation of these inputs' fp32 sums puts 0.05-0.2 % of single-output cases past 5e-5,
+ * about one run in a hundred: the likely cause of the one unexplained failure of this test). Over a
+ * case of n outputs the term weighs 1 / sqrt(n) as much against tol * ||ref|| as at one output, so
+ * the large cases still see a systematic relative error at about the tol level. Y is poisoned (0xFF
+ * bytes: NaN) before every run, followed by a 64-element poisoned guard that must stay untouched;
+ * any NaN/inf in Y fails.
  *
  * Timing (informational, never asserted): every Qwen3-14B projection at M = 1, 2, 4, 8 (the 8B
  * and 0.6B ones at M = 1 and 8), each after a sampled check of its output: median of 20 launches
@@ -235,7 +242,7 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
     size_t guard_bad = 0, nonfinite = 0, bad = 0, worst_i = 0;
     for (size_t i = n * es; i < raw.size(); i++)
         guard_bad += raw[i] != 0xff;
-    double num = 0, den = 0, worst = -1;
+    double num = 0, den = 0, aa = 0, worst = -1;
     std::vector<float> got(n);
     for (size_t i = 0; i < n; i++) {
         if (y_f32)
@@ -251,13 +258,13 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
         }
         const double dd = fabs(got[i] - p.ref[i]),
                      bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(p.ref[i]) + p.atol[i];
-        num += dd * dd, den += p.ref[i] * p.ref[i];
+        num += dd * dd, den += p.ref[i] * p.ref[i], aa += p.atol[i] * p.atol[i];
         bad += dd > bound;
         if (dd / bound > worst)
             worst = dd / bound, worst_i = i;
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (p.xq ? 1e-3 : 5e-5) : 4e-3;
-    const bool ok = !nonfinite && !guard_bad && !bad && rel <= tol;
+    const bool ok = !nonfinite && !guard_bad && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (n ? n : 1));
     gt_check(
         ok,
         "%-44s rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %zu, n %zu) got %.6g ref %.6g  out-of-bound "
@@ -265,6 +272,10 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
         "nan/inf %zu  guard %s",
         what, rel, tol, worst, worst_i / p.N, worst_i % p.N, got[worst_i], p.ref[worst_i], bad, nonfinite,
         guard_bad ? "OVERWRITTEN" : "ok");
+    if (ok && rel > tol) // passed on the accumulation allowance alone (the header): worth seeing
+        printf("note: %s passed on the accumulation allowance (rel %.2e over tol %.0e; |ref| %.3g, rms atol "
+               "%.3g)\n",
+               what, rel, tol, sqrt(den / (n ? n : 1)), sqrt(aa / (n ? n : 1)));
     return ok;
 }
 
@@ -591,7 +602,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
     std::vector<uint8_t> wq(K);
     std::vector<float> sc(kb);
     std::vector<double> w(K);
-    double num = 0, den = 0, worst = -1, wgot = 0, wref = 0;
+    double num = 0, den = 0, aa = 0, worst = -1, wgot = 0, wref = 0;
     size_t bad = 0, checked = 0;
     int wm = 0, wn = 0;
     for (int n : rows) {
@@ -614,9 +625,9 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
             const double got = yval((size_t)m * N + n);
             if (!std::isfinite(got))
                 continue;
-            const double d = fabs(got - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) +
-                                                      (Xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
-            num += d * d, den += ref * ref, checked++;
+            const double atol = (Xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
+            const double d = fabs(got - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) + atol;
+            num += d * d, den += ref * ref, aa += atol * atol, checked++;
             bad += d > bound;
             if (d / bound > worst)
                 worst = d / bound, wm = m, wn = n, wgot = got, wref = ref;
@@ -624,7 +635,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (Xq ? 1e-3 : 5e-5) : 4e-3;
     gt_check(
-        !nonfinite && !bad && rel <= tol,
+        !nonfinite && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (checked ? checked : 1)),
         "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
         "out-of-bound %zu  nan/inf in Y %zu",
         what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
