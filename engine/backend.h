@@ -62,6 +62,7 @@ struct backend_opts {
     int max_num_batched_tokens;  /* most new tokens in one step (0: BACKEND_DEFAULT_MAX_BATCHED_TOKENS) */
     int max_model_len;           /* longest sequence */
     int threads;                 /* CPU threads, 0 = all */
+    int device;                  /* CUDA device index (engine.device); the CPU backend ignores it */
     double gpu_memory_utilization;
     int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */

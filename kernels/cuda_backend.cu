@@ -543,12 +543,26 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
     // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
     b->rows = K_FP8_ROWS(b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs);
-    b->device = 0;
+    b->device = o->device;
 
     float *inv = NULL;
     cudaDeviceProp prop;
-    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
-        cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice(0)", e);
+    int n_dev = 0;
+    if ((e = cudaGetDeviceCount(&n_dev)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaGetDeviceCount", e);
+        goto fail;
+    }
+    if (b->device < 0 || b->device >= n_dev) { // engine.device names a GPU this machine does not have
+        snprintf(b->base.err, sizeof b->base.err,
+                 "engine.device %d: this machine has %d CUDA device%s (0..%d; CUDA_VISIBLE_DEVICES, if set, "
+                 "renumbers them)",
+                 b->device, n_dev, n_dev == 1 ? "" : "s", n_dev - 1);
+        goto fail;
+    }
+    // The device is per host thread: every entry point (open, step, stats, free) selects it
+    if ((e = cudaSetDevice(b->device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&prop, b->device)) != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice", e);
         goto fail;
     }
     snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
@@ -595,11 +609,11 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     }
     note_peak(b);
     log_info(
-        "cuda backend: %s on %s (%.1f GB), %d layers, hidden %d, heads %d/%d x %d, vocab %d; up to %d "
-        "sequences and %d tokens per step, max_model_len %d, %.2f GB allocated (activations and workspaces "
-        "%.2f GB), decode graphs %s",
-        c->arch_name, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D, b->V,
-        b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
+        "cuda backend: %s on device %d, %s (%.1f GB), %d layers, hidden %d, heads %d/%d x %d, vocab %d; "
+        "up to %d sequences and %d tokens per step, max_model_len %d, %.2f GB allocated (activations and "
+        "workspaces %.2f GB), decode graphs %s",
+        c->arch_name, b->device, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D,
+        b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
         (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off");
     return &b->base;
 fail:
@@ -638,6 +652,7 @@ static void cb_free(struct backend *be)
     struct cuda_backend *b = (struct cuda_backend *)be;
     if (!b)
         return;
+    cudaSetDevice(b->device);
     if (b->stream)
         cudaStreamSynchronize(b->stream);
     cb_spec_free(b);
@@ -683,7 +698,8 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     if (!be || be->ops != &cuda_ops)
         return -1;
     struct cuda_backend *b = (struct cuda_backend *)be;
-    note_peak(b);
+    if (cudaSetDevice(b->device) == cudaSuccess)
+        note_peak(b);
     memset(st, 0, sizeof *st);
     snprintf(st->device, sizeof st->device, "%.127s", b->device_name);
     st->device_total_bytes = (int64_t)b->total_mem;
@@ -1095,6 +1111,11 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
     be->err[0] = 0;
     if (n <= 0)
         return 0;
+    cudaError_t de = cudaSetDevice(b->device); // the caller's thread may not have selected it
+    if (de != cudaSuccess) {
+        cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice", de);
+        return -1;
+    }
     if (n > b->max_seqs) {
         snprintf(be->err, sizeof be->err,
                  "%d sequences in one step; this backend was opened for max_num_seqs %d", n, b->max_seqs);

@@ -105,6 +105,7 @@ static void usage(FILE *f)
         "                                  model.lm_head_dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
         "      --threads N                 CPU backend threads (default all)\n"
+        "      --device N                  CUDA device index (default 0; engine.device)\n"
         "      --seed N                    prompt seed (default 0)\n"
         "  -h, --help                      this text\n"
         "\n"
@@ -424,6 +425,7 @@ int cmd_bench(int argc, char **argv)
         O_DTYPE,
         O_KVDTYPE,
         O_LMDTYPE,
+        O_DEVICE,
     };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},
@@ -453,6 +455,7 @@ int cmd_bench(int argc, char **argv)
         {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
         {"cuda-graph-max-batch", required_argument, NULL, O_GRAPH_MAX},
         {"threads", required_argument, NULL, O_THREADS},
+        {"device", required_argument, NULL, O_DEVICE},
         {"seed", required_argument, NULL, O_SEED},
         {"dtype", required_argument, NULL, O_DTYPE},
         {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
@@ -544,6 +547,9 @@ int cmd_bench(int argc, char **argv)
             break;
         case O_THREADS:
             rc = parse_int("--threads", optarg, 0, &eo.be.threads);
+            break;
+        case O_DEVICE:
+            rc = parse_int("--device", optarg, 0, &eo.be.device);
             break;
         case O_SEED:
             rc = parse_int("--seed", optarg, 0, &seed);

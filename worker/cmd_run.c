@@ -56,6 +56,7 @@ static void usage(FILE *f)
         "      --max-model-len N         longest prompt + output; 0 = the model's (model.max_model_len)\n"
         "      --block-size N            KV cache block size in tokens (engine.block_size)\n"
         "      --threads N               CPU backend threads; 0 = all cores (engine.threads)\n"
+        "      --device N                CUDA device index (engine.device; default 0)\n"
         "  -h, --help                    this text\n"
         "\n"
         "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
@@ -382,7 +383,7 @@ int cmd_run(int argc, char **argv)
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
         {"config", required_argument, NULL, 'c'},
-        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --max-num-seqs */
+        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
         ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},

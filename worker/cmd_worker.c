@@ -36,6 +36,8 @@ static void usage(FILE *f)
         "      --drain           exit 0 once the queues, the retry set and the lists of crashed workers\n"
         "                        are empty and nothing runs (for cron)\n"
         "      --threads N       CPU backend threads; 0 = all cores (engine.threads)\n"
+        "      --device N        CUDA device index (engine.device; default 0). One worker per GPU: start\n"
+        "                        one each with --device 0, 1, ... and its own --id and metrics.port\n"
         "      --max-num-seqs N  sequences per engine step, both lanes (engine.max_num_seqs)\n"
         "      --log-level L     debug | info | warn | error (worker.log_level)\n"
         "      --stats           log the loop's per-phase timings every metrics interval (always at exit)\n"
@@ -56,7 +58,7 @@ int cmd_worker(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"redis", required_argument, NULL, O_REDIS},
         {"db", required_argument, NULL, O_DB},
-        ENGINE_CFG_LONGOPTS, /* --model, --backend, --threads, --max-num-seqs */
+        ENGINE_CFG_LONGOPTS, /* --model, --backend, --threads, --device, --max-num-seqs */
         {"id", required_argument, NULL, O_ID},
         {"queues", required_argument, NULL, O_QUEUES},
         {"drain", no_argument, NULL, O_DRAIN},

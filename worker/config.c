@@ -183,7 +183,8 @@ static const struct cfg_key keys[] = {
 
     ENUM("engine", "backend", engine.backend, "auto", backend_choices,
          "auto = cuda when a GPU is usable, else cpu"),
-    INT("engine", "device", engine.device, "0", 0, 255, "CUDA device index"),
+    INT("engine", "device", engine.device, "0", 0, 255,
+        "CUDA device the backend runs on (--device); one worker per GPU"),
     DBL("engine", "gpu_memory_utilization", engine.gpu_memory_utilization, "0.92", 0, 1, CFG_F_MIN_OPEN,
         "share of GPU memory for weights, activations and the KV cache"),
     {"engine", "block_size", CFG_T_INT, OFF(engine.block_size), "32", 8, 256, NULL, CFG_F_POW2, NULL,

@@ -14,6 +14,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.max_num_batched_tokens = c->engine.max_num_batched_tokens;
     o.be.max_model_len = c->model.max_model_len;
     o.be.threads = c->engine.threads;
+    o.be.device = c->engine.device;
     o.be.gpu_memory_utilization = c->engine.gpu_memory_utilization;
     o.be.kv_cache_bytes = c->engine.cpu_kv_cache_bytes;
     if (c->engine.kv_cache_dtype == CFG_KV_FP8)
@@ -71,6 +72,7 @@ static const struct {
     {'m', "model.path", "--model"},
     {ENGINE_CFG_O_BACKEND, "engine.backend", "--backend"},
     {ENGINE_CFG_O_THREADS, "engine.threads", "--threads"},
+    {ENGINE_CFG_O_DEVICE, "engine.device", "--device"},
     {ENGINE_CFG_O_SEQS, "engine.max_num_seqs", "--max-num-seqs"},
     {ENGINE_CFG_O_BATCHED, "engine.max_num_batched_tokens", "--max-num-batched-tokens"},
     {ENGINE_CFG_O_MAXLEN, "model.max_model_len", "--max-model-len"},

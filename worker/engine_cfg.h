@@ -12,8 +12,8 @@ struct cfg;
 enum { ENGINE_CFG_LANE_SHORT = 0, ENGINE_CFG_LANE_LONG = 1 };
 
 /* engine_opts_default() with the model and engine sections of c applied: block size, global
- * caps, max_model_len, threads, memory, KV dtype, weight dtype (model.dtype), CUDA graphs, backend,
- * prefix caching, seed. One lane with the global caps. */
+ * caps, max_model_len, threads, CUDA device, memory, KV dtype, weight dtype (model.dtype), CUDA graphs,
+ * backend, prefix caching, seed. One lane with the global caps. */
 struct engine_opts engine_cfg_opts(const struct cfg *c);
 
 /* Adds the worker's two lanes to o from the queues section: lane ENGINE_CFG_LANE_SHORT with the
@@ -37,6 +37,7 @@ int engine_cfg_flag_add(struct engine_cfg_flags *f, const char *key, const char 
 enum {
     ENGINE_CFG_O_BACKEND = 256,
     ENGINE_CFG_O_THREADS,
+    ENGINE_CFG_O_DEVICE,
     ENGINE_CFG_O_SEQS,
     ENGINE_CFG_O_BATCHED,
     ENGINE_CFG_O_MAXLEN,
@@ -46,13 +47,14 @@ enum {
 
 /* struct option entries (<getopt.h>) for a command's getopt_long table; the command's short
  * options must include "m:". ENGINE_CFG_LONGOPTS: the flags of every command that opens an engine
- * (--model, --backend, --threads, --max-num-seqs); ENGINE_CFG_LONGOPTS_SHAPE: the batch shape
+ * (--model, --backend, --threads, --device, --max-num-seqs); ENGINE_CFG_LONGOPTS_SHAPE: the batch shape
  * (--max-num-batched-tokens, --max-model-len, --block-size). */
 // clang-format off
 #define ENGINE_CFG_LONGOPTS                                                       \
     {"model", required_argument, NULL, 'm'},                                      \
     {"backend", required_argument, NULL, ENGINE_CFG_O_BACKEND},                   \
     {"threads", required_argument, NULL, ENGINE_CFG_O_THREADS},                   \
+    {"device", required_argument, NULL, ENGINE_CFG_O_DEVICE},                     \
     {"max-num-seqs", required_argument, NULL, ENGINE_CFG_O_SEQS}
 #define ENGINE_CFG_LONGOPTS_SHAPE                                                 \
     {"max-num-batched-tokens", required_argument, NULL, ENGINE_CFG_O_BATCHED},    \
