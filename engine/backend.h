@@ -65,6 +65,7 @@ struct backend_opts {
     int device;                  /* CUDA device index (engine.device); the CPU backend ignores it */
     double gpu_memory_utilization;
     int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
+    int num_kv_blocks;           /* > 0: exactly this many KV blocks (engine.num_kv_blocks), over the two above */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
     enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */
     /* the output projection (lm_head, or the embedding when tied), by the rule of fp8_linear_use

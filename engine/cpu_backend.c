@@ -454,7 +454,9 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
     int64_t block_bytes = (int64_t)b->L * 2 * b->KVH * bs * tok_bytes;
     int64_t seq_blocks = ((int64_t)max_len + bs - 1) / bs;
     int64_t nb;
-    if (o->kv_cache_bytes > 0) {
+    if (o->num_kv_blocks > 0) {
+        nb = o->num_kv_blocks;
+    } else if (o->kv_cache_bytes > 0) {
         nb = o->kv_cache_bytes / block_bytes;
     } else {
         int64_t need = (int64_t)(o->max_num_seqs > 0 ? o->max_num_seqs : 1) * seq_blocks;
@@ -466,11 +468,13 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
     if (nb < seq_blocks) {
         snprintf(err, errlen,
                  "KV cache of %lld blocks (%.1f MiB%s) cannot hold one sequence of max_model_len %d "
-                 "(%lld blocks of %d tokens, %.1f MiB of %s KV); raise kv_cache_bytes or lower max_model_len",
+                 "(%lld blocks of %d tokens, %.1f MiB of %s KV); raise %s or lower max_model_len",
                  (long long)nb, (double)(nb * block_bytes) / (1 << 20),
-                 o->kv_cache_bytes > 0 ? " from kv_cache_bytes" : ", the default cap", max_len,
-                 (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20),
-                 b->kv8 ? "fp8" : "fp32");
+                 o->num_kv_blocks > 0    ? " from num_kv_blocks"
+                 : o->kv_cache_bytes > 0 ? " from kv_cache_bytes"
+                                         : ", the default cap",
+                 max_len, (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20),
+                 b->kv8 ? "fp8" : "fp32", o->num_kv_blocks > 0 ? "num_kv_blocks" : "kv_cache_bytes");
         return -1;
     }
     b->base.num_blocks = (int)nb;

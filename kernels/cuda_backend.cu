@@ -348,6 +348,20 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     int64_t nb = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
     if (nb > (1 << 30))
         nb = 1 << 30;
+    const bool exact = o->num_kv_blocks > 0; // engine.num_kv_blocks: this many, whatever the budget says
+    if (exact) {
+        nb = o->num_kv_blocks;
+        why = "num_kv_blocks";
+        if ((double)nb * (double)block_bytes > (double)fr - (double)GRAPH_RESERVE) {
+            snprintf(
+                b->base.err, sizeof b->base.err,
+                "engine.num_kv_blocks %lld: %.2f GB of KV cache (%.1f MiB a block of %d tokens) do not fit "
+                "in the %.2f GB free after weights and activations",
+                (long long)nb, (double)nb * (double)block_bytes / 1e9, (double)block_bytes / (1 << 20), bs,
+                ((double)fr - (double)GRAPH_RESERVE) / 1e9);
+            return -1;
+        }
+    }
     if (nb < 1) {
         snprintf(b->base.err, sizeof b->base.err,
                  "no room for a KV cache: %.2f GB of %.2f GB are in use after weights and activations "
@@ -364,7 +378,7 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
             break;
         (void)cudaGetLastError();
         b->kv = NULL;
-        if (attempt == 10 || nb < 2)
+        if (attempt == 10 || nb < 2 || exact)
             return cb_fail_cuda(b, __FILE__, __LINE__, "cudaMalloc(KV cache)", e);
         nb = nb * 95 / 100;
     }

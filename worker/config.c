@@ -198,7 +198,8 @@ static const struct cfg_key keys[] = {
          "scale per token and KV head (its prefill reads bf16 copies of a step's blocks from a staging pool "
          "of about one max_model_len sequence, taken from the cache's memory)"),
     INT("engine", "num_kv_blocks", engine.num_kv_blocks, "0", 0, 16777216,
-        "0 = as many as memory allows; else exactly this many (tests)"),
+        "0 = as many as memory allows; else exactly this many (over gpu_memory_utilization and "
+        "cpu_kv_cache_bytes)"),
     SIZE("engine", "cpu_kv_cache_bytes", engine.cpu_kv_cache_bytes, "1GiB", 16 * MiB, TiB,
          "KV cache size of the cpu backend"),
     BOOL("engine", "enable_prefix_caching", engine.enable_prefix_caching, "true",

@@ -21,6 +21,15 @@ check_merged "extra argument" 2 "$LLMQ_BIN" run --model "$tmp/m" --input "$tmp/i
 
 check_merged "make-tiny-model" 0 "$LLMQ_BIN" make-tiny-model "$tmp/model"
 M=$tmp/model
+# engine.num_kv_blocks: exactly that many blocks, or a clear error when one sequence cannot fit
+echo '{"prompt": "a", "max_tokens": 2}' >"$tmp/kv.jsonl"
+check_merged "num_kv_blocks 300" 0 env LLMQ_ENGINE_NUM_KV_BLOCKS=300 "$LLMQ_BIN" run --model "$M" \
+  --input "$tmp/kv.jsonl" --output "$tmp/kv.out" --backend cpu --threads 2
+echo "$out" | grep -q "KV cache 300 blocks of 32 tokens" || bad "num_kv_blocks 300 not taken: $out"
+check_merged "num_kv_blocks too few" 1 env LLMQ_ENGINE_NUM_KV_BLOCKS=2 "$LLMQ_BIN" run --model "$M" \
+  --input "$tmp/kv.jsonl" --output "$tmp/kv.out" --backend cpu --threads 2
+echo "$out" | grep -q "from num_kv_blocks) cannot hold one sequence" && echo "$out" | grep -q "raise num_kv_blocks" ||
+  bad "num_kv_blocks 2: unclear error: $out"
 check_merged "input missing" 1 "$LLMQ_BIN" run --model "$M" --input "$tmp/nope.jsonl" --output "$tmp/o"
 echo "$out" | grep -q "nope.jsonl" || bad "missing input not named: $out"
 echo '{"prompt": "a"}' >"$tmp/one.jsonl"

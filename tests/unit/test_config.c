@@ -167,6 +167,7 @@ static void test_defaults(void **state)
     assert_int_equal(eo.be.max_model_len, dflt.be.max_model_len);
     assert_int_equal(eo.be.threads, dflt.be.threads);
     assert_int_equal(eo.be.device, dflt.be.device);
+    assert_int_equal(eo.be.num_kv_blocks, dflt.be.num_kv_blocks);
     assert_true(eo.be.gpu_memory_utilization == dflt.be.gpu_memory_utilization);
     assert_int_equal(eo.be.kv_dtype, dflt.be.kv_dtype);
     assert_int_equal(eo.be.weight_dtype, dflt.be.weight_dtype);
@@ -720,6 +721,7 @@ static void test_precedence(void **state)
     set_env("LLMQ_MODEL_DTYPE", "fp8");
     set_env("LLMQ_MODEL_LM_HEAD_DTYPE", "fp8");
     set_env("LLMQ_ENGINE_DEVICE", "3");
+    set_env("LLMQ_ENGINE_NUM_KV_BLOCKS", "77");
     set_env("LLMQ_QUEUES_MAX_JOB_BYTES", "8MiB");
     set_env("LLMQ_SAMPLING_TOP_P", "0.9");
     set_env("LLMQ_ENGINE_BLOK_SIZE", "48"); /* names no key: ignored */
@@ -737,6 +739,7 @@ static void test_precedence(void **state)
         assert_int_equal(eo.be.weight_dtype, BE_WEIGHTS_FP8);
         assert_int_equal(eo.be.lm_head_dtype, BE_WEIGHTS_FP8);
         assert_int_equal(eo.be.device, 3); /* engine.device reaches the backend (it used to stop here) */
+        assert_int_equal(eo.be.num_kv_blocks, 77); /* and so does engine.num_kv_blocks */
     }
     assert_int_equal(c.queues.max_job_bytes, 8 << 20);
     assert_true(c.sampling.top_p == 0.9);
@@ -775,6 +778,7 @@ static void test_precedence(void **state)
                                        "LLMQ_MODEL_DTYPE",
                                        "LLMQ_MODEL_LM_HEAD_DTYPE",
                                        "LLMQ_ENGINE_DEVICE",
+                                       "LLMQ_ENGINE_NUM_KV_BLOCKS",
                                        "LLMQ_QUEUES_MAX_JOB_BYTES",
                                        "LLMQ_SAMPLING_TOP_P",
                                        "LLMQ_ENGINE_BLOK_SIZE"};
