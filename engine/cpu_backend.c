@@ -454,10 +454,13 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
     int64_t block_bytes = (int64_t)b->L * 2 * b->KVH * bs * tok_bytes;
     int64_t seq_blocks = ((int64_t)max_len + bs - 1) / bs;
     int64_t nb;
+    const char *from = NULL; /* the key that set the size; NULL: the default cap */
     if (o->num_kv_blocks > 0) {
         nb = o->num_kv_blocks;
+        from = "num_kv_blocks";
     } else if (o->kv_cache_bytes > 0) {
         nb = o->kv_cache_bytes / block_bytes;
+        from = "kv_cache_bytes";
     } else {
         int64_t need = (int64_t)(o->max_num_seqs > 0 ? o->max_num_seqs : 1) * seq_blocks;
         int64_t cap = KV_DEFAULT_CAP_BYTES / block_bytes;
@@ -467,14 +470,12 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
         nb = 1 << 30;
     if (nb < seq_blocks) {
         snprintf(err, errlen,
-                 "KV cache of %lld blocks (%.1f MiB%s) cannot hold one sequence of max_model_len %d "
+                 "KV cache of %lld blocks (%.1f MiB%s%s) cannot hold one sequence of max_model_len %d "
                  "(%lld blocks of %d tokens, %.1f MiB of %s KV); raise %s or lower max_model_len",
-                 (long long)nb, (double)(nb * block_bytes) / (1 << 20),
-                 o->num_kv_blocks > 0    ? " from num_kv_blocks"
-                 : o->kv_cache_bytes > 0 ? " from kv_cache_bytes"
-                                         : ", the default cap",
-                 max_len, (long long)seq_blocks, bs, (double)(seq_blocks * block_bytes) / (1 << 20),
-                 b->kv8 ? "fp8" : "fp32", o->num_kv_blocks > 0 ? "num_kv_blocks" : "kv_cache_bytes");
+                 (long long)nb, (double)(nb * block_bytes) / (1 << 20), from ? " from " : ", the default cap",
+                 from ? from : "", max_len, (long long)seq_blocks, bs,
+                 (double)(seq_blocks * block_bytes) / (1 << 20), b->kv8 ? "fp8" : "fp32",
+                 from ? from : "kv_cache_bytes");
         return -1;
     }
     b->base.num_blocks = (int)nb;

@@ -345,10 +345,9 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
         budget = (double)o->kv_cache_bytes;
         why = "kv_cache_bytes";
     }
-    int64_t nb = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
-    if (nb > (1 << 30))
-        nb = 1 << 30;
-    const bool exact = o->num_kv_blocks > 0; // engine.num_kv_blocks: this many, whatever the budget says
+    // engine.num_kv_blocks: exactly that many, whatever the budget says (and no smaller retry below)
+    const bool exact = o->num_kv_blocks > 0;
+    int64_t nb;
     if (exact) {
         nb = o->num_kv_blocks;
         why = "num_kv_blocks";
@@ -361,15 +360,20 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
                 ((double)fr - (double)GRAPH_RESERVE) / 1e9);
             return -1;
         }
-    }
-    if (nb < 1) {
-        snprintf(b->base.err, sizeof b->base.err,
-                 "no room for a KV cache: %.2f GB of %.2f GB are in use after weights and activations "
-                 "(gpu_memory_utilization %.2f leaves %.2f GB; one block of %d tokens is %.1f MiB); lower "
-                 "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization",
-                 used / 1e9, (double)tot / 1e9, util, util * (double)tot / 1e9, bs,
-                 (double)block_bytes / (1 << 20));
-        return -1;
+    } else {
+        nb = budget > 0 ? (int64_t)(budget / (double)block_bytes) : 0;
+        if (nb > (1 << 30))
+            nb = 1 << 30;
+        if (nb < 1) {
+            snprintf(
+                b->base.err, sizeof b->base.err,
+                "no room for a KV cache: %.2f GB of %.2f GB are in use after weights and activations "
+                "(gpu_memory_utilization %.2f leaves %.2f GB; one block of %d tokens is %.1f MiB); lower "
+                "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization",
+                used / 1e9, (double)tot / 1e9, util, util * (double)tot / 1e9, bs,
+                (double)block_bytes / (1 << 20));
+            return -1;
+        }
     }
     // a fragmented device may refuse one large allocation: retry a little smaller
     for (int attempt = 0;; attempt++) {
