@@ -14,3 +14,9 @@ static inline double llmq_mono_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+/* The same in milliseconds (timings printed in ms). */
+static inline double llmq_mono_ms(void)
+{
+    return 1e3 * llmq_mono_s();
+}

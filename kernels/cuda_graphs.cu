@@ -36,7 +36,7 @@ int cb_graph_ctx(const struct cuda_backend *b, int ctx)
 // turned off; the error is logged, not returned: the step already ran).
 static int capture(struct cuda_backend *b, const struct cb_plan *p, int batch, int ctx)
 {
-    double t0 = 1e3 * llmq_mono_s();
+    double t0 = llmq_mono_ms();
     cudaGraph_t g = NULL;
     cudaGraphExec_t ex = NULL;
     char why[sizeof b->base.err];
@@ -80,7 +80,7 @@ static int capture(struct cuda_backend *b, const struct cb_plan *p, int batch, i
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > b->peak_used)
         b->peak_used = tot - fr;
     log_info("cuda backend: decode graph %d captured: batch %d, context <= %d, %.1f ms", b->n_graphs, batch,
-             ctx, 1e3 * llmq_mono_s() - t0);
+             ctx, llmq_mono_ms() - t0);
     return 0;
 }
 

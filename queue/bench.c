@@ -49,12 +49,12 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             s[n] = 0;
             items[i] = (struct rq_push_item){s, (size_t)n, ids[i]};
         }
-        double t0 = 1e3 * llmq_mono_s();
+        double t0 = llmq_mono_ms();
         if (rq_push(q, queue, items, jobs)) {
             rc = -1;
             break;
         }
-        double t1 = 1e3 * llmq_mono_s();
+        double t1 = llmq_mono_ms();
         unsigned long long rt0 = q->cmd.round_trips;
         int n = 0;
         struct rq_source src = {queue, jobs};
@@ -69,14 +69,14 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
         }
         if (rc)
             break;
-        double t2 = 1e3 * llmq_mono_s();
+        double t2 = llmq_mono_ms();
         for (int i = 0; i < n; i++)
             pr[i] = (struct rq_progress){got[i].id, 0.5, 100, 1, t2 / 1e3};
         if (rq_progress(q, pr, n)) {
             rc = -1;
             break;
         }
-        double t3 = 1e3 * llmq_mono_s();
+        double t3 = llmq_mono_ms();
         for (int i = 0; i < n; i++)
             res[i] = (struct rq_result){.job = &got[i],
                                         .status = RQ_STATUS_COMPLETED,
@@ -87,7 +87,7 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             rc = rq_fail(q, "bench: ack: %s", rq_error(q));
             break;
         }
-        double t4 = 1e3 * llmq_mono_s();
+        double t4 = llmq_mono_ms();
         out->round_trips += q->cmd.round_trips - rt0;
         for (int i = 0; i < n; i++)
             rq_job_free(&got[i]);

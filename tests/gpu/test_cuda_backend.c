@@ -455,7 +455,7 @@ static int drive(struct backend **be, struct tseq *s, int ns, int chunk, int poo
                 memset(&out[k][j], 0xff, sizeof out[k][j]);
                 out[k][j].logprob = NAN;
             }
-            double t0 = 1e3 * llmq_mono_s();
+            double t0 = llmq_mono_ms();
             if (backend_step(be[k], bs, n, out[k])) {
                 printf("FAIL %s: backend %s failed a step of %d sequences: %s\n", label, ROLE_NAME[k], n,
                        be[k]->err);
@@ -464,7 +464,7 @@ static int drive(struct backend **be, struct tseq *s, int ns, int chunk, int poo
                 goto out;
             }
             if (timed)
-                decode_ms[k] += 1e3 * llmq_mono_s() - t0;
+                decode_ms[k] += llmq_mono_ms() - t0;
         }
         for (int j = 0; j < n; j++) {
             struct tseq *q = &s[idx[j]];
