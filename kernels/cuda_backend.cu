@@ -351,6 +351,14 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     if (exact) {
         nb = o->num_kv_blocks;
         why = "num_kv_blocks";
+        if (nb < b->max_blocks) { // as the CPU backend: an explicit size must hold one whole sequence
+            snprintf(
+                b->base.err, sizeof b->base.err,
+                "KV cache of %lld blocks (from num_kv_blocks) cannot hold one sequence of max_model_len %d "
+                "(%d blocks of %d tokens); raise num_kv_blocks or lower max_model_len",
+                (long long)nb, b->max_model_len, b->max_blocks, bs);
+            return -1;
+        }
         if ((double)nb * (double)block_bytes > (double)fr - (double)GRAPH_RESERVE) {
             snprintf(
                 b->base.err, sizeof b->base.err,
