@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kernels/e4m3x2.cuh"
+#include "kernels/gemv_mma.cuh"
 #include "kernels/kernels.h"
 #include "kernels/wgmma.cuh"
 
@@ -78,15 +79,8 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* The same product with f16 operands (the fp8 cache's decode: e4m3 codes convert to f16 in one
- * instruction a pair, where bf16 takes a trip through fp32). */
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+/* The same product with f16 operands is kernels/gemv_mma.cuh's mma_f16 (the fp8 cache's decode: e4m3
+ * codes convert to f16 in one instruction a pair, where bf16 takes a trip through fp32). */
 
 __device__ __forceinline__ float fast_exp2(float x)
 {

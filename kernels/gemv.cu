@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/gemv_mma.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/silu.cuh"
@@ -79,48 +80,6 @@ __device__ __forceinline__ uint4 ld_stream_pf(const void *p)
 __device__ __forceinline__ uint4 ld_x(const void *p)
 {
     return __ldg((const uint4 *)p);
-}
-
-// d += A (16x16, row) . B (16x8, col), bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// d += A (16x32, row) . B (32x8, col), e4m3 in, fp32 accumulate (sm_89+; see gemv_kernel for below).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
-__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v)
-{
-    return *(uint32_t *)&v;
-}
-__device__ __forceinline__ __nv_bfloat162 bits_bf162(uint32_t u)
-{
-    return *(__nv_bfloat162 *)&u;
-}
-
-// Four e4m3 bytes b0..b3 of q -> lo = bf16x2 (b0, b2), hi = bf16x2 (b1, b3), exact. e4m3 NaN
-// (0x7f, 0xff) decodes as +-480 (checkpoints have none).
-__device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t &lo, uint32_t &hi)
-{
-    const uint32_t h = (q & 0x80008000u) | ((q >> 4) & 0x07f007f0u);
-    const uint32_t l = ((q << 8) & 0x80008000u) | ((q << 4) & 0x07f007f0u);
-    const __nv_bfloat162 two120 = bits_bf162(0x7b807b80u); // 2^120 in both halves
-    lo = bf162_bits(__hmul2(bits_bf162(l), two120));
-    hi = bf162_bits(__hmul2(bits_bf162(h), two120));
 }
 
 // ---- the kernel
@@ -299,15 +258,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                     acc[r][3] = fmaf(d[3], s1, acc[r][3]);
                 }
             } else {
-                // X words 2j, 2j+1 hold x[4j .. 4j+3]; the decode pairs (0, 2) and (1, 3)
-                uint32_t xb0[4], xb1[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint4 &xs = xv[u][j >> 1];
-                    const uint32_t w0 = (j & 1) ? xs.z : xs.x, w1 = (j & 1) ? xs.w : xs.y;
-                    xb0[j] = __byte_perm(w0, w1, 0x5410);
-                    xb1[j] = __byte_perm(w0, w1, 0x7632);
-                }
+                uint32_t xb0[4], xb1[4]; // the decode's pairs (kernels/gemv_mma.cuh)
+                x_pairs16(xv[u][0], xv[u][XL - 1], xb0, xb1);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     float dc[DC][4];
