@@ -63,10 +63,32 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 #endif
 }
 
+// Announces bytes more to come from copies completing on bar, without an arrival.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+#ifdef K_WGMMA
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+#endif
+}
+
 // One arrival on bar (no bytes announced): a consumer saying it is done with what bar guards.
 __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 {
 #ifdef K_WGMMA
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned) by the copy engine,
+// completing on bar (the issuing thread announces them with mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
+{
+#ifdef K_WGMMA
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
 #endif
 }
