@@ -56,16 +56,6 @@
 
 // ---- device helpers
 
-// Weight stream: read-only, used once (skip L1 allocation).
-__device__ __forceinline__ uint4 ld_stream(const void *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 // The same with an L2 prefetch hint: the rest of the 256-byte segment comes from DRAM in one go.
 __device__ __forceinline__ uint4 ld_stream_pf(const void *p)
 {

@@ -1,10 +1,21 @@
-// The tensor-core pieces of the decode GEMVs (kernels/gemv.cu, kernels/stream_chain.cu) and the
-// attention kernels: one m16n8k16 bf16 mma, the f16 one, the e4m3 one (sm_89+), and the exact e4m3 -> bf16
-// decode of four weight bytes whose lane mapping kernels/gemv.cu explains at its top; and the permutation of
-// 16 bf16 X values into the pairs that decode yields. Included by kernels/*.cu only.
+// The pieces of the decode GEMVs (kernels/gemv.cu, kernels/stream_chain.cu) and the attention
+// kernels: the weight stream's 16-byte load, one m16n8k16 bf16 mma, the f16 one, the e4m3 one
+// (sm_89+), and the exact e4m3 -> bf16 decode of four weight bytes whose lane mapping kernels/gemv.cu
+// explains at its top; and the permutation of 16 bf16 X values into the pairs that decode yields.
+// Included by kernels/*.cu only.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+// Weight stream: read-only, used once (skip L1 allocation).
+__device__ __forceinline__ uint4 ld_stream(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
 
 // d += A (16x16, row) . B (16x8, col), bf16 in, fp32 accumulate.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,

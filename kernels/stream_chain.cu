@@ -167,6 +167,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
     const uint32_t full0 = (uint32_t)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * nst;
     const int G = gridDim.x, c = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // K_CHAIN_L2: the copy warp prefetches the stages into L2 and the consumers load them from there
+    // (the ring's barriers then only keep the prefetch at most nst stages ahead of the slowest warp)
+    const bool l2 = flags & K_CHAIN_L2;
     // per op: CTAs done, max |y| (float bits; |y| orders as its bits), then the leave counter
     unsigned *done = ws, *ymax = ws + nops, *leave = ws + 2 * nops, *tickets = ws + 2 * nops + 1;
     float *partials = (float *)(ws + 2 * nops + 1 + ticket_words); // [nops][G][2][16]
@@ -194,19 +197,24 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                         waited += clock64() - t0;
                 }
                 const int take = min(S - filled, hi - off);
-                mbar_expect_tx(full0 + 8 * slot, (uint32_t)take * SC_STEP);
-                bulk_load(ring0 + (uint32_t)(slot * S + filled) * SC_STEP, w + (size_t)off * SC_STEP,
-                          (uint32_t)take * SC_STEP, full0 + 8 * slot);
+                if (l2) {
+                    bulk_prefetch_l2(w + (size_t)off * SC_STEP, (uint32_t)take * SC_STEP);
+                } else {
+                    mbar_expect_tx(full0 + 8 * slot, (uint32_t)take * SC_STEP);
+                    bulk_load(ring0 + (uint32_t)(slot * S + filled) * SC_STEP, w + (size_t)off * SC_STEP,
+                              (uint32_t)take * SC_STEP, full0 + 8 * slot);
+                }
                 filled += take, off += take;
                 if (filled == S) {
-                    mbar_arrive(full0 + 8 * slot);
+                    if (!l2)
+                        mbar_arrive(full0 + 8 * slot);
                     filled = 0;
                     if (++slot == nst)
                         slot = 0, round++;
                 }
             }
         }
-        if (filled > 0)
+        if (filled > 0 && !l2)
             mbar_arrive(full0 + 8 * slot);
         if (flags & K_CHAIN_PROFILE)
             prof[(size_t)c * (4 * nops + 2) + 4 * nops] = (unsigned long long)waited;
@@ -230,7 +238,8 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
             held++;
             if (++hslot == nst)
                 hslot = 0, hphase ^= 1;
-            mbar_wait(full0 + 8 * hslot, hphase);
+            if (!l2)
+                mbar_wait(full0 + 8 * hslot, hphase);
         }
     };
     unsigned long long *pr = prof + (size_t)c * (4 * nops + 2);
@@ -367,9 +376,14 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
             } else
                 hold(q / S);
             if (!(flags & K_CHAIN_NO_MATH)) {
-                const unsigned char *st = ring + (hslot * S + q % S) * SC_STEP;
-                const uint4 w0 = *(const uint4 *)(st + lane * 16),
-                            w1 = *(const uint4 *)(st + 512 + lane * 16);
+                uint4 w0, w1;
+                if (l2) { // from L2, where the copy warp's prefetch has brought it
+                    const uint8_t *gw = op.w + ((size_t)lo + (q - qbase)) * SC_STEP + lane * 16;
+                    w0 = ld_stream(gw), w1 = ld_stream(gw + 512);
+                } else {
+                    const unsigned char *st = ring + (hslot * S + q % S) * SC_STEP;
+                    w0 = *(const uint4 *)(st + lane * 16), w1 = *(const uint4 *)(st + 512 + lane * 16);
+                }
                 const uint4 x0 = xp[ks * 8 + 2 * t], x1 = xp[ks * 8 + 2 * t + 1]; // k 64 ks + 16 t ..
                 const bool scaled = !(flags & K_CHAIN_NO_SCALE);
                 const float sc0 = scaled ? __ldg(srow0 + ks / 2) : 1.f,

@@ -92,3 +92,12 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
         : "memory");
 #endif
 }
+
+// Asks the memory system to bring bytes (a multiple of 16) at global src (16-byte aligned) into L2, with
+// nothing to wait for.
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes)
+{
+#ifdef K_WGMMA
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}

@@ -2,8 +2,10 @@
  * persistent kernel, against a double-precision reference computed from the inputs each op really
  * read (the device's own output of the op before it), for every variant (consumer warps x stage size),
  * on shapes that leave most CTAs idle (one step in all), cut tiles between many CTAs (tickets),
- * write SwiGLU outputs, and on one layer of Qwen3-14B's shapes; each launched twice (the second
- * launch must give the same bits: counters and tickets are left at zero, the sums' order is fixed).
+ * write SwiGLU outputs, and on one layer of Qwen3-14B's shapes; each launched three times: the second
+ * launch, and a third with the weights read through L2 (K_CHAIN_L2), must give the first's bits
+ * (counters and tickets are left at zero, the sums' order is fixed, the products do not depend on
+ * where the weights come from).
  *
  * A value passes when |got - ref| <= one bf16 ulp of ref + 1e-5 * sum_k |w_k x_k| (fp32 summation in
  * another order); a SwiGLU output silu(g) u also allows for g and u rounded to bf16 first (2^-9 each)
@@ -200,18 +202,22 @@ static void run_case(const char *what, const std::vector<op_shape> &sh, uint64_t
         }
         for (size_t i = 0; i < c.ops.size(); i++)
             verify_op(c, i, tag);
-        for (auto &o : c.ops)
-            GPU_OK(cudaMemset(o.y, 0xff, out_len(o) * 2));
-        K_OK(k_stream_chain_run(p, 0, 0));
-        GPU_OK(cudaDeviceSynchronize());
-        size_t differ = 0;
-        for (size_t i = 0; i < c.ops.size(); i++) {
-            std::vector<uint16_t> y(out_len(c.ops[i]));
-            GPU_OK(cudaMemcpy(y.data(), c.ops[i].y, y.size() * 2, cudaMemcpyDeviceToHost));
-            for (size_t j = 0; j < y.size(); j++)
-                differ += y[j] != first[i][j];
+        /* a second launch, and one through L2 (K_CHAIN_L2): the same bits */
+        for (int l2 = 0; l2 < 2; l2++) {
+            for (auto &o : c.ops)
+                GPU_OK(cudaMemset(o.y, 0xff, out_len(o) * 2));
+            K_OK(k_stream_chain_run(p, l2 ? K_CHAIN_L2 : 0, 0));
+            GPU_OK(cudaDeviceSynchronize());
+            size_t differ = 0;
+            for (size_t i = 0; i < c.ops.size(); i++) {
+                std::vector<uint16_t> y(out_len(c.ops[i]));
+                GPU_OK(cudaMemcpy(y.data(), c.ops[i].y, y.size() * 2, cudaMemcpyDeviceToHost));
+                for (size_t j = 0; j < y.size(); j++)
+                    differ += y[j] != first[i][j];
+            }
+            gt_check(differ == 0, "%s %s gives the same bits (%zu values differ)", tag,
+                     l2 ? "a launch through L2" : "a second launch", differ);
         }
-        gt_check(differ == 0, "%s a second launch gives the same bits (%zu values differ)", tag, differ);
         k_stream_chain_free(p);
     }
     chain_free(c);
@@ -378,10 +384,21 @@ static int bench(int layers)
     GPU_OK(cudaGraphDestroy(gr));
     GPU_OK(cudaStreamDestroy(st));
 
-    const char *fl[5] = {"", ", no waits", ", no waits, no products", ", no waits, loads without products",
-                         ", no waits, no scales"};
-    const int flags[5] = {0, K_CHAIN_NO_WAIT, K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
-                          K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY, K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE};
+    const char *fl[7] = {"",
+                         ", no waits",
+                         ", no waits, no products",
+                         ", no waits, loads without products",
+                         ", no waits, no scales",
+                         ", through L2",
+                         ", through L2, no waits"};
+    const int flags[7] = {0,
+                          K_CHAIN_NO_WAIT,
+                          K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
+                          K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY,
+                          K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE,
+                          K_CHAIN_L2,
+                          K_CHAIN_L2 | K_CHAIN_NO_WAIT};
+    const int fsel[] = {0, 1, 2, 5, 6};
     for (int v = 0; v < K_CHAIN_VARIANTS; v++) {
         k_stream_chain *p;
         relayout(c, v);
@@ -391,7 +408,7 @@ static int bench(int layers)
         }
         char desc[200];
         k_stream_chain_describe(p, desc, sizeof desc);
-        for (int f = 0; f < (v == 2 || v == 3 ? 5 : 3); f++) {
+        for (int f : fsel) {
             const double t = time_ms([&] { K_OK(k_stream_chain_run(p, flags[f], 0)); });
             printf("stream chain v%d (%s%s): %.3f ms, %.1f us a layer, %.2f TB/s, %.3fx the GEMV chain's "
                    "speed\n",
