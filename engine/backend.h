@@ -64,7 +64,10 @@ struct backend_opts {
     int threads;                 /* CPU threads, 0 = all */
     int device;                  /* CUDA device index (engine.device); the CPU backend ignores it */
     double gpu_memory_utilization;
-    int64_t kv_cache_bytes;      /* CPU: KV pool size, 0 = enough for max_num_seqs * max_model_len (capped) */
+    int64_t kv_cache_bytes;      /* KV pool size (CPU) or cap (CUDA) that tests and embedders set; 0 = none */
+    int64_t cpu_kv_cache_bytes;  /* CPU only (engine.cpu_kv_cache_bytes): KV pool size when kv_cache_bytes is
+                                    0; 0 = enough for max_num_seqs * max_model_len (capped). The CUDA
+                                    backend sizes its pool from gpu_memory_utilization instead */
     int num_kv_blocks;           /* > 0: exactly this many KV blocks (engine.num_kv_blocks), over the two above */
     enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
     enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */

@@ -461,6 +461,9 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
     } else if (o->kv_cache_bytes > 0) {
         nb = o->kv_cache_bytes / block_bytes;
         from = "kv_cache_bytes";
+    } else if (o->cpu_kv_cache_bytes > 0) {
+        nb = o->cpu_kv_cache_bytes / block_bytes;
+        from = "cpu_kv_cache_bytes";
     } else {
         int64_t need = (int64_t)(o->max_num_seqs > 0 ? o->max_num_seqs : 1) * seq_blocks;
         int64_t cap = KV_DEFAULT_CAP_BYTES / block_bytes;
@@ -475,7 +478,7 @@ static int size_kv(struct cpu_backend *b, const struct backend_opts *o, char *er
                  (long long)nb, (double)(nb * block_bytes) / (1 << 20), from ? " from " : ", the default cap",
                  from ? from : "", max_len, (long long)seq_blocks, bs,
                  (double)(seq_blocks * block_bytes) / (1 << 20), b->kv8 ? "fp8" : "fp32",
-                 from ? from : "kv_cache_bytes");
+                 from ? from : "cpu_kv_cache_bytes");
         return -1;
     }
     b->base.num_blocks = (int)nb;

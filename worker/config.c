@@ -201,7 +201,7 @@ static const struct cfg_key keys[] = {
         "0 = as many as memory allows; else exactly this many (over gpu_memory_utilization and "
         "cpu_kv_cache_bytes)"),
     SIZE("engine", "cpu_kv_cache_bytes", engine.cpu_kv_cache_bytes, "1GiB", 16 * MiB, TiB,
-         "KV cache size of the cpu backend"),
+         "KV cache size of the cpu backend (cuda sizes its cache from gpu_memory_utilization)"),
     BOOL("engine", "enable_prefix_caching", engine.enable_prefix_caching, "true",
          "share KV blocks of identical prompt prefixes"),
     DBL("engine", "admission_reserve", engine.admission_reserve, "1.0", 0, 1, 0,

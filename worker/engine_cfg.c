@@ -16,7 +16,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.threads = c->engine.threads;
     o.be.device = c->engine.device;
     o.be.gpu_memory_utilization = c->engine.gpu_memory_utilization;
-    o.be.kv_cache_bytes = c->engine.cpu_kv_cache_bytes;
+    o.be.cpu_kv_cache_bytes = c->engine.cpu_kv_cache_bytes; /* the CPU backend's only (not a CUDA cap) */
     o.be.num_kv_blocks = c->engine.num_kv_blocks;
     if (c->engine.kv_cache_dtype == CFG_KV_FP8)
         o.be.kv_dtype = DT_F8_E4M3;

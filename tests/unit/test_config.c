@@ -168,6 +168,11 @@ static void test_defaults(void **state)
     assert_int_equal(eo.be.threads, dflt.be.threads);
     assert_int_equal(eo.be.device, dflt.be.device);
     assert_int_equal(eo.be.num_kv_blocks, dflt.be.num_kv_blocks);
+    /* engine.cpu_kv_cache_bytes sizes the CPU backend's pool only: it once reached kv_cache_bytes, which
+     * the CUDA backend takes as a cap, so `llmq run` and `llmq worker` on a GPU had a 1 GiB KV cache */
+    assert_int_equal(eo.be.kv_cache_bytes, dflt.be.kv_cache_bytes);
+    assert_int_equal(eo.be.kv_cache_bytes, 0);
+    assert_int_equal(eo.be.cpu_kv_cache_bytes, (int64_t)1 << 30);
     assert_true(eo.be.gpu_memory_utilization == dflt.be.gpu_memory_utilization);
     assert_int_equal(eo.be.kv_dtype, dflt.be.kv_dtype);
     assert_int_equal(eo.be.weight_dtype, dflt.be.weight_dtype);

@@ -682,7 +682,8 @@ static void test_step_errors(void **state)
     free_model(t);
 }
 
-/* KV pool sizing: from kv_cache_bytes, the default, and the error when one sequence cannot fit. */
+/* KV pool sizing: from kv_cache_bytes, cpu_kv_cache_bytes, the default, and the error when one sequence
+ * cannot fit. */
 static void test_kv_sizing(void **state)
 {
     (void)state;
@@ -707,6 +708,28 @@ static void test_kv_sizing(void **state)
     o.max_model_len = 1 << 22; /* 4M tokens: over the 512 MiB default cap */
     assert_null(backend_open("cpu", &t->m, &o, err, sizeof err));
     assert_non_null(strstr(err, "cannot hold one sequence"));
+    assert_non_null(strstr(err, "raise cpu_kv_cache_bytes")); /* the key a user has */
+    /* engine.cpu_kv_cache_bytes (what the configuration sets): the pool's size when kv_cache_bytes is 0,
+     * named in the error; kv_cache_bytes, when set, wins */
+    o.max_model_len = 256;
+    o.max_num_seqs = 8;
+    o.threads = 2;
+    o.cpu_kv_cache_bytes = block_bytes * 21 + 7;
+    struct backend *bc = backend_open("cpu", &t->m, &o, err, sizeof err);
+    assert_non_null(bc);
+    assert_int_equal(bc->num_blocks, 21);
+    backend_free(bc);
+    o.kv_cache_bytes = block_bytes * 19;
+    bc = backend_open("cpu", &t->m, &o, err, sizeof err);
+    assert_non_null(bc);
+    assert_int_equal(bc->num_blocks, 19);
+    backend_free(bc);
+    o.kv_cache_bytes = 0;
+    o.cpu_kv_cache_bytes = block_bytes * 15; /* 256 tokens need 16 blocks */
+    assert_null(backend_open("cpu", &t->m, &o, err, sizeof err));
+    assert_non_null(strstr(err, "from cpu_kv_cache_bytes"));
+    assert_non_null(strstr(err, "raise cpu_kv_cache_bytes"));
+    o.cpu_kv_cache_bytes = 0;
     o.max_model_len = 256;
     o.block_size = 0;
     assert_null(backend_open("cpu", &t->m, &o, err, sizeof err));
