@@ -64,9 +64,10 @@ static void usage(FILE *f)
         "and total tokens/s, TTFT and inter-token latency percentiles, peak GPU memory, KV cache size,\n"
         "preemptions, prefix cache hits and the roofline efficiency. Prompts are random token ids; every\n"
         "request generates exactly its output length (EOS ignored, greedy). All requests are submitted\n"
-        "at once. docs/BENCH.md explains the output.\n"
+        "at once. docs/BENCH.md explains the output. The engine's options come as `llmq run` and `llmq\n"
+        "worker` take them: the defaults below, then --config FILE, then LLMQ_* variables, then the flags.\n"
         "\n"
-        "  -m, --model DIR                 a Hugging Face model folder\n"
+        "  -m, --model DIR                 a Hugging Face model folder (default: model.path of --config)\n"
         "  -r, --random-weights SHAPE      qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
         "                                  (the CPU backend takes only qwen3-0.6b)\n"
         "  -w, --workload W                chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
@@ -84,7 +85,8 @@ static void usage(FILE *f)
         "      --background-input-len N    the background's prompt tokens (default: W's)\n"
         "      --background-output-len N   the background's generated tokens (default: W's)\n"
         "      --lanes                     run in the worker's short lane of two (queues.short_*/long_*)\n"
-        "      --config FILE               read the queues section (lane caps) from this llmq.yaml\n"
+        "      --config FILE               the model, engine and queues sections of this llmq.yaml (as\n"
+        "                                  llmq worker reads them); implies --lanes\n"
         "      --long-max-num-seqs N       queues.long_max_num_seqs (default %d)\n"
         "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default %d)\n"
         "      --short-max-num-seqs N      queues.short_max_num_seqs (default %d)\n"
@@ -135,18 +137,29 @@ static int parse_int(const char *flag, const char *s, int lo, int *out)
     return 0;
 }
 
-/* --dtype / --lm-head-dtype: auto | bf16 | fp8 */
-static int parse_weights(const char *flag, const char *s, enum be_weights *out)
+/* {"engine.num_kv_blocks": {"value": "60", "from": "env LLMQ_ENGINE_NUM_KV_BLOCKS"}, ...}: every key of
+ * the model, engine and queues sections that is not at its default, and where it came from (the file,
+ * an LLMQ_* variable, a flag), so that a benchmark line says what it ran; those from the environment
+ * are also logged, as nothing on the command line shows them. */
+static json_t *non_default_settings(const struct cfg *c)
 {
-    if (!strcmp(s, "auto"))
-        *out = BE_WEIGHTS_AUTO;
-    else if (!strcmp(s, "bf16"))
-        *out = BE_WEIGHTS_BF16;
-    else if (!strcmp(s, "fp8"))
-        *out = BE_WEIGHTS_FP8;
-    else
-        return cli_usage_error(CMD, "%s: '%s' (expected auto, bf16 or fp8)", flag, s);
-    return 0;
+    size_t n;
+    const struct cfg_key *keys = cfg_keys(&n);
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < n; i++) {
+        const struct cfg_key *k = &keys[i];
+        if (c->origin[i].source == CFG_SRC_DEFAULT ||
+            (strcmp(k->section, "model") && strcmp(k->section, "engine") && strcmp(k->section, "queues")))
+            continue;
+        char key[128], value[512], from[512];
+        snprintf(key, sizeof key, "%s.%s", k->section, k->name);
+        cfg_format_value(c, k, value, sizeof value);
+        cfg_format_origin(c, k, from, sizeof from);
+        json_object_set_new(o, key, json_pack("{s:s, s:s}", "value", value, "from", from));
+        if (c->origin[i].source == CFG_SRC_ENV)
+            log_info("bench: %s = %s from the environment (%s)", key, value, c->origin[i].name);
+    }
+    return o;
 }
 
 /* A tokenizer for random-weights runs (the engine needs one for text; random ids have none):
@@ -211,6 +224,7 @@ struct bench {
     /* the background at the moment the foreground finished */
     int bg_finished, bg_prefilled;
     int64_t bg_output_tokens;
+    json_t *settings; /* non_default_settings(), for the line */
 };
 
 static void group_free(struct group *g)
@@ -232,6 +246,7 @@ static void bench_free(struct bench *b)
     group_free(&b->bg);
     free(b->ttft);
     free(b->itl);
+    json_decref(b->settings);
 }
 
 /* A request's user pointer: its index + 1 in the foreground, minus index + 1 in the background,
@@ -462,16 +477,16 @@ int cmd_bench(int argc, char **argv)
         {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char *model_dir = NULL, *shape = NULL, *workload = NULL, *backend = "auto", *config = NULL;
-    int num_prompts = 0, mml = 0, seed = 0, in_len = 0, out_len = 0, shared = 0, bg_n = 0, bg_in = 0,
-        bg_out = 0, c, rc = 0;
-    bool lanes = false;
+    const char *model_dir = NULL, *shape = NULL, *workload = NULL, *config = NULL;
+    int num_prompts = 0, seed = 0, in_len = 0, out_len = 0, shared = 0, bg_n = 0, bg_in = 0, bg_out = 0, c,
+        rc = 0;
+    bool lanes = false, seed_given = false;
     const struct bench_workload *bg_wl = NULL;
     struct engine_cfg_flags flags = {0};
-    struct engine_opts eo = engine_opts_default();
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:r:w:n:h", longopts, NULL)) != -1) {
-        const char *key = NULL, *flag = NULL;
+        const char *key = NULL, *flag = NULL, *value = NULL; /* a key the option sets (value: optarg) */
+        bool lane_key = false;
         switch (c) {
         case 'h':
             usage(stdout);
@@ -498,7 +513,7 @@ int cmd_bench(int argc, char **argv)
             rc = parse_int("--shared-prefix", optarg, 0, &shared);
             break;
         case O_NOPREFIX:
-            eo.enable_prefix_caching = false;
+            key = "engine.enable_prefix_caching", flag = "--no-prefix-caching", value = "false";
             break;
         case O_BG:
             rc = parse_background(optarg, &bg_wl, &bg_n);
@@ -517,95 +532,81 @@ int cmd_bench(int argc, char **argv)
             config = optarg;
             break;
         case O_LONG_SEQS:
-            key = "queues.long_max_num_seqs", flag = "--long-max-num-seqs";
+            key = "queues.long_max_num_seqs", flag = "--long-max-num-seqs", lane_key = true;
             break;
         case O_LONG_TOKENS:
-            key = "queues.long_max_num_batched_tokens", flag = "--long-max-num-batched-tokens";
+            key = "queues.long_max_num_batched_tokens", flag = "--long-max-num-batched-tokens",
+            lane_key = true;
             break;
         case O_SHORT_SEQS:
-            key = "queues.short_max_num_seqs", flag = "--short-max-num-seqs";
+            key = "queues.short_max_num_seqs", flag = "--short-max-num-seqs", lane_key = true;
             break;
         case O_SHORT_TOKENS:
-            key = "queues.short_max_num_batched_tokens", flag = "--short-max-num-batched-tokens";
+            key = "queues.short_max_num_batched_tokens", flag = "--short-max-num-batched-tokens",
+            lane_key = true;
             break;
+        /* the engine's flags are configuration keys, applied over --config and LLMQ_* below */
         case O_BACKEND:
-            backend = optarg;
-            if (strcmp(backend, "auto") && strcmp(backend, "cpu") && strcmp(backend, "cuda"))
-                rc = cli_usage_error(CMD, "--backend: '%s' (expected auto, cpu or cuda)", backend);
+            key = "engine.backend", flag = "--backend";
             break;
         case O_SEQS:
-            rc = parse_int("--max-num-seqs", optarg, 1, &eo.be.max_num_seqs);
+            key = "engine.max_num_seqs", flag = "--max-num-seqs";
             break;
         case O_TOKENS:
-            rc = parse_int("--max-num-batched-tokens", optarg, 1, &eo.be.max_num_batched_tokens);
+            key = "engine.max_num_batched_tokens", flag = "--max-num-batched-tokens";
             break;
         case O_MML:
-            rc = parse_int("--max-model-len", optarg, 1, &mml);
+            key = "model.max_model_len", flag = "--max-model-len";
             break;
         case O_BS:
-            rc = parse_int("--block-size", optarg, 1, &eo.be.block_size);
+            key = "engine.block_size", flag = "--block-size";
             break;
         case O_THREADS:
-            rc = parse_int("--threads", optarg, 0, &eo.be.threads);
+            key = "engine.threads", flag = "--threads";
             break;
         case O_DEVICE:
-            rc = parse_int("--device", optarg, 0, &eo.be.device);
+            key = "engine.device", flag = "--device";
+            break;
+        case O_UTIL:
+            key = "engine.gpu_memory_utilization", flag = "--gpu-memory-utilization";
+            break;
+        case O_RESERVE:
+            key = "engine.admission_reserve", flag = "--admission-reserve";
+            break;
+        case O_NOGRAPH:
+            key = "engine.cuda_graphs", flag = "--no-cuda-graphs", value = "false";
+            break;
+        case O_GRAPH_MAX:
+            key = "engine.cuda_graph_max_batch", flag = "--cuda-graph-max-batch";
+            break;
+        case O_DTYPE:
+            key = "model.dtype", flag = "--dtype";
+            break;
+        case O_LMDTYPE:
+            key = "model.lm_head_dtype", flag = "--lm-head-dtype";
+            break;
+        case O_KVDTYPE:
+            key = "engine.kv_cache_dtype", flag = "--kv-cache-dtype";
             break;
         case O_SEED:
             rc = parse_int("--seed", optarg, 0, &seed);
-            break;
-        case O_UTIL: {
-            char *end;
-            errno = 0;
-            double u = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(u > 0 && u <= 1))
-                rc = cli_usage_error(CMD, "--gpu-memory-utilization: '%s' is not a number in (0, 1]", optarg);
-            eo.be.gpu_memory_utilization = u;
-            break;
-        }
-        case O_RESERVE: {
-            char *end;
-            errno = 0;
-            double r = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(r >= 0 && r <= 1))
-                rc = cli_usage_error(CMD, "--admission-reserve: '%s' is not a number in [0, 1]", optarg);
-            eo.admission_reserve = r;
-            break;
-        }
-        case O_NOGRAPH:
-            eo.be.cuda_graphs = false;
-            break;
-        case O_GRAPH_MAX:
-            rc = parse_int("--cuda-graph-max-batch", optarg, 1, &eo.be.cuda_graph_max_batch);
-            break;
-        case O_DTYPE:
-            rc = parse_weights("--dtype", optarg, &eo.be.weight_dtype);
-            break;
-        case O_LMDTYPE:
-            rc = parse_weights("--lm-head-dtype", optarg, &eo.be.lm_head_dtype);
-            break;
-        case O_KVDTYPE:
-            if (!strcmp(optarg, "bf16") || !strcmp(optarg, "auto"))
-                eo.be.kv_dtype = DT_BF16;
-            else if (!strcmp(optarg, "fp8"))
-                eo.be.kv_dtype = DT_F8_E4M3;
-            else
-                rc = cli_usage_error(CMD, "--kv-cache-dtype: '%s' (expected bf16 or fp8)", optarg);
+            seed_given = true;
             break;
         default:
             return cli_bad_option(CMD, argc, argv);
         }
         if (key) {
-            lanes = true;
-            engine_cfg_flag_add(&flags, key, optarg, flag);
+            lanes = lanes || lane_key;
+            if (engine_cfg_flag_add(&flags, key, value ? value : optarg, flag))
+                return cli_usage_error(CMD, "too many options");
         }
         if (rc)
             return rc;
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-    if (!model_dir == !shape)
-        return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE");
+    if (model_dir && shape)
+        return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE, not both");
     if (!workload)
         return cli_usage_error(CMD, "--workload is required (%s)", bench_workload_names());
     if ((bg_in || bg_out) && !bg_wl)
@@ -631,18 +632,40 @@ int cmd_bench(int argc, char **argv)
         b.bg.out_len = bg_out ? bg_out : bg_wl->output_len;
     }
 
-    /* lanes: the worker's two, caps from the queues section (defaults < --config < LLMQ_* < flags) */
-    if (lanes) {
+    /* the engine's options as `llmq run` and `llmq worker` take them: defaults < --config < LLMQ_* <
+     * flags; with lanes, the worker's two from the queues section */
+    struct engine_opts eo;
+    int mml;
+    char cfg_model[4096] = "", cfg_tok[4096] = ""; /* model.path and model.tokenizer */
+    {
         struct cfg cf;
         int lrc = engine_cfg_load(CMD, config, &flags, &cf);
-        if (lrc == 0)
-            engine_cfg_lanes(&eo, &cf);
+        if (lrc == 0) {
+            eo = engine_cfg_opts(&cf);
+            if (lanes)
+                engine_cfg_lanes(&eo, &cf);
+            mml = cf.model.max_model_len;
+            snprintf(cfg_model, sizeof cfg_model, "%s", cf.model.path);
+            snprintf(cfg_tok, sizeof cfg_tok, "%s", cf.model.tokenizer);
+            b.settings = non_default_settings(&cf);
+        }
         cfg_free(&cf);
         if (lrc)
             return lrc;
+    }
+    if (!model_dir && !shape) {
+        if (!cfg_model[0]) {
+            bench_free(&b);
+            return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE (or model.path "
+                                        "in --config)");
+        }
+        model_dir = cfg_model;
+    }
+    if (lanes) {
         b.fg.lane = ENGINE_CFG_LANE_SHORT;
         b.bg.lane = ENGINE_CFG_LANE_LONG;
     }
+    const char *backend = eo.backend;
 
     char err[1024], gpu[256] = "";
     /* which backend: decided here so random weights know whether to live on the host */
@@ -651,8 +674,10 @@ int cmd_bench(int argc, char **argv)
     char model_name[256];
     if (shape) {
         struct model_config cfg, small;
-        if (random_model_config(shape, &cfg, err, sizeof err))
+        if (random_model_config(shape, &cfg, err, sizeof err)) {
+            bench_free(&b);
             return cli_usage_error(CMD, "--random-weights: %s", err);
+        }
         random_model_config("qwen3-0.6b", &small, err, sizeof err);
         if (!strcmp(be_name, "cpu") && random_model_params(&cfg) > random_model_params(&small)) {
             fprintf(stderr,
@@ -663,12 +688,14 @@ int cmd_bench(int argc, char **argv)
                     !strcmp(backend, "auto")
                         ? (gpu_backend_built() ? " (no usable GPU here)" : " (not built in)")
                         : "");
+            bench_free(&b);
             return 1;
         }
         b.random = true;
         b.model = random_model_create(&cfg, !strcmp(be_name, "cpu"), err, sizeof err);
         if (!b.model) {
             fprintf(stderr, "llmq %s: %s\n", CMD, err);
+            bench_free(&b);
             return 1;
         }
         b.tok = scratch_tokenizer(err, sizeof err);
@@ -677,9 +704,10 @@ int cmd_bench(int argc, char **argv)
         b.model = model_load(model_dir, err, sizeof err);
         if (!b.model) {
             fprintf(stderr, "llmq %s: model %s: %s\n", CMD, model_dir, err);
+            bench_free(&b);
             return 1;
         }
-        b.tok = tok_load_dir(model_dir, err, sizeof err);
+        b.tok = tok_load_dir(cfg_tok[0] ? cfg_tok : model_dir, err, sizeof err);
         snprintf(model_name, sizeof model_name, "%s", base_name(model_dir));
     }
     if (!b.tok) {
@@ -693,7 +721,8 @@ int cmd_bench(int argc, char **argv)
     if (b.has_bg && b.bg.in_len + b.bg.out_len > longest)
         longest = b.bg.in_len + b.bg.out_len;
     eo.be.max_model_len = mml ? mml : longest;
-    eo.seed = (uint64_t)seed;
+    if (seed_given)
+        eo.seed = (uint64_t)seed;
     struct backend *inner = backend_open(be_name, b.model, &eo.be, err, sizeof err);
     if (!inner) {
         fprintf(stderr, "llmq %s: backend %s: %s\n", CMD, be_name, err);
@@ -894,6 +923,7 @@ int cmd_bench(int argc, char **argv)
         }
     }
     json_object_set_new(j, "lanes", lj);
+    json_object_set_new(j, "settings", b.settings ? json_incref(b.settings) : json_object());
     json_t *bj = json_null();
     if (b.has_bg) {
         uint64_t bg_computed = st.lane_computed_tokens[b.bg.lane] - st0.lane_computed_tokens[b.bg.lane];

@@ -25,7 +25,7 @@ void engine_cfg_lanes(struct engine_opts *o, const struct cfg *c);
 struct engine_cfg_flags {
     struct {
         const char *key, *value, *flag;
-    } v[16];
+    } v[32];
     int n;
 };
 
