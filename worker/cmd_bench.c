@@ -94,7 +94,8 @@ static void usage(FILE *f)
         "      --backend B                 auto | cpu | cuda (default auto)\n"
         "      --max-num-seqs N            sequences per step (default %d)\n"
         "      --max-num-batched-tokens N  tokens per step (default %d)\n"
-        "      --max-model-len N           longest sequence (default: the longest request); above the\n"
+        "      --max-model-len N           longest sequence (default: the longest request; with --config\n"
+        "                                  the model's, as the worker); above the\n"
         "                                  model's max_position_embeddings it enables YaRN\n"
         "      --block-size N              KV block size in tokens (default %d)\n"
         "      --gpu-memory-utilization X  share of GPU memory for weights, activations and KV (default "
@@ -720,7 +721,9 @@ int cmd_bench(int argc, char **argv)
     int longest = b.fg.in_len + b.fg.out_len;
     if (b.has_bg && b.bg.in_len + b.bg.out_len > longest)
         longest = b.bg.in_len + b.bg.out_len;
-    eo.be.max_model_len = mml ? mml : longest;
+    /* max_model_len: the flag or the file's; else with --config the worker's rule (the model's), so that
+     * the engine is the worker's; else the longest request (no memory or graphs for unused length) */
+    eo.be.max_model_len = mml ? mml : config ? b.model->cfg.max_position : longest;
     if (seed_given)
         eo.seed = (uint64_t)seed;
     struct backend *inner = backend_open(be_name, b.model, &eo.be, err, sizeof err);

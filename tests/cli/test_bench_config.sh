@@ -15,7 +15,7 @@ engine:
   backend: cpu
   threads: 1
   block_size: 16
-  num_kv_blocks: 50
+  num_kv_blocks: 300
   enable_prefix_caching: false
   admission_reserve: 0.5
 YAML
@@ -29,20 +29,21 @@ grep -q -- "then --config FILE, then LLMQ_\* variables, then the flags" <<<"$out
 check "from --config" 0 env -u LLMQ_ENGINE_NUM_KV_BLOCKS "${run[@]}" --config "$tmp/llmq.yaml"
 expect "config" model '"m"'
 expect "config" backend '"cpu"'
-expect "config" kv_blocks 50
+expect "config" kv_blocks 300
 expect "config" prefix_caching false
 expect "config" admission_reserve 0.5
+expect "config: max_model_len the worker's (the model's)" max_model_len 4096
 py "config: the worker's lanes" "d['lanes'] is not None and d['requests'] == 4 and d['failed'] == 0"
 py "config: the line records the file's settings and lines" \
-  "d['settings']['engine.num_kv_blocks'] == {'value': '50', 'from': '$tmp/llmq.yaml:7'} and \
+  "d['settings']['engine.num_kv_blocks'] == {'value': '300', 'from': '$tmp/llmq.yaml:7'} and \
 d['settings']['model.path']['value'] == '$tmp/m' and 'engine.max_num_seqs' not in d['settings']"
 
 # LLMQ_* over the file, flags over both
-check "environment over the file" 0 env LLMQ_ENGINE_NUM_KV_BLOCKS=60 "${run[@]}" --config "$tmp/llmq.yaml"
-expect "environment" kv_blocks 60
+check "environment over the file" 0 env LLMQ_ENGINE_NUM_KV_BLOCKS=320 "${run[@]}" --config "$tmp/llmq.yaml"
+expect "environment" kv_blocks 320
 py "environment: recorded in the line" \
   "d['settings']['engine.num_kv_blocks']['from'] == 'env LLMQ_ENGINE_NUM_KV_BLOCKS'"
-grep -q "engine.num_kv_blocks = 60 from the environment (LLMQ_ENGINE_NUM_KV_BLOCKS)" "$tmp/err" ||
+grep -q "engine.num_kv_blocks = 320 from the environment (LLMQ_ENGINE_NUM_KV_BLOCKS)" "$tmp/err" ||
   bad "the environment's setting is not logged: $(grep bench "$tmp/err")"
 check "flags over the environment" 0 env LLMQ_ENGINE_ADMISSION_RESERVE=0.75 "${run[@]}" --config "$tmp/llmq.yaml" \
   --admission-reserve 0.25
@@ -55,6 +56,7 @@ expect "--model" model '"m"'
 # without --config: the defaults (no lanes) and the flags
 check "no config" 0 "${run[@]}" --model "$tmp/m" --backend cpu --threads 1 --no-prefix-caching
 py "no config: one lane, prefix caching off" "d['lanes'] is None and d['prefix_caching'] is False"
+expect "no config: max_model_len the longest request" max_model_len 36
 check "environment without --config" 0 env LLMQ_ENGINE_NUM_KV_BLOCKS=40 "${run[@]}" --model "$tmp/m" \
   --backend cpu --threads 1 --block-size 16
 expect "environment without --config" kv_blocks 40
