@@ -73,10 +73,7 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
 /* c += a · b for one m16n8k16 tile: a row-major 16x16 (4 regs), b "col" 16x8 (2 regs), c 16x8 fp32. */
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    ::mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1); // kernels/gemv_mma.cuh
 }
 
 /* The same product with f16 operands is kernels/gemv_mma.cuh's mma_f16 (the fp8 cache's decode: e4m3

@@ -81,7 +81,7 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 }
 
 // bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned) by the copy engine,
-// completing on bar (the issuing thread announces them with mbar_arrive_expect_tx).
+// completing on bar (the issuing thread announces them with mbar_arrive_expect_tx or mbar_expect_tx).
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)
 {
 #ifdef K_WGMMA

@@ -414,16 +414,10 @@ static int parse_background(const char *s, const struct bench_workload **wl, int
 int cmd_bench(int argc, char **argv)
 {
     enum {
-        O_BACKEND = 256,
-        O_SEQS,
-        O_TOKENS,
-        O_MML,
-        O_BS,
-        O_UTIL,
+        O_UTIL = ENGINE_CFG_O_NEXT,
         O_RESERVE,
         O_NOGRAPH,
         O_GRAPH_MAX,
-        O_THREADS,
         O_SEED,
         O_IN,
         O_OUT,
@@ -441,10 +435,10 @@ int cmd_bench(int argc, char **argv)
         O_DTYPE,
         O_KVDTYPE,
         O_LMDTYPE,
-        O_DEVICE,
     };
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
+        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
+        ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
         {"random-weights", required_argument, NULL, 'r'},
         {"workload", required_argument, NULL, 'w'},
         {"num-prompts", required_argument, NULL, 'n'},
@@ -462,39 +456,38 @@ int cmd_bench(int argc, char **argv)
         {"long-max-num-batched-tokens", required_argument, NULL, O_LONG_TOKENS},
         {"short-max-num-seqs", required_argument, NULL, O_SHORT_SEQS},
         {"short-max-num-batched-tokens", required_argument, NULL, O_SHORT_TOKENS},
-        {"backend", required_argument, NULL, O_BACKEND},
-        {"max-num-seqs", required_argument, NULL, O_SEQS},
-        {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
-        {"max-model-len", required_argument, NULL, O_MML},
-        {"block-size", required_argument, NULL, O_BS},
         {"gpu-memory-utilization", required_argument, NULL, O_UTIL},
         {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
         {"cuda-graph-max-batch", required_argument, NULL, O_GRAPH_MAX},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"device", required_argument, NULL, O_DEVICE},
         {"seed", required_argument, NULL, O_SEED},
         {"dtype", required_argument, NULL, O_DTYPE},
         {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
         {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    const char *model_dir = NULL, *shape = NULL, *workload = NULL, *config = NULL;
+    const char *shape = NULL, *workload = NULL, *config = NULL;
     int num_prompts = 0, seed = 0, in_len = 0, out_len = 0, shared = 0, bg_n = 0, bg_in = 0, bg_out = 0, c,
         rc = 0;
-    bool lanes = false, seed_given = false;
+    bool lanes = false, seed_given = false, model_given = false;
     const struct bench_workload *bg_wl = NULL;
     struct engine_cfg_flags flags = {0};
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:r:w:n:h", longopts, NULL)) != -1) {
+        /* the engine's flags are configuration keys, applied over --config and LLMQ_* below: those
+         * every engine command shares (engine_cfg.h), then bench's own */
+        int engine_flag = engine_cfg_flag_opt(&flags, c, optarg);
+        if (engine_flag < 0)
+            return cli_usage_error(CMD, "too many options");
+        if (engine_flag > 0) {
+            model_given = model_given || c == 'm';
+            continue;
+        }
         const char *key = NULL, *flag = NULL, *value = NULL; /* a key the option sets (value: optarg) */
         bool lane_key = false;
         switch (c) {
         case 'h':
             usage(stdout);
             return 0;
-        case 'm':
-            model_dir = optarg;
-            break;
         case 'r':
             shape = optarg;
             break;
@@ -546,28 +539,6 @@ int cmd_bench(int argc, char **argv)
             key = "queues.short_max_num_batched_tokens", flag = "--short-max-num-batched-tokens",
             lane_key = true;
             break;
-        /* the engine's flags are configuration keys, applied over --config and LLMQ_* below */
-        case O_BACKEND:
-            key = "engine.backend", flag = "--backend";
-            break;
-        case O_SEQS:
-            key = "engine.max_num_seqs", flag = "--max-num-seqs";
-            break;
-        case O_TOKENS:
-            key = "engine.max_num_batched_tokens", flag = "--max-num-batched-tokens";
-            break;
-        case O_MML:
-            key = "model.max_model_len", flag = "--max-model-len";
-            break;
-        case O_BS:
-            key = "engine.block_size", flag = "--block-size";
-            break;
-        case O_THREADS:
-            key = "engine.threads", flag = "--threads";
-            break;
-        case O_DEVICE:
-            key = "engine.device", flag = "--device";
-            break;
         case O_UTIL:
             key = "engine.gpu_memory_utilization", flag = "--gpu-memory-utilization";
             break;
@@ -606,7 +577,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-    if (model_dir && shape)
+    if (model_given && shape)
         return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE, not both");
     if (!workload)
         return cli_usage_error(CMD, "--workload is required (%s)", bench_workload_names());
@@ -654,13 +625,11 @@ int cmd_bench(int argc, char **argv)
         if (lrc)
             return lrc;
     }
-    if (!model_dir && !shape) {
-        if (!cfg_model[0]) {
-            bench_free(&b);
-            return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE (or model.path "
-                                        "in --config)");
-        }
-        model_dir = cfg_model;
+    const char *model_dir = shape ? NULL : cfg_model; /* --model or model.path */
+    if (!shape && !cfg_model[0]) {
+        bench_free(&b);
+        return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE (or model.path "
+                                    "in --config)");
     }
     if (lanes) {
         b.fg.lane = ENGINE_CFG_LANE_SHORT;
@@ -709,7 +678,7 @@ int cmd_bench(int argc, char **argv)
             return 1;
         }
         b.tok = tok_load_dir(cfg_tok[0] ? cfg_tok : model_dir, err, sizeof err);
-        snprintf(model_name, sizeof model_name, "%s", base_name(model_dir));
+        snprintf(model_name, sizeof model_name, "%.200s", base_name(model_dir));
     }
     if (!b.tok) {
         fprintf(stderr, "llmq %s: tokenizer: %s\n", CMD, err);
