@@ -5,11 +5,14 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/errfmt.h"
@@ -39,7 +42,8 @@ struct tiny_opts tiny_opts_default(void)
                               .dtype = DT_BF16,
                               .shards = 1,
                               .seed = 0,
-                              .tokenizer_dir = NULL};
+                              .tokenizer_dir = NULL,
+                              .threads = 0};
 }
 
 /* ---- deterministic random numbers: splitmix64, one stream per tensor ---- */
@@ -627,6 +631,72 @@ static int write_configs(const char *dir, const struct tiny_opts *o, const struc
 
 /* ---- weights ---- */
 
+/* Tensors [first, last) of a plan drawn by a pool of threads, each taking the next tensor; the calling
+ * thread reports progress meanwhile. */
+struct draw_pool {
+    struct spec *t;
+    const struct tiny_opts *o;
+    int last;
+    atomic_int next;
+    atomic_int failed;           /* the first tensor that could not be drawn + 1, or 0 */
+    atomic_uint_least64_t bytes; /* bytes of the tensors drawn so far */
+};
+
+static void *draw_worker(void *arg)
+{
+    struct draw_pool *d = arg;
+    for (int i; (i = atomic_fetch_add(&d->next, 1)) < d->last;) {
+        if (generate(&d->t[i], d->o) < 0) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&d->failed, &zero, i + 1);
+            continue;
+        }
+        atomic_fetch_add(&d->bytes, spec_bytes(&d->t[i])); /* a scale tensor counts when it is reached */
+    }
+    return NULL;
+}
+
+static int tiny_threads(const struct tiny_opts *o)
+{
+    if (o->threads > 0)
+        return o->threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+/* Draws tensors [first, last) of p with up to o->threads threads; done counts the bytes before. */
+static int draw_range(struct plan *p, int first, int last, const struct tiny_opts *o, uint64_t done,
+                      uint64_t total, char *err, size_t errlen)
+{
+    struct draw_pool d = {.t = p->t, .o = o, .last = last};
+    atomic_init(&d.next, first);
+    atomic_init(&d.failed, 0);
+    atomic_init(&d.bytes, 0);
+    int n = tiny_threads(o);
+    if (n > last - first)
+        n = last - first;
+    pthread_t th[64];
+    if (n > 64)
+        n = 64;
+    int started = 0;
+    while (started < n - 1 && pthread_create(&th[started], NULL, draw_worker, &d) == 0)
+        started++;
+    if (o->progress) {
+        /* the calling thread reports while the pool draws, then draws what is left itself */
+        while (started > 0 && atomic_load(&d.next) < last) {
+            o->progress(o->progress_arg, done + atomic_load(&d.bytes), total);
+            nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+        }
+    }
+    draw_worker(&d);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    int bad = atomic_load(&d.failed);
+    if (bad)
+        return errfmt(err, errlen, "out of memory drawing %s", p->t[bad - 1].name);
+    return 0;
+}
+
 /* Draws and writes the tensors of plan p (its data buffers are freed as shards are written). */
 static int write_weights(const char *dir, const struct tiny_opts *o, struct plan *pp, char *err,
                          size_t errlen)
@@ -639,7 +709,9 @@ static int write_weights(const char *dir, const struct tiny_opts *o, struct plan
         errfmt(err, errlen, "out of memory");
         goto out;
     }
-    uint64_t total = 0;
+    uint64_t total = 0, all = 0;
+    for (int i = 0; i < p.n; i++)
+        all += spec_bytes(&p.t[i]);
     for (int first = 0, shard = 0; shard < o->shards; shard++) {
         int last = first; /* tensors [first, last) go to this shard: units [u0, u1) */
         int u1 = (int)(((int64_t)(shard + 1) * p.n_units) / o->shards);
@@ -651,12 +723,8 @@ static int write_weights(const char *dir, const struct tiny_opts *o, struct plan
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard + 1, o->shards);
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        for (int i = first; i < last; i++) {
-            if (generate(&p.t[i], o) < 0) {
-                errfmt(err, errlen, "out of memory drawing %s", p.t[i].name);
-                goto out;
-            }
-        }
+        if (draw_range(&p, first, last, o, total, all, err, errlen) < 0)
+            goto out;
         for (int i = first; i < last; i++) {
             w[i - first] = (struct st_write){.name = p.t[i].name,
                                              .dtype = p.t[i].dtype,
@@ -673,6 +741,8 @@ static int write_weights(const char *dir, const struct tiny_opts *o, struct plan
         }
         if (wrc < 0)
             goto out;
+        if (o->progress)
+            o->progress(o->progress_arg, total, all);
         first = last;
     }
     if (o->shards > 1) {

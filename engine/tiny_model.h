@@ -44,6 +44,12 @@ struct tiny_opts {
     int shards;                /* 1: model.safetensors; N > 1: N shards + index */
     uint64_t seed;             /* 0 */
     const char *tokenizer_dir; /* NULL: write a minimal byte-level BPE tokenizer; else copy its files */
+    int threads;               /* 0: one per online CPU, at most 16; tensors are drawn in parallel (each
+                                  has its own random stream, so the files do not depend on it) */
+    /* Called from the calling thread about every 100 ms while the weights are drawn and written, with
+     * the weight bytes done and their total; NULL: none. */
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *progress_arg;
 };
 
 /* The defaults above: a tiny Qwen3. */

@@ -7,6 +7,7 @@
 
 #include "engine/tiny_model.h"
 #include "worker/cli.h"
+#include "worker/progress.h"
 
 static const char CMD[] = "make-tiny-model";
 
@@ -35,6 +36,8 @@ static void usage(FILE *f)
         "bf16)\n"
         "  --shards N         split the weights into N files with an index (default 1)\n"
         "  --seed N           random seed (default 0)\n"
+        "  --threads N        threads drawing the weights (default: one per CPU, at most 16); the files\n"
+        "                     do not depend on it. A progress bar shows on a terminal.\n"
         "  --tokenizer DIR    copy tokenizer.json and tokenizer_config.json from DIR (default: write a\n"
         "                     minimal byte-level BPE tokenizer with <|endoftext|>, <|im_start|>, "
         "<|im_end|>)\n"
@@ -51,6 +54,12 @@ static int parse_int(const char *flag, const char *s, int *out)
         return cli_usage_error(CMD, "%s: '%s' is not an integer", flag, s);
     *out = (int)v;
     return 0;
+}
+
+static void show_progress(void *arg, uint64_t done, uint64_t total)
+{
+    progress_set_total(arg, (int64_t)(total >> 20));
+    progress_update(arg, (int64_t)(done >> 20), (int64_t)(done >> 20));
 }
 
 int cmd_make_tiny_model(int argc, char **argv)
@@ -71,7 +80,8 @@ int cmd_make_tiny_model(int argc, char **argv)
         O_DTYPE,
         O_SHARDS,
         O_SEED,
-        O_TOK
+        O_TOK,
+        O_THREADS
     };
     static const struct option longopts[] = {{"hidden", required_argument, NULL, O_HIDDEN},
                                              {"intermediate", required_argument, NULL, O_INTER},
@@ -89,6 +99,7 @@ int cmd_make_tiny_model(int argc, char **argv)
                                              {"shards", required_argument, NULL, O_SHARDS},
                                              {"seed", required_argument, NULL, O_SEED},
                                              {"tokenizer", required_argument, NULL, O_TOK},
+                                             {"threads", required_argument, NULL, O_THREADS},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     struct tiny_opts o = tiny_opts_default();
@@ -128,6 +139,11 @@ int cmd_make_tiny_model(int argc, char **argv)
             break;
         case O_SHARDS:
             rc = parse_int("--shards", optarg, &o.shards);
+            break;
+        case O_THREADS:
+            rc = parse_int("--threads", optarg, &o.threads);
+            if (!rc && (o.threads < 1 || o.threads > 64))
+                rc = cli_usage_error(CMD, "--threads %d is out of range [1, 64]", o.threads);
             break;
         case O_THETA: {
             char *end;
@@ -189,7 +205,15 @@ int cmd_make_tiny_model(int argc, char **argv)
                                argv[optind + 1]);
     const char *dir = argv[optind];
     char err[1024];
+    struct progress *bar = progress_new(stderr, "MB", 0);
+    if (progress_active(bar)) {
+        progress_set_rate_unit(bar, "MB/s");
+        o.progress = show_progress;
+        o.progress_arg = bar;
+    }
     rc = tiny_model_write(dir, &o, err, sizeof err);
+    progress_finish(bar);
+    progress_free(bar);
     if (rc == TINY_EBADOPT)
         return cli_usage_error(CMD, "%s", err);
     if (rc < 0) {

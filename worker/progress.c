@@ -13,7 +13,7 @@
 
 struct progress {
     FILE *f;
-    const char *unit;
+    const char *unit, *rate_unit;
     int64_t total, done, tokens;
     bool active, drawn;
     double t0, last_draw;
@@ -32,6 +32,7 @@ struct progress *progress_new_ex(FILE *f, const char *unit, int64_t total, bool 
         return NULL;
     p->f = f;
     p->unit = unit ? unit : "";
+    p->rate_unit = "tok/s";
     p->total = total;
     p->active = active;
     p->t0 = llmq_mono_s();
@@ -49,6 +50,12 @@ struct progress *progress_new(FILE *f, const char *unit, int64_t total)
 bool progress_active(const struct progress *p)
 {
     return p && p->active;
+}
+
+void progress_set_rate_unit(struct progress *p, const char *rate_unit)
+{
+    if (p && rate_unit)
+        p->rate_unit = rate_unit;
 }
 
 void progress_set_total(struct progress *p, int64_t total)
@@ -119,10 +126,10 @@ void progress_format(const struct progress *p, int64_t done, int64_t tokens, dou
             clock_str(elapsed_s * (double)(p->total - done) / (double)done, e, sizeof e);
             snprintf(eta, sizeof eta, "  ETA %s", e);
         }
-        snprintf(text, sizeof text, "%s/%s %s  %3d%%  %s tok/s  %s elapsed%s", d, t, p->unit,
-                 (int)(100.0 * (double)done / (double)p->total), tps, el, eta);
+        snprintf(text, sizeof text, "%s/%s %s  %3d%%  %s %s  %s elapsed%s", d, t, p->unit,
+                 (int)(100.0 * (double)done / (double)p->total), tps, p->rate_unit, el, eta);
     } else {
-        snprintf(text, sizeof text, "%s %s  %s tok/s  %s elapsed", d, p->unit, tps, el);
+        snprintf(text, sizeof text, "%s %s  %s %s  %s elapsed", d, p->unit, tps, p->rate_unit, el);
     }
     int room = width - 1 - (int)strlen(text) - 3; /* "[...] " and one spare column */
     int bar = room > 40 ? 40 : room;

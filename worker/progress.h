@@ -28,6 +28,10 @@ struct progress *progress_new_ex(FILE *f, const char *unit, int64_t total, bool 
 /* Whether the bar draws anything. */
 bool progress_active(const struct progress *p);
 
+/* What the rate counts ("tok/s" unless set; borrowed, must outlive the bar): the second number of
+ * progress_update is then counted in it (e.g. "MB/s" with megabytes). */
+void progress_set_rate_unit(struct progress *p, const char *rate_unit);
+
 /* Changes the total (e.g. once the input's length is known); 0 = unknown. */
 void progress_set_total(struct progress *p, int64_t total);
 

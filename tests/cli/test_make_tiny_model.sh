@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `llmq make-tiny-model`: the same options give byte-identical folders, other seeds other weights;
+# `llmq make-tiny-model`: the same options give byte-identical folders (whatever --threads), other seeds other weights;
 # the written files say what was asked; bad flags and values exit 2 with a message naming them.
 # The Qwen3-tokenizer part runs when tests/assets/fetch.sh got the tokenizer (otherwise it says why).
 set -u
@@ -17,14 +17,15 @@ want_msg() { echo "$out" | grep -qF -- "$1" || bad "$2: output lacks '$1': $out"
 check "--help" 0 "$LLMQ_BIN" make-tiny-model --help
 want_msg "Usage: llmq make-tiny-model DIR" "--help"
 
-# determinism: two runs of the same options, several variants
+# determinism: two runs of the same options, several variants; the second with one drawing thread
+# (the first with one a CPU), so the files do not depend on the threads either
 variants=("" "--dtype fp8 --shards 3 --arch qwen2 --no-tie --seed 9" "--arch llama --dtype f16 --hidden 48 --heads 6 --kv-heads 2 --head-dim 12"
           "--dtype f32 --layers 3 --vocab 300 --rope-theta 1e6 --max-position 128")
 i=0
 for v in "${variants[@]}"; do
   i=$((i + 1))
   check "make variant $i ($v) a" 0 "$LLMQ_BIN" make-tiny-model "$tmp/a$i" $v
-  check "make variant $i b" 0 "$LLMQ_BIN" make-tiny-model "$tmp/b$i" $v
+  check "make variant $i b" 0 "$LLMQ_BIN" make-tiny-model "$tmp/b$i" $v --threads 1
   [ "$(sums "$tmp/a$i")" = "$(sums "$tmp/b$i")" ] || bad "variant $i: two runs differ: $(diff <(sums "$tmp/a$i") <(sums "$tmp/b$i"))"
 done
 ls "$tmp/a1" | tr '\n' ' ' | grep -qx "config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json " \
@@ -62,6 +63,7 @@ check "heads/kv-heads" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --heads 4 --kv-hea
 check "hidden/heads" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --hidden 66; want_msg "--hidden 66 is not a multiple of --heads 4" "hidden"
 check "bad int" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --layers two; want_msg "--layers: 'two' is not an integer" "bad int"
 check "zero layers" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --layers 0; want_msg "--layers 0 is out of range" "zero layers"
+check "zero threads" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --threads 0; want_msg "--threads 0 is out of range" "zero threads"
 check "bad dtype" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --dtype int4; want_msg "--dtype: 'int4'" "bad dtype"
 check "bad arch" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --arch gpt2; want_msg "--arch: 'gpt2'" "bad arch"
 check "bad theta" 2 "$LLMQ_BIN" make-tiny-model "$tmp/x" --rope-theta abc; want_msg "--rope-theta" "bad theta"
