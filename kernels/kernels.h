@@ -237,6 +237,7 @@ struct k_stream_chain;
 #define K_CHAIN_LOADS_ONLY 16 /* consumers read the weights and X but skip the products */
 #define K_CHAIN_NO_SCALE 32   /* consumers do not read the block scales (1 instead) */
 #define K_CHAIN_L2 64         /* the copy warp prefetches into L2 and the consumers read from there */
+#define K_CHAIN_MEASURE 256   /* none of the above, but the kernel build that reads them (every flag selects it) */
 int k_stream_layout_fp8(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, int variant, cudaStream_t stream);
 /* Checks the ops (host array), sizes the ring for the device, and uploads them with a zeroed workspace. */
 int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int variant, struct k_stream_chain **out);

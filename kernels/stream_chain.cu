@@ -150,14 +150,17 @@ template <int NW> __device__ __forceinline__ void consumers_sync()
 // the step loop's stage arithmetic is shifts). ranges[i][c]: the first step of CTA c in op i ([nops][G + 1]).
 // Dynamic shared memory: the ring (nst stages), X of the running op in the decode's pair order (xmax bf16),
 // the warps' tile sums (two buffers, alternating), the stages' full and empty barriers. flags: K_CHAIN_*
-// (measurements); prof: K_CHAIN_PROFILE's timestamps.
-template <int NW, int S>
+// (measurements), read only by the MEASURE build (k_stream_chain_run takes it for any flag, so the
+// kernel without flags has no flag tests in its step loop: 4 % faster, docs/PERFORMANCE.md 2026-12-03
+// third); prof: K_CHAIN_PROFILE's timestamps.
+template <int NW, int S, bool MEASURE>
 __global__ void __launch_bounds__((NW + 1) * 32, 1)
     stream_chain_kernel(const chain_op_dev *__restrict__ ops, const int *__restrict__ ranges, int nops,
-                        unsigned *__restrict__ ws, int nst, int xmax, size_t ticket_words, int flags,
+                        unsigned *__restrict__ ws, int nst, int xmax, size_t ticket_words, int flags_in,
                         unsigned long long *__restrict__ prof)
 {
 #ifdef K_WGMMA
+    const int flags = MEASURE ? flags_in : 0;
     extern __shared__ __align__(1024) unsigned char sm[];
     unsigned char *ring = sm;
     uint4 *xp = (uint4 *)(sm + (size_t)nst * S * SC_STEP);
@@ -387,7 +390,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                 const uint4 x0 = xp[ks * 8 + 2 * t], x1 = xp[ks * 8 + 2 * t + 1]; // k 64 ks + 16 t ..
                 const bool scaled = !(flags & K_CHAIN_NO_SCALE);
                 const float sc0 = scaled ? __ldg(srow0 + ks / 2) : 1.f,
-                            sc1 = scaled ? __ldg(srow1 + ks / 2) : 1.f;
+                            sc1 = !scaled  ? 1.f
+                                  : op.glu ? __ldg(srow1 + ks / 2)
+                                           : sc0; // one block unless GLU
                 const uint32_t q0[4] = {w0.x, w0.y, w0.z, w0.w}, q1[4] = {w1.x, w1.y, w1.z, w1.w};
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
                 // four independent mmas (a dependent chain of four is ~4 mma latencies a step, which 24 warps
@@ -518,15 +523,20 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
 
 // ---- the plan and the launch
 
-template <int NW> static void *chain_kernel_nw(int s)
+template <int NW, bool M> static void *chain_kernel_nw(int s)
 {
-    return s == 0 ? (void *)stream_chain_kernel<NW, 16> : (void *)stream_chain_kernel<NW, 32>;
+    return s == 0 ? (void *)stream_chain_kernel<NW, 16, M> : (void *)stream_chain_kernel<NW, 32, M>;
 }
-static void *chain_kernel(int v)
+// variant v's kernel; measure: its build that reads the flags
+static void *chain_kernel(int v, bool measure)
 {
-    return v / 2 == 0   ? chain_kernel_nw<16>(v % 2)
-           : v / 2 == 1 ? chain_kernel_nw<24>(v % 2)
-                        : chain_kernel_nw<31>(v % 2);
+    if (measure)
+        return v / 2 == 0   ? chain_kernel_nw<16, true>(v % 2)
+               : v / 2 == 1 ? chain_kernel_nw<24, true>(v % 2)
+                            : chain_kernel_nw<31, true>(v % 2);
+    return v / 2 == 0   ? chain_kernel_nw<16, false>(v % 2)
+           : v / 2 == 1 ? chain_kernel_nw<24, false>(v % 2)
+                        : chain_kernel_nw<31, false>(v % 2);
 }
 
 extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int variant,
@@ -565,12 +575,14 @@ extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int v
               "k_stream_chain_plan: %d KB stages and K up to %d leave %d stages (3 needed) in %d bytes",
               stage_kb, xmax, nst, smem_max);
     const size_t smem = (size_t)nst * stage + fixed + 16 * (size_t)nst;
-    void *kern = chain_kernel(variant);
-    K_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    K_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, (nw + 1) * 32, smem));
-    K_REQUIRE(per_sm >= 1, "k_stream_chain_plan: a CTA (%d threads, %zu bytes) does not fit an SM",
-              (nw + 1) * 32, smem);
+    for (int m = 0; m < 2; m++) { // the kernel and its MEASURE build
+        void *kern = chain_kernel(variant, m);
+        K_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        int per_sm = 0;
+        K_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, (nw + 1) * 32, smem));
+        K_REQUIRE(per_sm >= 1, "k_stream_chain_plan: a CTA (%d threads, %zu bytes) does not fit an SM",
+                  (nw + 1) * 32, smem);
+    }
     k_stream_chain *p = (k_stream_chain *)calloc(1, sizeof *p);
     K_REQUIRE(p, "k_stream_chain_plan: out of host memory");
     p->nops = nops, p->grid = sms, p->variant = variant, p->nstages = nst;
@@ -623,8 +635,8 @@ extern "C" int k_stream_chain_run(const struct k_stream_chain *p, int flags, cud
     unsigned long long *prof = p->prof;
     void *args[] = {(void *)&ops,  (void *)&ranges, (void *)&nops,  (void *)&ws,  (void *)&nst,
                     (void *)&xmax, (void *)&tw,     (void *)&flags, (void *)&prof};
-    K_CHECK(cudaLaunchKernel(chain_kernel(p->variant), dim3(p->grid), dim3((nw + 1) * 32), args, p->smem,
-                             stream));
+    K_CHECK(cudaLaunchKernel(chain_kernel(p->variant, flags != 0), dim3(p->grid), dim3((nw + 1) * 32), args,
+                             p->smem, stream));
     return 0;
 }
 

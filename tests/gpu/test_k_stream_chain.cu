@@ -3,9 +3,10 @@
  * read (the device's own output of the op before it), for every variant (consumer warps x stage size),
  * on shapes that leave most CTAs idle (one step in all), cut tiles between many CTAs (tickets),
  * write SwiGLU outputs, and on one layer of Qwen3-14B's shapes; each launched three times: the second
- * launch, and a third with the weights read through L2 (K_CHAIN_L2), must give the first's bits
- * (counters and tickets are left at zero, the sums' order is fixed, the products do not depend on
- * where the weights come from).
+ * launch (of the kernel's build that reads the measurement flags, K_CHAIN_MEASURE), and a third with
+ * the weights read through L2 (K_CHAIN_L2), must give the first's bits (counters and tickets are left
+ * at zero, the sums' order is fixed, the products do not depend on the build or on where the weights
+ * come from).
  *
  * A value passes when |got - ref| <= one bf16 ulp of ref + 1e-5 * sum_k |w_k x_k| (fp32 summation in
  * another order); a SwiGLU output silu(g) u also allows for g and u rounded to bf16 first (2^-9 each)
@@ -202,11 +203,12 @@ static void run_case(const char *what, const std::vector<op_shape> &sh, uint64_t
         }
         for (size_t i = 0; i < c.ops.size(); i++)
             verify_op(c, i, tag);
-        /* a second launch, and one through L2 (K_CHAIN_L2): the same bits */
+        /* a second launch, of the build that reads the measurement flags, and one through L2 (K_CHAIN_L2):
+         * the same bits */
         for (int l2 = 0; l2 < 2; l2++) {
             for (auto &o : c.ops)
                 GPU_OK(cudaMemset(o.y, 0xff, out_len(o) * 2));
-            K_OK(k_stream_chain_run(p, l2 ? K_CHAIN_L2 : 0, 0));
+            K_OK(k_stream_chain_run(p, l2 ? K_CHAIN_L2 : K_CHAIN_MEASURE, 0));
             GPU_OK(cudaDeviceSynchronize());
             size_t differ = 0;
             for (size_t i = 0; i < c.ops.size(); i++) {
@@ -216,7 +218,7 @@ static void run_case(const char *what, const std::vector<op_shape> &sh, uint64_t
                     differ += y[j] != first[i][j];
             }
             gt_check(differ == 0, "%s %s gives the same bits (%zu values differ)", tag,
-                     l2 ? "a launch through L2" : "a second launch", differ);
+                     l2 ? "a launch through L2" : "a second launch (the measurement build)", differ);
         }
         k_stream_chain_free(p);
     }
@@ -319,7 +321,7 @@ static void profile(k_stream_chain *p, int nops)
            100 * prod / G / (span * 1.98), 100 * cons / G / (span * 1.98));
 }
 
-static int bench(int layers)
+static int bench(int layers, const std::vector<int> &variants)
 {
     const int C = 5120, QKV = 7168, F = 17408;
     const int shapes[4][2] = {{QKV, C}, {C, C}, {2 * F, C}, {C, F}};
@@ -384,22 +386,24 @@ static int bench(int layers)
     GPU_OK(cudaGraphDestroy(gr));
     GPU_OK(cudaStreamDestroy(st));
 
-    const char *fl[7] = {"",
+    const char *fl[8] = {"",
                          ", no waits",
                          ", no waits, no products",
                          ", no waits, loads without products",
                          ", no waits, no scales",
                          ", through L2",
-                         ", through L2, no waits"};
-    const int flags[7] = {0,
+                         ", through L2, no waits",
+                         ", the measurement build"};
+    const int flags[8] = {0,
                           K_CHAIN_NO_WAIT,
                           K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
                           K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY,
                           K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE,
                           K_CHAIN_L2,
-                          K_CHAIN_L2 | K_CHAIN_NO_WAIT};
-    const int fsel[] = {0, 1, 2, 5, 6};
-    for (int v = 0; v < K_CHAIN_VARIANTS; v++) {
+                          K_CHAIN_L2 | K_CHAIN_NO_WAIT,
+                          K_CHAIN_MEASURE};
+    const int fsel[] = {0, 7, 1, 2, 5, 6};
+    for (int v : variants) {
         k_stream_chain *p;
         relayout(c, v);
         if (k_stream_chain_plan(c.ops.data(), (int)c.ops.size(), v, &p)) {
@@ -544,8 +548,16 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && !strcmp(argv[1], "--bench-copy"))
         return bench_copy();
-    if (argc > 1 && !strcmp(argv[1], "--bench"))
-        return bench(argc > 2 ? atoi(argv[2]) : 40);
+    /* --bench [layers [variant...]] (default: every variant) */
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        std::vector<int> vs;
+        for (int a = 3; a < argc; a++)
+            vs.push_back(atoi(argv[a]));
+        if (vs.empty())
+            for (int v = 0; v < K_CHAIN_VARIANTS; v++)
+                vs.push_back(v);
+        return bench(argc > 2 ? atoi(argv[2]) : 40, vs);
+    }
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
 
