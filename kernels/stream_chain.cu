@@ -527,16 +527,16 @@ template <int NW, bool M> static void *chain_kernel_nw(int s)
 {
     return s == 0 ? (void *)stream_chain_kernel<NW, 16, M> : (void *)stream_chain_kernel<NW, 32, M>;
 }
+template <bool M> static void *chain_kernel_m(int v)
+{
+    return v / 2 == 0   ? chain_kernel_nw<16, M>(v % 2)
+           : v / 2 == 1 ? chain_kernel_nw<24, M>(v % 2)
+                        : chain_kernel_nw<31, M>(v % 2);
+}
 // variant v's kernel; measure: its build that reads the flags
 static void *chain_kernel(int v, bool measure)
 {
-    if (measure)
-        return v / 2 == 0   ? chain_kernel_nw<16, true>(v % 2)
-               : v / 2 == 1 ? chain_kernel_nw<24, true>(v % 2)
-                            : chain_kernel_nw<31, true>(v % 2);
-    return v / 2 == 0   ? chain_kernel_nw<16, false>(v % 2)
-           : v / 2 == 1 ? chain_kernel_nw<24, false>(v % 2)
-                        : chain_kernel_nw<31, false>(v % 2);
+    return measure ? chain_kernel_m<true>(v) : chain_kernel_m<false>(v);
 }
 
 extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int variant,
