@@ -56,16 +56,6 @@
 
 // ---- device helpers
 
-// The same with an L2 prefetch hint: the rest of the 256-byte segment comes from DRAM in one go.
-__device__ __forceinline__ uint4 ld_stream_pf(const void *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 // Activations: read-only, re-read by every CTA (cached in L1).
 __device__ __forceinline__ uint4 ld_x(const void *p)
 {
@@ -169,7 +159,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    wv[u][r][h] = PF && u == 0 ? ld_stream_pf(wrow[r][h] + (ptrdiff_t)kk * WB)
+                    wv[u][r][h] = PF && u == 0 ? ld_stream<true>(wrow[r][h] + (ptrdiff_t)kk * WB)
                                                : ld_stream(wrow[r][h] + (ptrdiff_t)kk * WB);
             if (FP8)
 #pragma unroll

@@ -7,13 +7,19 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-// Weight stream: read-only, used once (skip L1 allocation).
-__device__ __forceinline__ uint4 ld_stream(const void *p)
+// Weight stream: read-only, used once (skip L1 allocation). L2_256: with an L2 prefetch hint, the rest of
+// the 256-byte segment comes from DRAM in one go.
+template <bool L2_256 = false> __device__ __forceinline__ uint4 ld_stream(const void *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+    if constexpr (L2_256)
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    else
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
     return v;
 }
 

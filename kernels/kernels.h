@@ -230,13 +230,14 @@ struct k_chain_op {
     int n, k, glu, dep;
 };
 struct k_stream_chain;
-#define K_CHAIN_VARIANTS 6 /* consumer warps 16, 24, 31 x stages of 16, 32 KB */
+#define K_CHAIN_VARIANTS 6 /* consumer warps 16, 24, 31 x stages of 1, 2 rounds (a round: a 1 KB step a warp) */
 #define K_CHAIN_NO_WAIT 1  /* k_stream_chain_run flags (measurements): ops do not wait for their input */
 #define K_CHAIN_NO_MATH 2  /* consumers only take and release the stages */
 #define K_CHAIN_PROFILE 8  /* record timestamps (k_stream_chain_profile) */
 #define K_CHAIN_LOADS_ONLY 16 /* consumers read the weights and X but skip the products */
 #define K_CHAIN_NO_SCALE 32   /* consumers do not read the block scales (1 instead) */
 #define K_CHAIN_L2 64         /* the copy warp prefetches into L2 and the consumers read from there */
+#define K_CHAIN_NO_COPY 128   /* the copy warp marks stages filled without copying (the consumers' own rate) */
 #define K_CHAIN_MEASURE 256   /* none of the above, but the kernel build that reads them (every flag selects it) */
 int k_stream_layout_fp8(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, int variant, cudaStream_t stream);
 /* Checks the ops (host array), sizes the ring for the device, and uploads them with a zeroed workspace. */

@@ -1,13 +1,13 @@
 // A chain of dependent one-row fp8 GEMVs in one persistent kernel whose weight stream never waits on
 // a dependency: the first piece of the decode megakernel that docs/CUDA_BACKEND.md ("One sequence
 // with fp8 weights") describes, built to measure it before any engine work (docs/KERNELS.md, "The
-// stream chain", has the measurements; at 40 layers of Qwen3-14B it runs ~0.97x the speed of the
+// stream chain", has the measurements; at 40 layers of Qwen3-14B it runs ~0.99x the speed of the
 // GEMV launches it would replace, so the engine does not use it).
 //
 // Why. At one sequence a token is ~320 dependent kernels; each matrix starts streaming only when its
 // input is complete, so the memory idles for a ramp and a tail at every dependency (~4 us a GEMV).
 // Here one CTA per SM runs every op of the chain. A copy warp streams the CTA's share of each matrix
-// into a ring of shared-memory stages (cp.async.bulk, one 16 or 32 KB copy a stage), in consumption
+// into a ring of shared-memory stages (cp.async.bulk, one copy a round of NW KB), in consumption
 // order, as soon as a stage is free: it never looks at dependencies. The consumer warps wait, before
 // the first product of an op, until every CTA has finished the op whose output is its input (a counter
 // per op in global memory, no grid barrier), load that vector into shared memory, and then eat
@@ -18,7 +18,8 @@
 // [T c / G, T (c + 1) / G) of op's T = (N / 16) (K / 64) (balanced to one step), cut into NW contiguous
 // sub-ranges, one per consumer warp, and stored in the order the warps take them: warp w's j-th step
 // at position j NW + w of the CTA's stream (the short last round after). So a CTA's share is one run
-// of bytes, every stage holds a step for every warp, and no warp waits on another within an op. A
+// of bytes, a round (the j-th step of every warp: NW KB) is one copy, a stage holds one or two rounds, so
+// a warp's step sits at its own place in its stage, and no warp waits on another within an op. A
 // step's bytes are in the order the lanes read them: [h][g][t][16 bytes] = W[16 tile + 8 h + g][64 k-step
 // + 16 t .. + 16], two conflict-free 512-byte reads. glu matrices (gate/up) hold gate rows 8 tile..
 // as h = 0 and the matching up rows as h = 1, so a tile ends in 8 SwiGLU outputs.
@@ -80,8 +81,13 @@ __host__ __device__ __forceinline__ int cta_of(long long l, long long T, int G)
 {
     return (int)(((l + 1) * G + T - 1) / T) - 1;
 }
+// the same in 32 bits, for the kernel (T G < 2^31: the plan keeps T below 2^21 steps)
+__device__ __forceinline__ int cta_of32(int l, int T, int G)
+{
+    return ((l + 1) * G + T - 1) / T - 1;
+}
 
-// variant v: consumer warps chain_nw[v / 2], stages of 16 << (v % 2) KB
+// variant v: consumer warps chain_nw[v / 2], stages of 1 + v % 2 rounds (a round: a 1 KB step a warp)
 static const int chain_nw[] = {16, 24, 31};
 
 // Destination step d of the stream holds source step (tile, k-step) as the kernel's CTA and warp order
@@ -146,14 +152,16 @@ template <int NW> __device__ __forceinline__ void consumers_sync()
     asm volatile("bar.sync 1, %0;" ::"r"(NW * 32) : "memory");
 }
 
-// Block (NW + 1) * 32: warps 0..NW-1 consume, warp NW produces; S steps (KB) a stage (a power of two:
-// the step loop's stage arithmetic is shifts). ranges[i][c]: the first step of CTA c in op i ([nops][G + 1]).
+// Block (NW + 1) * 32: warps 0..NW-1 consume, warp NW produces; a stage is RPS rounds of NW steps (a
+// round: the j-th step of every warp, NW KB, one copy), so a warp's step always sits at its own place in
+// its stage and the step loop does no stream arithmetic. ranges[i][c]: the first step of CTA c in op i
+// ([nops][G + 1]).
 // Dynamic shared memory: the ring (nst stages), X of the running op in the decode's pair order (xmax bf16),
 // the warps' tile sums (two buffers, alternating), the stages' full and empty barriers. flags: K_CHAIN_*
 // (measurements), read only by the MEASURE build (k_stream_chain_run takes it for any flag, so the
 // kernel without flags has no flag tests in its step loop: 4 % faster, docs/PERFORMANCE.md 2026-12-03
 // third); prof: K_CHAIN_PROFILE's timestamps.
-template <int NW, int S, bool MEASURE>
+template <int NW, int RPS, bool MEASURE>
 __global__ void __launch_bounds__((NW + 1) * 32, 1)
     stream_chain_kernel(const chain_op_dev *__restrict__ ops, const int *__restrict__ ranges, int nops,
                         unsigned *__restrict__ ws, int nst, int xmax, size_t ticket_words, int flags_in,
@@ -163,7 +171,8 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
     const int flags = MEASURE ? flags_in : 0;
     extern __shared__ __align__(1024) unsigned char sm[];
     unsigned char *ring = sm;
-    uint4 *xp = (uint4 *)(sm + (size_t)nst * S * SC_STEP);
+    constexpr int SB = RPS * NW * SC_STEP; // bytes of a stage
+    uint4 *xp = (uint4 *)(sm + (size_t)nst * SB);
     float *red = (float *)((unsigned char *)xp + (size_t)xmax * 2);
     uint64_t *bars = (uint64_t *)(red + 2 * NW * 16);
     const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
@@ -180,44 +189,46 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
     if (threadIdx.x == 0)
         for (int i = 0; i < nst; i++) {
             mbar_init(full0 + 8 * i, 1);
-            mbar_init(empty0 + 8 * i, NW);
+            mbar_init(empty0 + 8 * i, NW * 32); // every consumer lane arrives
         }
     __syncthreads();
 
-    if (warp == NW) { // the producer: the CTA's ranges of every op, back to back, S steps a stage
+    if (warp == NW) { // the producer: the CTA's ranges of every op, back to back, a round (NW steps) a copy
         if (lane != 0)
             return;
-        int slot = 0, filled = 0; // the stage being filled and its steps so far
-        uint32_t round = 0;       // how many times the ring has wrapped
+        int slot = 0, sub = 0; // the stage being filled and its rounds so far
+        uint32_t wraps = 0;    // how many times the ring has wrapped
         long long waited = 0;
         for (int i = 0; i < nops; i++) {
             const uint8_t *w = ops[i].op.w;
-            for (int off = ranges[i * (G + 1) + c], hi = ranges[i * (G + 1) + c + 1]; off < hi;) {
-                if (filled == 0 && round > 0) { // the slot's previous fill must be released
+            const int lo = ranges[i * (G + 1) + c], hi = ranges[i * (G + 1) + c + 1];
+            for (int off = lo; off < hi; off += NW) {
+                if (sub == 0 && wraps > 0) { // the slot's previous fill must be released
                     const long long t0 = (flags & K_CHAIN_PROFILE) ? clock64() : 0;
-                    mbar_wait(empty0 + 8 * slot, (round - 1) & 1);
+                    mbar_wait(empty0 + 8 * slot, (wraps - 1) & 1);
                     if (flags & K_CHAIN_PROFILE)
                         waited += clock64() - t0;
                 }
-                const int take = min(S - filled, hi - off);
-                if (l2) {
-                    bulk_prefetch_l2(w + (size_t)off * SC_STEP, (uint32_t)take * SC_STEP);
+                const uint32_t bytes = (uint32_t)min(NW, hi - off) * SC_STEP;
+                if (flags & K_CHAIN_NO_COPY) {
+                    // nothing brought in: the stage is marked filled below, the consumers read what is there
+                } else if (l2) {
+                    bulk_prefetch_l2(w + (size_t)off * SC_STEP, bytes);
                 } else {
-                    mbar_expect_tx(full0 + 8 * slot, (uint32_t)take * SC_STEP);
-                    bulk_load(ring0 + (uint32_t)(slot * S + filled) * SC_STEP, w + (size_t)off * SC_STEP,
-                              (uint32_t)take * SC_STEP, full0 + 8 * slot);
+                    mbar_expect_tx(full0 + 8 * slot, bytes);
+                    bulk_load(ring0 + (uint32_t)(slot * SB + sub * NW * SC_STEP), w + (size_t)off * SC_STEP,
+                              bytes, full0 + 8 * slot);
                 }
-                filled += take, off += take;
-                if (filled == S) {
+                if (++sub == RPS) {
                     if (!l2)
                         mbar_arrive(full0 + 8 * slot);
-                    filled = 0;
+                    sub = 0;
                     if (++slot == nst)
-                        slot = 0, round++;
+                        slot = 0, wraps++;
                 }
             }
         }
-        if (filled > 0 && !l2)
+        if (sub > 0 && !l2)
             mbar_arrive(full0 + 8 * slot);
         if (flags & K_CHAIN_PROFILE)
             prof[(size_t)c * (4 * nops + 2) + 4 * nops] = (unsigned long long)waited;
@@ -226,25 +237,10 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
 
     // the consumers
     const int g = lane >> 2, t = lane & 3;
-    // the stage this warp waited for and has not released, its ring slot and the parity of its fill
-    int held = -1, hslot = -1;
-    uint32_t hphase = 0;
-    auto release = [&]() {
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(empty0 + 8 * hslot);
-    };
-    auto hold = [&](int s) {
-        while (held < s) {
-            if (held >= 0)
-                release();
-            held++;
-            if (++hslot == nst)
-                hslot = 0, hphase ^= 1;
-            if (!l2)
-                mbar_wait(full0 + 8 * hslot, hphase);
-        }
-    };
+    // the stream as the copy warp fills it: the stage of the current round, the round's place in it, the
+    // parity of the stage's fill
+    int cslot = 0, csub = 0;
+    uint32_t cphase = 0;
     unsigned long long *pr = prof + (size_t)c * (4 * nops + 2);
     const bool profile = (flags & K_CHAIN_PROFILE) && threadIdx.x == 0;
     long long data_wait = 0;
@@ -255,7 +251,6 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
             pr[4 * i + k] = t;
         }
     };
-    int qbase = 0; // the CTA's stream position of the op's first step (a CTA's stream fits an int)
     float xscale = 1.f, xinv = 1.f; // X's power-of-two scale for f16 and its inverse
     for (int i = 0; i < nops; i++) {
         const k_chain_op op = ops[i].op;
@@ -324,8 +319,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
         stamp(i, 2);
         // this warp's steps: [wlo, whi) of the CTA's range, its j-th at stream position j NW + warp
         // (the last, short round: L NW + its rank among the warps that have L + 1 steps)
-        const int wlo = lo + (int)((long long)n * warp / NW),
-                  whi = lo + (int)((long long)n * (warp + 1) / NW);
+        const int wlo = lo + n * warp / NW, whi = lo + n * (warp + 1) / NW;
         const int rank = (wlo - lo) - warp * L;
         const int tf = wlo / St, tl = whi > wlo ? (whi - 1) / St : tf; // the warp's first and last tiles
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -370,21 +364,26 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                 note_max(m);
             }
         };
-        for (int j = 0; j < whi - wlo; j++) {
-            const int q = qbase + (j < L ? j * NW + warp : L * NW + rank);
-            if (profile && held < q / S) {
-                const long long t0 = clock64();
-                hold(q / S);
-                data_wait += clock64() - t0;
-            } else
-                hold(q / S);
-            if (!(flags & K_CHAIN_NO_MATH)) {
+        // the op's rounds: L full ones, then a short one if n % NW (with a step of the warps that have L + 1)
+        const int nr = (n + NW - 1) / NW, mine_last = whi - wlo > L;
+        for (int j = 0; j < nr; j++) {
+            if (csub == 0 && !l2) { // a new stage
+                if (profile) {
+                    const long long t0 = clock64();
+                    mbar_wait(full0 + 8 * cslot, cphase);
+                    data_wait += clock64() - t0;
+                } else
+                    mbar_wait(full0 + 8 * cslot, cphase);
+            }
+            if ((j < L || mine_last) && !(flags & K_CHAIN_NO_MATH)) { // this warp's step of the round
+                const int pos = csub * NW + (j < L ? warp : rank);    // the step's place in its stage
                 uint4 w0, w1;
                 if (l2) { // from L2, where the copy warp's prefetch has brought it
-                    const uint8_t *gw = op.w + ((size_t)lo + (q - qbase)) * SC_STEP + lane * 16;
+                    const uint8_t *gw =
+                        op.w + ((size_t)lo + j * NW + (j < L ? warp : rank)) * SC_STEP + lane * 16;
                     w0 = ld_stream(gw), w1 = ld_stream(gw + 512);
                 } else {
-                    const unsigned char *st = ring + (hslot * S + q % S) * SC_STEP;
+                    const unsigned char *st = ring + cslot * SB + pos * SC_STEP;
                     w0 = *(const uint4 *)(st + lane * 16), w1 = *(const uint4 *)(st + 512 + lane * 16);
                 }
                 const uint4 x0 = xp[ks * 8 + 2 * t], x1 = xp[ks * 8 + 2 * t + 1]; // k 64 ks + 16 t ..
@@ -414,28 +413,32 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                 acc[0] = fmaf(d[0], sc0, acc[0]), acc[1] = fmaf(d[1], sc0, acc[1]);
                 acc[2] = fmaf(d[2], sc1, acc[2]), acc[3] = fmaf(d[3], sc1, acc[3]);
             }
-            if (++ks == St && j + 1 < whi - wlo) { // the next step starts a new tile
+            if ((j < L || mine_last) && ++ks == St && j + 1 < whi - wlo) { // the next step starts a new tile
                 flush();
                 acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
                 tile++, ks = 0;
                 scale_rows();
             }
+            if (++csub == RPS) { // the stage's last round: every lane gives the stage back
+                mbar_arrive(empty0 + 8 * cslot);
+                csub = 0;
+                if (++cslot == nst)
+                    cslot = 0, cphase ^= 1;
+            }
         }
         if (whi > wlo)
             flush();
-        qbase += n;
         consumers_sync<NW>();
         // the CTA's tiles that several warps or CTAs share: warp k adds tiles t0 + k, t0 + k + NW, ... over
         // the warps that hold a piece (in warp order) and stores, or (cut between CTAs) hands its sum on
         const int t0 = lo / St, t1 = hi > lo ? (hi - 1) / St : t0 - 1;
         for (int tt = t0 + warp; tt <= t1; tt += NW) {
             const int a = max(lo, tt * St), b = min(hi, (tt + 1) * St);
-            const int wa = cta_of(a - lo, n, NW), wb = cta_of(b - 1 - lo, n, NW);
+            const int wa = cta_of32(a - lo, n, NW), wb = cta_of32(b - 1 - lo, n, NW);
             float sum = 0.f;
             bool shared = false;
             for (int w = wa; w <= wb; w++) {
-                const int w_lo = lo + (int)((long long)n * w / NW),
-                          w_hi = lo + (int)((long long)n * (w + 1) / NW);
+                const int w_lo = lo + n * w / NW, w_hi = lo + n * (w + 1) / NW;
                 if (w_lo == w_hi)
                     continue;
                 const int w_tf = w_lo / St, w_tl = (w_hi - 1) / St;
@@ -456,7 +459,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                     pbase[((size_t)c * 2 + (tt == t0 ? 0 : 1)) * 16 + lane] = sum;
                 __threadfence();
                 __syncwarp();
-                const int c0 = cta_of(tlo, T, G), c1 = cta_of(thi - 1, T, G);
+                const int c0 = cta_of32(tlo, (int)T, G), c1 = cta_of32(thi - 1, (int)T, G);
                 int pieces = 0;
                 for (int cc = c0; cc <= c1; cc++)
                     pieces += rg[cc] < rg[cc + 1];
@@ -500,11 +503,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
         }
         stamp(i, 3);
     }
-    // release what is left of the stream (the producer waits for every stage to be emptied)
-    if (qbase > 0) {
-        hold((qbase - 1) / S);
-        release();
-    }
+    // a stage left part-filled at the end of the stream is given back too
+    if (csub > 0)
+        mbar_arrive(empty0 + 8 * cslot);
     if (profile)
         pr[4 * nops + 1] = (unsigned long long)data_wait;
     // the last CTA out leaves the counters at zero for the next launch
@@ -525,7 +526,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
 
 template <int NW, bool M> static void *chain_kernel_nw(int s)
 {
-    return s == 0 ? (void *)stream_chain_kernel<NW, 16, M> : (void *)stream_chain_kernel<NW, 32, M>;
+    return s == 0 ? (void *)stream_chain_kernel<NW, 1, M> : (void *)stream_chain_kernel<NW, 2, M>;
 }
 template <bool M> static void *chain_kernel_m(int v)
 {
@@ -566,11 +567,14 @@ extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int v
     K_CHECK(cudaGetDevice(&dev));
     K_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     K_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const int nw = chain_nw[variant / 2], stage_kb = 16 << (variant % 2);
+    const int nw = chain_nw[variant / 2], stage_kb = nw * (1 + variant % 2);
     const size_t fixed = (size_t)xmax * 2 + 2 * nw * 16 * 4;
     const size_t stage = (size_t)stage_kb * SC_STEP;
     const long long room = (long long)smem_max - (long long)fixed;
-    const int nst = room > 0 ? (int)(room / (long long)(stage + 16)) : 0;
+    int nst = room > 0 ? (int)(room / (long long)(stage + 16)) : 0;
+    const char *cap = getenv("LLMQ_CHAIN_STAGES"); // measurement: fewer stages than fit
+    if (cap && atoi(cap) > 0 && atoi(cap) < nst)
+        nst = atoi(cap);
     K_REQUIRE(nst >= 3,
               "k_stream_chain_plan: %d KB stages and K up to %d leave %d stages (3 needed) in %d bytes",
               stage_kb, xmax, nst, smem_max);
@@ -644,7 +648,8 @@ extern "C" const char *k_stream_chain_describe(const struct k_stream_chain *p, c
 {
     snprintf(buf, n,
              "%d CTAs x (%d consumer warps + 1 copy warp), %d stages of %d KB, %zu bytes of shared memory",
-             p->grid, chain_nw[p->variant / 2], p->nstages, 16 << (p->variant % 2), p->smem);
+             p->grid, chain_nw[p->variant / 2], p->nstages, chain_nw[p->variant / 2] * (1 + p->variant % 2),
+             p->smem);
     return buf;
 }
 

@@ -386,23 +386,27 @@ static int bench(int layers, const std::vector<int> &variants)
     GPU_OK(cudaGraphDestroy(gr));
     GPU_OK(cudaStreamDestroy(st));
 
-    const char *fl[8] = {"",
-                         ", no waits",
-                         ", no waits, no products",
-                         ", no waits, loads without products",
-                         ", no waits, no scales",
-                         ", through L2",
-                         ", through L2, no waits",
-                         ", the measurement build"};
-    const int flags[8] = {0,
-                          K_CHAIN_NO_WAIT,
-                          K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
-                          K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY,
-                          K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE,
-                          K_CHAIN_L2,
-                          K_CHAIN_L2 | K_CHAIN_NO_WAIT,
-                          K_CHAIN_MEASURE};
-    const int fsel[] = {0, 7, 1, 2, 5, 6};
+    const char *fl[10] = {"",
+                          ", no waits",
+                          ", no waits, no products",
+                          ", no waits, loads without products",
+                          ", no waits, no scales",
+                          ", through L2",
+                          ", through L2, no waits",
+                          ", the measurement build",
+                          ", no copies (the consumers alone)",
+                          ", no copies, no waits"};
+    const int flags[10] = {0,
+                           K_CHAIN_NO_WAIT,
+                           K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
+                           K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY,
+                           K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE,
+                           K_CHAIN_L2,
+                           K_CHAIN_L2 | K_CHAIN_NO_WAIT,
+                           K_CHAIN_MEASURE,
+                           K_CHAIN_NO_COPY,
+                           K_CHAIN_NO_COPY | K_CHAIN_NO_WAIT};
+    const int fsel[] = {0, 7, 1, 2, 8, 9};
     for (int v : variants) {
         k_stream_chain *p;
         relayout(c, v);
