@@ -77,14 +77,10 @@ struct k_stream_chain {
 
 // The CTA that holds step l of T split G ways (CTA c takes [T c / G, T (c + 1) / G), the plan's ranges);
 // the same for a CTA's n steps split among NW warps.
-__host__ __device__ __forceinline__ int cta_of(long long l, long long T, int G)
+// I: long long for the layout, int in the kernel (T G < 2^31 there: the plan keeps T below 2^21 steps).
+template <typename I> __host__ __device__ __forceinline__ int cta_of(I l, I T, int G)
 {
     return (int)(((l + 1) * G + T - 1) / T) - 1;
-}
-// the same in 32 bits, for the kernel (T G < 2^31: the plan keeps T below 2^21 steps)
-__device__ __forceinline__ int cta_of32(int l, int T, int G)
-{
-    return ((l + 1) * G + T - 1) / T - 1;
 }
 
 // variant v: consumer warps chain_nw[v / 2], stages of 1 + v % 2 rounds (a round: a 1 KB step a warp)
@@ -255,7 +251,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
     for (int i = 0; i < nops; i++) {
         const k_chain_op op = ops[i].op;
         const int K = op.k, St = K / 64, kblocks = (K + 127) / 128, F = op.n / 2;
-        const long long T = (long long)(op.n / 16) * St;
+        const int T = op.n / 16 * St;                 // below 2^21 (the plan)
         const int *rg = ranges + (size_t)i * (G + 1); // the CTAs' first steps in this op
         const int lo = rg[c], hi = rg[c + 1], n = hi - lo, L = n / NW;
         stamp(i, 0);
@@ -365,9 +361,11 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
             }
         };
         // the op's rounds: L full ones, then a short one if n % NW (with a step of the warps that have L + 1)
-        const int nr = (n + NW - 1) / NW, mine_last = whi - wlo > L;
+        const int nr = (n + NW - 1) / NW;
         for (int j = 0; j < nr; j++) {
-            if (csub == 0 && !l2) { // a new stage
+            const bool mine = j < L || whi - wlo > L; // this warp has a step in round j
+            const int at = j < L ? warp : rank;       // its place in the round
+            if (csub == 0 && !l2) {                   // a new stage
                 if (profile) {
                     const long long t0 = clock64();
                     mbar_wait(full0 + 8 * cslot, cphase);
@@ -375,15 +373,13 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                 } else
                     mbar_wait(full0 + 8 * cslot, cphase);
             }
-            if ((j < L || mine_last) && !(flags & K_CHAIN_NO_MATH)) { // this warp's step of the round
-                const int pos = csub * NW + (j < L ? warp : rank);    // the step's place in its stage
+            if (mine && !(flags & K_CHAIN_NO_MATH)) {
                 uint4 w0, w1;
                 if (l2) { // from L2, where the copy warp's prefetch has brought it
-                    const uint8_t *gw =
-                        op.w + ((size_t)lo + j * NW + (j < L ? warp : rank)) * SC_STEP + lane * 16;
+                    const uint8_t *gw = op.w + ((size_t)lo + j * NW + at) * SC_STEP + lane * 16;
                     w0 = ld_stream(gw), w1 = ld_stream(gw + 512);
                 } else {
-                    const unsigned char *st = ring + cslot * SB + pos * SC_STEP;
+                    const unsigned char *st = ring + cslot * SB + (csub * NW + at) * SC_STEP;
                     w0 = *(const uint4 *)(st + lane * 16), w1 = *(const uint4 *)(st + 512 + lane * 16);
                 }
                 const uint4 x0 = xp[ks * 8 + 2 * t], x1 = xp[ks * 8 + 2 * t + 1]; // k 64 ks + 16 t ..
@@ -413,7 +409,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                 acc[0] = fmaf(d[0], sc0, acc[0]), acc[1] = fmaf(d[1], sc0, acc[1]);
                 acc[2] = fmaf(d[2], sc1, acc[2]), acc[3] = fmaf(d[3], sc1, acc[3]);
             }
-            if ((j < L || mine_last) && ++ks == St && j + 1 < whi - wlo) { // the next step starts a new tile
+            if (mine && ++ks == St && j + 1 < whi - wlo) { // the next step starts a new tile
                 flush();
                 acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
                 tile++, ks = 0;
@@ -434,7 +430,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
         const int t0 = lo / St, t1 = hi > lo ? (hi - 1) / St : t0 - 1;
         for (int tt = t0 + warp; tt <= t1; tt += NW) {
             const int a = max(lo, tt * St), b = min(hi, (tt + 1) * St);
-            const int wa = cta_of32(a - lo, n, NW), wb = cta_of32(b - 1 - lo, n, NW);
+            const int wa = cta_of(a - lo, n, NW), wb = cta_of(b - 1 - lo, n, NW);
             float sum = 0.f;
             bool shared = false;
             for (int w = wa; w <= wb; w++) {
@@ -459,7 +455,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1)
                     pbase[((size_t)c * 2 + (tt == t0 ? 0 : 1)) * 16 + lane] = sum;
                 __threadfence();
                 __syncwarp();
-                const int c0 = cta_of32(tlo, (int)T, G), c1 = cta_of32(thi - 1, (int)T, G);
+                const int c0 = cta_of(tlo, T, G), c1 = cta_of(thi - 1, T, G);
                 int pieces = 0;
                 for (int cc = c0; cc <= c1; cc++)
                     pieces += rg[cc] < rg[cc + 1];

@@ -386,27 +386,16 @@ static int bench(int layers, const std::vector<int> &variants)
     GPU_OK(cudaGraphDestroy(gr));
     GPU_OK(cudaStreamDestroy(st));
 
-    const char *fl[10] = {"",
-                          ", no waits",
-                          ", no waits, no products",
-                          ", no waits, loads without products",
-                          ", no waits, no scales",
-                          ", through L2",
-                          ", through L2, no waits",
-                          ", the measurement build",
-                          ", no copies (the consumers alone)",
-                          ", no copies, no waits"};
-    const int flags[10] = {0,
-                           K_CHAIN_NO_WAIT,
-                           K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH,
-                           K_CHAIN_NO_WAIT | K_CHAIN_LOADS_ONLY,
-                           K_CHAIN_NO_WAIT | K_CHAIN_NO_SCALE,
-                           K_CHAIN_L2,
-                           K_CHAIN_L2 | K_CHAIN_NO_WAIT,
-                           K_CHAIN_MEASURE,
-                           K_CHAIN_NO_COPY,
-                           K_CHAIN_NO_COPY | K_CHAIN_NO_WAIT};
-    const int fsel[] = {0, 7, 1, 2, 8, 9};
+    /* the runs timed for each variant: what the flags take away */
+    const struct {
+        const char *what;
+        int flags;
+    } runs[] = {{"", 0},
+                {", the measurement build", K_CHAIN_MEASURE},
+                {", no waits", K_CHAIN_NO_WAIT},
+                {", no waits, no products", K_CHAIN_NO_WAIT | K_CHAIN_NO_MATH},
+                {", no copies (the consumers alone)", K_CHAIN_NO_COPY},
+                {", no copies, no waits", K_CHAIN_NO_COPY | K_CHAIN_NO_WAIT}};
     for (int v : variants) {
         k_stream_chain *p;
         relayout(c, v);
@@ -416,11 +405,11 @@ static int bench(int layers, const std::vector<int> &variants)
         }
         char desc[200];
         k_stream_chain_describe(p, desc, sizeof desc);
-        for (int f : fsel) {
-            const double t = time_ms([&] { K_OK(k_stream_chain_run(p, flags[f], 0)); });
+        for (const auto &r : runs) {
+            const double t = time_ms([&] { K_OK(k_stream_chain_run(p, r.flags, 0)); });
             printf("stream chain v%d (%s%s): %.3f ms, %.1f us a layer, %.2f TB/s, %.3fx the GEMV chain's "
                    "speed\n",
-                   v, desc, fl[f], t, 1e3 * t / layers, bytes / t / 1e9, t_gemv / t);
+                   v, desc, r.what, t, 1e3 * t / layers, bytes / t / 1e9, t_gemv / t);
         }
         profile(p, (int)c.ops.size());
         k_stream_chain_free(p);
