@@ -85,6 +85,10 @@ template <typename I> __host__ __device__ __forceinline__ int cta_of(I l, I T, i
 
 // variant v: consumer warps chain_nw[v / 2], stages of 1 + v % 2 rounds (a round: a 1 KB step a warp)
 static const int chain_nw[] = {16, 24, 31};
+static int chain_stage_kb(int v)
+{
+    return chain_nw[v / 2] * (1 + v % 2);
+}
 
 // Destination step d of the stream holds source step (tile, k-step) as the kernel's CTA and warp order
 // asks (see the top of the file); one thread per 16 bytes.
@@ -563,14 +567,14 @@ extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int v
     K_CHECK(cudaGetDevice(&dev));
     K_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     K_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    const int nw = chain_nw[variant / 2], stage_kb = nw * (1 + variant % 2);
+    const int nw = chain_nw[variant / 2], stage_kb = chain_stage_kb(variant);
     const size_t fixed = (size_t)xmax * 2 + 2 * nw * 16 * 4;
     const size_t stage = (size_t)stage_kb * SC_STEP;
     const long long room = (long long)smem_max - (long long)fixed;
     int nst = room > 0 ? (int)(room / (long long)(stage + 16)) : 0;
-    const char *cap = getenv("LLMQ_CHAIN_STAGES"); // measurement: fewer stages than fit
-    if (cap && atoi(cap) > 0 && atoi(cap) < nst)
-        nst = atoi(cap);
+    const int cap = k_env_int("LLMQ_CHAIN_STAGES", 0, 1, 1 << 30); // measurement: fewer stages than fit
+    if (cap > 0 && cap < nst)
+        nst = cap;
     K_REQUIRE(nst >= 3,
               "k_stream_chain_plan: %d KB stages and K up to %d leave %d stages (3 needed) in %d bytes",
               stage_kb, xmax, nst, smem_max);
@@ -644,8 +648,7 @@ extern "C" const char *k_stream_chain_describe(const struct k_stream_chain *p, c
 {
     snprintf(buf, n,
              "%d CTAs x (%d consumer warps + 1 copy warp), %d stages of %d KB, %zu bytes of shared memory",
-             p->grid, chain_nw[p->variant / 2], p->nstages, chain_nw[p->variant / 2] * (1 + p->variant % 2),
-             p->smem);
+             p->grid, chain_nw[p->variant / 2], p->nstages, chain_stage_kb(p->variant), p->smem);
     return buf;
 }
 
