@@ -13,7 +13,7 @@
 // Printed per way: the hand-off = B's stamp minus the last A CTA's end stamp (median, min, max over
 // B's CTAs and the replays), and A's own spread (last end minus first end).
 //
-// usage: llmq_handoff_probe [--ctas G] [--spin-us S] [--reps R]   (defaults 264, 5, 200)
+// usage: llmq_handoff_probe [--ctas G] [--spin-us S] [--reps R]   (defaults 264, 5, 200; --help)
 // Exits 77 without a GPU of compute capability 9.0 or newer.
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -33,6 +33,22 @@
         }                                                                                                    \
     } while (0)
 
+// griddepcontrol exists from sm_90 on; the probe runs only there (main checks), other targets compile it
+// empty
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ uint64_t now_ns()
 {
     uint64_t t;
@@ -43,8 +59,8 @@ __device__ __forceinline__ uint64_t now_ns()
 // A: trigger (so B becomes resident now), spin, write, stamp, (flag) count itself done
 __global__ void kernel_a(uint64_t spin_ns, float *out, uint64_t *a_end, unsigned *done, int flag)
 {
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_trigger();
+    pdl_wait();
     const uint64_t t0 = now_ns();
     float v = threadIdx.x;
     while (now_ns() - t0 < spin_ns)
@@ -60,7 +76,7 @@ __global__ void kernel_a(uint64_t spin_ns, float *out, uint64_t *a_end, unsigned
     }
 }
 
-// B: stamp when A's output may be read (after the wait or the counter), read it, stamp
+// B: stamp the moment A's output may be read (after the wait or the counter), then read it
 __global__ void kernel_b(const float *out, int ga, uint64_t *b_go, unsigned *done, int flag, float *sink)
 {
     if (flag) {
@@ -72,16 +88,16 @@ __global__ void kernel_b(const float *out, int ga, uint64_t *b_go, unsigned *don
         }
         __syncthreads();
     } else {
-        asm volatile("griddepcontrol.wait;" ::: "memory");
+        pdl_wait();
     }
     if (threadIdx.x == 0)
         b_go[blockIdx.x] = now_ns();
     float s = 0.f;
-    for (int i = threadIdx.x; i < ga * 256; i += blockDim.x * gridDim.x)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ga * 256; i += blockDim.x * gridDim.x)
         s += out[i];
     if (s == 12345.f)
         *sink = s;
-    asm volatile("griddepcontrol.wait;" ::: "memory"); // flag mode: completion still implies A's
+    pdl_wait(); // flag mode: completion still implies A's
 }
 
 __global__ void reset(unsigned *done)
@@ -93,15 +109,26 @@ int main(int argc, char **argv)
 {
     int ga = 264, reps = 200;
     double spin_us = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--ctas"))
-            ga = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--spin-us"))
-            spin_us = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
+    const char *usage = "usage: llmq_handoff_probe [--ctas G] [--spin-us S] [--reps R]\n"
+                        "  G CTAs of 256 threads in kernel A (1..100000, default 264), each spinning S us\n"
+                        "  (0..10000, default 5); R graph replays per way (1..100000, default 200)\n";
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("%s", usage);
+            return 0;
+        }
+        char *end = NULL;
+        const double v = i + 1 < argc ? strtod(argv[i + 1], &end) : 0;
+        const bool num = end && end != argv[i + 1] && *end == 0;
+        if (!strcmp(argv[i], "--ctas") && num && v >= 1 && v <= 100000 && v == (int)v)
+            ga = (int)v;
+        else if (!strcmp(argv[i], "--spin-us") && num && v >= 0 && v <= 10000)
+            spin_us = v;
+        else if (!strcmp(argv[i], "--reps") && num && v >= 1 && v <= 100000 && v == (int)v)
+            reps = (int)v;
         else {
-            fprintf(stderr, "usage: llmq_handoff_probe [--ctas G] [--spin-us S] [--reps R]\n");
+            fprintf(stderr, "llmq_handoff_probe: bad argument '%s%s%s'\n%s", argv[i], i + 1 < argc ? " " : "",
+                    i + 1 < argc ? argv[i + 1] : "", usage);
             return 2;
         }
     }

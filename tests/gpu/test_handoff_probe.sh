@@ -14,7 +14,10 @@ for way in pdl flag plain; do
   grep -qE "^$way .* hand-off median -?[0-9.]+ us \(min -?[0-9.]+, .*A's spread median [0-9.]+ us$" <<<"$out" &&
     ok "$way line" || bad "no $way line: $out"
 done
-"$probe" --bogus 1 >/dev/null 2>"$tmp/err2"; rc=$?
-[ $rc = 2 ] && grep -q "usage: llmq_handoff_probe" "$tmp/err2" && ok "unknown flag: usage, exit 2" ||
-  bad "unknown flag: exit $rc, $(cat "$tmp/err2")"
+for args in "--bogus 1" "--reps 0" "--ctas" "--ctas 12x"; do
+  "$probe" $args >/dev/null 2>"$tmp/err2"; rc=$?
+  [ $rc = 2 ] && grep -q "bad argument" "$tmp/err2" && grep -q "usage: llmq_handoff_probe" "$tmp/err2" &&
+    ok "'$args': usage, exit 2" || bad "'$args': exit $rc, $(cat "$tmp/err2")"
+done
+"$probe" --help | grep -q "^usage: llmq_handoff_probe" && ok "--help" || bad "--help prints no usage"
 finish
