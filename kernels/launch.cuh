@@ -1,5 +1,5 @@
 // Kernel launches for the per-step kernels: programmatic dependent launch (PDL), a Hopper (sm_90)
-// feature. Included by kernels/*.cu only.
+// feature. Included by kernels/*.cu (and contrib/handoff_probe for pdl_wait / pdl_launch_dependents).
 //
 // PDL. A kernel launched with k_launch may start while the kernel before it on the stream is still
 // running: its CTAs become resident as soon as every CTA of that kernel has called

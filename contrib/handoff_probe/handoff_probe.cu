@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/launch.cuh" // pdl_wait, pdl_launch_dependents (empty below sm_90)
+
 #define CK(x)                                                                                                \
     do {                                                                                                     \
         cudaError_t e_ = (x);                                                                                \
@@ -32,22 +34,6 @@
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
-
-// griddepcontrol exists from sm_90 on; the probe runs only there (main checks), other targets compile it
-// empty
-__device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_trigger()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 __device__ __forceinline__ uint64_t now_ns()
 {
@@ -59,7 +45,7 @@ __device__ __forceinline__ uint64_t now_ns()
 // A: trigger (so B becomes resident now), spin, write, stamp, (flag) count itself done
 __global__ void kernel_a(uint64_t spin_ns, float *out, uint64_t *a_end, unsigned *done, int flag)
 {
-    pdl_trigger();
+    pdl_launch_dependents();
     pdl_wait();
     const uint64_t t0 = now_ns();
     float v = threadIdx.x;
