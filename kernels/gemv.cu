@@ -89,11 +89,19 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
 // N + n_base + g as rows g + 8 (h = 1), each half with its own block scale. The store rounds both sums
 // to bf16 as the unfused GEMV would store them and writes silu(gate) * up as k_silu_mul computes it
 // (kernels/silu.cuh): the same bits as k_gemv_* followed by k_silu_mul.
-template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false>
+//
+// PROF (measurement only: k_gemv_fp8_profile): lane 0 of every warp stamps %globaltimer into
+// prof[(blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + s]: s = 0 when the CTA starts, 1 when the PDL
+// wait returns, 2 + i when chunk i's products are done (i < K_GEMV_PROF_SLOTS - 3), and the last slot
+// when the warp leaves (after the CTA's stores, or its split-K ticket). Other instantiations take
+// prof NULL and have no stamps.
+template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false,
+          bool PROF = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
                 const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
-                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum)
+                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum,
+                unsigned long long *__restrict__ prof)
 {
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
@@ -106,6 +114,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x / ks, part = blockIdx.x - tile * ks; // split K: part of the tile's K
+    auto stamp = [&](int slot) {
+        if constexpr (PROF) {
+            if (lane == 0 && slot < K_GEMV_PROF_SLOTS) {
+                unsigned long long now;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+                prof[((size_t)blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + slot] = now;
+            }
+        }
+    };
+    stamp(0);
     static_assert(!GLU || R == 1, "GLU tiles are one 8 + 8-row tile");
     const int n_base = tile * (GLU ? 8 : 16 * R);
     const bool okx = g < M;
@@ -174,7 +192,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     if (c_lo + warp < c_hi)
         load_w(c_lo + warp);
     pdl_enter(); // kernels/launch.cuh
-#pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
+    stamp(1);
+    int done_chunks = 0; // PROF: this warp's chunks so far
+#pragma unroll 1         // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
     for (int c = c_lo + warp; c < c_hi; c += WARPS) {
         if (c != c_lo + warp)
             load_w(c);
@@ -270,6 +290,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                 }
             }
         }
+        if constexpr (PROF)
+            stamp(2 + min(done_chunks++, K_GEMV_PROF_SLOTS - 4));
     }
 
     // partial sums of the warps -> shared memory -> one thread per output
@@ -298,6 +320,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
                         uv = __bfloat162float(__float2bfloat16(us));
             ((bf16 *)Y)[(size_t)m * N + n] = __float2bfloat16(silu_mul1(gv, uv));
         }
+        stamp(K_GEMV_PROF_SLOTS - 1);
         return;
     }
     auto store = [&](size_t o, float s) {
@@ -324,8 +347,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         else
             part_sum[((size_t)part * M + m) * N + n] = s;
     });
-    if (ks == 1)
+    if (ks == 1) {
+        stamp(K_GEMV_PROF_SLOTS - 1);
         return;
+    }
     // split K: the tile's last part to finish adds the parts' sums in part order (deterministic) and
     // stores; it leaves the tile's ticket at 0 for the next launch
     __shared__ unsigned last;
@@ -334,8 +359,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     if (threadIdx.x == 0)
         last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
     __syncthreads();
-    if (!last)
+    if (!last) {
+        stamp(K_GEMV_PROF_SLOTS - 1);
         return;
+    }
     __threadfence();
     each_output([&](int, int m, int, int n) {
         float s = 0.f;
@@ -345,6 +372,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     });
     if (threadIdx.x == 0)
         ticket[tile] = 0;
+    stamp(K_GEMV_PROF_SLOTS - 1);
 }
 
 // ---- launchers
@@ -375,7 +403,7 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
     case V:                                                                                                  \
         K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC>,                               \
                          (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, M,  \
-                         N, K, ks, ticket, part_sum));                                                       \
+                         N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                           \
         break;
         GEMV_VARIANTS(GEMV_CASE)
 #undef GEMV_CASE
@@ -557,7 +585,7 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
     // fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps, 2 load steps, 4 CTAs an SM)
     K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true>, (F + 7) / 8, 256, 0, stream,
                      (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1,
-                     (unsigned *)NULL, (float *)NULL));
+                     (unsigned *)NULL, (float *)NULL, (unsigned long long *)NULL));
     return 0;
 }
 
@@ -593,4 +621,43 @@ extern "C" const char *k_gemv_variant_name(int variant)
 #undef GEMV_NAME
     };
     return variant >= 0 && variant <= K_GEMV_VARIANTS ? names[variant] : "?";
+}
+
+// The automatic fp8 configuration (variant 2, or the GLU kernel) with the PROF stamps (see the kernel):
+// what tests/gpu/test_k_gemv.cu --profile times inside a chain. glu: W is the fused gate/up matrix of
+// 2N rows and Y gets N SwiGLU outputs (k_gemv_fp8_glu); else ks as k_gemv_fp8_ex takes it (0: automatic).
+// prof: K_GEMV_PROF_SLOTS stamps per warp of every CTA (k_gemv_fp8_profile_ctas tells how many CTAs).
+extern "C" int k_gemv_fp8_profile_ctas(int N, int K, int glu, int ks, const void *ws)
+{
+    const variant_info vi = variant_shape(2, true);
+    if (glu)
+        return (N + 7) / 8;
+    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
+    if (ks == 0)
+        ks = ws && ctas <= K_GEMV_WS_TICKETS ? gemv_ks_auto(ctas, nchunks, vi) : 1;
+    return ctas * (ks > nchunks ? nchunks : ks);
+}
+
+extern "C" int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int N,
+                                  int K, int glu, int ks, void *ws, unsigned long long *prof,
+                                  cudaStream_t stream)
+{
+    K_REQUIRE(prof, "k_gemv_fp8_profile: NULL prof");
+    if (gemv_check("k_gemv_fp8_profile", X, NULL, false, W, w_scale, true, Y, 1, N, K, 2, ks))
+        return -1;
+    const int grid = k_gemv_fp8_profile_ctas(N, K, glu, ks, ws);
+    if (glu) {
+        K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, true>, grid, 256, 0, stream,
+                         (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, 1, N,
+                         K, 1, (unsigned *)NULL, (float *)NULL, prof));
+        return 0;
+    }
+    const int parts = grid / ((N + 15) / 16);
+    K_REQUIRE(parts == 1 || ws, "k_gemv_fp8_profile: a split of K in %d needs the workspace", parts);
+    unsigned *ticket = (unsigned *)ws;
+    float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
+    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, false, true>, grid, 256, 0, stream,
+                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, 1, N, K,
+                     parts, ticket, part_sum, prof));
+    return 0;
 }

@@ -205,6 +205,13 @@ int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int 
                    void *ws, cudaStream_t stream);
 int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
                   int K, int variant, int ks, void *ws, cudaStream_t stream);
+/* Measurement (tests/gpu/test_k_gemv.cu --profile): the automatic fp8 GEMV at M = 1 (glu: the fused
+ * gate/up + SwiGLU kernel, N SwiGLU outputs) with per-warp %globaltimer stamps, K_GEMV_PROF_SLOTS per warp
+ * of each of k_gemv_fp8_profile_ctas() CTAs of 8 warps (kernels/gemv.cu says what each slot is). */
+#define K_GEMV_PROF_SLOTS 16
+int k_gemv_fp8_profile_ctas(int N, int K, int glu, int ks, const void *ws);
+int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int N, int K, int glu,
+                       int ks, void *ws, unsigned long long *prof, cudaStream_t stream);
 /* k_gemv_fp8_glu: the gate/up projection and SwiGLU in one launch for decode-sized M: W is the fused
  * gate_up matrix in k_gemv_fp8's format with 2F rows (gate rows 0..F-1, then up rows F..2F-1; scales
  * [ceil(2F/128)][ceil(K/128)]), Y [M, F] bf16 = silu(X . W_gate^T) * (X . W_up^T), each product

@@ -1,6 +1,7 @@
 /* k_gemv_bf16 / k_gemv_fp8 / k_gemv_fp8q (kernels/gemv.cu) against a double reference: Y[M, N] =
  * X[M, K] . W[N, K]^T for M = 1 .. K_GEMV_MAX_M, plus argument errors, graph capture, and timing beside
- * k_gemm_bf16 (cuBLASLt).
+ * k_gemm_bf16 (cuBLASLt). `--profile [layers]` instead times where a decode GEMV's time goes inside a
+ * chain like the engine's step (profile_chain below).
  *
  * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run):
  * X ~ N(0, 1) bf16; bf16 W ~ N(0, 1/K); fp8 W: 90% of the codes are e4m3(N(0, 1) * 64) (so up to
@@ -783,12 +784,176 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     GPU_OK(cudaFree(Y));
 }
 
-int main(void)
+/* ---- --profile [layers]: where a decode GEMV's time goes inside a chain like the engine's step
+ *
+ * L layers of Qwen3-14B's QKV, o_proj, gate/up + SwiGLU and down (fp8, M = 1, the automatic
+ * configuration; down split in K as k_gemv_fp8_ex splits it) captured in a graph with PDL, each op
+ * launched through k_gemv_fp8_profile, whose warps stamp %globaltimer when their CTA starts, when the PDL
+ * wait returns, after each chunk's products and when they leave (kernels/gemv.cu). First the profiled
+ * kernels are checked to give the same bits as the plain ones; then, from the last of 5 replays, per op
+ * (layers 1 .. L-1 pooled; times from the previous op's last warp leaving, "prev end"): the op's
+ * critical time and rate, when its warps' waits return, when their first chunk is done after the wait,
+ * the median time between two chunks of a warp, and when its warps leave (p10 / p50 / p90 / max). */
+static double pct(std::vector<double> &v, double q)
+{
+    if (v.empty())
+        return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, (size_t)(q * v.size()))];
+}
+
+static int profile_chain(int layers)
+{
+    const int C = 5120, QKV = 7168, F = 17408;
+    struct op {
+        const char *name;
+        int N, K, glu;
+        uint8_t *w;
+        float *s;
+        const bf16 *x;
+        bf16 *y;
+        int ctas;
+        unsigned long long *prof;
+    };
+    std::vector<op> ops;
+    bf16 *x0, *bufs[4];
+    GPU_OK(cudaMalloc(&x0, C * 2));
+    fill_bf16_kernel<<<64, 256>>>(x0, C, 7, 1.f);
+    const int outs[4] = {QKV, C, F, C};
+    for (int i = 0; i < 4; i++)
+        GPU_OK(cudaMalloc(&bufs[i], (size_t)outs[i] * 2));
+    double bytes_layer = 0;
+    for (int l = 0; l < layers; l++) {
+        const struct {
+            const char *name;
+            int N, K, glu;
+        } sh[4] = {{"QKV", QKV, C, 0}, {"o_proj", C, C, 0}, {"gate/up+SwiGLU", F, C, 1}, {"down", C, F, 0}};
+        for (int m = 0; m < 4; m++) {
+            op o = {sh[m].name, sh[m].N, sh[m].K, sh[m].glu, NULL, NULL, NULL, bufs[m], 0, NULL};
+            const size_t rows = (size_t)o.N * (o.glu ? 2 : 1), nk = rows * o.K;
+            GPU_OK(cudaMalloc(&o.w, nk));
+            fill_e4m3_kernel<<<4096, 256>>>(o.w, nk, 1000 + l * 4 + m);
+            const size_t ns = (rows + 127) / 128 * ((o.K + 127) / 128);
+            GPU_OK(cudaMalloc(&o.s, ns * 4));
+            fill_scale_kernel<<<256, 256>>>(o.s, ns, 2000 + l * 4 + m, 1.f / (64.f * sqrtf((float)o.K)));
+            o.x = m == 0 ? (l == 0 ? x0 : bufs[3]) : bufs[m - 1]; /* o_proj reads QKV's first C outputs */
+            o.ctas = k_gemv_fp8_profile_ctas(o.N, o.K, o.glu, 0, g_ws);
+            GPU_OK(cudaMalloc(&o.prof, (size_t)o.ctas * 8 * K_GEMV_PROF_SLOTS * 8));
+            GPU_OK(
+                cudaMemset(o.prof, 0, (size_t)o.ctas * 8 * K_GEMV_PROF_SLOTS * 8)); /* unused slots stay 0 */
+            if (l == 0)
+                bytes_layer += (double)nk;
+            ops.push_back(o);
+        }
+    }
+    GPU_OK(cudaDeviceSynchronize());
+    printf(
+        "\n== profile: %d layers of Qwen3-14B's QKV, o_proj, gate/up+SwiGLU, down at M = 1 (%.1f MB of fp8 a "
+        "layer)\n",
+        layers, bytes_layer / 1e6);
+
+    /* the profiled kernels give the plain ones' bits (layer 0's ops on their own inputs) */
+    for (int m = 0; m < 4; m++) {
+        const op &o = ops[m];
+        bf16 *ya, *yb;
+        GPU_OK(cudaMalloc(&ya, (size_t)o.N * 2));
+        GPU_OK(cudaMalloc(&yb, (size_t)o.N * 2));
+        if (o.glu)
+            K_OK(k_gemv_fp8_glu(x0, o.w, o.s, ya, 1, o.N, o.K, 0));
+        else
+            K_OK(k_gemv_fp8_ex(x0, o.w, o.s, ya, 0, 1, o.N, o.K, 0, 0, g_ws, 0));
+        K_OK(k_gemv_fp8_profile(x0, o.w, o.s, yb, o.N, o.K, o.glu, 0, g_ws, o.prof, 0));
+        std::vector<bf16> a(o.N), b(o.N);
+        GPU_OK(cudaMemcpy(a.data(), ya, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(b.data(), yb, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
+        gt_check(memcmp(a.data(), b.data(), (size_t)o.N * 2) == 0,
+                 "profile: %s (%d CTAs) gives the plain kernel's bits", o.name, o.ctas);
+        GPU_OK(cudaFree(ya));
+        GPU_OK(cudaFree(yb));
+    }
+
+    cudaStream_t st;
+    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    for (const op &o : ops)
+        K_OK(k_gemv_fp8_profile(o.x, o.w, o.s, o.y, o.N, o.K, o.glu, 0, g_ws, o.prof, st));
+    GPU_OK(cudaStreamEndCapture(st, &gr));
+    GPU_OK(cudaGraphInstantiate(&ex, gr, 0));
+    for (int r = 0; r < 5; r++)
+        GPU_OK(cudaGraphLaunch(ex, st));
+    GPU_OK(cudaStreamSynchronize(st));
+
+    /* per op: the stamps of every warp */
+    const int S = K_GEMV_PROF_SLOTS;
+    std::vector<std::vector<unsigned long long>> h(ops.size());
+    std::vector<unsigned long long> last_end(ops.size());
+    for (size_t i = 0; i < ops.size(); i++) {
+        h[i].resize((size_t)ops[i].ctas * 8 * S);
+        GPU_OK(cudaMemcpy(h[i].data(), ops[i].prof, h[i].size() * 8, cudaMemcpyDeviceToHost));
+        last_end[i] = 0;
+        for (size_t w = 0; w < h[i].size() / S; w++)
+            last_end[i] = std::max(last_end[i], h[i][w * S + S - 1]);
+    }
+    const double first_start = (double)h[0][0];
+    printf("the chain: %.3f ms for %d layers (%.1f us a layer)\n", (last_end.back() - first_start) / 1e6,
+           layers, (last_end.back() - first_start) / 1e3 / layers);
+    printf("%-15s %6s %7s %6s | %-23s | %-23s | %6s | %-29s\n", "op", "CTAs", "crit us", "TB/s",
+           "wait returns p10/50/90", "1st chunk after wait", "chunk", "warps leave p10/50/90/max");
+    for (int m = 0; m < 4; m++) {
+        std::vector<double> crit, wret, first, gap, leave;
+        for (int l = 1; l < layers; l++) {
+            const size_t i = (size_t)l * 4 + m;
+            const double prev = (double)last_end[i - 1];
+            crit.push_back((last_end[i] - prev) / 1e3);
+            for (size_t w = 0; w < h[i].size() / S; w++) {
+                const unsigned long long *p = &h[i][w * S];
+                wret.push_back((p[1] - prev) / 1e3);
+                if (p[2] > p[1])
+                    first.push_back((p[2] - p[1]) / 1e3);
+                for (int c = 3; c < S - 1 && p[c] > p[c - 1]; c++)
+                    gap.push_back((p[c] - p[c - 1]) / 1e3);
+                leave.push_back((p[S - 1] - prev) / 1e3);
+            }
+        }
+        const op &o = ops[m];
+        const double mb = (double)o.N * (o.glu ? 2 : 1) * o.K / 1e6, c50 = pct(crit, 0.5);
+        printf("%-15s %6d %7.2f %6.2f | %6.2f %6.2f %6.2f    | %6.2f %6.2f %6.2f    | %6.2f | %6.2f %6.2f "
+               "%6.2f %6.2f\n",
+               o.name, o.ctas, c50, mb / c50 / 1e6, pct(wret, 0.1), pct(wret, 0.5), pct(wret, 0.9),
+               pct(first, 0.1), pct(first, 0.5), pct(first, 0.9), pct(gap, 0.5), pct(leave, 0.1),
+               pct(leave, 0.5), pct(leave, 0.9), pct(leave, 1.0));
+    }
+    printf(
+        "(us; \"crit\" from the previous op's last warp leaving to this op's; 4.14 TB/s would take %.1f us a "
+        "layer)\n",
+        bytes_layer / 4.14e6);
+    GPU_OK(cudaGraphExecDestroy(ex));
+    GPU_OK(cudaGraphDestroy(gr));
+    GPU_OK(cudaStreamDestroy(st));
+    for (op &o : ops) {
+        GPU_OK(cudaFree(o.w));
+        GPU_OK(cudaFree(o.s));
+        GPU_OK(cudaFree(o.prof));
+    }
+    for (bf16 *b : bufs)
+        GPU_OK(cudaFree(b));
+    GPU_OK(cudaFree(x0));
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     gpu_require();
     base_seed = gt_seed();
     GPU_OK(cudaMalloc(&g_ws, K_GEMV_WS_BYTES));
     GPU_OK(cudaMemset(g_ws, 0, K_GEMV_WS_BYTES));
+    if (argc > 1 && !strcmp(argv[1], "--profile")) {
+        profile_chain(argc > 2 ? std::max(2, atoi(argv[2])) : 8);
+        printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
+        return gt_failures ? 1 : 0;
+    }
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
 
