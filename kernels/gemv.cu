@@ -92,8 +92,9 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
 //
 // PROF (measurement only: k_gemv_fp8_profile): lane 0 of every warp stamps %globaltimer into
 // prof[(blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + s]: s = 0 when the CTA starts, 1 when the PDL
-// wait returns, 2 + i when chunk i's products are done (i < K_GEMV_PROF_SLOTS - 3), and the last slot
-// when the warp leaves (after the CTA's stores, or its split-K ticket). Other instantiations take
+// wait returns, 2 + i when chunk i's products are done (i < K_GEMV_PROF_SLOTS - 4; later chunks restamp
+// the last of those slots), the SM's id (%smid, not a time) in slot K_GEMV_PROF_SLOTS - 2, and the last
+// slot when the warp leaves (after the CTA's stores, or its split-K ticket). Other instantiations take
 // prof NULL and have no stamps.
 template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false,
           bool PROF = false>
@@ -124,6 +125,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         }
     };
     stamp(0);
+    if constexpr (PROF) {
+        if (lane == 0) {
+            unsigned smid;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+            prof[((size_t)blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + K_GEMV_PROF_SLOTS - 2] = smid;
+        }
+    }
     static_assert(!GLU || R == 1, "GLU tiles are one 8 + 8-row tile");
     const int n_base = tile * (GLU ? 8 : 16 * R);
     const bool okx = g < M;
@@ -291,7 +299,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             }
         }
         if constexpr (PROF)
-            stamp(2 + min(done_chunks++, K_GEMV_PROF_SLOTS - 4));
+            stamp(2 + min(done_chunks++, K_GEMV_PROF_SLOTS - 5));
     }
 
     // partial sums of the warps -> shared memory -> one thread per output

@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cuda_fp8.h>
+#include <map>
 #include <stdarg.h>
 #include <string>
 #include <time.h>
@@ -790,10 +791,14 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
  * configuration; down split in K as k_gemv_fp8_ex splits it) captured in a graph with PDL, each op
  * launched through k_gemv_fp8_profile, whose warps stamp %globaltimer when their CTA starts, when the PDL
  * wait returns, after each chunk's products and when they leave (kernels/gemv.cu). First the profiled
- * kernels are checked to give the same bits as the plain ones; then, from the last of 5 replays, per op
- * (layers 1 .. L-1 pooled; times from the previous op's last warp leaving, "prev end"): the op's
- * critical time and rate, when its warps' waits return, when their first chunk is done after the wait,
- * the median time between two chunks of a warp, and when its warps leave (p10 / p50 / p90 / max). */
+ * kernels are checked to give the same bits as the plain ones, and the chain of plain kernels is timed
+ * (20 graph replays between two events: what the engine's GEMVs cost a layer without the stamps); then,
+ * from the last of 5 replays of the profiled chain, per op (layers 1 .. L-1 pooled; times from the
+ * previous op's last warp leaving, "prev end"): the op's critical time and rate, when its warps' waits
+ * return, when their first chunk is done after the wait, the median time between two chunks of a warp,
+ * and when its warps leave (p10 / p50 / p90 / max); and per SM (%smid), grouped by how many of the
+ * op's CTAs it ran, when its last products were done. The stamps cost: the profiled chain runs
+ * ~15 % longer than the plain one. */
 static double pct(std::vector<double> &v, double q)
 {
     if (v.empty())
@@ -816,6 +821,14 @@ static int profile_chain(int layers)
         unsigned long long *prof;
     };
     std::vector<op> ops;
+    const int WPC = 8; /* warps a CTA of k_gemv_fp8_profile */
+    /* one op, profiled (prof) or plain (NULL) */
+    auto run_op = [&](const op &o, const bf16 *x, bf16 *y, unsigned long long *prof, cudaStream_t st) {
+        if (prof)
+            return k_gemv_fp8_profile(x, o.w, o.s, y, o.N, o.K, o.glu, 0, g_ws, prof, st);
+        return o.glu ? k_gemv_fp8_glu(x, o.w, o.s, y, 1, o.N, o.K, st)
+                     : k_gemv_fp8_ex(x, o.w, o.s, y, 0, 1, o.N, o.K, 0, 0, g_ws, st);
+    };
     bf16 *x0, *bufs[4];
     GPU_OK(cudaMalloc(&x0, C * 2));
     fill_bf16_kernel<<<64, 256>>>(x0, C, 7, 1.f);
@@ -838,9 +851,9 @@ static int profile_chain(int layers)
             fill_scale_kernel<<<256, 256>>>(o.s, ns, 2000 + l * 4 + m, 1.f / (64.f * sqrtf((float)o.K)));
             o.x = m == 0 ? (l == 0 ? x0 : bufs[3]) : bufs[m - 1]; /* o_proj reads QKV's first C outputs */
             o.ctas = k_gemv_fp8_profile_ctas(o.N, o.K, o.glu, 0, g_ws);
-            GPU_OK(cudaMalloc(&o.prof, (size_t)o.ctas * 8 * K_GEMV_PROF_SLOTS * 8));
-            GPU_OK(
-                cudaMemset(o.prof, 0, (size_t)o.ctas * 8 * K_GEMV_PROF_SLOTS * 8)); /* unused slots stay 0 */
+            GPU_OK(cudaMalloc(&o.prof, (size_t)o.ctas * WPC * K_GEMV_PROF_SLOTS * 8));
+            GPU_OK(cudaMemset(o.prof, 0,
+                              (size_t)o.ctas * WPC * K_GEMV_PROF_SLOTS * 8)); /* unused slots stay 0 */
             if (l == 0)
                 bytes_layer += (double)nk;
             ops.push_back(o);
@@ -858,16 +871,14 @@ static int profile_chain(int layers)
         bf16 *ya, *yb;
         GPU_OK(cudaMalloc(&ya, (size_t)o.N * 2));
         GPU_OK(cudaMalloc(&yb, (size_t)o.N * 2));
-        if (o.glu)
-            K_OK(k_gemv_fp8_glu(x0, o.w, o.s, ya, 1, o.N, o.K, 0));
-        else
-            K_OK(k_gemv_fp8_ex(x0, o.w, o.s, ya, 0, 1, o.N, o.K, 0, 0, g_ws, 0));
-        K_OK(k_gemv_fp8_profile(x0, o.w, o.s, yb, o.N, o.K, o.glu, 0, g_ws, o.prof, 0));
+        K_OK(run_op(o, x0, ya, NULL, 0));
+        K_OK(run_op(o, x0, yb, o.prof, 0));
         std::vector<bf16> a(o.N), b(o.N);
         GPU_OK(cudaMemcpy(a.data(), ya, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
         GPU_OK(cudaMemcpy(b.data(), yb, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
         gt_check(memcmp(a.data(), b.data(), (size_t)o.N * 2) == 0,
-                 "profile: %s (%d CTAs) gives the plain kernel's bits", o.name, o.ctas);
+                 "profile: %s (%d CTAs) gives the plain kernel's bits (the profiled instantiation)", o.name,
+                 o.ctas);
         GPU_OK(cudaFree(ya));
         GPU_OK(cudaFree(yb));
     }
@@ -876,9 +887,34 @@ static int profile_chain(int layers)
     GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t gr;
     cudaGraphExec_t ex;
+    /* first the plain chain, timed: 20 replays between two events, after 3 */
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
     for (const op &o : ops)
-        K_OK(k_gemv_fp8_profile(o.x, o.w, o.s, o.y, o.N, o.K, o.glu, 0, g_ws, o.prof, st));
+        K_OK(run_op(o, o.x, o.y, NULL, st));
+    GPU_OK(cudaStreamEndCapture(st, &gr));
+    GPU_OK(cudaGraphInstantiate(&ex, gr, 0));
+    cudaEvent_t e0, e1;
+    GPU_OK(cudaEventCreate(&e0));
+    GPU_OK(cudaEventCreate(&e1));
+    for (int r = 0; r < 3; r++)
+        GPU_OK(cudaGraphLaunch(ex, st));
+    GPU_OK(cudaEventRecord(e0, st));
+    for (int r = 0; r < 20; r++)
+        GPU_OK(cudaGraphLaunch(ex, st));
+    GPU_OK(cudaEventRecord(e1, st));
+    GPU_OK(cudaEventSynchronize(e1));
+    float chain_ms = 0;
+    GPU_OK(cudaEventElapsedTime(&chain_ms, e0, e1));
+    printf("the plain chain (k_gemv_fp8_ex / k_gemv_fp8_glu): %.3f ms for %d layers, %.1f us a layer, %.2f "
+           "TB/s\n",
+           chain_ms / 20, layers, chain_ms / 20 * 1e3 / layers, bytes_layer * layers / (chain_ms / 20 * 1e9));
+    GPU_OK(cudaEventDestroy(e0));
+    GPU_OK(cudaEventDestroy(e1));
+    GPU_OK(cudaGraphExecDestroy(ex));
+    GPU_OK(cudaGraphDestroy(gr));
+    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+    for (const op &o : ops)
+        K_OK(run_op(o, o.x, o.y, o.prof, st));
     GPU_OK(cudaStreamEndCapture(st, &gr));
     GPU_OK(cudaGraphInstantiate(&ex, gr, 0));
     for (int r = 0; r < 5; r++)
@@ -890,7 +926,7 @@ static int profile_chain(int layers)
     std::vector<std::vector<unsigned long long>> h(ops.size());
     std::vector<unsigned long long> last_end(ops.size());
     for (size_t i = 0; i < ops.size(); i++) {
-        h[i].resize((size_t)ops[i].ctas * 8 * S);
+        h[i].resize((size_t)ops[i].ctas * WPC * S);
         GPU_OK(cudaMemcpy(h[i].data(), ops[i].prof, h[i].size() * 8, cudaMemcpyDeviceToHost));
         last_end[i] = 0;
         for (size_t w = 0; w < h[i].size() / S; w++)
@@ -912,23 +948,53 @@ static int profile_chain(int layers)
                 wret.push_back((p[1] - prev) / 1e3);
                 if (p[2] > p[1])
                     first.push_back((p[2] - p[1]) / 1e3);
-                for (int c = 3; c < S - 1 && p[c] > p[c - 1]; c++)
+                for (int c = 3; c < S - 2 && p[c] > p[c - 1]; c++)
                     gap.push_back((p[c] - p[c - 1]) / 1e3);
                 leave.push_back((p[S - 1] - prev) / 1e3);
             }
         }
         const op &o = ops[m];
-        const double mb = (double)o.N * (o.glu ? 2 : 1) * o.K / 1e6, c50 = pct(crit, 0.5);
+        const double mb = (double)o.N * (o.glu ? 2 : 1) * o.K / 1e6,
+                     c50 = pct(crit, 0.5) /* MB / us = TB/s */;
         printf("%-15s %6d %7.2f %6.2f | %6.2f %6.2f %6.2f    | %6.2f %6.2f %6.2f    | %6.2f | %6.2f %6.2f "
                "%6.2f %6.2f\n",
-               o.name, o.ctas, c50, mb / c50 / 1e6, pct(wret, 0.1), pct(wret, 0.5), pct(wret, 0.9),
-               pct(first, 0.1), pct(first, 0.5), pct(first, 0.9), pct(gap, 0.5), pct(leave, 0.1),
-               pct(leave, 0.5), pct(leave, 0.9), pct(leave, 1.0));
+               o.name, o.ctas, c50, mb / c50, pct(wret, 0.1), pct(wret, 0.5), pct(wret, 0.9), pct(first, 0.1),
+               pct(first, 0.5), pct(first, 0.9), pct(gap, 0.5), pct(leave, 0.1), pct(leave, 0.5),
+               pct(leave, 0.9), pct(leave, 1.0));
     }
     printf(
         "(us; \"crit\" from the previous op's last warp leaving to this op's; 4.14 TB/s would take %.1f us a "
         "layer)\n",
         bytes_layer / 4.14e6);
+    /* Per SM: how many of the op's CTAs it ran and when its last warp's products were done (under PDL
+     * the CTAs of a one-wave GEMV land 1 to 4 an SM, and SMs with more end later; giving every SM the
+     * same bytes did not make the op faster: docs/PERFORMANCE.md, 2026-12-03 seventh). */
+    printf("per SM (layers 1 .. L-1 pooled): CTAs the SM ran -> SMs, their products done p50 / max (us)\n");
+    for (int m = 0; m < 4; m++) {
+        std::map<int, std::vector<double>> by_count;
+        for (int l = 1; l < layers; l++) {
+            const size_t i = (size_t)l * 4 + m;
+            const double prev = (double)last_end[i - 1];
+            std::map<int, std::pair<int, double>> sm; /* smid -> CTAs, last products done */
+            for (size_t w = 0; w < h[i].size() / S; w++) {
+                const unsigned long long *p = &h[i][w * S];
+                auto &e = sm[(int)p[S - 2]];
+                if (w % WPC == 0)
+                    e.first++;
+                unsigned long long done = p[1];
+                for (int c = 2; c < S - 2; c++)
+                    done = std::max(done, p[c]);
+                e.second = std::max(e.second, (done - prev) / 1e3);
+            }
+            for (auto &kv : sm)
+                by_count[kv.second.first].push_back(kv.second.second);
+        }
+        printf("  %-15s", ops[m].name);
+        for (auto &kv : by_count)
+            printf(" | %d: %zu SMs %.2f / %.2f", kv.first, kv.second.size() / (layers - 1),
+                   pct(kv.second, 0.5), pct(kv.second, 1.0));
+        printf("\n");
+    }
     GPU_OK(cudaGraphExecDestroy(ex));
     GPU_OK(cudaGraphDestroy(gr));
     GPU_OK(cudaStreamDestroy(st));
