@@ -582,6 +582,18 @@ extern "C" int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_
     return k_gemv_fp8q_variant(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, 0, stream);
 }
 
+// The fused gate/up + SwiGLU launch in fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps,
+// 2 load steps, 4 CTAs an SM); PROF: with the stamps (k_gemv_fp8_profile).
+template <bool PROF>
+static int glu_launch(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F, int K,
+                      unsigned long long *prof, cudaStream_t stream)
+{
+    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, PROF>, (F + 7) / 8, 256, 0, stream,
+                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1,
+                     (unsigned *)NULL, (float *)NULL, prof));
+    return 0;
+}
+
 extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F,
                               int K, cudaStream_t stream)
 {
@@ -590,11 +602,7 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
     if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
         return -1;
     K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
-    // fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps, 2 load steps, 4 CTAs an SM)
-    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true>, (F + 7) / 8, 256, 0, stream,
-                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1,
-                     (unsigned *)NULL, (float *)NULL, (unsigned long long *)NULL));
-    return 0;
+    return glu_launch<false>(X, W, w_scale, Y, M, F, K, NULL, stream);
 }
 
 extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
@@ -653,13 +661,13 @@ extern "C" int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *
     K_REQUIRE(prof, "k_gemv_fp8_profile: NULL prof");
     if (gemv_check("k_gemv_fp8_profile", X, NULL, false, W, w_scale, true, Y, 1, N, K, 2, ks))
         return -1;
+    if (glu)
+        return glu_launch<true>(X, W, w_scale, Y, 1, N, K, prof, stream);
+    // the configuration k_gemv_fp8_ex would launch (gemv_pick), which is what is instantiated below
+    K_REQUIRE(gemv_pick(1, 1, N, K) == 2,
+              "k_gemv_fp8_profile: N %d takes variant %d, only variant 2 is profiled", N,
+              gemv_pick(1, 1, N, K));
     const int grid = k_gemv_fp8_profile_ctas(N, K, glu, ks, ws);
-    if (glu) {
-        K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, true>, grid, 256, 0, stream,
-                         (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, 1, N,
-                         K, 1, (unsigned *)NULL, (float *)NULL, prof));
-        return 0;
-    }
     const int parts = grid / ((N + 15) / 16);
     K_REQUIRE(parts == 1 || ws, "k_gemv_fp8_profile: a split of K in %d needs the workspace", parts);
     unsigned *ticket = (unsigned *)ws;
