@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(DC_THREADS)
             const bool norm =
                 valid && (kind == 0 ? rope.q_norm != nullptr : kind == 1 && rope.k_norm != nullptr);
             float r[8];
-            rope_lane<GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
+            rope_lane<bf16, GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
                           sn, r);
             if (!valid)
                 continue;

@@ -7,7 +7,12 @@
  *   0, or -1 with the reason (file:line and CUDA's message) in k_last_error() (thread-local).
  * - The kernels of a step are launched with programmatic dependent launch (kernels/launch.cuh): a
  *   launch may start before the previous kernel on the stream ends, and waits for it on the device.
- * - bf16 is __nv_bfloat16. Activations are row-major [tokens, features]. Weights are row-major
+ * - bf16 is __nv_bfloat16 -- or IEEE fp16 (__half) while the calling thread is in fp16 mode
+ *   (k_set_f16 below; model.dtype fp16): every 16-bit tensor a launcher takes as `bf16` (activations,
+ *   16-bit weights, the 16-bit KV cache) then holds fp16 bits, and the kernels compute as they do in
+ *   bf16 with fp16 roundings (kernels/elt16.cuh). The fp8 launchers (k_gemm_fp8, k_gemv_fp8*,
+ *   quant.cu, the *_fp8 attention and kv_stage, the stream chain) are bf16 only and fail in fp16 mode.
+ *   Activations are row-major [tokens, features]. Weights are row-major
  *   [out, in] as in Hugging Face checkpoints; the fused QKV weight is [(H + 2*KVH) * D, C] (q rows,
  *   then k, then v) and the fused gate/up weight is [2 * F, C] (gate rows, then up).
  * - The residual stream is fp32 (accuracy against the fp32 CPU oracle costs nothing measurable:
@@ -55,6 +60,12 @@ int k_env_int(const char *name, int dflt, int lo, int hi);
         if (!(cond))                                                                                               \
             return k_failf(__FILE__, __LINE__, __VA_ARGS__);                                                       \
     } while (0)
+
+/* ---- launch.cu: the 16-bit element type of the calling thread's launches (above): 0 bf16 (the
+ * default of every thread), 1 fp16. A launcher reads it when it is called; a CUDA graph keeps the
+ * kernels its capture launched. */
+void k_set_f16(int on);
+int k_f16(void);
 
 /* ---- embedding.cu: out[t, :] = table[ids[t], :] (ids checked against vocab: out of range -> zeros) */
 int k_embedding(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, bf16 *out,

@@ -1,5 +1,6 @@
-// The per-process switches: whether kernels are launched with programmatic dependent launch
-// (kernels/launch.cuh), and the reader of every tuning hook (k_env_int, kernels.h).
+// The switches: whether kernels are launched with programmatic dependent launch (kernels/launch.cuh),
+// whether the wgmma kernels can run (per process), the 16-bit element type of a thread's launches
+// (k_set_f16, kernels.h), and the reader of every tuning hook (k_env_int, kernels.h).
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,18 @@ extern "C" int k_env_int(const char *name, int dflt, int lo, int hi)
     char *end;
     const long v = strtol(e, &end, 10);
     return *end == 0 && v >= lo && v <= hi ? (int)v : dflt;
+}
+
+static thread_local int f16_mode;
+
+extern "C" void k_set_f16(int on)
+{
+    f16_mode = on != 0;
+}
+
+extern "C" int k_f16(void)
+{
+    return f16_mode;
 }
 
 // Decided on first use and never changed; a race between two first calls computes the same value.

@@ -89,7 +89,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
     const uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
     float r[8];
-    rope_lane<G>(raw, braw, a.bias && valid, wraw, nw && valid, kind < 2, a.eps, cs, sn, r);
+    rope_lane<bf16, G>(raw, braw, a.bias && valid, wraw, nw && valid, kind < 2, a.eps, cs, sn, r);
     if constexpr (F8) {
         // the head's amax: every lane takes part (invalid ones contribute zeros)
         constexpr int HG = G / 2;

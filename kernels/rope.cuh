@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/bf16x8.cuh"
+#include "kernels/elt16.cuh"
 
 // cos and sin of position pos for the D/2 frequencies, times attn_scale, by the calling CTA's threads
 // (the caller synchronizes before reading them).
@@ -27,8 +28,8 @@ __device__ __forceinline__ void rope_table_fill(const float *inv_freq, float att
 // elements each): r = rope(norm(raw + bias)), in fp32. The bias is added when add_bias, the RMSNorm
 // over the group's D elements applied with weights wraw when norm, the NeoX rotation (rotate_half
 // partner: lane sub ^ G/2) with the table cs/sn when rotate. Every lane of the warp must call it (the
-// shuffles); lanes without a head pass zeros.
-template <int G>
+// shuffles); lanes without a head pass zeros. raw, braw and wraw hold E (kernels/elt16.cuh).
+template <typename E, int G>
 __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, uint4 wraw, bool norm,
                                           bool rotate, float eps, const float *cs, const float *sn,
                                           float (&r)[8])
@@ -38,10 +39,10 @@ __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, 
     const bool first = sub < HG;
     const int fi0 = (sub % HG) * 8; // angle index of element 0
     float x[8];
-    bf16x8_to_float(raw, x);
+    x8_to_float<E>(raw, x);
     if (add_bias) {
         float b[8];
-        bf16x8_to_float(braw, b);
+        x8_to_float<E>(braw, b);
 #pragma unroll
         for (int i = 0; i < 8; i++)
             x[i] += b[i];
@@ -57,7 +58,7 @@ __device__ __forceinline__ void rope_lane(uint4 raw, uint4 braw, bool add_bias, 
     if (norm) {
         const float rr = rsqrtf(ss / (float)D + eps);
         float w[8];
-        bf16x8_to_float(wraw, w);
+        x8_to_float<E>(wraw, w);
 #pragma unroll
         for (int i = 0; i < 8; i++)
             x[i] = x[i] * rr * w[i];
