@@ -49,6 +49,9 @@ enum be_weights {
     BE_WEIGHTS_FP8,      /* linear weights (q/k/v/o/gate/up/down) fp8 e4m3 in 128x128 blocks, quantized at
                           * load where the checkpoint is not fp8 (engine/fp8.h); embeddings, norms and
                           * lm_head keep their dtype. The CPU backend computes with the same fp8 values */
+    BE_WEIGHTS_F16,      /* fp16 mode (model.dtype fp16): every weight fp16 on CUDA (converted at load; a
+                          * weight beyond fp16's range fails the load), activations and the KV cache
+                          * (kv_dtype DT_F16) fp16 too; no fp8 weights, lm_head or KV cache */
 };
 
 /* What a backend assumes where backend_opts leaves max_num_seqs / max_num_batched_tokens at 0 (tests
@@ -69,7 +72,7 @@ struct backend_opts {
                                     0; 0 = enough for max_num_seqs * max_model_len (capped). The CUDA
                                     backend sizes its pool from gpu_memory_utilization instead */
     int num_kv_blocks;           /* > 0: exactly this many KV blocks (engine.num_kv_blocks), over the two above */
-    enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA */
+    enum dtype kv_dtype;         /* DT_F32 on CPU; DT_BF16 or DT_F8_E4M3 on CUDA, DT_F16 with BE_WEIGHTS_F16 */
     enum be_weights weight_dtype; /* BE_WEIGHTS_AUTO (0) unless model.dtype says otherwise */
     /* the output projection (lm_head, or the embedding when tied), by the rule of fp8_linear_use
      * (engine/fp8.h): AUTO (0) = fp8 only where the checkpoint ships it in F8_E4M3 blocks (the Qwen3
@@ -78,7 +81,8 @@ struct backend_opts {
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
     int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).
-     * The CPU forward rounds to bf16 (nearest even) exactly where the CUDA forward stores bf16:
+     * The CPU forward rounds to bf16 (nearest even; fp16 with weight_dtype BE_WEIGHTS_F16) exactly
+     * where the CUDA forward stores its 16-bit type:
      * weights, normed activations, GEMM outputs, q/k/v after RoPE, attention probabilities before
      * the P·V product (with the CUDA kernels' tiling of the running max), attention output, SiLU·up;
      * the residual stream and the logits stay fp32. See docs/CUDA_BACKEND.md, "Accuracy against

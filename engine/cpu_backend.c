@@ -89,6 +89,7 @@ struct cpu_backend {
 
     /* bf16 emulation (emulate_bf16); everything here is unused when emu is false */
     bool emu;
+    bool emu_f16;        /* the 16-bit type is fp16 (weight_dtype BE_WEIGHTS_F16), not bf16 */
     uint64_t emu_jitter; /* emulate_bf16_jitter */
     bool emu_graphs;     /* pure decode steps are laid out as the CUDA backend's decode graphs */
     int emu_graph_max;   /* the largest graph batch and max_model_len as the CUDA backend takes them */
@@ -241,10 +242,19 @@ static inline float jitter(float x, uint64_t seed)
     return x;
 }
 
-/* An activation as the CUDA backend stores it: rounded to bf16 (after the jitter, when asked). */
+/* x rounded to fp16 and back: nearest, ties to even, subnormals kept, overflow to infinity (f32_to_f16,
+ * __float2half_rn) */
+static inline float f16r(float x)
+{
+    return f16_to_f32(f32_to_f16(x));
+}
+
+/* An activation as the CUDA backend stores it: rounded to its 16-bit type, bf16 or fp16 (after the
+ * jitter, when asked). */
 static inline float emu_round(const struct cpu_backend *b, float x)
 {
-    return bf16r(b->emu_jitter ? jitter(x, b->emu_jitter) : x);
+    const float y = b->emu_jitter ? jitter(x, b->emu_jitter) : x;
+    return b->emu_f16 ? f16r(y) : bf16r(y);
 }
 
 /* The same, rounded to f16 (the fp8 pool's decode probabilities, k_attention_decode_fp8). */
@@ -262,10 +272,10 @@ static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
 
 /* ---- open */
 
-/* How load_weight_as places a tensor: as its fp32 values, rounded to bf16 (emulate_bf16: the CUDA
- * backend's bf16 weights), or as the fp8 values the CUDA backend computes with (engine/fp8.h:
+/* How load_weight_as places a tensor: as its fp32 values, rounded to bf16 or fp16 (emulate_bf16: the
+ * CUDA backend's 16-bit weights), or as the fp8 values the CUDA backend computes with (engine/fp8.h:
  * dequantized from the checkpoint, or quantized and dequantized; never rounded to bf16 after). */
-enum lw_mode { LW_PLAIN, LW_BF16, LW_FP8 };
+enum lw_mode { LW_PLAIN, LW_BF16, LW_F16, LW_FP8 };
 
 /* Converts one weight into dst after checking its shape (d1 == 0: a vector of d0). */
 static int load_weight(const struct tensor_view *t, const char *what, int layer, int64_t d0, int64_t d1,
@@ -289,10 +299,10 @@ static int load_weight(const struct tensor_view *t, const char *what, int layer,
         snprintf(err, errlen, "%s: %s", name, e2);
         return -1;
     }
-    if (mode == LW_BF16) {
+    if (mode == LW_BF16 || mode == LW_F16) {
         const size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
         for (size_t i = 0; i < n; i++)
-            dst[i] = bf16r(dst[i]);
+            dst[i] = mode == LW_F16 ? f16r(dst[i]) : bf16r(dst[i]);
     }
     return 0;
 }
@@ -300,6 +310,12 @@ static int load_weight(const struct tensor_view *t, const char *what, int layer,
 static void cpu_free(struct backend *be);
 static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
 static const struct backend_ops cpu_ops = {"cpu", cpu_step, cpu_free};
+
+/* How a weight that is not fp8 is placed: as the CUDA backend holds it when emulating it. */
+static enum lw_mode emu_mode(const struct backend_opts *o)
+{
+    return !o->emulate_bf16 ? LW_PLAIN : o->weight_dtype == BE_WEIGHTS_F16 ? LW_F16 : LW_BF16;
+}
 
 /* The mode of one (fused) linear weight: fp8 where engine/fp8.h says the CUDA backend runs it in fp8. */
 static enum lw_mode linear_mode(const struct backend_opts *o, const struct tensor_view *const *parts, int n,
@@ -318,10 +334,12 @@ static enum lw_mode linear_mode(const struct backend_opts *o, const struct tenso
 /* The output projection's mode: fp8 where it is on the GPU (backend_opts.lm_head_dtype). */
 static enum lw_mode lm_head_mode(const struct backend_opts *o, const struct tensor_view *src)
 {
-    const enum lw_mode plain = o->emulate_bf16 ? LW_BF16 : LW_PLAIN;
+    const enum lw_mode plain = emu_mode(o);
     const struct tensor_view *parts[1] = {src};
     char why[256];
-    if (!fp8_linear_use(o->lm_head_dtype, parts, 1, why, sizeof why)) {
+    /* fp16 mode has no fp8 output projection (the CUDA backend refuses lm_head_dtype fp8 there) */
+    const enum be_weights want = o->weight_dtype == BE_WEIGHTS_F16 ? BE_WEIGHTS_F16 : o->lm_head_dtype;
+    if (!fp8_linear_use(want, parts, 1, why, sizeof why)) {
         if (why[0])
             log_info("cpu backend: lm_head: %s", why);
         return plain;
@@ -332,7 +350,7 @@ static enum lw_mode lm_head_mode(const struct backend_opts *o, const struct tens
 static int load_weights(struct cpu_backend *b, const struct model *m, const struct backend_opts *o, char *err,
                         size_t errlen)
 {
-    const enum lw_mode plain = o->emulate_bf16 ? LW_BF16 : LW_PLAIN;
+    const enum lw_mode plain = emu_mode(o);
     int n_fp8 = 0, n_lin = 0;
     const struct model_config *c = &b->cfg;
     const int64_t C = b->C, F = b->F, D = b->D, V = b->V, QKV = b->QKV, HD = b->HD, KVD = b->KVD;
@@ -540,8 +558,9 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
     if (load_weights(b, m, o, err, errlen) || size_kv(b, o, err, errlen))
         goto fail;
     if (o->emulate_bf16) {
-        /* the CUDA backend's weights were rounded to bf16 by load_weights (not fp8 ones) */
+        /* the CUDA backend's weights were rounded to bf16 or fp16 by load_weights (not fp8 ones) */
         b->emu = true;
+        b->emu_f16 = o->weight_dtype == BE_WEIGHTS_F16;
         b->emu_graphs = o->cuda_graphs;
         b->emu_graph_max = decode_graph_max(
             o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
@@ -565,7 +584,10 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         }
     log_info("cpu backend: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %d threads%s", c->arch_name,
              b->L, b->C, b->H, b->KVH, b->D, b->V, b->nthreads,
-             b->emu ? (b->emu_graphs ? ", bf16 emulation (decode graphs)" : ", bf16 emulation") : "");
+             !b->emu ? ""
+             : b->emu_graphs
+                 ? (b->emu_f16 ? ", fp16 emulation (decode graphs)" : ", bf16 emulation (decode graphs)")
+                 : (b->emu_f16 ? ", fp16 emulation" : ", bf16 emulation"));
     return &b->base;
 fail:
     cpu_free(&b->base);

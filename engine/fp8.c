@@ -75,7 +75,7 @@ bool fp8_linear_use(enum be_weights weight_dtype, const struct tensor_view *cons
 {
     if (why && whylen)
         why[0] = 0;
-    if (weight_dtype == BE_WEIGHTS_BF16 || n <= 0)
+    if (weight_dtype == BE_WEIGHTS_BF16 || weight_dtype == BE_WEIGHTS_F16 || n <= 0)
         return false;
     bool all_fp8 = true;
     for (int i = 0; i < n; i++)

@@ -42,7 +42,7 @@ float fp8_kv_quantize(const float *x, int D, uint8_t *codes);
 
 /* Whether the (possibly fused) linear weight made of parts[0 .. n-1] (stacked by rows, one K) runs
  * in fp8 under weight_dtype:
- *   BE_WEIGHTS_BF16  never;
+ *   BE_WEIGHTS_BF16, BE_WEIGHTS_F16  never;
  *   BE_WEIGHTS_AUTO  when every part is an F8_E4M3 checkpoint tensor (with block scales);
  *   BE_WEIGHTS_FP8   always where the shape allows;
  * and in both of the last two only when the shape allows: K and every part's row count multiples of

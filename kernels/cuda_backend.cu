@@ -1,4 +1,5 @@
-// The CUDA backend (engine/backend.h): bf16 weights, paged bf16 KV cache, fp32 residual stream.
+// The CUDA backend (engine/backend.h): bf16 weights, paged bf16 KV cache, fp32 residual stream (or all
+// the 16-bit tensors in fp16: fp16 mode, backend_opts.weight_dtype BE_WEIGHTS_F16).
 //
 // One step, as the host builds it:
 //   rows     the step's new tokens, decode sequences (n_new == 1) first, then prefill sequences,
@@ -419,8 +420,10 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
         "cuda backend: KV cache %lld blocks of %d tokens = %lld tokens, %.2f GB %s (%s; %.2f GB of %.2f GB "
         "in use before it)",
         (long long)nb, bs, (long long)nb * bs, (double)b->kv_bytes / 1e9,
-        b->kv_fp8 ? "fp8 e4m3 + fp32 scale per token and KV head" : "bf16", why, used / 1e9,
-        (double)tot / 1e9);
+        b->kv_fp8 ? "fp8 e4m3 + fp32 scale per token and KV head"
+        : b->f16  ? "fp16"
+                  : "bf16",
+        why, used / 1e9, (double)tot / 1e9);
     if ((int64_t)nb * bs < b->max_model_len)
         log_warn("cuda backend: the KV cache holds %lld tokens, less than max_model_len %d",
                  (long long)nb * bs, b->max_model_len);
@@ -520,9 +523,26 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
                  c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
         return NULL;
     }
-    if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3) {
-        snprintf(err, errlen, "KV cache dtype %s: the CUDA backend keeps its KV cache in bf16 or fp8 (e4m3)",
-                 dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+    const bool f16 = o->weight_dtype == BE_WEIGHTS_F16;
+    if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3 && o->kv_dtype != DT_F16) {
+        snprintf(
+            err, errlen,
+            "KV cache dtype %s: the CUDA backend keeps its KV cache in bf16, fp8 (e4m3), or fp16 in fp16 "
+            "mode",
+            dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+        return NULL;
+    }
+    if (f16 != (o->kv_dtype == DT_F16)) {
+        snprintf(
+            err, errlen,
+            f16 ? "model.dtype fp16 keeps the KV cache in fp16 (engine.kv_cache_dtype auto), not %s: fp16 "
+                  "mode has no bf16 or fp8 cache"
+                : "KV cache dtype %s: an fp16 cache needs model.dtype fp16",
+            dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+        return NULL;
+    }
+    if (f16 && o->lm_head_dtype == BE_WEIGHTS_FP8) {
+        snprintf(err, errlen, "model.lm_head_dtype fp8 with model.dtype fp16: fp16 mode has no fp8 path");
         return NULL;
     }
     if (o->kv_dtype == DT_F8_E4M3 && c->head_dim != 64 && c->head_dim != 128) {
@@ -564,14 +584,17 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
     b->use_graphs = o->cuda_graphs;
     b->graph_max = decode_graph_max(o->cuda_graph_max_batch, b->max_seqs);
+    b->f16 = f16;
     b->weight_dtype = o->weight_dtype;
-    b->lm_head_dtype = o->lm_head_dtype;
+    // fp16 mode: no fp8 output projection even where a checkpoint ships one (fp8_linear_use says never)
+    b->lm_head_dtype = f16 ? BE_WEIGHTS_F16 : o->lm_head_dtype;
     b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
     // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
     b->rows = K_FP8_ROWS(b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs);
     b->device = o->device;
 
     float *inv = NULL;
+    int prev_f16 = k_f16();
     cudaDeviceProp prop;
     int n_dev = 0;
     if ((e = cudaGetDeviceCount(&n_dev)) != cudaSuccess) {
@@ -591,6 +614,8 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice", e);
         goto fail;
     }
+    prev_f16 = k_f16();
+    k_set_f16(b->f16); // for this open's launches; the caller's mode is given back below
     snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
     b->total_mem = prop.totalGlobalMem;
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess) {
@@ -637,12 +662,15 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     log_info(
         "cuda backend: %s on device %d, %s (%.1f GB), %d layers, hidden %d, heads %d/%d x %d, vocab %d; "
         "up to %d sequences and %d tokens per step, max_model_len %d, %.2f GB allocated (activations and "
-        "workspaces %.2f GB), decode graphs %s",
+        "workspaces %.2f GB), decode graphs %s%s",
         c->arch_name, b->device, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D,
         b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
-        (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off");
+        (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
+        b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "");
+    k_set_f16(prev_f16);
     return &b->base;
 fail:
+    k_set_f16(prev_f16);
     free(inv);
     snprintf(err, errlen, "%s", b->base.err[0] ? b->base.err : "cuda backend: open failed");
     cb_free(&b->base);
@@ -1159,7 +1187,10 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
                  (long long)T, b->max_tokens);
         return -1;
     }
+    const int prev_f16 = k_f16();
+    k_set_f16(b->f16);
     int rc = run_step(b, seqs, n, out, t_enter);
+    k_set_f16(prev_f16);
     if (rc)
         after_failure(b);
     b->ht_return = llmq_mono_s();

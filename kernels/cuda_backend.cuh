@@ -92,6 +92,10 @@ struct cuda_backend {
     // weights: one allocation. Linear weights are bf16, or e4m3 with fp32 128x128 block scales
     // (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings and norms bf16; the output
     // projection bf16, or fp8 by the same rule under backend_opts.lm_head_dtype.
+    // fp16 mode (weight_dtype BE_WEIGHTS_F16): every 16-bit tensor above and below (weights,
+    // activations, the KV cache) holds fp16 instead of bf16; every entry point sets the kernels' mode
+    // (k_set_f16) for its thread and gives the caller's back.
+    bool f16;
     void *wbuf;
     size_t wbytes;
     enum be_weights weight_dtype, lm_head_dtype;

@@ -7,6 +7,10 @@
 // the F32 path. A view with data == NULL and a name is a random weight (engine/random_model.h) and
 // is filled on the device by the same rule the host uses.
 //
+// fp16 mode (b->f16): the same tensors in fp16. F16 is copied as is, BF16 and F32 are converted on the
+// device (round to nearest even), random weights are rounded to fp16 from the same fp32 values; a
+// finite value beyond fp16's range (|w| >= 65520 rounds to infinity) fails the load.
+//
 // fp8 linear weights (fp8_linear_use of engine/fp8.h, per fused matrix, from
 // backend_opts.weight_dtype): e4m3 codes [N, K] followed by fp32 scales [N/128][K/128] (so a fused
 // matrix's parts are stacked in both). An F8_E4M3 checkpoint tensor in 128x128 blocks is copied as
@@ -21,6 +25,7 @@
 #include <time.h>
 
 #include "kernels/cuda_backend.cuh"
+#include "kernels/elt16.cuh"
 
 extern "C" {
 #include "engine/fp8.h"
@@ -42,27 +47,39 @@ __device__ __forceinline__ uint64_t splitmix64_d(uint64_t x)
 
 // random_model_value, operation for operation (no contraction: explicit _rn intrinsics)
 // dst[i] = element i0 + i of the tensor
-__global__ void fill_random_kernel(bf16 *dst, size_t n, size_t i0, uint64_t seed, float amp, float base)
+// dst[i] = element i0 + i of the tensor, in E
+template <typename E>
+__global__ void fill_random_kernel(E *dst, size_t n, size_t i0, uint64_t seed, float amp, float base)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         uint64_t h = splitmix64_d(seed + i0 + i);
         float u = (float)(uint32_t)(h >> 40) * (1.0f / 16777216.0f);
         float x = __fsub_rn(__fmul_rn(2.0f, u), 1.0f);
-        dst[i] = __float2bfloat16_rn(__fadd_rn(base, __fmul_rn(amp, x)));
+        dst[i] = elt16<E>::from_f(__fadd_rn(base, __fmul_rn(amp, x)));
     }
 }
 
-__global__ void f32_to_bf16_kernel(const float *src, bf16 *dst, size_t n)
+// S (float, bf16 or __half) -> E, round to nearest even; *over = 1 where a finite value became infinite
+// (over NULL: not checked)
+template <typename S> __device__ __forceinline__ float src_f(S x)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
+    if constexpr (sizeof(S) == 4)
+        return x;
+    else
+        return elt16<S>::to_f(x);
 }
 
-__global__ void f16_to_bf16_kernel(const __half *src, bf16 *dst, size_t n)
+template <typename S, typename E> __global__ void convert_kernel(const S *src, E *dst, size_t n, int *over)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(__half2float(src[i]));
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = src_f(src[i]);
+        const E y = elt16<E>::from_f(x);
+        dst[i] = y;
+        if (over && isinf(elt16<E>::to_f(y)) && isfinite(x))
+            *over = 1;
+    }
 }
 
 static unsigned grid_for(size_t n)
@@ -85,6 +102,7 @@ struct loader {
     char *stage;                        // device staging (STAGE_BYTES)
     bf16 *qstage;                       // device staging of bf16 rows to quantize (STAGE_BYTES; fp8 only)
     int *bad;                           // device flag: a weight to quantize held a NaN or infinity
+    int *over;                          // device flag (fp16 mode): a weight beyond fp16's range
     size_t uploaded, random, converted; // bytes of bf16 written by each path
     size_t fp8_copied, fp8_quantized; // bytes of e4m3 (+ scales) copied from fp8 checkpoints, quantized here
 };
@@ -100,18 +118,28 @@ static const char *tname(const struct tensor_view *t, const char *what, int laye
     return buf;
 }
 
-// Converts n fp32 (host) into dst through the staging buffer.
-static int put_f32(struct loader *ld, const float *src, bf16 *dst, size_t n)
+// Converts n host elements of S (float, bf16 or __half) into dst, the backend's 16-bit type, through the
+// staging buffer.
+template <typename S> static int put_conv(struct loader *ld, const S *src, bf16 *dst, size_t n)
 {
     struct cuda_backend *b = ld->b;
-    const size_t chunk = STAGE_BYTES / sizeof(float);
+    const size_t chunk = STAGE_BYTES / sizeof(S);
     for (size_t o = 0; o < n; o += chunk) {
         size_t k = n - o < chunk ? n - o : chunk;
-        CB_CUDA(cudaMemcpyAsync(ld->stage, src + o, k * sizeof(float), cudaMemcpyHostToDevice, b->stream));
-        f32_to_bf16_kernel<<<grid_for(k), 256, 0, b->stream>>>((const float *)ld->stage, dst + o, k);
+        CB_CUDA(cudaMemcpyAsync(ld->stage, src + o, k * sizeof(S), cudaMemcpyHostToDevice, b->stream));
+        if (b->f16)
+            convert_kernel<<<grid_for(k), 256, 0, b->stream>>>((const S *)ld->stage, (__half *)dst + o, k,
+                                                               ld->over);
+        else
+            convert_kernel<<<grid_for(k), 256, 0, b->stream>>>((const S *)ld->stage, dst + o, k, (int *)NULL);
         CB_CUDA(cudaGetLastError());
     }
     return 0;
+}
+
+static int put_f32(struct loader *ld, const float *src, bf16 *dst, size_t n)
+{
+    return put_conv(ld, src, dst, n);
 }
 
 // Checks that t has the expected shape (d1 == 0: a vector); -1 with b->base.err if not.
@@ -133,32 +161,32 @@ static int put_elems(struct loader *ld, const struct tensor_view *t, const char 
             return -1;
         }
         struct random_fill r = random_model_fill(t->name);
-        fill_random_kernel<<<grid_for(n), 256, 0, b->stream>>>(dst, n, i0, r.seed, r.amp, r.base);
+        if (b->f16)
+            fill_random_kernel<<<grid_for(n), 256, 0, b->stream>>>((__half *)dst, n, i0, r.seed, r.amp,
+                                                                   r.base);
+        else
+            fill_random_kernel<<<grid_for(n), 256, 0, b->stream>>>(dst, n, i0, r.seed, r.amp, r.base);
         CB_CUDA(cudaGetLastError());
         ld->random += n * 2;
         return 0;
     }
-    switch (t->dtype) {
-    case DT_BF16:
+    const enum dtype native = b->f16 ? DT_F16 : DT_BF16; // copied as is
+    if (t->dtype == native) {
         CB_CUDA(cudaMemcpyAsync(dst, (const uint16_t *)t->data + i0, n * sizeof(bf16), cudaMemcpyHostToDevice,
                                 b->stream));
         ld->uploaded += n * 2;
         return 0;
+    }
+    switch (t->dtype) {
     case DT_F32:
         ld->converted += n * 2;
         return put_f32(ld, (const float *)t->data + i0, dst, n);
-    case DT_F16: {
-        const size_t chunk = STAGE_BYTES / 2;
-        const uint16_t *src = (const uint16_t *)t->data + i0;
-        for (size_t o = 0; o < n; o += chunk) {
-            size_t k = n - o < chunk ? n - o : chunk;
-            CB_CUDA(cudaMemcpyAsync(ld->stage, src + o, k * 2, cudaMemcpyHostToDevice, b->stream));
-            f16_to_bf16_kernel<<<grid_for(k), 256, 0, b->stream>>>((const __half *)ld->stage, dst + o, k);
-            CB_CUDA(cudaGetLastError());
-        }
+    case DT_F16:
         ld->converted += n * 2;
-        return 0;
-    }
+        return put_conv(ld, (const __half *)t->data + i0, dst, n);
+    case DT_BF16:
+        ld->converted += n * 2;
+        return put_conv(ld, (const __nv_bfloat16 *)t->data + i0, dst, n);
     default: { // F8_E4M3 (block scales or not): dequantize on the host
         if (i0 != 0 || (int64_t)n != tensor_numel(t)) {
             snprintf(b->base.err, sizeof b->base.err, "%s: internal: part of an F8_E4M3 tensor requested",
@@ -387,6 +415,14 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     b->wbytes = total;
     if (cb_malloc(b, (void **)&ld.stage, STAGE_BYTES, "weight staging")) // freed when loading is done
         goto out;
+    if (b->f16) {
+        if (cb_malloc(b, (void **)&ld.over, sizeof(int), "fp16 range flag"))
+            goto out;
+        if (cudaMemsetAsync(ld.over, 0, sizeof(int), b->stream) != cudaSuccess) {
+            cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemsetAsync", cudaGetLastError());
+            goto out;
+        }
+    }
     if (b->n_fp8 || lm_fp8) {
         // the fp8 GEMM input (one buffer for every matrix in turn) and the quantization staging
         const size_t kmax = C > HD ? (C > F ? C : F) : (HD > F ? HD : F), R = (size_t)b->rows;
@@ -502,17 +538,32 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
             goto out;
         }
     }
+    if (ld.over) {
+        int over = 0;
+        cudaError_t e = cudaMemcpy(&over, ld.over, sizeof over, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemcpy(fp16 flag)", e);
+            goto out;
+        }
+        if (over) {
+            snprintf(b->base.err, sizeof b->base.err,
+                     "a weight is beyond fp16's range (|w| > 65504): model.dtype fp16 cannot hold this "
+                     "checkpoint; load it with model.dtype bf16 (or auto)");
+            goto out;
+        }
+    }
     rc = 0;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     log_info(
         "cuda backend: weights %.2f GB in %.1f s: %s (%.2f GB copied, %.2f GB converted, %.2f GB random as "
-        "bf16%s)%s",
+        "%s%s)%s",
         (double)total / 1e9, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,
-        b->n_fp8 == 0          ? "all bf16"
+        b->f16                 ? "all fp16"
+        : b->n_fp8 == 0        ? "all bf16"
         : b->n_fp8 == 4 * b->L ? "linear weights fp8 e4m3 (128x128 blocks), the rest bf16"
                                : "some linear weights fp8 e4m3, the rest bf16",
         (double)ld.uploaded / 1e9, (double)ld.converted / 1e9, (double)ld.random / 1e9,
-        b->n_fp8 || lm_fp8 ? "; fp8 staging included" : "",
+        b->f16 ? "fp16" : "bf16", b->n_fp8 || lm_fp8 ? "; fp8 staging included" : "",
         lm_fp8              ? ", lm_head fp8"
         : c->tie_embeddings ? ", lm_head tied to the embedding"
                             : "");
@@ -524,7 +575,7 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
             (double)ld.fp8_copied / 1e9, (double)ld.fp8_quantized / 1e9);
 out:
     free(lp);
-    if (ld.stage || ld.qstage || ld.bad)
+    if (ld.stage || ld.qstage || ld.bad || ld.over)
         cudaStreamSynchronize(b->stream);
     if (ld.stage) {
         cudaFree(ld.stage);
@@ -536,6 +587,10 @@ out:
     }
     if (ld.bad) {
         cudaFree(ld.bad);
+        b->alloc_bytes -= sizeof(int);
+    }
+    if (ld.over) {
+        cudaFree(ld.over);
         b->alloc_bytes -= sizeof(int);
     }
     return rc;

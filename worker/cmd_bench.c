@@ -103,7 +103,8 @@ static void usage(FILE *f)
         "      --no-cuda-graphs            run decode steps eagerly\n"
         "      --cuda-graph-max-batch N    largest decode batch run as a graph (default %d)\n"
         "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
-        "                                  quantized at load in 128x128 blocks; model.dtype)\n"
+        "                                  quantized at load in 128x128 blocks) | fp16 (weights,\n"
+        "                                  activations and KV cache in fp16; CUDA; model.dtype)\n"
         "      --lm-head-dtype D           auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
         "                                  model.lm_head_dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
@@ -767,7 +768,8 @@ int cmd_bench(int argc, char **argv)
     {
         const struct tensor_view *lm[1] = {b.model->cfg.tie_embeddings ? &b.model->embed : &b.model->lm_head};
         char why[256];
-        b.roof.fp8_lm_head = fp8_linear_use(eo.be.lm_head_dtype, lm, 1, why, sizeof why);
+        b.roof.fp8_lm_head = eo.be.weight_dtype != BE_WEIGHTS_F16 && /* fp16 mode: never fp8 */
+                             fp8_linear_use(eo.be.lm_head_dtype, lm, 1, why, sizeof why);
     }
 
     if (b.has_bg)
@@ -860,9 +862,11 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "weight_dtype",
                         json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
                                     : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
+                                    : eo.be.weight_dtype == BE_WEIGHTS_F16  ? "fp16"
                                                                             : "auto"));
-    json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : "bf16"));
-    json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : "bf16"));
+    const char *w16 = eo.be.weight_dtype == BE_WEIGHTS_F16 ? "fp16" : "bf16"; /* the 16-bit type */
+    json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : w16));
+    json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : w16));
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
     json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));

@@ -172,7 +172,9 @@ static const struct cfg_key keys[] = {
     STR("model", "path", model.path, "", 0, NULL, "Hugging Face model folder; \"\" = none (give --model)"),
     STR("model", "name", model.name, "", 0, NULL, "model name recorded in results; \"\" = the folder's name"),
     ENUM("model", "dtype", model.dtype, "auto", dtype_choices,
-         "weight dtype on the backend; auto = the checkpoint's (fp32 on cpu); fp8 quantizes at load"),
+         "weight dtype on the backend; auto = the checkpoint's (fp32 on cpu); fp8 quantizes at load; fp16 "
+         "= cuda's fp16 mode (weights, activations and KV cache in fp16: nearer fp32 than bf16; a weight "
+         "beyond 65504 fails the load)"),
     ENUM("model", "lm_head_dtype", model.lm_head_dtype, "auto", lm_dtype_choices,
          "output projection dtype; auto = the checkpoint's (bf16 in the Qwen3 FP8 checkpoints); fp8 "
          "quantizes it at load (128x128 blocks): ~3 % faster one-sequence decode, slightly different "

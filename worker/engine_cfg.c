@@ -23,10 +23,16 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.cuda_graphs = c->engine.cuda_graphs;
     o.be.cuda_graph_max_batch = c->engine.cuda_graph_max_batch;
     /* model.dtype: fp8 quantizes linear weights at load; bf16 keeps (or dequantizes) 16-bit weights;
-     * auto, fp16 and fp32 keep the checkpoint's (the CUDA backend computes fp16/fp32 ones in bf16) */
+     * fp16 is the CUDA backend's fp16 mode (weights, activations and the 16-bit KV cache in fp16;
+     * docs/CUDA_BACKEND.md); auto and fp32 keep the checkpoint's (the CUDA backend computes fp16/fp32
+     * checkpoints in bf16 unless model.dtype says fp16) */
     o.be.weight_dtype = c->model.dtype == CFG_DTYPE_FP8    ? BE_WEIGHTS_FP8
                         : c->model.dtype == CFG_DTYPE_BF16 ? BE_WEIGHTS_BF16
+                        : c->model.dtype == CFG_DTYPE_FP16 ? BE_WEIGHTS_F16
                                                            : BE_WEIGHTS_AUTO;
+    /* the 16-bit cache follows the activations; an explicit bf16 or fp8 cache is refused at open */
+    if (c->model.dtype == CFG_DTYPE_FP16 && c->engine.kv_cache_dtype == CFG_KV_AUTO)
+        o.be.kv_dtype = DT_F16;
     o.be.lm_head_dtype = c->model.lm_head_dtype == CFG_LM_FP8    ? BE_WEIGHTS_FP8
                          : c->model.lm_head_dtype == CFG_LM_BF16 ? BE_WEIGHTS_BF16
                                                                  : BE_WEIGHTS_AUTO;

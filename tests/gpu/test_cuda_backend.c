@@ -34,7 +34,11 @@
  * (engine.kv_cache_dtype fp8: CUDA e4m3 + per-(token, KV head) scales, and every CPU oracle with
  * kv_dtype DT_F8_E4M3, which quantizes K and V the same way: labels "<shape> kv-fp8"). The fp8 pass
  * derives its bars the same way from its own oracles (its spread includes e4m3 roundings flipped by
- * the jitter), kept apart from the bf16 pass's.
+ * the jitter), kept apart from the bf16 pass's. A third pass runs fp16 mode (weight_dtype
+ * BE_WEIGHTS_F16: the CUDA backend's weights, activations and KV cache in fp16, the CPU oracles'
+ * emulation rounding to fp16; labels "<shape> fp16"), again with bars from its own oracles: fp16's
+ * 10-bit mantissa makes its spread and rounding several times smaller than bf16's, so a kernel that
+ * rounded to bf16 anywhere in fp16 mode would land outside them.
  * Direct and graph cases are teacher-forced: every backend is fed emu's tokens, so every sampled
  * position is compared. The engine case generates freely and compares up to the first divergence.
  *
@@ -109,6 +113,7 @@
 static int n_fail;
 static bool cpu_only;
 static bool kv_fp8; /* the second pass: every backend with an fp8 KV cache */
+static bool f16;    /* the third pass: fp16 mode (every backend) */
 
 static uint64_t rng(uint64_t *s)
 {
@@ -142,7 +147,8 @@ static struct backend_opts be_opts(enum role r, bool graphs, int64_t kv_bytes, i
     o.gpu_memory_utilization = 0.9;
     /* the same number of blocks everywhere: fp32 blocks are twice the bf16 ones, fp8 blocks alike */
     o.kv_cache_bytes = role_cpu(r) && !kv_fp8 ? 2 * kv_bytes : kv_bytes;
-    o.kv_dtype = kv_fp8 ? DT_F8_E4M3 : role_cpu(r) ? DT_F32 : DT_BF16;
+    o.kv_dtype = kv_fp8 ? DT_F8_E4M3 : role_cpu(r) ? DT_F32 : f16 ? DT_F16 : DT_BF16;
+    o.weight_dtype = f16 ? BE_WEIGHTS_F16 : BE_WEIGHTS_AUTO;
     o.cuda_graphs = graphs;
     o.cuda_graph_max_batch = GRAPH_MAX;
     o.emulate_bf16 = r == EMU || r == JIT || r == JIT2 || r == EMU_G;
@@ -269,7 +275,8 @@ static struct bar spread_bar(const struct calib *k)
  * cuda vs emu, which quantizes the same bf16 values. */
 static struct bar round_bar(const struct calib *k)
 {
-    struct bar b = derived_bar(F32_K, F32_K, k->round_max, k->round_mean, "bf16 rounding");
+    struct bar b =
+        derived_bar(F32_K, F32_K, k->round_max, k->round_mean, f16 ? "fp16 rounding" : "bf16 rounding");
     b.info = kv_fp8;
     return b;
 }
@@ -310,7 +317,7 @@ static void report(const char *label, struct cmp *c, struct calib *k, const char
 {
     info(label, "oracle spread (emu vs jit)", &c[P_SPREAD]);
     info(label, "oracle spread (emu vs jit2)", &c[P_SPREAD2]);
-    info(label, "bf16 rounding (emu vs fp32)", &c[P_ROUND]);
+    info(label, f16 ? "fp16 rounding (emu vs fp32)" : "bf16 rounding (emu vs fp32)", &c[P_ROUND]);
     k->spread_max = fmax(k->spread_max, fmax(c[P_SPREAD].max_dlp, c[P_SPREAD2].max_dlp));
     k->spread_mean = fmax(k->spread_mean, fmax(cmp_mean(&c[P_SPREAD]), cmp_mean(&c[P_SPREAD2])));
     k->round_max = fmax(k->round_max, c[P_ROUND].max_dlp);
@@ -1020,11 +1027,39 @@ static void case_random(void)
     /* std-0.02 weights give nearly uniform next-token distributions: the logprobs carry the check */
     if (drive(be, s, 3, MAX_TOKENS, min_blocks(be, N_ROLES), pr, std_pairs(pr, c, EMU, CUDA), NULL, 0,
               "random-weights") == 0)
-        report("random-weights (device fill vs host materialized)", c, &k, "cuda");
+        report(f16 ? "random-weights fp16 (device fill vs host materialized)"
+                   : "random-weights (device fill vs host materialized)",
+               c, &k, "cuda");
     tseqs_free(s, 3);
     free_roles(be);
     random_model_free(host);
     random_model_free(lazy);
+}
+
+/* ---- fp16 mode refuses what it has no path for, with a message that says so */
+
+static void case_f16_refusals(const struct model *m)
+{
+    static const struct {
+        const char *what, *needle;
+        enum be_weights w, lm;
+        enum dtype kv;
+    } c[] = {
+        {"fp16 weights + fp8 KV cache", "fp16", BE_WEIGHTS_F16, BE_WEIGHTS_AUTO, DT_F8_E4M3},
+        {"fp16 weights + bf16 KV cache", "fp16", BE_WEIGHTS_F16, BE_WEIGHTS_AUTO, DT_BF16},
+        {"fp16 weights + fp8 lm_head", "lm_head_dtype fp8", BE_WEIGHTS_F16, BE_WEIGHTS_FP8, DT_F16},
+        {"bf16 weights + fp16 KV cache", "model.dtype fp16", BE_WEIGHTS_AUTO, BE_WEIGHTS_AUTO, DT_F16},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        struct backend_opts o = be_opts(CUDA, false, KV_BYTES, MAX_LEN);
+        o.weight_dtype = c[i].w, o.lm_head_dtype = c[i].lm, o.kv_dtype = c[i].kv;
+        char err[512] = "";
+        struct backend *be = backend_open("cuda", m, &o, err, sizeof err);
+        const bool ok = !be && strstr(err, c[i].needle);
+        printf("%s fp16 refusals: %s: %s\n", ok ? "ok  " : "FAIL", c[i].what, be ? "opened" : err);
+        n_fail += !ok;
+        backend_free(be);
+    }
 }
 
 /* ---- errors leave the backend usable */
@@ -1068,7 +1103,9 @@ struct shape {
 
 int main(int argc, char **argv)
 {
-    int passes = 3; /* bit 0: the bf16 KV pass, bit 1: the fp8 KV pass (--kv=bf16 / --kv=fp8: one) */
+    /* bit 0: the bf16 pass, bit 1: the fp8 KV pass, bit 2: the fp16 pass (--kv=bf16 / --kv=fp8 /
+     * --dtype=fp16: that one alone) */
+    int passes = 7;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--cpu-only"))
             cpu_only = true;
@@ -1076,6 +1113,8 @@ int main(int argc, char **argv)
             passes = 1;
         else if (!strcmp(argv[a], "--kv=fp8"))
             passes = 2;
+        else if (!strcmp(argv[a], "--dtype=fp16"))
+            passes = 4;
     }
     char why[256];
     if (!cpu_only && (!gpu_backend_built() || gpu_describe(why, sizeof why) != 0)) {
@@ -1115,13 +1154,14 @@ int main(int argc, char **argv)
     shapes[nshape++] = (struct shape){"qwen3-gqa4-1l", o, true, true};
 
     const char *tmp = getenv("TMPDIR");
-    for (int pass = 0; pass < 2 * nshape; pass++) {
+    for (int pass = 0; pass < 3 * nshape; pass++) {
         const int i = pass % nshape;
-        kv_fp8 = pass >= nshape;
-        if (!(passes & (kv_fp8 ? 2 : 1)))
+        kv_fp8 = pass / nshape == 1;
+        f16 = pass / nshape == 2;
+        if (!(passes & (1 << (pass / nshape))))
             continue;
         char sname[64];
-        snprintf(sname, sizeof sname, "%s%s", shapes[i].name, kv_fp8 ? " kv-fp8" : "");
+        snprintf(sname, sizeof sname, "%s%s", shapes[i].name, kv_fp8 ? " kv-fp8" : f16 ? " fp16" : "");
         char dir[600], err[512];
         snprintf(dir, sizeof dir, "%.400s/llmq-test-cuda-XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!mkdtemp(dir)) {
@@ -1139,7 +1179,9 @@ int main(int argc, char **argv)
             printf("-- %s: %s, hidden %d, %d layers, heads %d/%d x %d, vocab %d, %s, KV cache %s\n", sname,
                    m->cfg.arch_name, m->cfg.hidden, m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads,
                    m->cfg.head_dim, m->cfg.vocab, m->cfg.tie_embeddings ? "tied" : "untied",
-                   kv_fp8 ? "fp8 (all backends)" : "bf16 (CPU oracles fp32)");
+                   kv_fp8 ? "fp8 (all backends)"
+                   : f16  ? "fp16 (CPU oracles fp32), fp16 mode"
+                          : "bf16 (CPU oracles fp32)");
             case_direct(sname, m, &k);
             if (shapes[i].engine) {
                 case_engine(sname, m, tk, &k, false);
@@ -1149,18 +1191,24 @@ int main(int argc, char **argv)
                 case_graphs(sname, m, &k);
             if (shapes[i].engine && !cpu_only)
                 case_spec(sname, m, tk);
-            if (i == 0 && !cpu_only && !kv_fp8)
+            if (i == 0 && !cpu_only && !kv_fp8 && !f16)
                 case_errors(m);
-            printf("  %s: largest oracle spread %.4f / %.4f, bf16 rounding %.4f / %.4f (max / mean "
+            if (i == 0 && !cpu_only && f16)
+                case_f16_refusals(m);
+            printf("  %s: largest oracle spread %.4f / %.4f, %s rounding %.4f / %.4f (max / mean "
                    "|dlogprob|)\n",
-                   sname, k.spread_max, k.spread_mean, k.round_max, k.round_mean);
+                   sname, k.spread_max, k.spread_mean, f16 ? "fp16" : "bf16", k.round_max, k.round_mean);
         }
         tok_free(tk);
         model_free(m);
         scratch_dir_remove(dir);
     }
     kv_fp8 = false;
-    case_random();
+    for (int f = 0; f < 2; f++) {
+        f16 = f == 1;
+        if (passes & (f16 ? 4 : 3))
+            case_random();
+    }
     printf("%s: %d failures\n", n_fail ? "FAIL" : "ok", n_fail);
     return n_fail ? 1 : 0;
 }

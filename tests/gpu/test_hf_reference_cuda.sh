@@ -4,12 +4,14 @@
 # sequence's first differing id (after it the contexts differ): a differing id is allowed only where
 # the golden top-2 gap is small, logprobs are measured against the golden ones.
 #
-# The issue's bars (ids equal wherever the golden gap exceeds 0.05, logprobs within 0.02) are printed
-# as met or not met. They are not the pass criterion: the CUDA forward computes in bf16 and these tiny
-# models are peaked (logit std 4-8), so bf16 arithmetic alone moves their logprobs further than 0.02.
-# Where torch and transformers are importable (the GPU machine), the same checkpoints are run through
-# transformers in bf16 (bf16_spread.py, teacher-forced) and llmq must stay within twice transformers'
-# own bf16 distance (at least 0.02); elsewhere within 0.25. Skips (77) without a GPU.
+# Each checkpoint runs twice: in bf16 (the default) and in fp16 mode (model.dtype fp16: weights,
+# activations and KV cache in fp16). The issue's bars (ids equal wherever the golden gap exceeds 0.05,
+# logprobs within 0.02) are printed as met or not met for both. In bf16 they are not the pass
+# criterion: these tiny models are peaked (logit std 4-8), so bf16 arithmetic alone moves their
+# logprobs further than 0.02. Where torch and transformers are importable (the GPU machine), the same
+# checkpoints are run through transformers in bf16 and in fp16 (bf16_spread.py, teacher-forced) and
+# llmq must stay within twice transformers' own distance in the same precision (at least 0.02);
+# elsewhere within 0.25 (bf16) or 0.05 (fp16). Skips (77) without a GPU.
 set -euo pipefail
 fix=$LLMQ_SOURCE_DIR/tests/fixtures/models
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -38,14 +40,16 @@ for name in $names; do
   want=$(cut -c1-64 "$fix/$name.sha256"); got=$(sha256sum "$tmp/models/$name/model.safetensors" | cut -c1-64)
   [ "$want" = "$got" ] || { echo "FAIL $name: checkpoint differs from the fixture's (regenerate fixtures)"; exit 1; }
 done
-: >"$tmp/hf_bf16.jsonl"
+: >"$tmp/hf_bf16.jsonl"; : >"$tmp/hf_fp16.jsonl"
 if python3 -c "import torch, transformers; assert torch.cuda.is_available()" 2>/dev/null; then
   python3 "$fix/bf16_spread.py" --models "$tmp/models" >"$tmp/hf_bf16.jsonl"
-  cat "$tmp/hf_bf16.jsonl"
+  python3 "$fix/bf16_spread.py" --models "$tmp/models" --dtype float16 >"$tmp/hf_fp16.jsonl"
+  cat "$tmp/hf_bf16.jsonl" "$tmp/hf_fp16.jsonl"
 else
-  echo "note: torch/transformers not importable here; llmq is held to a fixed 0.25"
+  echo "note: torch/transformers not importable here; llmq is held to a fixed 0.25 (bf16) and 0.05 (fp16)"
 fi
 fail=0
+for mode in bf16 fp16; do
 for name in $names; do
   python3 - "$fix/$name.jsonl" > "$tmp/$name.in.jsonl" <<'PY'
 import json, sys
@@ -54,22 +58,22 @@ for i, line in enumerate(open(sys.argv[1])):
     print(json.dumps({"id": f"p{i}", "prompt": f["prompt"], "max_tokens": len(f["ids"]), "temperature": 0,
                       "ignore_eos": True, "logprobs": 5, "return_token_ids": True}))
 PY
-  "$LLMQ_BIN" run --model "$tmp/models/$name" --backend cuda --max-model-len 4096 \
+  LLMQ_MODEL_DTYPE=$mode "$LLMQ_BIN" run --model "$tmp/models/$name" --backend cuda --max-model-len 4096 \
     --input "$tmp/$name.in.jsonl" --output "$tmp/$name.out.jsonl" 2>"$tmp/$name.err" ||
     { if grep -q "built without the CUDA backend" "$tmp/$name.err"; then
         echo "skipped: this llmq was built without the CUDA backend"; exit 77; fi
-      echo "FAIL $name: llmq run failed:"; tail -5 "$tmp/$name.err"; fail=1; continue; }
-  python3 - "$fix/$name.jsonl" "$tmp/$name.out.jsonl" "$name" "$tmp/hf_bf16.jsonl" <<'PY' || fail=1
+      echo "FAIL $name ($mode): llmq run failed:"; tail -5 "$tmp/$name.err"; fail=1; continue; }
+  python3 - "$fix/$name.jsonl" "$tmp/$name.out.jsonl" "$name" "$tmp/hf_$mode.jsonl" "$mode" <<'PY' || fail=1
 import json, sys
 ref = [json.loads(l) for l in open(sys.argv[1])]
 out = [json.loads(l) for l in open(sys.argv[2])]
-name = sys.argv[3]
+name, mode = sys.argv[3], sys.argv[5]
 hf = {r["model"]: r for r in map(json.loads, open(sys.argv[4]))}
 if name in hf:
     tol = max(0.02, 2 * hf[name]["max_abs_dlogprob"])
-    why = f"2 x transformers bf16's {hf[name]['max_abs_dlogprob']:.4f}"
+    why = f"2 x transformers {mode}'s {hf[name]['max_abs_dlogprob']:.4f}"
 else:
-    tol, why = 0.25, "fixed"
+    tol, why = (0.25 if mode == "bf16" else 0.05), "fixed"
 assert len(ref) == len(out), f"{len(out)} results for {len(ref)} prompts"
 worst, n, flips, flips_issue, bad = 0.0, 0, 0, 0, []
 ds = []
@@ -94,12 +98,13 @@ mean = sum(ds) / len(ds) if ds else 0.0
 if worst > tol:
     bad.append(f"max |dlogprob| {worst:.4f} > {tol:.4f}")
 issue = "met" if worst <= 0.02 and flips_issue == 0 else "not met"
-print(f"{'FAIL' if bad else 'ok  '} {name}: {n} positions, max |dlogprob| {worst:.4f} p99 {p99:.4f} mean {mean:.4f} "
+print(f"{'FAIL' if bad else 'ok  '} {name} {mode}: {n} positions, max |dlogprob| {worst:.4f} p99 {p99:.4f} mean {mean:.4f} "
       f"(tol {tol:.4f}: {why}), {flips} sequences diverge ({flips_issue} where the golden gap > 0.05); issue bars {issue}")
 for b in bad:
     print("     " + b)
 sys.exit(1 if bad else 0)
 PY
+done
 done
 [ $fail -eq 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
 exit $fail

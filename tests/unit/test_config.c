@@ -745,7 +745,23 @@ static void test_precedence(void **state)
         assert_int_equal(eo.be.lm_head_dtype, BE_WEIGHTS_FP8);
         assert_int_equal(eo.be.device, 3); /* engine.device reaches the backend (it used to stop here) */
         assert_int_equal(eo.be.num_kv_blocks, 77); /* and so does engine.num_kv_blocks */
+        assert_int_equal(eo.be.kv_dtype, DT_BF16);
     }
+    /* model.dtype fp16: the CUDA backend's fp16 mode, whose KV cache follows it (kv_cache_dtype auto);
+     * an explicit kv_cache_dtype is passed on (the backend refuses it with fp16) */
+    if (cfg_set(&c, "model.dtype", "fp16", "--dtype", err, sizeof err))
+        fail_msg("%s", err);
+    {
+        const struct engine_opts eo = engine_cfg_opts(&c);
+        assert_int_equal(eo.be.weight_dtype, BE_WEIGHTS_F16);
+        assert_int_equal(eo.be.kv_dtype, DT_F16);
+    }
+    if (cfg_set(&c, "engine.kv_cache_dtype", "fp8", "--kv-cache-dtype", err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(engine_cfg_opts(&c).be.kv_dtype, DT_F8_E4M3);
+    if (cfg_set(&c, "engine.kv_cache_dtype", "auto", "--kv-cache-dtype", err, sizeof err) ||
+        cfg_set(&c, "model.dtype", "fp8", "--dtype", err, sizeof err))
+        fail_msg("%s", err);
     assert_int_equal(c.queues.max_job_bytes, 8 << 20);
     assert_true(c.sampling.top_p == 0.9);
     assert_int_equal(origin_of(&c, "engine.block_size")->source, CFG_SRC_ENV);
