@@ -59,6 +59,7 @@ extern "C" int k_kv_stage_fp8(const uint8_t *k_cache, const uint8_t *v_cache, co
                               const float *v_scale, const int32_t *blocks, int n_blocks, bf16 *k_out,
                               bf16 *v_out, int KVH, int D, int block_size, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_kv_stage_fp8: stages to bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(n_blocks >= 0 && n_blocks <= 65535, "k_kv_stage_fp8: %d blocks (0 .. 65535 per launch)",
               n_blocks);
     if (n_blocks == 0)

@@ -13,6 +13,7 @@
 // The two elementwise ones take a 2-D grid (row, unit of 8 columns), so a lane finds its group without
 // a division; a lane per 4 columns and a 64-bit division of the warp index ran them at 1.4-1.5 TB/s
 // (docs/PERFORMANCE.md, 2026-12-02, eighth).
+// bf16 only: every launcher fails in fp16 mode (k_f16(), kernels.h).
 // The fused producers round their result to bf16 first (the value k_add_rmsnorm / k_silu_mul would
 // store) and quantize that, so their e4m3 output is k_quant_fp8_act of their bf16 output exactly.
 // Activation scales are stored M-contiguous with a leading dimension of K_FP8_ROWS(M) (a multiple of
@@ -311,6 +312,7 @@ static dim3 unit_grid(int rows, int cols)
 extern "C" int k_quant_fp8_weight(const bf16 *W, int N, int K, uint8_t *Wq, float *w_scale, int *bad,
                                   cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_quant_fp8_weight: bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(N > 0 && K > 0, "k_quant_fp8_weight: bad shape N %d K %d", N, K);
     K_REQUIRE(W && Wq && w_scale, "k_quant_fp8_weight: NULL pointer");
     const dim3 grid((K + QBLK - 1) / QBLK, (N + QBLK - 1) / QBLK);
@@ -322,6 +324,7 @@ extern "C" int k_quant_fp8_weight(const bf16 *W, int N, int K, uint8_t *Wq, floa
 
 extern "C" int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *x_scale, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_quant_fp8_act: bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(M >= 0 && K > 0 && K % QBLK == 0, "k_quant_fp8_act: bad shape M %d K %d (K a multiple of 128)",
               M, K);
     if (M == 0)
@@ -336,6 +339,7 @@ extern "C" int k_quant_fp8_act(const bf16 *X, int M, int K, uint8_t *Xq, float *
 extern "C" int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, bf16 *out, uint8_t *outq,
                                  float *out_scale, int rows, int cols, float eps, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_add_rmsnorm_fp8: bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(rows >= 0 && cols > 0 && cols % QBLK == 0,
               "k_add_rmsnorm_fp8: bad shape rows %d cols %d (cols a multiple of 128)", rows, cols);
     if (rows == 0)
@@ -379,6 +383,7 @@ extern "C" int k_add_rmsnorm_fp8(float *residual, const bf16 *x, const bf16 *w, 
 extern "C" int k_silu_mul_fp8(const bf16 *gate_up, bf16 *out, uint8_t *outq, float *out_scale, int T, int F,
                               cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_silu_mul_fp8: bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(T >= 0 && F > 0 && F % QBLK == 0, "k_silu_mul_fp8: bad shape T %d F %d (F a multiple of 128)",
               T, F);
     if (T == 0)

@@ -1,12 +1,13 @@
 // RMSNorm over the fp32 residual stream, optionally fused with the residual add:
-//   k_rmsnorm:     out = bf16(residual * rsqrt(mean(residual^2) + eps) * w)
+//   k_rmsnorm:     out = E(residual * rsqrt(mean(residual^2) + eps) * w)
 //   k_add_rmsnorm: residual += x; then the same.
+// x, w and out hold the 16-bit element type E (bf16 or fp16, kernels/elt16.cuh); the math is fp32.
 // One block per row. Vector path (cols % 8 == 0, 16-byte aligned pointers): each thread owns R
 // units of 8 columns, loads them once into registers (2 x float4 of residual, 16 bytes of x),
 // writes the updated residual, and after a block reduction of the sum of squares writes 16 bytes of
 // out per unit: every byte moves once. Scalar path otherwise: two passes over the row (the second
 // re-reads the residual from L1/L2).
-#include "kernels/bf16x8.cuh"
+#include "kernels/elt16.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 
@@ -36,10 +37,10 @@ __device__ __forceinline__ float block_sum(float v)
 
 // grid (rows), block (threads, a multiple of 32, <= 512); unit u of the row = columns [8u, 8u + 8), thread
 // tid owns units tid, tid + threads, ... (R of them, coalesced across the block).
-template <int R, bool ADD>
+template <typename E, int R, bool ADD>
 __global__ void __launch_bounds__(512)
-    rmsnorm_vec_kernel(float *__restrict__ residual, const bf16 *__restrict__ x, const bf16 *__restrict__ w,
-                       bf16 *__restrict__ out, int cols, float eps)
+    rmsnorm_vec_kernel(float *__restrict__ residual, const E *__restrict__ x, const E *__restrict__ w,
+                       E *__restrict__ out, int cols, float eps)
 {
     const int n8 = cols / 8;
     const size_t row = (size_t)blockIdx.x * cols;
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(512)
         if (u < n8) {
             if (ADD) {
                 float xf[8];
-                bf16x8_to_float(xv[r], xf);
+                x8_to_float<E>(xv[r], xf);
 #pragma unroll
                 for (int i = 0; i < 8; i++)
                     v[r][i] += xf[i];
@@ -95,20 +96,20 @@ __global__ void __launch_bounds__(512)
         const int u = r * blockDim.x + threadIdx.x;
         if (u < n8) {
             float wf[8], y[8];
-            bf16x8_to_float(wv[r], wf);
+            x8_to_float<E>(wv[r], wf);
 #pragma unroll
             for (int i = 0; i < 8; i++)
                 y[i] = v[r][i] * rr * wf[i];
-            o[u] = float_to_bf16x8(y);
+            o[u] = float_to_x8<E>(y);
         }
     }
 }
 
 // Any cols, any alignment: pass 1 adds (ADD) and sums squares, pass 2 re-reads and normalizes.
-template <bool ADD>
+template <typename E, bool ADD>
 __global__ void __launch_bounds__(256)
-    rmsnorm_scalar_kernel(float *__restrict__ residual, const bf16 *__restrict__ x,
-                          const bf16 *__restrict__ w, bf16 *__restrict__ out, int cols, float eps)
+    rmsnorm_scalar_kernel(float *__restrict__ residual, const E *__restrict__ x, const E *__restrict__ w,
+                          E *__restrict__ out, int cols, float eps)
 {
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
     const size_t row = (size_t)blockIdx.x * cols;
@@ -117,14 +118,14 @@ __global__ void __launch_bounds__(256)
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         float v = res[i];
         if (ADD) {
-            v += __bfloat162float(x[row + i]);
+            v += elt16<E>::to_f(x[row + i]);
             res[i] = v;
         }
         ss += v * v;
     }
     const float rr = rsqrtf(block_sum(ss) / (float)cols + eps);
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        out[row + i] = __float2bfloat16(res[i] * rr * __bfloat162float(w[i]));
+        out[row + i] = elt16<E>::from_f(res[i] * rr * elt16<E>::to_f(w[i]));
 }
 
 // ---- launchers
@@ -134,11 +135,13 @@ static bool aligned16(const void *p)
     return ((uintptr_t)p & 15) == 0;
 }
 
-template <bool ADD>
-static int rmsnorm_launch(float *residual, const bf16 *x, const bf16 *w, bf16 *out, int rows, int cols,
+template <typename E, bool ADD>
+static int rmsnorm_launch(float *residual, const bf16 *x16, const bf16 *w16, bf16 *out16, int rows, int cols,
                           float eps, cudaStream_t stream)
 {
     const char *name = ADD ? "k_add_rmsnorm" : "k_rmsnorm";
+    const E *x = (const E *)x16, *w = (const E *)w16;
+    E *out = (E *)out16;
     K_REQUIRE(rows >= 0 && cols > 0, "%s: bad shape rows %d cols %d", name, rows, cols);
     if (rows == 0)
         return 0;
@@ -159,21 +162,21 @@ static int rmsnorm_launch(float *residual, const bf16 *x, const bf16 *w, bf16 *o
         }
     }
     if (R == 1)
-        K_CHECK(
-            k_launch(rmsnorm_vec_kernel<1, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
+        K_CHECK(k_launch(rmsnorm_vec_kernel<E, 1, ADD>, rows, threads, 0, stream, residual, x, w, out, cols,
+                         eps));
     else if (R == 2)
-        K_CHECK(
-            k_launch(rmsnorm_vec_kernel<2, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
+        K_CHECK(k_launch(rmsnorm_vec_kernel<E, 2, ADD>, rows, threads, 0, stream, residual, x, w, out, cols,
+                         eps));
     else if (R == 4)
-        K_CHECK(
-            k_launch(rmsnorm_vec_kernel<4, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
+        K_CHECK(k_launch(rmsnorm_vec_kernel<E, 4, ADD>, rows, threads, 0, stream, residual, x, w, out, cols,
+                         eps));
     else if (R == 8)
-        K_CHECK(
-            k_launch(rmsnorm_vec_kernel<8, ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
+        K_CHECK(k_launch(rmsnorm_vec_kernel<E, 8, ADD>, rows, threads, 0, stream, residual, x, w, out, cols,
+                         eps));
     else {
         threads = cols >= 256 ? 256 : (cols + 31) / 32 * 32;
-        K_CHECK(
-            k_launch(rmsnorm_scalar_kernel<ADD>, rows, threads, 0, stream, residual, x, w, out, cols, eps));
+        K_CHECK(k_launch(rmsnorm_scalar_kernel<E, ADD>, rows, threads, 0, stream, residual, x, w, out, cols,
+                         eps));
     }
     return 0;
 }
@@ -182,11 +185,14 @@ extern "C" int k_rmsnorm(const float *residual, const bf16 *w, bf16 *out, int ro
                          cudaStream_t stream)
 {
     // the non-ADD kernels never write the residual
-    return rmsnorm_launch<false>((float *)residual, nullptr, w, out, rows, cols, eps, stream);
+    return k_f16()
+               ? rmsnorm_launch<__half, false>((float *)residual, nullptr, w, out, rows, cols, eps, stream)
+               : rmsnorm_launch<bf16, false>((float *)residual, nullptr, w, out, rows, cols, eps, stream);
 }
 
 extern "C" int k_add_rmsnorm(float *residual, const bf16 *x, const bf16 *w, bf16 *out, int rows, int cols,
                              float eps, cudaStream_t stream)
 {
-    return rmsnorm_launch<true>(residual, x, w, out, rows, cols, eps, stream);
+    return k_f16() ? rmsnorm_launch<__half, true>(residual, x, w, out, rows, cols, eps, stream)
+                   : rmsnorm_launch<bf16, true>(residual, x, w, out, rows, cols, eps, stream);
 }

@@ -13,6 +13,10 @@
 //   passes over it.
 // Memory-bound: each element of qkv is read once and written once (q in place, k and v to the cache).
 //
+// qkv, bias, the norm weights and the 16-bit cache hold the 16-bit element type E (bf16 or fp16,
+// kernels/elt16.cuh; rope_args keeps them as bf16 pointers, the kernels read them as E); the math is
+// fp32 and rounds once to E at the store. The fp8 cache is bf16 only (E = bf16).
+//
 // fp8 cache (k_qk_norm_rope_kv_fp8, vector path only): after norm and RoPE the group reduces its
 // head's amax with shuffles (every lane, before any lane leaves the iteration), then each lane
 // writes its 8 codes (two fp8x2 conversions per pair, one 8-byte store) and lane 0 of the group the
@@ -25,7 +29,7 @@
 
 // ---- kernels
 
-struct rope_args {
+struct rope_args { // the 16-bit pointers hold E (the kernels cast them)
     bf16 *qkv;
     const bf16 *bias, *q_norm, *k_norm;
     float eps;
@@ -68,8 +72,9 @@ __device__ __forceinline__ uint2 e4m3x8(const float (&x)[8], float inv)
 // G lanes, so a token's heads run in P CTAs side by side rather than one after another (at decode the
 // kernel is a latency chain). Everything that no kernel of the step writes (the position, the slot,
 // the cos/sin table, bias and norm weights) is read before the wait (kernels/launch.cuh).
-template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
+template <typename E, int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_kernel(rope_args a)
 {
+    static_assert(!F8 || !elt16<E>::f16, "the fp8 cache is bf16 only");
     constexpr int D = G * 8;
     extern __shared__ __align__(16) float smem[];
     float *cs = smem, *sn = smem + D / 2;
@@ -78,18 +83,19 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     rope_table(a, pos, cs, sn);
 
     const int sub = threadIdx.x % G, groups = blockDim.x / G;
-    bf16 *row = a.qkv + (size_t)t * NH * D;
+    E *row = (E *)a.qkv + (size_t)t * NH * D;
     const int hh = blockIdx.y * groups + threadIdx.x / G;
     const bool valid = hh < NH;
     const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2; // q, k, v
     const int col = hh * D + sub * 8;
-    const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
-    const uint4 braw = a.bias && valid ? __ldg((const uint4 *)(a.bias + col)) : make_uint4(0, 0, 0, 0);
+    const E *nw = (const E *)(kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr);
+    const uint4 braw =
+        a.bias && valid ? __ldg((const uint4 *)((const E *)a.bias + col)) : make_uint4(0, 0, 0, 0);
     const uint4 wraw = nw && valid ? __ldg((const uint4 *)(nw + sub * 8)) : make_uint4(0, 0, 0, 0);
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
     const uint4 raw = valid ? *(const uint4 *)(row + col) : make_uint4(0, 0, 0, 0);
     float r[8];
-    rope_lane<bf16, G>(raw, braw, a.bias && valid, wraw, nw && valid, kind < 2, a.eps, cs, sn, r);
+    rope_lane<E, G>(raw, braw, a.bias && valid, wraw, nw && valid, kind < 2, a.eps, cs, sn, r);
     if constexpr (F8) {
         // the head's amax: every lane takes part (invalid ones contribute zeros)
         constexpr int HG = G / 2;
@@ -103,7 +109,7 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
         if (!valid)
             return;
         if (kind == 0) {
-            *(uint4 *)(row + col) = float_to_bf16x8(r);
+            *(uint4 *)(row + col) = float_to_x8<E>(r);
         } else if (slot >= 0) {
             const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
             const size_t at = cache_at(a, slot, g);
@@ -116,18 +122,18 @@ template <int G, bool F8> __global__ void __launch_bounds__(256) qk_rope_vec_ker
     }
     if (!valid)
         return;
-    const uint4 outv = float_to_bf16x8(r);
+    const uint4 outv = float_to_x8<E>(r);
     if (kind == 0)
         *(uint4 *)(row + col) = outv;
     else if (slot >= 0) {
         const int g = hh - a.H - (kind == 2 ? a.KVH : 0);
-        bf16 *cache = kind == 1 ? a.k_cache : a.v_cache;
+        E *cache = (E *)(kind == 1 ? a.k_cache : a.v_cache);
         *(uint4 *)(cache + cache_at(a, slot, g) + sub * 8) = outv;
     }
 }
 
 // Any even D, any alignment: one warp per head item, pass 1 sums squares, pass 2 rotates pairs.
-__global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
+template <typename E> __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
 {
     pdl_enter_early(); // kernels/launch.cuh: the trigger first
     extern __shared__ __align__(16) float smem[];
@@ -138,17 +144,17 @@ __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
     rope_table(a, pos, cs, sn);
 
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    bf16 *row = a.qkv + (size_t)t * NH * D;
+    E *row = (E *)a.qkv + (size_t)t * NH * D;
     for (int hh = threadIdx.x / 32; hh < NH; hh += warps) { // warp-uniform
         const int kind = hh < a.H ? 0 : hh < a.H + a.KVH ? 1 : 2;
-        const bf16 *nw = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
-        const bf16 *in = row + (size_t)hh * D;
-        const bf16 *bias = a.bias ? a.bias + (size_t)hh * D : nullptr;
+        const E *nw = (const E *)(kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr);
+        const E *in = row + (size_t)hh * D;
+        const E *bias = a.bias ? (const E *)a.bias + (size_t)hh * D : nullptr;
         float r = 1.f;
         if (nw) {
             float ss = 0.f;
             for (int i = lane; i < D; i += 32) {
-                float v = __bfloat162float(in[i]) + (bias ? __bfloat162float(bias[i]) : 0.f);
+                float v = elt16<E>::to_f(in[i]) + (bias ? elt16<E>::to_f(bias[i]) : 0.f);
                 ss += v * v;
             }
             for (int o = 16; o > 0; o >>= 1)
@@ -157,15 +163,15 @@ __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
         }
         if (kind == 2 && slot < 0)
             continue;
-        bf16 *dst = kind == 0 ? row + (size_t)hh * D
-                              : (kind == 1 ? a.k_cache : a.v_cache) +
-                                    cache_at(a, slot < 0 ? 0 : slot, hh - a.H - (kind == 2 ? a.KVH : 0));
+        E *dst = kind == 0 ? row + (size_t)hh * D
+                           : (E *)(kind == 1 ? a.k_cache : a.v_cache) +
+                                 cache_at(a, slot < 0 ? 0 : slot, hh - a.H - (kind == 2 ? a.KVH : 0));
         for (int i = lane; i < half; i += 32) {
-            float x0 = __bfloat162float(in[i]) + (bias ? __bfloat162float(bias[i]) : 0.f);
-            float x1 = __bfloat162float(in[i + half]) + (bias ? __bfloat162float(bias[i + half]) : 0.f);
+            float x0 = elt16<E>::to_f(in[i]) + (bias ? elt16<E>::to_f(bias[i]) : 0.f);
+            float x1 = elt16<E>::to_f(in[i + half]) + (bias ? elt16<E>::to_f(bias[i + half]) : 0.f);
             if (nw) {
-                x0 = x0 * r * __bfloat162float(nw[i]);
-                x1 = x1 * r * __bfloat162float(nw[i + half]);
+                x0 = x0 * r * elt16<E>::to_f(nw[i]);
+                x1 = x1 * r * elt16<E>::to_f(nw[i + half]);
             }
             if (kind < 2) {
                 const float c = cs[i], s = sn[i];
@@ -173,8 +179,8 @@ __global__ void __launch_bounds__(256) qk_rope_scalar_kernel(rope_args a)
                 x0 = y0, x1 = y1;
             }
             if (kind == 0 || slot >= 0) {
-                dst[i] = __float2bfloat16(x0);
-                dst[i + half] = __float2bfloat16(x1);
+                dst[i] = elt16<E>::from_f(x0);
+                dst[i + half] = elt16<E>::from_f(x1);
             }
         }
     }
@@ -197,26 +203,28 @@ static int vec_threads(int NH, int D, int *P)
     return threads;
 }
 
-template <bool F8> static int launch_vec(const rope_args &a, int T, size_t smem, cudaStream_t stream)
+// E: the 16-bit element type (bf16 with F8)
+template <typename E, bool F8>
+static int launch_vec(const rope_args &a, int T, size_t smem, cudaStream_t stream)
 {
     int P;
     const int threads = vec_threads(a.H + 2 * a.KVH, a.D, &P);
     const dim3 grid(T, P);
     switch (a.D / 8) {
     case 2:
-        K_CHECK(k_launch(qk_rope_vec_kernel<2, F8>, grid, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<E, 2, F8>, grid, threads, smem, stream, a));
         break;
     case 4:
-        K_CHECK(k_launch(qk_rope_vec_kernel<4, F8>, grid, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<E, 4, F8>, grid, threads, smem, stream, a));
         break;
     case 8:
-        K_CHECK(k_launch(qk_rope_vec_kernel<8, F8>, grid, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<E, 8, F8>, grid, threads, smem, stream, a));
         break;
     case 16:
-        K_CHECK(k_launch(qk_rope_vec_kernel<16, F8>, grid, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<E, 16, F8>, grid, threads, smem, stream, a));
         break;
     default:
-        K_CHECK(k_launch(qk_rope_vec_kernel<32, F8>, grid, threads, smem, stream, a));
+        K_CHECK(k_launch(qk_rope_vec_kernel<E, 32, F8>, grid, threads, smem, stream, a));
         break;
     }
     return 0;
@@ -253,12 +261,16 @@ extern "C" int k_qk_norm_rope_kv(bf16 *qkv, const bf16 *bias, const bf16 *q_norm
     const bool vec = vec_dim(D) && aligned16(qkv) && aligned16(k_cache) && aligned16(v_cache) &&
                      (!bias || aligned16(bias)) && (!q_norm || aligned16(q_norm)) &&
                      (!k_norm || aligned16(k_norm));
+    const bool f16 = k_f16();
     if (vec) {
-        if (launch_vec<false>(a, T, smem, stream))
+        if (f16 ? launch_vec<__half, false>(a, T, smem, stream) : launch_vec<bf16, false>(a, T, smem, stream))
             return -1;
     } else {
         const int threads = NH >= 8 ? 256 : NH * 32;
-        K_CHECK(k_launch(qk_rope_scalar_kernel, T, threads, smem, stream, a));
+        if (f16)
+            K_CHECK(k_launch(qk_rope_scalar_kernel<__half>, T, threads, smem, stream, a));
+        else
+            K_CHECK(k_launch(qk_rope_scalar_kernel<bf16>, T, threads, smem, stream, a));
     }
     return 0;
 }
@@ -269,6 +281,7 @@ extern "C" int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_
                                      uint8_t *v_cache, float *k_scale, float *v_scale, int T, int H, int KVH,
                                      int D, int block_size, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_qk_norm_rope_kv_fp8: the fp8 KV cache is bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(T >= 0 && H > 0 && KVH > 0 && H % KVH == 0 && block_size > 0,
               "k_qk_norm_rope_kv_fp8: bad shape T %d H %d KVH %d D %d block_size %d (need H %% KVH == 0)", T,
               H, KVH, D, block_size);
@@ -290,5 +303,5 @@ extern "C" int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_
     rope_args a = {qkv,        bias,         q_norm,  k_norm,  eps,    positions, inv_freq,
                    attn_scale, slot_mapping, nullptr, nullptr, H,      KVH,       D,
                    block_size, k_cache,      v_cache, k_scale, v_scale};
-    return launch_vec<true>(a, T, (size_t)D * sizeof(float), stream);
+    return launch_vec<bf16, true>(a, T, (size_t)D * sizeof(float), stream);
 }

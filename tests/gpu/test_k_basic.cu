@@ -1,14 +1,25 @@
 /* Kernel tests: embedding, rmsnorm, add_rmsnorm, qk_norm_rope_kv, silu_mul against plain double
- * references computed here from the same bf16/fp32 inputs, plus timing lines at realistic sizes.
+ * references computed here from the same 16-bit/fp32 inputs, plus timing lines at realistic sizes.
+ * Everything runs twice, in bf16 mode and in fp16 mode (k_set_f16, kernels.h): the 16-bit inputs are
+ * uploaded as the mode's type (rounded to nearest even by engine/dtype.h), the reference reads them
+ * back as the kernel does, and every printed line names the mode. The fp8 cache cases run in bf16 mode
+ * only (in fp16 mode the fp8 launcher must refuse, checked once).
  *
  * Tolerances (each check prints its numbers):
- * - bf16 outputs are computed in fp32 and rounded once: round-to-nearest moves a value by at most
- *   half an ulp, <= 2^-8 of its magnitude. Every element must satisfy
- *   |got - ref| <= BF16_RTOL * |ref| + atol, BF16_RTOL = 2^-8 * 1.001 (the 0.1% covers fp32 vs double
- *   arithmetic before the rounding); atol (1e-5 to 1e-6, far below the values' scale of ~1) covers
- *   cancellation in RoPE, where fp32 errors are relative to the inputs, not to the small result.
- *   The norm-relative error ||got - ref|| / ||ref|| (about 1.1e-3 for uniform rounding) must be
- *   <= 4e-3. The elementwise bound is the strict one: a single wrong element fails it.
+ * - 16-bit outputs are computed in fp32 and rounded once: round-to-nearest moves a value by at most
+ *   half an ulp, <= 2^-8 of its magnitude in bf16 (7 stored mantissa bits), <= 2^-11 in fp16 (10 bits).
+ *   Every element must satisfy |got - ref| <= rtol * |ref| + atol with rtol = BF16_RTOL = 2^-8 * 1.001
+ *   or F16_RTOL = 2^-11 * 1.01; the 0.1% (1%) over the half ulp covers fp32 vs double arithmetic before
+ *   the rounding: a value next to a rounding boundary may round the other way. fp16's share is larger
+ *   in relative terms because its half ulp is 8x smaller while the fp32 evaluation errors (a row's
+ *   sum of squares, rsqrt, sincosf: up to ~1e-6 relative) stay the same; 1% of 2^-11 is 4.9e-6, still
+ *   a hundred times less than the 2^-9 a bf16 rounding would leave, so an fp16 kernel that rounded to
+ *   bf16 (or read fp16 inputs as bf16) fails. atol (1e-5 to 1e-6, far below the values' scale of ~1;
+ *   fp16's subnormal spacing 2^-24 is smaller still) covers cancellation in RoPE, where fp32 errors are
+ *   relative to the inputs, not to the small result.
+ *   The norm-relative error ||got - ref|| / ||ref|| (about 1.1e-3 for uniform rounding to bf16, 1.4e-4
+ *   to fp16) must be <= 4e-3 (bf16) or 5e-4 (fp16). The elementwise bound is the strict one: a single
+ *   wrong element fails it.
  * - fp32 outputs (the residual after add, the fp32 embedding): one fp32 rounding of the exact value,
  *   rtol 2^-23; copies must be bit-exact.
  * - NaN/inf anywhere fails: outputs are poisoned (0xFF bytes = NaN) before every run, so an
@@ -38,9 +49,33 @@ extern "C" {
 
 #define BF16_RTOL (1.0 / 256 * 1.001)
 #define BF16_NORM_TOL 4e-3
+#define F16_RTOL (1.0 / 2048 * 1.01)
+#define F16_NORM_TOL 5e-4
 #define F32_RTOL (1.0 / 8388608) /* 2^-23 */
 
 static uint64_t base_seed;
+
+/* The mode of this thread's launches (k_set_f16) and of the host's 16-bit values: every host array of
+ * `bf16` holds the mode's bits (fp16 bits in fp16 mode). */
+static int f16_mode;
+static void set_mode(int f16)
+{
+    k_set_f16(f16);
+    f16_mode = f16;
+}
+static const char *mode_name(void)
+{
+    return f16_mode ? "fp16" : "bf16";
+}
+/* the elementwise and norm-relative tolerances of a 16-bit output in the mode (top comment) */
+static double rtol16(void)
+{
+    return f16_mode ? F16_RTOL : BF16_RTOL;
+}
+static double norm_tol16(void)
+{
+    return f16_mode ? F16_NORM_TOL : BF16_NORM_TOL;
+}
 
 /* The xorshift state of test case k: base_seed and k mixed (splitmix64), never 0. */
 static uint64_t case_seed(uint64_t k)
@@ -79,11 +114,11 @@ static bool acc_report(const acc &a, const char *what, double norm_tol)
 {
     double rel = a.den > 0 ? sqrt(a.num / a.den) : sqrt(a.num);
     bool ok = a.nonfinite == 0 && a.bad == 0 && rel <= norm_tol && a.n > 0;
-    printf("%s %-58s n %9zu  rel %.2e (tol %.0e)  worst |d|/bound %.3f at %zu (got %.6g ref %.6g)  "
+    printf("%s %s %-53s n %9zu  rel %.2e (tol %.0e)  worst |d|/bound %.3f at %zu (got %.6g ref %.6g)  "
            "out-of-bound %zu"
            "  nan/inf %zu",
-           ok ? "ok  " : "FAIL", what, a.n, rel, norm_tol, a.worst, a.worst_i, a.worst_got, a.worst_ref,
-           a.bad, a.nonfinite);
+           ok ? "ok  " : "FAIL", mode_name(), what, a.n, rel, norm_tol, a.worst, a.worst_i, a.worst_got,
+           a.worst_ref, a.bad, a.nonfinite);
     if (a.nonfinite)
         printf(" (first at %zu)", a.first_nonfinite);
     printf("\n");
@@ -94,29 +129,38 @@ static bool acc_report(const acc &a, const char *what, double norm_tol)
 
 /* ---- helpers */
 
-static float bf(bf16 h)
-{
-    return __bfloat162float(h);
-}
 static uint16_t bits(bf16 h)
 {
     uint16_t u;
     memcpy(&u, &h, 2);
     return u;
 }
-static std::vector<bf16> rand_bf16(size_t n, float scale, float offset, uint64_t *s)
+/* a 16-bit value of the mode, exactly */
+static float h2f(bf16 h)
+{
+    return f16_mode ? f16_to_f32(bits(h)) : bf16_to_f32(bits(h));
+}
+/* x rounded to the mode's 16-bit type (nearest even) */
+static bf16 f2h(float x)
+{
+    __nv_bfloat16_raw r;
+    r.x = f16_mode ? f32_to_f16(x) : f32_to_bf16(x);
+    return bf16(r); /* the bits, whichever type they encode */
+}
+/* normals * scale + offset in the mode's type (|values| < 10: well inside fp16's range) */
+static std::vector<bf16> rand16(size_t n, float scale, float offset, uint64_t *s)
 {
     std::vector<bf16> v(n);
     for (size_t i = 0; i < n; i++)
-        v[i] = __float2bfloat16(offset + gt_normal(s) * scale);
+        v[i] = f2h(offset + gt_normal(s) * scale);
     return v;
 }
 /* Cheaper for 10^8 elements: uniform in [-scale, scale]. */
-static std::vector<bf16> rand_bf16_uniform(size_t n, float scale, uint64_t *s)
+static std::vector<bf16> rand16_uniform(size_t n, float scale, uint64_t *s)
 {
     std::vector<bf16> v(n);
     for (size_t i = 0; i < n; i++)
-        v[i] = __float2bfloat16(gt_uniform(s) * scale);
+        v[i] = f2h(gt_uniform(s) * scale);
     return v;
 }
 template <typename T> static T *dev(const std::vector<T> &h)
@@ -154,8 +198,8 @@ template <typename F> static double median_ms(F fn, int reps = 20)
 }
 static void print_time(const char *what, double ms, double bytes)
 {
-    printf("time %-58s %8.4f ms  %7.1f GB/s  (%.0f%% of 4.2 TB/s copy)\n", what, ms, bytes / ms * 1e-6,
-           bytes / ms * 1e-6 / 4200 * 100);
+    printf("time %s %-53s %8.4f ms  %7.1f GB/s  (%.0f%% of 4.2 TB/s copy)\n", mode_name(), what, ms,
+           bytes / ms * 1e-6, bytes / ms * 1e-6 / 4200 * 100);
 }
 
 /* ---- embedding */
@@ -163,7 +207,7 @@ static void print_time(const char *what, double ms, double bytes)
 static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64_t seed)
 {
     uint64_t s = seed;
-    std::vector<bf16> table = rand_bf16(V * (size_t)hidden, 1.f, 0.f, &s);
+    std::vector<bf16> table = rand16(V * (size_t)hidden, 1.f, 0.f, &s);
     std::vector<int32_t> ids(n);
     for (int i = 0; i < n; i++)
         ids[i] = (int32_t)(gt_next(&s) % (uint64_t)V);
@@ -190,7 +234,7 @@ static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64
         for (int c = 0; c < hidden; c++) {
             size_t i = (size_t)t * hidden + c;
             uint16_t want = in ? bits(table[(size_t)ids[t] * hidden + c]) : 0;
-            float want32 = in ? bf(table[(size_t)ids[t] * hidden + c]) : 0.f;
+            float want32 = in ? h2f(table[(size_t)ids[t] * hidden + c]) : 0.f;
             uint32_t g32b, w32b;
             memcpy(&g32b, &g32[i], 4);
             memcpy(&w32b, &want32, 4);
@@ -204,12 +248,11 @@ static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64
             }
         }
     }
-    gt_check(
-        wrong16 == 0 && wrong32 == 0,
-        "embedding V %6d hidden %5d n %5d out+%d (%d out-of-range ids -> zeros): bit-exact, %zu bf16 and %zu "
-        "fp32 elements wrong%s",
-        V, hidden, n, out_offset, n_bad_ids, wrong16, wrong32,
-        first != (size_t)-1 ? " (see first index)" : "");
+    gt_check(wrong16 == 0 && wrong32 == 0,
+             "%s embedding V %6d hidden %5d n %5d out+%d (%d out-of-range ids -> zeros): bit-exact, "
+             "%zu 16-bit and %zu fp32 elements wrong%s",
+             mode_name(), V, hidden, n, out_offset, n_bad_ids, wrong16, wrong32,
+             first != (size_t)-1 ? " (see first index)" : "");
     if (first != (size_t)-1)
         printf("     first wrong element %zu\n", first);
     GPU_OK(cudaFree(dtab));
@@ -225,15 +268,16 @@ static void test_embedding(void)
     test_embedding_case(777, 100, 33, 0, case_seed(3)); /* hidden % 8 != 0: scalar path */
     test_embedding_case(50, 1024, 1, 0, case_seed(4));
     test_embedding_case(300, 1024, 9, 1, case_seed(5)); /* misaligned output: scalar path */
-    gt_check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "embedding n_tokens 0 is a no-op");
+    gt_check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "%s embedding n_tokens 0 is a no-op",
+             mode_name());
     int rc = k_embedding(NULL, 4, NULL, 10, 64, NULL, 0);
-    gt_check(rc == -1 && strstr(k_last_error(), "embedding"), "embedding NULL pointers fail cleanly: \"%s\"",
-             k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "embedding"),
+             "%s embedding NULL pointers fail cleanly: \"%s\"", mode_name(), k_last_error());
 
     /* timing: 8192 tokens of a 5120-wide table */
     const int T = 8192, C = 5120, V = 32768;
     uint64_t s = case_seed(6);
-    std::vector<bf16> table = rand_bf16_uniform((size_t)V * C, 1.f, &s);
+    std::vector<bf16> table = rand16_uniform((size_t)V * C, 1.f, &s);
     std::vector<int32_t> ids(T);
     for (int i = 0; i < T; i++)
         ids[i] = (int32_t)(gt_next(&s) % V);
@@ -264,7 +308,7 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
         for (int c = 0; c < cols; c++)
             res[res_offset + (size_t)r * cols + c] = gt_normal(&s) * scale;
     }
-    std::vector<bf16> x = rand_bf16(n, 0.5f, 0.f, &s), w = rand_bf16(cols, 0.2f, 1.f, &s);
+    std::vector<bf16> x = rand16(n, 0.5f, 0.f, &s), w = rand16(cols, 0.2f, 1.f, &s);
     float *dres = dev(res);
     bf16 *dx = dev(x), *dw = dev(w), *dout = gt_poisoned<bf16>(n);
     float *r0 = dres + res_offset;
@@ -282,14 +326,12 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
             ss += (double)v[c] * v[c];
         double rr = 1.0 / sqrt(ss / cols + eps);
         for (int c = 0; c < cols; c++)
-            acc_add(a, bf(out[(size_t)r * cols + c]), v[c] * rr * bf(w[c]), BF16_RTOL, 1e-6);
+            acc_add(a, h2f(out[(size_t)r * cols + c]), v[c] * rr * h2f(w[c]), rtol16(), 1e-6);
     }
     snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
-    acc_report(a, what, BF16_NORM_TOL);
+    acc_report(a, what, norm_tol16());
     gt_check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
-             "rmsnorm rows %4d cols %5d: residual "
-             "left unchanged",
-             rows, cols);
+             "%s rmsnorm rows %4d cols %5d: residual left unchanged", mode_name(), rows, cols);
 
     /* k_add_rmsnorm: residual += x, out = norm(residual) * w */
     GPU_OK(cudaMemset(dout, 0xff, n * sizeof(bf16)));
@@ -303,21 +345,21 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
         std::vector<double> sum(cols);
         double ss = 0;
         for (int c = 0; c < cols; c++) {
-            double exact = (double)v[c] + bf(xr[c]);
+            double exact = (double)v[c] + h2f(xr[c]);
             acc_add(ar, res_after[(size_t)r * cols + c], exact, F32_RTOL, 0);
             sum[c] = (double)(float)exact; /* the stored residual the norm sees */
             ss += sum[c] * sum[c];
         }
         double rr = 1.0 / sqrt(ss / cols + eps);
         for (int c = 0; c < cols; c++)
-            acc_add(ao, bf(out[(size_t)r * cols + c]), sum[c] * rr * bf(w[c]), BF16_RTOL, 1e-6);
+            acc_add(ao, h2f(out[(size_t)r * cols + c]), sum[c] * rr * h2f(w[c]), rtol16(), 1e-6);
     }
     snprintf(what, sizeof what, "add_rmsnorm rows %4d cols %5d%s: residual", rows, cols,
              res_offset ? " (misaligned)" : "");
     acc_report(ar, what, 2e-7);
     snprintf(what, sizeof what, "add_rmsnorm rows %4d cols %5d%s: out", rows, cols,
              res_offset ? " (misaligned)" : "");
-    acc_report(ao, what, BF16_NORM_TOL);
+    acc_report(ao, what, norm_tol16());
     GPU_OK(cudaFree(dres));
     GPU_OK(cudaFree(dx));
     GPU_OK(cudaFree(dw));
@@ -338,10 +380,10 @@ static void test_rmsnorm(void)
     test_rmsnorm_case(300, 16384, 0, case_seed(k++)); /* 8 units a thread, 256 threads */
     test_rmsnorm_case(3, 24576, 0, case_seed(k++));   /* 8 units a thread, 384 threads */
     test_rmsnorm_case(2, 40000, 0, case_seed(k++));   /* too wide for registers: scalar path */
-    gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "rmsnorm rows 0 is a no-op");
+    gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "%s rmsnorm rows 0 is a no-op", mode_name());
     int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);
-    gt_check(rc == -1 && strstr(k_last_error(), "cols 0"), "add_rmsnorm cols 0 fails cleanly: \"%s\"",
-             k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "cols 0"), "%s add_rmsnorm cols 0 fails cleanly: \"%s\"",
+             mode_name(), k_last_error());
 
     /* timing at T = 8192, C = 5120 */
     const int T = 8192, C = 5120;
@@ -349,7 +391,7 @@ static void test_rmsnorm(void)
     std::vector<float> res((size_t)T * C);
     for (auto &v : res)
         v = gt_uniform(&s);
-    std::vector<bf16> x = rand_bf16_uniform((size_t)T * C, 0.1f, &s), w = rand_bf16(C, 0.2f, 1.f, &s);
+    std::vector<bf16> x = rand16_uniform((size_t)T * C, 0.1f, &s), w = rand16(C, 0.2f, 1.f, &s);
     float *dres = dev(res);
     bf16 *dx = dev(x), *dw = dev(w), *dout = gt_poisoned<bf16>((size_t)T * C);
     double ms = median_ms([&] { return k_rmsnorm(dres, dw, dout, T, C, 1e-6f, 0); });
@@ -414,14 +456,14 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     float attn_scale = 0;
     char err[256];
     if (backend_rope_freqs(&cfg, inv_freq.data(), &attn_scale, err, sizeof err)) {
-        gt_check(false, "backend_rope_freqs: %s", err);
+        gt_check(false, "%s backend_rope_freqs: %s", mode_name(), err);
         return;
     }
 
     /* inputs */
-    std::vector<bf16> qkv = rand_bf16((size_t)T * QKV, norms ? 2.f : 1.f, 0.f, &s);
-    std::vector<bf16> b = rand_bf16(QKV, 0.5f, 0.f, &s);
-    std::vector<bf16> qn = rand_bf16(D, 0.2f, 1.f, &s), kn = rand_bf16(D, 0.2f, 1.f, &s);
+    std::vector<bf16> qkv = rand16((size_t)T * QKV, norms ? 2.f : 1.f, 0.f, &s);
+    std::vector<bf16> b = rand16(QKV, 0.5f, 0.f, &s);
+    std::vector<bf16> qn = rand16(D, 0.2f, 1.f, &s), kn = rand16(D, 0.2f, 1.f, &s);
     std::vector<int32_t> pos(T), slot(T);
     for (int t = 0; t < T; t++)
         pos[t] = (int32_t)(gt_next(&s) % (uint64_t)rc.max_pos);
@@ -476,7 +518,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
          s_bad = 0; /* fp8: codes off the nearest, codes, exact, scales off */
     char q_first[200] = "";
 
-    /* reference, in double from the bf16 inputs; the angle is rounded to fp32 as transformers does */
+    /* reference, in double from the 16-bit inputs; the angle is rounded to fp32 as transformers does */
     acc aq, ak, av;
     std::vector<char> written(cache_n, 0);
     std::vector<double> x(D), c(half), sn(half);
@@ -488,7 +530,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
         for (int hh = 0; hh < NH; hh++) {
             const int kind = hh < H ? 0 : hh < H + KVH ? 1 : 2;
             for (int i = 0; i < D; i++)
-                x[i] = (double)bf(qkv[(size_t)t * QKV + hh * D + i]) + (bias ? bf(b[hh * D + i]) : 0.0);
+                x[i] = (double)h2f(qkv[(size_t)t * QKV + hh * D + i]) + (bias ? h2f(b[hh * D + i]) : 0.0);
             if (norms && kind < 2) {
                 double ss = 0;
                 for (int i = 0; i < D; i++)
@@ -496,7 +538,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
                 double r = 1.0 / sqrt(ss / D + eps);
                 const std::vector<bf16> &w = kind == 0 ? qn : kn;
                 for (int i = 0; i < D; i++)
-                    x[i] = x[i] * r * bf(w[i]);
+                    x[i] = x[i] * r * h2f(w[i]);
             }
             if (kind < 2)
                 for (int i = 0; i < half; i++) {
@@ -506,7 +548,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
                 }
             if (kind == 0) {
                 for (int i = 0; i < D; i++)
-                    acc_add(aq, bf(gq[(size_t)t * QKV + hh * D + i]), x[i], BF16_RTOL, 1e-5);
+                    acc_add(aq, h2f(gq[(size_t)t * QKV + hh * D + i]), x[i], rtol16(), 1e-5);
             } else if (slot[t] >= 0 && f8) {
                 const int g = hh - H - (kind == 2 ? KVH : 0);
                 const size_t at = (((size_t)(slot[t] / bs) * KVH + g) * bs + slot[t] % bs) * D;
@@ -538,7 +580,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
                 const int g = hh - H - (kind == 2 ? KVH : 0);
                 const size_t at = (((size_t)(slot[t] / bs) * KVH + g) * bs + slot[t] % bs) * D;
                 for (int i = 0; i < D; i++) {
-                    acc_add(kind == 1 ? ak : av, bf((kind == 1 ? gk : gv)[at + i]), x[i], BF16_RTOL, 1e-5);
+                    acc_add(kind == 1 ? ak : av, h2f((kind == 1 ? gk : gv)[at + i]), x[i], rtol16(), 1e-5);
                     written[at + i] = 1;
                 }
             }
@@ -568,23 +610,24 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
              rc.qkv_offset ? " misaligned" : "", rc.max_pos > 105615 ? " long" : "");
     char w2[200];
     snprintf(w2, sizeof w2, "%s: q", what);
-    acc_report(aq, w2, BF16_NORM_TOL);
+    acc_report(aq, w2, norm_tol16());
     if (f8) {
-        gt_check(q_bad == 0 && s_bad == 0 && q_n > 0,
-                 "%s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
-                 "(%.4f%%) "
-                 "equal to f32_to_e4m3 of the reference",
-                 what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
-                 q_n ? 100.0 * q_exact / q_n : 0.0);
+        gt_check(
+            q_bad == 0 && s_bad == 0 && q_n > 0,
+            "%s %s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
+            "(%.4f%%) "
+            "equal to f32_to_e4m3 of the reference",
+            mode_name(), what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
+            q_n ? 100.0 * q_exact / q_n : 0.0);
     } else {
         snprintf(w2, sizeof w2, "%s: k cache", what);
-        acc_report(ak, w2, BF16_NORM_TOL);
+        acc_report(ak, w2, norm_tol16());
         snprintf(w2, sizeof w2, "%s: v cache", what);
-        acc_report(av, w2, BF16_NORM_TOL);
+        acc_report(av, w2, norm_tol16());
     }
     gt_check(clobbered == 0,
-             "%s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g",
-             what, clobbered, first, skipped, attn_scale);
+             "%s %s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g",
+             mode_name(), what, clobbered, first, skipped, attn_scale);
 
     GPU_OK(cudaFree(dqkv_base));
     GPU_OK(cudaFree(db));
@@ -628,33 +671,40 @@ static void test_rope(void)
     test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 1000000, 0}, case_seed(k++));
     test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 100000, 4}, case_seed(k++));
     test_rope_case({ARCH_QWEN2, 64, 16, 8, 64, 32, ROPE_DEFAULT, 100000, 1}, case_seed(k++));
-    /* fp8 cache: the vector widths, block sizes 16 and 32, biases, yarn, one token */
-    test_rope_case({ARCH_QWEN3, 128, 40, 8, 300, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN3, 128, 16, 8, 1, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN2, 128, 12, 2, 37, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN3, 64, 4, 2, 50, 16, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_LLAMA, 64, 16, 8, 100, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN3, 16, 4, 2, 50, 32, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN3, 256, 8, 2, 40, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
-    test_rope_case({ARCH_QWEN3, 128, 40, 8, 100, 32, ROPE_YARN, 131072, 0}, case_seed(k++), true);
-    {
+    /* fp8 cache (bf16 only): the vector widths, block sizes 16 and 32, biases, yarn, one token */
+    if (f16_mode) {
+        int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
+                                        NULL, NULL, 0, 8, 2, 64, 32, 0);
+        gt_check(rc8 == -1 && strstr(k_last_error(), "k_qk_norm_rope_kv_fp8") &&
+                     strstr(k_last_error(), "fp16"),
+                 "%s rope fp8 refuses fp16 mode (even a T 0 no-op): \"%s\"", mode_name(), k_last_error());
+        k += 8;
+    } else {
+        test_rope_case({ARCH_QWEN3, 128, 40, 8, 300, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN3, 128, 16, 8, 1, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN2, 128, 12, 2, 37, 16, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN3, 64, 4, 2, 50, 16, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_LLAMA, 64, 16, 8, 100, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN3, 16, 4, 2, 50, 32, ROPE_DEFAULT, 4096, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN3, 256, 8, 2, 40, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
+        test_rope_case({ARCH_QWEN3, 128, 40, 8, 100, 32, ROPE_YARN, 131072, 0}, case_seed(k++), true);
         int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
                                         NULL, NULL, 4, 8, 2, 96, 32, 0);
-        gt_check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "rope fp8 D 96 fails cleanly: \"%s\"",
-                 k_last_error());
+        gt_check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "%s rope fp8 D 96 fails cleanly: \"%s\"",
+                 mode_name(), k_last_error());
     }
     gt_check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64,
                                32, 0) == 0,
-             "rope T 0 is a no-op");
+             "%s rope T 0 is a no-op", mode_name());
     int rc = k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 4, 8, 3, 64,
                                32, 0);
-    gt_check(rc == -1 && strstr(k_last_error(), "KVH 3"), "rope H %% KVH != 0 fails cleanly: \"%s\"",
-             k_last_error());
+    gt_check(rc == -1 && strstr(k_last_error(), "KVH 3"), "%s rope H %% KVH != 0 fails cleanly: \"%s\"",
+             mode_name(), k_last_error());
 
     /* timing: Qwen3-14B, T = 8192 tokens */
     const int T = 8192, H = 40, KVH = 8, D = 128, bs = 32, NH = H + 2 * KVH;
     uint64_t s = case_seed(399);
-    std::vector<bf16> qkv = rand_bf16_uniform((size_t)T * NH * D, 2.f, &s), qn = rand_bf16(D, 0.2f, 1.f, &s);
+    std::vector<bf16> qkv = rand16_uniform((size_t)T * NH * D, 2.f, &s), qn = rand16(D, 0.2f, 1.f, &s);
     std::vector<int32_t> pos(T), slot(T);
     for (int t = 0; t < T; t++)
         pos[t] = t, slot[t] = t;
@@ -671,8 +721,8 @@ static void test_rope(void)
     });
     print_time("k_qk_norm_rope_kv Qwen3-14B T 8192 (qkv read, q+k+v written)", ms,
                (double)T * NH * D * 2 * 2);
-    {
-        uint8_t *dk8 = (uint8_t *)dk, *dv8 = (uint8_t *)dv; /* codes in the bf16 caches' first halves */
+    if (!f16_mode) {
+        uint8_t *dk8 = (uint8_t *)dk, *dv8 = (uint8_t *)dv; /* codes in the 16-bit caches' first halves */
         float *dks = (float *)(dk8 + (size_t)T * KVH * D), *dvs = (float *)(dv8 + (size_t)T * KVH * D);
         double ms8 = median_ms([&] {
             return k_qk_norm_rope_kv_fp8(dqkv, NULL, dqn, dqn, 1e-6f, dpos, dfreq, 1.f, dslot, dk8, dv8, dks,
@@ -695,19 +745,19 @@ static void test_rope(void)
 static void test_silu_case(int T, int F, uint64_t seed)
 {
     uint64_t s = seed;
-    std::vector<bf16> gu = rand_bf16_uniform((size_t)T * 2 * F, 6.f, &s);
+    std::vector<bf16> gu = rand16_uniform((size_t)T * 2 * F, 6.f, &s);
     bf16 *dgu = dev(gu), *dout = gt_poisoned<bf16>((size_t)T * F);
     K_OK(k_silu_mul(dgu, dout, T, F, 0));
     std::vector<bf16> out = host(dout, (size_t)T * F);
     acc a;
     for (int t = 0; t < T; t++)
         for (int f = 0; f < F; f++) {
-            double g = bf(gu[(size_t)t * 2 * F + f]), u = bf(gu[(size_t)t * 2 * F + F + f]);
-            acc_add(a, bf(out[(size_t)t * F + f]), g / (1.0 + exp(-g)) * u, BF16_RTOL, 1e-6);
+            double g = h2f(gu[(size_t)t * 2 * F + f]), u = h2f(gu[(size_t)t * 2 * F + F + f]);
+            acc_add(a, h2f(out[(size_t)t * F + f]), g / (1.0 + exp(-g)) * u, rtol16(), 1e-6);
         }
     char what[96];
     snprintf(what, sizeof what, "silu_mul T %4d F %5d", T, F);
-    acc_report(a, what, BF16_NORM_TOL);
+    acc_report(a, what, norm_tol16());
     GPU_OK(cudaFree(dgu));
     GPU_OK(cudaFree(dout));
 }
@@ -721,11 +771,11 @@ static void test_silu(void)
     test_silu_case(33, 1003, case_seed(k++)); /* F % 8 != 0: scalar path */
     test_silu_case(5, 24, case_seed(k++));
     test_silu_case(3, 3000, case_seed(k++)); /* F / 8 = 375: two blocks a row */
-    gt_check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "silu_mul T 0 is a no-op");
+    gt_check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "%s silu_mul T 0 is a no-op", mode_name());
 
     const int T = 8192, F = 17408;
     uint64_t s = case_seed(599);
-    std::vector<bf16> gu = rand_bf16_uniform((size_t)T * 2 * F, 6.f, &s);
+    std::vector<bf16> gu = rand16_uniform((size_t)T * 2 * F, 6.f, &s);
     bf16 *dgu = dev(gu), *dout = gt_poisoned<bf16>((size_t)T * F);
     double ms = median_ms([&] { return k_silu_mul(dgu, dout, T, F, 0); });
     print_time("k_silu_mul T 8192 F 17408 (read 4 B + write 2 B / output)", ms, (double)T * F * 6);
@@ -737,10 +787,14 @@ int main(void)
 {
     gpu_require();
     base_seed = gt_seed();
-    test_embedding();
-    test_rmsnorm();
-    test_rope();
-    test_silu();
+    for (int f16 = 0; f16 < 2; f16++) {
+        set_mode(f16);
+        test_embedding();
+        test_rmsnorm();
+        test_rope();
+        test_silu();
+    }
+    set_mode(0);
     GPU_OK(cudaDeviceSynchronize());
     printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
     return gt_failures ? 1 : 0;

@@ -14,6 +14,8 @@
  *            k_quant_fp8_act of the fused kernel's own bf16 output (the contract). With and without
  *            the add, with out == NULL.
  *   silu     k_silu_mul_fp8 vs k_silu_mul then k_quant_fp8_act: everything bit for bit (same formula).
+ *   fp16     in fp16 mode (k_set_f16) every fp8 launcher of quant.cu, kv_stage.cu and rope.cu is refused
+ *            at once (-1, a message naming it), even with arguments that make it a no-op in bf16 mode.
  * Outputs are poisoned (0xff) before every run; inputs are fresh random numbers (seed printed,
  * LLMQ_TEST_SEED=N reproduces). Timing (informational): median of 20 after warm-up on hashed non-zero
  * inputs, GB/s against the H200's 4.2 TB/s copy. */
@@ -264,6 +266,32 @@ static void case_silu(int T, int F, bool with_out, uint64_t *seed)
     cudaFree(dgu), cudaFree(o1), cudaFree(o2), cudaFree(q), cudaFree(s);
 }
 
+/* ---- fp16 mode: the fp8 paths are bf16 only */
+
+static void refused(int rc, const char *name)
+{
+    const char *e = k_last_error();
+    gt_check(rc == -1 && strstr(e, name) && strstr(e, "fp16 mode"), "fp16 mode: %s refused: \"%s\"", name, e);
+}
+
+static void case_fp16_refused(void)
+{
+    k_set_f16(1);
+    refused(k_quant_fp8_weight(NULL, 128, 128, NULL, NULL, NULL, 0), "k_quant_fp8_weight");
+    /* the rest with no work to do (a no-op in bf16 mode): the mode is checked first */
+    refused(k_quant_fp8_act(NULL, 0, 256, NULL, NULL, 0), "k_quant_fp8_act");
+    refused(k_add_rmsnorm_fp8(NULL, NULL, NULL, NULL, NULL, NULL, 0, 128, 1e-6f, 0), "k_add_rmsnorm_fp8");
+    refused(k_silu_mul_fp8(NULL, NULL, NULL, NULL, 0, 128, 0), "k_silu_mul_fp8");
+    refused(k_kv_stage_fp8(NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, 8, 128, 32, 0), "k_kv_stage_fp8");
+    refused(k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, NULL,
+                                  NULL, 0, 8, 2, 128, 32, 0),
+            "k_qk_norm_rope_kv_fp8");
+    k_set_f16(0);
+    gt_check(k_quant_fp8_act(NULL, 0, 256, NULL, NULL, 0) == 0 &&
+                 k_kv_stage_fp8(NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, 8, 128, 32, 0) == 0,
+             "bf16 mode again: the same no-ops succeed");
+}
+
 /* ---- timing */
 
 template <typename F> static float median_ms(F &&run)
@@ -350,6 +378,7 @@ int main(void)
              "rmsnorm cols 96 fails cleanly: \"%s\"", k_last_error());
     gt_check(k_quant_fp8_weight(NULL, 0, 128, NULL, NULL, NULL, 0) == -1, "weight N 0 fails cleanly: \"%s\"",
              k_last_error());
+    case_fp16_refused();
 
     case_weight(300, 200, &seed, "edges");
     case_weight(5, 7, &seed, "smaller than a block");
