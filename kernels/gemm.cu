@@ -1,4 +1,5 @@
-// GEMMs through cuBLASLt: Y[M, N] = X[M, K] . W[N, K]^T, bf16 in, fp32 accumulation, bf16 or fp32 out.
+// GEMMs through cuBLASLt: Y[M, N] = X[M, K] . W[N, K]^T, bf16 in, fp32 accumulation, bf16 or fp32 out
+// (fp16 in and out in fp16 mode, below).
 //
 // cuBLASLt is column-major. Row-major W[N, K] is the column-major K x N matrix (ld K), row-major
 // X[M, K] is column-major K x M (ld K) and row-major Y[M, N] is column-major N x M (ld N), so
@@ -23,6 +24,11 @@
 // The scale pointers are attributes of the operation descriptor, set before every call (a plan is
 // shared by every layer's weight of one shape); a captured graph keeps the values of its capture.
 //
+// fp16 mode (k_f16(), kernels.h): k_gemm_bf16 takes X, W and a 16-bit Y as CUDA_R_16F (same compute
+// and scale types) under its own plan kind (KIND_F16), so a plan made for one 16-bit type is never
+// used for the other; k_linear's choices are keyed the same way (KIND_CHOICE_F16). k_gemm_fp8 and
+// k_linear with an fp8 weight are bf16 only and fail in fp16 mode.
+//
 // k_linear: the backend's entry point; for M <= K_GEMV_MAX_M it measures the GEMV kernels
 // (kernels/gemv.cu) against cuBLASLt once per key and keeps the faster ("choice" entries of the same
 // table).
@@ -35,11 +41,11 @@
 
 // ---- plans and their cache
 
-enum { KIND_BF16, KIND_FP8, KIND_CHOICE_BF16, KIND_CHOICE_FP8 };
+enum { KIND_BF16, KIND_FP8, KIND_CHOICE_BF16, KIND_CHOICE_FP8, KIND_F16, KIND_CHOICE_F16 };
 enum { PATH_LT, PATH_GEMV };
 
 struct gemm_key {
-    int kind; // KIND_*: a cuBLASLt plan of either dtype, or k_linear's measured choice
+    int kind; // KIND_*: a cuBLASLt plan of a dtype (bf16, fp8, fp16), or k_linear's measured choice of one
     int M, N, K, y_f32;
     int align_x, align_w, align_y; // bytes, 2..256 (fp8 plans: of Xq, W, Y)
     int rep; // 1: the algorithm timed for M's tune bucket (M is the bucket's top; no descriptors)
@@ -104,6 +110,16 @@ static void plan_destroy(gemm_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+// The name of a plan kind's input type, and of its 16-bit output type.
+static const char *kind_in(int kind)
+{
+    return kind == KIND_FP8 ? "fp8" : kind == KIND_F16 ? "fp16" : "bf16";
+}
+static const char *kind_out16(int kind)
+{
+    return kind == KIND_F16 ? "fp16" : "bf16";
+}
+
 // Reports a cuBLAS failure with the call and the shape; returns -1.
 static int lt_fail(const char *file, int line, const char *call, cublasStatus_t s, const gemm_key &k)
 {
@@ -111,8 +127,8 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
         file, line,
         "%s: %s (%d) for Y[%d, %d] = X[%d, %d] . W[%d, %d]^T, %s in, %s out, alignments X %d W %d Y %d", call,
         cublasLtGetStatusString(s), (int)s, k.M, k.N, k.M, k.K, k.N, k.K,
-        k.kind == KIND_FP8 ? "fp8 block-scaled" : "bf16", k.y_f32 ? "fp32" : "bf16", k.align_x, k.align_w,
-        k.align_y);
+        k.kind == KIND_FP8 ? "fp8 block-scaled" : kind_in(k.kind), k.y_f32 ? "fp32" : kind_out16(k.kind),
+        k.align_x, k.align_w, k.align_y);
 }
 #define LT_CHECK(name, call)                                                                                 \
     do {                                                                                                     \
@@ -204,8 +220,7 @@ static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeurist
     cudaEventDestroy(e1);
     if (g->log)
         fprintf(stderr, "gemm tune %s M %d N %d K %d: %d candidates, chose #%d (%.1f us)\n",
-                p->key.kind == KIND_FP8 ? "fp8" : "bf16", p->key.M, p->key.N, p->key.K, n, best,
-                best_ms * 1000.f);
+                kind_in(p->key.kind), p->key.M, p->key.N, p->key.K, n, best, best_ms * 1000.f);
     return best;
 }
 
@@ -222,7 +237,8 @@ static int plan_desc(const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
     LT_CHECK("cublasLtMatmulDescSetAttribute(TRANSB)",
              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     const bool fp8 = k.kind == KIND_FP8;
-    const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    const cudaDataType_t t16 = k.kind == KIND_F16 ? CUDA_R_16F : CUDA_R_16BF; // the 16-bit type
+    const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : t16;
     if (fp8) {
         const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                       b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
@@ -239,7 +255,7 @@ static int plan_desc(const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
     LT_CHECK("cublasLtMatrixLayoutCreate(W)", cublasLtMatrixLayoutCreate(&p->a, in_t, k.K, k.N, k.K));
     LT_CHECK("cublasLtMatrixLayoutCreate(X)", cublasLtMatrixLayoutCreate(&p->b, in_t, k.K, k.M, k.K));
     LT_CHECK("cublasLtMatrixLayoutCreate(Y)",
-             cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : CUDA_R_16BF, k.N, k.M, k.N));
+             cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : t16, k.N, k.M, k.N));
     p->key = k;
     return 0;
 }
@@ -263,8 +279,8 @@ static void plan_log(const gemm_plan *p, size_t workspace, float waves, const ch
     fprintf(stderr,
             "gemm plan %s M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
             "reduction %u swizzle %d, workspace %zu, waves %.2f%s\n",
-            k.kind == KIND_FP8 ? "fp8" : "bf16", k.M, k.N, k.K, k.y_f32 ? "f32" : "bf16", k.align_x,
-            k.align_w, k.align_y, id, tile, stages, splitk, red, sched, workspace, waves, how);
+            kind_in(k.kind), k.M, k.N, k.K, k.y_f32 ? "f32" : kind_out16(k.kind), k.align_x, k.align_w,
+            k.align_y, id, tile, stages, splitk, red, sched, workspace, waves, how);
 }
 
 // Makes the plan of key into *p with algo, if cuBLASLt accepts algo for key's shape; -1 (and *p
@@ -491,7 +507,7 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
         return 0;
     K_REQUIRE(X && W && Y, "k_gemm_bf16: NULL pointer (X %p W %p Y %p) for M %d N %d K %d", (const void *)X,
               (const void *)W, Y, M, N, K);
-    const gemm_key key = make_key(KIND_BF16, X, W, Y, y_f32, M, N, K);
+    const gemm_key key = make_key(k_f16() ? KIND_F16 : KIND_BF16, X, W, Y, y_f32, M, N, K);
     const gemm_tune t = {X, W, Y, NULL, NULL, stream};
     gemm_plan *p;
     if (plan_get(g, key, &t, &p))
@@ -508,6 +524,7 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
 extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_scale, const uint8_t *W,
                           const float *w_scale, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_gemm_fp8: fp8 GEMMs are bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(g, "k_gemm_fp8: NULL handle");
     K_REQUIRE(M >= 0 && N > 0 && K > 0, "k_gemm_fp8: bad shape M %d N %d K %d", M, N, K);
     if (M == 0)
@@ -607,6 +624,12 @@ static bool gemv_ok(const bf16 *X, const uint8_t *Xq, const float *x_scale, cons
            w->K % 16 == 0 && align_of(w->w) >= 16;
 }
 
+// The name of a weight's type as k_linear uses it (a 16-bit weight is of the calling thread's mode).
+static const char *weight_type(const struct k_weight *w)
+{
+    return w->fp8 ? "fp8" : k_f16() ? "fp16" : "bf16";
+}
+
 extern "C" int k_linear_takes_xq(const struct k_weight *w, int M)
 {
     // fp8 at M = 1 is always the GEMV (cuBLASLt has no algorithm), on bf16 X unless LLMQ_GEMV_XQ=2
@@ -616,6 +639,7 @@ extern "C" int k_linear_takes_xq(const struct k_weight *w, int M)
 extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale,
                         const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
 {
+    K_REQUIRE(!(w && w->fp8 && k_f16()), "k_linear: fp8 weights are bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(g && w && w->w && Y, "k_linear: NULL handle, weight or output");
     K_REQUIRE(!w->fp8 || w->scale, "k_linear: fp8 weight without scales");
     K_REQUIRE(M >= 0 && w->N > 0 && w->K > 0, "k_linear: bad shape M %d N %d K %d", M, w->N, w->K);
@@ -626,8 +650,8 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     K_REQUIRE(lt_in || gemv_in,
               "k_linear: no usable input for M %d N %d K %d (%s weight: X %p, Xq %p, x_scale %p; GEMV needs "
               "bf16 X or (fp8 W) Xq and x_scale, M <= %d, K %% 16 == 0, 16-byte aligned X or Xq, and W)",
-              M, w->N, w->K, w->fp8 ? "fp8" : "bf16", (const void *)X, (const void *)Xq,
-              (const void *)x_scale, K_GEMV_MAX_M);
+              M, w->N, w->K, weight_type(w), (const void *)X, (const void *)Xq, (const void *)x_scale,
+              K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
     if (!lt_in || (w->fp8 && M == 1) || g->pick == 1)
@@ -635,8 +659,8 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     if (g->pick == 2)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
-    const gemm_key key = make_key(w->fp8 ? KIND_CHOICE_FP8 : KIND_CHOICE_BF16, w->fp8 ? (const void *)Xq : X,
-                                  w->w, Y, y_f32, M, w->N, w->K);
+    const int kind = w->fp8 ? KIND_CHOICE_FP8 : k_f16() ? KIND_CHOICE_F16 : KIND_CHOICE_BF16;
+    const gemm_key key = make_key(kind, w->fp8 ? (const void *)Xq : X, w->w, Y, y_f32, M, w->N, w->K);
     gemm_plan *p = slot_of(g->plans, g->cap, key);
     if (p->used)
         return run_path(g, p->path, X, Xq, x_scale, w, Y, y_f32, M, stream);
@@ -650,7 +674,7 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     const int path = t_lt < 0 || (t_gemv >= 0 && t_gemv <= t_lt) ? PATH_GEMV : PATH_LT;
     if (g->log)
         fprintf(stderr, "gemm choice %s M %d N %d K %d: gemv %.1f us, cublasLt %.1f us -> %s\n",
-                w->fp8 ? "fp8" : "bf16", M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
+                weight_type(w), M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
                 path == PATH_GEMV ? "gemv" : "cublasLt");
     if (2 * (g->n + 1) > g->cap && table_grow(g))
         return -1;

@@ -1,5 +1,7 @@
 // Skinny GEMM / GEMV for decode-sized batches: Y[M, N] = X[M, K] . W[N, K]^T with M <= 8, bf16 or
 // e4m3 (128x128 block-scaled) weights, bf16 activations, fp32 accumulation, one rounding at the store.
+// In fp16 mode (k_f16(), kernels.h) the 16-bit-weight GEMV computes the same with X, W and a 16-bit Y
+// in fp16 (f16 mmas, fp16 rounding at the store: gemv_kernel_f16); the fp8 GEMVs are bf16 only.
 //
 // The job is to stream W once at the copy bandwidth; the arithmetic is small. The products run on
 // the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate), which fits the shape exactly: the
@@ -49,6 +51,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/elt16.cuh"
 #include "kernels/gemv_mma.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
@@ -96,14 +99,17 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
 // the last of those slots), the SM's id (%smid, not a time) in slot K_GEMV_PROF_SLOTS - 2, and the last
 // slot when the warp leaves (after the CTA's stores, or its split-K ticket). Other instantiations take
 // prof NULL and have no stamps.
-template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false,
-          bool PROF = false>
-__global__ void __launch_bounds__(WARPS * 32, MINB)
-    gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
-                const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
-                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum,
-                unsigned long long *__restrict__ prof)
+//
+// E (the 16-bit element type, kernels/elt16.cuh): X, W and a 16-bit Y of the 16-bit-weight path are E
+// and its products are mma16816<E>; gemv_kernel is E = bf16 (every path), gemv_kernel_f16 the
+// 16-bit-weight path in fp16. The fp8 paths (FP8, XQ, GLU, PROF) are bf16 only.
+template <typename E, int WARPS, int U, int R, bool PF, bool FP8, bool XQ, int DC, bool GLU, bool PROF>
+__device__ __forceinline__ void
+gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
+          const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K, int ks,
+          unsigned *__restrict__ ticket, float *__restrict__ part_sum, unsigned long long *__restrict__ prof)
 {
+    static_assert(!(FP8 || XQ || GLU || PROF) || !elt16<E>::f16, "the fp8 paths are bf16 only");
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
     constexpr int STEP = 4 * EPL;          // k covered by one load step (4 lanes per row)
@@ -230,10 +236,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
             if (!FP8) {
 #pragma unroll
                 for (int r = 0; r < R; r++) {
-                    mma_bf16(acc[r], wv[u][r][0].x, wv[u][r][1].x, wv[u][r][0].y, wv[u][r][1].y, xv[u][0].x,
-                             xv[u][0].y);
-                    mma_bf16(DC > 1 ? acc2[r] : acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w,
-                             wv[u][r][1].w, xv[u][0].z, xv[u][0].w);
+                    mma16816<E>(acc[r], wv[u][r][0].x, wv[u][r][1].x, wv[u][r][0].y, wv[u][r][1].y,
+                                xv[u][0].x, xv[u][0].y);
+                    mma16816<E>(DC > 1 ? acc2[r] : acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w,
+                                wv[u][r][1].w, xv[u][0].z, xv[u][0].w);
                 }
             } else if (XQ) {
 #pragma unroll
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
         if (y_f32)
             ((float *)Y)[o] = s;
         else
-            ((bf16 *)Y)[o] = __float2bfloat16(s);
+            ((E *)Y)[o] = elt16<E>::from_f(s);
     };
     // f(r, m, row, n) for each output of the CTA's tiles (one thread each)
     auto each_output = [&](auto f) {
@@ -383,6 +389,30 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     stamp(K_GEMV_PROF_SLOTS - 1);
 }
 
+template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false,
+          bool PROF = false>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
+    gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
+                const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
+                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum,
+                unsigned long long *__restrict__ prof)
+{
+    gemv_body<__nv_bfloat16, WARPS, U, R, PF, FP8, XQ, DC, GLU, PROF>(Xv, x_scale, Wv, w_scale, Y, y_f32, M,
+                                                                      N, K, ks, ticket, part_sum, prof);
+}
+
+// The 16-bit-weight path in fp16 (X, W and a 16-bit Y __half; k_f16()).
+template <int WARPS, int U, int R, int MINB, bool PF, int DC>
+__global__ void __launch_bounds__(WARPS * 32, MINB)
+    gemv_kernel_f16(const void *__restrict__ Xv, const float *__restrict__ x_scale,
+                    const void *__restrict__ Wv, const float *__restrict__ w_scale, void *__restrict__ Y,
+                    int y_f32, int M, int N, int K, int ks, unsigned *__restrict__ ticket,
+                    float *__restrict__ part_sum, unsigned long long *__restrict__ prof)
+{
+    gemv_body<__half, WARPS, U, R, PF, false, false, DC, false, false>(Xv, x_scale, Wv, w_scale, Y, y_f32, M,
+                                                                       N, K, ks, ticket, part_sum, prof);
+}
+
 // ---- launchers
 
 // Variant v (1-based) of K_GEMV_VARIANTS: (warps per CTA, load steps per chunk, 16-row tiles per
@@ -401,17 +431,24 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
     X(10, 8, 2, 1, 4, 1, 1)                                                                                  \
     X(11, 8, 4, 1, 4, 0, 2)
 
-template <bool FP8, bool XQ>
+// E: the 16-bit type of X and W (FP8: of X, bf16 only)
+template <typename E, bool FP8, bool XQ>
 static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const float *xs,
                       const void *W, const float *s, void *Y, int y_f32, int M, int N, int K,
                       cudaStream_t stream)
 {
+    static_assert(!FP8 || !elt16<E>::f16, "the fp8 GEMVs are bf16 only");
     switch (v) {
 #define GEMV_CASE(V, WARPS, U, R, MINB, PF, DC)                                                              \
     case V:                                                                                                  \
-        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC>,                               \
-                         (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, M,  \
-                         N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                           \
+        if constexpr (elt16<E>::f16)                                                                         \
+            K_CHECK(k_launch(gemv_kernel_f16<WARPS, U, R, MINB, PF != 0, DC>,                                \
+                             (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
+                             M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
+        else                                                                                                 \
+            K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC>,                           \
+                             (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
+                             M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
         break;
         GEMV_VARIANTS(GEMV_CASE)
 #undef GEMV_CASE
@@ -419,6 +456,14 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
         return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
     }
     return 0;
+}
+
+// The 16-bit-weight GEMV with X and W in E.
+template <typename E>
+static int launch_16(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const void *W, void *Y,
+                     int y_f32, int M, int N, int K, cudaStream_t stream)
+{
+    return launch_cfg<E, false, false>(v, ks, ticket, part_sum, X, NULL, W, NULL, Y, y_f32, M, N, K, stream);
 }
 
 // SMs of the current device (132 on the H200), cached per device; 132 if it cannot be read.
@@ -516,6 +561,7 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
                     const float *w_scale, void *Y, int y_f32, int M, int N, int K, int variant, int ks,
                     void *ws, cudaStream_t stream)
 {
+    K_REQUIRE(!fp8 || !k_f16(), "%s: fp8 weights are bf16 only (no fp8 path in fp16 mode)", fn);
     if (M == 0)
         return 0;
     if (gemv_check(fn, X, x_scale, xq, W, w_scale, fp8, Y, M, N, K, variant, ks))
@@ -539,12 +585,12 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
     unsigned *ticket = (unsigned *)ws;
     float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
     if (xq)
-        return launch_cfg<true, true>(v, ks, ticket, part_sum, X, x_scale, W, w_scale, Y, y_f32 != 0, M, N, K,
-                                      stream);
-    return fp8 ? launch_cfg<true, false>(v, ks, ticket, part_sum, X, NULL, W, w_scale, Y, y_f32 != 0, M, N, K,
-                                         stream)
-               : launch_cfg<false, false>(v, ks, ticket, part_sum, X, NULL, W, NULL, Y, y_f32 != 0, M, N, K,
-                                          stream);
+        return launch_cfg<__nv_bfloat16, true, true>(v, ks, ticket, part_sum, X, x_scale, W, w_scale, Y,
+                                                     y_f32 != 0, M, N, K, stream);
+    if (fp8)
+        return launch_cfg<__nv_bfloat16, true, false>(v, ks, ticket, part_sum, X, NULL, W, w_scale, Y,
+                                                      y_f32 != 0, M, N, K, stream);
+    return K_ELT16(launch_16, v, ks, ticket, part_sum, X, W, Y, y_f32 != 0, M, N, K, stream);
 }
 
 extern "C" int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
@@ -597,6 +643,7 @@ static int glu_launch(const bf16 *X, const uint8_t *W, const float *w_scale, bf1
 extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F,
                               int K, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_gemv_fp8_glu: fp8 weights are bf16 only (no fp8 path in fp16 mode)");
     if (M == 0)
         return 0;
     if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
@@ -658,6 +705,7 @@ extern "C" int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *
                                   int K, int glu, int ks, void *ws, unsigned long long *prof,
                                   cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_gemv_fp8_profile: fp8 weights are bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(prof, "k_gemv_fp8_profile: NULL prof");
     if (gemv_check("k_gemv_fp8_profile", X, NULL, false, W, w_scale, true, Y, 1, N, K, 2, ks))
         return -1;

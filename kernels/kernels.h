@@ -108,7 +108,7 @@ int k_qk_norm_rope_kv_fp8(bf16 *qkv, const bf16 *bias, const bf16 *q_norm, const
 int k_silu_mul(const bf16 *gate_up, bf16 *out, int T, int F, cudaStream_t stream);
 
 /* ---- gemm.cu: cuBLASLt, Y[M, N] = X[M, K] · W[N, K]^T, bf16 inputs, fp32 accumulation; Y bf16,
- * or fp32 when y_f32 (logits). The algorithm is chosen once per (M, N, K, y_f32, alignments) and
+ * or fp32 when y_f32 (logits). The algorithm is chosen once per (type, M, N, K, y_f32, alignments) and
  * cached: the library's heuristic pick, or for M <= 256 the fastest of its candidates timed once per
  * tune bucket of M; the handle owns a workspace. Not thread-safe; one per stream. */
 struct k_gemm;

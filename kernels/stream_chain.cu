@@ -123,6 +123,7 @@ __global__ void stream_layout_kernel(const uint4 *__restrict__ src, uint4 *__res
 extern "C" int k_stream_layout_fp8(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, int variant,
                                    cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_stream_layout_fp8: the stream chain is bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(W && Wt, "k_stream_layout_fp8: NULL pointer (W %p Wt %p)", (const void *)W, (void *)Wt);
     K_REQUIRE(N > 0 && N % 16 == 0 && K > 0 && K % 64 == 0,
               "k_stream_layout_fp8: N %d must be a positive multiple of 16 and K %d of 64", N, K);
@@ -544,6 +545,7 @@ extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int v
                                    struct k_stream_chain **out)
 {
     *out = NULL;
+    K_REQUIRE(!k_f16(), "k_stream_chain_plan: the stream chain is bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(k_wgmma_on(), "k_stream_chain_plan: needs an sm_90a device and a build for it (bulk copies)");
     K_REQUIRE(ops && nops > 0, "k_stream_chain_plan: no ops");
     K_REQUIRE(variant >= 0 && variant < K_CHAIN_VARIANTS, "k_stream_chain_plan: variant %d not in 0..%d",
@@ -629,6 +631,7 @@ extern "C" int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int v
 
 extern "C" int k_stream_chain_run(const struct k_stream_chain *p, int flags, cudaStream_t stream)
 {
+    K_REQUIRE(!k_f16(), "k_stream_chain_run: the stream chain is bf16 only (no fp8 path in fp16 mode)");
     K_REQUIRE(p, "k_stream_chain_run: no plan");
     const int nw = chain_nw[p->variant / 2];
     const struct chain_op_dev *ops = p->ops;

@@ -1,5 +1,10 @@
 /* k_gemm_bf16 (cuBLASLt) against a double reference: Y[M, N] = X[M, K] . W[N, K]^T.
  *
+ * Both 16-bit modes (kernels.h, k_set_f16): every 16-bit case (small, odd, tune buckets, the Qwen3-14B
+ * shapes, and k_linear on a 16-bit weight) runs in bf16 and again in fp16, inputs made in the mode's
+ * type, the reference on those rounded inputs; each line names its mode. The FP8 cases run in bf16
+ * only, and fp16 mode must refuse k_gemm_fp8, k_gemv_fp8 and k_linear on an fp8 weight.
+ *
  * Shapes: every GEMM of Qwen3-14B (C 5120, H 40, KVH 8, D 128, F 17408, V 151936) at M = 1, 3, 16,
  * 128, 1000, 4096, checked on 2000 random (m, n) pairs plus the four corners (the reference costs
  * K multiply-adds per output), with the whole output scanned on the device for NaN/inf (outputs are
@@ -12,6 +17,12 @@
  * - bf16 out: |got - ref| <= 2^-8 * 1.001 * |ref| + atol per element (half an ulp of bf16), and
  *   ||got - ref|| / ||ref|| <= 4e-3;
  * - fp32 out (logits): |got - ref| <= 1e-6 * |ref| + atol, norm-relative <= 5e-5.
+ * fp16 mode: the products of fp16 inputs (11-bit significands) are exact in fp32 too, so atol is the
+ * same, and fp16 out is |got - ref| <= 2^-11 * 1.001 * |ref| + atol (half an ulp of fp16), norm-relative
+ * <= 5e-4 (the rounding's rms is ~2.1e-4 of |ref|, at most 2^-11 = 4.9e-4). A product done on
+ * bf16-rounded inputs instead errs by ~2.3e-3 (rms) of each term, so by ~2.3e-3 of |ref| over the
+ * sum (random signs): several times the norm tolerance, and past the per-element bound for much of
+ * the output (~6e-4 at K = 5120, where sum_k |x_k w_k| ~ 45 and |ref| ~ 1), in both output types.
  * Inputs are fresh random numbers from a seeded hash on the device (seed printed; LLMQ_TEST_SEED=N
  * reproduces); X ~ N(0, 1), W ~ N(0, 1/K) so outputs are O(1).
  *
@@ -52,21 +63,43 @@
 #include <vector>
 
 #include "gpu/gpu_test.h"
+#include <cuda_fp16.h>
 
 extern "C" {
 #include "engine/dtype.h"
 }
 
 #define BF16_RTOL (1.0 / 256 * 1.001)
+#define F16_RTOL (1.0 / 2048 * 1.001)
 #define F32_RTOL 1e-6
 #define ATOL_FRAC 2e-6
 
 static uint64_t base_seed;
 
+/* The 16-bit mode of this thread's launches and of the test's buffers (k_set_f16): 0 bf16, 1 fp16. */
+static int f16_mode = 0;
+static void set_mode(int f16)
+{
+    f16_mode = f16;
+    k_set_f16(f16);
+}
+static const char *mode_name(void)
+{
+    return f16_mode ? "fp16" : "bf16";
+}
+/* A 16-bit element of the mode's type (bits in a bf16 slot) as a float, exactly. */
+static float elt_f(bf16 v)
+{
+    uint16_t b;
+    memcpy(&b, &v, 2);
+    return f16_mode ? f16_to_f32(b) : bf16_to_f32(b);
+}
+
 /* ---- device helpers (test-local kernels) */
 
-/* p[i] = bf16(scale * approx N(0,1)): the sum of four 16-bit uniforms of one hash, standardized */
-__global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
+/* p[i] = bf16 (f16: fp16) of scale * approx N(0,1): the sum of four 16-bit uniforms of one hash,
+ * standardized */
+__global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale, int f16)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -74,21 +107,34 @@ __global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
         float a = 0;
         for (int j = 0; j < 4; j++)
             a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
-        p[i] = __float2bfloat16((a - 2.f) * 1.7320508f * scale); /* var of 4 U(0,1) is 1/3 */
+        const float v = (a - 2.f) * 1.7320508f * scale; /* var of 4 U(0,1) is 1/3 */
+        if (f16)
+            ((__half *)p)[i] = __float2half_rn(v);
+        else
+            p[i] = __float2bfloat16(v);
     }
 }
+/* in the current mode's type */
 static void fill(bf16 *p, size_t n, uint64_t seed, float scale)
 {
-    fill_kernel<<<1024, 256>>>(p, n, seed, scale);
+    fill_kernel<<<1024, 256>>>(p, n, seed, scale, f16_mode);
     GPU_OK(cudaGetLastError());
 }
 
-__global__ void count_nonfinite_kernel(const void *y, int f32, size_t n, unsigned long long *count)
+/* Y[i] as a float: fp32, fp16 (f16) or bf16 */
+__device__ float y_at(const void *y, int f32, int f16, size_t i)
+{
+    return f32   ? ((const float *)y)[i]
+           : f16 ? __half2float(((const __half *)y)[i])
+                 : __bfloat162float(((const bf16 *)y)[i]);
+}
+
+__global__ void count_nonfinite_kernel(const void *y, int f32, int f16, size_t n, unsigned long long *count)
 {
     unsigned long long c = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = f32 ? ((const float *)y)[i] : __bfloat162float(((const bf16 *)y)[i]);
+        float v = y_at(y, f32, f16, i);
         c += !isfinite(v);
     }
     if (c)
@@ -99,18 +145,18 @@ static unsigned long long count_nonfinite(const void *y, int f32, size_t n)
     unsigned long long *d, h = 0;
     GPU_OK(cudaMalloc(&d, sizeof *d));
     GPU_OK(cudaMemset(d, 0, sizeof *d));
-    count_nonfinite_kernel<<<1024, 256>>>(y, f32, n, d);
+    count_nonfinite_kernel<<<1024, 256>>>(y, f32, f16_mode, n, d);
     GPU_OK(cudaGetLastError());
     GPU_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
     GPU_OK(cudaFree(d));
     return h;
 }
 
-__global__ void gather_kernel(const void *y, int f32, const size_t *idx, int n, float *out)
+__global__ void gather_kernel(const void *y, int f32, int f16, const size_t *idx, int n, float *out)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        out[i] = f32 ? ((const float *)y)[idx[i]] : __bfloat162float(((const bf16 *)y)[idx[i]]);
+        out[i] = y_at(y, f32, f16, idx[i]);
 }
 
 static std::vector<bf16> to_host(const bf16 *d, size_t n)
@@ -152,7 +198,7 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
     GPU_OK(cudaMalloc(&didx, P * sizeof(size_t)));
     GPU_OK(cudaMalloc(&dout, P * sizeof(float)));
     GPU_OK(cudaMemcpy(didx, idx.data(), P * sizeof(size_t), cudaMemcpyHostToDevice));
-    gather_kernel<<<(P + 255) / 256, 256>>>(Y, y_f32, didx, P, dout);
+    gather_kernel<<<(P + 255) / 256, 256>>>(Y, y_f32, f16_mode, didx, P, dout);
     GPU_OK(cudaGetLastError());
     std::vector<float> got(P);
     GPU_OK(cudaMemcpy(got.data(), dout, P * sizeof(float), cudaMemcpyDeviceToHost));
@@ -180,6 +226,7 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
         }
 
     double num = 0, den = 0, worst = -1, worst_got = 0, worst_ref = 0;
+    const double rtol = y_f32 ? F32_RTOL : f16_mode ? F16_RTOL : BF16_RTOL;
     size_t bad = 0, nan = 0;
     int worst_m = 0, worst_n = 0;
     std::vector<float> xf(K);
@@ -188,32 +235,31 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
         const int m = pairs[i].first, n = pairs[i].second;
         if (m != last_m) {
             for (int k = 0; k < K; k++)
-                xf[k] = __bfloat162float(xh[(size_t)m * K + k]);
+                xf[k] = elt_f(xh[(size_t)m * K + k]);
             last_m = m;
         }
         const bf16 *w = &wh[(size_t)w_at[n] * K];
         double ref = 0, mag = 0;
         for (int k = 0; k < K; k++) {
-            double p = (double)xf[k] * __bfloat162float(w[k]);
+            double p = (double)xf[k] * elt_f(w[k]);
             ref += p, mag += fabs(p);
         }
         if (!std::isfinite(got[i])) {
             nan++;
             continue;
         }
-        double d = fabs(got[i] - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) + ATOL_FRAC * mag;
+        double d = fabs(got[i] - ref), bound = rtol * fabs(ref) + ATOL_FRAC * mag;
         num += d * d, den += ref * ref;
         bad += d > bound;
         if (d / bound > worst)
             worst = d / bound, worst_m = m, worst_n = n, worst_got = got[i], worst_ref = ref;
     }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : 4e-3;
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : f16_mode ? 5e-4 : 4e-3;
     bool ok = bad == 0 && nan == 0 && bad_values == 0 && rel <= tol;
-    printf(
-        "%s %-46s %s %6d checked  rel %.2e (tol %.0e)  worst |d|/bound %.3f at (%d, %d) got %.6g ref %.6g  "
-        "out-of-bound %zu  nan/inf in Y %llu\n",
-        ok ? "ok  " : "FAIL", what, full ? "full   " : "sampled", P, rel, tol, worst, worst_m, worst_n,
-        worst_got, worst_ref, bad, bad_values);
+    printf("%s %s %-46s %s %6d checked  rel %.2e (tol %.0e)  worst |d|/bound %.3f at (%d, %d) got %.6g ref "
+           "%.6g  out-of-bound %zu  nan/inf in Y %llu\n",
+           ok ? "ok  " : "FAIL", mode_name(), what, full ? "full   " : "sampled", P, rel, tol, worst, worst_m,
+           worst_n, worst_got, worst_ref, bad, bad_values);
     if (!ok)
         gt_failures++;
     return ok;
@@ -234,13 +280,14 @@ static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
     fill(W, (size_t)c.N * c.K, seed ^ 0x5555, 1.f / sqrtf((float)c.K));
     GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
     char what[128];
-    snprintf(what, sizeof what, "%s M %d N %d K %d %s%s", c.name, c.M, c.N, c.K, c.y_f32 ? "f32" : "bf16",
-             c.x_off || c.w_off || c.y_off ? " offset" : "");
+    snprintf(what, sizeof what, "%s M %d N %d K %d %s%s", c.name, c.M, c.N, c.K,
+             c.y_f32 ? "f32" : mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "");
     int rc = k_gemm_bf16(g, X, W, Y, c.y_f32, c.M, c.N, c.K, 0);
     if (rc != 0 && c.odd) {
-        gt_check(strlen(k_last_error()) > 0, "%s: not supported, failed cleanly: %s", what, k_last_error());
+        gt_check(strlen(k_last_error()) > 0, "%s %s: not supported, failed cleanly: %s", mode_name(), what,
+                 k_last_error());
     } else if (rc != 0) {
-        gt_check(false, "%s: %s", what, k_last_error());
+        gt_check(false, "%s %s: %s", mode_name(), what, k_last_error());
     } else {
         GPU_OK(cudaDeviceSynchronize());
         verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
@@ -250,6 +297,22 @@ static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
         GPU_OK(cudaDeviceSynchronize());
         snprintf(what + strlen(what), sizeof what - strlen(what), " (again)");
         verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
+    }
+    /* k_linear on the 16-bit weight (M <= 8: the GEMV or cuBLASLt, whichever it measured faster), twice:
+     * the second takes the cached choice */
+    const struct k_weight kw = {0, W, NULL, c.N, c.K, NULL};
+    for (int again = 0; again < 2; again++) {
+        char lwhat[160];
+        snprintf(lwhat, sizeof lwhat, "k_linear %s M %d N %d K %d %s%s%s", c.name, c.M, c.N, c.K,
+                 c.y_f32 ? "f32" : mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "",
+                 again ? " (cached)" : "");
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
+        if (k_linear(g, X, NULL, NULL, &kw, Y, c.y_f32, c.M, 0)) {
+            gt_check(c.odd && strlen(k_last_error()) > 0, "%s %s: %s", mode_name(), lwhat, k_last_error());
+            break;
+        }
+        GPU_OK(cudaDeviceSynchronize());
+        verify(lwhat, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
     }
     GPU_OK(cudaFree(xb));
     GPU_OK(cudaFree(wb));
@@ -288,9 +351,9 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
         GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
         char what[128];
         snprintf(what, sizeof what, "%-8s M %4d N %6d K %5d %s", s.name, M, s.N, s.K,
-                 s.y_f32 ? "f32" : "bf16");
+                 s.y_f32 ? "f32" : mode_name());
         if (k_gemm_bf16(g, X, Wc, Y, s.y_f32, M, s.N, s.K, 0)) {
-            gt_check(false, "%s: %s", what, k_last_error());
+            gt_check(false, "%s %s: %s", mode_name(), what, k_last_error());
             continue;
         }
         GPU_OK(cudaDeviceSynchronize());
@@ -317,10 +380,10 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
         char line[256];
         snprintf(
             line, sizeof line,
-            "time %-8s M %4d N %6d K %5d %s: %9.4f ms  weights %5.2f TB/s (%3.0f%% of 4.2)  %6.1f TFLOP/s "
+            "time %s %-8s M %4d N %6d K %5d %s: %9.4f ms  weights %5.2f TB/s (%3.0f%% of 4.2)  %6.1f TFLOP/s "
             "(%3.0f%% of 776)",
-            s.name, M, s.N, s.K, s.y_f32 ? "f32 " : "bf16", ms, tbs, tbs / 4.2 * 100, tflops,
-            tflops / 776 * 100);
+            mode_name(), s.name, M, s.N, s.K, s.y_f32 ? "f32 " : mode_name(), ms, tbs, tbs / 4.2 * 100,
+            tflops, tflops / 776 * 100);
         printf("%s\n", line);
         table.push_back(line);
     }
@@ -605,7 +668,9 @@ static void fp8_timing(struct k_gemm *g, const char *name, int N, int K, std::ve
 
 /* ---- tune buckets: an M <= 256 takes the algorithm timed for its bucket (1, 2, 4, multiples of 8)
  * when there is one; each step's product is checked in full, and the handle's counts must move as
- * kernels/gemm.cu says: the first M of a bucket and its top are timed, any other M borrows. */
+ * kernels/gemm.cu says: the first M of a bucket and its top are timed, any other M borrows. Then the
+ * 16-bit steps again in fp16 on the same handle: the counts must move the same way (fp16 plans are
+ * their own, never bf16's), and every product must be right in fp16. */
 static void tune_bucket_cases(uint64_t seed)
 {
     struct k_gemm *h = k_gemm_create(0);
@@ -630,20 +695,44 @@ static void tune_bucket_cases(uint64_t seed)
         {33, 0, 1, true},   /* 36 rows: borrows it */
     };
     uint64_t k = 0;
-    for (const step &st : steps) {
-        struct k_gemm_counts c0, c1;
-        k_gemm_get_counts(h, &c0);
-        if (st.fp8)
-            fp8_case(h, st.M, 384, 640, 0, false, gt_splitmix(seed + k++));
-        else
-            small_case(h, {"bucket", st.M, 1024, 512, 0, 0, 0, 0, false}, gt_splitmix(seed + k++));
-        k_gemm_get_counts(h, &c1);
-        const int dt = c1.tuned - c0.tuned;
-        gt_check((st.tuned < 0 ? dt <= 1 : dt == st.tuned) && c1.borrowed - c0.borrowed == st.borrowed,
-                 "tune bucket %s M %d: timed %d, borrowed %d (want %d, %d)", st.fp8 ? "fp8" : "bf16", st.M,
-                 dt, c1.borrowed - c0.borrowed, st.tuned, st.borrowed);
-    }
+    for (int f16 = 0; f16 < 2; f16++)
+        for (const step &st : steps) {
+            if (f16 && st.fp8)
+                continue;
+            set_mode(f16);
+            struct k_gemm_counts c0, c1;
+            k_gemm_get_counts(h, &c0);
+            if (st.fp8)
+                fp8_case(h, st.M, 384, 640, 0, false, gt_splitmix(seed + k++));
+            else
+                small_case(h, {"bucket", st.M, 1024, 512, 0, 0, 0, 0, false}, gt_splitmix(seed + k++));
+            k_gemm_get_counts(h, &c1);
+            const int dt = c1.tuned - c0.tuned;
+            gt_check((st.tuned < 0 ? dt <= 1 : dt == st.tuned) && c1.borrowed - c0.borrowed == st.borrowed,
+                     "tune bucket %s M %d: timed %d, borrowed %d (want %d, %d)", st.fp8 ? "fp8" : mode_name(),
+                     st.M, dt, c1.borrowed - c0.borrowed, st.tuned, st.borrowed);
+        }
+    set_mode(0);
     k_gemm_free(h);
+}
+
+/* fp16 mode has no fp8 path: the fp8 launchers fail at once (before looking at their arguments) */
+static void fp8_refused_in_f16(struct k_gemm *g)
+{
+    set_mode(1);
+    int rc = k_gemm_fp8(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 128, 128, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_gemm_fp8 refused: \"%s\"",
+             k_last_error());
+    rc = k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 1, 128, 128, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_gemv_fp8 refused: \"%s\"",
+             k_last_error());
+    static const uint8_t dummy[16] = {0};
+    const float one = 1.f;
+    const struct k_weight kw = {1, dummy, &one, 128, 128, NULL};
+    rc = k_linear(g, NULL, NULL, NULL, &kw, (void *)dummy, 0, 1, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_linear (fp8 W) refused: \"%s\"",
+             k_last_error());
+    set_mode(0);
 }
 
 int main(void)
@@ -683,9 +772,14 @@ int main(void)
         {"odd", 37, 300, 200, 0, 1, 0, 0, true},
     };
     uint64_t k = 1;
-    for (const gemm_case &c : small)
-        small_case(g, c, gt_splitmix(base_seed + k++));
+    for (int f16 = 0; f16 < 2; f16++) { /* fp16 on the same handle: its plans must be its own */
+        set_mode(f16);
+        for (const gemm_case &c : small)
+            small_case(g, c, gt_splitmix(base_seed + k++));
+    }
+    set_mode(0);
     tune_bucket_cases(gt_splitmix(base_seed + k++));
+    fp8_refused_in_f16(g);
 
     /* Qwen3-14B */
     const big_shape big[] = {
@@ -693,8 +787,12 @@ int main(void)
         {"down", 5120, 17408, 0},          {"lm_head", 151936, 5120, 1},
     };
     std::vector<std::string> table;
-    for (const big_shape &s : big)
-        big_shape_run(g, s, gt_splitmix(base_seed + k++), table);
+    for (int f16 = 0; f16 < 2; f16++) {
+        set_mode(f16);
+        for (const big_shape &s : big)
+            big_shape_run(g, s, gt_splitmix(base_seed + k++), table);
+    }
+    set_mode(0);
 
     /* FP8: correctness at small and edge shapes, then the 14B shapes (sampled), then timing */
     const int fp8_Ms[] = {1, 2, 7, 16, 129, 1000};

@@ -36,6 +36,19 @@
  * bytes: NaN) before every run, followed by a 64-element poisoned guard that must stay untouched;
  * any NaN/inf in Y fails.
  *
+ * fp16 mode (kernels.h, k_set_f16): the 16-bit-weight GEMV runs again with X, W and a 16-bit Y in
+ * IEEE fp16 (inputs drawn as above and rounded to fp16, the reference on those values, Y read as
+ * fp16): the whole grid of M = 1 .. 8, odd N and K, y_f32 both ways; every variant; offsets; large x;
+ * split K; graph capture; and a sampled check with auto, split and k_gemm timing at the Qwen3-14B
+ * shapes (M = 1, 2, 4, 8; the per-variant timing stays bf16 only, the bulk of the run's GPU time).
+ * Tolerances: the products of fp16 inputs are exact in fp32 too (11-bit significands), so atol is the
+ * same; rtol for fp16 Y is 2^-10 * 1.001 (half an ulp of fp16 is <= 2^-11 of the value: 2x margin) and
+ * the norm tolerance 5e-4 (the rounding's rms is ~2.1e-4 of |Y|, at most 2^-11 = 4.9e-4). A product
+ * done in bf16 instead (inputs rounded to 8-bit significands) errs by ~2.3e-3 (rms) of each term, so
+ * by ~2.3e-3 of |Y| at any K (random signs): several times the norm tolerance of either output type,
+ * and (fp32 Y) over 2^-22 by far. fp16 mode must refuse every fp8 launcher at once (-1, "bf16 only"),
+ * M = 0 included.
+ *
  * Timing (informational, never asserted): every Qwen3-14B projection at M = 1, 2, 4, 8 (the 8B
  * and 0.6B ones at M = 1 and 8), each after a sampled check of its output: median of 20 launches
  * after 3 warm-ups, issued back to back with an event between each two (no host gap), weights
@@ -45,6 +58,7 @@
  * chooses for the shape once it routes small M here). */
 #include <algorithm>
 #include <cmath>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <map>
 #include <stdarg.h>
@@ -60,6 +74,7 @@ extern "C" {
 }
 
 #define BF16_RTOL (1.0 / 256 * 1.001)
+#define F16_RTOL (1.0 / 1024 * 1.001)
 #define F32_RTOL (1.0 / 4194304)
 #define ATOL_FRAC (1.0 / 65536)
 #define ATOL_FRAC_XQ (1.0 / 4096)
@@ -71,19 +86,30 @@ static uint64_t base_seed;
 
 struct problem {
     bool fp8, xq; /* xq: X is e4m3 (k_gemv_fp8q) */
+    bool f16;     /* 16-bit W in fp16 mode: x and wb hold fp16 bits, Y (16-bit) is fp16 */
     int M, N, K;
-    std::vector<uint16_t> x;  /* [M][K] bf16 bits */
+    std::vector<uint16_t> x;  /* [M][K] bf16 (f16: fp16) bits */
     std::vector<uint8_t> x8;  /* xq: [Mp][K] e4m3 */
     std::vector<float> xs;    /* xq: [ceil(K/128)][Mp] */
-    std::vector<uint16_t> wb; /* [N][K] bf16 bits (bf16) */
+    std::vector<uint16_t> wb; /* [N][K] bf16 (f16: fp16) bits (16-bit W) */
     std::vector<uint8_t> wq;  /* [N][K] e4m3 (fp8) */
     std::vector<float> sc;    /* [ceil(N/128)][ceil(K/128)] (fp8) */
     std::vector<double> ref, atol;
 };
 
-static float bf16f(uint16_t b)
+/* a 16-bit value of the mode's type (f16: IEEE fp16, else bf16) to and from float */
+static float e16f(bool f16, uint16_t b)
 {
-    return bf16_to_f32(b);
+    return f16 ? f16_to_f32(b) : bf16_to_f32(b);
+}
+static uint16_t f_e16(bool f16, float f)
+{
+    return f16 ? f32_to_f16(f) : f32_to_bf16(f);
+}
+
+static const char *dt_name(const problem &p)
+{
+    return p.xq ? "fp8q" : p.fp8 ? "fp8 " : p.f16 ? "fp16" : "bf16";
 }
 
 static uint8_t random_e4m3(uint64_t *s)
@@ -99,25 +125,29 @@ static uint8_t random_e4m3(uint64_t *s)
 }
 
 /* kind: 0 normal inputs; 1 fp8 codes restricted to subnormals and zero, scale 1 (a decode that
- * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4) */
+ * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4).
+ * f16 (16-bit W only): X and W in fp16, for fp16 mode. */
 static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t seed, int kind = 0,
-                         bool xq = false)
+                         bool xq = false, bool f16 = false)
 {
     uint64_t s = seed | 1;
-    p.fp8 = fp8, p.xq = fp8 && xq, p.M = M, p.N = N, p.K = K;
+    p.fp8 = fp8, p.xq = fp8 && xq, p.f16 = !fp8 && f16, p.M = M, p.N = N, p.K = K;
     p.x.resize((size_t)M * K);
     for (auto &v : p.x) {
         float f = gt_normal(&s);
-        if (kind == 2)
+        if (kind == 2) {
             f *= gt_next(&s) % 97 == 0 ? 30000.f : 1000.f;
-        v = f32_to_bf16(f);
+            if (p.f16) /* fp16's largest finite value is 65504 */
+                f = fmaxf(-60000.f, fminf(60000.f, f));
+        }
+        v = f_e16(p.f16, f);
     }
     const int nb = (N + 127) / 128, kb = (K + 127) / 128;
     if (!fp8) {
         p.wb.resize((size_t)N * K);
         const float sd = 1.f / sqrtf((float)K);
         for (auto &v : p.wb)
-            v = f32_to_bf16(gt_normal(&s) * sd);
+            v = f_e16(p.f16, gt_normal(&s) * sd);
     } else {
         p.wq.resize((size_t)N * K);
         for (auto &v : p.wq) {
@@ -146,12 +176,12 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
     p.ref.assign((size_t)M * N, 0), p.atol.assign((size_t)M * N, 0);
     std::vector<double> xf((size_t)M * K), wrow(K);
     for (size_t i = 0; i < xf.size(); i++)
-        xf[i] = p.xq ? (double)e4m3_to_f32(p.x8[i]) * p.xs[(i % K / 128) * Mp + i / K] : bf16f(p.x[i]);
+        xf[i] = p.xq ? (double)e4m3_to_f32(p.x8[i]) * p.xs[(i % K / 128) * Mp + i / K] : e16f(p.f16, p.x[i]);
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++)
             wrow[k] =
                 fp8 ? (double)e4m3_to_f32(p.wq[(size_t)n * K + k]) * p.sc[(size_t)(n / 128) * kb + k / 128]
-                    : (double)bf16f(p.wb[(size_t)n * K + k]);
+                    : (double)e16f(p.f16, p.wb[(size_t)n * K + k]);
         for (int m = 0; m < M; m++) {
             double acc = 0, mx = 0;
             const double *x = &xf[(size_t)m * K];
@@ -216,7 +246,16 @@ static void poison(const problem &p, dev_problem &d, int y_f32, cudaStream_t st 
 static void *g_ws;
 
 /* ks 1: the plain launchers; otherwise k_gemv_*_ex with that split (0 = automatic) and g_ws */
+static int launch_mode(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st, int ks);
+/* in the problem's mode (fp16 for p.f16), then back to bf16 */
 static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0, int ks = 1)
+{
+    k_set_f16(p.f16 ? 1 : 0);
+    const int rc = launch_mode(p, d, y_f32, variant, st, ks);
+    k_set_f16(0);
+    return rc;
+}
+static int launch_mode(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st, int ks)
 {
     const uint8_t *xq = (const uint8_t *)d.X;
     if (p.xq && ks != 1)
@@ -246,26 +285,27 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
         guard_bad += raw[i] != 0xff;
     double num = 0, den = 0, aa = 0, worst = -1;
     std::vector<float> got(n);
+    /* the per-element rtol and the norm tolerance of a 16-bit Y, by its type */
+    const double rtol = y_f32 ? F32_RTOL : p.f16 ? F16_RTOL : BF16_RTOL, tol16 = p.f16 ? 5e-4 : 4e-3;
     for (size_t i = 0; i < n; i++) {
         if (y_f32)
             memcpy(&got[i], &raw[i * 4], 4);
         else {
             uint16_t b;
             memcpy(&b, &raw[i * 2], 2);
-            got[i] = bf16f(b);
+            got[i] = e16f(p.f16, b);
         }
         if (!std::isfinite(got[i])) {
             nonfinite++;
             continue;
         }
-        const double dd = fabs(got[i] - p.ref[i]),
-                     bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(p.ref[i]) + p.atol[i];
+        const double dd = fabs(got[i] - p.ref[i]), bound = rtol * fabs(p.ref[i]) + p.atol[i];
         num += dd * dd, den += p.ref[i] * p.ref[i], aa += p.atol[i] * p.atol[i];
         bad += dd > bound;
         if (dd / bound > worst)
             worst = dd / bound, worst_i = i;
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (p.xq ? 1e-3 : 5e-5) : 4e-3;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (p.xq ? 1e-3 : 5e-5) : tol16;
     const bool ok = !nonfinite && !guard_bad && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (n ? n : 1));
     gt_check(
         ok,
@@ -289,12 +329,9 @@ static void run_case(const problem &p, int y_f32, int variant, const char *tag, 
     for (int r = 0; r < runs; r++) {
         poison(p, d, y_f32);
         char what[160];
-        snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s ks %d run %d", tag,
-                 p.xq    ? "fp8q"
-                 : p.fp8 ? "fp8 "
-                         : "bf16",
-                 p.M, p.N, p.K, y_f32 ? "f32 " : "bf16", k_gemv_variant_name(variant), off ? " +off" : "", ks,
-                 r + 1);
+        const char *yt = y_f32 ? "f32 " : p.f16 ? "fp16" : "bf16";
+        snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s ks %d run %d", tag, dt_name(p), p.M, p.N,
+                 p.K, yt, k_gemv_variant_name(variant), off ? " +off" : "", ks, r + 1);
         if (launch(p, d, y_f32, variant, 0, ks))
             gt_check(false, "%s: %s", what, k_last_error());
         else
@@ -368,6 +405,34 @@ static void argument_checks(void)
     gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "split without workspace message: \"%s\"",
              k_last_error());
     gt_check(k_gemv_bf16_ex(NULL, NULL, NULL, 0, 0, 16, 16, 0, 2, NULL, 0) == 0, "split M 0 is a no-op");
+
+    /* fp16 mode: the 16-bit GEMV checks its arguments as in bf16; every fp8 launcher fails at once
+     * (M 0 included: no fp8 path exists in fp16 mode), then bf16 mode is restored */
+    k_set_f16(1);
+    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp16 M 0 is a no-op returning 0");
+    rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "M 9"), "fp16 M 9 message: \"%s\"", k_last_error());
+    rc = k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, 2, NULL, 0);
+    gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "fp16 split without workspace message: \"%s\"",
+             k_last_error());
+    unsigned long long *prof = (unsigned long long *)y;
+    /* rc is the call's, and k_last_error() still its message when the check runs */
+    auto refused = [](const char *what, int rc) {
+        gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 %s refused (rc %d): \"%s\"", what, rc,
+                 k_last_error());
+    };
+    refused("k_gemv_fp8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 16, 0));
+    refused("k_gemv_fp8 M 0", k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0));
+    refused("k_gemv_fp8_variant", k_gemv_fp8_variant(x, w, s, y, 0, 1, 16, 16, 2, 0));
+    refused("k_gemv_fp8_ex", k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, 2, g_ws, 0));
+    refused("k_gemv_fp8q", k_gemv_fp8q(w, s, w, s, y, 0, 1, 16, 16, 0));
+    refused("k_gemv_fp8q_variant", k_gemv_fp8q_variant(w, s, w, s, y, 0, 1, 16, 16, 2, 0));
+    refused("k_gemv_fp8q_ex", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, g_ws, 0));
+    refused("k_gemv_fp8_glu", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 1, 16, 16, 0));
+    refused("k_gemv_fp8_profile", k_gemv_fp8_profile(x, w, s, (bf16 *)y, 16, 16, 0, 1, NULL, prof, 0));
+    k_set_f16(0);
+    gt_check(k_f16() == 0 && k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0,
+             "bf16 mode restored: fp8 M 0 is a no-op again");
     GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
     gt_check(!strcmp(k_gemv_variant_name(0), "auto") &&
                  !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
@@ -446,11 +511,12 @@ static void glu_case(int M, int F, int K, uint64_t seed, bool graph)
 
 static void graph_check(uint64_t seed)
 {
-    problem pb, pf, pq;
+    problem pb, pf, pq, ph;
     make_problem(pb, false, 3, 300, 640, seed);
     make_problem(pf, true, 5, 257, 656, seed ^ 0xabc);
     make_problem(pq, true, 2, 300, 1024, seed ^ 0xdef, 0, true);
-    dev_problem db = upload(pb), df = upload(pf), dq = upload(pq);
+    make_problem(ph, false, 4, 300, 640, seed ^ 0x123, 0, false, true); /* fp16, captured in fp16 mode */
+    dev_problem db = upload(pb), df = upload(pf), dq = upload(pq), dh = upload(ph);
     cudaStream_t st;
     GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t graph;
@@ -458,15 +524,18 @@ static void graph_check(uint64_t seed)
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st, 3); /* fp8: K split in 3 */
     int rq = launch(pq, dq, 0, 0, st, 2);                                /* fp8q: split in 2 */
+    int rh = launch(ph, dh, 0, 0, st, 2);                                /* fp16: split in 2 */
     GPU_OK(cudaStreamEndCapture(st, &graph));
-    gt_check(rb == 0 && rf == 0 && rq == 0, "launchers inside stream capture return 0 (%d, %d, %d) %s", rb,
-             rf, rq, rb || rf || rq ? k_last_error() : "");
+    gt_check(rb == 0 && rf == 0 && rq == 0 && rh == 0,
+             "launchers inside stream capture return 0 (%d, %d, %d, %d) %s", rb, rf, rq, rh,
+             rb || rf || rq || rh ? k_last_error() : "");
     GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) {
         poison(pb, db, 0, st);
         poison(pf, df, 1, st);
         poison(pq, dq, 0, st);
-        GPU_OK(cudaGraphLaunch(exec, st));
+        poison(ph, dh, 0, st);
+        GPU_OK(cudaGraphLaunch(exec, st)); /* in bf16 mode: the graph keeps the fp16 kernel it captured */
         GPU_OK(cudaStreamSynchronize(st));
         verify(rep ? "graph replay 2 bf16 M 3 N 300 K 640" : "graph replay 1 bf16 M 3 N 300 K 640", pb, db,
                0);
@@ -476,6 +545,8 @@ static void graph_check(uint64_t seed)
         verify(rep ? "graph replay 2 fp8q M 2 N 300 K 1024 ks 2"
                    : "graph replay 1 fp8q M 2 N 300 K 1024 ks 2",
                pq, dq, 0);
+        verify(rep ? "graph replay 2 fp16 M 4 N 300 K 640 ks 2" : "graph replay 1 fp16 M 4 N 300 K 640 ks 2",
+               ph, dh, 0);
     }
     GPU_OK(cudaGraphExecDestroy(exec));
     GPU_OK(cudaGraphDestroy(graph));
@@ -483,11 +554,13 @@ static void graph_check(uint64_t seed)
     release(db);
     release(df);
     release(dq);
+    release(dh);
 }
 
 /* ---- big shapes: device-side random inputs, sampled check, timing */
 
-__global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
+/* f16: the values in IEEE fp16 (bits in the bf16 slots) */
+__global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale, int f16 = 0)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -495,7 +568,11 @@ __global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
         float a = 0;
         for (int j = 0; j < 4; j++)
             a += (float)((h >> (16 * j)) & 0xffff) * (1.f / 65536.f);
-        p[i] = __float2bfloat16((a - 2.f) * 1.7320508f * scale); /* 4 U(0,1): mean 2, var 1/3 */
+        const float v = (a - 2.f) * 1.7320508f * scale; /* 4 U(0,1): mean 2, var 1/3 */
+        if (f16)
+            ((__half *)p)[i] = __float2half_rn(v);
+        else
+            p[i] = __float2bfloat16(v);
     }
 }
 
@@ -560,7 +637,7 @@ template <typename F> static timing time_it(F launch_i, double bytes)
  * X (K_FP8_ROWS(M) rows), else NULL. */
 static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t *Xq, const float *XS,
                        const void *W, const float *S, const void *Y, int y_f32, int M, int N, int K,
-                       uint64_t *rng)
+                       uint64_t *rng, bool f16 = false)
 {
     std::vector<int> rows = {0, N - 1};
     for (int i = 0; i < 62 && i < N - 2; i++)
@@ -573,7 +650,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
     GPU_OK(cudaMemcpy(xh.data(), X, xh.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<double> xd((size_t)M * K);
     for (size_t i = 0; i < xd.size(); i++)
-        xd[i] = bf16f(xh[i]);
+        xd[i] = e16f(f16, xh[i]);
     if (Xq) {
         const int Mp = K_FP8_ROWS(M);
         std::vector<uint8_t> q((size_t)M * K);
@@ -595,7 +672,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
         }
         uint16_t b;
         memcpy(&b, &yraw[i * 2], 2);
-        return bf16f(b);
+        return e16f(f16, b);
     };
     size_t nonfinite = 0;
     for (size_t i = 0; i < (size_t)M * N; i++)
@@ -605,6 +682,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
     std::vector<float> sc(kb);
     std::vector<double> w(K);
     double num = 0, den = 0, aa = 0, worst = -1, wgot = 0, wref = 0;
+    const double rtol = y_f32 ? F32_RTOL : f16 ? F16_RTOL : BF16_RTOL, tol16 = f16 ? 5e-4 : 4e-3;
     size_t bad = 0, checked = 0;
     int wm = 0, wn = 0;
     for (int n : rows) {
@@ -616,7 +694,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
         } else {
             GPU_OK(cudaMemcpy(wb.data(), (const bf16 *)W + (size_t)n * K, K * 2, cudaMemcpyDeviceToHost));
             for (int k = 0; k < K; k++)
-                w[k] = bf16f(wb[k]);
+                w[k] = e16f(f16, wb[k]);
         }
         for (int m = 0; m < M; m++) {
             double ref = 0, mx = 0;
@@ -628,14 +706,14 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
             if (!std::isfinite(got))
                 continue;
             const double atol = (Xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
-            const double d = fabs(got - ref), bound = (y_f32 ? F32_RTOL : BF16_RTOL) * fabs(ref) + atol;
+            const double d = fabs(got - ref), bound = rtol * fabs(ref) + atol;
             num += d * d, den += ref * ref, aa += atol * atol, checked++;
             bad += d > bound;
             if (d / bound > worst)
                 worst = d / bound, wm = m, wn = n, wgot = got, wref = ref;
         }
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (Xq ? 1e-3 : 5e-5) : 4e-3;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (Xq ? 1e-3 : 5e-5) : tol16;
     gt_check(
         !nonfinite && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (checked ? checked : 1)),
         "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
@@ -643,8 +721,10 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
         what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
 }
 
+/* f16: the 16-bit GEMV in fp16 mode too (its own fp16 X and W; checked, and timed auto, split and
+ * k_gemm only) */
 static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vector<int> &Ms, uint64_t seed,
-                          std::vector<std::string> &summary)
+                          std::vector<std::string> &summary, bool f16 = false)
 {
     const size_t nk = (size_t)s.N * s.K, ysz = s.y_f32 ? 4 : 2;
     const int nb = (s.N + 127) / 128, kb = (s.K + 127) / 128;
@@ -652,7 +732,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     const size_t min_total = (size_t)256 << 20;
     const int copies16 = (int)(min_total / bytes_bf16 + 1);
     const int copies8 = (int)(min_total / nk + 1);
-    bf16 *X, *Wb;
+    bf16 *X, *Wb, *X16 = NULL, *W16 = NULL;
     uint8_t *Wq, *Xq;
     float *S, *XS;
     void *Y;
@@ -663,6 +743,15 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     GPU_OK(cudaMalloc(&Wq, nk * copies8));
     GPU_OK(cudaMalloc(&S, (size_t)nb * kb * 4 * copies8));
     GPU_OK(cudaMalloc(&Y, (size_t)K_GEMV_MAX_M * s.N * ysz));
+    if (f16) {
+        GPU_OK(cudaMalloc(&X16, (size_t)K_GEMV_MAX_M * s.K * 2));
+        GPU_OK(cudaMalloc(&W16, bytes_bf16 * copies16));
+        fill_bf16_kernel<<<1024, 256>>>(X16, (size_t)K_GEMV_MAX_M * s.K, seed ^ 0x16, 1.f, 1);
+        fill_bf16_kernel<<<1024, 256>>>(W16, nk, seed ^ 0x1616, 1.f / sqrtf((float)s.K), 1);
+        GPU_OK(cudaGetLastError());
+        for (int c = 1; c < copies16; c++)
+            GPU_OK(cudaMemcpy((char *)W16 + c * bytes_bf16, W16, bytes_bf16, cudaMemcpyDeviceToDevice));
+    }
     fill_bf16_kernel<<<1024, 256>>>(X, (size_t)K_GEMV_MAX_M * s.K, seed, 1.f);
     fill_bf16_kernel<<<1024, 256>>>(Wb, nk, seed ^ 0x77, 1.f / sqrtf((float)s.K));
     fill_e4m3_kernel<<<1024, 256>>>(Wq, nk, seed ^ 0x99);
@@ -679,30 +768,35 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     uint64_t rot = 0; /* the next weight copy: every launch takes the next one, across variants too */
     for (int M : Ms) {
         char what[128];
-        for (int mode = 0; mode < 3; mode++) { /* bf16, fp8, fp8q */
-            const bool fp8 = mode > 0, xq = mode == 2;
-            const char *dt = xq ? "fp8q" : fp8 ? "fp8 " : "bf16";
+        for (int mode = 0; mode < (f16 ? 4 : 3); mode++) { /* bf16, fp8, fp8q, fp16 */
+            const bool fp8 = mode == 1 || mode == 2, xq = mode == 2, h = mode == 3;
+            const char *dt = xq ? "fp8q" : fp8 ? "fp8 " : h ? "fp16" : "bf16";
+            bf16 *const X_ = h ? X16 : X, *const Wb_ = h ? W16 : Wb; /* the 16-bit path's operands */
+            k_set_f16(h);                                            /* back to bf16 at the end of the mode */
             /* check the automatic choice on fresh poison */
+            const char *yt = s.y_f32 ? "f32 " : h ? "fp16" : "bf16";
             snprintf(what, sizeof what, "%s %-7s M %d N %6d K %5d %s %s", s.model, s.name, M, s.N, s.K, dt,
-                     s.y_f32 ? "f32 " : "bf16");
+                     yt);
             GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
             if (xq && k_quant_fp8_act(X, M, s.K, Xq, XS, 0)) {
                 gt_check(false, "%s: k_quant_fp8_act: %s", what, k_last_error());
+                k_set_f16(0);
                 continue;
             }
             int rc = xq    ? k_gemv_fp8q(Xq, XS, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
                      : fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
-                           : k_gemv_bf16(X, Wb, Y, s.y_f32, M, s.N, s.K, 0);
+                           : k_gemv_bf16(X_, Wb_, Y, s.y_f32, M, s.N, s.K, 0);
             if (rc) {
                 gt_check(false, "%s: %s", what, k_last_error());
+                k_set_f16(0);
                 continue;
             }
-            big_verify(what, fp8, X, xq ? Xq : NULL, XS, fp8 ? (const void *)Wq : (const void *)Wb, S, Y,
-                       s.y_f32, M, s.N, s.K, &rng);
+            big_verify(what, fp8, X_, xq ? Xq : NULL, XS, fp8 ? (const void *)Wq : (const void *)Wb_, S, Y,
+                       s.y_f32, M, s.N, s.K, &rng, h);
 
             /* time: auto, every variant, and k_gemm_bf16 (bf16 only) */
             timing t[K_GEMV_VARIANTS + 1], tc;
-            for (int v = 0; v <= K_GEMV_VARIANTS; v++) {
+            for (int v = 0; v <= (h ? 0 : K_GEMV_VARIANTS); v++) {
                 if (xq)
                     t[v] = time_it(
                         [&](int) {
@@ -723,7 +817,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                     t[v] = time_it(
                         [&](int) {
                             return k_gemv_bf16_variant(
-                                X, (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16), Y,
+                                X_, (const bf16 *)((const char *)Wb_ + (rot++ % copies16) * bytes_bf16), Y,
                                 s.y_f32, M, s.N, s.K, v, 0);
                         },
                         (double)bytes_bf16);
@@ -740,19 +834,20 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                         return k_gemv_fp8_ex(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M, s.N, s.K,
                                              0, 0, g_ws, 0);
                     }
-                    return k_gemv_bf16_ex(X,
-                                          (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16),
+                    return k_gemv_bf16_ex(X_,
+                                          (const bf16 *)((const char *)Wb_ + (rot++ % copies16) * bytes_bf16),
                                           Y, s.y_f32, M, s.N, s.K, 0, 0, g_ws, 0);
                 },
                 fp8 ? (double)bytes_fp8 : (double)bytes_bf16);
             if (!fp8 && g)
                 tc = time_it(
                     [&](int) {
-                        return k_gemm_bf16(g, X,
-                                           (const bf16 *)((const char *)Wb + (rot++ % copies16) * bytes_bf16),
-                                           Y, s.y_f32, M, s.N, s.K, 0);
+                        return k_gemm_bf16(
+                            g, X_, (const bf16 *)((const char *)Wb_ + (rot++ % copies16) * bytes_bf16), Y,
+                            s.y_f32, M, s.N, s.K, 0);
                     },
                     (double)bytes_bf16);
+            k_set_f16(0);
             int best = 1;
             for (int v = 2; v <= K_GEMV_VARIANTS; v++)
                 if (t[v].ms > 0 && (t[best].ms <= 0 || t[v].ms < t[best].ms))
@@ -763,15 +858,16 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                          s.model, s.name, s.N, s.K, M, dt, t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100);
             if (!fp8)
                 o += snprintf(line + o, sizeof line - o, " | k_gemm %7.4f ms %4.2f TB/s", tc.ms, tc.tbs);
-            o += snprintf(line + o, sizeof line - o, " | best v%d (%s) %7.4f ms %4.2f TB/s", best,
-                          k_gemv_variant_name(best), t[best].ms, t[best].tbs);
+            if (!h)
+                o += snprintf(line + o, sizeof line - o, " | best v%d (%s) %7.4f ms %4.2f TB/s", best,
+                              k_gemv_variant_name(best), t[best].ms, t[best].tbs);
             printf("time %s\n", line);
             /* the summary line: TB/s only */
             o = snprintf(line, sizeof line,
                          "%-4s %-7s M %d %s auto %4.2f  split %4.2f  %s %4.2f  best v%-2d %4.2f |", s.model,
                          s.name, M, dt, t[0].tbs, tsplit.tbs, fp8 ? "      " : "k_gemm", fp8 ? 0.0 : tc.tbs,
-                         best, t[best].tbs);
-            for (int v = 1; v <= K_GEMV_VARIANTS; v++)
+                         h ? 0 : best, h ? 0.0 : t[best].tbs);
+            for (int v = 1; v <= K_GEMV_VARIANTS && !h; v++)
                 o += snprintf(line + o, sizeof line - o, " %4.2f", t[v].tbs);
             summary.push_back(line);
         }
@@ -783,6 +879,8 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     GPU_OK(cudaFree(Wq));
     GPU_OK(cudaFree(S));
     GPU_OK(cudaFree(Y));
+    GPU_OK(cudaFree(X16));
+    GPU_OK(cudaFree(W16));
 }
 
 /* ---- --profile [layers]: where a decode GEMV's time goes inside a chain like the engine's step
@@ -1029,23 +1127,24 @@ int main(int argc, char **argv)
     printf("\n== every M, odd N and K, y_f32 both ways (automatic variant)\n");
     const int Ns[] = {1, 7, 17, 129, 1000};
     const int Ks[] = {16, 48, 128, 144, 640, 656, 5120};
-    for (int mode = 0; mode < 3; mode++) /* bf16, fp8, fp8q */
+    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
         for (int M = 1; M <= K_GEMV_MAX_M; M++)
             for (int ni = 0; ni < 5; ni++)
                 for (int ki = 0; ki < 7; ki++) {
                     problem p;
-                    make_problem(p, mode > 0, M, Ns[ni], Ks[ki], seed(), 0, mode == 2);
+                    make_problem(p, mode == 1 || mode == 2, M, Ns[ni], Ks[ki], seed(), 0, mode == 2,
+                                 mode == 3);
                     run_case(p, (ni + ki + M) & 1, 0, "grid");
                 }
 
     printf("\n== every variant\n");
     const int vshape[][2] = {{33, 144}, {129, 656}, {1000, 5120}, {300, 2048}};
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
         for (int v = 1; v <= K_GEMV_VARIANTS; v++)
             for (int M : {1, 5, 8})
                 for (auto &sh : vshape) {
                     problem p;
-                    make_problem(p, mode > 0, M, sh[0], sh[1], seed(), 0, mode == 2);
+                    make_problem(p, mode == 1 || mode == 2, M, sh[0], sh[1], seed(), 0, mode == 2, mode == 3);
                     run_case(p, (M + v) & 1, v, "variant");
                 }
 
@@ -1057,15 +1156,15 @@ int main(int argc, char **argv)
         make_problem(p, true, M, 33, 256, seed(), 1, true);
         run_case(p, 1, 0, "fp8q subnormal codes only (W scale 1)");
     }
-    for (int fp8 = 0; fp8 < 2; fp8++)
+    for (int dt = 0; dt < 3; dt++) /* bf16, fp8, fp16 */
         for (int M : {1, 8}) {
             problem p;
-            make_problem(p, fp8, M, 257, 17408, seed(), 2);
+            make_problem(p, dt == 1, M, 257, 17408, seed(), 2, false, dt == 2);
             run_case(p, M & 1, 0, "large x (1e3, outliers 3e4)");
         }
-    for (int fp8 = 0; fp8 < 2; fp8++) {
+    for (int dt = 0; dt < 3; dt++) { /* bf16, fp8, fp16 */
         problem p;
-        make_problem(p, fp8, 4, 200, 528, seed());
+        make_problem(p, dt == 1, 4, 200, 528, seed(), 0, false, dt == 2);
         run_case(p, 0, 0, "16-byte offset pointers", 16);
         run_case(p, 1, 0, "48-byte offset pointers", 48);
     }
@@ -1073,14 +1172,14 @@ int main(int argc, char **argv)
     printf("\n== split K (k_gemv_*_ex): explicit parts, uneven chunk counts, more parts than chunks, the "
            "automatic choice (N 2200 K 17408: 138 CTAs, 136 chunks -> 4 parts); each twice\n");
     const int sshape[][2] = {{300, 2048}, {257, 656}, {33, 144}, {2200, 17408}};
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
         for (int M : {1, 4, 8})
             for (auto &sh : sshape)
                 for (int ks : {0, 2, 3, 4, 8}) {
                     if (sh[1] == 17408 && ks != 0 && ks != 3)
                         continue; /* the big shape: the automatic split and an uneven one */
                     problem p;
-                    make_problem(p, mode > 0, M, sh[0], sh[1], seed(), 0, mode == 2);
+                    make_problem(p, mode == 1 || mode == 2, M, sh[0], sh[1], seed(), 0, mode == 2, mode == 3);
                     run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
                 }
 
@@ -1115,8 +1214,8 @@ int main(int argc, char **argv)
         {"0.6B", "down", 1024, 3072, 0},    {"0.6B", "lm_head", 151936, 1024, 1},
     };
     std::vector<std::string> summary;
-    for (const big_shape &s : b14)
-        big_shape_run(g, s, {1, 2, 4, 8}, seed(), summary);
+    for (const big_shape &s : b14) /* bf16, fp8, fp8q, and fp16 */
+        big_shape_run(g, s, {1, 2, 4, 8}, seed(), summary, true);
     for (const big_shape &s : bsmall)
         big_shape_run(g, s, {1, 8}, seed(), summary);
     k_gemm_free(g);
