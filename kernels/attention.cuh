@@ -2,10 +2,15 @@
  * decode (kernels/attention_decode.cu) kernels share. Contract and layouts: kernels/kernels.h; design
  * notes and numbers: docs/KERNELS.md, section "Attention".
  *
- * Both kernels use mma.sync m16n8k16 (bf16 in, fp32 accumulate; sm_80 and sm_90), K and V tiles of
+ * The kernels over a 16-bit cache are templates over its element type E (bf16 or fp16,
+ * kernels/elt16.cuh): Q, K, V, the output and the probabilities rounded for P·V are E, the products
+ * E in and fp32 out, the softmax fp32; the launchers pick E with k_f16(). The fp8 cache's kernels are
+ * bf16 only (E = bf16).
+ *
+ * Both kernels use mma.sync m16n8k16 (E in, fp32 accumulate; sm_80 and sm_90), K and V tiles of
  * 64 keys gathered from the paged cache with 16-byte cp.async into XOR-swizzled shared memory
  * (conflict-free ldmatrix), and an online softmax in fp32 in the log2 domain. On sm_90a the prefill
- * over a bf16 cache runs its products on wgmma instead, its 128-key tiles copied by the tensor memory
+ * over a 16-bit cache runs its products on wgmma instead, its 128-key tiles copied by the tensor memory
  * accelerator (kernels/tma.cuh).
  *
  * GQA: a CTA works for one KV head and all G = H / KVH query heads that share it. Its "rows" are
@@ -17,6 +22,7 @@
 #include <stdint.h>
 
 #include "kernels/e4m3x2.cuh"
+#include "kernels/elt16.cuh"
 #include "kernels/gemv_mma.cuh"
 #include "kernels/kernels.h"
 #include "kernels/wgmma.cuh"
@@ -70,10 +76,12 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr)
                  : "r"(addr));
 }
 
-/* c += a · b for one m16n8k16 tile: a row-major 16x16 (4 regs), b "col" 16x8 (2 regs), c 16x8 fp32. */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+/* c += a · b for one m16n8k16 tile: a row-major 16x16 (4 regs), b "col" 16x8 (2 regs), c 16x8 fp32;
+ * E operands (kernels/elt16.cuh). */
+template <typename E>
+__device__ __forceinline__ void mma_e16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    ::mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1); // kernels/gemv_mma.cuh
+    mma16816<E>(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 /* The same product with f16 operands is kernels/gemv_mma.cuh's mma_f16 (the fp8 cache's decode: e4m3
@@ -86,34 +94,22 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
-{
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
 /* Two e4m3 values (low byte first) to a bf16x2 register, exactly (kernels/e4m3x2.cuh; the f32 -> bf16
  * step is exact too: e4m3's range is inside bf16's normal range). */
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v)
 {
     const float2 f = e4m3x2_to_float2(v);
-    return pack_bf16(f.x, f.y);
+    return pack2<bf16>(f.x, f.y);
 }
 
-/* The paged cache of one layer as a kernel reads it: bf16 (ks, vs NULL) or e4m3 bytes with one fp32
+/* The paged cache of one layer as a kernel reads it: 16-bit, E (ks, vs NULL), or e4m3 bytes with one fp32
  * scale per (block, KV head, slot). */
 struct kv_src {
     const void *k, *v;
     const float *ks, *vs;
 };
 
-/* Element offset of 16-byte chunk c of row r in a [rows][D] bf16 tile whose chunks are XOR-swizzled
+/* Element offset of 16-byte chunk c of row r in a [rows][D] 16-bit tile whose chunks are XOR-swizzled
  * by the row's low 3 bits: the 8 rows an ldmatrix reads at one column hit 8 different bank groups. */
 template <int D> __device__ __forceinline__ int swz(int r, int c)
 {
@@ -154,11 +150,10 @@ __device__ __forceinline__ uint32_t kv_row(const int32_t *__restrict__ btab, int
  * entirely (no copy: load_kv_row brings it later). SWR > 0: the tiles are in the 128-byte-swizzled
  * layout of SWR rows (kernels/wgmma.cuh, sw128_off), the keys at rows r_off .. r_off + 63. bsh: log2 of
  * the block size (kv_row). */
-template <int D, int NT, int SWR = 0>
-__device__ __forceinline__ void load_kv_tile(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
-                                             const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
-                                             int kvh, int KVH, int bsh, int j0, int jlim, int tid,
-                                             int jskip = -1, int r_off = 0)
+template <int D, int NT, int SWR = 0, typename E>
+__device__ __forceinline__ void load_kv_tile(E *sK, E *sV, const E *__restrict__ kc, const E *__restrict__ vc,
+                                             const int32_t *__restrict__ btab, int kvh, int KVH, int bsh,
+                                             int j0, int jlim, int tid, int jskip = -1, int r_off = 0)
 {
     constexpr int CPR = D / 8;    /* chunks per row */
     constexpr int RPP = NT / CPR; /* rows per pass */
@@ -273,6 +268,7 @@ template <typename F> int raise_smem(F *kernel, int bytes, bool (&done)[16])
 int check_common(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, bool f8,
                  const struct k_attn_batch *b, const bf16 *out, int H, int KVH, int D, int block_size)
 {
+    K_REQUIRE(!f8 || !k_f16(), "%s: an fp8 KV cache is bf16 only (no fp8 path in fp16 mode)", fn);
     K_REQUIRE(b && q && kv.k && kv.v && out, "%s: NULL pointer", fn);
     K_REQUIRE(!f8 || (kv.ks && kv.vs), "%s: NULL k_scale or v_scale", fn);
     K_REQUIRE(b->n_seqs <= 0 || (b->q_start && b->ctx_len && b->block_tables), "%s: NULL batch array", fn);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 
 #include "kernels/attention.cuh"
 #include "kernels/kernels.h"
@@ -22,10 +23,10 @@ namespace
 {
 
 /* The cp.asyncs of key j alone, row r of a tile load_kv_tile left it out of (threads tid < D / 8). */
-template <int D>
-__device__ __forceinline__ void load_kv_row(bf16 *sK, bf16 *sV, const bf16 *__restrict__ kc,
-                                            const bf16 *__restrict__ vc, const int32_t *__restrict__ btab,
-                                            int kvh, int KVH, int bsh, int r, int j, int tid)
+template <int D, typename E>
+__device__ __forceinline__ void load_kv_row(E *sK, E *sV, const E *__restrict__ kc, const E *__restrict__ vc,
+                                            const int32_t *__restrict__ btab, int kvh, int KVH, int bsh,
+                                            int r, int j, int tid)
 {
     if (tid < D / 8) {
         const size_t off = (size_t)kv_row(btab, j, kvh, KVH, bsh) * D + tid * 8;
@@ -58,6 +59,17 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
 }
 
 constexpr int DC_THREADS = 128;
+
+/* ROPE: eight prologue results as E (kernels/elt16.cuh's float_to_x8). bf16 keeps bf16x8.cuh's
+ * float_to_bf16x8: the same values, and the kernel's machine code as it was before E was a parameter
+ * (float_to_x8 schedules differently). */
+template <typename E> __device__ __forceinline__ uint4 rope_x8(const float *r)
+{
+    if constexpr (std::is_same<E, bf16>::value)
+        return float_to_bf16x8(r);
+    else
+        return float_to_x8<E>(r);
+}
 
 /* fp8 cache: this lane's Q fragments as f16 for mma_f16, read once from sQ. The head dimension is
  * permuted (the same way for Q and K, so the sums are the same sums): in k step kk the lane's k
@@ -99,8 +111,8 @@ __device__ __forceinline__ float q_frags_f16(uint32_t (&qf)[D / 16][4], const bf
             const uint32_t w[2] = {raw[kk][h].x, raw[kk][h].y};
 #pragma unroll
             for (int i = 0; i < 2; i++) /* i = 0: d + 0, 1 (fragment 0 / 1); i = 1: d + 2, 3 (2 / 3) */
-                qf[kk][2 * i + h] =
-                    pack_f16(__uint_as_float(w[i] << 16) * down, __uint_as_float(w[i] & 0xffff0000u) * down);
+                qf[kk][2 * i + h] = pack2<__half>(__uint_as_float(w[i] << 16) * down,
+                                                  __uint_as_float(w[i] & 0xffff0000u) * down);
         }
     }
     return exp2f((float)e);
@@ -150,7 +162,7 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * partition writes `out` directly; otherwise each partition writes its normalized fp32 output and
  * (max, sum) to the workspace and decode_reduce_kernel combines them.
  *
- * ROPE (bf16 cache; k_attention_decode_rope): the attention prologue of kernels/rope.cu folded in,
+ * ROPE (16-bit cache; k_attention_decode_rope): the attention prologue of kernels/rope.cu folded in,
  * with its per-lane function (kernels/rope.cuh), so the values are the same bits. q is the raw qkv.
  * Each CTA normalizes and rotates its G query heads itself (groups of D/8 lanes, one head each) and
  * stores them to sQ; the CTA whose partition holds the new key (position ctx - 1, the token being
@@ -158,7 +170,7 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
 /* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM (at most 170 registers); 4 stages (2 CTAs)
  * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh).
- * bf16 at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3 stages' 2 CTAs of
+ * 16-bit at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3 stages' 2 CTAs of
  * 101 KB, and a third CTA to hide each one's prologue and merge): decode workload +2.0 %, chat +0.5 %,
  * the kernel 2-9 % faster at 512 sequences of 256-576 keys (docs/PERFORMANCE.md, 2026-12-02, tenth). */
 template <int D, bool F8> constexpr int decode_stages()
@@ -167,28 +179,31 @@ template <int D, bool F8> constexpr int decode_stages()
 }
 template <int D, bool F8> constexpr int decode_smem()
 {
-    /* bf16: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one f16 V tile, NS staging
+    /* 16-bit: sQ, NS stages of K and V, (ROPE) the cos/sin table. fp8: sQ, one f16 V tile, NS staging
      * stages of e4m3 K and V with their scales (the final combine reuses the staging area) */
     return F8 ? 16 * D * 2 + KV_TILE * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * (D + 4)
               : 16 * D * 2 + decode_stages<D, F8>() * 2 * KV_TILE * D * 2 + D * 4;
 }
 
-template <int D, bool F8, bool ROPE>
+/* E: the 16-bit type of q (ROPE: qkv and the rope weights), the cache, P for P V and out; bf16 when F8
+ * (whose V tile and P are f16 all the same: the fp8 products above) */
+template <typename E, int D, bool F8, bool ROPE>
 __global__ void __launch_bounds__(DC_THREADS)
-    attention_decode_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
+    attention_decode_kernel(const E *__restrict__ q, int q_stride, const kv_src kv,
                             const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
-                            const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
+                            const int32_t *__restrict__ btabs, int max_blocks, E *__restrict__ out, int H,
                             int KVH, int bs, float sl2, int part_keys, int n_part_max,
                             float *__restrict__ ws_o, float2 *__restrict__ ws_ml, const k_rope_in rope)
 {
-    static_assert(!(ROPE && F8), "the folded prologue writes a bf16 cache");
+    static_assert(!(ROPE && F8), "the folded prologue writes a 16-bit cache");
+    static_assert(!F8 || std::is_same<E, bf16>::value, "the fp8 cache's kernels are bf16 only");
     constexpr int NS = decode_stages<D, F8>();
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw); /* [16][D] */
-    bf16 *sKV = sQ + 16 * D; /* bf16: [NS][K, V][KV_TILE][D]; fp8: V [KV_TILE][D] as f16 (v_rows_f16) */
+    E *sQ = reinterpret_cast<E *>(smem_raw); /* [16][D] */
+    E *sKV = sQ + 16 * D; /* 16-bit: [NS][K, V][KV_TILE][D]; fp8: V [KV_TILE][D] as f16 (v_rows_f16) */
     uint8_t *sF = reinterpret_cast<uint8_t *>(sKV + KV_TILE * D); /* fp8: [NS][K, V][KV_TILE][D] (f8_chunk) */
     float *sS = reinterpret_cast<float *>(sF + NS * 2 * KV_TILE * D); /* fp8: [NS][K, V][KV_TILE] */
-    const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
+    const E *kc = static_cast<const E *>(kv.k), *vc = static_cast<const E *>(kv.v);
 
     const int G = H / KVH;
     const int s = blockIdx.z, kvh = blockIdx.y, p = blockIdx.x;
@@ -246,7 +261,7 @@ __global__ void __launch_bounds__(DC_THREADS)
     if constexpr (ROPE) { /* the prologue: q heads of this KV head to sQ; k and v of the new key */
         constexpr int GROUPS = DC_THREADS / GL;
         const int grp = tid / GL, sub = tid % GL, n_items = G + (late_here ? 2 : 0);
-        const bf16 *row = q + (size_t)qrow * q_stride;
+        const E *row = q + (size_t)qrow * q_stride;
         for (int base = 0; base < G + 2; base += GROUPS) { /* uniform: every lane shuffles */
             const int item = base + grp, kind = item < G ? 0 : item == G ? 1 : 2;
             const bool valid = item < n_items;
@@ -257,16 +272,16 @@ __global__ void __launch_bounds__(DC_THREADS)
             const bool norm =
                 valid && (kind == 0 ? rope.q_norm != nullptr : kind == 1 && rope.k_norm != nullptr);
             float r[8];
-            rope_lane<bf16, GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
-                          sn, r);
+            rope_lane<E, GL>(raw, braw, rope.bias && valid, kind == 0 ? wq : wk, norm, kind < 2, rope.eps, cs,
+                             sn, r);
             if (!valid)
                 continue;
-            const uint4 v = float_to_bf16x8(r);
+            const uint4 v = rope_x8<E>(r);
             if (kind == 0) {
                 *reinterpret_cast<uint4 *>(sQ + swz<D>(item, sub)) = v;
             } else {
                 if (slot >= 0) {
-                    bf16 *cache = const_cast<bf16 *>(kind == 1 ? kc : vc);
+                    E *cache = const_cast<E *>(kind == 1 ? kc : vc);
                     *reinterpret_cast<uint4 *>(cache + rope_cache_at(slot, kvh, KVH, bs, D) + sub * 8) = v;
                     if (!late_staged) /* the main loop reads it back from L2 (cp.async.cg) */
                         __threadfence();
@@ -282,7 +297,7 @@ __global__ void __launch_bounds__(DC_THREADS)
         for (int i = 0; i < 16 * CPR / DC_THREADS; i++) {
             const int idx = tid + i * DC_THREADS, r = idx / CPR, c = idx % CPR;
             const bool ok = r < G;
-            const bf16 *src = ok ? q + (size_t)qrow * q_stride + (size_t)(kvh * G + r) * D + c * 8 : q;
+            const E *src = ok ? q + (size_t)qrow * q_stride + (size_t)(kvh * G + r) * D + c * 8 : q;
             cp_async16(smem_u32(sQ) + swz<D>(r, c) * 2, src, ok);
         }
     }
@@ -377,8 +392,8 @@ __global__ void __launch_bounds__(DC_THREADS)
                 for (int kk = 0; kk < D / 16; kk++) {
                     uint32_t b[4];
                     ldsm_x4(b, kb + (kfb ^ (kk * 32)));
-                    mma_bf16(sc[0], qf[kk], b[0], b[1]);
-                    mma_bf16(sc[1], qf[kk], b[2], b[3]);
+                    mma_e16<E>(sc[0], qf[kk], b[0], b[1]);
+                    mma_e16<E>(sc[1], qf[kk], b[2], b[3]);
                 }
             }
             if (wj0 + 15 >= end) {
@@ -433,11 +448,11 @@ __global__ void __launch_bounds__(DC_THREADS)
                             p3 = fast_exp2(fmaf(sc[nt][3], sl2, -msB));
                 lA += p0 + p1, lB += p2 + p3;
                 if constexpr (F8) { /* l sums the unscaled p */
-                    pf[nt * 2] = pack_f16(p0 * vs[nt].x, p1 * vs[nt].y);
-                    pf[nt * 2 + 1] = pack_f16(p2 * vs[nt].x, p3 * vs[nt].y);
+                    pf[nt * 2] = pack2<__half>(p0 * vs[nt].x, p1 * vs[nt].y);
+                    pf[nt * 2 + 1] = pack2<__half>(p2 * vs[nt].x, p3 * vs[nt].y);
                 } else {
-                    pf[nt * 2] = pack_bf16(p0, p1);
-                    pf[nt * 2 + 1] = pack_bf16(p2, p3);
+                    pf[nt * 2] = pack2<E>(p0, p1);
+                    pf[nt * 2 + 1] = pack2<E>(p2, p3);
                 }
             }
             if constexpr (F8)
@@ -450,8 +465,8 @@ __global__ void __launch_bounds__(DC_THREADS)
                     mma_f16(o[2 * dp], pf, b[0], b[1]);
                     mma_f16(o[2 * dp + 1], pf, b[2], b[3]);
                 } else {
-                    mma_bf16(o[2 * dp], pf, b[0], b[1]);
-                    mma_bf16(o[2 * dp + 1], pf, b[2], b[3]);
+                    mma_e16<E>(o[2 * dp], pf, b[0], b[1]);
+                    mma_e16<E>(o[2 * dp + 1], pf, b[2], b[3]);
                 }
             }
         }
@@ -506,7 +521,7 @@ __global__ void __launch_bounds__(DC_THREADS)
         const int h = kvh * G + r;
         if (n_part_s == 1) {
             *reinterpret_cast<uint32_t *>(out + (size_t)qrow * H_D + (size_t)h * D + d) =
-                pack_bf16(x * inv, y * inv);
+                pack2<E>(x * inv, y * inv);
         } else {
             const size_t slot = ((size_t)s * H + h) * n_part_max + p;
             *reinterpret_cast<float2 *>(ws_o + slot * D + d) = make_float2(x * inv, y * inv);
@@ -541,11 +556,11 @@ __device__ __forceinline__ void load_parts(float (&x)[DR_BATCH][V], const float 
     }
 }
 
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(128)
     attention_decode_reduce_kernel(const float *__restrict__ ws_o, const float2 *__restrict__ ws_ml,
                                    const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
-                                   bf16 *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
+                                   E *__restrict__ out, int n_seqs, int H, int part_keys, int n_part_max)
 {
     constexpr int V = D / 32; /* elements per lane */
     const int gw = blockIdx.x * 4 + threadIdx.y, lane = threadIdx.x;
@@ -591,10 +606,10 @@ __global__ void __launch_bounds__(128)
         }
     }
     const float inv = 1.f / L;
-    bf16 *dst = out + (size_t)qs * H * D + (size_t)h * D + lane * V;
+    E *dst = out + (size_t)qs * H * D + (size_t)h * D + lane * V;
 #pragma unroll
     for (int v = 0; v < V; v += 2)
-        *reinterpret_cast<uint32_t *>(dst + v) = pack_bf16(acc[v] * inv, acc[v + 1] * inv);
+        *reinterpret_cast<uint32_t *>(dst + v) = pack2<E>(acc[v] * inv, acc[v + 1] * inv);
 }
 
 /* Decode partitioning: decode_split, engine/decode_split.h (shared with the CPU backend's emulation). */
@@ -605,35 +620,39 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
     return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
 }
 
-template <int D, bool F8, bool ROPE>
-int launch_decode(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
-                  int KVH, int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
+template <typename E, int D, bool F8, bool ROPE>
+int launch_decode(const E *q, int q_stride, const kv_src &kv, const k_attn_batch *b, E *out, int H, int KVH,
+                  int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
                   cudaStream_t stream)
 {
     static bool smem_done[16];
-    if (raise_smem(attention_decode_kernel<D, F8, ROPE>, decode_smem<D, F8>(), smem_done))
+    if (raise_smem(attention_decode_kernel<E, D, F8, ROPE>, decode_smem<D, F8>(), smem_done))
         return -1;
     float *ws_o = (float *)ws;
     float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
     dim3 grid(n_part, KVH, b->n_seqs);
-    K_CHECK(k_launch(attention_decode_kernel<D, F8, ROPE>, grid, DC_THREADS, decode_smem<D, F8>(), stream, q,
-                     q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
+    K_CHECK(k_launch(attention_decode_kernel<E, D, F8, ROPE>, grid, DC_THREADS, decode_smem<D, F8>(), stream,
+                     q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
                      block_size, sl2, part, n_part, ws_o, ws_ml, rope));
     if (n_part > 1) {
         const long long warps = (long long)b->n_seqs * H;
-        K_CHECK(k_launch(attention_decode_reduce_kernel<D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,
+        K_CHECK(k_launch(attention_decode_reduce_kernel<E, D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,
                          stream, ws_o, ws_ml, b->q_start, b->ctx_len, out, b->n_seqs, H, part, n_part));
     }
     return 0;
 }
 
-template <bool F8, bool ROPE = false>
-int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
-                bf16 *out, int H, int KVH, int D, int block_size, float scale, int part_keys, void *workspace,
-                size_t workspace_bytes, cudaStream_t stream, const k_rope_in &rope = k_rope_in{})
+/* E: the 16-bit element type (kernels.h: bf16, or fp16 in fp16 mode); bf16 with an fp8 cache */
+template <typename E, bool F8 = false, bool ROPE = false>
+int decode_impl(const char *fn, const bf16 *q_, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
+                bf16 *out_, int H, int KVH, int D, int block_size, float scale, int part_keys,
+                void *workspace, size_t workspace_bytes, cudaStream_t stream,
+                const k_rope_in &rope = k_rope_in{})
 {
-    if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
+    if (check_common(fn, q_, q_stride, kv, F8, b, out_, H, KVH, D, block_size))
         return -1;
+    const E *q = reinterpret_cast<const E *>(q_);
+    E *out = reinterpret_cast<E *>(out_);
     K_REQUIRE(H / KVH <= 16, "%s: %d query heads per KV head (at most 16)", fn, H / KVH);
     if (b->n_seqs <= 0)
         return 0;
@@ -644,10 +663,10 @@ int decode_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, c
               "%s: workspace of %zu bytes (16-byte aligned) needed, %zu given", fn, need,
               workspace ? workspace_bytes : (size_t)0);
     const float sl2 = scale * 1.4426950408889634f;
-    return D == 128 ? launch_decode<128, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
-                                                   n_part, workspace, rope, stream)
-                    : launch_decode<64, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
-                                                  n_part, workspace, rope, stream);
+    return D == 128 ? launch_decode<E, 128, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                      n_part, workspace, rope, stream)
+                    : launch_decode<E, 64, F8, ROPE>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, part,
+                                                     n_part, workspace, rope, stream);
 }
 
 } // namespace
@@ -679,8 +698,8 @@ extern "C" int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 
                                         size_t workspace_bytes, cudaStream_t stream)
 {
     const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
-    return decode_impl<false>("k_attention_decode", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
-                              part_keys, workspace, workspace_bytes, stream);
+    return K_ELT16(decode_impl, "k_attention_decode", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                   part_keys, workspace, workspace_bytes, stream);
 }
 
 extern "C" int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *rope, bf16 *k_cache,
@@ -694,8 +713,12 @@ extern "C" int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *
     K_REQUIRE(((uintptr_t)rope->bias | (uintptr_t)rope->q_norm | (uintptr_t)rope->k_norm) % 16 == 0,
               "k_attention_decode_rope: bias, q_norm and k_norm must be 16-byte aligned");
     const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
-    return decode_impl<false, true>("k_attention_decode_rope", qkv, (H + 2 * KVH) * D, kv, b, out, H, KVH, D,
-                                    block_size, scale, part_keys, workspace, workspace_bytes, stream, *rope);
+    return k_f16() ? decode_impl<__half, false, true>("k_attention_decode_rope", qkv, (H + 2 * KVH) * D, kv,
+                                                      b, out, H, KVH, D, block_size, scale, part_keys,
+                                                      workspace, workspace_bytes, stream, *rope)
+                   : decode_impl<bf16, false, true>("k_attention_decode_rope", qkv, (H + 2 * KVH) * D, kv, b,
+                                                    out, H, KVH, D, block_size, scale, part_keys, workspace,
+                                                    workspace_bytes, stream, *rope);
 }
 
 extern "C" int k_attention_decode(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
@@ -714,8 +737,8 @@ extern "C" int k_attention_decode_split_fp8(const bf16 *q, int q_stride, const u
                                             void *workspace, size_t workspace_bytes, cudaStream_t stream)
 {
     const kv_src kv = {k_cache, v_cache, k_scale, v_scale};
-    return decode_impl<true>("k_attention_decode_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
-                             part_keys, workspace, workspace_bytes, stream);
+    return decode_impl<bf16, true>("k_attention_decode_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size,
+                                   scale, part_keys, workspace, workspace_bytes, stream);
 }
 
 extern "C" int k_attention_decode_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,

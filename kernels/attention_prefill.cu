@@ -20,8 +20,10 @@
 namespace
 {
 
-/* The wgmma prefill's tensor maps of the bf16 cache's K and V (rows of D, read keys_per_copy rows at a
- * time: min(block size, 128)); keys_per_copy 0: its tiles are loaded with cp.async instead. */
+/* The wgmma prefill's tensor maps of the 16-bit cache's K and V (rows of D, read keys_per_copy rows at a
+ * time: min(block size, 128)); keys_per_copy 0: its tiles are loaded with cp.async instead. The maps
+ * say bf16 for an fp16 cache too: a tile copy moves the 2-byte elements unchanged (no conversion, no
+ * out-of-bounds fill: copies stay inside the pool), so the element type in the map is only its size. */
 struct kv_maps {
     CUtensorMap k, v;
     int keys_per_copy;
@@ -33,14 +35,14 @@ struct kv_maps {
  * WG (sm_90a, D = 128, BM = 128): the two products run on the warpgroup tensor cores (kernels/wgmma.cuh),
  * each warpgroup's 64 rows against the whole K/V tile in shared memory, K and V in the
  * 128-byte-swizzled layout (sw128_off); mask, online softmax and stores stay per warp.
- *   - bf16 cache (PIPE): 128-key tiles in three stages, Q read from shared memory (swizzled too),
+ *   - 16-bit cache (PIPE): 128-key tiles in three stages, Q read from shared memory (swizzled too),
  *     S = Q K^T as 8 m64n128k16, O += P V as 8 m64n128k16 with P from registers, pipelined (below);
  *     the tiles come through tensor maps (maps.keys_per_copy > 0: TMA copies issued by warp 0,
  *     completing on three mbarriers after sQ), else cp.async from every thread.
  *   - fp8 cache: the mma.sync kernel's order and 64-key tiles (converted to bf16), S as 8 m64n64k16
  *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows.
  *
- * WS (the bf16 cache through tensor maps, FlashAttention-3's warp specialization): 384 threads, a
+ * WS (the 16-bit cache through tensor maps, FlashAttention-3's warp specialization): 384 threads, a
  * producer warpgroup (one warp issues every tile's copies, waiting for a stage to be released before it
  * refills it; 24 registers a thread) and the two consumer warpgroups of the 128 rows (240 registers),
  * with no CTA-wide barrier in the loop: a consumer thread releases a stage (an arrival on the stage's
@@ -51,7 +53,7 @@ struct kv_maps {
  * the stage. */
 template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
 {
-    /* bf16: sQ, two stages of K and V (PIPE: three of 128 keys). fp8: sQ, one bf16 K and V tile, two
+    /* 16-bit: sQ, two stages of K and V (PIPE: three of 128 keys). fp8: sQ, one bf16 K and V tile, two
      * staging stages of e4m3 K and V with their scales, the current tile's scales. WG: + 1 KB to align
      * the K/V tiles to 1024 bytes */
     return (F8 ? BM * D * 2 + 2 * KV_TILE * D * 2 + 2 * 2 * KV_TILE * D + 3 * 2 * KV_TILE * 4
@@ -64,15 +66,17 @@ template <int D, int BM> constexpr int prefill_min_ctas()
     return (D <= 64 ? 2 : 1) * (128 / BM);
 }
 
-template <int D, int BM, bool F8, bool WG = false, bool WS = false, int NT = BM *(WS ? 3 : 2)>
+/* E: the 16-bit type of q, the cache (F8: the converted tiles), P for P V and out; bf16 when F8 */
+template <typename E, int D, int BM, bool F8, bool WG = false, bool WS = false, int NT = BM *(WS ? 3 : 2)>
 __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
-    attention_prefill_kernel(const bf16 *__restrict__ q, int q_stride, const kv_src kv,
+    attention_prefill_kernel(const E *__restrict__ q, int q_stride, const kv_src kv,
                              const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
-                             const int32_t *__restrict__ btabs, int max_blocks, bf16 *__restrict__ out, int H,
+                             const int32_t *__restrict__ btabs, int max_blocks, E *__restrict__ out, int H,
                              int KVH, int bs, float sl2, const __grid_constant__ kv_maps maps)
 {
+    static_assert(!F8 || std::is_same<E, bf16>::value, "the fp8 cache's kernels are bf16 only");
     static_assert(!WG || (D == 128 && BM == 128), "the wgmma prefill is for D = 128, BM = 128");
-    static_assert(!WS || (WG && !F8), "the warp-specialized prefill is the bf16 wgmma kernel's");
+    static_assert(!WS || (WG && !F8), "the warp-specialized prefill is the 16-bit cache's wgmma kernel");
     pdl_enter();                   // kernels/launch.cuh
     const int bsh = __ffs(bs) - 1; /* bs is a power of two (check_common) */
     /* 64-key K/V tiles: two stages, or the one converted fp8 tile; the pipelined wgmma loop: three
@@ -82,13 +86,13 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     extern __shared__ __align__(128) unsigned char smem_raw[];
     /* WG: the K/V tiles (16 KB each) first, on a 1024-byte boundary */
     unsigned char *smem = WG ? smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023) : smem_raw;
-    bf16 *sK = reinterpret_cast<bf16 *>(smem);                       /* [KST][KV_TILE][D] */
-    bf16 *sV = sK + KST * KV_TILE * D;                               /* [KST][KV_TILE][D] */
-    bf16 *sQ = sV + KST * KV_TILE * D;                               /* [BM][D] */
+    E *sK = reinterpret_cast<E *>(smem);                             /* [KST][KV_TILE][D] */
+    E *sV = sK + KST * KV_TILE * D;                                  /* [KST][KV_TILE][D] */
+    E *sQ = sV + KST * KV_TILE * D;                                  /* [BM][D] */
     uint8_t *sF = reinterpret_cast<uint8_t *>(sQ + BM * D);          /* fp8: [2][K, V][KV_TILE][D] */
     float *sS = reinterpret_cast<float *>(sF + 2 * 2 * KV_TILE * D); /* fp8: [2][K, V][KV_TILE] */
     float *sSc = sS + 2 * 2 * KV_TILE;                               /* fp8: [K, V][KV_TILE] */
-    const bf16 *kc = static_cast<const bf16 *>(kv.k), *vc = static_cast<const bf16 *>(kv.v);
+    const E *kc = static_cast<const E *>(kv.k), *vc = static_cast<const E *>(kv.v);
 
     const int G = H / KVH;
     const int s = blockIdx.z, kvh = blockIdx.y;
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         for (int i = 0; i < BM / RPP; i++) {
             const int r = tid / CPR + i * RPP, pr = r0 + r;
             const bool ok = pr < rows;
-            const bf16 *src = q;
+            const E *src = q;
             if (ok) {
                 const int tok = pr / G, g = pr - tok * G;
                 src = q + (size_t)(q0 + tok) * q_stride + (size_t)(kvh * G + g) * D + c * 8;
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
     constexpr int KT = 2 * KV_TILE;
     const int nt2 = (kv_end + KT - 1) / KT;
     auto load2 = [&](int t) {
-        bf16 *k = sK + (t % 3) * KT * D, *v = sV + (t % 3) * KT * D;
+        E *k = sK + (t % 3) * KT * D, *v = sV + (t % 3) * KT * D;
         load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bsh, t * KT, kv_end, tid, -1, 0);
         load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bsh, t * KT + KV_TILE, kv_end, tid, -1,
                                 KV_TILE);
@@ -340,11 +344,11 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         for (int nt = 0; nt < NB; nt++) {
             if constexpr (F8) {
                 const float2 vs = *reinterpret_cast<const float2 *>(sSc + KV_TILE + nt * 8 + 2 * t4);
-                pf[nt / 2][(nt % 2) * 2] = pack_bf16(sc[nt][0] * vs.x, sc[nt][1] * vs.y);
-                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(sc[nt][2] * vs.x, sc[nt][3] * vs.y);
+                pf[nt / 2][(nt % 2) * 2] = pack2<E>(sc[nt][0] * vs.x, sc[nt][1] * vs.y);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack2<E>(sc[nt][2] * vs.x, sc[nt][3] * vs.y);
             } else {
-                pf[nt / 2][(nt % 2) * 2] = pack_bf16(sc[nt][0], sc[nt][1]);
-                pf[nt / 2][(nt % 2) * 2 + 1] = pack_bf16(sc[nt][2], sc[nt][3]);
+                pf[nt / 2][(nt % 2) * 2] = pack2<E>(sc[nt][0], sc[nt][1]);
+                pf[nt / 2][(nt % 2) * 2 + 1] = pack2<E>(sc[nt][2], sc[nt][3]);
             }
         }
     };
@@ -376,8 +380,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
             const uint64_t kd = wg_desc(smem_u32(sK + (t % 3) * KT * D), 16, 1024);
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
-                wg_m64n128k16_ss(sc, wg_desc_at(qd, (kk / 4) * 8192 + (kk % 4) * 32),
-                                 wg_desc_at(kd, (kk / 4) * KT * 128 + (kk % 4) * 32), kk > 0);
+                wg_m64n128k16_ss<E>(sc, wg_desc_at(qd, (kk / 4) * 8192 + (kk % 4) * 32),
+                                    wg_desc_at(kd, (kk / 4) * KT * 128 + (kk % 4) * 32), kk > 0);
             wg_commit();
             wg_hold(sc);
         };
@@ -387,7 +391,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
             wg_hold(o);
 #pragma unroll
             for (int kk = 0; kk < KT / 16; kk++)
-                wg_m64n128k16_nmajor(o, pf[kk], wg_desc_at(vd, kk * 2048));
+                wg_m64n128k16_nmajor<E>(o, pf[kk], wg_desc_at(vd, kk * 2048));
             wg_commit();
             wg_hold(o);
         };
@@ -524,8 +528,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < D / 16; kk++)
-                        wg_m64n64k16(sc, qf[kk], wg_desc(kb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
-                                     kk > 0);
+                        wg_m64n64k16<E>(sc, qf[kk], wg_desc(kb + (kk / 4) * 8192 + (kk % 4) * 32, 16, 1024),
+                                        kk > 0);
                     wg_commit();
                     wg_wait<0>();
                     wg_hold(sc);
@@ -536,8 +540,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                         for (int np = 0; np < KV_TILE / 16; np++) {
                             uint32_t b[4];
                             ldsm_x4(b, kb + np * 16 * D * 2 + (kfb ^ (kk * 32)));
-                            mma_bf16(sc[2 * np], qf[kk], b[0], b[1]);
-                            mma_bf16(sc[2 * np + 1], qf[kk], b[2], b[3]);
+                            mma_e16<E>(sc[2 * np], qf[kk], b[0], b[1]);
+                            mma_e16<E>(sc[2 * np + 1], qf[kk], b[2], b[3]);
                         }
                     }
                 }
@@ -552,7 +556,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                     wg_fence();
 #pragma unroll
                     for (int kk = 0; kk < KV_TILE / 16; kk++)
-                        wg_m64n128k16_nmajor(o, pf[kk], wg_desc(vb + kk * 2048, 8192, 1024));
+                        wg_m64n128k16_nmajor<E>(o, pf[kk], wg_desc(vb + kk * 2048, 8192, 1024));
                     wg_commit();
                     wg_wait<0>();
                     wg_hold(o);
@@ -563,8 +567,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                         for (int dp = 0; dp < D / 16; dp++) {
                             uint32_t b[4];
                             ldsm_x4_t(b, vb + kk * 16 * D * 2 + (vfb ^ (dp * 32)));
-                            mma_bf16(o[2 * dp], pf[kk], b[0], b[1]);
-                            mma_bf16(o[2 * dp + 1], pf[kk], b[2], b[3]);
+                            mma_e16<E>(o[2 * dp], pf[kk], b[0], b[1]);
+                            mma_e16<E>(o[2 * dp + 1], pf[kk], b[2], b[3]);
                         }
                     }
                 }
@@ -587,22 +591,22 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
             continue;
         const float inv = 1.f / (half ? lB : lA);
         const int tok = pr / G, g = pr - tok * G;
-        bf16 *dst = out + (size_t)(q0 + tok) * H * D + (size_t)(kvh * G + g) * D + 2 * t4;
+        E *dst = out + (size_t)(q0 + tok) * H * D + (size_t)(kvh * G + g) * D + 2 * t4;
 #pragma unroll
         for (int nt = 0; nt < D / 8; nt++)
             *reinterpret_cast<uint32_t *>(dst + nt * 8) =
-                pack_bf16(o[nt][half * 2] * inv, o[nt][half * 2 + 1] * inv);
+                pack2<E>(o[nt][half * 2] * inv, o[nt][half * 2 + 1] * inv);
     }
 }
 
-template <int D, int BM, bool F8, bool WG = false>
-int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_batch *b, bf16 *out, int H,
-                   int KVH, int block_size, float sl2, cudaStream_t stream, bool allow_tma = true,
+template <typename E, int D, int BM, bool F8, bool WG = false>
+int launch_prefill(const E *q, int q_stride, const kv_src &kv, const k_attn_batch *b, E *out, int H, int KVH,
+                   int block_size, float sl2, cudaStream_t stream, bool allow_tma = true,
                    bool allow_ws = true)
 {
     static bool smem_done[16];
     constexpr int smem = prefill_smem<D, BM, F8, WG>();
-    if (raise_smem(attention_prefill_kernel<D, BM, F8, WG>, smem, smem_done))
+    if (raise_smem(attention_prefill_kernel<E, D, BM, F8, WG>, smem, smem_done))
         return -1;
     const long long tiles = ((long long)b->max_q_len * (H / KVH) + BM - 1) / BM;
     K_REQUIRE(tiles <= 0x7fffffff, "k_attention_prefill: max_q_len %d too large", b->max_q_len);
@@ -634,15 +638,15 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
     if constexpr (WG && !F8) {
         if (maps.keys_per_copy > 0 && allow_ws && ws_env) {
             static bool ws_done[16];
-            if (raise_smem(attention_prefill_kernel<D, BM, F8, WG, true>, smem, ws_done))
+            if (raise_smem(attention_prefill_kernel<E, D, BM, F8, WG, true>, smem, ws_done))
                 return -1;
-            K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG, true>, grid, BM * 3, smem, stream, q,
+            K_CHECK(k_launch(attention_prefill_kernel<E, D, BM, F8, WG, true>, grid, BM * 3, smem, stream, q,
                              q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H,
                              KVH, block_size, sl2, maps));
             return 0;
         }
     }
-    K_CHECK(k_launch(attention_prefill_kernel<D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
+    K_CHECK(k_launch(attention_prefill_kernel<E, D, BM, F8, WG>, grid, BM * 2, smem, stream, q, q_stride, kv,
                      b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2,
                      maps));
     return 0;
@@ -651,12 +655,15 @@ int launch_prefill(const bf16 *q, int q_stride, const kv_src &kv, const k_attn_b
 /* k_attention_prefill_force: 0 = automatic, else K_ATTN_PREFILL_* (kernels.h) */
 std::atomic<int> prefill_forced{0};
 
-template <bool F8>
-int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
-                 bf16 *out, int H, int KVH, int D, int block_size, float scale, cudaStream_t stream)
+/* E: the 16-bit element type (kernels.h: bf16, or fp16 in fp16 mode); bf16 with an fp8 cache */
+template <typename E, bool F8 = false>
+int prefill_impl(const char *fn, const bf16 *q_, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
+                 bf16 *out_, int H, int KVH, int D, int block_size, float scale, cudaStream_t stream)
 {
-    if (check_common(fn, q, q_stride, kv, F8, b, out, H, KVH, D, block_size))
+    if (check_common(fn, q_, q_stride, kv, F8, b, out_, H, KVH, D, block_size))
         return -1;
+    const E *q = reinterpret_cast<const E *>(q_);
+    E *out = reinterpret_cast<E *>(out_);
     if (b->n_seqs <= 0 || b->max_q_len <= 0)
         return 0;
     const float sl2 = scale * 1.4426950408889634f;
@@ -676,16 +683,17 @@ int prefill_impl(const char *fn, const bf16 *q, int q_stride, const kv_src &kv, 
         v = !(D == 128 && k_wgmma_on()) ? K_ATTN_PREFILL_MMA128 : v == 0 ? K_ATTN_PREFILL_WGMMA : v;
     if (D == 128) {
         if (wgmma(v))
-            return launch_prefill<128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
-                                                      stream, v != K_ATTN_PREFILL_WGMMA_CPASYNC,
-                                                      v == K_ATTN_PREFILL_WGMMA);
+            return launch_prefill<E, 128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
+                                                         stream, v != K_ATTN_PREFILL_WGMMA_CPASYNC,
+                                                         v == K_ATTN_PREFILL_WGMMA);
         return v == K_ATTN_PREFILL_MMA64
-                   ? launch_prefill<128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
-                   : launch_prefill<128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+                   ? launch_prefill<E, 128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+                   : launch_prefill<E, 128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
+                                                     stream);
     }
     return v == K_ATTN_PREFILL_MMA64
-               ? launch_prefill<64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
-               : launch_prefill<64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
+               ? launch_prefill<E, 64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+               : launch_prefill<E, 64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
 }
 
 } // namespace
@@ -703,8 +711,8 @@ extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_ca
                                    int block_size, float scale, cudaStream_t stream)
 {
     const kv_src kv = {k_cache, v_cache, nullptr, nullptr};
-    return prefill_impl<false>("k_attention_prefill", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
-                               stream);
+    return K_ELT16(prefill_impl, "k_attention_prefill", q, q_stride, kv, b, out, H, KVH, D, block_size, scale,
+                   stream);
 }
 
 extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache,
@@ -713,6 +721,6 @@ extern "C" int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_
                                        int block_size, float scale, cudaStream_t stream)
 {
     const kv_src kv = {k_cache, v_cache, k_scale, v_scale};
-    return prefill_impl<true>("k_attention_prefill_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size,
-                              scale, stream);
+    return prefill_impl<bf16, true>("k_attention_prefill_fp8", q, q_stride, kv, b, out, H, KVH, D, block_size,
+                                    scale, stream);
 }

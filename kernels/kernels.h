@@ -333,7 +333,7 @@ int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const 
                         cudaStream_t stream);
 /* Which prefill kernel the next k_attention_prefill(_fp8) calls in this process take (tests, tuning;
  * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG / _TMA are read once and give way to this): 0 automatic,
- * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its bf16 K/V tiles copied by every thread
+ * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its 16-bit K/V tiles copied by every thread
  * (cp.async) instead of the tensor memory accelerator (its fallback; an fp8 cache is always read so).
  * WGMMA_SYNC: the wgmma kernel with tensor-map tiles but without the warp specialization (both
  * warpgroups in lockstep, LLMQ_ATTN_PREFILL_WS=0). The wgmma kernels where the device or binary lacks
@@ -366,7 +366,7 @@ int k_attention_decode_split(const bf16 *q, int q_stride, const bf16 *k_cache, c
                              const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
                              float scale, int part_keys, void *workspace, size_t workspace_bytes,
                              cudaStream_t stream);
-/* k_qk_norm_rope_kv and k_attention_decode_split in one kernel, for a decode step over a bf16 cache
+/* k_qk_norm_rope_kv and k_attention_decode_split in one kernel, for a decode step over a 16-bit cache
  * (token row t = sequence s; the new token of sequence s at position ctx_len[s] - 1 = positions[s]):
  * every CTA normalizes and rotates the query heads it reads itself, and the CTA whose partition holds
  * the new key writes its k and v to the cache slot and uses them at once. qkv ([n_seqs, (H + 2*KVH) * D],
@@ -389,7 +389,7 @@ int k_attention_decode_rope(const bf16 *qkv, const struct k_rope_in *rope, bf16 
 /* The three over an fp8 cache (e4m3 k_cache/v_cache with k_scale/v_scale, layout above): the same
  * batch, outputs, workspace and splits. Tiles are read with 16-byte copies (16 codes each) and turned
  * into bf16 codes exactly; S[., key] is multiplied by k_scale[key] and P[., key] by v_scale[key] before
- * its bf16 rounding for P·V (the softmax sum takes the unscaled P). */
+ * its bf16 rounding for P·V (the softmax sum takes the unscaled P). bf16 only: -1 in fp16 mode. */
 int k_attention_prefill_fp8(const bf16 *q, int q_stride, const uint8_t *k_cache, const uint8_t *v_cache,
                             const float *k_scale, const float *v_scale, const struct k_attn_batch *b, bf16 *out,
                             int H, int KVH, int D, int block_size, float scale, cudaStream_t stream);

@@ -1,10 +1,13 @@
 // Hopper's warpgroup matrix multiply (wgmma.mma_async, sm_90a) for kernels that keep A in registers
 // and read B from shared memory in the 128-byte-swizzled layout.
 //
-// The shared-memory tile of B is made of 1024-byte swizzle atoms: 8 rows of 128 bytes (64 bf16), the
+// The products take E = bf16 or fp16 operands (kernels/elt16.cuh: .bf16.bf16 or .f16.f16 forms of the
+// same instruction, operands and layouts alike), accumulating in f32.
+//
+// The shared-memory tile of B is made of 1024-byte swizzle atoms: 8 rows of 128 bytes (64 elements), the
 // 16-byte chunk c of row r stored at chunk c ^ (r % 8) of that row (the hardware applies the XOR to
 // the address bits, so every atom must start on a 1024-byte boundary). sw128_off() gives the byte
-// offset of chunk c (0..15) of row r in a [2][rows][64] bf16 tile (a rows x 128 matrix: the two
+// offset of chunk c (0..15) of row r in a [2][rows][64] 16-bit tile (a rows x 128 matrix: the two
 // 64-column halves one after the other, rows * 128 bytes each), the layout the attention operands use
 // (Q as a K-major A operand likewise: rows are query rows):
 //   - K-major B (S = Q K^T, B = K^T: n = key, k = head dim): rows are keys; a 16-k step at head-dim
@@ -23,6 +26,8 @@
 // only where k_wgmma_on() (kernels/launch.cuh) says the device and the binary have it.
 #pragma once
 #include <stdint.h>
+
+#include "kernels/elt16.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define K_WGMMA 1
@@ -99,49 +104,68 @@ template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N][4])
 #define WG_D32 WG_D4(0), WG_D4(1), WG_D4(2), WG_D4(3), WG_D4(4), WG_D4(5), WG_D4(6), WG_D4(7)
 #define WG_D64 WG_D32, WG_D4(8), WG_D4(9), WG_D4(10), WG_D4(11), WG_D4(12), WG_D4(13), WG_D4(14), WG_D4(15)
 
-// d (+)= A (64 x 16 bf16, registers) . B (16 x 64, K-major in shared memory); accumulate = 0 ignores d.
+// The wgmma opcode for E operands with an f32 accumulator, as a string literal (spliced into asm).
+#define WG_OP_BF16(shape) "wgmma.mma_async.sync.aligned." shape ".f32.bf16.bf16 "
+#define WG_OP_F16(shape) "wgmma.mma_async.sync.aligned." shape ".f32.f16.f16 "
+
+// d (+)= A (64 x 16 E, registers) . B (16 x 64, K-major in shared memory); accumulate = 0 ignores d.
+#define WG_M64N64K16_RS(OP)                                                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n" OP                                             \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "         \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"                                             \
+                 : WG_D32                                                                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(0), "r"(accumulate))
+template <typename E>
 __device__ __forceinline__ void wg_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b,
                                              int accumulate)
 {
 #ifdef K_WGMMA
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-                 : WG_D32
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(0), "r"(accumulate));
+    if constexpr (elt16<E>::f16)
+        WG_M64N64K16_RS(WG_OP_F16("m64n64k16"));
+    else
+        WG_M64N64K16_RS(WG_OP_BF16("m64n64k16"));
 #endif
 }
 
-// d (+)= A (64 x 16 bf16, K-major in shared memory) . B (16 x 128, K-major in shared memory).
+// d (+)= A (64 x 16 E, K-major in shared memory) . B (16 x 128, K-major in shared memory).
+#define WG_M64N128K16_SS(OP)                                                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" OP                                             \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "          \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "          \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "         \
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                             \
+                 : WG_D64                                                                                    \
+                 : "l"(a), "l"(b), "r"(accumulate))
+template <typename E>
 __device__ __forceinline__ void wg_m64n128k16_ss(float (&d)[16][4], uint64_t a, uint64_t b, int accumulate)
 {
 #ifdef K_WGMMA
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : WG_D64
-                 : "l"(a), "l"(b), "r"(accumulate));
+    if constexpr (elt16<E>::f16)
+        WG_M64N128K16_SS(WG_OP_F16("m64n128k16"));
+    else
+        WG_M64N128K16_SS(WG_OP_BF16("m64n128k16"));
 #endif
 }
 
-// d += A (64 x 16 bf16, registers) . B (16 x 128, N-major in shared memory: imm-trans-b = 1).
+// d += A (64 x 16 E, registers) . B (16 x 128, N-major in shared memory: imm-trans-b = 1).
+#define WG_M64N128K16_NMAJOR(OP)                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" OP                                               \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "          \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "          \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "         \
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                               \
+                 : WG_D64                                                                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+template <typename E>
 __device__ __forceinline__ void wg_m64n128k16_nmajor(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b)
 {
 #ifdef K_WGMMA
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : WG_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    if constexpr (elt16<E>::f16)
+        WG_M64N128K16_NMAJOR(WG_OP_F16("m64n128k16"));
+    else
+        WG_M64N128K16_NMAJOR(WG_OP_BF16("m64n128k16"));
 #endif
 }

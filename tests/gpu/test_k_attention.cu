@@ -28,6 +28,19 @@
  * the blocks staged as bf16 (k_kv_stage_fp8, itself checked bit for bit by stage_case), then the bf16
  * kernels over them, against the reference over the staged (bf16-rounded) values.
  *
+ * fp16 mode (k_set_f16(1), model.dtype fp16): the 16-bit launchers' cases (every prefill variant
+ * through k_attention_prefill_force, decode, split decode, the decode with the RoPE prologue folded in)
+ * run again with q, the cache and the rope weights uploaded as fp16 and the reference reading the fp16
+ * values, over a representative subset to bound the run time: D 64 and 128, GQA 1 to 16, block sizes
+ * 16..256 (the tensor-map shapes), short and 32k contexts, automatic, forced and no splits. The fp8
+ * launchers are bf16 only and must refuse fp16 mode (fp16_refusals). Tolerance: the same two roundings
+ * (P for P·V, the output) with fp16's 10-bit mantissa, 2^3 times finer than bf16's: a relative error
+ * of ~2^-10 / sqrt(12) ~ 2e-4 each (bf16: 1.7e-3), ~3e-4 together. Checks: norm <= 8e-4, worst row
+ * <= 3e-3 (the bf16 tolerances / 8, the norm one a little tighter still). A single bf16 rounding left
+ * in an fp16 path (P, the output, Q or a cache row) adds >= 1.7e-3 to the norm error and fails.
+ *
+ * Every check line names the mode ("bf16" or "fp16").
+ *
  * Large cases check a random sample of query rows (always the first and last rows of each
  * sequence) against the reference to bound the host time. Seeds are fresh per run (printed;
  * LLMQ_TEST_SEED=N reproduces a run). */
@@ -48,6 +61,8 @@ extern "C" {
 
 #define TOL_NORM 1e-2
 #define TOL_ROW 2.5e-2
+#define TOL_NORM_F16 8e-4 /* fp16 mode: header comment */
+#define TOL_ROW_F16 3e-3
 #define Q_SCALE 2.0f
 #define REF_BUDGET 2e10 /* double flops of reference per prefill case before rows are sampled */
 
@@ -62,19 +77,33 @@ static uint64_t case_seed(uint64_t k)
     return (z ^ (z >> 31)) | 1;
 }
 
+/* The 16-bit type of the cases running now: 0 bf16, 1 fp16 (k_set_f16; set_mode sets both). */
+static int g_f16 = 0;
+static void set_mode(int f16)
+{
+    g_f16 = f16;
+    k_set_f16(f16);
+}
+static const char *mode_name(void)
+{
+    return g_f16 ? "fp16" : "bf16";
+}
+/* A 16-bit value of the mode to fp32 (exact), and fp32 to the mode's type (round to nearest even). */
 static inline float bits2f(uint16_t b)
 {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return g_f16 ? f16_to_f32(b) : bf16_to_f32(b);
 }
 static inline uint16_t f2bits(float f)
 {
-    bf16 h = __float2bfloat16(f);
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
+    return g_f16 ? f32_to_f16(f) : f32_to_bf16(f);
+}
+static double tol_norm(void)
+{
+    return g_f16 ? TOL_NORM_F16 : TOL_NORM;
+}
+static double tol_row(void)
+{
+    return g_f16 ? TOL_ROW_F16 : TOL_ROW;
 }
 
 /* Runs f(i) for i in [0, n) on all host cores. */
@@ -129,7 +158,7 @@ struct paged {
             const uint8_t *cd = &(is_v ? v8 : k8)[at * c.D];
             const double sc = (is_v ? vs : ks)[at];
             for (int d = 0; d < c.D; d++)
-                out[d] = staged ? bits2f(f32_to_bf16(e4m3_to_f32(cd[d]) * (float)sc))
+                out[d] = staged ? bf16_to_f32(f32_to_bf16(e4m3_to_f32(cd[d]) * (float)sc))
                                 : (double)e4m3_to_f32(cd[d]) * sc;
         } else {
             const uint16_t *r = &(is_v ? v : k)[at * c.D];
@@ -305,8 +334,8 @@ static int check(const char *what, const paged &P, const std::vector<qrow> &rows
         float f = bits2f(got[i]);
         if (!std::isfinite(f)) {
             size_t t = i / ((size_t)c.H * c.D), h = i / c.D % c.H;
-            printf("FAIL %s: output row %zu head %zu element %zu is %f (unwritten or bad read)\n", what, t, h,
-                   i % c.D, f);
+            printf("FAIL %s %s: output row %zu head %zu element %zu is %f (unwritten or bad read)\n",
+                   mode_name(), what, t, h, i % c.D, f);
             return 0;
         }
     }
@@ -329,10 +358,11 @@ static int check(const char *what, const paged &P, const std::vector<qrow> &rows
         }
     }
     const double rel = sqrt(num / std::max(den, 1e-30));
-    const int ok = rel <= TOL_NORM && worst_row <= TOL_ROW;
-    printf("%s %s: rel err %.3e (tol %.0e), worst row %.3e (tol %.1e; seq %d query %d head %d), %zu rows "
+    const int ok = rel <= tol_norm() && worst_row <= tol_row();
+    printf("%s %s %s: rel err %.3e (tol %.0e), worst row %.3e (tol %.1e; seq %d query %d head %d), %zu rows "
            "checked\n",
-           ok ? "ok  " : "FAIL", what, rel, TOL_NORM, worst_row, TOL_ROW, wr_s, wr_i, wr_h, rows.size());
+           ok ? "ok  " : "FAIL", mode_name(), what, rel, tol_norm(), worst_row, tol_row(), wr_s, wr_i, wr_h,
+           rows.size());
     fflush(stdout);
     return ok;
 }
@@ -468,8 +498,9 @@ static void stage_case(int KVH, int D, int bs, uint64_t seed)
     for (size_t e = 0; e < blk; e++)
         if (gk[(size_t)n_list * blk + e] != 0xffff || gv[(size_t)n_list * blk + e] != 0xffff)
             bad++;
-    printf("%s: kv stage fp8 -> bf16 KVH%d D%d bs%d (%d blocks): %zu elements differ%s\n",
-           bad ? "FAIL" : "ok", KVH, D, bs, n_list, bad, bad ? " (or the spare block was written)" : "");
+    printf("%s: %s kv stage fp8 -> bf16 KVH%d D%d bs%d (%d blocks): %zu elements differ%s\n",
+           bad ? "FAIL" : "ok", mode_name(), KVH, D, bs, n_list, bad,
+           bad ? " (or the spare block was written)" : "");
     if (bad) {
         failures++;
         printf("  first: %s, staged block %zu, element %zu\n", first >> 40 ? "V" : "K",
@@ -578,7 +609,10 @@ static void decode_case(const cfg &c, const std::vector<int> &ctx, int split_par
  * k_attention_decode_split, on the same raw qkv rows and cache: the outputs and both whole cache pools
  * must be equal bit for bit (the prologue's per-lane arithmetic is one function), and qkv untouched.
  * The new key of each sequence is at position ctx - 1; partitions of part keys cover the cases where
- * its tile is one of the stages loaded before the wait and where the main loop reads it back. */
+ * its tile is one of the stages loaded before the wait and where the main loop reads it back. The
+ * folded kernel's output is also checked against the reference over the two-kernel path's q (normalized
+ * and rotated in place) and cache, with check()'s tolerances: the comparison is not only with a kernel
+ * that computes the same way. */
 /* RoPE inverse frequencies at theta 1e6 (Qwen3's) for head dim D */
 static std::vector<float> rope_inv_freq(int D)
 {
@@ -661,12 +695,24 @@ static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, 
                        &P.v[(size_t)((slot[s] / c.bs * c.KVH) * c.bs + slot[s] % c.bs) * c.D], c.D * 2) == 0)
                 bad = 1, what = "v cache row not written";
     }
-    char cn[64];
-    printf("%s decode+rope %s %d seqs, ctx %d..%d, part %d%s%s%s: %s\n", bad ? "FAIL" : "ok  ",
-           cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx, part,
-           bias ? ", bias" : "", norms ? ", q/k norms" : "", attn_scale != 1.f ? ", attn_scale" : "",
+    char cn[64], name[200];
+    printf("%s %s decode+rope %s %d seqs, ctx %d..%d, part %d%s%s%s: %s\n", bad ? "FAIL" : "ok  ",
+           mode_name(), cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx,
+           part, bias ? ", bias" : "", norms ? ", q/k norms" : "", attn_scale != 1.f ? ", attn_scale" : "",
            bad ? what : "equal to the two kernels bit for bit");
     tally(!bad);
+    { /* the folded kernel's output against the reference over the rotated q and the written cache */
+        GPU_OK(cudaMemcpy(P.q.data(), q_a, (size_t)n * QS * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(P.k.data(), kc[1], pool * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(P.v.data(), vc[1], pool * 2, cudaMemcpyDeviceToHost));
+        GPU_OK(cudaMemcpy(P.dout, out[1], outn * 2, cudaMemcpyDeviceToDevice));
+        std::vector<qrow> rows;
+        for (int s = 0; s < n; s++)
+            rows.push_back({s, 0});
+        snprintf(name, sizeof name, "decode+rope %s %d seqs, ctx %d..%d, part %d, against the reference",
+                 cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx, part);
+        tally(check(name, P, rows, reference(P, rows)));
+    }
     for (int i = 0; i < 2; i++)
         cudaFree(kc[i]), cudaFree(vc[i]), cudaFree(out[i]);
     cudaFree(ws), cudaFree(q_raw), cudaFree(q_a), cudaFree(db), cudaFree(dqn), cudaFree(dkn), cudaFree(dinv),
@@ -727,7 +773,48 @@ static void argument_checks(void)
         !strstr(k_last_error(), "aligned"))
         ok = 0, printf("     staging to a misaligned output not refused (%s)\n", k_last_error());
     GPU_OK(cudaGetLastError());
-    printf("%s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", k_last_error());
+    printf("%s %s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", mode_name(), k_last_error());
+    tally(ok);
+    GPU_OK(cudaFree(ws));
+    P.free_dev();
+}
+
+/* The fp8 cache's launchers are bf16 only: in fp16 mode each fails at once (-1, nothing launched, the
+ * reason in k_last_error) on arguments it accepts in bf16 mode; then bf16 mode again. */
+static void fp16_refusals(void)
+{
+    const cfg c = {8, 2, 64, 16};
+    paged P;
+    build(P, c, {1, 1}, {300, 40}, case_seed(998), true);
+    const k_attn_batch b = P.batch();
+    const float scale = 1.f / sqrtf((float)c.D);
+    const size_t need = k_attention_decode_workspace_split(P.n, c.H, c.D, P.max_ctx, 64);
+    void *ws = nullptr;
+    GPU_OK(cudaMalloc(&ws, std::max<size_t>(need, 16)));
+    int ok = 1;
+    set_mode(1);
+    const int rp = k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H,
+                                           c.KVH, c.D, c.bs, scale, 0);
+    const bool mp = strstr(k_last_error(), "fp16 mode") != nullptr;
+    const int rd = k_attention_decode_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H,
+                                          c.KVH, c.D, c.bs, scale, ws, need, 0);
+    const bool md = strstr(k_last_error(), "fp16 mode") != nullptr;
+    const int rs = k_attention_decode_split_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H,
+                                                c.KVH, c.D, c.bs, scale, 64, ws, need, 0);
+    const bool ms = strstr(k_last_error(), "fp16 mode") != nullptr;
+    const char *last = k_last_error();
+    if (rp != -1 || !mp || rd != -1 || !md || rs != -1 || !ms)
+        ok = 0,
+        printf("     fp8 attention in fp16 mode: prefill %d, decode %d, split %d (want -1, -1, -1; %s)\n", rp,
+               rd, rs, last);
+    printf("%s fp16 fp8 attention launchers refuse fp16 mode (last message: %s)\n", ok ? "ok  " : "FAIL",
+           last);
+    set_mode(0);
+    /* and run again in bf16 mode */
+    if (k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH, c.D,
+                                c.bs, scale, 0) != 0)
+        ok = 0, printf("FAIL bf16 fp8 prefill after fp16 mode: %s\n", k_last_error());
+    GPU_OK(cudaDeviceSynchronize());
     tally(ok);
     GPU_OK(cudaFree(ws));
     P.free_dev();
@@ -1070,48 +1157,50 @@ static void timing(void)
     }
 }
 
-int main(void)
+/* prefill: one sequence's shapes, and a mixed batch: fresh prompts, chunks continuing after ~3000 cached
+ * tokens, decode-like rows */
+static const cfg single[] = {{40, 8, 128, 32}, {16, 8, 64, 16}};
+static const std::vector<int> mix_nq = {1, 7, 300, 130, 1, 64, 513, 17, 1000, 129};
+static const std::vector<int> mix_ctx = {1, 7, 300, 3130, 3001, 3064, 513, 3017, 4000, 129};
+/* decode of short contexts (single-sequence decode): 2-16 partitions of one or a few tiles, and batches
+ * whose sequences have fewer partitions than the launch (idle CTAs) */
+static const std::vector<std::vector<int>> shorts = {{100},  {512},          {640},
+                                                     {1000}, {450, 200, 64}, {77, 1, 300}};
+
+/* The cases of the 16-bit launchers in the calling thread's mode (set_mode); subset: the fp16 mode's
+ * representative subset (header comment): every prefill variant at D 128 and 64 with and without GQA
+ * and over every tensor-map shape but one, decode and split decode at D 128 and 64 from 1 to 32k keys,
+ * the folded decode at GQA 1, 5 and 16 with every split. k: the running case seed index. */
+static void cases16(uint64_t &k, bool prefill_only, bool subset)
 {
-    gpu_require();
-    base_seed = gt_seed();
-    uint64_t k = 0;
-
-    argument_checks();
-    /* LLMQ_TEST_TIMING_ONLY=1: the timing table alone (tuning; no checks) */
-    const char *to = getenv("LLMQ_TEST_TIMING_ONLY");
-    if (to && strcmp(to, "1") == 0) {
-        timing();
-        return 0;
-    }
-    /* LLMQ_TEST_PREFILL_ONLY=1: the prefill cases and the timing table only (tuning the prefill kernels) */
-    const char *po = getenv("LLMQ_TEST_PREFILL_ONLY");
-    const bool prefill_only = po && strcmp(po, "1") == 0;
-    if (!prefill_runs(K_ATTN_PREFILL_WGMMA, 128))
-        printf("note: no sm_90a device or build: the wgmma prefill kernel is not tested here\n");
-
     /* prefill, one sequence, n_q = ctx */
-    const cfg single[] = {{40, 8, 128, 32}, {16, 8, 64, 16}};
     for (const cfg &c : single)
         for (int n : {1, 7, 128, 1000, 4097})
-            prefill_case("single", c, {n}, {n}, case_seed(k++));
+            if (!subset || n == 7 || n == 1000)
+                prefill_case("single", c, {n}, {n}, case_seed(k++));
 
-    /* prefill, mixed batches: fresh prompts, chunks continuing after ~3000 cached tokens, decode-like rows */
+    /* prefill, mixed batches */
     const cfg heads[] = {{40, 8, 128, 32}, {16, 8, 128, 16}, {32, 8, 128, 32}, {4, 4, 128, 16},
                          {40, 8, 64, 16},  {16, 8, 64, 32},  {32, 8, 64, 16},  {4, 4, 64, 32}};
-    const std::vector<int> mix_nq = {1, 7, 300, 130, 1, 64, 513, 17, 1000, 129};
-    const std::vector<int> mix_ctx = {1, 7, 300, 3130, 3001, 3064, 513, 3017, 4000, 129};
-    for (const cfg &c : heads)
-        prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
+    for (int i = 0; i < 8; i++)
+        if (!subset || i == 0 || i == 3 || i == 4 || i == 7) /* D 128 and 64, GQA 5 and 1 */
+            prefill_case("mixed", heads[i], mix_nq, mix_ctx, case_seed(k++));
     /* the tensor-map copies' other shapes (block sizes 64, 128, 256: 64 keys a copy, two lanes a tile; 128,
        one lane; 128 of a 256-key block) */
     for (const cfg &c : {cfg{40, 8, 128, 64}, cfg{16, 8, 128, 128}, cfg{8, 2, 128, 256}})
-        prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
+        if (!subset || c.bs != 128)
+            prefill_case("mixed", c, mix_nq, mix_ctx, case_seed(k++));
 
     /* decode: batches 1, 3, 64, 256 with contexts from 1 to 32k mixed in one batch */
-    for (const cfg &c : heads) {
+    for (int i = 0; i < 8; i++) {
+        const cfg &c = heads[i];
         if (prefill_only)
             break;
+        if (subset && i != 0 && i != 5) /* D 128 bs 32 and D 64 bs 32 */
+            continue;
         for (int n : {1, 3, 64, 256}) {
+            if (subset && n != 3 && n != 64) /* 1 .. 32k keys, splits of 64 and 256 keys */
+                continue;
             uint64_t st = case_seed(k++);
             std::vector<int> ctx(n);
             for (int s = 0; s < n; s++) {
@@ -1127,12 +1216,11 @@ int main(void)
         }
     }
 
-    /* decode of short contexts (single-sequence decode): 2-16 partitions of one or a few tiles, and
-       batches whose sequences have fewer partitions than the launch (idle CTAs) */
-    const std::vector<std::vector<int>> shorts = {{100}, {512}, {640}, {1000}, {450, 200, 64}, {77, 1, 300}};
+    /* decode of short contexts (single-sequence decode) */
     for (const cfg &c : {heads[0], heads[5]})
         for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : shorts)
-            decode_case(c, ctx, 128, case_seed(k++));
+            if (!subset || ctx == std::vector<int>{640} || (c.D == 128 && ctx[0] == 450))
+                decode_case(c, ctx, 128, case_seed(k++));
 
     /* the decode attention with the q/k norm + RoPE prologue folded in (GQA 1..16, bias, no norms) */
     const cfg rope_cfgs[] = {
@@ -1142,17 +1230,44 @@ int main(void)
     for (const cfg &c : rope_cfgs)
         for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : rope_ctx)
             for (int part : {0, -1, 64, 512}) {
+                if (subset &&
+                    (c.H == 16 || c.H == 12 || ctx == std::vector<int>{1} || ctx == std::vector<int>{640}))
+                    continue; /* GQA 5, 16 and 1; D 128 and 64; 65 .. 3000 keys and a mixed batch */
                 const int v = ri++;
                 rope_fold_case(c, ctx, part, v % 3 == 1, v % 4 != 3, v % 5 == 2 ? 1.25f : 1.f,
                                case_seed(k++));
             }
+}
+
+int main(void)
+{
+    gpu_require();
+    base_seed = gt_seed();
+    uint64_t k = 0;
+
+    argument_checks();
+    fp16_refusals();
+    /* LLMQ_TEST_TIMING_ONLY=1: the timing table alone (tuning; no checks) */
+    const char *to = getenv("LLMQ_TEST_TIMING_ONLY");
+    if (to && strcmp(to, "1") == 0) {
+        timing();
+        return 0;
+    }
+    /* LLMQ_TEST_PREFILL_ONLY=1: the prefill cases and the timing table only (tuning the prefill kernels) */
+    const char *po = getenv("LLMQ_TEST_PREFILL_ONLY");
+    const bool prefill_only = po && strcmp(po, "1") == 0;
+    if (!prefill_runs(K_ATTN_PREFILL_WGMMA, 128))
+        printf("note: no sm_90a device or build: the wgmma prefill kernel is not tested here\n");
+
+    cases16(k, prefill_only, false);
 
     /* the fp8 cache staged as bf16 for the prefill (the staged prefill itself runs in the fp8 cases) */
     stage_case(8, 128, 32, case_seed(k++));
     stage_case(4, 64, 16, case_seed(k++));
     stage_case(1, 16, 8, case_seed(k++));
 
-    /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys */
+    /* fp8 cache: the same kinds of cases, block sizes 16 and 32, GQA 1..8, 1 token, > 4096 keys (bf16 mode
+       only; fp16 mode refuses them, fp16_refusals) */
     for (const cfg &c : single)
         for (int n : {1, 7, 1000, 4097})
             prefill_case("single", c, {n}, {n}, case_seed(k++), true);
@@ -1178,6 +1293,11 @@ int main(void)
     }
     for (const std::vector<int> &ctx : prefill_only ? std::vector<std::vector<int>>{} : shorts)
         decode_case(heads8[0], ctx, 128, case_seed(k++), true);
+
+    /* fp16 mode: the 16-bit launchers again, over a representative subset */
+    set_mode(1);
+    cases16(k, prefill_only, true);
+    set_mode(0);
 
     timing();
     printf("%s: %d of %d checks passed\n", failures ? "FAIL" : "PASS", cases - failures, cases);
