@@ -533,12 +533,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         return NULL;
     }
     if (f16 != (o->kv_dtype == DT_F16)) {
+        const char *kv = o->kv_dtype == DT_F8_E4M3 ? "fp8" : o->kv_dtype == DT_BF16 ? "bf16" : "fp16";
         snprintf(
             err, errlen,
             f16 ? "model.dtype fp16 keeps the KV cache in fp16 (engine.kv_cache_dtype auto), not %s: fp16 "
                   "mode has no bf16 or fp8 cache"
                 : "KV cache dtype %s: an fp16 cache needs model.dtype fp16",
-            dtype_name(o->kv_dtype) ? dtype_name(o->kv_dtype) : "?");
+            kv);
         return NULL;
     }
     if (f16 && o->lm_head_dtype == BE_WEIGHTS_FP8) {

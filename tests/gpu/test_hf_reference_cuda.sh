@@ -6,12 +6,13 @@
 #
 # Each checkpoint runs twice: in bf16 (the default) and in fp16 mode (model.dtype fp16: weights,
 # activations and KV cache in fp16). The issue's bars (ids equal wherever the golden gap exceeds 0.05,
-# logprobs within 0.02) are printed as met or not met for both. In bf16 they are not the pass
-# criterion: these tiny models are peaked (logit std 4-8), so bf16 arithmetic alone moves their
-# logprobs further than 0.02. Where torch and transformers are importable (the GPU machine), the same
-# checkpoints are run through transformers in bf16 and in fp16 (bf16_spread.py, teacher-forced) and
-# llmq must stay within twice transformers' own distance in the same precision (at least 0.02);
-# elsewhere within 0.25 (bf16) or 0.05 (fp16). Skips (77) without a GPU.
+# logprobs within 0.02) are printed as met or not met for both, and are fp16 mode's pass criterion.
+# In bf16 they cannot be: these tiny models are peaked (logit std 4-8), so bf16 arithmetic alone
+# moves their logprobs further than 0.02 (transformers' own bf16 lands 0.04-0.12 away). There, where
+# torch and transformers are importable (the GPU machine), the same checkpoints are run through
+# transformers in bf16 (bf16_spread.py, teacher-forced) and llmq must stay within twice transformers'
+# own bf16 distance (at least 0.02); elsewhere within 0.25. Transformers' fp16 distance is printed
+# beside fp16 mode's. Skips (77) without a GPU.
 set -euo pipefail
 fix=$LLMQ_SOURCE_DIR/tests/fixtures/models
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -46,7 +47,7 @@ if python3 -c "import torch, transformers; assert torch.cuda.is_available()" 2>/
   python3 "$fix/bf16_spread.py" --models "$tmp/models" --dtype float16 >"$tmp/hf_fp16.jsonl"
   cat "$tmp/hf_bf16.jsonl" "$tmp/hf_fp16.jsonl"
 else
-  echo "note: torch/transformers not importable here; llmq is held to a fixed 0.25 (bf16) and 0.05 (fp16)"
+  echo "note: torch/transformers not importable here; llmq is held to a fixed 0.25 in bf16 (fp16: the issue's 0.02)"
 fi
 fail=0
 for mode in bf16 fp16; do
@@ -69,11 +70,13 @@ ref = [json.loads(l) for l in open(sys.argv[1])]
 out = [json.loads(l) for l in open(sys.argv[2])]
 name, mode = sys.argv[3], sys.argv[5]
 hf = {r["model"]: r for r in map(json.loads, open(sys.argv[4]))}
-if name in hf:
+if mode == "fp16":
+    tol, why = 0.02, "the issue's bar" + (f"; transformers fp16 {hf[name]['max_abs_dlogprob']:.4f}" if name in hf else "")
+elif name in hf:
     tol = max(0.02, 2 * hf[name]["max_abs_dlogprob"])
-    why = f"2 x transformers {mode}'s {hf[name]['max_abs_dlogprob']:.4f}"
+    why = f"2 x transformers bf16's {hf[name]['max_abs_dlogprob']:.4f}"
 else:
-    tol, why = (0.25 if mode == "bf16" else 0.05), "fixed"
+    tol, why = 0.25, "fixed"
 assert len(ref) == len(out), f"{len(out)} results for {len(ref)} prompts"
 worst, n, flips, flips_issue, bad = 0.0, 0, 0, 0, []
 ds = []
@@ -86,7 +89,7 @@ for i, (r, o) in enumerate(zip(ref, out)):
         if d is None:
             flips += 1
             flips_issue += step["gap"] > 0.05
-            if step["gap"] > 2 * tol:
+            if step["gap"] > (0.05 if mode == "fp16" else 2 * tol):
                 bad.append(f"prompt {i} step {t}: id {o['token_ids'][t]} != {step['id']} with golden gap {step['gap']:.3f}")
             break
         ds.append(d)
