@@ -361,6 +361,18 @@ static bool use_fp8(struct cuda_backend *b, const struct tensor_view *const *par
     return use;
 }
 
+// *set = a device flag's value (the stream is synchronized); -1 with b->base.err on a CUDA error.
+static int read_flag(struct cuda_backend *b, const int *flag, const char *what, int *set)
+{
+    cudaError_t e = cudaMemcpy(set, flag, sizeof *set, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        char w[64];
+        snprintf(w, sizeof w, "cudaMemcpy(%s)", what);
+        return cb_fail_cuda(b, __FILE__, __LINE__, w, e);
+    }
+    return 0;
+}
+
 int cb_load_weights(struct cuda_backend *b, const struct model *m)
 {
     const struct model_config *c = &b->cfg;
@@ -525,11 +537,8 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     }
     if (ld.bad) {
         int bad = 0;
-        cudaError_t e = cudaMemcpy(&bad, ld.bad, sizeof bad, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) {
-            cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemcpy(fp8 flag)", e);
+        if (read_flag(b, ld.bad, "fp8 flag", &bad))
             goto out;
-        }
         if (bad) {
             snprintf(b->base.err, sizeof b->base.err,
                      "a linear weight holds a NaN or an infinity: it cannot be quantized to fp8 (model.dtype "
@@ -540,11 +549,8 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     }
     if (ld.over) {
         int over = 0;
-        cudaError_t e = cudaMemcpy(&over, ld.over, sizeof over, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) {
-            cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemcpy(fp16 flag)", e);
+        if (read_flag(b, ld.over, "fp16 flag", &over))
             goto out;
-        }
         if (over) {
             snprintf(b->base.err, sizeof b->base.err,
                      "a weight is beyond fp16's range (|w| > 65504): model.dtype fp16 cannot hold this "

@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+extern "C" {
+#include "engine/dtype.h"
+}
 
 /* Exits 77 (ctest: skipped) with the driver's reason when no CUDA device is usable. */
 static inline void gpu_require(void)
@@ -44,6 +47,29 @@ static inline void gpu_require(void)
             exit(1);                                                                                         \
         }                                                                                                    \
     } while (0)
+
+/* ---- the 16-bit mode (kernels.h, k_set_f16) of this thread's launches and of the test's host values,
+ * which hold the mode's bits (fp16 in fp16 mode) wherever their C type says bf16 */
+
+static int gt_f16 = 0;
+static inline void gt_set_mode(int f16)
+{
+    gt_f16 = f16 != 0;
+    k_set_f16(gt_f16);
+}
+static inline const char *gt_mode_name(void)
+{
+    return gt_f16 ? "fp16" : "bf16";
+}
+/* A 16-bit value of the mode to fp32 (exact), and fp32 to the mode's type (round to nearest even). */
+static inline float gt_h2f(uint16_t b)
+{
+    return gt_f16 ? f16_to_f32(b) : bf16_to_f32(b);
+}
+static inline uint16_t gt_f2h(float f)
+{
+    return gt_f16 ? f32_to_f16(f) : f32_to_bf16(f);
+}
 
 /* ---- the tally of checks: one printed line per check, "ok   ..." or "FAIL ..." */
 

@@ -77,33 +77,13 @@ static uint64_t case_seed(uint64_t k)
     return (z ^ (z >> 31)) | 1;
 }
 
-/* The 16-bit type of the cases running now: 0 bf16, 1 fp16 (k_set_f16; set_mode sets both). */
-static int g_f16 = 0;
-static void set_mode(int f16)
-{
-    g_f16 = f16;
-    k_set_f16(f16);
-}
-static const char *mode_name(void)
-{
-    return g_f16 ? "fp16" : "bf16";
-}
-/* A 16-bit value of the mode to fp32 (exact), and fp32 to the mode's type (round to nearest even). */
-static inline float bits2f(uint16_t b)
-{
-    return g_f16 ? f16_to_f32(b) : bf16_to_f32(b);
-}
-static inline uint16_t f2bits(float f)
-{
-    return g_f16 ? f32_to_f16(f) : f32_to_bf16(f);
-}
 static double tol_norm(void)
 {
-    return g_f16 ? TOL_NORM_F16 : TOL_NORM;
+    return gt_f16 ? TOL_NORM_F16 : TOL_NORM;
 }
 static double tol_row(void)
 {
-    return g_f16 ? TOL_ROW_F16 : TOL_ROW;
+    return gt_f16 ? TOL_ROW_F16 : TOL_ROW;
 }
 
 /* Runs f(i) for i in [0, n) on all host cores. */
@@ -163,7 +143,7 @@ struct paged {
         } else {
             const uint16_t *r = &(is_v ? v : k)[at * c.D];
             for (int d = 0; d < c.D; d++)
-                out[d] = bits2f(r[d]);
+                out[d] = gt_h2f(r[d]);
         }
     }
     k_attn_batch batch() const
@@ -248,7 +228,7 @@ static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std:
                     uint16_t *kr = const_cast<uint16_t *>(P.krow(s, j, h)),
                              *vr = const_cast<uint16_t *>(P.vrow(s, j, h));
                     for (int d = 0; d < c.D; d++)
-                        kr[d] = f2bits(gt_normal(&st)), vr[d] = f2bits(gt_normal(&st));
+                        kr[d] = gt_f2h(gt_normal(&st)), vr[d] = gt_f2h(gt_normal(&st));
                 }
         });
         P.dk = gt_to_device((const bf16 *)P.k.data(), pool);
@@ -258,7 +238,7 @@ static void build(paged &P, const cfg &c, const std::vector<int> &nq, const std:
     P.q.assign((size_t)std::max(P.total_q, 1) * P.q_stride, 0xFFFF);
     for (int t = 0; t < P.total_q; t++)
         for (int i = 0; i < c.H * c.D; i++)
-            P.q[(size_t)t * P.q_stride + i] = f2bits(gt_normal(&seed) * Q_SCALE);
+            P.q[(size_t)t * P.q_stride + i] = gt_f2h(gt_normal(&seed) * Q_SCALE);
 
     P.dq = gt_to_device((const bf16 *)P.q.data(), P.q.size());
     P.dqs = gt_to_device(P.q_start.data(), P.q_start.size());
@@ -277,7 +257,7 @@ static void ref_row(const paged &P, int s, int i, int h, double *out)
     const uint16_t *qr = &P.q[(size_t)(P.q_start[s] + i) * P.q_stride + (size_t)h * c.D];
     std::vector<double> q(c.D), sc(qpos + 1), kr(c.D), vr(c.D);
     for (int d = 0; d < c.D; d++)
-        q[d] = bits2f(qr[d]);
+        q[d] = gt_h2f(qr[d]);
     const double scale = 1.0 / sqrt((double)c.D);
     double m = -INFINITY;
     for (int j = 0; j <= qpos; j++) {
@@ -331,11 +311,11 @@ static int check(const char *what, const paged &P, const std::vector<qrow> &rows
     GPU_OK(cudaDeviceSynchronize());
     GPU_OK(cudaMemcpy(got.data(), P.dout, n_out * 2, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n_out; i++) {
-        float f = bits2f(got[i]);
+        float f = gt_h2f(got[i]);
         if (!std::isfinite(f)) {
             size_t t = i / ((size_t)c.H * c.D), h = i / c.D % c.H;
             printf("FAIL %s %s: output row %zu head %zu element %zu is %f (unwritten or bad read)\n",
-                   mode_name(), what, t, h, i % c.D, f);
+                   gt_mode_name(), what, t, h, i % c.D, f);
             return 0;
         }
     }
@@ -347,7 +327,7 @@ static int check(const char *what, const paged &P, const std::vector<qrow> &rows
         for (int h = 0; h < c.H; h++) {
             double rn = 0, rd = 0;
             for (int d = 0; d < c.D; d++) {
-                const double g = bits2f(got[t * HD + (size_t)h * c.D + d]),
+                const double g = gt_h2f(got[t * HD + (size_t)h * c.D + d]),
                              e = ref[r * HD + (size_t)h * c.D + d];
                 rn += (g - e) * (g - e), rd += e * e;
             }
@@ -361,8 +341,8 @@ static int check(const char *what, const paged &P, const std::vector<qrow> &rows
     const int ok = rel <= tol_norm() && worst_row <= tol_row();
     printf("%s %s %s: rel err %.3e (tol %.0e), worst row %.3e (tol %.1e; seq %d query %d head %d), %zu rows "
            "checked\n",
-           ok ? "ok  " : "FAIL", mode_name(), what, rel, tol_norm(), worst_row, tol_row(), wr_s, wr_i, wr_h,
-           rows.size());
+           ok ? "ok  " : "FAIL", gt_mode_name(), what, rel, tol_norm(), worst_row, tol_row(), wr_s, wr_i,
+           wr_h, rows.size());
     fflush(stdout);
     return ok;
 }
@@ -499,7 +479,7 @@ static void stage_case(int KVH, int D, int bs, uint64_t seed)
         if (gk[(size_t)n_list * blk + e] != 0xffff || gv[(size_t)n_list * blk + e] != 0xffff)
             bad++;
     printf("%s: %s kv stage fp8 -> bf16 KVH%d D%d bs%d (%d blocks): %zu elements differ%s\n",
-           bad ? "FAIL" : "ok", mode_name(), KVH, D, bs, n_list, bad,
+           bad ? "FAIL" : "ok", gt_mode_name(), KVH, D, bs, n_list, bad,
            bad ? " (or the spare block was written)" : "");
     if (bad) {
         failures++;
@@ -631,11 +611,11 @@ static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, 
     std::vector<uint16_t> qkv((size_t)n * QS), hb(QS), hqn(c.D), hkn(c.D);
     uint64_t st = seed ^ 0x9e3779b97f4a7c15ull;
     for (auto &x : qkv)
-        x = f2bits(gt_normal(&st) * Q_SCALE);
+        x = gt_f2h(gt_normal(&st) * Q_SCALE);
     for (auto &x : hb)
-        x = f2bits(gt_normal(&st) * 0.5f);
+        x = gt_f2h(gt_normal(&st) * 0.5f);
     for (int d = 0; d < c.D; d++)
-        hqn[d] = f2bits(1.f + 0.3f * gt_normal(&st)), hkn[d] = f2bits(1.f + 0.3f * gt_normal(&st));
+        hqn[d] = gt_f2h(1.f + 0.3f * gt_normal(&st)), hkn[d] = gt_f2h(1.f + 0.3f * gt_normal(&st));
     const std::vector<float> inv = rope_inv_freq(c.D);
     std::vector<int32_t> pos(n), slot(n);
     for (int s = 0; s < n; s++) {
@@ -697,9 +677,9 @@ static void rope_fold_case(const cfg &c, const std::vector<int> &ctx, int part, 
     }
     char cn[64], name[200];
     printf("%s %s decode+rope %s %d seqs, ctx %d..%d, part %d%s%s%s: %s\n", bad ? "FAIL" : "ok  ",
-           mode_name(), cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()), P.max_ctx,
-           part, bias ? ", bias" : "", norms ? ", q/k norms" : "", attn_scale != 1.f ? ", attn_scale" : "",
-           bad ? what : "equal to the two kernels bit for bit");
+           gt_mode_name(), cfg_name(c, cn, sizeof cn), n, *std::min_element(ctx.begin(), ctx.end()),
+           P.max_ctx, part, bias ? ", bias" : "", norms ? ", q/k norms" : "",
+           attn_scale != 1.f ? ", attn_scale" : "", bad ? what : "equal to the two kernels bit for bit");
     tally(!bad);
     { /* the folded kernel's output against the reference over the rotated q and the written cache */
         GPU_OK(cudaMemcpy(P.q.data(), q_a, (size_t)n * QS * 2, cudaMemcpyDeviceToHost));
@@ -773,7 +753,8 @@ static void argument_checks(void)
         !strstr(k_last_error(), "aligned"))
         ok = 0, printf("     staging to a misaligned output not refused (%s)\n", k_last_error());
     GPU_OK(cudaGetLastError());
-    printf("%s %s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", mode_name(), k_last_error());
+    printf("%s %s argument checks (last message: %s)\n", ok ? "ok  " : "FAIL", gt_mode_name(),
+           k_last_error());
     tally(ok);
     GPU_OK(cudaFree(ws));
     P.free_dev();
@@ -792,7 +773,7 @@ static void fp16_refusals(void)
     void *ws = nullptr;
     GPU_OK(cudaMalloc(&ws, std::max<size_t>(need, 16)));
     int ok = 1;
-    set_mode(1);
+    gt_set_mode(1);
     const int rp = k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H,
                                            c.KVH, c.D, c.bs, scale, 0);
     const bool mp = strstr(k_last_error(), "fp16 mode") != nullptr;
@@ -809,7 +790,7 @@ static void fp16_refusals(void)
                rd, rs, last);
     printf("%s fp16 fp8 attention launchers refuse fp16 mode (last message: %s)\n", ok ? "ok  " : "FAIL",
            last);
-    set_mode(0);
+    gt_set_mode(0);
     /* and run again in bf16 mode */
     if (k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH, c.D,
                                 c.bs, scale, 0) != 0)
@@ -1167,7 +1148,7 @@ static const std::vector<int> mix_ctx = {1, 7, 300, 3130, 3001, 3064, 513, 3017,
 static const std::vector<std::vector<int>> shorts = {{100},  {512},          {640},
                                                      {1000}, {450, 200, 64}, {77, 1, 300}};
 
-/* The cases of the 16-bit launchers in the calling thread's mode (set_mode); subset: the fp16 mode's
+/* The cases of the 16-bit launchers in the calling thread's mode (gt_set_mode); subset: the fp16 mode's
  * representative subset (header comment): every prefill variant at D 128 and 64 with and without GQA
  * and over every tensor-map shape but one, decode and split decode at D 128 and 64 from 1 to 32k keys,
  * the folded decode at GQA 1, 5 and 16 with every split. k: the running case seed index. */
@@ -1261,9 +1242,9 @@ int main(void)
     /* LLMQ_TEST_FP16_ONLY=1: the fp16 cases alone (the bf16 and fp8 ones take most of the time) */
     const char *fo = getenv("LLMQ_TEST_FP16_ONLY");
     if (fo && strcmp(fo, "1") == 0) {
-        set_mode(1);
+        gt_set_mode(1);
         cases16(k, prefill_only, true);
-        set_mode(0);
+        gt_set_mode(0);
         printf("%s: %d of %d checks passed\n", failures ? "FAIL" : "PASS", cases - failures, cases);
         return failures ? 1 : 0;
     }
@@ -1304,9 +1285,9 @@ int main(void)
         decode_case(heads8[0], ctx, 128, case_seed(k++), true);
 
     /* fp16 mode: the 16-bit launchers again, over a representative subset */
-    set_mode(1);
+    gt_set_mode(1);
     cases16(k, prefill_only, true);
-    set_mode(0);
+    gt_set_mode(0);
 
     timing();
     printf("%s: %d of %d checks passed\n", failures ? "FAIL" : "PASS", cases - failures, cases);

@@ -55,26 +55,15 @@ extern "C" {
 
 static uint64_t base_seed;
 
-/* The mode of this thread's launches (k_set_f16) and of the host's 16-bit values: every host array of
- * `bf16` holds the mode's bits (fp16 bits in fp16 mode). */
-static int f16_mode;
-static void set_mode(int f16)
-{
-    k_set_f16(f16);
-    f16_mode = f16;
-}
-static const char *mode_name(void)
-{
-    return f16_mode ? "fp16" : "bf16";
-}
+/* every host array of `bf16` holds the mode's bits (gt_set_mode, gpu_test.h) */
 /* the elementwise and norm-relative tolerances of a 16-bit output in the mode (top comment) */
 static double rtol16(void)
 {
-    return f16_mode ? F16_RTOL : BF16_RTOL;
+    return gt_f16 ? F16_RTOL : BF16_RTOL;
 }
 static double norm_tol16(void)
 {
-    return f16_mode ? F16_NORM_TOL : BF16_NORM_TOL;
+    return gt_f16 ? F16_NORM_TOL : BF16_NORM_TOL;
 }
 
 /* The xorshift state of test case k: base_seed and k mixed (splitmix64), never 0. */
@@ -117,7 +106,7 @@ static bool acc_report(const acc &a, const char *what, double norm_tol)
     printf("%s %s %-53s n %9zu  rel %.2e (tol %.0e)  worst |d|/bound %.3f at %zu (got %.6g ref %.6g)  "
            "out-of-bound %zu"
            "  nan/inf %zu",
-           ok ? "ok  " : "FAIL", mode_name(), what, a.n, rel, norm_tol, a.worst, a.worst_i, a.worst_got,
+           ok ? "ok  " : "FAIL", gt_mode_name(), what, a.n, rel, norm_tol, a.worst, a.worst_i, a.worst_got,
            a.worst_ref, a.bad, a.nonfinite);
     if (a.nonfinite)
         printf(" (first at %zu)", a.first_nonfinite);
@@ -138,13 +127,13 @@ static uint16_t bits(bf16 h)
 /* a 16-bit value of the mode, exactly */
 static float h2f(bf16 h)
 {
-    return f16_mode ? f16_to_f32(bits(h)) : bf16_to_f32(bits(h));
+    return gt_h2f(bits(h));
 }
 /* x rounded to the mode's 16-bit type (nearest even) */
 static bf16 f2h(float x)
 {
     __nv_bfloat16_raw r;
-    r.x = f16_mode ? f32_to_f16(x) : f32_to_bf16(x);
+    r.x = gt_f2h(x);
     return bf16(r); /* the bits, whichever type they encode */
 }
 /* normals * scale + offset in the mode's type (|values| < 10: well inside fp16's range) */
@@ -198,7 +187,7 @@ template <typename F> static double median_ms(F fn, int reps = 20)
 }
 static void print_time(const char *what, double ms, double bytes)
 {
-    printf("time %s %-53s %8.4f ms  %7.1f GB/s  (%.0f%% of 4.2 TB/s copy)\n", mode_name(), what, ms,
+    printf("time %s %-53s %8.4f ms  %7.1f GB/s  (%.0f%% of 4.2 TB/s copy)\n", gt_mode_name(), what, ms,
            bytes / ms * 1e-6, bytes / ms * 1e-6 / 4200 * 100);
 }
 
@@ -251,7 +240,7 @@ static void test_embedding_case(int V, int hidden, int n, int out_offset, uint64
     gt_check(wrong16 == 0 && wrong32 == 0,
              "%s embedding V %6d hidden %5d n %5d out+%d (%d out-of-range ids -> zeros): bit-exact, "
              "%zu 16-bit and %zu fp32 elements wrong%s",
-             mode_name(), V, hidden, n, out_offset, n_bad_ids, wrong16, wrong32,
+             gt_mode_name(), V, hidden, n, out_offset, n_bad_ids, wrong16, wrong32,
              first != (size_t)-1 ? " (see first index)" : "");
     if (first != (size_t)-1)
         printf("     first wrong element %zu\n", first);
@@ -269,10 +258,10 @@ static void test_embedding(void)
     test_embedding_case(50, 1024, 1, 0, case_seed(4));
     test_embedding_case(300, 1024, 9, 1, case_seed(5)); /* misaligned output: scalar path */
     gt_check(k_embedding(NULL, 0, NULL, 10, 64, NULL, 0) == 0, "%s embedding n_tokens 0 is a no-op",
-             mode_name());
+             gt_mode_name());
     int rc = k_embedding(NULL, 4, NULL, 10, 64, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "embedding"),
-             "%s embedding NULL pointers fail cleanly: \"%s\"", mode_name(), k_last_error());
+             "%s embedding NULL pointers fail cleanly: \"%s\"", gt_mode_name(), k_last_error());
 
     /* timing: 8192 tokens of a 5120-wide table */
     const int T = 8192, C = 5120, V = 32768;
@@ -331,7 +320,7 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
     snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
     acc_report(a, what, norm_tol16());
     gt_check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
-             "%s rmsnorm rows %4d cols %5d: residual left unchanged", mode_name(), rows, cols);
+             "%s rmsnorm rows %4d cols %5d: residual left unchanged", gt_mode_name(), rows, cols);
 
     /* k_add_rmsnorm: residual += x, out = norm(residual) * w */
     GPU_OK(cudaMemset(dout, 0xff, n * sizeof(bf16)));
@@ -380,10 +369,11 @@ static void test_rmsnorm(void)
     test_rmsnorm_case(300, 16384, 0, case_seed(k++)); /* 8 units a thread, 256 threads */
     test_rmsnorm_case(3, 24576, 0, case_seed(k++));   /* 8 units a thread, 384 threads */
     test_rmsnorm_case(2, 40000, 0, case_seed(k++));   /* too wide for registers: scalar path */
-    gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "%s rmsnorm rows 0 is a no-op", mode_name());
+    gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "%s rmsnorm rows 0 is a no-op",
+             gt_mode_name());
     int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "cols 0"), "%s add_rmsnorm cols 0 fails cleanly: \"%s\"",
-             mode_name(), k_last_error());
+             gt_mode_name(), k_last_error());
 
     /* timing at T = 8192, C = 5120 */
     const int T = 8192, C = 5120;
@@ -456,7 +446,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     float attn_scale = 0;
     char err[256];
     if (backend_rope_freqs(&cfg, inv_freq.data(), &attn_scale, err, sizeof err)) {
-        gt_check(false, "%s backend_rope_freqs: %s", mode_name(), err);
+        gt_check(false, "%s backend_rope_freqs: %s", gt_mode_name(), err);
         return;
     }
 
@@ -617,7 +607,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
             "%s %s: fp8 k/v cache: %ld codes, %ld not a nearest e4m3 value, %ld scales off (%s); %ld codes "
             "(%.4f%%) "
             "equal to f32_to_e4m3 of the reference",
-            mode_name(), what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
+            gt_mode_name(), what, q_n, q_bad, s_bad, q_first[0] ? q_first : "none", q_exact,
             q_n ? 100.0 * q_exact / q_n : 0.0);
     } else {
         snprintf(w2, sizeof w2, "%s: k cache", what);
@@ -627,7 +617,7 @@ static void test_rope_case(const rope_case &rc, uint64_t seed, bool f8 = false)
     }
     gt_check(clobbered == 0,
              "%s %s: %zu unmapped cache elements overwritten (first %zu), %d tokens skipped, attn_scale %g",
-             mode_name(), what, clobbered, first, skipped, attn_scale);
+             gt_mode_name(), what, clobbered, first, skipped, attn_scale);
 
     GPU_OK(cudaFree(dqkv_base));
     GPU_OK(cudaFree(db));
@@ -672,12 +662,12 @@ static void test_rope(void)
     test_rope_case({ARCH_QWEN3, 128, 40, 8, 64, 32, ROPE_DEFAULT, 100000, 4}, case_seed(k++));
     test_rope_case({ARCH_QWEN2, 64, 16, 8, 64, 32, ROPE_DEFAULT, 100000, 1}, case_seed(k++));
     /* fp8 cache (bf16 only): the vector widths, block sizes 16 and 32, biases, yarn, one token */
-    if (f16_mode) {
+    if (gt_f16) {
         int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
                                         NULL, NULL, 0, 8, 2, 64, 32, 0);
         gt_check(rc8 == -1 && strstr(k_last_error(), "k_qk_norm_rope_kv_fp8") &&
                      strstr(k_last_error(), "fp16"),
-                 "%s rope fp8 refuses fp16 mode (even a T 0 no-op): \"%s\"", mode_name(), k_last_error());
+                 "%s rope fp8 refuses fp16 mode (even a T 0 no-op): \"%s\"", gt_mode_name(), k_last_error());
         k += 8;
     } else {
         test_rope_case({ARCH_QWEN3, 128, 40, 8, 300, 32, ROPE_DEFAULT, 100000, 0}, case_seed(k++), true);
@@ -691,15 +681,15 @@ static void test_rope(void)
         int rc8 = k_qk_norm_rope_kv_fp8(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL,
                                         NULL, NULL, 4, 8, 2, 96, 32, 0);
         gt_check(rc8 == -1 && strstr(k_last_error(), "head_dim 96"), "%s rope fp8 D 96 fails cleanly: \"%s\"",
-                 mode_name(), k_last_error());
+                 gt_mode_name(), k_last_error());
     }
     gt_check(k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 0, 8, 2, 64,
                                32, 0) == 0,
-             "%s rope T 0 is a no-op", mode_name());
+             "%s rope T 0 is a no-op", gt_mode_name());
     int rc = k_qk_norm_rope_kv(NULL, NULL, NULL, NULL, 1e-6f, NULL, NULL, 1.f, NULL, NULL, NULL, 4, 8, 3, 64,
                                32, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "KVH 3"), "%s rope H %% KVH != 0 fails cleanly: \"%s\"",
-             mode_name(), k_last_error());
+             gt_mode_name(), k_last_error());
 
     /* timing: Qwen3-14B, T = 8192 tokens */
     const int T = 8192, H = 40, KVH = 8, D = 128, bs = 32, NH = H + 2 * KVH;
@@ -721,7 +711,7 @@ static void test_rope(void)
     });
     print_time("k_qk_norm_rope_kv Qwen3-14B T 8192 (qkv read, q+k+v written)", ms,
                (double)T * NH * D * 2 * 2);
-    if (!f16_mode) {
+    if (!gt_f16) {
         uint8_t *dk8 = (uint8_t *)dk, *dv8 = (uint8_t *)dv; /* codes in the 16-bit caches' first halves */
         float *dks = (float *)(dk8 + (size_t)T * KVH * D), *dvs = (float *)(dv8 + (size_t)T * KVH * D);
         double ms8 = median_ms([&] {
@@ -771,7 +761,7 @@ static void test_silu(void)
     test_silu_case(33, 1003, case_seed(k++)); /* F % 8 != 0: scalar path */
     test_silu_case(5, 24, case_seed(k++));
     test_silu_case(3, 3000, case_seed(k++)); /* F / 8 = 375: two blocks a row */
-    gt_check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "%s silu_mul T 0 is a no-op", mode_name());
+    gt_check(k_silu_mul(NULL, NULL, 0, 17408, 0) == 0, "%s silu_mul T 0 is a no-op", gt_mode_name());
 
     const int T = 8192, F = 17408;
     uint64_t s = case_seed(599);
@@ -788,13 +778,13 @@ int main(void)
     gpu_require();
     base_seed = gt_seed();
     for (int f16 = 0; f16 < 2; f16++) {
-        set_mode(f16);
+        gt_set_mode(f16);
         test_embedding();
         test_rmsnorm();
         test_rope();
         test_silu();
     }
-    set_mode(0);
+    gt_set_mode(0);
     GPU_OK(cudaDeviceSynchronize());
     printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
     return gt_failures ? 1 : 0;

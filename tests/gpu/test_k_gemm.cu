@@ -76,23 +76,12 @@ extern "C" {
 
 static uint64_t base_seed;
 
-/* The 16-bit mode of this thread's launches and of the test's buffers (k_set_f16): 0 bf16, 1 fp16. */
-static int f16_mode = 0;
-static void set_mode(int f16)
-{
-    f16_mode = f16;
-    k_set_f16(f16);
-}
-static const char *mode_name(void)
-{
-    return f16_mode ? "fp16" : "bf16";
-}
 /* A 16-bit element of the mode's type (bits in a bf16 slot) as a float, exactly. */
 static float elt_f(bf16 v)
 {
     uint16_t b;
     memcpy(&b, &v, 2);
-    return f16_mode ? f16_to_f32(b) : bf16_to_f32(b);
+    return gt_h2f(b);
 }
 
 /* ---- device helpers (test-local kernels) */
@@ -117,7 +106,7 @@ __global__ void fill_kernel(bf16 *p, size_t n, uint64_t seed, float scale, int f
 /* in the current mode's type */
 static void fill(bf16 *p, size_t n, uint64_t seed, float scale)
 {
-    fill_kernel<<<1024, 256>>>(p, n, seed, scale, f16_mode);
+    fill_kernel<<<1024, 256>>>(p, n, seed, scale, gt_f16);
     GPU_OK(cudaGetLastError());
 }
 
@@ -145,7 +134,7 @@ static unsigned long long count_nonfinite(const void *y, int f32, size_t n)
     unsigned long long *d, h = 0;
     GPU_OK(cudaMalloc(&d, sizeof *d));
     GPU_OK(cudaMemset(d, 0, sizeof *d));
-    count_nonfinite_kernel<<<1024, 256>>>(y, f32, f16_mode, n, d);
+    count_nonfinite_kernel<<<1024, 256>>>(y, f32, gt_f16, n, d);
     GPU_OK(cudaGetLastError());
     GPU_OK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
     GPU_OK(cudaFree(d));
@@ -198,7 +187,7 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
     GPU_OK(cudaMalloc(&didx, P * sizeof(size_t)));
     GPU_OK(cudaMalloc(&dout, P * sizeof(float)));
     GPU_OK(cudaMemcpy(didx, idx.data(), P * sizeof(size_t), cudaMemcpyHostToDevice));
-    gather_kernel<<<(P + 255) / 256, 256>>>(Y, y_f32, f16_mode, didx, P, dout);
+    gather_kernel<<<(P + 255) / 256, 256>>>(Y, y_f32, gt_f16, didx, P, dout);
     GPU_OK(cudaGetLastError());
     std::vector<float> got(P);
     GPU_OK(cudaMemcpy(got.data(), dout, P * sizeof(float), cudaMemcpyDeviceToHost));
@@ -226,7 +215,7 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
         }
 
     double num = 0, den = 0, worst = -1, worst_got = 0, worst_ref = 0;
-    const double rtol = y_f32 ? F32_RTOL : f16_mode ? F16_RTOL : BF16_RTOL;
+    const double rtol = y_f32 ? F32_RTOL : gt_f16 ? F16_RTOL : BF16_RTOL;
     size_t bad = 0, nan = 0;
     int worst_m = 0, worst_n = 0;
     std::vector<float> xf(K);
@@ -254,12 +243,12 @@ static bool verify(const char *what, const bf16 *X, const bf16 *W, const void *Y
         if (d / bound > worst)
             worst = d / bound, worst_m = m, worst_n = n, worst_got = got[i], worst_ref = ref;
     }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : f16_mode ? 5e-4 : 4e-3;
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : gt_f16 ? 5e-4 : 4e-3;
     bool ok = bad == 0 && nan == 0 && bad_values == 0 && rel <= tol;
     printf("%s %s %-46s %s %6d checked  rel %.2e (tol %.0e)  worst |d|/bound %.3f at (%d, %d) got %.6g ref "
            "%.6g  out-of-bound %zu  nan/inf in Y %llu\n",
-           ok ? "ok  " : "FAIL", mode_name(), what, full ? "full   " : "sampled", P, rel, tol, worst, worst_m,
-           worst_n, worst_got, worst_ref, bad, bad_values);
+           ok ? "ok  " : "FAIL", gt_mode_name(), what, full ? "full   " : "sampled", P, rel, tol, worst,
+           worst_m, worst_n, worst_got, worst_ref, bad, bad_values);
     if (!ok)
         gt_failures++;
     return ok;
@@ -281,13 +270,13 @@ static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
     GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
     char what[128];
     snprintf(what, sizeof what, "%s M %d N %d K %d %s%s", c.name, c.M, c.N, c.K,
-             c.y_f32 ? "f32" : mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "");
+             c.y_f32 ? "f32" : gt_mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "");
     int rc = k_gemm_bf16(g, X, W, Y, c.y_f32, c.M, c.N, c.K, 0);
     if (rc != 0 && c.odd) {
-        gt_check(strlen(k_last_error()) > 0, "%s %s: not supported, failed cleanly: %s", mode_name(), what,
+        gt_check(strlen(k_last_error()) > 0, "%s %s: not supported, failed cleanly: %s", gt_mode_name(), what,
                  k_last_error());
     } else if (rc != 0) {
-        gt_check(false, "%s %s: %s", mode_name(), what, k_last_error());
+        gt_check(false, "%s %s: %s", gt_mode_name(), what, k_last_error());
     } else {
         GPU_OK(cudaDeviceSynchronize());
         verify(what, X, W, Y, c.y_f32, c.M, c.N, c.K, {});
@@ -304,11 +293,11 @@ static void small_case(struct k_gemm *g, const gemm_case &c, uint64_t seed)
     for (int again = 0; again < 2; again++) {
         char lwhat[160];
         snprintf(lwhat, sizeof lwhat, "k_linear %s M %d N %d K %d %s%s%s", c.name, c.M, c.N, c.K,
-                 c.y_f32 ? "f32" : mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "",
+                 c.y_f32 ? "f32" : gt_mode_name(), c.x_off || c.w_off || c.y_off ? " offset" : "",
                  again ? " (cached)" : "");
         GPU_OK(cudaMemset(Y, 0xff, (size_t)c.M * c.N * ysz));
         if (k_linear(g, X, NULL, NULL, &kw, Y, c.y_f32, c.M, 0)) {
-            gt_check(c.odd && strlen(k_last_error()) > 0, "%s %s: %s", mode_name(), lwhat, k_last_error());
+            gt_check(c.odd && strlen(k_last_error()) > 0, "%s %s: %s", gt_mode_name(), lwhat, k_last_error());
             break;
         }
         GPU_OK(cudaDeviceSynchronize());
@@ -351,9 +340,9 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
         GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
         char what[128];
         snprintf(what, sizeof what, "%-8s M %4d N %6d K %5d %s", s.name, M, s.N, s.K,
-                 s.y_f32 ? "f32" : mode_name());
+                 s.y_f32 ? "f32" : gt_mode_name());
         if (k_gemm_bf16(g, X, Wc, Y, s.y_f32, M, s.N, s.K, 0)) {
-            gt_check(false, "%s %s: %s", mode_name(), what, k_last_error());
+            gt_check(false, "%s %s: %s", gt_mode_name(), what, k_last_error());
             continue;
         }
         GPU_OK(cudaDeviceSynchronize());
@@ -382,7 +371,7 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, uint64_t seed,
             line, sizeof line,
             "time %s %-8s M %4d N %6d K %5d %s: %9.4f ms  weights %5.2f TB/s (%3.0f%% of 4.2)  %6.1f TFLOP/s "
             "(%3.0f%% of 776)",
-            mode_name(), s.name, M, s.N, s.K, s.y_f32 ? "f32 " : mode_name(), ms, tbs, tbs / 4.2 * 100,
+            gt_mode_name(), s.name, M, s.N, s.K, s.y_f32 ? "f32 " : gt_mode_name(), ms, tbs, tbs / 4.2 * 100,
             tflops, tflops / 776 * 100);
         printf("%s\n", line);
         table.push_back(line);
@@ -699,7 +688,7 @@ static void tune_bucket_cases(uint64_t seed)
         for (const step &st : steps) {
             if (f16 && st.fp8)
                 continue;
-            set_mode(f16);
+            gt_set_mode(f16);
             struct k_gemm_counts c0, c1;
             k_gemm_get_counts(h, &c0);
             if (st.fp8)
@@ -709,17 +698,18 @@ static void tune_bucket_cases(uint64_t seed)
             k_gemm_get_counts(h, &c1);
             const int dt = c1.tuned - c0.tuned;
             gt_check((st.tuned < 0 ? dt <= 1 : dt == st.tuned) && c1.borrowed - c0.borrowed == st.borrowed,
-                     "tune bucket %s M %d: timed %d, borrowed %d (want %d, %d)", st.fp8 ? "fp8" : mode_name(),
-                     st.M, dt, c1.borrowed - c0.borrowed, st.tuned, st.borrowed);
+                     "tune bucket %s M %d: timed %d, borrowed %d (want %d, %d)",
+                     st.fp8 ? "fp8" : gt_mode_name(), st.M, dt, c1.borrowed - c0.borrowed, st.tuned,
+                     st.borrowed);
         }
-    set_mode(0);
+    gt_set_mode(0);
     k_gemm_free(h);
 }
 
 /* fp16 mode has no fp8 path: the fp8 launchers fail at once (before looking at their arguments) */
 static void fp8_refused_in_f16(struct k_gemm *g)
 {
-    set_mode(1);
+    gt_set_mode(1);
     int rc = k_gemm_fp8(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 128, 128, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_gemm_fp8 refused: \"%s\"",
              k_last_error());
@@ -732,7 +722,7 @@ static void fp8_refused_in_f16(struct k_gemm *g)
     rc = k_linear(g, NULL, NULL, NULL, &kw, (void *)dummy, 0, 1, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_linear (fp8 W) refused: \"%s\"",
              k_last_error());
-    set_mode(0);
+    gt_set_mode(0);
 }
 
 int main(void)
@@ -773,11 +763,11 @@ int main(void)
     };
     uint64_t k = 1;
     for (int f16 = 0; f16 < 2; f16++) { /* fp16 on the same handle: its plans must be its own */
-        set_mode(f16);
+        gt_set_mode(f16);
         for (const gemm_case &c : small)
             small_case(g, c, gt_splitmix(base_seed + k++));
     }
-    set_mode(0);
+    gt_set_mode(0);
     tune_bucket_cases(gt_splitmix(base_seed + k++));
     fp8_refused_in_f16(g);
 
@@ -788,11 +778,11 @@ int main(void)
     };
     std::vector<std::string> table;
     for (int f16 = 0; f16 < 2; f16++) {
-        set_mode(f16);
+        gt_set_mode(f16);
         for (const big_shape &s : big)
             big_shape_run(g, s, gt_splitmix(base_seed + k++), table);
     }
-    set_mode(0);
+    gt_set_mode(0);
 
     /* FP8: correctness at small and edge shapes, then the 14B shapes (sampled), then timing */
     const int fp8_Ms[] = {1, 2, 7, 16, 129, 1000};
