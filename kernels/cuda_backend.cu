@@ -615,8 +615,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaSetDevice", e);
         goto fail;
     }
-    prev_f16 = k_f16();
-    k_set_f16(b->f16); // for this open's launches; the caller's mode is given back below
+    k_set_f16(b->f16); // for this open's launches; the caller's mode (prev_f16) is given back below
     snprintf(b->device_name, sizeof b->device_name, "%s", prop.name);
     b->total_mem = prop.totalGlobalMem;
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess) {
