@@ -100,7 +100,10 @@ struct backend;
 struct backend_ops {
     const char *name;
     /* Runs one step. out[i] is written for each seqs[i] with sample set. Returns 0, or -1 with
-     * be->err set: then no output is valid and the caller fails the step's sequences. */
+     * be->err set: then no output is valid and the caller fails the step's sequences. A sequence whose
+     * own sampling fails (a NaN or +inf logit: a corrupt weight, an overflow in fp16 mode; or no id
+     * left to sample) does not fail the step: its out[i].token is -1, be->err says why (the first such
+     * sequence's reason), and every other output is valid. */
     int (*step)(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out);
     void (*free)(struct backend *be);
 };

@@ -1007,8 +1007,9 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
     }
 
     /* logits of the last row of each sampling sequence, LOGIT_CHUNK sequences at a time */
-    int last = -1, failed = -1;
-    for (int i0 = 0; i0 < n && failed < 0;) {
+    int last = -1;
+    bool failed = false;
+    for (int i0 = 0; i0 < n;) {
         int k = 0, r = 0;
         for (int i = 0; i < n; i++) {
             r += seqs[i].n_new;
@@ -1031,12 +1032,14 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             samp_sample(b->samp[omp_get_thread_num()], b->logits + (size_t)j * b->V, &seqs[i], &out[i],
                         b->perr[j], sizeof b->perr[j]);
         }
-        for (int j = 0; j < k && failed < 0; j++)
-            if (b->perr[j][0]) {
-                failed = b->pick[j];
-                snprintf(be->err, sizeof be->err, "sequence %d: sampling: %s", failed, b->perr[j]);
+        for (int j = 0; j < k; j++)
+            if (b->perr[j][0]) { /* that sequence alone fails (backend_ops.step) */
+                out[b->pick[j]].token = -1;
+                if (!failed)
+                    snprintf(be->err, sizeof be->err, "sequence %d: sampling: %s", b->pick[j], b->perr[j]);
+                failed = true;
             }
         i0 = last + 1;
     }
-    return failed < 0 ? 0 : -1;
+    return 0;
 }

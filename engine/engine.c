@@ -618,7 +618,13 @@ static bool is_stop_id(const struct engine *e, const struct eseq *q, int32_t t)
 static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
 {
     int32_t t = o->token;
-    char msg[256];
+    char msg[sizeof e->be->err + 64];
+    if (t == -1) { /* its sampling failed (backend_ops.step): this sequence alone */
+        snprintf(msg, sizeof msg, "backend %s: %s", backend_name(e->be),
+                 e->be->err[0] ? e->be->err : "sampling failed");
+        finish(e, q, FINISH_ERROR, msg, true);
+        return;
+    }
     if (t < 0 || t >= e->vocab) {
         snprintf(msg, sizeof msg, "backend %s returned token id %d, outside the vocabulary [0, %d)",
                  backend_name(e->be), (int)t, e->vocab);

@@ -1135,12 +1135,19 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
         if (!s->sample)
             continue;
         struct be_out *bo = &out[i];
+        if (tok[j] == -1) { // this sequence alone fails (backend_ops.step); the first one's reason is kept
+            if (!b->base.err[0])
+                snprintf(b->base.err, sizeof b->base.err,
+                         "sequence %d: sampling: a NaN or +inf logit, or no id left to sample (the GPU "
+                         "sampler returned no token)",
+                         i);
+            bo->token = -1;
+            continue;
+        }
         if (tok[j] < 0 || tok[j] >= b->V) {
             snprintf(b->base.err, sizeof b->base.err,
-                     "sequence %d: the GPU sampler returned token %d, outside the vocabulary of %d (NaN "
-                     "logits, or "
-                     "every token banned?)",
-                     i, tok[j], b->V);
+                     "sequence %d: the GPU sampler returned token %d, outside the vocabulary of %d", i,
+                     tok[j], b->V);
             return -1;
         }
         bo->token = tok[j];

@@ -4,7 +4,8 @@
  * requests arrive staggered, when a tiny KV pool forces preemption, when a small token budget
  * forces chunked prefill, with and without prefix caching, and across lanes. Then the stop rules
  * (max_tokens, EOS and ignore_eos, stop ids, min_tokens, stop strings), cancellation, logprobs,
- * seeds, validation errors, and a backend failure that the engine survives. */
+ * seeds, validation errors, a backend failure that the engine survives, and a sequence whose logits
+ * are NaN failing alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "testutil.h"
 
 #define MAXJ 40
 /* bytes of one KV block of the tiny model on the CPU backend: layers * (K, V) * kv_heads * block
@@ -907,6 +909,76 @@ static void test_backend_failure(void **state)
     engine_free(e);
 }
 
+/* A sequence whose logits are NaN fails alone, with the reason, and the step's other sequences go on
+ * to their reference outputs (backend_ops.step; a corrupt weight or, in the CUDA backend's fp16 mode,
+ * an overflow ends this way): a copy of the tiny model with one token's embedding row set to NaN, a
+ * job whose prompt holds that token beside one whose prompt and output do not. */
+static void test_nan_logits_fail_one_sequence(void **state)
+{
+    (void)state;
+    ensure_reference();
+    const struct job *ok_job = &g_jobs[1];
+    const struct result *ok_ref = &g_ref[1];
+    bool used[256] = {false};
+    for (int i = 0; i < ok_job->n_prompt; i++)
+        used[ok_job->prompt[i]] = true;
+    for (int i = 0; i < ok_ref->n_out; i++)
+        if (ok_ref->out[i] < 256)
+            used[ok_ref->out[i]] = true;
+    int32_t bad_id = 0;
+    while (used[bad_id])
+        bad_id++;
+    assert_true(bad_id < 256);
+
+    char dir[256], err[512], cmd[300];
+    snprintf(dir, sizeof dir, "/tmp/llmq_test_engine_nan_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    struct tiny_opts o = tiny_opts_default(); /* the fixture's model (setup) */
+    o.seed = 7;
+    o.tie = false;
+    o.vocab = g_model->cfg.vocab;
+    if (tiny_model_write(dir, &o, err, sizeof err))
+        fail_msg("%s", err);
+    if (test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err))
+        fail_msg("%s", err);
+    struct model *m = model_load(dir, err, sizeof err);
+    assert_non_null(m);
+
+    struct engine_opts eo = base_opts();
+    struct engine *e = engine_open(m, g_tok, &eo, err, sizeof err);
+    assert_non_null(e);
+    struct job bad;
+    job_init(&bad, 99, 12, 8);
+    bad.prompt[5] = bad_id;
+    struct job good = *ok_job;
+    good.r.prompt = good.prompt;
+    struct engine_seq *sb = engine_add(e, &bad.r, err, sizeof err),
+                      *sg = engine_add(e, &good.r, err, sizeof err);
+    assert_non_null(sb);
+    assert_non_null(sg);
+    struct engine_seq **ch;
+    int nch;
+    while (!sg->finished)
+        assert_int_equal(engine_step(e, &ch, &nch), 0); /* no step fails */
+    assert_true(sb->finished);
+    assert_int_equal(sb->finish, FINISH_ERROR);
+    assert_int_equal(sb->n_output, 0);
+    assert_non_null(strstr(sb->error, "sampling"));
+    assert_non_null(strstr(sb->error, "nan"));
+    struct result got;
+    take_result(&got, sg);
+    expect_same(ok_ref, &got, 1, "beside a NaN sequence");
+    engine_release(e, sb);
+    engine_release(e, sg);
+    struct engine_stats est;
+    engine_get_stats(e, &est);
+    assert_int_equal(est.kv_blocks_used, 0);
+    engine_free(e);
+    model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A pool smaller than max_model_len lowers the engine's max_model_len (a backend that reports
  * fewer blocks than it has stands in for a small GPU). */
 static void test_small_pool_caps_max_model_len(void **state)
@@ -952,6 +1024,7 @@ int main(void)
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_backend_failure),
+        cmocka_unit_test(test_nan_logits_fail_one_sequence),
         cmocka_unit_test(test_small_pool_caps_max_model_len),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
