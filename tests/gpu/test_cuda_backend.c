@@ -66,9 +66,9 @@
  * past 64), which can differ from the eager step's split, and each backend's GEMM autotuner may pick another
  * algorithm (another summation order); whether they came out bitwise equal is printed. The graph cases
  * compare the graph with `emu graph`, the oracle opened with cuda_graphs, which mirrors the graph's
- * buckets and so its decode split. `--kv=bf16` or `--kv=fp8` runs one of the two passes. `--cpu-only` runs
- * every case with the CPU oracles alone (no device needed) and prints what the GPU run will be measured
- * against (ctest runs it so as unit_cuda_backend_cpu_oracles). Skips (exit 77) without a usable GPU. */
+ * buckets and so its decode split. `--kv=bf16`, `--kv=fp8` or `--dtype=fp16` runs one of the three passes.
+ * `--cpu-only` runs every case with the CPU oracles alone (no device needed) and prints what the GPU run
+ * will be measured against (ctest runs each pass so: unit_cuda_backend_cpu_oracles_{bf16,fp8,fp16}). Skips (exit 77) without a usable GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
