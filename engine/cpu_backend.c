@@ -106,6 +106,9 @@ struct cpu_backend {
     uint8_t *kv_codes; /* (L, 2, num_blocks, KVH, block_size, D) e4m3 */
     float *kv_scales;  /* (L, 2, num_blocks, KVH, block_size): element value = e4m3(code) * scale */
     float *kv_buf;     /* [nthreads][2][kv_slab]: one block's codes decoded for attention */
+    float *kv_stg;     /* emulate_bf16 with an fp8 pool and staging on: every slot as k_kv_stage_fp8 stages
+                          it (kv_codes' layout), written with its codes: a prefill row reads these instead
+                          of staging each block again for every (row, head), as the GPU stages once a step */
     float e4m3_lut[256];
 
     /* step scratch, grown on demand */
@@ -566,6 +569,10 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
             o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_bf16_jitter;
+        if (b->kv8 && kv_stage_on() && !(b->kv_stg = malloc(2 * (size_t)b->L * b->kv_part * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory for the emulated fp8 KV staging copy");
+            goto fail;
+        }
     }
 
     b->hfin = malloc((size_t)LOGIT_CHUNK * b->C * sizeof(float));
@@ -603,7 +610,7 @@ static void cpu_free(struct backend *be)
     free(b->layers);
     free(b->inv_freq);
     free(b->kv);
-    free(b->kv_codes), free(b->kv_scales), free(b->kv_buf);
+    free(b->kv_codes), free(b->kv_scales), free(b->kv_buf), free(b->kv_stg);
     free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
     free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores), free(b->mrun);
     free(b->vgrp);
@@ -674,6 +681,10 @@ static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, in
     }
     const uint8_t *c = b->kv_codes + at;
     const float *sc = kv_scale_rows(b, layer, kind, blk, g);
+    if (staged && b->kv_stg) { /* written by qk_rope_store */
+        *scale = NULL;
+        return b->kv_stg + at;
+    }
     if (staged) { /* k_kv_stage_fp8: code * scale in fp32, rounded to bf16 */
         for (int j = 0; j < n; j++)
             for (int d = 0; d < b->D; d++)
@@ -723,6 +734,12 @@ static void qk_rope_store(struct cpu_backend *b, const struct cpu_layer *cl, int
             if (b->kv8) {
                 b->kv_scales[(lk + at) / D] = fp8_kv_quantize(k + g * D, D, b->kv_codes + lk + at);
                 b->kv_scales[(lv + at) / D] = fp8_kv_quantize(v + g * D, D, b->kv_codes + lv + at);
+                for (size_t i = 0; b->kv_stg && i < 2; i++) { /* K, then V: as kv_rows stages them */
+                    const size_t e = (i ? lv : lk) + at;
+                    const float sc = b->kv_scales[e / D];
+                    for (int d = 0; d < D; d++)
+                        b->kv_stg[e + d] = emu_round(b, b->e4m3_lut[b->kv_codes[e + d]] * sc);
+                }
             } else {
                 memcpy(b->kv + lk + at, k + g * D, (size_t)D * sizeof(float));
                 memcpy(b->kv + lv + at, v + g * D, (size_t)D * sizeof(float));
