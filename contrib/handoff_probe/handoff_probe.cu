@@ -24,16 +24,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "contrib/probe_check.h"
 #include "kernels/launch.cuh" // pdl_wait, pdl_launch_dependents (empty below sm_90)
-
-#define CK(x)                                                                                                \
-    do {                                                                                                     \
-        cudaError_t e_ = (x);                                                                                \
-        if (e_ != cudaSuccess) {                                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));              \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 __device__ __forceinline__ uint64_t now_ns()
 {

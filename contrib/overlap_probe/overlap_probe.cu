@@ -28,29 +28,19 @@
 
 #include <vector>
 
+#include "contrib/probe_check.h"
 #include "engine/mono.h"
 #include "kernels/kernels.h"
 
-static void fail(const char *file, int line, const char *what, const char *err, int code)
-{
-    fprintf(stderr, "%s:%d: %s: %s %d\n", file, line, what, err, code);
-    exit(1);
-}
-#define CK(x)                                                                                                \
-    do {                                                                                                     \
-        cudaError_t e_ = (x);                                                                                \
-        if (e_ != cudaSuccess)                                                                               \
-            fail(__FILE__, __LINE__, #x, cudaGetErrorString(e_), (int)e_);                                   \
-    } while (0)
 #define CU(x)                                                                                                \
     do {                                                                                                     \
         if (CUresult r_ = (x))                                                                               \
-            fail(__FILE__, __LINE__, #x, "CUresult", (int)r_);                                               \
+            probe_fail(__FILE__, __LINE__, #x, "CUresult", (int)r_);                                         \
     } while (0)
 #define LT(x)                                                                                                \
     do {                                                                                                     \
         if (cublasStatus_t s_ = (x))                                                                         \
-            fail(__FILE__, __LINE__, #x, "cuBLAS status", (int)s_);                                          \
+            probe_fail(__FILE__, __LINE__, #x, "cuBLAS status", (int)s_);                                    \
     } while (0)
 
 // The driver API through the runtime's entry points, so that the program needs no libcuda at link
