@@ -78,7 +78,7 @@ struct backend_opts {
      * (engine/fp8.h): AUTO (0) = fp8 only where the checkpoint ships it in F8_E4M3 blocks (the Qwen3
      * FP8 checkpoints keep it bf16), FP8 = quantized at load (model.lm_head_dtype), BF16 = never */
     enum be_weights lm_head_dtype;
-    bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_bf16: mirror their buckets */
+    bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_cuda: mirror their buckets */
     int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).
      * The CPU forward rounds to bf16 (nearest even; fp16 with weight_dtype BE_WEIGHTS_F16) exactly
@@ -87,12 +87,12 @@ struct backend_opts {
      * the P·V product (with the CUDA kernels' tiling of the running max), attention output, SiLU·up;
      * the residual stream and the logits stay fp32. See docs/CUDA_BACKEND.md, "Accuracy against
      * the CPU oracle". */
-    bool emulate_bf16;
-    /* With emulate_bf16, for tests: != 0 moves each activation by -4 .. +4 fp32 ulps (a hash of its
-     * bits and this seed) before its bf16 rounding, a stand-in for another fp32 evaluation order (a
+    bool emulate_cuda;
+    /* With emulate_cuda, for tests: != 0 moves each activation by -4 .. +4 fp32 ulps (a hash of its
+     * bits and this seed) before its 16-bit rounding, a stand-in for another fp32 evaluation order (a
      * GEMM summing a few hundred products in another order lands a few ulps away). The spread this
      * causes is the oracle's own sensitivity, against which a GPU is judged. 0: none. */
-    uint64_t emulate_bf16_jitter;
+    uint64_t emulate_cuda_jitter;
 };
 
 struct backend;

@@ -20,7 +20,7 @@
  * chunking, block size or which blocks it was given. Threads: OpenMP over GEMM output columns,
  * over rows, and over (token, head) pairs in attention.
  *
- * bf16 emulation (backend_opts.emulate_bf16, for testing the CUDA backend): the same forward, with a
+ * bf16 emulation (backend_opts.emulate_cuda, for testing the CUDA backend): the same forward, with a
  * rounding to bf16 (nearest even) wherever kernels/cuda_backend.cu stores bf16 — every weight at open;
  * the normed sublayer inputs (input, post-attention and final norm); the QKV GEMM output (before the
  * bias); q after norm and RoPE, k and v as the bf16 KV cache holds them (with an fp8 pool: k and v are
@@ -87,10 +87,10 @@ struct cpu_backend {
     float *inv_freq;          /* (D/2) */
     float attn_scale;         /* RoPE cos/sin factor (yarn) */
 
-    /* bf16 emulation (emulate_bf16); everything here is unused when emu is false */
+    /* bf16 emulation (emulate_cuda); everything here is unused when emu is false */
     bool emu;
     bool emu_f16;        /* the 16-bit type is fp16 (weight_dtype BE_WEIGHTS_F16), not bf16 */
-    uint64_t emu_jitter; /* emulate_bf16_jitter */
+    uint64_t emu_jitter; /* emulate_cuda_jitter */
     bool emu_graphs;     /* pure decode steps are laid out as the CUDA backend's decode graphs */
     int emu_graph_max;   /* the largest graph batch and max_model_len as the CUDA backend takes them */
     int emu_max_len;
@@ -106,7 +106,7 @@ struct cpu_backend {
     uint8_t *kv_codes; /* (L, 2, num_blocks, KVH, block_size, D) e4m3 */
     float *kv_scales;  /* (L, 2, num_blocks, KVH, block_size): element value = e4m3(code) * scale */
     float *kv_buf;     /* [nthreads][2][kv_slab]: one block's codes decoded for attention */
-    float *kv_stg;     /* emulate_bf16 with an fp8 pool and staging on: every slot as k_kv_stage_fp8 stages
+    float *kv_stg;     /* emulate_cuda with an fp8 pool and staging on: every slot as k_kv_stage_fp8 stages
                           it (kv_codes' layout), written with its codes: a prefill row reads these instead
                           of staging each block again for every (row, head), as the GPU stages once a step */
     float e4m3_lut[256];
@@ -226,7 +226,7 @@ static inline float bf16r(float x)
     return x;
 }
 
-/* x moved by -4 .. +4 ulps, a hash of its bits and seed (emulate_bf16_jitter); zeros, infinities
+/* x moved by -4 .. +4 ulps, a hash of its bits and seed (emulate_cuda_jitter); zeros, infinities
  * and NaNs are kept, and a step never leaves the finite numbers of x's sign */
 static inline float jitter(float x, uint64_t seed)
 {
@@ -266,7 +266,8 @@ static inline float emu_round_f16(const struct cpu_backend *b, float x)
     return f16_to_f32(f32_to_f16(b->emu_jitter ? jitter(x, b->emu_jitter) : x));
 }
 
-static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
+/* emu_round over n values in place */
+static void emu_round_n(const struct cpu_backend *b, float *x, size_t n, int nt)
 {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
     for (size_t i = 0; i < n; i++)
@@ -275,7 +276,7 @@ static void round_bf16(const struct cpu_backend *b, float *x, size_t n, int nt)
 
 /* ---- open */
 
-/* How load_weight_as places a tensor: as its fp32 values, rounded to bf16 or fp16 (emulate_bf16: the
+/* How load_weight_as places a tensor: as its fp32 values, rounded to bf16 or fp16 (emulate_cuda: the
  * CUDA backend's 16-bit weights), or as the fp8 values the CUDA backend computes with (engine/fp8.h:
  * dequantized from the checkpoint, or quantized and dequantized; never rounded to bf16 after). */
 enum lw_mode { LW_PLAIN, LW_BF16, LW_F16, LW_FP8 };
@@ -317,7 +318,7 @@ static const struct backend_ops cpu_ops = {"cpu", cpu_step, cpu_free};
 /* How a weight that is not fp8 is placed: as the CUDA backend holds it when emulating it. */
 static enum lw_mode emu_mode(const struct backend_opts *o)
 {
-    return !o->emulate_bf16 ? LW_PLAIN : o->weight_dtype == BE_WEIGHTS_F16 ? LW_F16 : LW_BF16;
+    return !o->emulate_cuda ? LW_PLAIN : o->weight_dtype == BE_WEIGHTS_F16 ? LW_F16 : LW_BF16;
 }
 
 /* The mode of one (fused) linear weight: fp8 where engine/fp8.h says the CUDA backend runs it in fp8. */
@@ -560,7 +561,7 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         goto fail;
     if (load_weights(b, m, o, err, errlen) || size_kv(b, o, err, errlen))
         goto fail;
-    if (o->emulate_bf16) {
+    if (o->emulate_cuda) {
         /* the CUDA backend's weights were rounded to bf16 or fp16 by load_weights (not fp8 ones) */
         b->emu = true;
         b->emu_f16 = o->weight_dtype == BE_WEIGHTS_F16;
@@ -568,7 +569,7 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         b->emu_graph_max = decode_graph_max(
             o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
-        b->emu_jitter = o->emulate_bf16_jitter;
+        b->emu_jitter = o->emulate_cuda_jitter;
         if (b->kv8 && kv_stage_on() && !(b->kv_stg = malloc(2 * (size_t)b->L * b->kv_part * sizeof(float)))) {
             snprintf(err, errlen, "out of memory for the emulated fp8 KV staging copy");
             goto fail;
@@ -810,7 +811,7 @@ static void attention(struct cpu_backend *b, int layer, const struct be_seq *seq
     }
 }
 
-/* Attention as the CUDA kernels round it (emulate_bf16). Raw scores q·k in fp32; each probability
+/* Attention as the CUDA kernels round it (emulate_cuda). Raw scores q·k in fp32; each probability
  * p = 2^(s·sl2 - m·sl2) (sl2 = log2(e) / sqrt(D), as the kernels fold the scale into exp2) is rounded
  * to bf16 before the P·V product, where m is the running maximum its kernel had reached when it
  * processed the key; the normalizer sums the unrounded p; the output is rounded to bf16. Mathematically
@@ -976,10 +977,10 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
         for (int r = 0; r < T; r++)
             rmsnorm(b->h + (size_t)r * C, b->x + (size_t)r * C, cl->attn_norm, C, b->eps);
         if (b->emu)
-            round_bf16(b, b->h, TC, nt);
+            emu_round_n(b, b->h, TC, nt);
         matmul(b->qkv, b->h, cl->wqkv, T, b->QKV, C, nt);
         if (b->emu) /* the GEMM's bf16 output; the bias is added in fp32 by k_qk_norm_rope_kv */
-            round_bf16(b, b->qkv, (size_t)T * b->QKV, nt);
+            emu_round_n(b, b->qkv, (size_t)T * b->QKV, nt);
         if (cl->bqkv)
             for (int r = 0; r < T; r++)
                 for (int j = 0; j < b->QKV; j++)
@@ -991,7 +992,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             attention(b, l, seqs, T);
         matmul(b->tmp, b->att, cl->wo, T, C, b->HD, nt);
         if (b->emu)
-            round_bf16(b, b->tmp, TC, nt);
+            emu_round_n(b, b->tmp, TC, nt);
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int r = 0; r < T; r++) {
             float *x = b->x + (size_t)r * C;
@@ -1001,10 +1002,10 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
             rmsnorm(b->h + (size_t)r * C, x, cl->mlp_norm, C, b->eps);
         }
         if (b->emu)
-            round_bf16(b, b->h, TC, nt);
+            emu_round_n(b, b->h, TC, nt);
         matmul(b->gu, b->h, cl->wgu, T, 2 * F, C, nt);
         if (b->emu)
-            round_bf16(b, b->gu, (size_t)T * 2 * F, nt);
+            emu_round_n(b, b->gu, (size_t)T * 2 * F, nt);
 #pragma omp parallel for schedule(static) num_threads(nt)
         for (int r = 0; r < T; r++) {
             const float *g = b->gu + (size_t)r * 2 * F, *u = g + F;
@@ -1018,7 +1019,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
         }
         matmul(b->tmp, b->act, cl->wdown, T, C, F, nt);
         if (b->emu)
-            round_bf16(b, b->tmp, TC, nt);
+            emu_round_n(b, b->tmp, TC, nt);
         for (size_t j = 0; j < (size_t)T * C; j++)
             b->x[j] += b->tmp[j];
     }
@@ -1034,7 +1035,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
                 b->pick[k] = i;
                 rmsnorm(b->hfin + (size_t)k * C, b->x + (size_t)(r - 1) * C, b->final_norm, C, b->eps);
                 if (b->emu)
-                    round_bf16(b, b->hfin + (size_t)k * C, (size_t)C, 1);
+                    emu_round_n(b, b->hfin + (size_t)k * C, (size_t)C, 1);
                 k++;
                 last = i;
             }

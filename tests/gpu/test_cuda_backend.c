@@ -1,9 +1,9 @@
 /* The CUDA backend against the CPU backend, through engine/backend.h only.
  *
  * Four CPU oracles run beside the GPU in every case:
- *   emu    the CPU backend with emulate_bf16: the fp32 forward rounded to bf16 wherever the CUDA
+ *   emu    the CPU backend with emulate_cuda: the fp32 forward rounded to bf16 wherever the CUDA
  *          forward stores bf16 (docs/CUDA_BACKEND.md, "Accuracy against the CPU oracle")
- *   jit, jit2  the same with emulate_bf16_jitter (two seeds): every activation moved by -4 .. +4 fp32
+ *   jit, jit2  the same with emulate_cuda_jitter (two seeds): every activation moved by -4 .. +4 fp32
  *          ulps before its rounding. emu vs jit is the oracle's own spread: how far two bf16 forwards
  *          that differ only in fp32 arithmetic (as cuBLAS and the CPU do: summation order, exp2, rsqrt)
  *          end up apart; it varies from seed to seed by a factor of up to 5 on the one-layer shapes, so
@@ -68,7 +68,8 @@
  * compare the graph with `emu graph`, the oracle opened with cuda_graphs, which mirrors the graph's
  * buckets and so its decode split. `--kv=bf16`, `--kv=fp8` or `--dtype=fp16` runs one of the three passes.
  * `--cpu-only` runs every case with the CPU oracles alone (no device needed) and prints what the GPU run
- * will be measured against (ctest runs each pass so: unit_cuda_backend_cpu_oracles_{bf16,fp8,fp16}). Skips (exit 77) without a usable GPU. */
+ * will be measured against (ctest runs each pass so: unit_cuda_backend_cpu_oracles_{bf16,fp8,fp16}). Skips
+ * (exit 77) without a usable GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,8 +152,8 @@ static struct backend_opts be_opts(enum role r, bool graphs, int64_t kv_bytes, i
     o.weight_dtype = f16 ? BE_WEIGHTS_F16 : BE_WEIGHTS_AUTO;
     o.cuda_graphs = graphs;
     o.cuda_graph_max_batch = GRAPH_MAX;
-    o.emulate_bf16 = r == EMU || r == JIT || r == JIT2 || r == EMU_G;
-    o.emulate_bf16_jitter = r == JIT ? JITTER_SEED : r == JIT2 ? JITTER_SEED2 : 0;
+    o.emulate_cuda = r == EMU || r == JIT || r == JIT2 || r == EMU_G;
+    o.emulate_cuda_jitter = r == JIT ? JITTER_SEED : r == JIT2 ? JITTER_SEED2 : 0;
     return o;
 }
 

@@ -28,7 +28,7 @@
  *
  * Bars (loose sanity: they fail on a broken path, not on fp8's own error; the numbers go into
  * docs/CUDA_BACKEND.md), on the tiny aligned models: every fp8 configuration has mean chosen
- * |dlogprob| < 0.5 and greedy agreement > 50%; against the CPU oracle (emulate_bf16 with the same
+ * |dlogprob| < 0.5 and greedy agreement > 50%; against the CPU oracle (emulate_cuda with the same
  * fp8 weights) the same, and on bf16 checkpoints quantized at load the GPU's fp8 forward must be
  * closer to the fp8 oracle than to the bf16 oracle (else it is not using the oracle's fp8 values). fp8 KV
  * configurations print "not implemented" and are skipped when the backend refuses them. Skips (exit 77)
@@ -256,7 +256,7 @@ static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights
     o.kv_cache_bytes = per_tok * (o.max_num_seqs * (int64_t)(max_len + BS)) + ((int64_t)1 << 20);
     o.kv_dtype = cpu ? DT_F32 : kv8 ? DT_F8_E4M3 : DT_BF16;
     o.cuda_graphs = true; /* the GPU's decode steps as graphs; the emulating oracle mirrors their buckets */
-    o.emulate_bf16 = cpu;
+    o.emulate_cuda = cpu;
     o.weight_dtype = wd;
     o.lm_head_dtype = lm;
     return o;

@@ -1,4 +1,4 @@
-/* engine/cpu_backend with emulate_bf16: the CPU oracle that rounds like the CUDA backend.
+/* engine/cpu_backend with emulate_cuda: the CPU oracle that rounds like the CUDA backend.
  *
  * 1. Against a naive reference written here (double precision, whole sequence at once) that rounds
  *    to bf16 at the same points: the emulated backend is as close to it as the bf16 forward's own
@@ -7,7 +7,7 @@
  *    difference is several times smaller than in bf16.
  * 2. On the tiny checkpoints of tests/gpu/test_cuda_backend.c: the emulated vs fp32 differences have
  *    the size the H200 showed between CUDA and the fp32 oracle (0.07-0.23 max |dlogprob|), and the
- *    jittered oracle (emulate_bf16_jitter) spreads by a similar amount: printed.
+ *    jittered oracle (emulate_cuda_jitter) spreads by a similar amount: printed.
  * 3. Invariants: block size, block order, prefill chunking and batching do not change a sequence's
  *    outputs when the steps are laid out alike (bitwise); a decode layout, another decode split and
  *    the decode-graph buckets change them by a rounding-sized amount, exactly where the CUDA backend's
@@ -99,8 +99,8 @@ static struct backend *open_cpu(const struct model *m, struct be_cfg c)
     o.threads = 2;
     o.kv_dtype = DT_F32;
     o.cuda_graphs = c.graphs;
-    o.emulate_bf16 = c.emu;
-    o.emulate_bf16_jitter = c.jitter;
+    o.emulate_cuda = c.emu;
+    o.emulate_cuda_jitter = c.jitter;
     o.weight_dtype = c.f16 ? BE_WEIGHTS_F16 : BE_WEIGHTS_AUTO;
     return cpu_test_backend(m, &o);
 }

@@ -72,8 +72,8 @@ static struct backend *open_cpu(const struct model *m, struct be_cfg c)
     o.threads = 2;
     o.kv_cache_bytes = c.kv_bytes;
     o.kv_dtype = c.fp8 ? DT_F8_E4M3 : DT_F32;
-    o.emulate_bf16 = c.emu;
-    o.emulate_bf16_jitter = c.jitter;
+    o.emulate_cuda = c.emu;
+    o.emulate_cuda_jitter = c.jitter;
     return cpu_test_backend(m, &o);
 }
 
