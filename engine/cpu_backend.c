@@ -20,7 +20,7 @@
  * chunking, block size or which blocks it was given. Threads: OpenMP over GEMM output columns,
  * over rows, and over (token, head) pairs in attention.
  *
- * bf16 emulation (backend_opts.emulate_cuda, for testing the CUDA backend): the same forward, with a
+ * CUDA emulation (backend_opts.emulate_cuda, for testing the CUDA backend): the same forward, with a
  * rounding to bf16 (nearest even) wherever kernels/cuda_backend.cu stores bf16 — every weight at open;
  * the normed sublayer inputs (input, post-attention and final norm); the QKV GEMM output (before the
  * bias); q after norm and RoPE, k and v as the bf16 KV cache holds them (with an fp8 pool: k and v are
@@ -29,7 +29,8 @@
  * the attention output; the o_proj, gate/up, SiLU·up and down outputs. The residual stream and the logits
  * stay fp32, as on the GPU. Attention then depends on how a step is laid out (decode rows vs prefill rows,
  * the decode split), as it does on the GPU, so the batching invariance above holds only between steps laid
- * out alike. Off (the default), none of this code runs and the fp32 forward is bit for bit what it was.
+ * out alike. In fp16 mode (weight_dtype BE_WEIGHTS_F16) every one of these roundings is to fp16 instead.
+ * Off (the default), none of this code runs and the fp32 forward is bit for bit what it was.
  *
  * fp8 weights (backend_opts.weight_dtype, engine/fp8.h): a linear weight that the CUDA backend runs in
  * fp8 holds here exactly the values the GPU multiplies with — an F8_E4M3 checkpoint tensor
@@ -87,7 +88,7 @@ struct cpu_backend {
     float *inv_freq;          /* (D/2) */
     float attn_scale;         /* RoPE cos/sin factor (yarn) */
 
-    /* bf16 emulation (emulate_cuda); everything here is unused when emu is false */
+    /* CUDA emulation (emulate_cuda); everything here is unused when emu is false */
     bool emu;
     bool emu_f16;        /* the 16-bit type is fp16 (weight_dtype BE_WEIGHTS_F16), not bf16 */
     uint64_t emu_jitter; /* emulate_cuda_jitter */
@@ -570,7 +571,7 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
             o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_cuda_jitter;
-        if (b->kv8 && kv_stage_on() && !(b->kv_stg = malloc(2 * (size_t)b->L * b->kv_part * sizeof(float)))) {
+        if (b->kv8 && kv_stage_on() && !(b->kv_stg = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float)))) {
             snprintf(err, errlen, "out of memory for the emulated fp8 KV staging copy");
             goto fail;
         }
