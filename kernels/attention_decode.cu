@@ -60,17 +60,6 @@ __device__ __forceinline__ void load_kv_row_f8(uint8_t *sF, float *sS, const kv_
 
 constexpr int DC_THREADS = 128;
 
-/* ROPE: eight prologue results as E (kernels/elt16.cuh's float_to_x8). bf16 keeps bf16x8.cuh's
- * float_to_bf16x8: the same values, and the kernel's machine code as it was before E was a parameter
- * (float_to_x8 schedules differently). */
-template <typename E> __device__ __forceinline__ uint4 rope_x8(const float *r)
-{
-    if constexpr (std::is_same<E, bf16>::value)
-        return float_to_bf16x8(r);
-    else
-        return float_to_x8<E>(r);
-}
-
 /* fp8 cache: this lane's Q fragments as f16 for mma_f16, read once from sQ. The head dimension is
  * permuted (the same way for Q and K, so the sums are the same sums): in k step kk the lane's k
  * positions 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 hold d = t4 D / 4 + 4 kk + 0 .. 3, so that a key's
@@ -276,7 +265,7 @@ __global__ void __launch_bounds__(DC_THREADS)
                              sn, r);
             if (!valid)
                 continue;
-            const uint4 v = rope_x8<E>(r);
+            const uint4 v = float_to_x8<E>(r);
             if (kind == 0) {
                 *reinterpret_cast<uint4 *>(sQ + swz<D>(item, sub)) = v;
             } else {

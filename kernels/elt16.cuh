@@ -57,7 +57,19 @@ template <typename E> __device__ __forceinline__ void x8_to_float(uint4 u, float
 
 template <typename E> __device__ __forceinline__ uint4 float_to_x8(const float *f)
 {
-    return make_uint4(pack2<E>(f[0], f[1]), pack2<E>(f[2], f[3]), pack2<E>(f[4], f[5]), pack2<E>(f[6], f[7]));
+    /* the same values either way; each type keeps the form whose machine code was checked on the GPU
+       (they schedule the decode attention's RoPE stores differently) */
+    if constexpr (elt16<E>::f16) {
+        return make_uint4(pack2<E>(f[0], f[1]), pack2<E>(f[2], f[3]), pack2<E>(f[4], f[5]),
+                          pack2<E>(f[6], f[7]));
+    } else {
+        uint4 u;
+        typename elt16<E>::E2 *h = (typename elt16<E>::E2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            h[i] = elt16<E>::from_f2(f[2 * i], f[2 * i + 1]);
+        return u;
+    }
 }
 
 // d += A (16x16, row) . B (16x8, col), E in, fp32 accumulate (mma.sync m16n8k16, sm_80+).

@@ -23,7 +23,7 @@
 #include <float.h>
 
 #include "engine/fp8_quotient.h"
-#include "kernels/bf16x8.cuh"
+#include "kernels/elt16.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
 #include "kernels/silu.cuh"
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__
         return;
     const size_t m = blockIdx.x, off = m * K + (size_t)u * 8;
     float v[8];
-    bf16x8_to_float(__ldg((const uint4 *)(X + off)), v);
+    x8_to_float<bf16>(__ldg((const uint4 *)(X + off)), v);
     quant_group<16>(v, Xq + off, x_scale + (size_t)(u / 16) * K_FP8_ROWS(M) + m);
 }
 
@@ -286,13 +286,13 @@ __global__ void __launch_bounds__(256)
     const size_t t = blockIdx.x;
     const bf16 *row = gate_up + t * 2 * F + (size_t)u * 8;
     float gv[8], uv[8], y[8];
-    bf16x8_to_float(__ldg((const uint4 *)row), gv);
-    bf16x8_to_float(__ldg((const uint4 *)(row + F)), uv);
+    x8_to_float<bf16>(__ldg((const uint4 *)row), gv);
+    x8_to_float<bf16>(__ldg((const uint4 *)(row + F)), uv);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));
     if (out)
-        *(uint4 *)(out + t * F + (size_t)u * 8) = float_to_bf16x8(y);
+        *(uint4 *)(out + t * F + (size_t)u * 8) = float_to_x8<bf16>(y);
     quant_group<16>(y, outq + t * F + (size_t)u * 8, out_scale + (size_t)(u / 16) * K_FP8_ROWS(T) + t);
 }
 

@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/bf16x8.cuh"
 #include "kernels/elt16.cuh"
 
 // cos and sin of position pos for the D/2 frequencies, times attn_scale, by the calling CTA's threads
