@@ -681,22 +681,14 @@ static const float *kv_rows(const struct cpu_backend *b, int layer, int kind, in
         *scale = NULL;
         return b->kv + at;
     }
-    const uint8_t *c = b->kv_codes + at;
-    const float *sc = kv_scale_rows(b, layer, kind, blk, g);
-    if (staged && b->kv_stg) { /* written by qk_rope_store */
+    if (staged) { /* k_kv_stage_fp8's values, kept by qk_rope_store (kv_stg) */
         *scale = NULL;
         return b->kv_stg + at;
     }
-    if (staged) { /* k_kv_stage_fp8: code * scale in fp32, rounded to bf16 */
-        for (int j = 0; j < n; j++)
-            for (int d = 0; d < b->D; d++)
-                buf[(size_t)j * b->D + d] = emu_round(b, b->e4m3_lut[c[(size_t)j * b->D + d]] * sc[j]);
-        *scale = NULL;
-        return buf;
-    }
+    const uint8_t *c = b->kv_codes + at;
     for (size_t i = 0; i < (size_t)n * b->D; i++)
         buf[i] = b->e4m3_lut[c[i]];
-    *scale = sc;
+    *scale = kv_scale_rows(b, layer, kind, blk, g);
     return buf;
 }
 

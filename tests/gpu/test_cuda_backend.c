@@ -1160,7 +1160,7 @@ int main(int argc, char **argv)
 {
     /* bit 0: the bf16 pass, bit 1: the fp8 KV pass, bit 2: the fp16 pass (--kv=bf16 / --kv=fp8 /
      * --dtype=fp16: that one alone) */
-    int passes = 0;
+    int passes = 7;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--cpu-only"))
             cpu_only = true;
@@ -1171,8 +1171,6 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--dtype=fp16"))
             passes = 4;
     }
-    if (passes == 0) /* --cpu-only alone: the bf16 and fp8 KV passes (ctest runs the fp16 one apart) */
-        passes = cpu_only ? 3 : 7;
     char why[256];
     if (!cpu_only && (!gpu_backend_built() || gpu_describe(why, sizeof why) != 0)) {
         printf("SKIPPED: no usable CUDA device (%s)\n", gpu_backend_built() ? why : "built without CUDA");

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/log.h"
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
@@ -37,6 +38,17 @@ static struct tok *g_tok;
 
 /* ---- fixture: one tiny model for all tests */
 
+/* The fixture's tiny model; vocab 0: the default one (setup then sets the tokenizer's) */
+static struct tiny_opts fixture_opts(int vocab)
+{
+    struct tiny_opts o = tiny_opts_default();
+    o.seed = 7;
+    o.tie = false; /* tied tiny models just repeat their last token, which would hide wrong K/V */
+    if (vocab > 0)
+        o.vocab = vocab;
+    return o;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -45,9 +57,7 @@ static int setup(void **state)
     snprintf(g_dir, sizeof g_dir, "/tmp/llmq_test_engine_XXXXXX");
     if (!mkdtemp(g_dir))
         return -1;
-    struct tiny_opts o = tiny_opts_default();
-    o.seed = 7;
-    o.tie = false; /* tied tiny models just repeat their last token, which would hide wrong K/V */
+    struct tiny_opts o = fixture_opts(0);
     if (tiny_model_write(g_dir, &o, err, sizeof err)) {
         fprintf(stderr, "tiny_model_write: %s\n", err);
         return -1;
@@ -78,9 +88,8 @@ static int teardown(void **state)
     (void)state;
     model_free(g_model);
     tok_free(g_tok);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    scratch_dir_remove(g_dir);
+    return 0;
 }
 
 /* ---- running jobs */
@@ -930,13 +939,10 @@ static void test_nan_logits_fail_one_sequence(void **state)
         bad_id++;
     assert_true(bad_id < 256);
 
-    char dir[256], err[512], cmd[300];
+    char dir[256], err[512];
     snprintf(dir, sizeof dir, "/tmp/llmq_test_engine_nan_XXXXXX");
     assert_non_null(mkdtemp(dir));
-    struct tiny_opts o = tiny_opts_default(); /* the fixture's model (setup) */
-    o.seed = 7;
-    o.tie = false;
-    o.vocab = g_model->cfg.vocab;
+    struct tiny_opts o = fixture_opts(g_model->cfg.vocab);
     if (tiny_model_write(dir, &o, err, sizeof err))
         fail_msg("%s", err);
     if (test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err))
@@ -975,8 +981,7 @@ static void test_nan_logits_fail_one_sequence(void **state)
     assert_int_equal(est.kv_blocks_used, 0);
     engine_free(e);
     model_free(m);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    scratch_dir_remove(dir);
 }
 
 /* A pool smaller than max_model_len lowers the engine's max_model_len (a backend that reports
