@@ -97,10 +97,9 @@ struct sched *sched_create(const struct sched_opts *o, struct kv_pool *kv, char 
     s->o = *o;
     s->kv = kv;
     s->num_lanes = o->num_lanes ? o->num_lanes : 1;
+    static const struct sched_lane_opts no_caps; /* one lane: the global caps */
     for (int l = 0; l < s->num_lanes; l++) {
-        const struct sched_lane_opts *lo = &o->lanes[l];
-        if (o->num_lanes == 0)
-            lo = &(struct sched_lane_opts){0, 0, 0};
+        const struct sched_lane_opts *lo = o->num_lanes == 0 ? &no_caps : &o->lanes[l];
         if (lo->max_num_seqs < 0 || lo->max_num_batched_tokens < 0 || lo->max_model_len < 0) {
             snprintf(err, errlen, "scheduler: lane %d has a negative cap", l);
             sched_free(s);
