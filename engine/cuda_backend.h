@@ -16,7 +16,9 @@ struct cuda_backend_stats {
     uint64_t graph_replays;  /* steps run by replaying a graph */
     uint64_t eager_steps;    /* steps launched kernel by kernel */
     uint64_t guesses_taken;  /* decode steps enqueued one step ahead and taken (LLMQ_SPEC) */
-    uint64_t guesses_dropped; /* ... and dropped: the step asked for was another */
+    uint64_t guesses_dropped;   /* ... and dropped: the step asked for was another */
+    uint64_t guesses_new_block; /* of those taken, steps in which a sequence entered a block (the
+                                 * scheduler's lookahead block) */
 };
 
 /* Fills *st for a backend opened as "cuda" (directly or through "auto"). Returns 0, or -1 when be

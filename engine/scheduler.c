@@ -510,6 +510,29 @@ static int admit_lane(struct sched *s, struct budget *b, int lane)
     return 0;
 }
 
+/* ---- lookahead */
+
+/* A sampling item whose next step will write into a block it does not hold yet gets that block now,
+ * out of what is free beyond the watermark after admission (never by preempting anyone): the next
+ * step's K/V slot and block table are then known before this step's token is, which lets a backend
+ * run the next decode step ahead of the host (docs/SCHEDULER.md, "Lookahead"). */
+static int look_ahead(struct sched *s)
+{
+    for (int i = 0; i < s->out.n_items; i++) {
+        const struct sched_item *it = &s->items[i];
+        struct sched_seq *q = it->seq;
+        const int next_ctx = it->pos + it->n_new + 1; /* the next step's context */
+        if (!it->sample || next_ctx >= q->max_len || kv_blocks_for(s->kv, next_ctx) <= q->kv.n_blocks)
+            continue;
+        if (kv_num_free(s->kv) <= s->watermark)
+            break;
+        if (kv_table_grow(s->kv, &q->kv, next_ctx) == -2)
+            return -2;
+        s->out.n_lookahead++;
+    }
+    return 0;
+}
+
 int sched_schedule(struct sched *s, struct sched_out *out)
 {
     memset(&s->out, 0, sizeof s->out);
@@ -526,6 +549,8 @@ int sched_schedule(struct sched *s, struct sched_out *out)
             b.reserve += reserve_of(s, q, b.share, q->kv.n_blocks);
     for (int l = 0; rc == 0 && !b.preempted && l < s->num_lanes; l++)
         rc = admit_lane(s, &b, l);
+    if (rc == 0)
+        rc = look_ahead(s);
     *out = s->out;
     return rc;
 }

@@ -18,6 +18,10 @@
  * in its error field). With prefix caching, admission starts a sequence after its longest cached
  * prefix of full blocks (at most n_tokens - 1, so that its last token is always run).
  *
+ * Lookahead: after admission, a sampling item whose next step starts a new block gets that block
+ * now when more than the watermark is free, so that the next step's K/V slot is known a step
+ * early (a backend may run that step before this one's token is read). Never by preemption.
+ *
  * Lanes: every sequence has a lane (0..num_lanes-1) with its own caps on running sequences,
  * tokens per step and sequence length, inside the global ones.
  *
@@ -99,6 +103,7 @@ struct sched_out {
     int n_preempted;
     struct sched_seq **failed; /* removed for good (state DONE, blocks freed), error set */
     int n_failed;
+    int n_lookahead; /* blocks handed out a step early (the lookahead, above) */
 };
 
 struct sched;

@@ -766,6 +766,7 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     st->eager_steps = b->eager_steps;
     st->guesses_taken = b->spec_hits;
     st->guesses_dropped = b->spec_misses;
+    st->guesses_new_block = b->spec_hits_block;
     return 0;
 }
 

@@ -175,6 +175,8 @@ struct cuda_backend {
     cudaEvent_t ev_spec[2];              // a guessed step's outputs copied back (two: one guess is
     int spec_ev;                         // enqueued behind another before that one is waited for)
     uint64_t spec_hits, spec_misses;
+    bool spec_block;          // the live guess has a row entering a block
+    uint64_t spec_hits_block; // guesses taken with such a row
 
     // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,
     // [1] eager steps (cuda_backend.cu, host_times_log)

@@ -12,9 +12,11 @@
 // runs the step as usual. Either way the step's results are those of the same graph on the same inputs.
 //
 // A guess is made only when (a) every sequence samples with no token history and nothing banned (so
-// the sampler's inputs other than its step count stay as they are), (b) its next position lies in the
-// block it writes now (the block table and the next slot are known), (c) its next context stays in the
-// graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
+// the sampler's inputs other than its step count stay as they are), (b) its next position lies in a
+// block it holds: the block it writes now, or the next one, which the scheduler hands out a step early
+// when it is free (engine/scheduler.h, "Lookahead"; the advance kernel then puts it into the device's
+// block-table row and starts the slot there; at most K_SPEC_NEW_BLOCKS such rows), (c) its next context stays
+// in the graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
 // (LLMQ_SPEC, default 4; the latency regime: in throughput runs sequences end and arrive at most
 // steps, and a wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence
 // written at the position after its last token, inside the block it was writing, which it owns alone (prefix
@@ -30,17 +32,33 @@ extern "C" {
 #include "engine/log.h"
 }
 
-// rows 0 .. nd-1 of a pure decode graph step, one position on
+// The blocks the guessed step's rows enter (by value: the host knows them when it enqueues the guess,
+// and nothing may be uploaded between the running step and the guess). -1: the row stays in its block.
+#define K_SPEC_NEW_BLOCKS 32
+struct spec_new_blocks {
+    int32_t blk[K_SPEC_NEW_BLOCKS];
+};
+
+// rows 0 .. nd-1 of a pure decode graph step, one position on; a row whose next position starts a
+// block gets that block in its block-table row (stride mb) and its slot at the block's start
 __global__ void spec_advance_kernel(const int32_t *__restrict__ tok, int nd, int32_t *__restrict__ ids,
                                     int32_t *__restrict__ pos, int32_t *__restrict__ slot,
-                                    int32_t *__restrict__ ctx, struct k_sample_params *__restrict__ params)
+                                    int32_t *__restrict__ ctx, struct k_sample_params *__restrict__ params,
+                                    int32_t *__restrict__ btab, int mb, int bs, struct spec_new_blocks nb)
 {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= nd)
         return;
+    const int p = pos[k] + 1;
+    const int32_t blk = k < K_SPEC_NEW_BLOCKS ? nb.blk[k] : -1;
     ids[k] = tok[k];
-    pos[k] += 1;
-    slot[k] += 1;
+    pos[k] = p;
+    if (blk >= 0) {
+        btab[(size_t)k * mb + p / bs] = blk;
+        slot[k] = blk * bs;
+    } else {
+        slot[k] += 1;
+    }
     ctx[k] += 1;
     params[k].step += 1;
 }
@@ -98,12 +116,19 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
     if (b->spec_live || nd < 1 || nd > b->spec_max)
         return;
     const int bs = b->base.block_size;
+    struct spec_new_blocks nb;
+    bool block = false;
     for (int k = 0; k < nd; k++) {
         const struct be_seq *s = &seqs[b->order[k]];
         const int next = s->pos + 1; // the guessed step's position; its context is next + 1
-        if (!s->sample || !cb_plain_sampling(s) || next % bs == 0 || next + 1 > gctx ||
-            next + 1 > b->max_model_len)
+        if (!s->sample || !cb_plain_sampling(s) || next + 1 > gctx || next + 1 > b->max_model_len)
             return;
+        const bool enters = next % bs == 0; // a block it holds (the lookahead) or none
+        if (enters && (next / bs >= s->n_blocks || k >= K_SPEC_NEW_BLOCKS))
+            return;
+        if (k < K_SPEC_NEW_BLOCKS)
+            nb.blk[k] = enters ? s->block_table[next / bs] : -1;
+        block |= enters;
     }
     cudaGraphExec_t ex = cb_graph_find(b, B, gctx);
     if (!ex)
@@ -111,7 +136,8 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
     const int ev = b->spec_ev ^ 1;
     spec_advance_kernel<<<(nd + 127) / 128, 128, 0, b->stream>>>(
         (const int32_t *)b->out.d, nd, (int32_t *)b->ids.d, (int32_t *)b->pos.d, (int32_t *)b->slot.d,
-        (int32_t *)b->ctx_dec.d, (struct k_sample_params *)b->params.d);
+        (int32_t *)b->ctx_dec.d, (struct k_sample_params *)b->params.d, (int32_t *)b->btab_dec.d,
+        (gctx + bs - 1) / bs, bs, nb);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cudaGraphLaunch(ex, b->stream);
@@ -126,6 +152,7 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
     }
     b->graph_replays++;
     b->spec_live = true;
+    b->spec_block = block;
     b->spec_ev = ev;
     b->spec_nd = nd, b->spec_B = B, b->spec_gctx = gctx;
     b->spec_mb = (gctx + bs - 1) / bs;
@@ -133,8 +160,8 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
         const struct be_seq *s = &seqs[b->order[k]];
         b->spec_pos[k] = s->pos + 1;
         b->spec_slot[k] = cb_slot(s, s->pos + 1, bs);
-        // the blocks its context needs (the rest of the device's row is block 0 in both steps: the
-        // next position stays in the same block, so the count is the same)
+        // the blocks its context needs (past them the device's row is block 0 in both steps, but for
+        // a block the advance kernel put there, which the step after reads too)
         memcpy(b->spec_btab + (size_t)k * b->spec_mb, s->block_table,
                (size_t)((s->pos + 2 + bs - 1) / bs) * 4);
         cb_sample_params(s, &b->spec_params[k]);
@@ -186,6 +213,7 @@ bool cb_spec_take(struct cuda_backend *b, const struct be_seq *seqs, int n, stru
         return false;
     }
     b->spec_hits++;
+    b->spec_hits_block += b->spec_block;
     // its outputs are on their way into out_h2: that buffer becomes out.h, and the next guess, enqueued
     // behind it before waiting, copies into the other one
     void *h = b->out.h;

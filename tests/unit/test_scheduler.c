@@ -1,9 +1,9 @@
 /* engine/scheduler: token budgets and max_num_seqs, chunked prefill,
  * bucket grouping and arrival order, preemption by recompute and readmission, failure of a
- * sequence that can never fit, lanes, and a random stress run that checks the invariants after
- * every step (budgets, no block leaked or owned twice, every K/V slot a step reads holds the
- * token of its position, every sequence finishes). No backend: a step "computes" by writing the
- * tokens into a shadow of the KV pool. */
+ * sequence that can never fit, the block handed out a step early (lookahead), lanes, and a random
+ * stress run that checks the invariants after every step (budgets, no block leaked or owned twice,
+ * every K/V slot a step reads holds the token of its position, every sequence finishes). No backend: a step
+ * "computes" by writing the tokens into a shadow of the KV pool. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -394,7 +394,7 @@ static void test_preemption_and_recompute(void **state)
     (void)state;
     struct harness h;
     struct sched_opts o = opts(8, 64, 256);
-    o.admission_reserve = 0; /* growth must preempt (test_admission_reserve: the reserve avoids it) */
+    o.admission_reserve = 0;      /* growth must preempt (test_admission_reserve: the reserve avoids it) */
     h_open(&h, 10, 4, false, &o); /* 40 token slots */
     struct tseq a, b, c, d;
     seq_init(&a, 0, 12, 24, 0); /* 3 blocks, grows to 6 */
@@ -594,6 +594,52 @@ static void test_never_fits(void **state)
     assert_int_equal(grows.q.n_tokens, 17); /* failed when it needed a 5th block */
     assert_true(ok.finished);
     assert_int_equal(kv_num_free(h.kv), 4);
+    h_close(&h);
+}
+
+/* A sampling item whose next step starts a new block gets it a step early, only out of what is free
+ * beyond the watermark, and not when no next step will come. */
+static void test_lookahead(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(4, 64, 256);
+    h_open(&h, 16, 4, false, &o);
+    struct tseq a;
+    seq_init(&a, 0, 3, 9, 0); /* runs positions 0..7 */
+    add(&h, &a);
+    struct sched_out out;
+    h_step(&h, &out); /* prefill 0..2; the next step writes 3: same block */
+    assert_int_equal(out.n_lookahead, 0);
+    assert_int_equal(a.q.kv.n_blocks, 1);
+    h_step(&h, &out); /* writes 3; the next writes 4, which starts block 1 */
+    assert_int_equal(out.n_lookahead, 1);
+    assert_int_equal(a.q.kv.n_blocks, 2);
+    h_step(&h, &out); /* writes 4 in the block it already holds */
+    assert_int_equal(out.n_lookahead, 0);
+    assert_int_equal(a.q.kv.n_blocks, 2);
+    for (int i = 0; i < 3; i++) /* writes 5, 6, 7; 7 ends it (9 tokens): no block for 8 */
+        h_step(&h, &out), assert_int_equal(out.n_lookahead, 0);
+    assert_true(a.finished);
+    assert_int_equal(kv_num_free(h.kv), 16);
+    h_close(&h);
+
+    /* the watermark: 3 blocks, 1 of them kept free */
+    o.watermark_blocks = 1;
+    h_open(&h, 3, 4, false, &o);
+    struct tseq b;
+    seq_init(&b, 1, 3, 13, 0);
+    add(&h, &b);
+    h_step(&h, &out);
+    h_step(&h, &out); /* the next step starts block 1: 2 free, 1 beyond the watermark */
+    assert_int_equal(out.n_lookahead, 1);
+    for (int i = 0; i < 4; i++)
+        h_step(&h, &out);
+    assert_int_equal(b.q.n_computed, 8); /* the next step starts block 2: only the watermark's free */
+    assert_int_equal(out.n_lookahead, 0);
+    assert_int_equal(b.q.kv.n_blocks, 2);
+    h_step(&h, &out); /* which the step itself still takes */
+    assert_int_equal(b.q.kv.n_blocks, 3);
     h_close(&h);
 }
 
@@ -807,6 +853,7 @@ int main(void)
         cmocka_unit_test(test_preempted_goes_first),
         cmocka_unit_test(test_admission_reserve),
         cmocka_unit_test(test_never_fits),
+        cmocka_unit_test(test_lookahead),
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_prefix_cache_admission),
         cmocka_unit_test(test_stress),
