@@ -250,6 +250,16 @@ static bool glu_fused(void)
     return on != 0;
 }
 
+// A one-sequence decode step with fp8 weights leaves the down GEMV's parts of K unadded
+// (k_gemv_fp8_parts) and the add + RMSNorm after it adds them (k_add_parts_rmsnorm): the same bits, and
+// the GEMV ends without its split's ticket, fence and last-part sum. LLMQ_DOWN_PARTS=0 (read once) keeps
+// the GEMV's own sum, for A/B measurements (docs/KERNELS.md).
+static bool down_parts(void)
+{
+    static const int on = k_env_int("LLMQ_DOWN_PARTS", 1, 0, 1);
+    return on != 0;
+}
+
 int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
 {
     const int T = p->T, C = b->C, F = b->F, HD = b->HD;
@@ -259,6 +269,12 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                   *slot = (const int32_t *)b->slot.d;
 
     CB_K(k_embedding_f32(ids, T, b->embed, b->V, C, b->resid, st));
+    // down's parts: one row, fp8 down on bf16 X (the GEMV), its sum read only by the next norm (the next
+    // layer's, or the final one on the same row: no gather)
+    const bool parts =
+        T == 1 && !p->gather && b->layers[0].wdown.fp8 && !k_linear_takes_xq(&b->layers[0].wdown, T) &&
+        !k_linear_takes_xq(&b->layers[0].wqkv, T) && !k_linear_takes_xq(&b->lm, T) && down_parts();
+    int pend = 0; // down's parts in down_parts not yet added (0: the last sublayer's output is in tmp)
     for (int l = 0; l < b->L; l++) {
         const struct cb_layer *cl = &b->layers[l];
         // an fp8 matrix's input is quantized by its producer (the norm, SiLU*up) or k_quant_fp8_act into
@@ -273,6 +289,8 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                                    b->xq, b->xs, T, C, b->eps, st));
         else if (l == 0)
             CB_K(k_rmsnorm(b->resid, cl->attn_norm, b->h, T, C, b->eps, st));
+        else if (pend)
+            CB_K(k_add_parts_rmsnorm(b->resid, b->down_parts, pend, cl->attn_norm, b->h, T, C, b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->attn_norm, b->h, T, C, b->eps, st));
         CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->h, qkv_xq ? b->xq : NULL,
@@ -299,8 +317,15 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
             else
                 CB_K(k_silu_mul(b->gu, b->act, T, F, st));
         }
-        CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, down_xq ? b->xq : NULL,
-                      down_xq ? b->xs : NULL, &cl->wdown, b->tmp, 0, T, st));
+        if (parts) {
+            pend = k_gemv_fp8_parts(b->act, (const uint8_t *)cl->wdown.w, cl->wdown.scale, b->down_parts, 1,
+                                    cl->wdown.N, cl->wdown.K, 0, st);
+            if (pend < 0)
+                return cb_fail_k(b, "k_gemv_fp8_parts");
+        } else {
+            CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, down_xq ? b->xq : NULL,
+                          down_xq ? b->xs : NULL, &cl->wdown, b->tmp, 0, T, st));
+        }
     }
     if (p->n_logits == 0)
         return 0;
@@ -320,6 +345,8 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     if (lm_xq)
         CB_K(k_add_rmsnorm_fp8(res, add, b->final_norm, lm_small ? b->h_last : NULL, b->xq, b->xs, NL, C,
                                b->eps, st));
+    else if (pend)
+        CB_K(k_add_parts_rmsnorm(res, b->down_parts, pend, b->final_norm, b->h_last, NL, C, b->eps, st));
     else
         CB_K(k_add_rmsnorm(res, add, b->final_norm, b->h_last, NL, C, b->eps, st));
     CB_K(k_linear(b->gemm, b->lm.fp8 && !lm_small ? NULL : b->h_last, lm_xq ? b->xq : NULL,
@@ -462,6 +489,7 @@ static int alloc_buffers(struct cuda_backend *b)
         cb_malloc(b, (void **)&b->qkv, R * b->QKV * 2, "qkv") ||
         cb_malloc(b, (void **)&b->att, R * b->HD * 2, "attn") ||
         cb_malloc(b, (void **)&b->tmp, R * C * 2, "sublayer out") ||
+        cb_malloc(b, (void **)&b->down_parts, K_GEMV_MAX_SPLIT * C * 4, "down parts") ||
         cb_malloc(b, (void **)&b->gu, R * 2 * b->F * 2, "gate/up") ||
         cb_malloc(b, (void **)&b->act, R * b->F * 2, "mlp act") ||
         cb_malloc(b, (void **)&b->resid_last, S * C * 4, "last rows") ||
@@ -724,9 +752,9 @@ static void cb_free(struct backend *be)
     k_gemm_free(b->gemm);
     if (b->xq)
         cudaFree(b->xq);
-    void *dev[] = {b->wbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,    b->att,
-                   b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last, b->logits,
-                   b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v};
+    void *dev[] = {b->wbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,       b->att,
+                   b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last,    b->logits,
+                   b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v,  b->down_parts};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);

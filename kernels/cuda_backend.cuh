@@ -131,6 +131,7 @@ struct cuda_backend {
     bf16 *qkv;         // (rows, QKV)
     bf16 *att;         // (rows, HD)
     bf16 *tmp;         // (rows, C) sublayer output, added to resid by the next add_rmsnorm
+    float *down_parts; // (K_GEMV_MAX_SPLIT, C) a one-row down GEMV's parts of K (cb_forward, down_parts())
     bf16 *gu;          // (rows, 2F)
     bf16 *act;         // (rows, F)
     float *resid_last; // (S, C) gathered last rows

@@ -40,7 +40,9 @@
 // contiguous ks-th of the chunks; each writes its fp32 sums to the workspace, takes a ticket
 // (atomicAdd after a fence), and the tile's last CTA adds the ks sums in part order — the result
 // does not depend on which CTA finishes last — stores Y and puts the ticket back to 0 for the next
-// launch (graph replays included).
+// launch (graph replays included). k_gemv_fp8_parts stops before the ticket: with no ticket every CTA
+// stores its part's sums into the caller's [ks][M][N] and leaves, and the caller adds them
+// (k_add_parts_rmsnorm, in the same order and rounding).
 //
 // e4m3 X (k_gemv_fp8q): see XQ at the kernel.
 //
@@ -361,7 +363,7 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
         else
             part_sum[((size_t)part * M + m) * N + n] = s;
     });
-    if (ks == 1) {
+    if (ks == 1 || !ticket) { // no ticket: the parts are the output (k_gemv_fp8_parts)
         stamp(K_GEMV_PROF_SLOTS - 1);
         return;
     }
@@ -613,6 +615,29 @@ extern "C" int k_gemv_fp8q_ex(const uint8_t *Xq, const float *x_scale, const uin
 {
     return gemv_run("k_gemv_fp8q", true, true, Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws,
                     stream);
+}
+
+extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M,
+                                int N, int K, int ks, cudaStream_t stream)
+{
+    const char *fn = "k_gemv_fp8_parts";
+    K_REQUIRE(!k_f16(), "%s: fp8 weights are bf16 only (no fp8 path in fp16 mode)", fn);
+    if (M == 0)
+        return 1;
+    if (gemv_check(fn, X, NULL, false, W, w_scale, true, parts, M, N, K, 0, ks))
+        return -1;
+    const int v = gemv_pick(1, M, N, K);
+    const variant_info vi = variant_shape(v, true);
+    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
+    if (ks == 0)
+        ks = gemv_ks_auto(ctas, nchunks, vi);
+    if (ks > nchunks)
+        ks = nchunks;
+    // ks == 1: the one part is Y in fp32; else every CTA stores its part's sums (part_sum, no ticket)
+    if (launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N, K,
+                                               stream))
+        return -1;
+    return ks;
 }
 
 extern "C" int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W,

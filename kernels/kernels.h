@@ -81,6 +81,13 @@ int k_embedding_f32(const int32_t *ids, int n_tokens, const bf16 *table, int voc
 int k_rmsnorm(const float *residual, const bf16 *w, bf16 *out, int rows, int cols, float eps, cudaStream_t stream);
 int k_add_rmsnorm(float *residual, const bf16 *x, const bf16 *w, bf16 *out, int rows, int cols, float eps,
                   cudaStream_t stream);
+/* k_add_parts_rmsnorm: the same with x = E(parts[0] + ... + parts[ks - 1]) (fp32 [ks][rows][cols], summed
+ * in part order from 0 and rounded to the 16-bit type E: what a split-K GEMV's last part stores, see
+ * k_gemv_fp8_parts), so that the GEMV need not add its parts itself. 1 <= ks <= K_GEMV_MAX_SPLIT. The
+ * residual is k_add_rmsnorm's on that x bit for bit; so is out for at most 4 parts and rows of at most
+ * 8192 columns (the same block layout; otherwise within one rounding of it). */
+int k_add_parts_rmsnorm(float *residual, const float *parts, int ks, const bf16 *w, bf16 *out, int rows,
+                        int cols, float eps, cudaStream_t stream);
 
 /* ---- rope.cu: the attention prologue, one kernel.
  * qkv: [T, (H + 2*KVH) * D] (the fused QKV GEMM output). For each token t:
@@ -216,6 +223,14 @@ int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int 
                    void *ws, cudaStream_t stream);
 int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
                   int K, int variant, int ks, void *ws, cudaStream_t stream);
+/* k_gemv_fp8_parts: k_gemv_fp8_ex's split of K without its last step: parts [ks][M][N] fp32 gets each
+ * part's sums, and the caller adds them (k_add_parts_rmsnorm does, in part order, with the rounding the
+ * GEMV's store would make). No workspace, no ticket: the launch ends as soon as its last CTA's sums are
+ * stored. ks: 1..K_GEMV_MAX_SPLIT, or 0 for the automatic choice of k_gemv_fp8_ex; capped at K's
+ * chunks. parts holds ks * M * N floats (K_GEMV_MAX_SPLIT * M * N covers ks = 0). Returns the number of
+ * parts written (>= 1), or -1. */
+int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M, int N, int K,
+                     int ks, cudaStream_t stream);
 /* Measurement (tests/gpu/test_k_gemv.cu --profile): the automatic fp8 GEMV at M = 1 (glu: the fused
  * gate/up + SwiGLU kernel, N SwiGLU outputs) with per-warp %globaltimer stamps, K_GEMV_PROF_SLOTS per warp
  * of each of k_gemv_fp8_profile_ctas() CTAs of 8 warps (kernels/gemv.cu says what each slot is). */

@@ -498,9 +498,16 @@ int main(void)
                            BE_WEIGHTS_BF16, BE_WEIGHTS_AUTO, false);
             } else {
                 gpu_configs(m, tinies[i].name, &p, 1024, false);
-                if (tinies[i].oracle)
+                if (tinies[i].oracle) {
                     oracle_cmp(m, tinies[i].name, &p, 1024, "weights", BE_WEIGHTS_FP8, BE_WEIGHTS_AUTO,
                                BE_WEIGHTS_BF16, BE_WEIGHTS_AUTO, true);
+                    /* one sequence: its decode steps leave down's parts to the next norm (cb_forward) */
+                    struct prompts p1;
+                    make_prompts(&p1, 1, lens + 2, 24, c->vocab, 777 + (uint64_t)i);
+                    oracle_cmp(m, tinies[i].name, &p1, 1024, "weights, one sequence", BE_WEIGHTS_FP8,
+                               BE_WEIGHTS_AUTO, BE_WEIGHTS_BF16, BE_WEIGHTS_AUTO, true);
+                    prompts_free(&p1);
+                }
             }
             prompts_free(&p);
             if (tinies[i].lm_oracle) {

@@ -355,6 +355,61 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
     GPU_OK(cudaFree(dout));
 }
 
+/* k_add_parts_rmsnorm: residual += E(parts[0] + ... + parts[ks - 1]), then the norm. Against
+ * k_add_rmsnorm on x = the parts added in part order from 0 in fp32 and rounded to the mode's type (on
+ * the host here): the residual bit for bit always; out bit for bit where both lay the row out alike
+ * (same_layout: kernels/rmsnorm.cu, at most 4 parts and 4 units a thread), else within the norm's
+ * tolerance of a double reference over that residual (another block-sum order). */
+static void test_parts_rmsnorm_case(int rows, int cols, int res_offset, int ks, bool same_layout,
+                                    uint64_t seed)
+{
+    uint64_t s = seed;
+    const float eps = 1e-6f;
+    const size_t n = (size_t)rows * cols;
+    std::vector<float> res(n + res_offset), parts((size_t)ks * n);
+    for (auto &v : res)
+        v = gt_normal(&s) * 3.f;
+    for (auto &v : parts) /* a split GEMV's sums: terms of mixed sign that partly cancel */
+        v = gt_normal(&s) * 0.7f;
+    std::vector<bf16> x(n), w = rand16(cols, 0.2f, 1.f, &s);
+    for (size_t i = 0; i < n; i++) {
+        float sum = 0.f;
+        for (int q = 0; q < ks; q++)
+            sum += parts[(size_t)q * n + i];
+        x[i] = f2h(sum);
+    }
+    float *da = dev(res), *db = dev(res), *dp = dev(parts);
+    bf16 *dx = dev(x), *dw = dev(w), *oa = gt_poisoned<bf16>(n), *ob = gt_poisoned<bf16>(n);
+    K_OK(k_add_rmsnorm(da + res_offset, dx, dw, oa, rows, cols, eps, 0));
+    K_OK(k_add_parts_rmsnorm(db + res_offset, dp, ks, dw, ob, rows, cols, eps, 0));
+    std::vector<float> ra = host(da, n + res_offset), rb = host(db, n + res_offset);
+    std::vector<bf16> ya = host(oa, n), yb = host(ob, n);
+    char what[160];
+    snprintf(what, sizeof what, "add_parts_rmsnorm rows %4d cols %5d ks %d%s", rows, cols, ks,
+             res_offset ? " (misaligned)" : "");
+    gt_check(!memcmp(ra.data(), rb.data(), ra.size() * 4), "%s %s: residual equals add_rmsnorm's bit for bit",
+             gt_mode_name(), what);
+    if (same_layout) {
+        gt_check(!memcmp(ya.data(), yb.data(), n * 2), "%s %s: out equals add_rmsnorm's bit for bit",
+                 gt_mode_name(), what);
+    } else {
+        acc ao;
+        for (int r = 0; r < rows; r++) {
+            const float *v = &rb[res_offset + (size_t)r * cols];
+            double ss = 0;
+            for (int c = 0; c < cols; c++)
+                ss += (double)v[c] * v[c];
+            const double rr = 1.0 / sqrt(ss / cols + eps);
+            for (int c = 0; c < cols; c++)
+                acc_add(ao, h2f(yb[(size_t)r * cols + c]), v[c] * rr * h2f(w[c]), rtol16(), 1e-6);
+        }
+        snprintf(what + strlen(what), sizeof what - strlen(what), ": out");
+        acc_report(ao, what, norm_tol16());
+    }
+    for (void *p : {(void *)da, (void *)db, (void *)dp, (void *)dx, (void *)dw, (void *)oa, (void *)ob})
+        GPU_OK(cudaFree(p));
+}
+
 static void test_rmsnorm(void)
 {
     const int cols[] = {64, 1024, 5120, 4096 + 8};
@@ -369,6 +424,18 @@ static void test_rmsnorm(void)
     test_rmsnorm_case(300, 16384, 0, case_seed(k++)); /* 8 units a thread, 256 threads */
     test_rmsnorm_case(3, 24576, 0, case_seed(k++));   /* 8 units a thread, 384 threads */
     test_rmsnorm_case(2, 40000, 0, case_seed(k++));   /* too wide for registers: scalar path */
+    /* the parts: the vector path (<= 4 parts, <= 4 units a thread), the scalar path otherwise */
+    for (int ks : {1, 2, 3, 4, 5, 8}) /* a decode row of Qwen3-14B (5 and 8 parts: the scalar path) */
+        test_parts_rmsnorm_case(1, 5120, 0, ks, ks <= 4, case_seed(k++));
+    test_parts_rmsnorm_case(7, 1024, 0, 4, true, case_seed(k++));
+    test_parts_rmsnorm_case(300, 4096 + 8, 0, 3, true, case_seed(k++));
+    test_parts_rmsnorm_case(7, 1001, 0, 4, true, case_seed(k++));   /* cols % 8 != 0: both scalar */
+    test_parts_rmsnorm_case(5, 1024, 1, 2, true, case_seed(k++));   /* residual misaligned: both scalar */
+    test_parts_rmsnorm_case(3, 24576, 0, 4, false, case_seed(k++)); /* 8 units a thread: the scalar path */
+    const int rcp = k_add_parts_rmsnorm(NULL, NULL, K_GEMV_MAX_SPLIT + 1, NULL, NULL, 1, 64, 1e-6f, 0);
+    gt_check(rcp == -1 && strstr(k_last_error(), "parts"),
+             "%s add_parts_rmsnorm %d parts fails cleanly: \"%s\"", gt_mode_name(), K_GEMV_MAX_SPLIT + 1,
+             k_last_error());
     gt_check(k_rmsnorm(NULL, NULL, NULL, 0, 64, 1e-6f, 0) == 0, "%s rmsnorm rows 0 is a no-op",
              gt_mode_name());
     int rc = k_add_rmsnorm(NULL, NULL, NULL, NULL, 3, 0, 1e-6f, 0);

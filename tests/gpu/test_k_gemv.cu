@@ -1,6 +1,7 @@
 /* k_gemv_bf16 / k_gemv_fp8 / k_gemv_fp8q (kernels/gemv.cu) against a double reference: Y[M, N] =
- * X[M, K] . W[N, K]^T for M = 1 .. K_GEMV_MAX_M, plus argument errors, graph capture, and timing beside
- * k_gemm_bf16 (cuBLASLt). `--profile [layers]` instead times where a decode GEMV's time goes inside a
+ * X[M, K] . W[N, K]^T for M = 1 .. K_GEMV_MAX_M, plus the split's parts left to the caller
+ * (k_gemv_fp8_parts: their sum is k_gemv_fp8_ex's Y bit for bit), argument errors, graph capture, and timing
+ * beside k_gemm_bf16 (cuBLASLt). `--profile [layers]` instead times where a decode GEMV's time goes inside a
  * chain like the engine's step (profile_chain below).
  *
  * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run):
@@ -340,6 +341,53 @@ static void run_case(const problem &p, int y_f32, int variant, const char *tag, 
     release(d);
 }
 
+/* k_gemv_fp8_parts (ks as given) against k_gemv_fp8_ex with the same split: the parts added in part
+ * order from 0 and rounded to bf16 are Y bit for bit, nothing past the parts is written, and the number
+ * of parts is the split's (capped at K's chunks). Also checks Y itself against the reference. */
+static void parts_case(const problem &p, int ks)
+{
+    dev_problem d = upload(p);
+    const size_t mn = (size_t)p.M * p.N, cap = K_GEMV_MAX_SPLIT * mn + GUARD;
+    float *parts = nullptr;
+    GPU_OK(cudaMalloc(&parts, cap * 4));
+    GPU_OK(cudaMemset(parts, 0xff, cap * 4));
+    poison(p, d, 0);
+    char what[160];
+    snprintf(what, sizeof what, "parts M %d N %4d K %5d ks %d", p.M, p.N, p.K, ks);
+    const int n = k_gemv_fp8_parts(d.X, (const uint8_t *)d.W, d.S, parts, p.M, p.N, p.K, ks, 0);
+    if (n < 1 || k_gemv_fp8_ex(d.X, (const uint8_t *)d.W, d.S, d.Y, 0, p.M, p.N, p.K, 0, ks, g_ws, 0)) {
+        gt_check(false, "%s: %s", what, k_last_error());
+        GPU_OK(cudaFree(parts));
+        release(d);
+        return;
+    }
+    const int chunks = (p.K + 127) / 128;
+    std::vector<float> h(cap);
+    std::vector<uint16_t> y(mn);
+    GPU_OK(cudaDeviceSynchronize());
+    GPU_OK(cudaMemcpy(h.data(), parts, cap * 4, cudaMemcpyDeviceToHost));
+    GPU_OK(cudaMemcpy(y.data(), d.Y, mn * 2, cudaMemcpyDeviceToHost));
+    size_t differ = 0, guard = 0;
+    for (size_t i = 0; i < mn; i++) {
+        float sum = 0.f;
+        for (int q = 0; q < n; q++)
+            sum += h[(size_t)q * mn + i];
+        differ += f_e16(false, sum) != y[i];
+    }
+    for (size_t i = (size_t)n * mn; i < cap; i++) {
+        uint32_t b;
+        memcpy(&b, &h[i], 4);
+        guard += b != 0xffffffffu;
+    }
+    const bool parts_ok = ks == 0 ? n >= 1 && n <= K_GEMV_MAX_SPLIT : n == std::min(ks, chunks);
+    gt_check(!differ && !guard && parts_ok,
+             "%-44s %d parts: %zu of %zu sums differ from k_gemv_fp8_ex, %zu floats written past the parts",
+             what, n, differ, mn, guard);
+    verify(what, p, d, 0);
+    GPU_OK(cudaFree(parts));
+    release(d);
+}
+
 /* ---- argument errors */
 
 static void argument_checks(void)
@@ -381,6 +429,8 @@ static void argument_checks(void)
         {"fp8q w_scale NULL", k_gemv_fp8q(w, s, w, NULL, y, 0, 1, 16, 16, 0)},
         {"fp8q Xq misaligned", k_gemv_fp8q(w + 8, s, w, s, y, 0, 1, 16, 16, 0)},
         {"fp8q ks 2 without a workspace", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
+        {"parts ks 9", k_gemv_fp8_parts(x, w, s, y, 1, 16, 256, K_GEMV_MAX_SPLIT + 1, 0)},
+        {"parts NULL", k_gemv_fp8_parts(x, w, s, NULL, 1, 16, 256, 0, 0)},
         {"glu M 9", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 9, 16, 16, 0)},
         {"glu w_scale NULL", k_gemv_fp8_glu(x, w, NULL, (bf16 *)y, 1, 16, 16, 0)},
         {"glu K 40", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 1, 16, 40, 0)},
@@ -1182,6 +1232,22 @@ int main(int argc, char **argv)
                     make_problem(p, mode == 1 || mode == 2, M, sh[0], sh[1], seed(), 0, mode == 2, mode == 3);
                     run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
                 }
+
+    printf("\n== split K with the parts left to the caller (k_gemv_fp8_parts)\n");
+    for (int M : {1, 4})
+        for (auto &sh : sshape)
+            for (int ks : {0, 1, 2, 3, 4, 8}) {
+                if (sh[1] == 17408 && ks != 0 && ks != 3)
+                    continue;
+                problem p;
+                make_problem(p, true, M, sh[0], sh[1], seed());
+                parts_case(p, ks);
+            }
+    {
+        problem p; /* Qwen3-14B's down at one row, as the engine runs it */
+        make_problem(p, true, 1, 5120, 17408, seed());
+        parts_case(p, 0);
+    }
 
     printf("\n== gate/up + SwiGLU fused (k_gemv_fp8_glu)\n");
     for (int M : {1, 2, 5, 8})
