@@ -228,7 +228,7 @@ int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y
  * GEMV's store would make). No workspace, no ticket: the launch ends as soon as its last CTA's sums are
  * stored. ks: 1..K_GEMV_MAX_SPLIT, or 0 for the automatic choice of k_gemv_fp8_ex; capped at K's
  * chunks. parts holds ks * M * N floats (K_GEMV_MAX_SPLIT * M * N covers ks = 0). Returns the number of
- * parts written (>= 1), or -1. */
+ * parts written (>= 1; M = 0 writes nothing and returns 1), or -1. */
 int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M, int N, int K,
                      int ks, cudaStream_t stream);
 /* Measurement (tests/gpu/test_k_gemv.cu --profile): the automatic fp8 GEMV at M = 1 (glu: the fused
