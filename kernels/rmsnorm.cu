@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(ADD == ADD_PARTS ? 256 : 512)
     for (int r = 0; r < R; r++) {
         const int u = r * blockDim.x + threadIdx.x;
         if (u < n8) {
-            if (ADD != ADD_NONE) {
+            if constexpr (ADD != ADD_NONE) {
                 float xf[8];
                 if constexpr (ADD == ADD_X) {
                     x8_to_float<E>(xv[r], xf);
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(ADD == ADD_PARTS ? 256 : 512)
 #pragma unroll
                     for (int q = 0; q < PQ; q++)
                         if (q < ks) {
-                            const float4 lo = pv[PR > 1 ? r : 0][q][0], hi = pv[PR > 1 ? r : 0][q][1];
+                            const float4 lo = pv[r][q][0], hi = pv[r][q][1];
                             a[0] += lo.x, a[1] += lo.y, a[2] += lo.z, a[3] += lo.w;
                             a[4] += hi.x, a[5] += hi.y, a[6] += hi.z, a[7] += hi.w;
                         }

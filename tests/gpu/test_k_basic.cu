@@ -285,6 +285,21 @@ static void test_embedding(void)
 
 /* ---- rmsnorm and add_rmsnorm */
 
+/* out (rows x cols, the mode's type) against norm(res) * w in double, into a */
+static void acc_norm_out(acc &a, const float *res, const std::vector<bf16> &out, const std::vector<bf16> &w,
+                         int rows, int cols, float eps)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *v = res + (size_t)r * cols;
+        double ss = 0;
+        for (int c = 0; c < cols; c++)
+            ss += (double)v[c] * v[c];
+        const double rr = 1.0 / sqrt(ss / cols + eps);
+        for (int c = 0; c < cols; c++)
+            acc_add(a, h2f(out[(size_t)r * cols + c]), v[c] * rr * h2f(w[c]), rtol16(), 1e-6);
+    }
+}
+
 static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
 {
     uint64_t s = seed;
@@ -308,15 +323,7 @@ static void test_rmsnorm_case(int rows, int cols, int res_offset, uint64_t seed)
     std::vector<bf16> out = host(dout, n);
     std::vector<float> res_after = host(r0, n);
     acc a;
-    for (int r = 0; r < rows; r++) {
-        const float *v = &res[res_offset + (size_t)r * cols];
-        double ss = 0;
-        for (int c = 0; c < cols; c++)
-            ss += (double)v[c] * v[c];
-        double rr = 1.0 / sqrt(ss / cols + eps);
-        for (int c = 0; c < cols; c++)
-            acc_add(a, h2f(out[(size_t)r * cols + c]), v[c] * rr * h2f(w[c]), rtol16(), 1e-6);
-    }
+    acc_norm_out(a, &res[res_offset], out, w, rows, cols, eps);
     snprintf(what, sizeof what, "rmsnorm rows %4d cols %5d%s", rows, cols, res_offset ? " (misaligned)" : "");
     acc_report(a, what, norm_tol16());
     gt_check(!memcmp(res_after.data(), &res[res_offset], n * sizeof(float)),
@@ -394,15 +401,7 @@ static void test_parts_rmsnorm_case(int rows, int cols, int res_offset, int ks, 
                  gt_mode_name(), what);
     } else {
         acc ao;
-        for (int r = 0; r < rows; r++) {
-            const float *v = &rb[res_offset + (size_t)r * cols];
-            double ss = 0;
-            for (int c = 0; c < cols; c++)
-                ss += (double)v[c] * v[c];
-            const double rr = 1.0 / sqrt(ss / cols + eps);
-            for (int c = 0; c < cols; c++)
-                acc_add(ao, h2f(yb[(size_t)r * cols + c]), v[c] * rr * h2f(w[c]), rtol16(), 1e-6);
-        }
+        acc_norm_out(ao, &rb[res_offset], yb, w, rows, cols, eps);
         snprintf(what + strlen(what), sizeof what - strlen(what), ": out");
         acc_report(ao, what, norm_tol16());
     }
