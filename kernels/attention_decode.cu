@@ -3,6 +3,7 @@
  * K's codes straight from the staged bytes into the mma registers): the kernels, their launchers and
  * k_attention_decode*. What it shares with the prefill kernel: kernels/attention.cuh; notes and
  * numbers: docs/KERNELS.md, "Attention". */
+#include <algorithm>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -176,7 +177,9 @@ template <int D, bool F8> constexpr int decode_smem()
 
 /* E: the 16-bit type of q (ROPE: qkv and the rope weights), the cache, P for P V and out; bf16 when F8
  * (whose V tile and P are f16 all the same: the fp8 products above) */
-template <typename E, int D, bool F8, bool ROPE>
+/* ONE: the same code as a second kernel, launched for grids of at most one CTA an SM, whose preferred
+ * carve-out is one CTA's shared memory (decode_carveout_one, below). */
+template <typename E, int D, bool F8, bool ROPE, bool ONE>
 __global__ void __launch_bounds__(DC_THREADS)
     attention_decode_kernel(const E *__restrict__ q, int q_stride, const kv_src kv,
                             const int32_t *__restrict__ q_start, const int32_t *__restrict__ ctx_len,
@@ -609,20 +612,47 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
     return n_part <= 1 ? 0 : (size_t)n_seqs * H * n_part * ((size_t)D * 4 + sizeof(float2));
 }
 
+/* A grid of at most one CTA an SM (a few sequences: one sequence is 8 KV heads x up to 32 partitions on
+ * Qwen3-14B) runs the kernel's ONE instance, whose preferred carve-out is one CTA's shared memory (and the
+ * per-CTA reservation): the SM keeps the rest of its 256 KB as L1. For the kernel sized for three CTAs an
+ * SM the driver takes the largest shared-memory configuration (228 KB, 28 KB of L1) on every SM the
+ * attention runs on. Measured on single fp8 (docs/PERFORMANCE.md, 2026-12-04 second): the attention's
+ * share of a layer's critical path 5.07 -> 3.32 us, +1.4 % output tok/s. LLMQ_ATTN_L1=0 (read once)
+ * launches the driver's choice for every grid, for A/B runs. */
+template <typename F> int decode_carveout_one(F *kernel, int smem, bool (&done)[16])
+{
+    int dev = 0, max_sm = 0, reserved = 0;
+    K_CHECK(cudaGetDevice(&dev));
+    if (dev < 16 && done[dev])
+        return 0;
+    K_CHECK(cudaDeviceGetAttribute(&max_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    K_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    const int pct = max_sm > 0 ? std::min(100, (100 * (smem + reserved) + max_sm - 1) / max_sm) : 100;
+    K_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct));
+    if (dev < 16)
+        done[dev] = true;
+    return 0;
+}
+
 template <typename E, int D, bool F8, bool ROPE>
 int launch_decode(const E *q, int q_stride, const kv_src &kv, const k_attn_batch *b, E *out, int H, int KVH,
                   int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
                   cudaStream_t stream)
 {
-    static bool smem_done[16];
-    if (raise_smem(attention_decode_kernel<E, D, F8, ROPE>, decode_smem<D, F8>(), smem_done))
+    static const int l1 = k_env_int("LLMQ_ATTN_L1", 1, 0, 1);
+    static bool smem_done[2][16], carve_done[16];
+    const bool one = l1 && (long long)n_part * KVH * b->n_seqs <= k_sm_count();
+    auto *kernel =
+        one ? attention_decode_kernel<E, D, F8, ROPE, true> : attention_decode_kernel<E, D, F8, ROPE, false>;
+    if (raise_smem(kernel, decode_smem<D, F8>(), smem_done[one]) ||
+        (one && decode_carveout_one(kernel, decode_smem<D, F8>(), carve_done)))
         return -1;
     float *ws_o = (float *)ws;
     float2 *ws_ml = n_part > 1 ? (float2 *)(ws_o + (size_t)b->n_seqs * H * n_part * D) : nullptr;
     dim3 grid(n_part, KVH, b->n_seqs);
-    K_CHECK(k_launch(attention_decode_kernel<E, D, F8, ROPE>, grid, DC_THREADS, decode_smem<D, F8>(), stream,
-                     q, q_stride, kv, b->q_start, b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH,
-                     block_size, sl2, part, n_part, ws_o, ws_ml, rope));
+    K_CHECK(k_launch(kernel, grid, DC_THREADS, decode_smem<D, F8>(), stream, q, q_stride, kv, b->q_start,
+                     b->ctx_len, b->block_tables, b->max_blocks, out, H, KVH, block_size, sl2, part, n_part,
+                     ws_o, ws_ml, rope));
     if (n_part > 1) {
         const long long warps = (long long)b->n_seqs * H;
         K_CHECK(k_launch(attention_decode_reduce_kernel<E, D>, (unsigned)((warps + 3) / 4), dim3(32, 4), 0,

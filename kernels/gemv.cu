@@ -49,7 +49,6 @@
 // The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
 // the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
 // them all).
-#include <atomic>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -468,22 +467,6 @@ static int launch_16(int v, int ks, unsigned *ticket, float *part_sum, const voi
     return launch_cfg<E, false, false>(v, ks, ticket, part_sum, X, NULL, W, NULL, Y, y_f32, M, N, K, stream);
 }
 
-// SMs of the current device (132 on the H200), cached per device; 132 if it cannot be read.
-static int sm_count(void)
-{
-    static std::atomic<int> cache[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return 132;
-    int n = cache[dev].load(std::memory_order_relaxed);
-    if (n == 0) {
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-            n = 132;
-        cache[dev].store(n, std::memory_order_relaxed);
-    }
-    return n;
-}
-
 // The configuration for a shape, chosen before any measurement on the H200 (the timing table of
 // tests/gpu/test_k_gemv.cu says which variant wins where; change this to match). Chunks are 128 k
 // for both types (bf16 u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers
@@ -496,7 +479,7 @@ static int gemv_pick(int kind, int M, int N, int K)
 {
     (void)M, (void)K;
     const int tiles = (N + 15) / 16;
-    if (tiles < sm_count())
+    if (tiles < k_sm_count())
         return 7;
     // tuning hook (docs/KERNELS.md): LLMQ_GEMV_BF16 / LLMQ_GEMV_FP8 / LLMQ_GEMV_FP8Q = the variant for
     // shapes of as many tiles as SMs or more, read once
@@ -550,7 +533,7 @@ static variant_info variant_shape(int v, bool fp8)
 static int gemv_ks_auto(int ctas, int nchunks, const variant_info &vi)
 {
     static const int env = k_env_int("LLMQ_GEMV_KS", -1, 1, K_GEMV_MAX_SPLIT);
-    const int sms = sm_count();
+    const int sms = k_sm_count();
     if (ctas < sms || ctas >= vi.minb * sms)
         return 1;
     if (env > 0)

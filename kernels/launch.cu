@@ -1,8 +1,10 @@
 // The switches: whether kernels are launched with programmatic dependent launch (kernels/launch.cuh),
 // whether the wgmma kernels can run (per process), the 16-bit element type of a thread's launches
-// (k_set_f16, kernels.h), and the reader of every tuning hook (k_env_int, kernels.h).
+// (k_set_f16, kernels.h), the reader of every tuning hook (k_env_int, kernels.h) and the device's SM count.
 #include <stdlib.h>
 #include <string.h>
+
+#include <atomic>
 
 #include "kernels/launch.cuh"
 
@@ -43,6 +45,21 @@ bool k_pdl_on(void)
         pdl = major >= 9 && k_env_int("LLMQ_PDL", 1, 0, 1);
     }
     return pdl != 0;
+}
+
+int k_sm_count(void)
+{
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return 132;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (n == 0) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+            n = 132;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
 }
 
 static int wgmma = -1;

@@ -68,6 +68,9 @@ __device__ __forceinline__ void pdl_enter_early()
 // process).
 bool k_pdl_on(void);
 
+// SMs of the current device (132 on the H200), cached per device; 132 if it cannot be read.
+int k_sm_count(void);
+
 // Whether the current device runs this binary's sm_90a code (wgmma): compute capability 9.0 and a
 // build for 90a (LLMQ_HAVE_SM90A). Decided on first use.
 bool k_wgmma_on(void);
