@@ -148,6 +148,8 @@ static void after_failure(struct cuda_backend *b)
             cudaGraphDestroy(g);
     }
     b->spec_live = false; // a guessed step on the stream is dropped with the failed one
+    if (b->copy_stream)
+        (void)cudaStreamSynchronize(b->copy_stream);
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e == cudaSuccess)
         return;
@@ -737,6 +739,8 @@ static void cb_free(struct backend *be)
     cudaSetDevice(b->device);
     if (b->stream)
         cudaStreamSynchronize(b->stream);
+    if (b->copy_stream)
+        cudaStreamSynchronize(b->copy_stream);
     cb_spec_free(b);
     host_times_log(b);
     if (b->n_graphs || b->graph_replays || b->eager_steps) {
@@ -1107,9 +1111,12 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
 
     t2 = llmq_mono_s();
     ht[CB_HT_FORWARD] += t2 - t1;
-    if (n_samp > 0 && cb_enqueue_sample(b, seqs, n_samp, b->out.h))
-        return -1;
-    CB_CUDA(cudaEventRecord(b->ev_out, b->stream));
+    if (n_samp > 0) {
+        if (cb_enqueue_sample(b, seqs, n_samp, b->out.h, b->ev_out))
+            return -1;
+    } else {
+        CB_CUDA(cudaEventRecord(b->ev_out, b->stream));
+    }
     // the next pure decode step, guessed and enqueued before this one's tokens are read (cuda_spec.cu)
     if (graph && n_samp == nd && nd > 0)
         cb_spec_guess(b, seqs, nd, B, gctx);
@@ -1126,7 +1133,10 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     return 0;
 }
 
-int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host)
+// The sampler on stream, then the copy of its outputs into host (on copy_stream when there is one), then
+// done recorded after the copy.
+int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host,
+                      cudaEvent_t done)
 {
     const int S = b->max_seqs;
     char *o = (char *)b->out.d;
@@ -1134,6 +1144,8 @@ int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_s
     float *lp = (float *)(o + (size_t)S * 4);
     int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
     float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
+    if (b->copy_stream) // the previous copy back has read out.d
+        CB_CUDA(cudaStreamWaitEvent(b->stream, b->ev_copied, 0));
     CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
                   (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
                   (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
@@ -1145,7 +1157,16 @@ int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_s
         want_top |= s->sample && s->sp->logprobs > 0;
     }
     size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
-    CB_CUDA(cudaMemcpyAsync(host, b->out.d, bytes, cudaMemcpyDeviceToHost, b->stream));
+    cudaStream_t cs = b->stream;
+    if (b->copy_stream) {
+        cs = b->copy_stream;
+        CB_CUDA(cudaEventRecord(b->ev_sampled, b->stream));
+        CB_CUDA(cudaStreamWaitEvent(cs, b->ev_sampled, 0));
+    }
+    CB_CUDA(cudaMemcpyAsync(host, b->out.d, bytes, cudaMemcpyDeviceToHost, cs));
+    if (b->copy_stream)
+        CB_CUDA(cudaEventRecord(b->ev_copied, cs));
+    CB_CUDA(cudaEventRecord(done, cs));
     return 0;
 }
 

@@ -178,6 +178,11 @@ struct cuda_backend {
     uint64_t spec_hits, spec_misses;
     bool spec_block;          // the live guess has a row entering a block
     uint64_t spec_hits_block; // guesses taken with such a row
+    // the copy back runs on its own stream (LLMQ_COPY_STREAM, default on), off the chain of kernels from
+    // one step's sampler to the next guessed step: ev_sampled orders it after the sampler, ev_copied the
+    // next sampler (which rewrites out.d) after it
+    cudaStream_t copy_stream; // NULL: the copy runs on stream
+    cudaEvent_t ev_sampled, ev_copied;
 
     // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,
     // [1] eager steps (cuda_backend.cu, host_times_log)
@@ -233,8 +238,9 @@ void cb_sample_params(const struct be_seq *s, struct k_sample_params *q);
 // Whether a sequence's sampling needs no token history and bans nothing.
 bool cb_plain_sampling(const struct be_seq *s);
 // k_sample over rows 0 .. n_samp-1 (row j samples seqs[b->row_seq[j]]) and the copy of its outputs
-// into host (pinned, out.cap bytes), enqueued.
-int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host);
+// into host (pinned, out.cap bytes), enqueued; done is recorded after the copy.
+int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host,
+                      cudaEvent_t done);
 // The copied-back outputs of those rows into out[]; -1 with be->err on a token outside the vocabulary.
 int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, const void *host,
                     struct be_out *out);

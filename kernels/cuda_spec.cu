@@ -70,6 +70,11 @@ int cb_spec_init(struct cuda_backend *b)
         (e = cudaEventCreateWithFlags(&b->ev_spec[0], cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&b->ev_spec[1], cudaEventDisableTiming)) != cudaSuccess)
         return cb_fail_cuda(b, __FILE__, __LINE__, "cudaEventCreateWithFlags", e);
+    if (k_env_int("LLMQ_COPY_STREAM", 1, 0, 1) &&
+        ((e = cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+         (e = cudaEventCreateWithFlags(&b->ev_sampled, cudaEventDisableTiming)) != cudaSuccess ||
+         (e = cudaEventCreateWithFlags(&b->ev_copied, cudaEventDisableTiming)) != cudaSuccess))
+        return cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamCreateWithFlags(copy back)", e);
     int m = k_env_int("LLMQ_SPEC", 4, 0, 1 << 20); // docs/CUDA_BACKEND.md: the default
     m = m > b->max_seqs ? b->max_seqs : m;
     b->spec_max = m;
@@ -99,6 +104,12 @@ void cb_spec_free(struct cuda_backend *b)
                  (unsigned long long)b->spec_misses);
     if (b->ev_out)
         cudaEventDestroy(b->ev_out);
+    if (b->ev_sampled)
+        cudaEventDestroy(b->ev_sampled);
+    if (b->ev_copied)
+        cudaEventDestroy(b->ev_copied);
+    if (b->copy_stream)
+        cudaStreamDestroy(b->copy_stream);
     for (int i = 0; i < 2; i++)
         if (b->ev_spec[i])
             cudaEventDestroy(b->ev_spec[i]);
@@ -141,8 +152,7 @@ void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, in
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)
         e = cudaGraphLaunch(ex, b->stream);
-    if (e != cudaSuccess || cb_enqueue_sample(b, seqs, nd, b->out_h2) ||
-        (e = cudaEventRecord(b->ev_spec[ev], b->stream)) != cudaSuccess) {
+    if (e != cudaSuccess || cb_enqueue_sample(b, seqs, nd, b->out_h2, b->ev_spec[ev])) {
         // the step before is enqueued and unaffected; the next step uploads all of its inputs again
         log_warn("cuda backend: enqueuing a guessed step failed (%s); steps are no longer guessed",
                  e != cudaSuccess ? cudaGetErrorString(e) : b->base.err);
