@@ -692,11 +692,14 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     log_info(
         "cuda backend: %s on device %d, %s (%.1f GB), %d layers, hidden %d, heads %d/%d x %d, vocab %d; "
         "up to %d sequences and %d tokens per step, max_model_len %d, %.2f GB allocated (activations and "
-        "workspaces %.2f GB), decode graphs %s%s",
+        "workspaces %.2f GB), decode graphs %s%s%s",
         c->arch_name, b->device, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D,
         b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
         (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
-        b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "");
+        b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
+        b->n_fp8 == 0              ? ""
+        : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping (LLMQ_GEMV_DIAG)"
+                                   : "; one-row fp8 GEMVs in the tile mapping (LLMQ_GEMV_DIAG)");
     k_set_f16(prev_f16);
     return &b->base;
 fail:

@@ -104,6 +104,23 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
 // E (the 16-bit element type, kernels/elt16.cuh): X, W and a 16-bit Y of the 16-bit-weight path are E
 // and its products are mma16816<E>; gemv_kernel is E = bf16 (every path), gemv_kernel_f16 the
 // 16-bit-weight path in fp16. The fp8 paths (FP8, XQ, GLU, PROF) are bf16 only.
+// Split K: whether this CTA is the last of its tile's ks parts to finish. Every thread calls it after
+// storing its partial sums; the fence makes them visible before the ticket, and the last CTA may then
+// read every part (the caller clears the ticket for the next launch).
+__device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
+{
+    __shared__ unsigned last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
+    __syncthreads();
+    bool r = last;
+    if (r)
+        __threadfence();
+    return r;
+}
+
 template <typename E, int WARPS, int U, int R, bool PF, bool FP8, bool XQ, int DC, bool GLU, bool PROF>
 __device__ __forceinline__ void
 gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
@@ -368,17 +385,10 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
     }
     // split K: the tile's last part to finish adds the parts' sums in part order (deterministic) and
     // stores; it leaves the tile's ticket at 0 for the next launch
-    __shared__ unsigned last;
-    __threadfence(); // this CTA's partial sums are visible before its ticket
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
-    __syncthreads();
-    if (!last) {
+    if (!last_part(ticket, tile, ks)) {
         stamp(K_GEMV_PROF_SLOTS - 1);
         return;
     }
-    __threadfence();
     each_output([&](int, int m, int, int n) {
         float s = 0.f;
         for (int q = 0; q < ks; q++)
@@ -412,6 +422,201 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
 {
     gemv_body<__half, WARPS, U, R, PF, false, false, DC, false, false>(Xv, x_scale, Wv, w_scale, Y, y_f32, M,
                                                                        N, K, ks, ticket, part_sum, prof);
+}
+
+// ---- one row of X: the diagonal mapping (gemv_diag_kernel)
+//
+// At M = 1 only one of the mma's 8 B columns carries X, so the columns are free for another use: lane
+// (g, t) supplies B column g from the k's of A row g that it supplies itself, and then only the
+// diagonal products C[g][g] and C[g + 8][g] pair a weight with its own x. That lets A's 8 row groups
+// be 8 consecutive 64-byte slices of one weight row instead of 8 rows: lane (g, t) loads
+// W[ra][k0 + 64 g + 16 t .. + 16) (A rows g) and W[rb][same] (A rows g + 8), so one 16-byte load
+// instruction moves 512 contiguous bytes of one row (four full 128-byte lines) where gemv_kernel's moves
+// 64 bytes of each of 8 rows. A step is 512 k; the decode, the X pairs and the four mmas of a step are
+// gemv_kernel's fp8 ones. Slice g lies in the 128-k scale block k0 / 128 + g / 2, so a lane scales
+// its step sums by its own block's scale; the useful sums sit in lanes t = g / 2 (d[g & 1] for ra,
+// d[2 + (g & 1)] for rb), and one butterfly over the warp adds the 8 slices at the end (fixed order).
+//
+// A warp owns its two rows over its part of K (no shared memory, no CTA barrier): a CTA of 8 warps is
+// a tile of 16 rows (warp w: rows w and w + 8), or with GLU 8 outputs (warp w: gate row n and up row
+// F + n). Split K: part p of ks takes steps [S p / ks, S (p + 1) / ks) of the S = ceil(K / 512); its sums
+// go to part_sum [ks][N] and, with a ticket, the tile's last part adds them in part order and stores
+// (gemv_kernel's scheme); without one the parts are the output (k_gemv_fp8_parts). The fp32 sums differ
+// from gemv_kernel's in their order of additions, not in what they add.
+template <int U, bool GLU>
+__global__ void __launch_bounds__(256, 4)
+    gemv_diag_kernel(const bf16 *__restrict__ X, const uint8_t *__restrict__ W,
+                     const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int N, int K, int ks,
+                     unsigned *__restrict__ ticket, float *__restrict__ part_sum)
+{
+    constexpr int STEP = 512, SH = GLU ? 2 : 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3, off = 64 * g + 16 * t;
+    const int tile = blockIdx.x / ks, part = blockIdx.x - tile * ks;
+    const int n_base = tile * (GLU ? 8 : 16);
+    // rows past N read row 0 (their sums are not stored)
+    const int na = n_base + warp, nb = GLU ? na : na + 8;
+    const bool oka = na < N, okb = nb < N;
+    const int ra = oka ? na : 0, rb = okb ? (GLU ? N + nb : nb) : 0;
+    const char *wa = (const char *)W + (size_t)ra * K + off, *wb = (const char *)W + (size_t)rb * K + off;
+    const int kblocks = (K + 127) / 128;
+    const float *srow[SH];
+    srow[0] = w_scale + (size_t)(ra / 128) * kblocks;
+    if (GLU)
+        srow[SH - 1] = w_scale + (size_t)(rb / 128) * kblocks;
+    const int steps = (K + STEP - 1) / STEP;
+    const int s_lo = (int)((long)steps * part / ks), s_hi = (int)((long)steps * (part + 1) / ks);
+
+    // a step past the part or a lane's k past K reads its row's first bytes and zeroes its X
+    auto ok_of = [&](int s) { return s < s_hi && s * STEP + off < K; };
+    auto k_of = [&](int s) { return ok_of(s) ? s * STEP : -off; };
+    uint4 wv[U][2];
+    float sc[U][SH];
+    auto load_w = [&](int s0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kk = k_of(s0 + u);
+            wv[u][0] = ld_stream(wa + kk);
+            wv[u][1] = ld_stream(wb + kk);
+            const int kb = min(((s0 + u) * STEP + 64 * g) / 128, kblocks - 1);
+#pragma unroll
+            for (int h = 0; h < SH; h++)
+                sc[u][h] = __ldg(srow[h] + kb);
+        }
+    };
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (s_lo < s_hi)
+        load_w(s_lo);
+    pdl_enter(); // kernels/launch.cuh: the first weights are on their way before the wait
+#pragma unroll 1
+    for (int s0 = s_lo; s0 < s_hi; s0 += U) {
+        if (s0 != s_lo)
+            load_w(s0);
+        uint4 xv[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kk = k_of(s0 + u);
+            const bool okk = ok_of(s0 + u);
+            const bf16 *xp = X + off + kk;
+            xv[u][0] = ld_x(xp), xv[u][1] = ld_x(xp + 8);
+            if (!okk)
+                xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t xb0[4], xb1[4];
+            x_pairs16(xv[u][0], xv[u][1], xb0, xb1);
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            const uint32_t *q0 = (const uint32_t *)&wv[u][0], *q1 = (const uint32_t *)&wv[u][1];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint32_t lo0, hi0, lo1, hi1;
+                e4m3x4_to_bf16(q0[j], lo0, hi0);
+                e4m3x4_to_bf16(q1[j], lo1, hi1);
+                mma_bf16(d, lo0, lo1, hi0, hi1, xb0[j], xb1[j]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) // d[0], d[1]: rows ra's slices; d[2], d[3]: rb's
+                acc[i] = fmaf(d[i], sc[u][GLU ? i >> 1 : 0], acc[i]);
+        }
+    }
+    const bool diag = t == g >> 1;
+    const bool odd = g & 1; // selects, not an index (which would put acc in local memory)
+    float sa = diag ? (odd ? acc[1] : acc[0]) : 0.f, sb = diag ? (odd ? acc[3] : acc[2]) : 0.f;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        sa += __shfl_xor_sync(0xffffffffu, sa, o);
+        sb += __shfl_xor_sync(0xffffffffu, sb, o);
+    }
+    if (GLU) {
+        if (lane == 0 && oka) {
+            const float gv = __bfloat162float(__float2bfloat16(sa)),
+                        uv = __bfloat162float(__float2bfloat16(sb));
+            ((bf16 *)Y)[na] = __float2bfloat16(silu_mul1(gv, uv));
+        }
+        return;
+    }
+    auto store = [&](int n, float s) {
+        if (y_f32)
+            ((float *)Y)[n] = s;
+        else
+            ((bf16 *)Y)[n] = __float2bfloat16(s);
+    };
+    if (lane == 0) {
+        if (ks == 1) {
+            if (oka)
+                store(na, sa);
+            if (okb)
+                store(nb, sb);
+        } else {
+            if (oka)
+                part_sum[(size_t)part * N + na] = sa;
+            if (okb)
+                part_sum[(size_t)part * N + nb] = sb;
+        }
+    }
+    if (ks == 1 || !ticket)
+        return;
+    if (!last_part(ticket, tile, ks))
+        return;
+    if (threadIdx.x < 16 && n_base + (int)threadIdx.x < N) {
+        const int n = n_base + threadIdx.x;
+        float s = 0.f;
+        for (int q = 0; q < ks; q++)
+            s += __ldcg(part_sum + (size_t)q * N + n);
+        store(n, s);
+    }
+    if (threadIdx.x == 0)
+        ticket[tile] = 0;
+}
+
+// Whether one-row fp8 GEMVs of at least one 16-row tile an SM (gemv_pick's variant 2, the gate/up GLU
+// kernel, the parts of down) take gemv_diag_kernel: k_gemv_fp8_diag, else LLMQ_GEMV_DIAG (0 or 1, read
+// once), else the device's rule. Measured (docs/PERFORMANCE.md, 2026-12-05, third): single fp8 +2.8 % on
+// an H100 (3.35 TB/s nominal), -0.5 % on an H200 (4.9 TB/s), where the 40-layer GEMV chain alone is 3-5 %
+// and 1.4 % faster. So the rule: sm_90 with less than 4 TB/s of nominal memory bandwidth (peak memory
+// clock x bus width x 2); other devices are not measured and keep the tile mapping.
+static int g_diag = -1;
+static bool diag_device_rule()
+{
+    int dev = 0, major = 0, khz = 0, bits = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    const double bytes_per_s = 2.0 * khz * 1e3 * bits / 8;
+    return major == 9 && bytes_per_s > 0 && bytes_per_s < 4e12;
+}
+static bool diag_on()
+{
+    if (g_diag < 0) {
+        const int env = k_env_int("LLMQ_GEMV_DIAG", -1, 0, 1);
+        g_diag = env >= 0 ? env : diag_device_rule();
+    }
+    return g_diag == 1;
+}
+
+extern "C" int k_gemv_fp8_diag(int on)
+{
+    const int was = diag_on();
+    if (on >= 0)
+        g_diag = on ? 1 : 0;
+    return was;
+}
+
+static int diag_launch(bool glu, const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32,
+                       int N, int K, int ks, unsigned *ticket, float *part_sum, cudaStream_t stream)
+{
+    if (glu)
+        K_CHECK(k_launch(gemv_diag_kernel<2, true>, (N + 7) / 8, 256, 0, stream, X, W, w_scale, Y, 0, N, K, 1,
+                         (unsigned *)NULL, (float *)NULL));
+    else
+        K_CHECK(k_launch(gemv_diag_kernel<2, false>, (N + 15) / 16 * ks, 256, 0, stream, X, W, w_scale, Y,
+                         y_f32, N, K, ks, ticket, part_sum));
+    return 0;
 }
 
 // ---- launchers
@@ -569,6 +774,9 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
               fn, ks, ws, K_GEMV_WS_TICKETS, ctas, ks);
     unsigned *ticket = (unsigned *)ws;
     float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
+    if (fp8 && !xq && M == 1 && variant == 0 && v == 2 && diag_on())
+        return diag_launch(false, (const bf16 *)X, (const uint8_t *)W, w_scale, Y, y_f32 != 0, N, K, ks,
+                           ticket, part_sum, stream);
     if (xq)
         return launch_cfg<__nv_bfloat16, true, true>(v, ks, ticket, part_sum, X, x_scale, W, w_scale, Y,
                                                      y_f32 != 0, M, N, K, stream);
@@ -617,6 +825,8 @@ extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_
     if (ks > nchunks)
         ks = nchunks;
     // ks == 1: the one part is Y in fp32; else every CTA stores its part's sums (part_sum, no ticket)
+    if (M == 1 && v == 2 && diag_on())
+        return diag_launch(false, X, W, w_scale, parts, 1, N, K, ks, NULL, parts, stream) ? -1 : ks;
     if (launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N, K,
                                                stream))
         return -1;
@@ -657,6 +867,8 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
     if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
         return -1;
     K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
+    if (M == 1 && (F + 15) / 16 >= k_sm_count() && diag_on())
+        return diag_launch(true, X, W, w_scale, Y, 0, F, K, 1, NULL, NULL, stream);
     return glu_launch<false>(X, W, w_scale, Y, M, F, K, NULL, stream);
 }
 

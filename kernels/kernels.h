@@ -231,7 +231,7 @@ int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y
  * parts written (>= 1; M = 0 writes nothing and returns 1), or -1. */
 int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M, int N, int K,
                      int ks, cudaStream_t stream);
-/* Measurement (tests/gpu/test_k_gemv.cu --profile): the automatic fp8 GEMV at M = 1 (glu: the fused
+/* Measurement (tests/gpu/test_k_gemv.cu --profile): the tile mapping's automatic fp8 GEMV at M = 1 (glu: the fused
  * gate/up + SwiGLU kernel, N SwiGLU outputs) with per-warp %globaltimer stamps, K_GEMV_PROF_SLOTS per warp
  * of each of k_gemv_fp8_profile_ctas() CTAs of 8 warps (kernels/gemv.cu says what each slot is). */
 #define K_GEMV_PROF_SLOTS 16
@@ -242,10 +242,18 @@ int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *w_scale, bf
  * gate_up matrix in k_gemv_fp8's format with 2F rows (gate rows 0..F-1, then up rows F..2F-1; scales
  * [ceil(2F/128)][ceil(K/128)]), Y [M, F] bf16 = silu(X . W_gate^T) * (X . W_up^T), each product
  * rounded to bf16 first: bit for bit k_gemv_fp8 into a [M, 2F] buffer (its configuration for shapes of
- * at least one 16-row tile per SM, variant 2) followed by k_silu_mul, without the buffer and the
+ * at least one 16-row tile per SM, variant 2, or at M = 1 the mapping k_gemv_fp8_diag says) followed by
+ * k_silu_mul, without the buffer and the
  * second launch. F a multiple of 8 (a CTA's 8 up rows share one scale block); X as for k_gemv_fp8. */
 int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F, int K,
                    cudaStream_t stream);
+/* k_gemv_fp8_diag: whether the one-row fp8 GEMVs (M = 1, the automatic configuration of a shape of at
+ * least one 16-row tile per SM: k_gemv_fp8_ex, k_gemv_fp8_parts, k_gemv_fp8_glu) run the diagonal
+ * mapping (kernels/gemv.cu, gemv_diag_kernel: a load instruction reads 512 contiguous bytes of one row);
+ * the same function, another fp32 summation order. on: 1 yes, 0 no, -1 leave as is (a query). Default:
+ * LLMQ_GEMV_DIAG (0 or 1, read once), else yes on sm_90 devices of less than 4 TB/s nominal memory
+ * bandwidth (H100: faster there, not on the H200). For the whole process; returns the setting before. */
+int k_gemv_fp8_diag(int on);
 /* ---- stream_chain.cu: a chain of dependent one-row fp8 GEMVs in one persistent kernel whose weight
  * stream does not stop at the dependencies (the first piece of a decode megakernel; sm_90a only; the
  * design and its measurements: docs/KERNELS.md, "The stream chain"). Not used by the engine yet.

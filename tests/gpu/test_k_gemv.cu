@@ -497,7 +497,7 @@ static void argument_checks(void)
 /* ---- k_gemv_fp8_glu against k_gemv_fp8 (the same configuration, variant 2) + k_silu_mul: the same bits.
  * graph: the fused launch captured into a graph and replayed twice instead of launched directly. */
 
-static void glu_case(int M, int F, int K, uint64_t seed, bool graph)
+static void glu_case(int M, int F, int K, uint64_t seed, bool graph, int variant = 2)
 {
     problem p;
     make_problem(p, true, M, 2 * F, K, seed); /* W: the 2F rows of gate_up */
@@ -509,7 +509,7 @@ static void glu_case(int M, int F, int K, uint64_t seed, bool graph)
     char what[96];
     snprintf(what, sizeof what, "glu M %d F %4d K %4d%s", M, F, K, graph ? " graph x2" : "");
     poison(p, d, 0);
-    int rc = launch(p, d, 0, 2);
+    int rc = launch(p, d, 0, variant);
     if (!rc) {
         verify(what, p, d, 0); /* the unfused gate_up itself against the double reference */
         rc = k_silu_mul((const bf16 *)d.Y, ref, M, F, 0);
@@ -933,6 +933,57 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     GPU_OK(cudaFree(W16));
 }
 
+/* ---- the diagonal mapping of one-row fp8 GEMVs (k_gemv_fp8_diag): shapes of at least one 16-row
+ * tile (8 GLU outputs) per SM, where it replaces the automatic configuration: partial tiles, K not a
+ * multiple of its 512-k step, split K with tickets (twice: tickets left at 0) and as parts, the GLU
+ * kernel against the same GEMV + k_silu_mul in a graph, large inputs and subnormal codes. Then one
+ * check that it is another kernel than variant 2 (the fp32 sums of a long K differ somewhere). */
+template <typename SEED> static void diag_cases(SEED &seed)
+{
+    printf("\n== the diagonal mapping at M = 1 (k_gemv_fp8_diag)\n");
+    const int was = k_gemv_fp8_diag(1);
+    int sms = 0;
+    GPU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int N1 = 16 * sms + 8, N2 = 5120; /* a partial last tile; Qwen3-14B's o_proj and down */
+    for (int N : {N1, N2})
+        for (int K : {16, 144, 528, 656, 5120, 17408}) {
+            problem p;
+            make_problem(p, true, 1, N, K, seed());
+            run_case(p, K & 16 ? 1 : 0, 0, "diag");
+            run_case(p, 1, 0, "diag split", 0, 3, 2);
+            if (K >= 5120) {
+                run_case(p, 0, 0, "diag split", 0, 0, 2);
+                parts_case(p, 0);
+                parts_case(p, 4);
+            }
+            parts_case(p, 1);
+        }
+    for (int kind : {1, 2}) { /* subnormal codes with scale 1; large x with outliers */
+        problem p;
+        make_problem(p, true, 1, N1, kind == 1 ? 256 : 17408, seed(), kind);
+        run_case(p, 1, 0, kind == 1 ? "diag fp8 subnormal codes only" : "diag large x (1e3, outliers 3e4)");
+    }
+    glu_case(1, 8 * sms + 8, 656, seed(), false, 0);
+    glu_case(1, 17408, 5120, seed(), true, 0); /* Qwen3-14B's gate/up, in a graph */
+    {
+        problem p;
+        make_problem(p, true, 1, N1, 17408, seed());
+        dev_problem d = upload(p);
+        std::vector<float> a(p.N), b(p.N);
+        K_OK(k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 0, 0));
+        GPU_OK(cudaMemcpy(a.data(), d.Y, (size_t)p.N * 4, cudaMemcpyDeviceToHost));
+        K_OK(k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 2, 0));
+        GPU_OK(cudaMemcpy(b.data(), d.Y, (size_t)p.N * 4, cudaMemcpyDeviceToHost));
+        size_t differ = 0;
+        for (int i = 0; i < p.N; i++)
+            differ += memcmp(&a[i], &b[i], 4) != 0;
+        gt_check(differ > 0, "diag: the automatic kernel is not variant 2 (%zu of %d fp32 sums differ)",
+                 differ, p.N);
+        release(d);
+    }
+    k_gemv_fp8_diag(was);
+}
+
 /* ---- --profile [layers]: where a decode GEMV's time goes inside a chain like the engine's step
  *
  * L layers of Qwen3-14B's QKV, o_proj, gate/up + SwiGLU and down (fp8, M = 1, the automatic
@@ -1013,8 +1064,13 @@ static int profile_chain(int layers)
         "layer)\n",
         layers, bytes_layer / 1e6);
 
-    /* the profiled kernels give the plain ones' bits (layer 0's ops on their own inputs) */
-    for (int m = 0; m < 4; m++) {
+    /* the profiled kernels give the plain ones' bits (layer 0's ops on their own inputs); not with the
+     * diagonal mapping (LLMQ_GEMV_DIAG=1: the plain chain is another kernel, the profile is variant 2's) */
+    const int diag = k_gemv_fp8_diag(-1);
+    if (diag)
+        printf("note: the plain chain takes the diagonal mapping (LLMQ_GEMV_DIAG=1); its stamps are variant "
+               "2's\n");
+    for (int m = 0; m < (diag ? 0 : 4); m++) {
         const op &o = ops[m];
         bf16 *ya, *yb;
         GPU_OK(cudaMalloc(&ya, (size_t)o.N * 2));
@@ -1170,6 +1226,8 @@ int main(int argc, char **argv)
     }
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
+    /* the tile mapping everywhere but in diag_cases (the device's default may be the diagonal one) */
+    printf("note: this device's default one-row fp8 mapping: %s\n", k_gemv_fp8_diag(0) ? "diagonal" : "tile");
 
     printf("\n== argument errors\n");
     argument_checks();
@@ -1259,6 +1317,8 @@ int main(int argc, char **argv)
 
     printf("\n== graph capture\n");
     graph_check(seed());
+
+    diag_cases(seed);
 
     printf("\n== timing (median of 20; TB/s = weight bytes / time; columns after the best: v1 .. v%d)\n",
            K_GEMV_VARIANTS);
