@@ -66,6 +66,23 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
     return __ldg((const uint4 *)p);
 }
 
+// Split K: whether this CTA is the last of its tile's ks parts to finish. Every thread calls it after
+// storing its partial sums; the fence makes them visible before the ticket, and the last CTA may then
+// read every part (the caller clears the ticket for the next launch).
+__device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
+{
+    __shared__ unsigned last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
+    __syncthreads();
+    bool r = last;
+    if (r)
+        __threadfence();
+    return r;
+}
+
 // ---- the kernel
 
 // grid (ceil(N / (16 R))), block (WARPS * 32). See the top of the file. MINB (CTAs per SM) sets the
@@ -104,23 +121,6 @@ __device__ __forceinline__ uint4 ld_x(const void *p)
 // E (the 16-bit element type, kernels/elt16.cuh): X, W and a 16-bit Y of the 16-bit-weight path are E
 // and its products are mma16816<E>; gemv_kernel is E = bf16 (every path), gemv_kernel_f16 the
 // 16-bit-weight path in fp16. The fp8 paths (FP8, XQ, GLU, PROF) are bf16 only.
-// Split K: whether this CTA is the last of its tile's ks parts to finish. Every thread calls it after
-// storing its partial sums; the fence makes them visible before the ticket, and the last CTA may then
-// read every part (the caller clears the ticket for the next launch).
-__device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
-{
-    __shared__ unsigned last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(&ticket[tile], 1u) == (unsigned)ks - 1;
-    __syncthreads();
-    bool r = last;
-    if (r)
-        __threadfence();
-    return r;
-}
-
 template <typename E, int WARPS, int U, int R, bool PF, bool FP8, bool XQ, int DC, bool GLU, bool PROF>
 __device__ __forceinline__ void
 gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
