@@ -676,7 +676,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     free(inv);
     inv = NULL;
 
-    if (cb_load_weights(b, m) || alloc_buffers(b))
+    if (cb_load_weights(b, m) || cb_tile_copies(b) || alloc_buffers(b))
         goto fail;
     if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
@@ -695,9 +695,10 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         "workspaces %.2f GB), decode graphs %s%s%s",
         c->arch_name, b->device, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D,
         b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
-        (double)(b->alloc_bytes - b->wbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
+        (double)(b->alloc_bytes - b->wbytes - b->tbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
         b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
         b->n_fp8 == 0              ? ""
+        : b->tbuf                  ? "; decode fp8 GEMVs on the tile-order copies (LLMQ_GEMV_TILED)"
         : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping (LLMQ_GEMV_DIAG)"
                                    : "; one-row fp8 GEMVs in the tile mapping (LLMQ_GEMV_DIAG)");
     k_set_f16(prev_f16);
@@ -756,12 +757,13 @@ static void cb_free(struct backend *be)
                  gc.tuned, gc.borrowed);
     }
     cb_graphs_free(b);
+    cb_tile_copies_free(b);
     k_gemm_free(b->gemm);
     if (b->xq)
         cudaFree(b->xq);
-    void *dev[] = {b->wbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,       b->att,
-                   b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last,    b->logits,
-                   b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v,  b->down_parts};
+    void *dev[] = {b->wbuf,   b->tbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,
+                   b->att,    b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last,
+                   b->logits, b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v,  b->down_parts};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);

@@ -601,3 +601,62 @@ out:
     }
     return rc;
 }
+
+// ---- second copies of the fp8 matrices in the GEMVs' tile order (LLMQ_GEMV_TILED=1)
+//
+// Measurement switch, off by default: every fp8 linear matrix of the layers whose shape allows it gets a
+// copy in the order the one-row (and decode-sized) GEMV's lanes read it (k_gemv_fp8_tile_order), all in
+// one allocation made before the KV pool sizes itself, registered with k_gemv_fp8_tiled and forgotten at
+// close. The row-major matrices stay for cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
+static bool tile_copy_fits(const struct k_weight *w, bool glu)
+{
+    return w->fp8 && w->K % 128 == 0 && (glu ? (w->N / 2) % 8 == 0 && w->N % 2 == 0 : w->N % 16 == 0);
+}
+
+// f(w, glu) for every layer matrix that gets a copy (glu: the fused gate/up)
+template <typename FN> static void each_tile_mat(struct cuda_backend *b, FN f)
+{
+    for (int l = 0; l < b->L; l++) {
+        struct cb_layer *cl = &b->layers[l];
+        const struct k_weight *mats[4] = {&cl->wqkv, &cl->wo, &cl->wgu, &cl->wdown};
+        for (int j = 0; j < 4; j++)
+            if (tile_copy_fits(mats[j], j == 2))
+                f(mats[j], j == 2);
+    }
+}
+
+int cb_tile_copies(struct cuda_backend *b)
+{
+    if (k_env_int("LLMQ_GEMV_TILED", 0, 0, 1) != 1 || b->n_fp8 == 0)
+        return 0;
+    size_t bytes = 0;
+    each_tile_mat(b, [&](const struct k_weight *w, bool) { bytes += align256((size_t)w->N * w->K); });
+    if (bytes == 0)
+        return 0;
+    if (cb_malloc(b, &b->tbuf, bytes, "the fp8 GEMVs' tile-order weight copies (LLMQ_GEMV_TILED)"))
+        return -1;
+    b->tbytes = bytes;
+    uint8_t *p = (uint8_t *)b->tbuf;
+    int n = 0, rc = 0;
+    each_tile_mat(b, [&](const struct k_weight *w, bool glu) {
+        const int N = glu ? w->N / 2 : w->N;
+        if (rc == 0 && (k_gemv_fp8_tile_order((const uint8_t *)w->w, p, N, w->K, glu, b->stream) ||
+                        k_gemv_fp8_tiled((const uint8_t *)w->w, p, N, w->K, glu)))
+            rc = cb_fail_k(b, "k_gemv_fp8_tile_order");
+        p += align256((size_t)w->N * w->K);
+        n++;
+    });
+    if (rc)
+        return rc;
+    log_info("cuda backend: %d fp8 matrices also in the GEMVs' tile order, %.2f GB (LLMQ_GEMV_TILED)", n,
+             (double)bytes / 1e9);
+    return 0;
+}
+
+void cb_tile_copies_free(struct cuda_backend *b)
+{
+    if (b->tbuf && b->layers)
+        each_tile_mat(b, [](const struct k_weight *w, bool) {
+            k_gemv_fp8_tiled((const uint8_t *)w->w, NULL, 0, 0, 0);
+        });
+}

@@ -402,6 +402,40 @@ static void oracle_cmp(const struct model *m, const char *model, struct prompts 
     trace_free(&cpu8), trace_free(&cpu16), trace_free(&gpu8);
 }
 
+/* The fp8 GEMVs on the tile-order copies of the weights (LLMQ_GEMV_TILED=1, kernels/gemv.cu) compute the
+ * same products in the same order as on the row-major matrices: fp8 weights, the prompts' reference
+ * tokens fed, every greedy token and top-20 logprob must be the same bits with and without the copies. */
+static void tiled_same(const struct model *m, const char *model, struct prompts *p, int max_len)
+{
+    const char *was = getenv("LLMQ_GEMV_TILED");
+    char keep[16];
+    snprintf(keep, sizeof keep, "%s", was ? was : "");
+    struct trace a = {0}, b = {0};
+    setenv("LLMQ_GEMV_TILED", "0", 1);
+    bool ok = run_cfg(m, model, "fp8 weights, row-major", false, BE_WEIGHTS_FP8, false, p, true, &a, max_len);
+    setenv("LLMQ_GEMV_TILED", "1", 1);
+    ok = ok &&
+         run_cfg(m, model, "fp8 weights, tile copies", false, BE_WEIGHTS_FP8, false, p, true, &b, max_len);
+    if (was)
+        setenv("LLMQ_GEMV_TILED", keep, 1);
+    else
+        unsetenv("LLMQ_GEMV_TILED");
+    if (ok) {
+        const size_t n = (size_t)a.n_seq * a.n_gen;
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++)
+            differ += a.tok[i] != b.tok[i] || memcmp(&a.tok_lp[i], &b.tok_lp[i], sizeof(float)) != 0 ||
+                      memcmp(&a.ids[i * TOP], &b.ids[i * TOP], TOP * sizeof(int32_t)) != 0 ||
+                      memcmp(&a.lp[i * TOP], &b.lp[i * TOP], TOP * sizeof(float)) != 0;
+        printf(
+            "%s %s: the tile-order copies give the same tokens and top-20 logprobs bit for bit (%zu of %zu "
+            "positions differ)\n",
+            differ ? "FAIL" : "ok  ", model, differ, n);
+        n_fail += differ != 0;
+    }
+    trace_free(&a), trace_free(&b);
+}
+
 struct tiny {
     const char *name;
     struct tiny_opts o;
@@ -506,6 +540,10 @@ int main(void)
                     make_prompts(&p1, 1, lens + 2, 24, c->vocab, 777 + (uint64_t)i);
                     oracle_cmp(m, tinies[i].name, &p1, 1024, "weights, one sequence", BE_WEIGHTS_FP8,
                                BE_WEIGHTS_AUTO, BE_WEIGHTS_BF16, BE_WEIGHTS_AUTO, true);
+                    if (aligned) {
+                        tiled_same(m, tinies[i].name, &p, 1024);
+                        tiled_same(m, tinies[i].name, &p1, 1024);
+                    }
                     prompts_free(&p1);
                 }
             }
@@ -542,6 +580,15 @@ int main(void)
     struct prompts p;
     make_prompts(&p, 4, big_lens, 8, cfg.vocab, 99);
     gpu_configs(big, "qwen3-14b-random", &p, 1024, true);
+    tiled_same(big, "qwen3-14b-random", &p, 1024);
+    prompts_free(&p);
+    const int big1[1] = {500}; /* one sequence: the one-row GEMVs, gate/up fused, down's parts */
+    make_prompts(&p, 1, big1, 8, cfg.vocab, 98);
+    struct trace t1 = {0}; /* writes the sequence's greedy tokens into p */
+    if (run_cfg(big, "qwen3-14b-random", "fp8 weights (one sequence)", false, BE_WEIGHTS_FP8, false, &p,
+                false, &t1, 1024))
+        tiled_same(big, "qwen3-14b-random", &p, 1024);
+    trace_free(&t1);
     prompts_free(&p);
     random_model_free(big);
 
