@@ -602,61 +602,78 @@ out:
     return rc;
 }
 
-// ---- second copies of the fp8 matrices in the GEMVs' tile order (LLMQ_GEMV_TILED=1)
+// ---- second copies of the weights in the GEMVs' tile order (LLMQ_GEMV_TILED)
 //
-// Measurement switch, off by default: every fp8 linear matrix of the layers whose shape allows it gets a
-// copy in the order the one-row (and decode-sized) GEMV's lanes read it (k_gemv_fp8_tile_order), all in
-// one allocation made before the KV pool sizes itself, registered with k_gemv_fp8_tiled and forgotten at
-// close. The row-major matrices stay for cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
-static bool tile_copy_fits(const struct k_weight *w, bool glu)
+// Measurement switch, off by default: with LLMQ_GEMV_TILED=1 every fp8 linear matrix of the layers whose
+// shape allows it gets a copy in the order the decode-sized GEMV's lanes read it (k_gemv_fp8_tile_order),
+// with 2 the output projection too (bf16 or fp8), all in one allocation made before the KV pool sizes
+// itself, registered with k_gemv_*_tiled and forgotten at close. The row-major matrices stay for
+// cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
+// N a multiple of 16 (a fused gate/up of 2F rows: F a multiple of 8), rows a multiple of 128 bytes
+static bool tile_copy_fits(const struct k_weight *w)
 {
-    return w->fp8 && w->K % 128 == 0 && (glu ? (w->N / 2) % 8 == 0 && w->N % 2 == 0 : w->N % 16 == 0);
+    return w->N % 16 == 0 && w->K % (w->fp8 ? 128 : 64) == 0;
 }
 
-// f(w, glu) for every layer matrix that gets a copy (glu: the fused gate/up)
-template <typename FN> static void each_tile_mat(struct cuda_backend *b, FN f)
+// f(w, glu) for every matrix that gets a copy (glu: the fused gate/up): the layers' fp8 ones, and with
+// lm the output projection
+template <typename FN> static void each_tile_mat(struct cuda_backend *b, bool lm, FN f)
 {
     for (int l = 0; l < b->L; l++) {
         struct cb_layer *cl = &b->layers[l];
         const struct k_weight *mats[4] = {&cl->wqkv, &cl->wo, &cl->wgu, &cl->wdown};
         for (int j = 0; j < 4; j++)
-            if (tile_copy_fits(mats[j], j == 2))
+            if (mats[j]->fp8 && tile_copy_fits(mats[j]))
                 f(mats[j], j == 2);
     }
+    if (lm && tile_copy_fits(&b->lm))
+        f(&b->lm, false);
+}
+
+static size_t tile_copy_bytes(const struct k_weight *w)
+{
+    return align256((size_t)w->N * w->K * (w->fp8 ? 1 : 2));
 }
 
 int cb_tile_copies(struct cuda_backend *b)
 {
-    if (k_env_int("LLMQ_GEMV_TILED", 0, 0, 1) != 1 || b->n_fp8 == 0)
+    const int mode = k_env_int("LLMQ_GEMV_TILED", 0, 0, 2);
+    if (mode == 0 || b->f16 || (b->n_fp8 == 0 && mode == 1))
         return 0;
+    b->tiled_lm = mode == 2;
     size_t bytes = 0;
-    each_tile_mat(b, [&](const struct k_weight *w, bool) { bytes += align256((size_t)w->N * w->K); });
+    each_tile_mat(b, b->tiled_lm, [&](const struct k_weight *w, bool) { bytes += tile_copy_bytes(w); });
     if (bytes == 0)
         return 0;
-    if (cb_malloc(b, &b->tbuf, bytes, "the fp8 GEMVs' tile-order weight copies (LLMQ_GEMV_TILED)"))
+    if (cb_malloc(b, &b->tbuf, bytes, "the GEMVs' tile-order weight copies (LLMQ_GEMV_TILED)"))
         return -1;
     b->tbytes = bytes;
     uint8_t *p = (uint8_t *)b->tbuf;
     int n = 0, rc = 0;
-    each_tile_mat(b, [&](const struct k_weight *w, bool glu) {
+    each_tile_mat(b, b->tiled_lm, [&](const struct k_weight *w, bool glu) {
         const int N = glu ? w->N / 2 : w->N;
-        if (rc == 0 && (k_gemv_fp8_tile_order((const uint8_t *)w->w, p, N, w->K, glu, b->stream) ||
-                        k_gemv_fp8_tiled((const uint8_t *)w->w, p, N, w->K, glu)))
-            rc = cb_fail_k(b, "k_gemv_fp8_tile_order");
-        p += align256((size_t)w->N * w->K);
+        if (rc == 0 && (w->fp8 ? k_gemv_fp8_tile_order((const uint8_t *)w->w, p, N, w->K, glu, b->stream) ||
+                                     k_gemv_fp8_tiled((const uint8_t *)w->w, p, N, w->K, glu)
+                               : k_gemv_bf16_tile_order((const bf16 *)w->w, (bf16 *)p, N, w->K, b->stream) ||
+                                     k_gemv_bf16_tiled((const bf16 *)w->w, (const bf16 *)p, N, w->K)))
+            rc = cb_fail_k(b, "k_gemv_*_tile_order");
+        p += tile_copy_bytes(w);
         n++;
     });
     if (rc)
         return rc;
-    log_info("cuda backend: %d fp8 matrices also in the GEMVs' tile order, %.2f GB (LLMQ_GEMV_TILED)", n,
-             (double)bytes / 1e9);
+    log_info("cuda backend: %d matrices also in the GEMVs' tile order%s, %.2f GB (LLMQ_GEMV_TILED)", n,
+             b->tiled_lm ? ", lm_head among them" : "", (double)bytes / 1e9);
     return 0;
 }
 
 void cb_tile_copies_free(struct cuda_backend *b)
 {
     if (b->tbuf && b->layers)
-        each_tile_mat(b, [](const struct k_weight *w, bool) {
-            k_gemv_fp8_tiled((const uint8_t *)w->w, NULL, 0, 0, 0);
+        each_tile_mat(b, b->tiled_lm, [](const struct k_weight *w, bool) {
+            if (w->fp8)
+                k_gemv_fp8_tiled((const uint8_t *)w->w, NULL, 0, 0, 0);
+            else
+                k_gemv_bf16_tiled((const bf16 *)w->w, NULL, 0, 0);
         });
 }

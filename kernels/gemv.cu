@@ -127,14 +127,15 @@ __device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
 // and its products are mma16816<E>; gemv_kernel is E = bf16 (every path), gemv_kernel_f16 the
 // 16-bit-weight path in fp16. The fp8 paths (FP8, XQ, GLU, PROF) are bf16 only.
 //
-// TL (fp8 with bf16 X only; k_gemv_fp8_tiled): W is read from its copy in tile order
-// (k_gemv_fp8_tile_order) instead of the row-major matrix: the same bytes reach the same lanes, so the
-// products and their order, and the bits, are the same; only the addresses differ. In the copy, a
-// 16-row tile (GLU: 8 gate rows as h = 0 and the 8 up rows as h = 1) is K / 128 blocks of 2 KB, one per
-// 128 k, and a block holds its two 64-k load steps one after the other, each as [h][lane] x 16 bytes:
-// the row-major lane (g, t)'s 16 bytes of row 8h + g at k0 + 16t are at tile * 16K + k0 * 16 + h * 512
-// + lane * 16. So one load instruction reads 512 contiguous bytes instead of 8 stretches of 64, and a
-// CTA of 8 warps (u2: a chunk is one block) reads 16 KB in one piece.
+// TL (bf16 X; k_gemv_fp8_tiled, k_gemv_bf16_tiled): W is read from its copy in tile order
+// (k_gemv_*_tile_order) instead of the row-major matrix: the same bytes reach the same lanes, so the
+// products and their order, and the bits, are the same; only the addresses differ. A load step reads 64
+// bytes of each row (fp8: 64 k, bf16: 32 k). In the copy, a 16-row tile (GLU: 8 gate rows as h = 0 and
+// the 8 up rows as h = 1) of rows of KB = K * WB bytes is KB / 128 blocks of 2 KB, one per 128 bytes of
+// its rows, and a block holds its two load steps one after the other, each as [h][lane] x 16 bytes: the
+// row-major lane (g, t)'s 16 bytes of row 8h + g at byte b0 + 16t are at tile * 16 KB + b0 * 16 +
+// h * 512 + lane * 16. So one load instruction reads 512 contiguous bytes instead of 8 stretches of 64,
+// and a CTA of 8 warps reads 8 x 2 KB (fp8 u2) or 16 x 2 KB (bf16 u4) in one piece.
 template <typename E, int WARPS, int U, int R, bool PF, bool FP8, bool XQ, int DC, bool GLU, bool PROF,
           bool TL = false>
 __device__ __forceinline__ void
@@ -143,7 +144,7 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
           unsigned *__restrict__ ticket, float *__restrict__ part_sum, unsigned long long *__restrict__ prof)
 {
     static_assert(!(FP8 || XQ || GLU || PROF) || !elt16<E>::f16, "the fp8 paths are bf16 only");
-    static_assert(!TL || (FP8 && !XQ), "the tile-order copy is read by the bf16-X fp8 path only");
+    static_assert(!TL || !XQ, "the tile-order copy is read by the bf16-X paths only");
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
     constexpr int STEP = 4 * EPL;          // k covered by one load step (4 lanes per row)
@@ -185,7 +186,7 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
                 (const char *)Wv + ((size_t)(n < (GLU ? 2 * N : N) ? n : 0) * K + (size_t)t * EPL) * WB;
             if constexpr (TL) { // a tile past N reads tile 0 (its outputs are not stored)
                 const int tl = GLU ? tile : tile * R + r;
-                wrow[r][h] = (const char *)Wv + (size_t)(tl * (GLU ? 8 : 16) < N ? tl : 0) * K * 16 +
+                wrow[r][h] = (const char *)Wv + (size_t)(tl * (GLU ? 8 : 16) < N ? tl : 0) * K * WB * 16 +
                              h * 512 + lane * 16;
             }
         }
@@ -230,7 +231,7 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
             for (int r = 0; r < R; r++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const ptrdiff_t o = TL ? (ptrdiff_t)(k0 < K ? k0 : 0) * 16 : (ptrdiff_t)kk * WB;
+                    const ptrdiff_t o = TL ? (ptrdiff_t)(k0 < K ? k0 : 0) * WB * 16 : (ptrdiff_t)kk * WB;
                     wv[u][r][h] = PF && u == 0 ? ld_stream<true>(wrow[r][h] + o) : ld_stream(wrow[r][h] + o);
                 }
             if (FP8)
@@ -641,74 +642,80 @@ static int diag_launch(bool glu, const bf16 *X, const uint8_t *W, const float *w
     return 0;
 }
 
-// ---- a second copy of the weights in tile order (k_gemv_fp8_tile_order, k_gemv_fp8_tiled)
+// ---- a second copy of the weights in tile order (k_gemv_*_tile_order, k_gemv_*_tiled)
 //
-// The copy's layout is at gemv_body's TL. One thread a 16-byte piece of the copy: piece o is lane
-// (o % 32) of half (o / 32) % 2 of load step (o / 64) % 2 of block o / 128, block b being 128-k block
-// b % (K / 128) of tile b / (K / 128).
-__global__ void tile_order_kernel(const uint4 *__restrict__ W, uint4 *__restrict__ Wt, int N, int K, int glu)
+// The copy's layout is at gemv_body's TL, in bytes: rows of KB bytes (fp8: K, bf16: 2K). One thread a
+// 16-byte piece of the copy: piece o is lane (o % 32) of half (o / 32) % 2 of load step (o / 64) % 2 of
+// block o / 128, block b being the 128-byte block b % (KB / 128) of tile b / (KB / 128).
+__global__ void tile_order_kernel(const uint4 *__restrict__ W, uint4 *__restrict__ Wt, int N, int KB, int glu)
 {
-    const size_t pieces = (size_t)(glu ? 2 * N : N) * K / 16;
-    const int kblocks = K / 128;
+    const size_t pieces = (size_t)(glu ? 2 * N : N) * KB / 16;
+    const int kblocks = KB / 128;
     for (size_t o = blockIdx.x * (size_t)blockDim.x + threadIdx.x; o < pieces;
          o += (size_t)gridDim.x * blockDim.x) {
         const size_t b = o >> 7;
         const int j = (int)(o & 127), tile = (int)(b / kblocks), kb = (int)(b % kblocks);
         const int step = j >> 6, h = (j >> 5) & 1, g = (j & 31) >> 2, t = j & 3;
         const size_t row = glu ? (size_t)h * N + 8 * tile + g : (size_t)16 * tile + 8 * h + g;
-        Wt[o] = W[(row * K + kb * 128 + step * 64 + t * 16) / 16];
+        Wt[o] = W[(row * KB + kb * 128 + step * 64 + t * 16) / 16];
     }
 }
 
-extern "C" int k_gemv_fp8_tile_order(const uint8_t *W, uint8_t *Wt, int N, int K, int glu,
-                                     cudaStream_t stream)
-{
-    const char *fn = "k_gemv_fp8_tile_order";
-    K_REQUIRE(W && Wt, "%s: NULL pointer (W %p Wt %p)", fn, (const void *)W, (const void *)Wt);
-    K_REQUIRE((uintptr_t)W % 16 == 0 && (uintptr_t)Wt % 16 == 0, "%s: W %p and Wt %p must be 16-byte aligned",
-              fn, (const void *)W, (const void *)Wt);
-    K_REQUIRE(N >= 1 && N % (glu ? 8 : 16) == 0, "%s: N %d not a positive multiple of %d", fn, N,
-              glu ? 8 : 16);
-    K_REQUIRE(K >= 128 && K % 128 == 0, "%s: K %d not a positive multiple of 128", fn, K);
-    const size_t pieces = (size_t)(glu ? 2 * N : N) * K / 16;
-    const unsigned grid = (unsigned)std::min<size_t>((pieces + 255) / 256, (size_t)k_sm_count() * 16);
-    tile_order_kernel<<<grid, 256, 0, stream>>>((const uint4 *)W, (uint4 *)Wt, N, K, glu ? 1 : 0);
-    K_CHECK_LAUNCH();
-    return 0;
-}
-
-// The registered copies: W (with its shape and whether it is a GLU matrix) -> its copy. Looked up on the
-// host at each launch of variant 2 or 7 or the GLU kernel (in the engine only while a graph is captured);
-// a launch whose shape or kind differs from the registration reads W.
+// The registered copies: W (with its shape and kind) -> its copy. Looked up on the host at each launch
+// that could read one (in the engine only while a graph is captured); a launch whose shape or kind differs
+// from the registration reads W.
+enum { TILED_FP8, TILED_FP8_GLU, TILED_BF16 };
 struct tiled_copy {
-    const uint8_t *w, *wt;
-    int n, k, glu;
+    const void *w, *wt;
+    int n, k, kind;
 };
 static std::mutex g_tiled_mu;
 static std::vector<tiled_copy> g_tiled;
 static std::atomic<int> g_tiled_n{0};
 
-static const uint8_t *tiled_find(const uint8_t *W, int N, int K, bool glu)
+static const void *tiled_find(const void *W, int N, int K, int kind)
 {
     if (g_tiled_n.load(std::memory_order_acquire) == 0)
         return NULL;
     std::lock_guard<std::mutex> lock(g_tiled_mu);
     for (const tiled_copy &c : g_tiled)
         if (c.w == W)
-            return c.n == N && c.k == K && c.glu == (glu ? 1 : 0) ? c.wt : NULL;
+            return c.n == N && c.k == K && c.kind == kind ? c.wt : NULL;
     return NULL;
 }
 
-extern "C" int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int K, int glu)
+// The shape a copy needs: N a multiple of 16 (GLU: of 8), rows a multiple of 128 bytes.
+static int tiled_shape(const char *fn, const void *W, const void *Wt, int N, int K, int kind)
 {
-    const char *fn = "k_gemv_fp8_tiled";
+    const int eb = kind == TILED_BF16 ? 2 : 1, nq = kind == TILED_FP8_GLU ? 8 : 16;
     K_REQUIRE(W, "%s: NULL W", fn);
-    if (Wt) {
-        K_REQUIRE((uintptr_t)Wt % 16 == 0, "%s: Wt %p must be 16-byte aligned", fn, (const void *)Wt);
-        K_REQUIRE(N >= 1 && N % (glu ? 8 : 16) == 0, "%s: N %d not a positive multiple of %d", fn, N,
-                  glu ? 8 : 16);
-        K_REQUIRE(K >= 128 && K % 128 == 0, "%s: K %d not a positive multiple of 128", fn, K);
-    }
+    K_REQUIRE((uintptr_t)W % 16 == 0 && (uintptr_t)Wt % 16 == 0, "%s: W %p and Wt %p must be 16-byte aligned",
+              fn, W, Wt);
+    K_REQUIRE(N >= 1 && N % nq == 0, "%s: N %d not a positive multiple of %d", fn, N, nq);
+    K_REQUIRE(K >= 128 / eb && K % (128 / eb) == 0, "%s: K %d not a positive multiple of %d", fn, K,
+              128 / eb);
+    return 0;
+}
+
+static int tile_order(const char *fn, const void *W, void *Wt, int N, int K, int kind, cudaStream_t stream)
+{
+    K_REQUIRE(Wt, "%s: NULL Wt", fn);
+    if (tiled_shape(fn, W, Wt, N, K, kind))
+        return -1;
+    const bool glu = kind == TILED_FP8_GLU;
+    const int KB = kind == TILED_BF16 ? 2 * K : K;
+    const size_t pieces = (size_t)(glu ? 2 * N : N) * KB / 16;
+    const unsigned grid = (unsigned)std::min<size_t>((pieces + 255) / 256, (size_t)k_sm_count() * 16);
+    tile_order_kernel<<<grid, 256, 0, stream>>>((const uint4 *)W, (uint4 *)Wt, N, KB, glu ? 1 : 0);
+    K_CHECK_LAUNCH();
+    return 0;
+}
+
+static int tiled_set(const char *fn, const void *W, const void *Wt, int N, int K, int kind)
+{
+    if (Wt && tiled_shape(fn, W, Wt, N, K, kind))
+        return -1;
+    K_REQUIRE(W, "%s: NULL W", fn);
     std::lock_guard<std::mutex> lock(g_tiled_mu);
     for (size_t i = 0; i < g_tiled.size(); i++)
         if (g_tiled[i].w == W) {
@@ -716,14 +723,42 @@ extern "C" int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int 
             break;
         }
     if (Wt)
-        g_tiled.push_back({W, Wt, N, K, glu ? 1 : 0});
+        g_tiled.push_back({W, Wt, N, K, kind});
     g_tiled_n.store((int)g_tiled.size(), std::memory_order_release);
     return 0;
 }
 
-// Variant v (2 or 7, the automatic fp8 configurations) or the GLU kernel (glu: N = F) reading Wt.
-static int tiled_launch(int v, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
-                        const uint8_t *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
+extern "C" int k_gemv_fp8_tile_order(const uint8_t *W, uint8_t *Wt, int N, int K, int glu,
+                                     cudaStream_t stream)
+{
+    return tile_order("k_gemv_fp8_tile_order", W, Wt, N, K, glu ? TILED_FP8_GLU : TILED_FP8, stream);
+}
+
+extern "C" int k_gemv_bf16_tile_order(const bf16 *W, bf16 *Wt, int N, int K, cudaStream_t stream)
+{
+    return tile_order("k_gemv_bf16_tile_order", W, Wt, N, K, TILED_BF16, stream);
+}
+
+extern "C" int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int K, int glu)
+{
+    return tiled_set("k_gemv_fp8_tiled", W, Wt, N, K, glu ? TILED_FP8_GLU : TILED_FP8);
+}
+
+extern "C" int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K)
+{
+    return tiled_set("k_gemv_bf16_tiled", W, Wt, N, K, TILED_BF16);
+}
+
+// The configurations that read copies: the automatic ones (fp8 W: variants 2 and 7; bf16 W: 11 and 7)
+// and the GLU kernel.
+static bool tiled_variant(int v, bool fp8)
+{
+    return v == 7 || v == (fp8 ? 2 : 11);
+}
+
+// Variant v (tiled_variant) or, with glu, the GLU kernel (N = F) reading Wt; bf16 W: not in fp16 mode.
+static int tiled_launch(int v, bool fp8, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
+                        const void *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
                         cudaStream_t stream);
 
 // ---- launchers
@@ -771,36 +806,38 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
     return 0;
 }
 
-// one variant's tile-order launch (a template, so that only variants 2 and 7 are instantiated)
-template <int V, int WARPS, int U, int R, int MINB, int PF, int DC>
-static int tiled_cfg(int ks, unsigned *ticket, float *part_sum, const bf16 *X, const uint8_t *Wt,
-                     const float *s, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
+// one variant's tile-order launch (a template, so that only tiled_variant's are instantiated)
+template <bool FP8, int V, int WARPS, int U, int R, int MINB, int PF, int DC>
+static int tiled_cfg(int ks, unsigned *ticket, float *part_sum, const bf16 *X, const void *Wt, const float *s,
+                     void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
-    if constexpr (V == 2 || V == 7) {
-        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, true, false, DC, false, false, true>,
+    if constexpr (V == 7 || V == (FP8 ? 2 : 11)) {
+        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, false, DC, false, false, true>,
                          (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, (const void *)X,
-                         (const float *)NULL, (const void *)Wt, s, Y, y_f32, M, N, K, ks, ticket, part_sum,
+                         (const float *)NULL, Wt, s, Y, y_f32, M, N, K, ks, ticket, part_sum,
                          (unsigned long long *)NULL));
         return 0;
     } else
         return k_failf(__FILE__, __LINE__, "gemv: no tile-order launch of variant %d", V);
 }
 
-static int tiled_launch(int v, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
-                        const uint8_t *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
+static int tiled_launch(int v, bool fp8, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
+                        const void *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
                         cudaStream_t stream)
 {
     if (glu) { // glu_launch's configuration
         K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, false, true>, (N + 7) / 8, 256,
-                         0, stream, (const void *)X, (const float *)NULL, (const void *)Wt, s, Y, 0, M, N, K,
-                         1, (unsigned *)NULL, (float *)NULL, (unsigned long long *)NULL));
+                         0, stream, (const void *)X, (const float *)NULL, Wt, s, Y, 0, M, N, K, 1,
+                         (unsigned *)NULL, (float *)NULL, (unsigned long long *)NULL));
         return 0;
     }
     switch (v) {
 #define TILED_CASE(V, WARPS, U, R, MINB, PF, DC)                                                             \
     case V:                                                                                                  \
-        return tiled_cfg<V, WARPS, U, R, MINB, PF, DC>(ks, ticket, part_sum, X, Wt, s, Y, y_f32, M, N, K,    \
-                                                       stream);
+        return fp8 ? tiled_cfg<true, V, WARPS, U, R, MINB, PF, DC>(ks, ticket, part_sum, X, Wt, s, Y, y_f32, \
+                                                                   M, N, K, stream)                          \
+                   : tiled_cfg<false, V, WARPS, U, R, MINB, PF, DC>(ks, ticket, part_sum, X, Wt, s, Y,       \
+                                                                    y_f32, M, N, K, stream);
         GEMV_VARIANTS(TILED_CASE)
 #undef TILED_CASE
     }
@@ -917,10 +954,11 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
               fn, ks, ws, K_GEMV_WS_TICKETS, ctas, ks);
     unsigned *ticket = (unsigned *)ws;
     float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
-    const uint8_t *wt = fp8 && !xq && (v == 2 || v == 7) ? tiled_find((const uint8_t *)W, N, K, false) : NULL;
+    const void *wt =
+        !xq && !k_f16() && tiled_variant(v, fp8) ? tiled_find(W, N, K, fp8 ? TILED_FP8 : TILED_BF16) : NULL;
     if (wt)
-        return tiled_launch(v, false, ks, ticket, part_sum, (const bf16 *)X, wt, w_scale, Y, y_f32 != 0, M, N,
-                            K, stream);
+        return tiled_launch(v, fp8, false, ks, ticket, part_sum, (const bf16 *)X, wt, w_scale, Y, y_f32 != 0,
+                            M, N, K, stream);
     if (fp8 && !xq && M == 1 && variant == 0 && v == 2 && diag_on())
         return diag_launch(false, (const bf16 *)X, (const uint8_t *)W, w_scale, Y, y_f32 != 0, N, K, ks,
                            ticket, part_sum, stream);
@@ -972,9 +1010,10 @@ extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_
     if (ks > nchunks)
         ks = nchunks;
     // ks == 1: the one part is Y in fp32; else every CTA stores its part's sums (part_sum, no ticket)
-    const uint8_t *wt = v == 2 || v == 7 ? tiled_find(W, N, K, false) : NULL;
+    const void *wt = tiled_variant(v, true) ? tiled_find(W, N, K, TILED_FP8) : NULL;
     if (wt)
-        return tiled_launch(v, false, ks, NULL, parts, X, wt, w_scale, parts, 1, M, N, K, stream) ? -1 : ks;
+        return tiled_launch(v, true, false, ks, NULL, parts, X, wt, w_scale, parts, 1, M, N, K, stream) ? -1
+                                                                                                        : ks;
     if (M == 1 && v == 2 && diag_on())
         return diag_launch(false, X, W, w_scale, parts, 1, N, K, ks, NULL, parts, stream) ? -1 : ks;
     if (launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N, K,
@@ -1017,8 +1056,8 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
     if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
         return -1;
     K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
-    if (const uint8_t *wt = tiled_find(W, F, K, true))
-        return tiled_launch(2, true, 1, NULL, NULL, X, wt, w_scale, Y, 0, M, F, K, stream);
+    if (const void *wt = tiled_find(W, F, K, TILED_FP8_GLU))
+        return tiled_launch(2, true, true, 1, NULL, NULL, X, wt, w_scale, Y, 0, M, F, K, stream);
     if (M == 1 && (F + 15) / 16 >= k_sm_count() && diag_on())
         return diag_launch(true, X, W, w_scale, Y, 0, F, K, 1, NULL, NULL, stream);
     return glu_launch<false>(X, W, w_scale, Y, M, F, K, NULL, stream);

@@ -254,17 +254,20 @@ int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *
  * LLMQ_GEMV_DIAG (0 or 1, read once), else yes on sm_90 devices of less than 4 TB/s nominal memory
  * bandwidth (H100: faster there, not on the H200). For the whole process; returns the setting before. */
 int k_gemv_fp8_diag(int on);
-/* A second copy of an fp8 matrix in the order the GEMV's lanes read it (kernels/gemv.cu, gemv_body's TL):
- * k_gemv_fp8_tile_order writes Wt (N x K bytes; glu: W is a fused gate/up matrix of 2N rows, 2N x K) from
- * W (e4m3 row-major), N a multiple of 16 (glu: of 8), K a multiple of 128. k_gemv_fp8_tiled(W, Wt, N, K,
- * glu) registers Wt as W's copy for the whole process (Wt NULL: forgets it): from then on k_gemv_fp8_ex,
- * k_gemv_fp8_parts (glu 0, this N and K) and k_gemv_fp8_glu (glu 1, F = N) read Wt instead of W in the
- * configurations of variants 2 and 7 and the GLU kernel, which the automatic choice takes for one row
- * (also in place of the diagonal mapping) and up to K_GEMV_MAX_M rows; the same products in the same order,
- * so the same bits. W stays the matrix of record (w_scale, cuBLASLt and every other variant read it);
- * Wt must live until it is forgotten. */
+/* A second copy of a matrix in the order the GEMV's lanes read it (kernels/gemv.cu, gemv_body's TL):
+ * k_gemv_fp8_tile_order writes Wt (N x K bytes; glu: W is a fused gate/up matrix of 2N rows, 2N x K)
+ * from W (e4m3 row-major), N a multiple of 16 (glu: of 8), K a multiple of 128; k_gemv_bf16_tile_order
+ * the same for a bf16 W [N, K], K a multiple of 64. k_gemv_fp8_tiled(W, Wt, N, K, glu) and
+ * k_gemv_bf16_tiled(W, Wt, N, K) register Wt as W's copy for the whole process (Wt NULL: forget it):
+ * from then on k_gemv_fp8_ex and k_gemv_fp8_parts (glu 0, this N and K), k_gemv_fp8_glu (glu 1, F = N)
+ * and k_gemv_bf16_ex (bf16 mode) read Wt instead of W in the automatic configurations (fp8: variants 2
+ * and 7, in place of the diagonal mapping too; bf16: 11 and 7) and the GLU kernel, for 1 to K_GEMV_MAX_M
+ * rows; the same products in the same order, so the same bits. W stays the matrix of record (w_scale,
+ * cuBLASLt and every other variant read it); Wt must live until it is forgotten. */
 int k_gemv_fp8_tile_order(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, cudaStream_t stream);
+int k_gemv_bf16_tile_order(const bf16 *W, bf16 *Wt, int N, int K, cudaStream_t stream);
 int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int K, int glu);
+int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K);
 /* ---- stream_chain.cu: a chain of dependent one-row fp8 GEMVs in one persistent kernel whose weight
  * stream does not stop at the dependencies (the first piece of a decode megakernel; sm_90a only; the
  * design and its measurements: docs/KERNELS.md, "The stream chain"). Not used by the engine yet.

@@ -984,17 +984,16 @@ template <typename SEED> static void diag_cases(SEED &seed)
     k_gemv_fp8_diag(was);
 }
 
-/* ---- the tile-order copies (k_gemv_fp8_tile_order, k_gemv_fp8_tiled)
+/* ---- the tile-order copies (k_gemv_*_tile_order, k_gemv_*_tiled)
  *
  * op writes `bytes` of Y. Runs it four times on fresh poison: on the row-major matrix; with W's copy in
  * tile order registered (the same bits: the same products in the same order); with a 2 KB block of the
  * copy spoiled (other bits: the copy is what is read); after the registration is forgotten (the
- * row-major bits again). rows: W's rows (glu: 2N). */
+ * row-major bits again). kind: 0 fp8, 1 fp8 fused gate/up of 2N rows, 2 bf16. */
 template <typename OP>
-static void tiled_check(const char *what, const uint8_t *W, int N, int K, bool glu, void *Y, size_t bytes,
-                        OP op)
+static void tiled_check(const char *what, const void *W, int N, int K, int kind, void *Y, size_t bytes, OP op)
 {
-    const size_t wb = (size_t)(glu ? 2 * N : N) * K;
+    const size_t wb = (size_t)(kind == 1 ? 2 * N : N) * K * (kind == 2 ? 2 : 1);
     uint8_t *wt;
     GPU_OK(cudaMalloc(&wt, wb));
     auto run = [&]() {
@@ -1008,13 +1007,18 @@ static void tiled_check(const char *what, const uint8_t *W, int N, int K, bool g
         GPU_OK(cudaMemcpy(h.data(), Y, bytes, cudaMemcpyDeviceToHost));
         return h;
     };
+    auto reg = [&](const void *copy) {
+        return kind == 2 ? k_gemv_bf16_tiled((const bf16 *)W, (const bf16 *)copy, N, K)
+                         : k_gemv_fp8_tiled((const uint8_t *)W, (const uint8_t *)copy, N, K, kind);
+    };
     const std::vector<uint8_t> ref = run();
-    K_OK(k_gemv_fp8_tile_order(W, wt, N, K, glu, 0));
-    K_OK(k_gemv_fp8_tiled(W, wt, N, K, glu));
+    K_OK(kind == 2 ? k_gemv_bf16_tile_order((const bf16 *)W, (bf16 *)wt, N, K, 0)
+                   : k_gemv_fp8_tile_order((const uint8_t *)W, wt, N, K, kind, 0));
+    K_OK(reg(wt));
     const std::vector<uint8_t> same = run();
-    GPU_OK(cudaMemset(wt + wb / 2 / 2048 * 2048, 0x38, 2048)); /* 16 rows x 128 k of weight 1.0 */
+    GPU_OK(cudaMemset(wt + wb / 2 / 2048 * 2048, 0x3f, 2048)); /* a block of 1.875 (fp8) or 0.746 (bf16) */
     const std::vector<uint8_t> spoiled = run();
-    K_OK(k_gemv_fp8_tiled(W, NULL, 0, 0, 0));
+    K_OK(reg(NULL));
     const std::vector<uint8_t> back = run();
     gt_check(same == ref && spoiled != ref && back == ref,
              "%-44s copy = row-major bits: %s, spoiled copy read: %s, forgotten = row-major: %s", what,
@@ -1022,57 +1026,76 @@ static void tiled_check(const char *what, const uint8_t *W, int N, int K, bool g
     GPU_OK(cudaFree(wt));
 }
 
-/* Every launcher that reads the copies (k_gemv_fp8_ex in variants 2 and 7, with and without a split,
- * k_gemv_fp8_parts, k_gemv_fp8_glu), one to eight rows, partial CTAs of R tiles past N (none: R = 1),
- * Qwen3-14B's shapes; the results also against the reference; and the argument errors. */
+/* Every launcher that reads the copies (k_gemv_fp8_ex in variants 2 and 7 and k_gemv_bf16_ex in 11 and
+ * 7, with and without a split; k_gemv_fp8_parts; k_gemv_fp8_glu), one to eight rows, Qwen3-14B's
+ * shapes; the automatic choice also against the reference; the argument errors. */
 template <typename SEED> static void tiled_cases(SEED &seed)
 {
-    printf("\n== the tile-order copies (k_gemv_fp8_tile_order, k_gemv_fp8_tiled)\n");
+    printf("\n== the tile-order copies (k_gemv_*_tile_order, k_gemv_*_tiled)\n");
     const int was = k_gemv_fp8_diag(0); /* the row-major side in the tile mapping: same order */
     int sms = 0;
     GPU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int shapes[][2] = {
         {16 * sms + 16, 128}, {16 * sms + 16, 640}, {7168, 5120}, {5120, 17408}, {96, 1024}};
-    for (auto &sh : shapes)
-        for (int M : {1, 3, 8}) {
-            problem p;
-            make_problem(p, true, M, sh[0], sh[1], seed());
-            dev_problem d = upload(p);
-            const uint8_t *W = (const uint8_t *)d.W;
-            const size_t ybytes = ((size_t)p.M * p.N + GUARD) * 2;
-            for (int v : {2, 7})
-                for (int ks : {1, 3, 0}) {
-                    char what[128];
-                    snprintf(what, sizeof what, "tiled M %d N %5d K %5d v%d ks %d", M, p.N, p.K, v, ks);
-                    tiled_check(what, W, p.N, p.K, false, d.Y, ybytes, [&]() {
-                        return k_gemv_fp8_ex(d.X, W, d.S, d.Y, 0, M, p.N, p.K, v, ks, g_ws, 0);
-                    });
+    for (int fp8 = 1; fp8 >= 0; fp8--)
+        for (auto &sh : shapes)
+            for (int M : {1, 3, 8}) {
+                if (!fp8 && sh[1] == 17408 && M != 1)
+                    continue; /* the host reference of the big bf16 shape: once */
+                problem p;
+                make_problem(p, fp8, M, sh[0], sh[1], seed());
+                dev_problem d = upload(p);
+                const void *W = d.W;
+                const int kind = fp8 ? 0 : 2;
+                const size_t ybytes = ((size_t)p.M * p.N + GUARD) * 2;
+                for (int v : {fp8 ? 2 : 11, 7})
+                    for (int ks : {1, 3, 0}) {
+                        char what[128];
+                        snprintf(what, sizeof what, "tiled %s M %d N %5d K %5d v%d ks %d",
+                                 fp8 ? "fp8 " : "bf16", M, p.N, p.K, v, ks);
+                        tiled_check(what, W, p.N, p.K, kind, d.Y, ybytes, [&]() {
+                            return fp8 ? k_gemv_fp8_ex(d.X, (const uint8_t *)W, d.S, d.Y, 0, M, p.N, p.K, v,
+                                                       ks, g_ws, 0)
+                                       : k_gemv_bf16_ex(d.X, (const bf16 *)W, d.Y, 0, M, p.N, p.K, v, ks,
+                                                        g_ws, 0);
+                        });
+                    }
+                /* the automatic choice with the copy, against the double reference */
+                uint8_t *wt;
+                GPU_OK(cudaMalloc(&wt, (size_t)p.N * p.K * (fp8 ? 1 : 2)));
+                if (fp8) {
+                    K_OK(k_gemv_fp8_tile_order((const uint8_t *)W, wt, p.N, p.K, 0, 0));
+                    K_OK(k_gemv_fp8_tiled((const uint8_t *)W, wt, p.N, p.K, 0));
+                } else {
+                    K_OK(k_gemv_bf16_tile_order((const bf16 *)W, (bf16 *)wt, p.N, p.K, 0));
+                    K_OK(k_gemv_bf16_tiled((const bf16 *)W, (const bf16 *)wt, p.N, p.K));
                 }
-            /* the automatic choice with the copy, against the double reference */
-            uint8_t *wt;
-            GPU_OK(cudaMalloc(&wt, (size_t)p.N * p.K));
-            K_OK(k_gemv_fp8_tile_order(W, wt, p.N, p.K, 0, 0));
-            K_OK(k_gemv_fp8_tiled(W, wt, p.N, p.K, 0));
-            poison(p, d, 1);
-            char what[128];
-            snprintf(what, sizeof what, "tiled auto M %d N %5d K %5d vs reference", M, p.N, p.K);
-            if (k_gemv_fp8_ex(d.X, W, d.S, d.Y, 1, M, p.N, p.K, 0, 0, g_ws, 0))
-                gt_check(false, "%s: %s", what, k_last_error());
-            else
-                verify(what, p, d, 1);
-            K_OK(k_gemv_fp8_tiled(W, NULL, 0, 0, 0));
-            GPU_OK(cudaFree(wt));
-            float *parts;
-            const size_t pbytes = (size_t)K_GEMV_MAX_SPLIT * M * p.N * 4;
-            GPU_OK(cudaMalloc(&parts, pbytes));
-            for (int ks : {0, 1, 4}) {
-                snprintf(what, sizeof what, "tiled parts M %d N %5d K %5d ks %d", M, p.N, p.K, ks);
-                tiled_check(what, W, p.N, p.K, false, parts, pbytes,
-                            [&]() { return k_gemv_fp8_parts(d.X, W, d.S, parts, M, p.N, p.K, ks, 0); });
+                poison(p, d, 1);
+                char what[128];
+                snprintf(what, sizeof what, "tiled %s auto M %d N %5d K %5d vs reference",
+                         fp8 ? "fp8 " : "bf16", M, p.N, p.K);
+                if (fp8 ? k_gemv_fp8_ex(d.X, (const uint8_t *)W, d.S, d.Y, 1, M, p.N, p.K, 0, 0, g_ws, 0)
+                        : k_gemv_bf16_ex(d.X, (const bf16 *)W, d.Y, 1, M, p.N, p.K, 0, 0, g_ws, 0))
+                    gt_check(false, "%s: %s", what, k_last_error());
+                else
+                    verify(what, p, d, 1);
+                K_OK(fp8 ? k_gemv_fp8_tiled((const uint8_t *)W, NULL, 0, 0, 0)
+                         : k_gemv_bf16_tiled((const bf16 *)W, NULL, 0, 0));
+                GPU_OK(cudaFree(wt));
+                if (fp8) {
+                    float *parts;
+                    const size_t pbytes = (size_t)K_GEMV_MAX_SPLIT * M * p.N * 4;
+                    GPU_OK(cudaMalloc(&parts, pbytes));
+                    for (int ks : {0, 1, 4}) {
+                        snprintf(what, sizeof what, "tiled parts M %d N %5d K %5d ks %d", M, p.N, p.K, ks);
+                        tiled_check(what, W, p.N, p.K, 0, parts, pbytes, [&]() {
+                            return k_gemv_fp8_parts(d.X, (const uint8_t *)W, d.S, parts, M, p.N, p.K, ks, 0);
+                        });
+                    }
+                    GPU_OK(cudaFree(parts));
+                }
+                release(d);
             }
-            GPU_OK(cudaFree(parts));
-            release(d);
-        }
     for (int M : {1, 2, 8})
         for (auto F_K : {std::pair<int, int>{8, 128}, {8 * sms + 8, 640}, {17408, 5120}}) {
             problem p;
@@ -1082,7 +1105,7 @@ template <typename SEED> static void tiled_cases(SEED &seed)
             const size_t ybytes = ((size_t)M * F + GUARD) * 2;
             char what[128];
             snprintf(what, sizeof what, "tiled glu M %d F %5d K %5d", M, F, K);
-            tiled_check(what, (const uint8_t *)d.W, F, K, true, d.Y, ybytes, [&]() {
+            tiled_check(what, d.W, F, K, 1, d.Y, ybytes, [&]() {
                 return k_gemv_fp8_glu(d.X, (const uint8_t *)d.W, d.S, (bf16 *)d.Y, M, F, K, 0);
             });
             release(d);
@@ -1095,14 +1118,17 @@ template <typename SEED> static void tiled_cases(SEED &seed)
         const char *why;
         int rc;
     } errs[] = {
-        {"tile_order N % 16", k_gemv_fp8_tile_order(a, b, 24, 128, 0, 0)},
-        {"tile_order glu F % 8", k_gemv_fp8_tile_order(a, b, 12, 128, 1, 0)},
-        {"tile_order K % 128", k_gemv_fp8_tile_order(a, b, 16, 192, 0, 0)},
-        {"tile_order NULL Wt", k_gemv_fp8_tile_order(a, NULL, 16, 128, 0, 0)},
-        {"tile_order misaligned", k_gemv_fp8_tile_order(a + 8, b, 16, 128, 0, 0)},
-        {"tiled N % 16", k_gemv_fp8_tiled(a, b, 24, 128, 0)},
-        {"tiled K % 128", k_gemv_fp8_tiled(a, b, 16, 64, 0)},
-        {"tiled NULL W", k_gemv_fp8_tiled(NULL, b, 16, 128, 0)},
+        {"fp8 tile_order N % 16", k_gemv_fp8_tile_order(a, b, 24, 128, 0, 0)},
+        {"fp8 tile_order glu F % 8", k_gemv_fp8_tile_order(a, b, 12, 128, 1, 0)},
+        {"fp8 tile_order K % 128", k_gemv_fp8_tile_order(a, b, 16, 192, 0, 0)},
+        {"fp8 tile_order NULL Wt", k_gemv_fp8_tile_order(a, NULL, 16, 128, 0, 0)},
+        {"fp8 tile_order misaligned", k_gemv_fp8_tile_order(a + 8, b, 16, 128, 0, 0)},
+        {"bf16 tile_order K % 64", k_gemv_bf16_tile_order((bf16 *)a, (bf16 *)b, 16, 96, 0)},
+        {"bf16 tile_order N % 16", k_gemv_bf16_tile_order((bf16 *)a, (bf16 *)b, 8, 64, 0)},
+        {"fp8 tiled N % 16", k_gemv_fp8_tiled(a, b, 24, 128, 0)},
+        {"fp8 tiled K % 128", k_gemv_fp8_tiled(a, b, 16, 64, 0)},
+        {"fp8 tiled NULL W", k_gemv_fp8_tiled(NULL, b, 16, 128, 0)},
+        {"bf16 tiled K % 64", k_gemv_bf16_tiled((bf16 *)a, (bf16 *)b, 16, 32)},
     };
     for (auto &e : errs)
         gt_check(e.rc == -1, "tiled argument error: %s refused (%s)", e.why,
