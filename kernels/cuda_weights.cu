@@ -609,6 +609,7 @@ out:
 // with 2 the output projection too (bf16 or fp8), all in one allocation made before the KV pool sizes
 // itself, registered with k_gemv_*_tiled and forgotten at close. The row-major matrices stay for
 // cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
+
 // N a multiple of 16 (a fused gate/up of 2F rows: F a multiple of 8), rows a multiple of 128 bytes
 static bool tile_copy_fits(const struct k_weight *w)
 {

@@ -181,13 +181,14 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int n = GLU ? (n_base + g < N ? h * N + n_base + g : 0) : n_base + 16 * r + 8 * h + g;
-            wrow[r][h] =
-                (const char *)Wv + ((size_t)(n < (GLU ? 2 * N : N) ? n : 0) * K + (size_t)t * EPL) * WB;
             if constexpr (TL) { // a tile past N reads tile 0 (its outputs are not stored)
                 const int tl = GLU ? tile : tile * R + r;
                 wrow[r][h] = (const char *)Wv + (size_t)(tl * (GLU ? 8 : 16) < N ? tl : 0) * K * WB * 16 +
                              h * 512 + lane * 16;
+            } else {
+                const int n = GLU ? (n_base + g < N ? h * N + n_base + g : 0) : n_base + 16 * r + 8 * h + g;
+                wrow[r][h] =
+                    (const char *)Wv + ((size_t)(n < (GLU ? 2 * N : N) ? n : 0) * K + (size_t)t * EPL) * WB;
             }
         }
     const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
@@ -751,15 +752,10 @@ extern "C" int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K)
 
 // The configurations that read copies: the automatic ones (fp8 W: variants 2 and 7; bf16 W: 11 and 7)
 // and the GLU kernel.
-static bool tiled_variant(int v, bool fp8)
+static constexpr bool tiled_variant(int v, bool fp8)
 {
     return v == 7 || v == (fp8 ? 2 : 11);
 }
-
-// Variant v (tiled_variant) or, with glu, the GLU kernel (N = F) reading Wt; bf16 W: not in fp16 mode.
-static int tiled_launch(int v, bool fp8, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
-                        const void *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
-                        cudaStream_t stream);
 
 // ---- launchers
 
@@ -779,8 +775,9 @@ static int tiled_launch(int v, bool fp8, bool glu, int ks, unsigned *ticket, flo
     X(10, 8, 2, 1, 4, 1, 1)                                                                                  \
     X(11, 8, 4, 1, 4, 0, 2)
 
-// E: the 16-bit type of X and W (FP8: of X, bf16 only)
-template <typename E, bool FP8, bool XQ>
+// E: the 16-bit type of X and W (FP8: of X, bf16 only). TL: W is a tile-order copy, read by tiled_variant's
+// configurations only (the others are not instantiated).
+template <typename E, bool FP8, bool XQ, bool TL = false>
 static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const float *xs,
                       const void *W, const float *s, void *Y, int y_f32, int M, int N, int K,
                       cudaStream_t stream)
@@ -789,12 +786,14 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
     switch (v) {
 #define GEMV_CASE(V, WARPS, U, R, MINB, PF, DC)                                                              \
     case V:                                                                                                  \
-        if constexpr (elt16<E>::f16)                                                                         \
+        if constexpr (TL && !tiled_variant(V, FP8))                                                          \
+            return k_failf(__FILE__, __LINE__, "gemv: no tile-order launch of variant %d", V);               \
+        else if constexpr (elt16<E>::f16)                                                                    \
             K_CHECK(k_launch(gemv_kernel_f16<WARPS, U, R, MINB, PF != 0, DC>,                                \
                              (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
                              M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
         else                                                                                                 \
-            K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC>,                           \
+            K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC, false, false, TL>,         \
                              (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
                              M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
         break;
@@ -804,44 +803,6 @@ static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const vo
         return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
     }
     return 0;
-}
-
-// one variant's tile-order launch (a template, so that only tiled_variant's are instantiated)
-template <bool FP8, int V, int WARPS, int U, int R, int MINB, int PF, int DC>
-static int tiled_cfg(int ks, unsigned *ticket, float *part_sum, const bf16 *X, const void *Wt, const float *s,
-                     void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
-{
-    if constexpr (V == 7 || V == (FP8 ? 2 : 11)) {
-        K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, false, DC, false, false, true>,
-                         (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, (const void *)X,
-                         (const float *)NULL, Wt, s, Y, y_f32, M, N, K, ks, ticket, part_sum,
-                         (unsigned long long *)NULL));
-        return 0;
-    } else
-        return k_failf(__FILE__, __LINE__, "gemv: no tile-order launch of variant %d", V);
-}
-
-static int tiled_launch(int v, bool fp8, bool glu, int ks, unsigned *ticket, float *part_sum, const bf16 *X,
-                        const void *Wt, const float *s, void *Y, int y_f32, int M, int N, int K,
-                        cudaStream_t stream)
-{
-    if (glu) { // glu_launch's configuration
-        K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, false, true>, (N + 7) / 8, 256,
-                         0, stream, (const void *)X, (const float *)NULL, Wt, s, Y, 0, M, N, K, 1,
-                         (unsigned *)NULL, (float *)NULL, (unsigned long long *)NULL));
-        return 0;
-    }
-    switch (v) {
-#define TILED_CASE(V, WARPS, U, R, MINB, PF, DC)                                                             \
-    case V:                                                                                                  \
-        return fp8 ? tiled_cfg<true, V, WARPS, U, R, MINB, PF, DC>(ks, ticket, part_sum, X, Wt, s, Y, y_f32, \
-                                                                   M, N, K, stream)                          \
-                   : tiled_cfg<false, V, WARPS, U, R, MINB, PF, DC>(ks, ticket, part_sum, X, Wt, s, Y,       \
-                                                                    y_f32, M, N, K, stream);
-        GEMV_VARIANTS(TILED_CASE)
-#undef TILED_CASE
-    }
-    return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
 }
 
 // The 16-bit-weight GEMV with X and W in E.
@@ -957,8 +918,10 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
     const void *wt =
         !xq && !k_f16() && tiled_variant(v, fp8) ? tiled_find(W, N, K, fp8 ? TILED_FP8 : TILED_BF16) : NULL;
     if (wt)
-        return tiled_launch(v, fp8, false, ks, ticket, part_sum, (const bf16 *)X, wt, w_scale, Y, y_f32 != 0,
-                            M, N, K, stream);
+        return fp8 ? launch_cfg<__nv_bfloat16, true, false, true>(v, ks, ticket, part_sum, X, NULL, wt,
+                                                                  w_scale, Y, y_f32 != 0, M, N, K, stream)
+                   : launch_cfg<__nv_bfloat16, false, false, true>(v, ks, ticket, part_sum, X, NULL, wt, NULL,
+                                                                   Y, y_f32 != 0, M, N, K, stream);
     if (fp8 && !xq && M == 1 && variant == 0 && v == 2 && diag_on())
         return diag_launch(false, (const bf16 *)X, (const uint8_t *)W, w_scale, Y, y_f32 != 0, N, K, ks,
                            ticket, part_sum, stream);
@@ -1011,15 +974,16 @@ extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_
         ks = nchunks;
     // ks == 1: the one part is Y in fp32; else every CTA stores its part's sums (part_sum, no ticket)
     const void *wt = tiled_variant(v, true) ? tiled_find(W, N, K, TILED_FP8) : NULL;
+    int rc;
     if (wt)
-        return tiled_launch(v, true, false, ks, NULL, parts, X, wt, w_scale, parts, 1, M, N, K, stream) ? -1
-                                                                                                        : ks;
-    if (M == 1 && v == 2 && diag_on())
-        return diag_launch(false, X, W, w_scale, parts, 1, N, K, ks, NULL, parts, stream) ? -1 : ks;
-    if (launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N, K,
-                                               stream))
-        return -1;
-    return ks;
+        rc = launch_cfg<__nv_bfloat16, true, false, true>(v, ks, NULL, parts, X, NULL, wt, w_scale, parts, 1,
+                                                          M, N, K, stream);
+    else if (M == 1 && v == 2 && diag_on())
+        rc = diag_launch(false, X, W, w_scale, parts, 1, N, K, ks, NULL, parts, stream);
+    else
+        rc = launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N,
+                                                    K, stream);
+    return rc ? -1 : ks;
 }
 
 extern "C" int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W,
@@ -1036,14 +1000,14 @@ extern "C" int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_
 }
 
 // The fused gate/up + SwiGLU launch in fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps,
-// 2 load steps, 4 CTAs an SM); PROF: with the stamps (k_gemv_fp8_profile).
-template <bool PROF>
-static int glu_launch(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F, int K,
+// 2 load steps, 4 CTAs an SM); PROF: with the stamps (k_gemv_fp8_profile); TL: W is the tile-order copy.
+template <bool PROF, bool TL = false>
+static int glu_launch(const bf16 *X, const void *W, const float *w_scale, bf16 *Y, int M, int F, int K,
                       unsigned long long *prof, cudaStream_t stream)
 {
-    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, PROF>, (F + 7) / 8, 256, 0, stream,
-                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1,
-                     (unsigned *)NULL, (float *)NULL, prof));
+    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, PROF, TL>, (F + 7) / 8, 256, 0,
+                     stream, (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M,
+                     F, K, 1, (unsigned *)NULL, (float *)NULL, prof));
     return 0;
 }
 
@@ -1057,7 +1021,7 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
         return -1;
     K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
     if (const void *wt = tiled_find(W, F, K, TILED_FP8_GLU))
-        return tiled_launch(2, true, true, 1, NULL, NULL, X, wt, w_scale, Y, 0, M, F, K, stream);
+        return glu_launch<false, true>(X, wt, w_scale, Y, M, F, K, NULL, stream);
     if (M == 1 && (F + 15) / 16 >= k_sm_count() && diag_on())
         return diag_launch(true, X, W, w_scale, Y, 0, F, K, 1, NULL, NULL, stream);
     return glu_launch<false>(X, W, w_scale, Y, M, F, K, NULL, stream);
