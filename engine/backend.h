@@ -59,6 +59,14 @@ enum be_weights {
 #define BACKEND_DEFAULT_MAX_NUM_SEQS 256
 #define BACKEND_DEFAULT_MAX_BATCHED_TOKENS 8192
 
+/* The CUDA backend's second copies of the weights in the decode GEMVs' read order
+ * (engine.decode_weight_copies; engine/weight_copies.h). The CPU backend ignores it. */
+enum be_copies {
+    BE_COPIES_AUTO = 0, /* on where the KV cache still holds max_num_seqs sequences of max_model_len */
+    BE_COPIES_ON,
+    BE_COPIES_OFF,
+};
+
 struct backend_opts {
     int block_size;              /* tokens per KV block */
     int max_num_seqs;            /* most sequences in one step (0: BACKEND_DEFAULT_MAX_NUM_SEQS) */
@@ -78,6 +86,7 @@ struct backend_opts {
      * (engine/fp8.h): AUTO (0) = fp8 only where the checkpoint ships it in F8_E4M3 blocks (the Qwen3
      * FP8 checkpoints keep it bf16), FP8 = quantized at load (model.lm_head_dtype), BF16 = never */
     enum be_weights lm_head_dtype;
+    enum be_copies decode_weight_copies; /* CUDA (engine.decode_weight_copies); AUTO (0) by default */
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_cuda: mirror their buckets */
     int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).

@@ -9,6 +9,7 @@ struct cuda_backend_stats {
     char device[128]; /* "NVIDIA H200" */
     int64_t device_total_bytes;
     int64_t weights_bytes;   /* bf16 weights on the device */
+    int64_t copy_bytes;      /* the decode GEMVs' weight copies (engine.decode_weight_copies); 0: none */
     int64_t kv_bytes;        /* the KV pool */
     int64_t alloc_bytes;     /* everything this backend allocated (weights, KV, activations, workspaces) */
     int64_t peak_used_bytes; /* highest (total - free) device memory seen: all allocations, graphs, context */

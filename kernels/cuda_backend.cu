@@ -33,6 +33,7 @@ extern "C" {
 #include "engine/kv_stage.h"
 #include "engine/log.h"
 #include "engine/mono.h"
+#include "engine/weight_copies.h"
 }
 
 #define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
@@ -358,17 +359,26 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
 
 // ---- open
 
+static double kv_util(const struct backend_opts *o)
+{
+    return o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1 ? o->gpu_memory_utilization : 0.92;
+}
+
+// bytes of one KV block over all layers: K and V of KVH heads x block_size tokens, D bf16 each, or D
+// e4m3 bytes + one fp32 scale each
+static size_t kv_block_bytes(const struct cuda_backend *b)
+{
+    const size_t tok_bytes = b->kv_fp8 ? (size_t)b->D + sizeof(float) : (size_t)b->D * sizeof(bf16);
+    return (size_t)b->L * 2 * b->KVH * b->base.block_size * tok_bytes;
+}
+
 static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
 {
     const int bs = b->base.block_size;
     size_t fr = 0, tot = 0;
     CB_CUDA(cudaMemGetInfo(&fr, &tot));
-    double util =
-        o->gpu_memory_utilization > 0 && o->gpu_memory_utilization <= 1 ? o->gpu_memory_utilization : 0.92;
-    // bytes of one block over all layers: K and V of KVH heads x block_size tokens, D bf16 each, or D
-    // e4m3 bytes + one fp32 scale each
-    const size_t tok_bytes = b->kv_fp8 ? (size_t)b->D + sizeof(float) : (size_t)b->D * sizeof(bf16);
-    const size_t block_bytes = (size_t)b->L * 2 * b->KVH * bs * tok_bytes;
+    const double util = kv_util(o);
+    const size_t block_bytes = kv_block_bytes(b);
     double used = (double)(tot - fr), budget = util * (double)tot - used - (double)GRAPH_RESERVE;
     const char *why = "gpu_memory_utilization";
     if (o->kv_cache_bytes > 0 && (double)o->kv_cache_bytes < budget) {
@@ -393,9 +403,10 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
             snprintf(
                 b->base.err, sizeof b->base.err,
                 "engine.num_kv_blocks %lld: %.2f GB of KV cache (%.1f MiB a block of %d tokens) do not fit "
-                "in the %.2f GB free after weights and activations",
+                "in the %.2f GB free after weights and activations%s",
                 (long long)nb, (double)nb * (double)block_bytes / 1e9, (double)block_bytes / (1 << 20), bs,
-                ((double)fr - (double)GRAPH_RESERVE) / 1e9);
+                ((double)fr - (double)GRAPH_RESERVE) / 1e9,
+                b->tbuf ? " (and the decode weight copies of engine.decode_weight_copies on)" : "");
             return -1;
         }
     } else {
@@ -407,9 +418,10 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
                 b->base.err, sizeof b->base.err,
                 "no room for a KV cache: %.2f GB of %.2f GB are in use after weights and activations "
                 "(gpu_memory_utilization %.2f leaves %.2f GB; one block of %d tokens is %.1f MiB); lower "
-                "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization",
+                "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization%s",
                 used / 1e9, (double)tot / 1e9, util, util * (double)tot / 1e9, bs,
-                (double)block_bytes / (1 << 20));
+                (double)block_bytes / (1 << 20),
+                b->tbuf ? ", or set engine.decode_weight_copies to auto or off (the copies are in use)" : "");
             return -1;
         }
     }
@@ -457,6 +469,36 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
         log_warn("cuda backend: the KV cache holds %lld tokens, less than max_model_len %d",
                  (long long)nb * bs, b->max_model_len);
     return 0;
+}
+
+// The decode GEMVs' weight copies, by engine/weight_copies.h's rule: what size_kv above would have
+// for the KV cache without them, against what the cache must hold. Made right before size_kv, after
+// every other allocation, so that the budget is the one the cache then sizes itself from.
+static int weight_copies(struct cuda_backend *b, const struct backend_opts *o)
+{
+    size_t fr = 0, tot = 0;
+    CB_CUDA(cudaMemGetInfo(&fr, &tot));
+    const int bs = b->base.block_size;
+    struct weight_copies_in in = {};
+    in.mode = o->decode_weight_copies;
+    in.copy_bytes = (double)cb_tile_copies_bytes(b);
+    in.block_bytes = (double)kv_block_bytes(b);
+    in.block_size = bs;
+    if (o->num_kv_blocks > 0) { // size_kv's exact size: the free memory, whatever the utilization
+        in.kv_budget = (double)fr - (double)GRAPH_RESERVE;
+        in.need_tokens = (int64_t)o->num_kv_blocks * bs;
+    } else {
+        in.kv_budget = kv_util(o) * (double)tot - (double)(tot - fr) - (double)GRAPH_RESERVE;
+        in.kv_cap = o->kv_cache_bytes > 0 ? (double)o->kv_cache_bytes : 0;
+        in.need_tokens = (int64_t)b->max_seqs * b->max_model_len;
+    }
+    char why[256];
+    if (!weight_copies_decide(&in, why, sizeof why)) {
+        if (in.copy_bytes > 0)
+            log_info("cuda backend: no decode weight copies (%.2f GB): %s", in.copy_bytes / 1e9, why);
+        return 0;
+    }
+    return cb_tile_copies(b, why);
 }
 
 // fp8 cache: the prefill attention's staging pool (cuda_backend.cuh). It holds one sequence of
@@ -676,13 +718,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     free(inv);
     inv = NULL;
 
-    if (cb_load_weights(b, m) || cb_tile_copies(b) || alloc_buffers(b))
+    if (cb_load_weights(b, m) || alloc_buffers(b))
         goto fail;
     if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
         goto fail;
     }
-    if (size_kv(b, o))
+    if (weight_copies(b, o) || size_kv(b, o))
         goto fail;
     if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
@@ -697,8 +739,8 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
         (double)(b->alloc_bytes - b->wbytes - b->tbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
         b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
-        b->n_fp8 == 0              ? ""
-        : b->tbuf                  ? "; decode fp8 GEMVs on the tile-order copies (LLMQ_GEMV_TILED)"
+        b->tbuf                    ? "; decode GEMVs on the weight copies (engine.decode_weight_copies)"
+        : b->n_fp8 == 0            ? ""
         : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping (LLMQ_GEMV_DIAG)"
                                    : "; one-row fp8 GEMVs in the tile mapping (LLMQ_GEMV_DIAG)");
     k_set_f16(prev_f16);
@@ -795,6 +837,7 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     snprintf(st->device, sizeof st->device, "%.127s", b->device_name);
     st->device_total_bytes = (int64_t)b->total_mem;
     st->weights_bytes = (int64_t)b->wbytes;
+    st->copy_bytes = (int64_t)b->tbytes;
     st->kv_bytes = (int64_t)b->kv_bytes;
     st->alloc_bytes = (int64_t)b->alloc_bytes;
     st->peak_used_bytes = (int64_t)b->peak_used;

@@ -103,9 +103,8 @@ struct cuda_backend {
     uint8_t *xq;     // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
     float *xs;       // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
     size_t xq_bytes; // one allocation: xq then xs
-    void *tbuf;      // LLMQ_GEMV_TILED: the matrices' tile-order copies (cb_tile_copies), or NULL
+    void *tbuf;      // the decode GEMVs' weight copies (cb_tile_copies), or NULL
     size_t tbytes;   // its size
-    bool tiled_lm;   // the output projection's copy among them (LLMQ_GEMV_TILED=2)
     const bf16 *embed, *final_norm; // (V, C), (C)
     struct k_weight lm;             // lm_head (V, C): bf16 (the embedding itself when tied), or fp8
     struct cb_layer *layers;        // [L]
@@ -221,10 +220,12 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p);
 // ---- cuda_weights.cu: allocates b->wbuf and fills every weight pointer from m. 0, or -1 with
 // b->base.err.
 int cb_load_weights(struct cuda_backend *b, const struct model *m);
-// LLMQ_GEMV_TILED=1: b->tbuf gets a copy of every fp8 layer matrix in the GEMVs' tile order, registered
-// with k_gemv_*_tiled (2: the output projection's too); 0 or -1 with b->base.err. cb_tile_copies_free
-// forgets the registrations.
-int cb_tile_copies(struct cuda_backend *b);
+// The decode GEMVs' weight copies (engine.decode_weight_copies): cb_tile_copies_bytes is what they would
+// take (every linear matrix of a shape they take, and the output projection; 0 in fp16 mode);
+// cb_tile_copies makes them in b->tbuf and registers them with k_gemv_*_tiled (why: for the log), 0 or
+// -1 with b->base.err; cb_tile_copies_free forgets the registrations.
+size_t cb_tile_copies_bytes(struct cuda_backend *b);
+int cb_tile_copies(struct cuda_backend *b, const char *why);
 void cb_tile_copies_free(struct cuda_backend *b);
 
 // ---- cuda_graphs.cu

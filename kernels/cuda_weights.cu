@@ -602,13 +602,13 @@ out:
     return rc;
 }
 
-// ---- second copies of the weights in the GEMVs' tile order (LLMQ_GEMV_TILED)
+// ---- second copies of the weights in the GEMVs' tile order (engine.decode_weight_copies)
 //
-// Measurement switch, off by default: with LLMQ_GEMV_TILED=1 every fp8 linear matrix of the layers whose
-// shape allows it gets a copy in the order the decode-sized GEMV's lanes read it (k_gemv_fp8_tile_order),
-// with 2 the output projection too (bf16 or fp8), all in one allocation made before the KV pool sizes
-// itself, registered with k_gemv_*_tiled and forgotten at close. The row-major matrices stay for
-// cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
+// Every linear matrix of the layers whose shape allows it, and the output projection, gets a copy in
+// the order the decode-sized GEMV's lanes read it (k_gemv_*_tile_order), all in one allocation made
+// right before the KV cache sizes itself, registered with k_gemv_*_tiled and forgotten at close.
+// Whether to make them is engine/weight_copies.h's rule (cuda_backend.cu). The row-major matrices stay
+// for cuBLASLt's prefill GEMMs; the bits of every step are unchanged.
 
 // N a multiple of 16 (a fused gate/up of 2F rows: F a multiple of 8), rows a multiple of 128 bytes
 static bool tile_copy_fits(const struct k_weight *w)
@@ -616,18 +616,20 @@ static bool tile_copy_fits(const struct k_weight *w)
     return w->N % 16 == 0 && w->K % (w->fp8 ? 128 : 64) == 0;
 }
 
-// f(w, glu) for every matrix that gets a copy (glu: the fused gate/up): the layers' fp8 ones, and with
-// lm the output projection
-template <typename FN> static void each_tile_mat(struct cuda_backend *b, bool lm, FN f)
+// f(w, glu) for every matrix that gets a copy (glu: an fp8 fused gate/up, which the GLU kernel reads);
+// none in fp16 mode, whose GEMVs have no tile-order path
+template <typename FN> static void each_tile_mat(struct cuda_backend *b, FN f)
 {
+    if (b->f16)
+        return;
     for (int l = 0; l < b->L; l++) {
         struct cb_layer *cl = &b->layers[l];
         const struct k_weight *mats[4] = {&cl->wqkv, &cl->wo, &cl->wgu, &cl->wdown};
         for (int j = 0; j < 4; j++)
-            if (mats[j]->fp8 && tile_copy_fits(mats[j]))
-                f(mats[j], j == 2);
+            if (tile_copy_fits(mats[j]))
+                f(mats[j], j == 2 && mats[j]->fp8);
     }
-    if (lm && tile_copy_fits(&b->lm))
+    if (tile_copy_fits(&b->lm))
         f(&b->lm, false);
 }
 
@@ -636,22 +638,24 @@ static size_t tile_copy_bytes(const struct k_weight *w)
     return align256((size_t)w->N * w->K * (w->fp8 ? 1 : 2));
 }
 
-int cb_tile_copies(struct cuda_backend *b)
+size_t cb_tile_copies_bytes(struct cuda_backend *b)
 {
-    const int mode = k_env_int("LLMQ_GEMV_TILED", 0, 0, 2);
-    if (mode == 0 || b->f16 || (b->n_fp8 == 0 && mode == 1))
-        return 0;
-    b->tiled_lm = mode == 2;
     size_t bytes = 0;
-    each_tile_mat(b, b->tiled_lm, [&](const struct k_weight *w, bool) { bytes += tile_copy_bytes(w); });
+    each_tile_mat(b, [&](const struct k_weight *w, bool) { bytes += tile_copy_bytes(w); });
+    return bytes;
+}
+
+int cb_tile_copies(struct cuda_backend *b, const char *why)
+{
+    const size_t bytes = cb_tile_copies_bytes(b);
     if (bytes == 0)
         return 0;
-    if (cb_malloc(b, &b->tbuf, bytes, "the GEMVs' tile-order weight copies (LLMQ_GEMV_TILED)"))
+    if (cb_malloc(b, &b->tbuf, bytes, "the decode GEMVs' weight copies (engine.decode_weight_copies)"))
         return -1;
     b->tbytes = bytes;
     uint8_t *p = (uint8_t *)b->tbuf;
     int n = 0, rc = 0;
-    each_tile_mat(b, b->tiled_lm, [&](const struct k_weight *w, bool glu) {
+    each_tile_mat(b, [&](const struct k_weight *w, bool glu) {
         const int N = glu ? w->N / 2 : w->N;
         if (rc == 0 && (w->fp8 ? k_gemv_fp8_tile_order((const uint8_t *)w->w, p, N, w->K, glu, b->stream) ||
                                      k_gemv_fp8_tiled((const uint8_t *)w->w, p, N, w->K, glu)
@@ -663,15 +667,15 @@ int cb_tile_copies(struct cuda_backend *b)
     });
     if (rc)
         return rc;
-    log_info("cuda backend: %d matrices also in the GEMVs' tile order%s, %.2f GB (LLMQ_GEMV_TILED)", n,
-             b->tiled_lm ? ", lm_head among them" : "", (double)bytes / 1e9);
+    log_info("cuda backend: %d matrices also in the decode GEMVs' read order, %.2f GB (%s)", n,
+             (double)bytes / 1e9, why);
     return 0;
 }
 
 void cb_tile_copies_free(struct cuda_backend *b)
 {
     if (b->tbuf && b->layers)
-        each_tile_mat(b, b->tiled_lm, [](const struct k_weight *w, bool) {
+        each_tile_mat(b, [](const struct k_weight *w, bool) {
             if (w->fp8)
                 k_gemv_fp8_tiled((const uint8_t *)w->w, NULL, 0, 0, 0);
             else

@@ -108,6 +108,9 @@ static void usage(FILE *f)
         "      --lm-head-dtype D           auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
         "                                  model.lm_head_dtype)\n"
         "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
+        "      --decode-weight-copies C    auto | on | off: a second copy of the weights in the decode\n"
+        "                                  GEMVs' read order (CUDA; engine.decode_weight_copies; auto =\n"
+        "                                  on where the KV cache still holds every sequence)\n"
         "      --threads N                 CPU backend threads (default all)\n"
         "      --device N                  CUDA device index (default 0; engine.device)\n"
         "      --seed N                    prompt seed (default 0)\n"
@@ -436,6 +439,7 @@ int cmd_bench(int argc, char **argv)
         O_DTYPE,
         O_KVDTYPE,
         O_LMDTYPE,
+        O_COPIES,
     };
     static const struct option longopts[] = {
         ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
@@ -464,6 +468,7 @@ int cmd_bench(int argc, char **argv)
         {"dtype", required_argument, NULL, O_DTYPE},
         {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
         {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
+        {"decode-weight-copies", required_argument, NULL, O_COPIES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *shape = NULL, *workload = NULL, *config = NULL;
@@ -557,6 +562,9 @@ int cmd_bench(int argc, char **argv)
             break;
         case O_LMDTYPE:
             key = "model.lm_head_dtype", flag = "--lm-head-dtype";
+            break;
+        case O_COPIES:
+            key = "engine.decode_weight_copies", flag = "--decode-weight-copies";
             break;
         case O_KVDTYPE:
             key = "engine.kv_cache_dtype", flag = "--kv-cache-dtype";
@@ -847,11 +855,12 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "prefix_cache_hits", json_integer((json_int_t)ph));
     json_object_set_new(j, "prefix_cache_hit_rate", json_real(pq ? r4((double)ph / (double)pq) : 0));
     json_t *peak = json_null(), *dev = json_null(), *graphs = json_null(), *taken = json_null(),
-           *dropped = json_null();
+           *dropped = json_null(), *copies = json_null();
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs;
     if (cuda_backend_get_stats(bench_inner_backend(b.be), &cs) == 0) {
         peak = json_real(r1((double)cs.peak_used_bytes / 1e9));
+        copies = json_real(r3((double)cs.copy_bytes / 1e9));
         dev = json_string(cs.device);
         graphs = json_integer((json_int_t)cs.graph_replays);
         taken = json_integer((json_int_t)cs.guesses_taken);
@@ -867,6 +876,7 @@ int cmd_bench(int argc, char **argv)
     const char *w16 = eo.be.weight_dtype == BE_WEIGHTS_F16 ? "fp16" : "bf16"; /* the 16-bit type */
     json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : w16));
     json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : w16));
+    json_object_set_new(j, "decode_weight_copies_gb", copies);
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
     json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));

@@ -101,6 +101,7 @@ static const char *const dtype_choices[] = {"auto", "bf16", "fp16", "fp32", "fp8
 static const char *const lm_dtype_choices[] = {"auto", "bf16", "fp8", NULL};
 static const char *const backend_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const kv_choices[] = {"auto", "bf16", "fp8", NULL};
+static const char *const copies_choices[] = {"auto", "on", "off", NULL};
 static const char *const level_choices[] = {"debug", "info", "warn", "error", NULL};
 _Static_assert(LOG_DEBUG == 0 && LOG_INFO == 1 && LOG_WARN == 2 && LOG_ERROR == 3,
                "worker.log_level's choices follow enum log_level");
@@ -202,6 +203,11 @@ static const struct cfg_key keys[] = {
     INT("engine", "num_kv_blocks", engine.num_kv_blocks, "0", 0, 16777216,
         "0 = as many as memory allows; else exactly this many (over gpu_memory_utilization and "
         "cpu_kv_cache_bytes)"),
+    ENUM("engine", "decode_weight_copies", engine.decode_weight_copies, "auto", copies_choices,
+         "cuda: a second copy of the linear weights and the output projection in the order the decode "
+         "GEMVs read them (one-sequence decode of Qwen3-14B on an H200 6 % faster in fp8, 8 % in bf16; "
+         "15 / 28 GB taken from the KV cache); auto = on where the KV cache still holds max_num_seqs "
+         "sequences of max_model_len beside them"),
     SIZE("engine", "cpu_kv_cache_bytes", engine.cpu_kv_cache_bytes, "1GiB", 16 * MiB, TiB,
          "KV cache size of the cpu backend (cuda sizes its cache from gpu_memory_utilization)"),
     BOOL("engine", "enable_prefix_caching", engine.enable_prefix_caching, "true",

@@ -48,6 +48,9 @@ enum cfg_lm_dtype { CFG_LM_AUTO, CFG_LM_BF16, CFG_LM_FP8 };
 
 /* engine.kv_cache_dtype */
 enum cfg_kv_dtype { CFG_KV_AUTO, CFG_KV_BF16, CFG_KV_FP8 };
+
+/* engine.decode_weight_copies */
+enum cfg_copies { CFG_COPIES_AUTO, CFG_COPIES_ON, CFG_COPIES_OFF };
 /* worker.log_level holds an enum log_level (engine/log.h): debug, info, warn, error. */
 
 struct cfg_redis {
@@ -95,6 +98,7 @@ struct cfg_engine {
     int max_num_batched_tokens;    /* tokens per engine step, both lanes together */
     int kv_cache_dtype;            /* enum cfg_kv_dtype */
     int num_kv_blocks;             /* 0 = as many as memory allows; else exactly this many */
+    int decode_weight_copies;      /* enum cfg_copies */
     int64_t cpu_kv_cache_bytes;    /* KV pool size of the CPU backend */
     bool enable_prefix_caching;
     double admission_reserve; /* share of max_tokens admission keeps KV blocks for */

@@ -20,6 +20,9 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.num_kv_blocks = c->engine.num_kv_blocks;
     if (c->engine.kv_cache_dtype == CFG_KV_FP8)
         o.be.kv_dtype = DT_F8_E4M3;
+    o.be.decode_weight_copies = c->engine.decode_weight_copies == CFG_COPIES_ON    ? BE_COPIES_ON
+                                : c->engine.decode_weight_copies == CFG_COPIES_OFF ? BE_COPIES_OFF
+                                                                                   : BE_COPIES_AUTO;
     o.be.cuda_graphs = c->engine.cuda_graphs;
     o.be.cuda_graph_max_batch = c->engine.cuda_graph_max_batch;
     /* model.dtype: fp8 quantizes linear weights at load; bf16 keeps (or dequantizes) 16-bit weights;

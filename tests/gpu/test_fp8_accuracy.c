@@ -41,6 +41,9 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+#include "engine/cuda_backend.h"
+#endif
 #include "engine/gpu.h"
 #include "engine/log.h"
 #include "engine/model.h"
@@ -241,6 +244,9 @@ static void judge(const char *model, const char *cfg, const struct stats *s, boo
     n_fail += !ok && !informational;
 }
 
+/* engine.decode_weight_copies of the GPU runs: auto (as the engine) unless tiled_same says */
+static enum be_copies g_copies = BE_COPIES_AUTO;
+
 static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights wd, enum be_weights lm,
                                 bool kv8, int max_len, int n_seq)
 {
@@ -259,6 +265,7 @@ static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights
     o.emulate_cuda = cpu;
     o.weight_dtype = wd;
     o.lm_head_dtype = lm;
+    o.decode_weight_copies = g_copies;
     return o;
 }
 
@@ -442,30 +449,79 @@ static size_t trace_differ(const struct trace *a, const struct trace *b, size_t 
     return differ;
 }
 
-/* The GEMVs on the tile-order copies of the weights (LLMQ_GEMV_TILED=2, kernels/gemv.cu) compute the
- * same products in the same order as the tile mapping on the row-major matrices: fp8 weights, the
- * prompts' reference tokens fed, every greedy token and top-20 logprob must be the same bits with and
- * without the copies, wherever two row-major runs give the same bits (else the line is "info": the
- * comparison cannot tell the copies from the engine's own variation). Both runs take the GEMV wherever it can
- * run (LLMQ_GEMM_PICK=1: no timed choice against cuBLASLt, which the copies' speed could flip) and the tile
- * mapping at one row (not the diagonal one, another summation order, which some devices take by default). */
+/* engine.decode_weight_copies' rule (engine/weight_copies.h) at open, on the 14B shapes: auto makes the
+ * copies for fp8 weights when the KV cache beside them holds max_num_seqs x max_model_len (8 x 1024)
+ * and not when that is beyond any device (512 x 2048 tokens of 160 KiB: 168 GB), for fp8 weights (~14.8
+ * GB: the layers and the bf16 output projection) and bf16 ones (~28 GB); on makes them whatever the
+ * cache loses; off never. */
+static void copies_rule(const struct model *m)
+{
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+    static const struct {
+        const char *what;
+        enum be_copies mode;
+        enum be_weights wd;
+        int seqs, max_len;
+        bool want;
+    } c[] = {
+        {"auto, fp8, 8 x 1024", BE_COPIES_AUTO, BE_WEIGHTS_FP8, 8, 1024, true},
+        {"auto, fp8, 512 x 2048", BE_COPIES_AUTO, BE_WEIGHTS_FP8, 512, 2048, false},
+        {"on, fp8, 512 x 2048", BE_COPIES_ON, BE_WEIGHTS_FP8, 512, 2048, true},
+        {"off, fp8, 8 x 1024", BE_COPIES_OFF, BE_WEIGHTS_FP8, 8, 1024, false},
+        {"auto, bf16, 8 x 1024", BE_COPIES_AUTO, BE_WEIGHTS_BF16, 8, 1024, true},
+        {"auto, bf16, 512 x 2048", BE_COPIES_AUTO, BE_WEIGHTS_BF16, 512, 2048, false},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        struct backend_opts o = opts(m, false, c[i].wd, BE_WEIGHTS_AUTO, false, c[i].max_len, 1);
+        o.max_num_seqs = c[i].seqs;
+        o.kv_cache_bytes = 0; /* the pool from gpu_memory_utilization, as the engine sizes it */
+        o.decode_weight_copies = c[i].mode;
+        char err[512];
+        struct backend *be = backend_open("cuda", m, &o, err, sizeof err);
+        struct cuda_backend_stats st;
+        if (!be || cuda_backend_get_stats(be, &st)) {
+            printf("FAIL copies rule: %s: open: %s\n", c[i].what, be ? "no stats" : err);
+            n_fail++;
+            backend_free(be);
+            continue;
+        }
+        const bool ok = (st.copy_bytes > 0) == c[i].want;
+        printf("%s copies rule: %s: %.2f GB of copies, KV cache %d blocks (%s)\n", ok ? "ok  " : "FAIL",
+               c[i].what, (double)st.copy_bytes / 1e9, be->num_blocks,
+               c[i].want ? "copies expected" : "none expected");
+        n_fail += !ok;
+        backend_free(be);
+    }
+#else
+    (void)m;
+#endif
+}
+
+/* The GEMVs on the copies of the weights in their read order (engine.decode_weight_copies on,
+ * kernels/gemv.cu) compute the same products in the same order as the tile mapping on the row-major
+ * matrices: fp8 weights, the prompts' reference tokens fed, every greedy token and top-20 logprob must be
+ * the same bits with and without the copies, wherever two row-major runs give the same bits (else the
+ * line is "info": the comparison cannot tell the copies from the engine's own variation). Both runs take
+ * the GEMV wherever it can run (LLMQ_GEMM_PICK=1: no timed choice against cuBLASLt, which the copies'
+ * speed could flip) and the tile mapping at one row (not the diagonal one, another summation order,
+ * which some devices take by default). */
 static void tiled_same(const struct model *m, const char *model, struct prompts *p, int max_len)
 {
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     const int diag = k_gemv_fp8_diag(0);
 #endif
-    char keep_t[16], keep_p[16];
-    bool had_t, had_p;
+    char keep_p[16];
+    bool had_p;
     env_swap("LLMQ_GEMM_PICK", "1", keep_p, sizeof keep_p, &had_p);
-    env_swap("LLMQ_GEMV_TILED", "0", keep_t, sizeof keep_t, &had_t);
     struct trace a = {0}, a2 = {0}, b = {0};
+    g_copies = BE_COPIES_OFF;
     bool ok =
         run_cfg(m, model, "fp8 weights, row-major", false, BE_WEIGHTS_FP8, false, p, true, &a, max_len) &&
         run_cfg(m, model, "fp8 weights, row-major (2)", false, BE_WEIGHTS_FP8, false, p, true, &a2, max_len);
-    setenv("LLMQ_GEMV_TILED", "2", 1); /* the layers and the output projection */
+    g_copies = BE_COPIES_ON; /* the layers and the output projection */
     ok = ok &&
          run_cfg(m, model, "fp8 weights, tile copies", false, BE_WEIGHTS_FP8, false, p, true, &b, max_len);
-    env_back("LLMQ_GEMV_TILED", keep_t, had_t);
+    g_copies = BE_COPIES_AUTO;
     env_back("LLMQ_GEMM_PICK", keep_p, had_p);
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     k_gemv_fp8_diag(diag);
@@ -634,6 +690,7 @@ int main(void)
     gpu_configs(big, "qwen3-14b-random", &p, 1024, true);
     tiled_same(big, "qwen3-14b-random", &p, 1024);
     prompts_free(&p);
+    copies_rule(big);
     const int big1[1] = {500}; /* one sequence: the one-row GEMVs, gate/up fused, down's parts */
     make_prompts(&p, 1, big1, 8, cfg.vocab, 98);
     struct trace t1 = {0}; /* writes the sequence's greedy tokens into p */
