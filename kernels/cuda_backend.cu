@@ -246,11 +246,12 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
 
 // A one-sequence step with fp8 weights runs gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the
 // same bits, one dependent launch fewer a layer); LLMQ_GLU=0 (read once) keeps them apart, for A/B
-// measurements (docs/KERNELS.md).
-static bool glu_fused(void)
+// measurements (docs/KERNELS.md); LLMQ_GLU=2 also fuses steps of 2..K_GEMV_MAX_M rows where the decode
+// weight copies are in use (the GLU kernel reads gate/up's copy, the plain GEMV would not).
+static bool glu_fused(const struct cuda_backend *b, int T)
 {
-    static const int on = k_env_int("LLMQ_GLU", 1, 0, 1);
-    return on != 0;
+    static const int on = k_env_int("LLMQ_GLU", 1, 0, 2);
+    return T == 1 ? on != 0 : on == 2 && b->tbuf && T <= K_GEMV_MAX_M;
 }
 
 // A one-sequence decode step with fp8 weights leaves the down GEMV's parts of K unadded
@@ -310,8 +311,8 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                                    b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        if (T == 1 && cl->wgu.fp8 && !gu_xq && !down_xq && glu_fused())
-            CB_K(k_gemv_fp8_glu(b->h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->act, 1, F, C, st));
+        if (cl->wgu.fp8 && !gu_xq && !down_xq && glu_fused(b, T))
+            CB_K(k_gemv_fp8_glu(b->h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->act, T, F, C, st));
         else {
             CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
                           gu_xq ? b->xs : NULL, &cl->wgu, b->gu, 0, T, st));
