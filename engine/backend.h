@@ -87,6 +87,9 @@ struct backend_opts {
      * FP8 checkpoints keep it bf16), FP8 = quantized at load (model.lm_head_dtype), BF16 = never */
     enum be_weights lm_head_dtype;
     enum be_copies decode_weight_copies; /* CUDA (engine.decode_weight_copies); AUTO (0) by default */
+    /* CUDA: the GEMM tuning file (engine.gemm_tuning_file; engine/gemm_tuning.h), read at open and
+     * written at close; NULL or "": none (choices timed in each process). Borrowed for the open. */
+    const char *gemm_tuning_file;
     bool cuda_graphs;            /* CUDA: decode steps as graphs; CPU with emulate_cuda: mirror their buckets */
     int cuda_graph_max_batch;    /* largest decode batch run as a graph (0 = max_num_seqs); larger ones eager */
     /* CPU only, for testing the CUDA backend (default false: the plain fp32 oracle, unchanged).

@@ -30,6 +30,7 @@
 extern "C" {
 #include "engine/cuda_backend.h"
 #include "engine/decode_split.h"
+#include "engine/gemm_tuning.h"
 #include "engine/kv_stage.h"
 #include "engine/log.h"
 #include "engine/mono.h"
@@ -37,6 +38,7 @@ extern "C" {
 }
 
 #define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
+#define CB_TUNING_SAVE_S 60.0             // the GEMM tuning file's save interval while steps run
 #define HIST_INIT 1024                    // sampler history ints per sequence allocated at open
 #define BANNED_INIT 16
 
@@ -701,6 +703,25 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         goto fail;
     }
     b->alloc_bytes += CB_GEMM_WORKSPACE + K_GEMV_WS_BYTES; // cuBLASLt and the GEMV split-K workspaces
+    if (o->gemm_tuning_file && o->gemm_tuning_file[0]) {
+        char msg[1024];
+        const int rc = k_gemm_use_tuning_file(b->gemm, o->gemm_tuning_file, msg, sizeof msg);
+        b->tuning_file = rc != GEMM_TUNING_FOREIGN;
+        b->tuning_saved = llmq_mono_s();
+        if (rc == GEMM_TUNING_LOADED)
+            log_info("cuda backend: GEMM tuning file %s", msg);
+        else if (rc == GEMM_TUNING_NO_FILE)
+            log_info("cuda backend: GEMM tuning file %s: the choices made will be written there at close",
+                     msg);
+        else if (rc == GEMM_TUNING_FOREIGN)
+            log_warn(
+                "cuda backend: GEMM tuning file %s; it is neither read nor written (engine.gemm_tuning_file)",
+                msg);
+        else
+            log_warn("cuda backend: GEMM tuning file %s: set aside, the GEMMs are timed again and the file "
+                     "replaced at close",
+                     msg);
+    }
 
     inv = (float *)malloc((size_t)(b->D / 2 + 1) * sizeof(float));
     if (!inv) {
@@ -791,13 +812,21 @@ static void cb_free(struct backend *be)
     cb_spec_free(b);
     host_times_log(b);
     if (b->n_graphs || b->graph_replays || b->eager_steps) {
-        struct k_gemm_counts gc = {0, 0};
+        struct k_gemm_counts gc = {0, 0, 0, 0};
         if (b->gemm)
             k_gemm_get_counts(b->gemm, &gc);
         log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured; GEMM "
-                 "algorithms: %d timed, %d taken from their tune bucket",
+                 "algorithms: %d timed, %d taken from their tune bucket, %d from the tuning file",
                  (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs,
-                 gc.tuned, gc.borrowed);
+                 gc.tuned, gc.borrowed, gc.loaded);
+    }
+    if (b->gemm) {
+        char msg[1024];
+        const int rc = k_gemm_save_tuning(b->gemm, msg, sizeof msg);
+        if (rc > 0)
+            log_info("cuda backend: GEMM tuning file %s", msg);
+        else if (rc < 0)
+            log_warn("cuda backend: GEMM tuning file not written: %s", msg);
     }
     cb_graphs_free(b);
     cb_tile_copies_free(b);
@@ -848,6 +877,11 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     st->guesses_taken = b->spec_hits;
     st->guesses_dropped = b->spec_misses;
     st->guesses_new_block = b->spec_hits_block;
+    struct k_gemm_counts gc = {0, 0, 0, 0};
+    if (b->gemm)
+        k_gemm_get_counts(b->gemm, &gc);
+    st->gemm_made = gc.made;
+    st->gemm_loaded = gc.loaded;
     return 0;
 }
 
@@ -1299,6 +1333,17 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
     k_set_f16(prev_f16);
     if (rc)
         after_failure(b);
+    // the tuning file also every CB_TUNING_SAVE_S while new choices come, not only at close, so that a
+    // worker killed without closing keeps what it timed (a save with nothing new returns at once)
+    if (rc == 0 && b->tuning_file && t_enter - b->tuning_saved >= CB_TUNING_SAVE_S) {
+        b->tuning_saved = t_enter;
+        char msg[1024];
+        const int src = k_gemm_save_tuning(b->gemm, msg, sizeof msg);
+        if (src > 0)
+            log_debug("cuda backend: GEMM tuning file %s", msg);
+        else if (src < 0)
+            log_warn("cuda backend: GEMM tuning file not written: %s", msg);
+    }
     b->ht_return = llmq_mono_s();
     return rc;
 }

@@ -32,17 +32,34 @@
 // k_linear: the backend's entry point; for M <= K_GEMV_MAX_M it measures the GEMV kernels
 // (kernels/gemv.cu) against cuBLASLt once per key and keeps the faster ("choice" entries of the same
 // table).
+//
+// The tuning file (k_gemm_use_tuning_file; engine/gemm_tuning.h): every plan's algorithm and every
+// choice is also noted in the handle's gemm_tuning set, under the kind's name, and written out by
+// k_gemm_save_tuning; a later handle that reads the file takes a key's algorithm or choice from it
+// before it would borrow, time or ask the heuristic, so that it computes what the writer computed.
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "llmq_version.h"
+extern "C" {
+#include "engine/gemm_tuning.h"
+}
 
 // ---- plans and their cache
 
 enum { KIND_BF16, KIND_FP8, KIND_CHOICE_BF16, KIND_CHOICE_FP8, KIND_F16, KIND_CHOICE_F16 };
 enum { PATH_LT, PATH_GEMV };
+// the kinds' names in the tuning file, by KIND_*
+static const char *const kind_name[] = {"bf16", "fp8", "choice-bf16", "choice-fp8", "fp16", "choice-fp16"};
+static bool kind_is_choice(int kind)
+{
+    return kind == KIND_CHOICE_BF16 || kind == KIND_CHOICE_FP8 || kind == KIND_CHOICE_F16;
+}
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(((gemm_tuning_entry *)0)->algo),
+              "the tuning file stores cuBLASLt's algorithm as 64 bytes");
 
 struct gemm_key {
     int kind; // KIND_*: a cuBLASLt plan of a dtype (bf16, fp8, fp16), or k_linear's measured choice of one
@@ -71,6 +88,12 @@ struct k_gemm {
     bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
     struct k_gemm_counts counts;
     int pick; // LLMQ_GEMM_PICK: 0 time GEMV and cuBLASLt (default), 1 the GEMV, 2 cuBLASLt where it can run
+    // the tuning file (k_gemm_use_tuning_file): its entries and the choices made since
+    struct gemm_tuning file;
+    char *file_path;    // NULL: no file in use
+    bool file_write;    // false: not a tuning file (or unreadable): never written
+    bool file_dirty;    // something to write
+    char identity[320]; // what the file's choices hold for
 };
 
 static int align_of(const void *p)
@@ -286,7 +309,7 @@ static void plan_log(const gemm_plan *p, size_t workspace, float waves, const ch
 // Makes the plan of key into *p with algo, if cuBLASLt accepts algo for key's shape; -1 (and *p
 // empty) otherwise.
 static int plan_borrow(struct k_gemm *g, const gemm_key &key, gemm_plan *p, const cublasLtMatmulAlgo_t &algo,
-                       int from_M, const gemm_tune *t)
+                       int from_M, const gemm_tune *t, bool from_file)
 {
     if (plan_desc(key, p, t)) // fp8: the check wants the scale pointers
         return -1;
@@ -300,10 +323,9 @@ static int plan_borrow(struct k_gemm *g, const gemm_key &key, gemm_plan *p, cons
     p->algo = algo;
     p->used = true;
     p->timed_M = from_M;
-    g->counts.borrowed++;
     if (g->log) {
-        char how[48];
-        snprintf(how, sizeof how, ", from M %d's timing", from_M);
+        char how[64];
+        snprintf(how, sizeof how, ", from M %d's timing%s", from_M, from_file ? " in the tuning file" : "");
         plan_log(p, res.workspaceSize, res.wavesCount, how);
     }
     return 0;
@@ -436,6 +458,8 @@ extern "C" void k_gemm_free(struct k_gemm *g)
         cudaFree(g->gemv_ws);
     if (g->lt)
         cublasLtDestroy(g->lt);
+    gemm_tuning_free(&g->file);
+    free(g->file_path);
     free(g);
 }
 
@@ -446,8 +470,51 @@ static const gemm_plan *plan_find(const struct k_gemm *g, const gemm_key &key)
     return p->used ? p : NULL;
 }
 
-// Finds or makes the plan of key: an algorithm already timed for its tune bucket, else one timed on
-// the call's operands (unless the stream is capturing: then the heuristic's first pick).
+// ---- the tuning file's side of the table
+
+static void file_key(const gemm_key &k, int v[GEMM_TUNING_KEY_INTS])
+{
+    const int x[GEMM_TUNING_KEY_INTS] = {k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y, k.rep};
+    memcpy(v, x, sizeof x);
+}
+
+// The tuning file's entry of key when one is in use and the entry is sound for the kind (a choice
+// names a path; a plan does not), else NULL.
+static const gemm_tuning_entry *file_find(const struct k_gemm *g, const gemm_key &k)
+{
+    if (!g->file_path)
+        return NULL;
+    int v[GEMM_TUNING_KEY_INTS];
+    file_key(k, v);
+    const gemm_tuning_entry *e = gemm_tuning_find(&g->file, kind_name[k.kind], v);
+    if (e && (kind_is_choice(k.kind) ? e->path != PATH_LT && e->path != PATH_GEMV : e->path != 0))
+        return NULL;
+    return e;
+}
+
+// Notes a plan's algorithm (algo) or a k_linear choice (path) for the next k_gemm_save_tuning.
+static void file_note(struct k_gemm *g, const gemm_key &k, const cublasLtMatmulAlgo_t *algo, int timed_M,
+                      int path)
+{
+    if (!g->file_path || !g->file_write)
+        return;
+    gemm_tuning_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.kind, sizeof e.kind, "%s", kind_name[k.kind]);
+    file_key(k, e.key);
+    e.timed_M = timed_M, e.path = path;
+    if (algo)
+        memcpy(e.algo, algo, sizeof e.algo);
+    const gemm_tuning_entry *old = gemm_tuning_find(&g->file, e.kind, e.key);
+    if (old && !memcmp(old, &e, sizeof e))
+        return;
+    if (gemm_tuning_put(&g->file, &e) == 0) // out of memory: the entry is not kept, nothing else changes
+        g->file_dirty = true;
+}
+
+// Finds or makes the plan of key: the tuning file's algorithm for it, else an algorithm already timed
+// for its tune bucket, else one timed on the call's operands (unless the stream is capturing: then
+// the heuristic's first pick).
 static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, gemm_plan **out)
 {
     gemm_plan *p = slot_of(g->plans, g->cap, key);
@@ -460,6 +527,17 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
             return -1;
         p = slot_of(g->plans, g->cap, key);
     }
+    const gemm_tuning_entry *fe = file_find(g, key);
+    if (fe) {
+        cublasLtMatmulAlgo_t a;
+        memcpy(&a, fe->algo, sizeof a);
+        if (!plan_borrow(g, key, p, a, fe->timed_M, t, true)) {
+            g->counts.loaded++;
+            g->n++;
+            *out = p;
+            return 0;
+        }
+    }
     const int hi = tune_bucket(key.M);
     const bool bucketed = key.M <= GEMM_TUNE_MAX_M && hi != key.M;
     gemm_key top = key, rep = key;
@@ -468,7 +546,9 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
     const gemm_plan *from = bucketed ? plan_find(g, top) : NULL;
     if (bucketed && !from)
         from = plan_find(g, rep);
-    if (!from || plan_borrow(g, key, p, from->algo, from->timed_M, t)) {
+    if (from && !plan_borrow(g, key, p, from->algo, from->timed_M, t, false)) {
+        g->counts.borrowed++;
+    } else {
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
         const bool capturing =
             cudaStreamIsCapturing(t->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
@@ -483,6 +563,8 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
             }
         }
     }
+    g->counts.made++;
+    file_note(g, key, &p->algo, p->timed_M, 0);
     g->n++;
     *out = p;
     return 0;
@@ -553,6 +635,56 @@ extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_sc
 extern "C" void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c)
 {
     *c = g->counts;
+}
+
+// ---- the tuning file
+
+extern "C" int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *msg, size_t msglen)
+{
+    gemm_tuning_free(&g->file);
+    free(g->file_path);
+    g->file_path = NULL, g->file_write = g->file_dirty = false;
+    int dev = 0;
+    cudaDeviceProp prop;
+    int rt = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&prop, dev);
+    if (e == cudaSuccess)
+        e = cudaRuntimeGetVersion(&rt);
+    if (e != cudaSuccess) {
+        snprintf(msg, msglen, "%s: not used: the device's properties: %s", path, cudaGetErrorString(e));
+        return GEMM_TUNING_FOREIGN;
+    }
+    // what makes the choices: the device model, the libraries, our kernels (the version) and the
+    // workspace cuBLASLt may use
+    snprintf(g->identity, sizeof g->identity,
+             "%s, %d SMs, sm_%d%d; cuBLASLt %zu; CUDA runtime %d; llmq %s; workspace %zu MiB", prop.name,
+             prop.multiProcessorCount, prop.major, prop.minor, cublasLtGetVersion(), rt, LLMQ_VERSION,
+             g->ws_bytes >> 20);
+    g->file_path = strdup(path);
+    if (!g->file_path) {
+        snprintf(msg, msglen, "%s: not used: out of host memory", path);
+        return GEMM_TUNING_FOREIGN;
+    }
+    const int rc = gemm_tuning_load(&g->file, path, g->identity, msg, msglen);
+    g->file_write = rc != GEMM_TUNING_FOREIGN;
+    g->file_dirty = rc == GEMM_TUNING_OTHER_ID || rc == GEMM_TUNING_BAD; // replace it at the next save
+    if (rc == GEMM_TUNING_LOADED)
+        snprintf(msg, msglen, "%s: %d choices for %s", path, g->file.n, g->identity);
+    return rc;
+}
+
+extern "C" int k_gemm_save_tuning(struct k_gemm *g, char *msg, size_t msglen)
+{
+    msg[0] = 0;
+    if (!g || !g->file_path || !g->file_write || !g->file_dirty)
+        return 0;
+    if (gemm_tuning_save(&g->file, g->file_path, g->identity, msg, msglen))
+        return -1;
+    g->file_dirty = false;
+    snprintf(msg, msglen, "%s: %d choices written", g->file_path, g->file.n);
+    return 1;
 }
 
 // ---- k_linear: GEMV or cuBLASLt
@@ -664,18 +796,30 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     gemm_plan *p = slot_of(g->plans, g->cap, key);
     if (p->used)
         return run_path(g, p->path, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
-        return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream); // no timing in a capture
-    const float t_gemv = time_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    const float t_lt = time_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    K_REQUIRE(t_gemv >= 0 || t_lt >= 0, "k_linear: neither GEMV nor cuBLASLt runs M %d N %d K %d: %s", M,
-              w->N, w->K, k_last_error());
-    const int path = t_lt < 0 || (t_gemv >= 0 && t_gemv <= t_lt) ? PATH_GEMV : PATH_LT;
-    if (g->log)
-        fprintf(stderr, "gemm choice %s M %d N %d K %d: gemv %.1f us, cublasLt %.1f us -> %s\n",
-                weight_type(w), M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
-                path == PATH_GEMV ? "gemv" : "cublasLt");
+    int path;
+    const gemm_tuning_entry *fe = file_find(g, key);
+    if (fe) {
+        path = fe->path;
+        g->counts.loaded++;
+        if (g->log)
+            fprintf(stderr, "gemm choice %s M %d N %d K %d: %s, from the tuning file\n", weight_type(w), M,
+                    w->N, w->K, path == PATH_GEMV ? "gemv" : "cublasLt");
+    } else {
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)
+            return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream); // no timing in a capture
+        const float t_gemv = time_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
+        const float t_lt = time_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
+        K_REQUIRE(t_gemv >= 0 || t_lt >= 0, "k_linear: neither GEMV nor cuBLASLt runs M %d N %d K %d: %s", M,
+                  w->N, w->K, k_last_error());
+        path = t_lt < 0 || (t_gemv >= 0 && t_gemv <= t_lt) ? PATH_GEMV : PATH_LT;
+        if (g->log)
+            fprintf(stderr, "gemm choice %s M %d N %d K %d: gemv %.1f us, cublasLt %.1f us -> %s\n",
+                    weight_type(w), M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
+                    path == PATH_GEMV ? "gemv" : "cublasLt");
+        g->counts.made++;
+        file_note(g, key, NULL, M, path);
+    }
     if (2 * (g->n + 1) > g->cap && table_grow(g))
         return -1;
     p = slot_of(g->plans, g->cap, key); // cuBLASLt's plan may have grown the table meanwhile

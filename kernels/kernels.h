@@ -123,11 +123,23 @@ struct k_gemm *k_gemm_create(size_t workspace_bytes);
 void k_gemm_free(struct k_gemm *g);
 /* How a handle's cuBLASLt plans got their algorithms so far: tuned = timed over candidates on the
  * call's operands (M <= 256, outside a graph capture); borrowed = taken from a timed plan of the
- * same tune bucket (kernels/gemm.cu). */
+ * same tune bucket (kernels/gemm.cu); loaded = plans and k_linear choices taken from the tuning file;
+ * made = plans and choices made without it (timed, borrowed, the heuristic's picks, k_linear's timings). */
 struct k_gemm_counts {
-    int tuned, borrowed;
+    int tuned, borrowed, loaded, made;
 };
 void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c);
+/* The tuning file (engine.gemm_tuning_file; its format in engine/gemm_tuning.h): k_gemm_use_tuning_file
+ * reads path into the handle when it was written for this device, cuBLASLt, CUDA runtime, llmq version
+ * and workspace; from then on a plan or k_linear choice whose key is in the file takes the file's choice
+ * (cuBLASLt's algorithm once cublasLtMatmulAlgoCheck accepts it for the shape; else it is made as
+ * without the file) instead of timing: the same algorithms, so the same bits, as the run that wrote it.
+ * Returns a GEMM_TUNING_* result of gemm_tuning_load, with msg (msglen bytes) saying what happened.
+ * Unless the file is GEMM_TUNING_FOREIGN (not a tuning file, or unreadable: never written),
+ * k_gemm_save_tuning writes it with the file's entries and every choice the handle made since:
+ * 1 written, 0 nothing new (or no file in use), -1 failed (msg). Call both on the handle's device. */
+int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *msg, size_t msglen);
+int k_gemm_save_tuning(struct k_gemm *g, char *msg, size_t msglen);
 int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
                 cudaStream_t stream);
 

@@ -111,6 +111,8 @@ static void usage(FILE *f)
         "      --decode-weight-copies C    auto | on | off: a second copy of the weights in the decode\n"
         "                                  GEMVs' read order (CUDA; engine.decode_weight_copies; auto =\n"
         "                                  on where the KV cache still holds every sequence)\n"
+        "      --gemm-tuning-file PATH     keep the GEMM algorithms chosen by timing in PATH: read at\n"
+        "                                  start, written at exit (CUDA; engine.gemm_tuning_file)\n"
         "      --threads N                 CPU backend threads (default all)\n"
         "      --device N                  CUDA device index (default 0; engine.device)\n"
         "      --seed N                    prompt seed (default 0)\n"
@@ -440,6 +442,7 @@ int cmd_bench(int argc, char **argv)
         O_KVDTYPE,
         O_LMDTYPE,
         O_COPIES,
+        O_TUNING,
     };
     static const struct option longopts[] = {
         ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
@@ -469,6 +472,7 @@ int cmd_bench(int argc, char **argv)
         {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
         {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
         {"decode-weight-copies", required_argument, NULL, O_COPIES},
+        {"gemm-tuning-file", required_argument, NULL, O_TUNING},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *shape = NULL, *workload = NULL, *config = NULL;
@@ -566,6 +570,9 @@ int cmd_bench(int argc, char **argv)
         case O_COPIES:
             key = "engine.decode_weight_copies", flag = "--decode-weight-copies";
             break;
+        case O_TUNING:
+            key = "engine.gemm_tuning_file", flag = "--gemm-tuning-file";
+            break;
         case O_KVDTYPE:
             key = "engine.kv_cache_dtype", flag = "--kv-cache-dtype";
             break;
@@ -618,6 +625,7 @@ int cmd_bench(int argc, char **argv)
     struct engine_opts eo;
     int mml;
     char cfg_model[4096] = "", cfg_tok[4096] = ""; /* model.path and model.tokenizer */
+    char cfg_tuning[4096] = "";                    /* engine.gemm_tuning_file (eo.be borrows it) */
     {
         struct cfg cf;
         int lrc = engine_cfg_load(CMD, config, &flags, &cf);
@@ -628,6 +636,8 @@ int cmd_bench(int argc, char **argv)
             mml = cf.model.max_model_len;
             snprintf(cfg_model, sizeof cfg_model, "%s", cf.model.path);
             snprintf(cfg_tok, sizeof cfg_tok, "%s", cf.model.tokenizer);
+            snprintf(cfg_tuning, sizeof cfg_tuning, "%s", cf.engine.gemm_tuning_file);
+            eo.be.gemm_tuning_file = cfg_tuning;
             b.settings = non_default_settings(&cf);
         }
         cfg_free(&cf);
@@ -855,7 +865,8 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "prefix_cache_hits", json_integer((json_int_t)ph));
     json_object_set_new(j, "prefix_cache_hit_rate", json_real(pq ? r4((double)ph / (double)pq) : 0));
     json_t *peak = json_null(), *dev = json_null(), *graphs = json_null(), *taken = json_null(),
-           *dropped = json_null(), *copies = json_null();
+           *dropped = json_null(), *copies = json_null(), *gemm_made = json_null(),
+           *gemm_loaded = json_null();
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs;
     if (cuda_backend_get_stats(bench_inner_backend(b.be), &cs) == 0) {
@@ -865,6 +876,8 @@ int cmd_bench(int argc, char **argv)
         graphs = json_integer((json_int_t)cs.graph_replays);
         taken = json_integer((json_int_t)cs.guesses_taken);
         dropped = json_integer((json_int_t)cs.guesses_dropped);
+        gemm_made = json_integer(cs.gemm_made);
+        gemm_loaded = json_integer(cs.gemm_loaded);
     }
 #endif
     json_object_set_new(j, "peak_gpu_mem_gb", peak);
@@ -877,6 +890,8 @@ int cmd_bench(int argc, char **argv)
     json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : w16));
     json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : w16));
     json_object_set_new(j, "decode_weight_copies_gb", copies);
+    json_object_set_new(j, "gemm_choices_made", gemm_made);
+    json_object_set_new(j, "gemm_choices_from_file", gemm_loaded);
     json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
     json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
     json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));

@@ -208,6 +208,10 @@ static const struct cfg_key keys[] = {
          "GEMVs read them (one-sequence decode of Qwen3-14B on an H200 6 % faster in fp8, 8 % in bf16; "
          "15 / 28 GB taken from the KV cache); auto = on where the KV cache still holds max_num_seqs "
          "sequences of max_model_len beside them"),
+    STR("engine", "gemm_tuning_file", engine.gemm_tuning_file, "", 0, NULL,
+        "cuda: file keeping the GEMM algorithms chosen by timing, read at start and written at exit: the "
+        "next start on the same GPU model, libraries and llmq version takes the same ones (the same "
+        "results for the same batches, no timing); \"\" = time at every start"),
     SIZE("engine", "cpu_kv_cache_bytes", engine.cpu_kv_cache_bytes, "1GiB", 16 * MiB, TiB,
          "KV cache size of the cpu backend (cuda sizes its cache from gpu_memory_utilization)"),
     BOOL("engine", "enable_prefix_caching", engine.enable_prefix_caching, "true",

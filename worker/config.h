@@ -99,6 +99,7 @@ struct cfg_engine {
     int kv_cache_dtype;            /* enum cfg_kv_dtype */
     int num_kv_blocks;             /* 0 = as many as memory allows; else exactly this many */
     int decode_weight_copies;      /* enum cfg_copies */
+    char *gemm_tuning_file;        /* "" = none (engine/gemm_tuning.h) */
     int64_t cpu_kv_cache_bytes;    /* KV pool size of the CPU backend */
     bool enable_prefix_caching;
     double admission_reserve; /* share of max_tokens admission keeps KV blocks for */

@@ -23,6 +23,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.decode_weight_copies = c->engine.decode_weight_copies == CFG_COPIES_ON    ? BE_COPIES_ON
                                 : c->engine.decode_weight_copies == CFG_COPIES_OFF ? BE_COPIES_OFF
                                                                                    : BE_COPIES_AUTO;
+    o.be.gemm_tuning_file = c->engine.gemm_tuning_file; /* borrowed: c outlives the engine's open */
     o.be.cuda_graphs = c->engine.cuda_graphs;
     o.be.cuda_graph_max_batch = c->engine.cuda_graph_max_batch;
     /* model.dtype: fp8 quantizes linear weights at load; bf16 keeps (or dequantizes) 16-bit weights;

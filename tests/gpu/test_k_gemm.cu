@@ -56,6 +56,7 @@
  * moves half the bytes) and TFLOP/s (fp8 dense peak measured 1416). */
 #include <algorithm>
 #include <cmath>
+#include <errno.h>
 #include <stdarg.h>
 #include <string>
 #include <time.h>
@@ -67,6 +68,8 @@
 
 extern "C" {
 #include "engine/dtype.h"
+#include "engine/gemm_tuning.h"
+#include "engine/scratch_dir.h"
 }
 
 #define BF16_RTOL (1.0 / 256 * 1.001)
@@ -706,6 +709,191 @@ static void tune_bucket_cases(uint64_t seed)
     k_gemm_free(h);
 }
 
+/* ---- the tuning file (k_gemm_use_tuning_file, engine/gemm_tuning.h) */
+
+struct tuning_shape {
+    int M, N, K, y_f32;
+    bool linear; /* k_linear on a bf16 weight (the GEMV-or-cuBLASLt choice) instead of k_gemm_bf16 */
+};
+static const tuning_shape tuning_shapes[] = {
+    {1, 5120, 5120, 0, true},    {4, 5120, 5120, 0, true},   {8, 5120, 5120, 1, false},
+    {37, 1024, 512, 0, false},   {38, 1024, 512, 0, false},  {40, 1024, 512, 0, false},
+    {256, 5120, 5120, 0, false}, {300, 1024, 512, 0, false},
+};
+
+/* Runs every tuning shape on h over X, W (5120 x 5120 at most) into Y; the outputs' bytes, in order. */
+static std::vector<std::vector<uint8_t>> tuning_run(struct k_gemm *h, const bf16 *X, const bf16 *W, void *Y)
+{
+    std::vector<std::vector<uint8_t>> out;
+    for (const tuning_shape &t : tuning_shapes) {
+        const size_t bytes = (size_t)t.M * t.N * (t.y_f32 ? 4 : 2);
+        GPU_OK(cudaMemset(Y, 0xff, bytes));
+        const struct k_weight kw = {0, W, NULL, t.N, t.K, NULL};
+        const int rc = t.linear ? k_linear(h, X, NULL, NULL, &kw, Y, t.y_f32, t.M, 0)
+                                : k_gemm_bf16(h, X, W, Y, t.y_f32, t.M, t.N, t.K, 0);
+        gt_check(rc == 0, "tuning file: %s M %d N %d K %d: %s", t.linear ? "k_linear" : "k_gemm_bf16", t.M,
+                 t.N, t.K, rc ? k_last_error() : "");
+        GPU_OK(cudaDeviceSynchronize());
+        std::vector<uint8_t> h_y(bytes);
+        GPU_OK(cudaMemcpy(h_y.data(), Y, bytes, cudaMemcpyDeviceToHost));
+        out.push_back(h_y);
+    }
+    return out;
+}
+
+static std::string file_text(const std::string &path)
+{
+    std::string t;
+    FILE *f = fopen(path.c_str(), "r");
+    if (!f)
+        return t;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        t.append(buf, n);
+    fclose(f);
+    return t;
+}
+
+/* A handle that writes the file, a second that reads it: the second makes no choice (no timing) and
+ * computes every product bit for bit as the first; a file whose algorithms are another shape's and
+ * whose choices are unsound still gives right products (checked against the reference) and makes
+ * those choices again; a file for another identity is replaced; a file that is not a tuning file is
+ * neither used nor written. */
+static void tuning_file_cases(uint64_t seed)
+{
+    gt_set_mode(0);
+    char dir[] = "/tmp/llmq-gemm-tuning-XXXXXX";
+    if (!mkdtemp(dir)) {
+        gt_check(false, "tuning file: mkdtemp: %s", strerror(errno));
+        return;
+    }
+    const std::string path = std::string(dir) + "/gemm.tuning", foreign = std::string(dir) + "/not-ours";
+    bf16 *X, *W;
+    void *Y;
+    GPU_OK(cudaMalloc(&X, (size_t)300 * 5120 * 2));
+    GPU_OK(cudaMalloc(&W, (size_t)5120 * 5120 * 2));
+    GPU_OK(cudaMalloc(&Y, (size_t)300 * 5120 * 4));
+    fill(X, (size_t)300 * 5120, seed, 1.f);
+    fill(W, (size_t)5120 * 5120, seed ^ 0x5555, 1.f / sqrtf(5120.f));
+    char msg[1024];
+    struct k_gemm_counts c;
+
+    /* the writer */
+    struct k_gemm *h1 = k_gemm_create(0);
+    int rc = k_gemm_use_tuning_file(h1, path.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_NO_FILE, "tuning file: a new path is no file yet (%d: %s)", rc, msg);
+    const auto out1 = tuning_run(h1, X, W, Y);
+    const auto out1b = tuning_run(h1, X, W, Y); /* the same handle again: the kernels repeat themselves */
+    k_gemm_get_counts(h1, &c);
+    const int made1 = c.made;
+    gt_check(c.made >= 8 && c.tuned > 0 && c.loaded == 0,
+             "tuning file: the writer made %d choices (%d timed), "
+             "loaded %d",
+             c.made, c.tuned, c.loaded);
+    gt_check(out1 == out1b, "tuning file: one handle twice gives the same bits");
+    rc = k_gemm_save_tuning(h1, msg, sizeof msg);
+    gt_check(rc == 1, "tuning file: written (%d: %s)", rc, msg);
+    rc = k_gemm_save_tuning(h1, msg, sizeof msg);
+    gt_check(rc == 0, "tuning file: nothing new, not written again (%d)", rc);
+    k_gemm_free(h1);
+
+    /* the reader */
+    struct k_gemm *h2 = k_gemm_create(0);
+    rc = k_gemm_use_tuning_file(h2, path.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_LOADED, "tuning file: read back (%d: %s)", rc, msg);
+    const auto out2 = tuning_run(h2, X, W, Y);
+    k_gemm_get_counts(h2, &c);
+    gt_check(c.made == 0 && c.tuned == 0 && c.loaded > 0 && c.loaded <= made1,
+             "tuning file: the reader made %d choices (%d timed), took %d from the file (the writer made %d)",
+             c.made, c.tuned, c.loaded, made1);
+    for (size_t i = 0; i < out1.size() && i < out2.size(); i++)
+        gt_check(out1[i] == out2[i], "tuning file: %s M %d N %d K %d: the reader's bits are the writer's",
+                 tuning_shapes[i].linear ? "k_linear" : "k_gemm_bf16", tuning_shapes[i].M, tuning_shapes[i].N,
+                 tuning_shapes[i].K);
+    rc = k_gemm_save_tuning(h2, msg, sizeof msg);
+    gt_check(rc == 0, "tuning file: the reader has nothing new to write (%d: %s)", rc, msg);
+    k_gemm_free(h2);
+
+    /* unsound entries: every plan gets the next plan's algorithm, every choice an unknown path */
+    const std::string text = file_text(path);
+    const size_t id0 = text.find("\nidentity ") + 10, id1 = text.find('\n', id0);
+    const std::string identity = text.substr(id0, id1 - id0);
+    struct gemm_tuning t = {NULL, 0, 0};
+    rc = gemm_tuning_load(&t, path.c_str(), identity.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_LOADED && t.n > 0, "tuning file: read by the format module (%d: %s)", rc, msg);
+    int first = -1;
+    for (int i = 0; i < t.n; i++)
+        if (!strncmp(t.e[i].kind, "choice", 6))
+            t.e[i].path = 7;
+        else if (first < 0)
+            first = i;
+        else
+            std::swap(t.e[i].algo, t.e[first].algo); /* a rotation through the plans */
+    gt_check(gemm_tuning_save(&t, path.c_str(), identity.c_str(), msg, sizeof msg) == 0, "tuning file: %s",
+             msg);
+    gemm_tuning_free(&t);
+    struct k_gemm *h3 = k_gemm_create(0);
+    rc = k_gemm_use_tuning_file(h3, path.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_LOADED, "tuning file: the altered file read (%d: %s)", rc, msg);
+    uint64_t r = seed;
+    for (const tuning_shape &ts : tuning_shapes) {
+        GPU_OK(cudaMemset(Y, 0xff, (size_t)ts.M * ts.N * (ts.y_f32 ? 4 : 2)));
+        const struct k_weight kw = {0, W, NULL, ts.N, ts.K, NULL};
+        rc = ts.linear ? k_linear(h3, X, NULL, NULL, &kw, Y, ts.y_f32, ts.M, 0)
+                       : k_gemm_bf16(h3, X, W, Y, ts.y_f32, ts.M, ts.N, ts.K, 0);
+        gt_check(rc == 0, "tuning file (altered): M %d N %d K %d: %s", ts.M, ts.N, ts.K,
+                 rc ? k_last_error() : "");
+        GPU_OK(cudaDeviceSynchronize());
+        char what[96];
+        snprintf(what, sizeof what, "tuning file (altered) %s M %d N %d K %d",
+                 ts.linear ? "k_linear" : "gemm", ts.M, ts.N, ts.K);
+        verify(what, X, W, Y, ts.y_f32, ts.M, ts.N, ts.K, sample_pairs(ts.M, ts.N, &r));
+    }
+    k_gemm_get_counts(h3, &c);
+    gt_check(c.made > 0, "tuning file (altered): the unsound choices were made again (%d made, %d loaded)",
+             c.made, c.loaded);
+    k_gemm_free(h3);
+
+    /* another identity: set aside, replaced at the save */
+    t = {NULL, 0, 0};
+    gt_check(gemm_tuning_save(&t, path.c_str(), "another GPU", msg, sizeof msg) == 0, "tuning file: %s", msg);
+    struct k_gemm *h4 = k_gemm_create(0);
+    rc = k_gemm_use_tuning_file(h4, path.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_OTHER_ID && strstr(msg, "another GPU"),
+             "tuning file: another identity set aside "
+             "(%d: %s)",
+             rc, msg);
+    tuning_run(h4, X, W, Y);
+    rc = k_gemm_save_tuning(h4, msg, sizeof msg);
+    gt_check(rc == 1, "tuning file: replaced (%d: %s)", rc, msg);
+    k_gemm_free(h4);
+    rc = gemm_tuning_load(&t, path.c_str(), identity.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_LOADED && t.n > 0,
+             "tuning file: the replacement is this device's (%d, %d entries)", rc, t.n);
+    gemm_tuning_free(&t);
+
+    /* not a tuning file: neither used nor written */
+    FILE *f = fopen(foreign.c_str(), "w");
+    if (f) {
+        fputs("engine:\n  gemm_tuning_file: here\n", f);
+        fclose(f);
+    }
+    struct k_gemm *h5 = k_gemm_create(0);
+    rc = k_gemm_use_tuning_file(h5, foreign.c_str(), msg, sizeof msg);
+    gt_check(rc == GEMM_TUNING_FOREIGN, "tuning file: not a tuning file (%d: %s)", rc, msg);
+    tuning_run(h5, X, W, Y);
+    rc = k_gemm_save_tuning(h5, msg, sizeof msg);
+    gt_check(rc == 0 && file_text(foreign) == "engine:\n  gemm_tuning_file: here\n",
+             "tuning file: a foreign file is left as it was (%d)", rc);
+    k_gemm_free(h5);
+
+    GPU_OK(cudaFree(X));
+    GPU_OK(cudaFree(W));
+    GPU_OK(cudaFree(Y));
+    scratch_dir_remove(dir);
+}
+
 /* fp16 mode has no fp8 path: the fp8 launchers fail at once (before looking at their arguments) */
 static void fp8_refused_in_f16(struct k_gemm *g)
 {
@@ -769,6 +957,7 @@ int main(void)
     }
     gt_set_mode(0);
     tune_bucket_cases(gt_splitmix(base_seed + k++));
+    tuning_file_cases(gt_splitmix(base_seed + k++));
     fp8_refused_in_f16(g);
 
     /* Qwen3-14B */

@@ -132,6 +132,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.engine.max_num_batched_tokens, 16384);
     assert_int_equal(c.engine.kv_cache_dtype, CFG_KV_AUTO);
     assert_int_equal(c.engine.decode_weight_copies, CFG_COPIES_AUTO);
+    assert_string_equal(c.engine.gemm_tuning_file, "");
     assert_true(c.engine.enable_prefix_caching);
     assert_true(c.engine.cuda_graphs);
     assert_int_equal(c.engine.threads, 0);
@@ -731,6 +732,7 @@ static void test_precedence(void **state)
     set_env("LLMQ_ENGINE_DEVICE", "3");
     set_env("LLMQ_ENGINE_NUM_KV_BLOCKS", "77");
     set_env("LLMQ_ENGINE_DECODE_WEIGHT_COPIES", "off");
+    set_env("LLMQ_ENGINE_GEMM_TUNING_FILE", "/var/lib/llmq/h200.tuning");
     set_env("LLMQ_QUEUES_MAX_JOB_BYTES", "8MiB");
     set_env("LLMQ_SAMPLING_TOP_P", "0.9");
     set_env("LLMQ_ENGINE_BLOK_SIZE", "48"); /* names no key: ignored */
@@ -750,6 +752,7 @@ static void test_precedence(void **state)
         assert_int_equal(eo.be.device, 3); /* engine.device reaches the backend (it used to stop here) */
         assert_int_equal(eo.be.num_kv_blocks, 77); /* and so does engine.num_kv_blocks */
         assert_int_equal(eo.be.decode_weight_copies, BE_COPIES_OFF);
+        assert_string_equal(eo.be.gemm_tuning_file, "/var/lib/llmq/h200.tuning"); /* reaches the backend */
         assert_int_equal(eo.be.kv_dtype, DT_BF16);
     }
     /* model.dtype fp16: the CUDA backend's fp16 mode, whose KV cache follows it (kv_cache_dtype auto);
@@ -806,6 +809,7 @@ static void test_precedence(void **state)
                                        "LLMQ_ENGINE_DEVICE",
                                        "LLMQ_ENGINE_NUM_KV_BLOCKS",
                                        "LLMQ_ENGINE_DECODE_WEIGHT_COPIES",
+                                       "LLMQ_ENGINE_GEMM_TUNING_FILE",
                                        "LLMQ_QUEUES_MAX_JOB_BYTES",
                                        "LLMQ_SAMPLING_TOP_P",
                                        "LLMQ_ENGINE_BLOK_SIZE"};
