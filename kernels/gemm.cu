@@ -93,7 +93,7 @@ struct k_gemm {
     char *file_path;    // NULL: no file in use
     bool file_write;    // false: not a tuning file (or unreadable): never written
     bool file_dirty;    // something to write
-    char identity[320]; // what the file's choices hold for
+    char identity[512]; // what the file's choices hold for
 };
 
 static int align_of(const void *p)
@@ -659,9 +659,9 @@ extern "C" int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *
     // what makes the choices: the device model, the libraries, our kernels (the version) and the
     // workspace cuBLASLt may use
     snprintf(g->identity, sizeof g->identity,
-             "%s, %d SMs, sm_%d%d; cuBLASLt %zu; CUDA runtime %d; llmq %s; workspace %zu MiB", prop.name,
-             prop.multiProcessorCount, prop.major, prop.minor, cublasLtGetVersion(), rt, LLMQ_VERSION,
-             g->ws_bytes >> 20);
+             "%.255s, %d SMs, sm_%d%d; cuBLASLt %zu; CUDA runtime %d; llmq %.32s; workspace %zu MiB",
+             prop.name, prop.multiProcessorCount, prop.major, prop.minor, cublasLtGetVersion(), rt,
+             LLMQ_VERSION, g->ws_bytes >> 20);
     g->file_path = strdup(path);
     if (!g->file_path) {
         snprintf(msg, msglen, "%s: not used: out of host memory", path);

@@ -263,7 +263,10 @@ static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights
     int64_t per_tok = (int64_t)m->cfg.n_layers * 2 * m->cfg.n_kv_heads * m->cfg.head_dim * 4;
     o.kv_cache_bytes = per_tok * (o.max_num_seqs * (int64_t)(max_len + BS)) + ((int64_t)1 << 20);
     o.kv_dtype = cpu ? DT_F32 : kv8 ? DT_F8_E4M3 : DT_BF16;
-    o.cuda_graphs = true; /* the GPU's decode steps as graphs; the emulating oracle mirrors their buckets */
+    /* the GPU's decode steps as graphs (LLMQ_TEST_GRAPHS=0: eager, to tell the two apart); the emulating
+     * oracle mirrors their buckets */
+    const char *graphs = getenv("LLMQ_TEST_GRAPHS");
+    o.cuda_graphs = !(graphs && !strcmp(graphs, "0"));
     o.emulate_cuda = cpu;
     o.weight_dtype = wd;
     o.lm_head_dtype = lm;
