@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(256)
         return;
     const size_t t = blockIdx.x;
     const uint4 *row = (const uint4 *)gate_up + t * 2 * F8;
-    const uint4 g = __ldg(row + f), v = __ldg(row + F8 + f);
+    const uint4 g = ld_dep(row + f), v = ld_dep(row + F8 + f);
     const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, vw[4] = {v.x, v.y, v.z, v.w};
     uint32_t ow[4];
 #pragma unroll
@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(256)
         return;
     const size_t t = blockIdx.x;
     const E *row = gate_up + t * 2 * F;
-    out[t * F + f] = elt16<E>::from_f(silu_mul1(elt16<E>::to_f(row[f]), elt16<E>::to_f(row[F + f])));
+    out[t * F + f] =
+        elt16<E>::from_f(silu_mul1(elt16<E>::to_f(ld_dep(row + f)), elt16<E>::to_f(ld_dep(row + F + f))));
 }
 
 // ---- launchers

@@ -47,6 +47,29 @@ bool k_pdl_on(void)
     return pdl != 0;
 }
 
+bool k_pdl_skip(const void *kern)
+{
+    static const char *skip = getenv("LLMQ_PDL_SKIP"); // read once
+    if (!skip || !*skip)
+        return false;
+    const char *name = NULL;
+    if (cudaFuncGetName(&name, kern) != cudaSuccess || !name) {
+        cudaGetLastError();
+        return false;
+    }
+    for (const char *s = skip; *s;) {
+        const char *e = strchr(s, ',');
+        const size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n > 0) {
+            for (const char *p = name; *p; p++)
+                if (!strncmp(p, s, n))
+                    return true;
+        }
+        s += n + (e ? 1 : 0);
+    }
+    return false;
+}
+
 int k_sm_count(void)
 {
     static std::atomic<int> cache[64];

@@ -17,11 +17,19 @@
 //     so that waiting on one kernel transitively waits on all before it;
 //   - what runs before pdl_wait() reads only data no kernel of the step writes: weights, and the
 //     step's inputs the host uploaded before it (positions, slots, context lengths, block tables).
+//   - what it reads after pdl_wait() that an earlier kernel of the step wrote, it reads with ld_dep()
+//     (through L2), never through the non-coherent read-only path (__ldg, or a plain load from a
+//     const __restrict__ pointer, which nvcc compiles to ld.global.nc): measured, the norms reading the
+//     residual and the o_proj output that way made Qwen3-14B's decode steps differ from run to run
+//     (docs/PERFORMANCE.md, 2026-12-06, third), the same step reading the earlier kernel's output
+//     before or after it was written. (Not yet converted: the GEMV's X and the sampler's logits,
+//     docs/KERNELS.md, "Launches".)
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
 // LLMQ_PDL=0 in the environment turns the attribute off (for A/B measurements and as an escape
-// hatch); it is read once per process.
+// hatch); it is read once per process. LLMQ_PDL_SKIP=name[,name...] (for finding a kernel that breaks
+// the rule) launches the kernels whose (mangled) names contain one of the names without it.
 #pragma once
 #include <cuda_runtime.h>
 #include <utility>
@@ -40,6 +48,12 @@ __device__ __forceinline__ void pdl_launch_dependents()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A load of what an earlier kernel of the step wrote, after pdl_wait() (the rule above): ld.global.cg.
+template <typename T> __device__ __forceinline__ T ld_dep(const T *p)
+{
+    return __ldcg(p);
 }
 
 // The wait and the trigger together (most kernels): the trigger comes after the wait, so at most one
@@ -68,6 +82,9 @@ __device__ __forceinline__ void pdl_enter_early()
 // process).
 bool k_pdl_on(void);
 
+// Whether LLMQ_PDL_SKIP names kern (false at once when it is not set).
+bool k_pdl_skip(const void *kern);
+
 // SMs of the current device (132 on the H200), cached per device; 132 if it cannot be read.
 int k_sm_count(void);
 
@@ -88,7 +105,8 @@ static inline cudaError_t k_launch(void (*kern)(P...), dim3 grid, dim3 block, si
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = k_pdl_on() ? &at : NULL;
-    cfg.numAttrs = k_pdl_on() ? 1 : 0;
+    const bool pdl = k_pdl_on() && !k_pdl_skip((const void *)kern);
+    cfg.attrs = pdl ? &at : NULL;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
 }

@@ -95,6 +95,14 @@ __device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
     float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
+// The same for what an earlier kernel of the step wrote (ld_dep, kernels/launch.cuh).
+__device__ __forceinline__ void load_bf16x4_dep(const bf16 *p, float v[4])
+{
+    uint2 u = ld_dep((const uint2 *)p);
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
 
 __device__ __forceinline__ void store_bf16x4(bf16 *p, const float v[4])
 {
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__
         return;
     const size_t m = blockIdx.x, off = m * K + (size_t)u * 8;
     float v[8];
-    x8_to_float<bf16>(__ldg((const uint4 *)(X + off)), v);
+    x8_to_float<bf16>(ld_dep((const uint4 *)(X + off)), v);
     quant_group<16>(v, Xq + off, x_scale + (size_t)(u / 16) * K_FP8_ROWS(M) + m);
 }
 
@@ -226,9 +234,9 @@ __global__ void __launch_bounds__(256)
         for (int j = 0; j < N; j++)
             if (warp + 8 * j < G) {
                 const int c = (warp + 8 * j) * QBLK + lane * 4;
-                v[j] = *(float4 *)(res + c);
+                v[j] = ld_dep((const float4 *)(res + c));
                 if (ADD)
-                    load_bf16x4(x + row + c, xf[j]);
+                    load_bf16x4_dep(x + row + c, xf[j]);
             }
         float ss = 0.f;
 #pragma unroll
@@ -254,10 +262,10 @@ __global__ void __launch_bounds__(256)
     float ss = 0.f;
     for (int g = warp; g < G; g += 8) {
         const int c = g * QBLK + lane * 4;
-        float4 v = *(float4 *)(res + c);
+        float4 v = ld_dep((const float4 *)(res + c));
         if (ADD) {
             float xf[4];
-            load_bf16x4(x + row + c, xf);
+            load_bf16x4_dep(x + row + c, xf);
             v.x += xf[0], v.y += xf[1], v.z += xf[2], v.w += xf[3];
             *(float4 *)(res + c) = v;
         }
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(256)
     const float rr = rsqrtf(block_sum256(ss) / (float)cols + eps);
     for (int g = warp; g < G; g += 8) {
         const int c = g * QBLK + lane * 4;
-        const float4 v = *(const float4 *)(res + c);
+        const float4 v = ld_dep((const float4 *)(res + c));
         float wf[4];
         load_bf16x4(w + c, wf);
         norm_quant_group(v, rr, wf, out ? out + row + c : NULL, outq + row + c,
@@ -286,8 +294,8 @@ __global__ void __launch_bounds__(256)
     const size_t t = blockIdx.x;
     const bf16 *row = gate_up + t * 2 * F + (size_t)u * 8;
     float gv[8], uv[8], y[8];
-    x8_to_float<bf16>(__ldg((const uint4 *)row), gv);
-    x8_to_float<bf16>(__ldg((const uint4 *)(row + F)), uv);
+    x8_to_float<bf16>(ld_dep((const uint4 *)row), gv);
+    x8_to_float<bf16>(ld_dep((const uint4 *)(row + F)), uv);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         y[i] = bf16r_d(silu_mul1(gv[i], uv[i]));

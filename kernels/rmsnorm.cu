@@ -79,11 +79,11 @@ __global__ void __launch_bounds__(ADD == ADD_PARTS ? 256 : 512)
     for (int r = 0; r < R; r++) {
         const int u = r * blockDim.x + threadIdx.x;
         if (u < n8) {
-            float4 a = res[2 * u], b = res[2 * u + 1];
+            const float4 a = ld_dep(res + 2 * u), b = ld_dep(res + 2 * u + 1);
             v[r][0] = a.x, v[r][1] = a.y, v[r][2] = a.z, v[r][3] = a.w;
             v[r][4] = b.x, v[r][5] = b.y, v[r][6] = b.z, v[r][7] = b.w;
             if constexpr (ADD == ADD_X)
-                xv[r] = __ldg(xr + u);
+                xv[r] = ld_dep(xr + u);
             if constexpr (ADD == ADD_PARTS) {
                 const float4 *p = (const float4 *)(parts + row) + 2 * u;
 #pragma unroll
@@ -155,9 +155,9 @@ __global__ void __launch_bounds__(256)
     float *res = residual + row;
     float ss = 0.f;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        float v = res[i];
+        float v = ld_dep(res + i);
         if (ADD == ADD_X)
-            v += elt16<E>::to_f(x[row + i]);
+            v += elt16<E>::to_f(ld_dep(x + row + i));
         if (ADD == ADD_PARTS) {
             float s = 0.f;
             for (int q = 0; q < ks; q++)
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(256)
     }
     const float rr = rsqrtf(block_sum(ss) / (float)cols + eps);
     for (int i = threadIdx.x; i < cols; i += blockDim.x)
-        out[row + i] = elt16<E>::from_f(res[i] * rr * elt16<E>::to_f(w[i]));
+        out[row + i] = elt16<E>::from_f(ld_dep(res + i) * rr * elt16<E>::to_f(w[i]));
 }
 
 // ---- launchers
