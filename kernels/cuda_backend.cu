@@ -775,6 +775,18 @@ fail:
     return NULL;
 }
 
+// Writes the GEMM tuning file when new choices came since the last save (kernels/gemm.cu returns at
+// once otherwise); says so at info (at close) or debug (the saves while steps run) level.
+static void tuning_save(struct cuda_backend *b, bool at_close)
+{
+    char msg[1024];
+    const int rc = k_gemm_save_tuning(b->gemm, msg, sizeof msg);
+    if (rc > 0)
+        log_msg(at_close ? LOG_INFO : LOG_DEBUG, "cuda backend: GEMM tuning file %s", msg);
+    else if (rc < 0)
+        log_warn("cuda backend: GEMM tuning file not written: %s", msg);
+}
+
 // ---- the host's part of a step
 //
 // Between two steps the GPU waits for the host: the copy back of the sampled tokens, the engine's and
@@ -820,14 +832,8 @@ static void cb_free(struct backend *be)
                  (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs,
                  gc.tuned, gc.borrowed, gc.loaded);
     }
-    if (b->gemm) {
-        char msg[1024];
-        const int rc = k_gemm_save_tuning(b->gemm, msg, sizeof msg);
-        if (rc > 0)
-            log_info("cuda backend: GEMM tuning file %s", msg);
-        else if (rc < 0)
-            log_warn("cuda backend: GEMM tuning file not written: %s", msg);
-    }
+    if (b->gemm)
+        tuning_save(b, true);
     cb_graphs_free(b);
     cb_tile_copies_free(b);
     k_gemm_free(b->gemm);
@@ -1337,12 +1343,7 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
     // worker killed without closing keeps what it timed (a save with nothing new returns at once)
     if (rc == 0 && b->tuning_file && t_enter - b->tuning_saved >= CB_TUNING_SAVE_S) {
         b->tuning_saved = t_enter;
-        char msg[1024];
-        const int src = k_gemm_save_tuning(b->gemm, msg, sizeof msg);
-        if (src > 0)
-            log_debug("cuda backend: GEMM tuning file %s", msg);
-        else if (src < 0)
-            log_warn("cuda backend: GEMM tuning file not written: %s", msg);
+        tuning_save(b, false);
     }
     b->ht_return = llmq_mono_s();
     return rc;
