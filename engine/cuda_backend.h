@@ -20,7 +20,7 @@ struct cuda_backend_stats {
     uint64_t guesses_dropped;   /* ... and dropped: the step asked for was another */
     uint64_t guesses_new_block; /* of those taken, steps in which a sequence entered a block (the
                                  * scheduler's lookahead block) */
-    int gemm_made;              /* GEMM algorithms and GEMV/cuBLASLt choices made (timed or picked) */
+    int gemm_made;              /* GEMM algorithms (M <= 256) and GEMV/cuBLASLt choices made here */
     int gemm_loaded;            /* ... and taken from the tuning file (engine.gemm_tuning_file) */
 };
 

@@ -472,6 +472,17 @@ static const gemm_plan *plan_find(const struct k_gemm *g, const gemm_key &key)
 
 // ---- the tuning file's side of the table
 
+// What the file keeps: the keys whose choice a process makes by timing or by the order it meets shapes
+// in — k_linear's choices and the plans of M <= GEMM_TUNE_MAX_M (timed, borrowed from their bucket, or
+// the heuristic's pick inside a capture, which another process may time instead). A larger M takes
+// the heuristic's first pick, the same in every process of the file's identity, so it is neither
+// kept nor looked up: a worker meets a new M > 256 at nearly every prefill step, and keeping them
+// would grow the file (and its saves on the step path) without end.
+static bool file_keeps(const gemm_key &k)
+{
+    return kind_is_choice(k.kind) || k.M <= GEMM_TUNE_MAX_M;
+}
+
 static void file_key(const gemm_key &k, int v[GEMM_TUNING_KEY_INTS])
 {
     const int x[GEMM_TUNING_KEY_INTS] = {k.M, k.N, k.K, k.y_f32, k.align_x, k.align_w, k.align_y, k.rep};
@@ -482,7 +493,7 @@ static void file_key(const gemm_key &k, int v[GEMM_TUNING_KEY_INTS])
 // names a path; a plan does not), else NULL.
 static const gemm_tuning_entry *file_find(const struct k_gemm *g, const gemm_key &k)
 {
-    if (!g->file_path)
+    if (!g->file_path || !file_keeps(k))
         return NULL;
     int v[GEMM_TUNING_KEY_INTS];
     file_key(k, v);
@@ -492,10 +503,14 @@ static const gemm_tuning_entry *file_find(const struct k_gemm *g, const gemm_key
     return e;
 }
 
-// Notes a plan's algorithm (algo) or a k_linear choice (path) for the next k_gemm_save_tuning.
+// Counts a choice the file keeps (file_keeps) and notes it, a plan's algorithm (algo) or a k_linear
+// choice (path), for the next k_gemm_save_tuning.
 static void file_note(struct k_gemm *g, const gemm_key &k, const cublasLtMatmulAlgo_t *algo, int timed_M,
                       int path)
 {
+    if (!file_keeps(k))
+        return;
+    g->counts.made++;
     if (!g->file_path || !g->file_write)
         return;
     gemm_tuning_entry e;
@@ -563,7 +578,6 @@ static int plan_get(struct k_gemm *g, const gemm_key &key, const gemm_tune *t, g
             }
         }
     }
-    g->counts.made++;
     file_note(g, key, &p->algo, p->timed_M, 0);
     g->n++;
     *out = p;
@@ -817,7 +831,6 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
             fprintf(stderr, "gemm choice %s M %d N %d K %d: gemv %.1f us, cublasLt %.1f us -> %s\n",
                     weight_type(w), M, w->N, w->K, t_gemv * 1000.f, t_lt * 1000.f,
                     path == PATH_GEMV ? "gemv" : "cublasLt");
-        g->counts.made++;
         file_note(g, key, NULL, M, path);
     }
     if (2 * (g->n + 1) > g->cap && table_grow(g))

@@ -124,7 +124,8 @@ void k_gemm_free(struct k_gemm *g);
 /* How a handle's cuBLASLt plans got their algorithms so far: tuned = timed over candidates on the
  * call's operands (M <= 256, outside a graph capture); borrowed = taken from a timed plan of the
  * same tune bucket (kernels/gemm.cu); loaded = plans and k_linear choices taken from the tuning file;
- * made = plans and choices made without it (timed, borrowed, the heuristic's picks, k_linear's timings). */
+ * made = those the tuning file keeps (plans of M <= 256, k_linear's choices) made without it. Plans
+ * of larger M take the heuristic's pick, the same in every process, and count in none of these. */
 struct k_gemm_counts {
     int tuned, borrowed, loaded, made;
 };
