@@ -216,9 +216,14 @@ int gemm_tuning_load(struct gemm_tuning *t, const char *path, const char *identi
         snprintf(msg, msglen, "%s: %s", path, strerror(errno));
         rc = GEMM_TUNING_FOREIGN;
     }
-    if (rc == GEMM_TUNING_LOADED && !have_id) {
+    if (rc == GEMM_TUNING_LOADED && lineno == 0) {
+        /* an empty file (made ready with touch, or by a tool that creates its files first) is no file
+         * yet: it becomes the tuning file at the first save */
+        snprintf(msg, msglen, "%s: empty, no choices yet", path);
+        rc = GEMM_TUNING_NO_FILE;
+    } else if (rc == GEMM_TUNING_LOADED && !have_id) {
         snprintf(msg, msglen, "%s:%d: the file ends before its identity line", path, lineno + 1);
-        rc = lineno == 0 ? GEMM_TUNING_FOREIGN : GEMM_TUNING_BAD;
+        rc = GEMM_TUNING_BAD;
     }
     free(line);
     fclose(f);

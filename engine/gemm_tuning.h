@@ -34,7 +34,7 @@ struct gemm_tuning {
 
 enum {
     GEMM_TUNING_LOADED = 0,   /* t holds the file's entries */
-    GEMM_TUNING_NO_FILE = 1,  /* no file at path yet: t is empty */
+    GEMM_TUNING_NO_FILE = 1,  /* no file at path yet, or an empty one: t is empty */
     GEMM_TUNING_OTHER_ID = 2, /* a tuning file for another identity: t is empty, msg says which */
     GEMM_TUNING_BAD = -1,     /* a tuning file with a malformed line: t is empty, msg "path:line: ..." */
     GEMM_TUNING_FOREIGN = -2, /* unreadable, or not a tuning file (its first line): t is empty, msg says */

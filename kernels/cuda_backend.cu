@@ -708,6 +708,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         const int rc = k_gemm_use_tuning_file(b->gemm, o->gemm_tuning_file, msg, sizeof msg);
         b->tuning_file = rc != GEMM_TUNING_FOREIGN;
         b->tuning_saved = llmq_mono_s();
+        b->tuning_save_s = k_env_int("LLMQ_GEMM_TUNING_SAVE_S", (int)CB_TUNING_SAVE_S, 0, 86400);
         if (rc == GEMM_TUNING_LOADED)
             log_info("cuda backend: GEMM tuning file %s", msg);
         else if (rc == GEMM_TUNING_NO_FILE)
@@ -1341,7 +1342,7 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
         after_failure(b);
     // the tuning file also every CB_TUNING_SAVE_S while new choices come, not only at close, so that a
     // worker killed without closing keeps what it timed (a save with nothing new returns at once)
-    if (rc == 0 && b->tuning_file && t_enter - b->tuning_saved >= CB_TUNING_SAVE_S) {
+    if (rc == 0 && b->tuning_file && t_enter - b->tuning_saved >= b->tuning_save_s) {
         b->tuning_saved = t_enter;
         tuning_save(b, false);
     }

@@ -191,9 +191,10 @@ struct cuda_backend {
     double ht[2][CB_HT_N];
     uint64_t ht_steps[2];
     double ht_return; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
-    // engine.gemm_tuning_file: in use, and when a step last offered it a save (CLOCK_MONOTONIC seconds)
+    // engine.gemm_tuning_file: in use, when a step last offered it a save (CLOCK_MONOTONIC seconds),
+    // and the seconds between such saves (CB_TUNING_SAVE_S; LLMQ_GEMM_TUNING_SAVE_S for tests)
     bool tuning_file;
-    double tuning_saved;
+    double tuning_saved, tuning_save_s;
 
     // memory accounting
     size_t alloc_bytes; // device bytes this backend allocated (KV pool included)

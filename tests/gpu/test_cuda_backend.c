@@ -1096,6 +1096,90 @@ static void case_errors(const struct model *m)
     backend_free(be);
 }
 
+/* ---- the GEMM tuning file is written while steps run (every CB_TUNING_SAVE_S, 60 s; 0 s here through
+ * LLMQ_GEMM_TUNING_SAVE_S) as well as at close: a worker killed without closing keeps its choices */
+
+static bool file_has_lines(const char *path, int min_lines, char *first, size_t firstlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    int n = 0, c;
+    size_t k = 0;
+    while ((c = fgetc(f)) != EOF) {
+        if (n == 0 && c != '\n' && k + 1 < firstlen)
+            first[k++] = (char)c;
+        n += c == '\n';
+    }
+    first[k] = 0;
+    fclose(f);
+    return n >= min_lines;
+}
+
+static void case_tuning_save(const struct model *m)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%.400s/llmq-test-tuning-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        printf("FAIL mkdtemp %s\n", dir);
+        n_fail++;
+        return;
+    }
+    snprintf(path, sizeof path, "%s/gemm.tuning", dir);
+    const char *keep = getenv("LLMQ_GEMM_TUNING_SAVE_S");
+    char *kept = keep ? strdup(keep) : NULL;
+    for (int every0 = 0; every0 < 2; every0++) {
+        if (every0)
+            setenv("LLMQ_GEMM_TUNING_SAVE_S", "0", 1);
+        else
+            unsetenv("LLMQ_GEMM_TUNING_SAVE_S");
+        unlink(path);
+        struct backend_opts o = be_opts(CUDA, false, KV_BYTES, MAX_LEN);
+        o.gemm_tuning_file = path;
+        char err[512];
+        struct backend *be = backend_open("cuda", m, &o, err, sizeof err);
+        if (!be) {
+            printf("FAIL tuning file saves: open: %s\n", err);
+            n_fail++;
+            break;
+        }
+        /* a 40-token prefill, then decodes: each step makes new choices (other M) for the next to save */
+        int32_t toks[48], bt[3] = {0, 1, 2};
+        for (int i = 0; i < 40; i++)
+            toks[i] = (i * 7 + 3) % m->cfg.vocab;
+        struct sampling_params sp = sampling_params_default();
+        sp.temperature = 0;
+        struct be_seq q;
+        memset(&q, 0, sizeof q);
+        q.tokens = toks, q.n_prompt = 40, q.n_tokens = 40, q.pos = 0, q.n_new = 40, q.block_table = bt,
+        q.n_blocks = 3, q.sample = true, q.sp = &sp;
+        struct be_out out;
+        int rc = 0;
+        for (int step = 0; step < 4 && rc == 0; step++) {
+            rc = backend_step(be, &q, 1, &out);
+            toks[q.n_tokens] = out.token;
+            q.pos = q.n_tokens, q.n_tokens++, q.n_new = 1;
+        }
+        char first[64];
+        const bool before = file_has_lines(path, 3, first, sizeof first); /* magic, identity, an entry */
+        backend_free(be);
+        const bool after = file_has_lines(path, 3, first, sizeof first);
+        const bool ok = rc == 0 && before == (every0 == 1) && after && !strcmp(first, "llmq-gemm-tuning 1");
+        printf("%s tuning file, saves every %s: steps -> %d; written before close: %s, after: %s (\"%s\")\n",
+               ok ? "ok  " : "FAIL", every0 ? "0 s" : "60 s (the default)", rc, before ? "yes" : "no",
+               after ? "yes" : "no", first);
+        n_fail += !ok;
+    }
+    if (kept)
+        setenv("LLMQ_GEMM_TUNING_SAVE_S", kept, 1);
+    else
+        unsetenv("LLMQ_GEMM_TUNING_SAVE_S");
+    free(kept);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* ---- a sequence whose logits are NaN fails alone (backend_ops.step): a copy of the shape's model
  * with one token's embedding row NaN (a corrupt weight; an fp16 overflow ends the same way), one
  * sequence whose prompt holds it beside one whose prompt does not, prefilled in one step, then the
@@ -1248,8 +1332,10 @@ int main(int argc, char **argv)
                 case_graphs(sname, m, &k);
             if (shapes[i].engine && !cpu_only)
                 case_spec(sname, m, tk);
-            if (i == 0 && !cpu_only && !kv_fp8 && !f16)
+            if (i == 0 && !cpu_only && !kv_fp8 && !f16) {
                 case_errors(m);
+                case_tuning_save(m);
+            }
             if (i == 0 && !cpu_only && f16)
                 case_f16_refusals(m);
             if (i == 1 && !cpu_only && !kv_fp8)

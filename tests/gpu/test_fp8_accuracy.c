@@ -511,7 +511,8 @@ static void copies_rule(const struct model *m)
  * mapping at one row (not the diagonal one, another summation order, which some devices take by
  * default), and one GEMM tuning file (engine.gemm_tuning_file): the first run writes the cuBLASLt
  * algorithms its prefill GEMMs timed, the others take them, so the row-major engine must repeat its own
- * bits (a second row-major run: the tuning file's promise) and the copies must give the same. */
+ * bits (a second row-major run: the tuning file's promise) and the copies must give the same; a last
+ * row-major run without the file says whether the algorithms timed afresh changed any bits (info). */
 static void tiled_same(const struct model *m, const char *model, struct prompts *p, int max_len)
 {
     const char *tmp = getenv("TMPDIR");
@@ -538,8 +539,14 @@ static void tiled_same(const struct model *m, const char *model, struct prompts 
     g_copies = BE_COPIES_ON; /* the layers and the output projection */
     ok = ok &&
          run_cfg(m, model, "fp8 weights, tile copies", false, BE_WEIGHTS_FP8, false, p, true, &b, max_len);
-    g_copies = BE_COPIES_AUTO;
+    /* and once more without the file: the prefill GEMMs' algorithms timed afresh (info: cuBLASLt's timing
+     * may pick another algorithm, another summation order, which the file is there to prevent) */
+    struct trace a3 = {0};
+    g_copies = BE_COPIES_OFF;
     g_tuning = NULL;
+    ok = ok && run_cfg(m, model, "fp8 weights, row-major, no tuning file", false, BE_WEIGHTS_FP8, false, p,
+                       true, &a3, max_len);
+    g_copies = BE_COPIES_AUTO;
     scratch_dir_remove(dir);
     env_back("LLMQ_GEMM_PICK", keep_p, had_p);
 #ifdef LLMQ_HAVE_CUDA_BACKEND
@@ -558,8 +565,15 @@ static void tiled_same(const struct model *m, const char *model, struct prompts 
             "positions differ (the first at seq %zu, token %zu; largest chosen |dlogprob| %.3g)\n",
             differ ? "FAIL" : "ok  ", model, differ, n, first / a.n_gen, first % a.n_gen, worst);
         n_fail += (again != 0) + (differ != 0);
+        size_t first3;
+        float worst3;
+        const size_t fresh = trace_differ(&a, &a3, &first3, &worst3);
+        printf(
+            "info %s: the row-major run again without the tuning file (algorithms timed afresh): %zu of %zu "
+            "positions differ (largest chosen |dlogprob| %.3g)\n",
+            model, fresh, n, worst3);
     }
-    trace_free(&a), trace_free(&a2), trace_free(&b);
+    trace_free(&a), trace_free(&a2), trace_free(&a3), trace_free(&b);
 }
 
 struct tiny {
