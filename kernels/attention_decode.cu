@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(DC_THREADS)
             const int item = base + grp, kind = item < G ? 0 : item == G ? 1 : 2;
             const bool valid = item < n_items;
             const int col = (kind == 0 ? kvh * G + item : kind == 1 ? H + kvh : H + KVH + kvh) * D + sub * 8;
-            const uint4 raw = valid ? *reinterpret_cast<const uint4 *>(row + col) : zero4;
+            const uint4 raw = valid ? ld_dep(reinterpret_cast<const uint4 *>(row + col)) : zero4;
             const uint4 braw =
                 rope.bias && valid ? __ldg(reinterpret_cast<const uint4 *>(rope.bias + col)) : zero4;
             const bool norm =
@@ -538,12 +538,12 @@ __device__ __forceinline__ void load_parts(float (&x)[DR_BATCH][V], const float 
         const int p = min(p0 + j, n - 1);
         const float *src = ws_o + (base + p) * D + lane * V;
         if constexpr (V == 4) {
-            const float4 v = *reinterpret_cast<const float4 *>(src);
+            const float4 v = ld_dep(reinterpret_cast<const float4 *>(src));
             x[j][0] = v.x, x[j][1] = v.y, x[j][2] = v.z, x[j][3] = v.w;
         } else {
 #pragma unroll
             for (int v = 0; v < V; v++)
-                x[j][v] = src[v];
+                x[j][v] = ld_dep(src + v);
         }
     }
 }
@@ -566,12 +566,12 @@ __global__ void __launch_bounds__(128)
     if (n <= 1)
         return; /* written by the partition kernel */
     const size_t base = ((size_t)s * H + h) * n_part_max;
-    const float2 ml_lane = lane < n ? ws_ml[base + lane] : make_float2(NEG_INF, 0.f);
+    const float2 ml_lane = lane < n ? ld_dep(ws_ml + base + lane) : make_float2(NEG_INF, 0.f);
     float x[DR_BATCH][V];
     load_parts<V>(x, ws_o, base, 0, n, D, lane);
     float M = ml_lane.x;
     for (int p = lane + 32; p < n; p += 32)
-        M = fmaxf(M, ws_ml[base + p].x);
+        M = fmaxf(M, ld_dep(ws_ml + base + p).x);
 #pragma unroll
     for (int o = 16; o > 0; o /= 2)
         M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(128)
                 break;
             const float2 ml = p < 32 ? make_float2(__shfl_sync(0xffffffffu, ml_lane.x, p),
                                                    __shfl_sync(0xffffffffu, ml_lane.y, p))
-                                     : ws_ml[base + p];
+                                     : ld_dep(ws_ml + base + p);
             const float w = ml.y * fast_exp2(ml.x - M);
             L += w;
 #pragma unroll

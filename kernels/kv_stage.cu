@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(STAGE_THREADS)
     const bool is_v = blockIdx.z != 0;
     const size_t per_block = (size_t)units * 16; // codes of one block (KVH * bs rows of D)
     const size_t src = (size_t)blocks[blockIdx.y] * per_block + (size_t)u * 16;
-    const uint4 w = *reinterpret_cast<const uint4 *>((is_v ? vc : kc) + src);
-    const float s = (is_v ? vs : ks)[src / D];
+    // the cache rows the step's RoPE kernel may have just written: through L2 (kernels/launch.cuh)
+    const uint4 w = ld_dep(reinterpret_cast<const uint4 *>((is_v ? vc : kc) + src));
+    const float s = ld_dep((is_v ? vs : ks) + src / D);
     uint4 lo, hi;
     lo.x = dequant2(w.x, s), lo.y = dequant2(w.x >> 16, s), lo.z = dequant2(w.y, s),
     lo.w = dequant2(w.y >> 16, s);

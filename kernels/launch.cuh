@@ -18,12 +18,13 @@
 //   - what runs before pdl_wait() reads only data no kernel of the step writes: weights, and the
 //     step's inputs the host uploaded before it (positions, slots, context lengths, block tables).
 //   - what it reads after pdl_wait() that an earlier kernel of the step wrote, it reads with ld_dep()
-//     (through L2), never through the non-coherent read-only path (__ldg, or a plain load from a
-//     const __restrict__ pointer, which nvcc compiles to ld.global.nc): measured, the norms reading the
-//     residual and the o_proj output that way made Qwen3-14B's decode steps differ from run to run
-//     (docs/PERFORMANCE.md, 2026-12-06, third), the same step reading the earlier kernel's output
-//     before or after it was written. (Not yet converted: the GEMV's X and the sampler's logits,
-//     docs/KERNELS.md, "Launches".)
+//     (ld.global.ca: an ordinary load, which the wait's visibility guarantee covers), never through the
+//     non-coherent read-only path (__ldg, or a plain load from a const __restrict__ pointer, which nvcc
+//     compiles to ld.global.nc, defined only for data that no one writes while the kernel runs, and
+//     under PDL the kernel runs while the one before writes): measured, the norms reading the residual
+//     and the o_proj output that way made Qwen3-14B's decode steps differ from run to run (28 of 32
+//     positions on an H100; docs/PERFORMANCE.md, 2026-12-06, third and fourth). A PTX listing finds
+//     what is left: ld.global.nc after griddepcontrol.wait in a kernel (docs/KERNELS.md, "Launches").
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
@@ -50,10 +51,13 @@ __device__ __forceinline__ void pdl_launch_dependents()
 #endif
 }
 
-// A load of what an earlier kernel of the step wrote, after pdl_wait() (the rule above): ld.global.cg.
+// A load of what an earlier kernel of the step wrote, after pdl_wait() (the rule above): ld.global.ca,
+// cached in L1 like __ldg but coherent with the wait. Measured against ld.global.cg (L2 only): the same
+// repeatability (0 of 32 positions differ, twice, on the H100 where the read-only path gave 28), and the
+// GEMV's X keeps its L1 re-reads (single fp8 131 tok/s through L2 against 175 on an H100).
 template <typename T> __device__ __forceinline__ T ld_dep(const T *p)
 {
-    return __ldcg(p);
+    return __ldca(p);
 }
 
 // The wait and the trigger together (most kernels): the trigger comes after the wait, so at most one

@@ -183,13 +183,13 @@ __device__ __forceinline__ void block_excl_scan(uint32_t &c, uint64_t &m, uint32
 template <bool VEC> __device__ __forceinline__ float4 load4(const float *row, int V, int q)
 {
     if (VEC)
-        return __ldg((const float4 *)row + q);
+        return ld_dep((const float4 *)row + q);
     const int i = q << 2;
     float4 v;
-    v.x = __ldg(row + i);
-    v.y = i + 1 < V ? __ldg(row + i + 1) : -INFINITY;
-    v.z = i + 2 < V ? __ldg(row + i + 2) : -INFINITY;
-    v.w = i + 3 < V ? __ldg(row + i + 3) : -INFINITY;
+    v.x = ld_dep(row + i);
+    v.y = i + 1 < V ? ld_dep(row + i + 1) : -INFINITY;
+    v.z = i + 2 < V ? ld_dep(row + i + 2) : -INFINITY;
+    v.w = i + 3 < V ? ld_dep(row + i + 3) : -INFINITY;
     return v;
 }
 
