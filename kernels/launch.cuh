@@ -23,8 +23,9 @@
 //     compiles to ld.global.nc, defined only for data that no one writes while the kernel runs, and
 //     under PDL the kernel runs while the one before writes): measured, the norms reading the residual
 //     and the o_proj output that way made Qwen3-14B's decode steps differ from run to run (28 of 32
-//     positions on an H100; docs/PERFORMANCE.md, 2026-12-06, third and fourth). A PTX listing finds
-//     what is left: ld.global.nc after griddepcontrol.wait in a kernel (docs/KERNELS.md, "Launches").
+//     positions on an H100; docs/PERFORMANCE.md, 2026-12-06, third and fourth). CI checks it:
+//     contrib/pdl_reads (tests/cli/test_pdl_reads.sh) lists each kernel's ld.global.nc reads after the
+//     wait and fails on a parameter contrib/pdl_reads/allowed.txt does not allow.
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
