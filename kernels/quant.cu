@@ -88,17 +88,11 @@ __device__ __forceinline__ void quant_group(const float (&v)[128 / L], uint8_t *
         *scale = s;
 }
 
-__device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
+// Four bf16 as floats: DEP for what an earlier kernel of the step wrote (ld_dep, kernels/launch.cuh),
+// else weights.
+template <bool DEP = false> __device__ __forceinline__ void load_bf16x4(const bf16 *p, float v[4])
 {
-    uint2 u = *(const uint2 *)p;
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
-    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-// The same for what an earlier kernel of the step wrote (ld_dep, kernels/launch.cuh).
-__device__ __forceinline__ void load_bf16x4_dep(const bf16 *p, float v[4])
-{
-    uint2 u = ld_dep((const uint2 *)p);
+    const uint2 u = DEP ? ld_dep((const uint2 *)p) : *(const uint2 *)p;
     const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
     float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
@@ -236,7 +230,7 @@ __global__ void __launch_bounds__(256)
                 const int c = (warp + 8 * j) * QBLK + lane * 4;
                 v[j] = ld_dep((const float4 *)(res + c));
                 if (ADD)
-                    load_bf16x4_dep(x + row + c, xf[j]);
+                    load_bf16x4<true>(x + row + c, xf[j]);
             }
         float ss = 0.f;
 #pragma unroll
@@ -265,7 +259,7 @@ __global__ void __launch_bounds__(256)
         float4 v = ld_dep((const float4 *)(res + c));
         if (ADD) {
             float xf[4];
-            load_bf16x4_dep(x + row + c, xf);
+            load_bf16x4<true>(x + row + c, xf);
             v.x += xf[0], v.y += xf[1], v.z += xf[2], v.w += xf[3];
             *(float4 *)(res + c) = v;
         }
