@@ -1,9 +1,22 @@
 #include "engine/scratch_dir.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int scratch_dir_make(const char *name, char *dir, size_t len)
+{
+    const char *tmp = getenv("TMPDIR");
+    const int n = snprintf(dir, len, "%s/llmq-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    if (n < 0 || (size_t)n >= len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return mkdtemp(dir) ? 0 : -1;
+}
 
 void scratch_dir_remove(const char *dir)
 {

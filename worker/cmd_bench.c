@@ -173,10 +173,8 @@ static json_t *non_default_settings(const struct cfg *c)
  * the minimal byte-level one make-tiny-model writes, from a temporary folder. */
 static struct tok *scratch_tokenizer(char *err, size_t errlen)
 {
-    const char *tmp = getenv("TMPDIR");
     char dir[512];
-    snprintf(dir, sizeof dir, "%.400s/llmq-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
+    if (scratch_dir_make("bench", dir, sizeof dir)) {
         snprintf(err, errlen, "cannot create a temporary folder %s: %s", dir, strerror(errno));
         return NULL;
     }

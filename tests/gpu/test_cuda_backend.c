@@ -70,6 +70,7 @@
  * `--cpu-only` runs every case with the CPU oracles alone (no device needed) and prints what the GPU run
  * will be measured against (ctest runs each pass so: unit_cuda_backend_cpu_oracles_{bf16,fp8,fp16}). Skips
  * (exit 77) without a usable GPU. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1118,11 +1119,9 @@ static bool file_has_lines(const char *path, int min_lines, char *first, size_t 
 
 static void case_tuning_save(const struct model *m)
 {
-    const char *tmp = getenv("TMPDIR");
     char dir[600], path[700];
-    snprintf(dir, sizeof dir, "%.400s/llmq-test-tuning-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        printf("FAIL mkdtemp %s\n", dir);
+    if (scratch_dir_make("test-tuning", dir, sizeof dir)) {
+        printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
         n_fail++;
         return;
     }
@@ -1176,8 +1175,7 @@ static void case_tuning_save(const struct model *m)
     else
         unsetenv("LLMQ_GEMM_TUNING_SAVE_S");
     free(kept);
-    unlink(path);
-    rmdir(dir);
+    scratch_dir_remove(dir);
 }
 
 /* ---- a sequence whose logits are NaN fails alone (backend_ops.step): a copy of the shape's model

@@ -33,6 +33,7 @@
  * closer to the fp8 oracle than to the bf16 oracle (else it is not using the oracle's fp8 values). fp8 KV
  * configurations print "not implemented" and are skipped when the backend refuses them. Skips (exit 77)
  * without a usable GPU. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -515,11 +516,9 @@ static void copies_rule(const struct model *m)
  * row-major run without the file says whether the algorithms timed afresh changed any bits (info). */
 static void tiled_same(const struct model *m, const char *model, struct prompts *p, int max_len)
 {
-    const char *tmp = getenv("TMPDIR");
     char dir[600], tuning[700];
-    snprintf(dir, sizeof dir, "%.400s/llmq-test-tuning-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        printf("FAIL mkdtemp %s\n", dir);
+    if (scratch_dir_make("test-tuning", dir, sizeof dir)) {
+        printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
         n_fail++;
         return;
     }

@@ -763,8 +763,8 @@ static std::string file_text(const std::string &path)
 static void tuning_file_cases(uint64_t seed)
 {
     gt_set_mode(0);
-    char dir[] = "/tmp/llmq-gemm-tuning-XXXXXX";
-    if (!mkdtemp(dir)) {
+    char dir[600];
+    if (scratch_dir_make("gemm-tuning", dir, sizeof dir)) {
         gt_check(false, "tuning file: mkdtemp: %s", strerror(errno));
         return;
     }

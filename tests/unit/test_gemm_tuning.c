@@ -17,13 +17,12 @@
 
 #define ID "device NVIDIA H200 sm 132 cc 9.0; cublasLt 130100; llmq 0.1.0"
 
-static char dir[64], path[128];
+static char dir[512], path[600];
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/llmq-test-gemm-tuning-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_dir_make("test-gemm-tuning", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/gemm.tuning", dir);
     return 0;
@@ -83,7 +82,7 @@ static void test_round_trip(void **state)
     x = entry("fp8", 1, 1); /* M 1 was put as bf16 */
     assert_null(gemm_tuning_find(&u, x.kind, x.key));
     /* no temporary file stays beside it */
-    char tmp[192];
+    char tmp[700];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     assert_int_equal(access(tmp, F_OK), -1);
     gemm_tuning_free(&t);
@@ -188,7 +187,7 @@ static void test_malformed(void **state)
         struct gemm_tuning t = {0};
         assert_int_equal(gemm_tuning_load(&t, path, ID, msg, sizeof msg), GEMM_TUNING_BAD);
         assert_int_equal(t.n, 0);
-        char at[160];
+        char at[700];
         snprintf(at, sizeof at, "%s:6: ", path);
         if (!strstr(msg, at) || !strstr(msg, bad[i].why))
             fail_msg("line %zu: message \"%s\" lacks \"%s\" or \"%s\"", i, msg, at, bad[i].why);
@@ -222,7 +221,7 @@ static void test_foreign(void **state)
     assert_int_equal(gemm_tuning_load(&t, path, ID, msg, sizeof msg), GEMM_TUNING_FOREIGN);
     assert_non_null(strstr(msg, "not a GEMM tuning file"));
     /* a folder where the file should be: the save fails with the path, and nothing is left */
-    char sub[192];
+    char sub[600];
     snprintf(sub, sizeof sub, "%s/nope/gemm.tuning", dir);
     assert_int_equal(gemm_tuning_save(&t, sub, ID, msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "nope"));
