@@ -31,6 +31,7 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
 
@@ -276,8 +277,7 @@ static inline int hf_golden_main(const char *group, const char *key, const char 
                 return TEST_SKIP_CODE;
             }
     }
-    snprintf(hf_golden_tmpdir, sizeof hf_golden_tmpdir, "/tmp/llmq-%s-XXXXXX", tag);
-    if (!mkdtemp(hf_golden_tmpdir)) {
+    if (scratch_dir_make(tag, hf_golden_tmpdir, sizeof hf_golden_tmpdir)) {
         json_decref(spec);
         return 1;
     }

@@ -192,6 +192,7 @@ static inline int redis_server_start(struct redis_server *s, const char *const *
             snprintf(s->password, sizeof s->password, "%s", extra[ne + 1]);
     }
     s->extra[ne] = NULL;
+    /* /tmp, not $TMPDIR (scratch_dir_make): the socket path must fit sun_path's 108 bytes */
     snprintf(s->dir, sizeof s->dir, "/tmp/llmq-redis-XXXXXX");
     if (!mkdtemp(s->dir))
         return -1;

@@ -1185,15 +1185,13 @@ static void case_tuning_save(const struct model *m)
 
 static void case_nan_row(const char *shape, const struct tiny_opts *o)
 {
-    char dir[600], err[512];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%.400s/llmq-test-cuda-nan-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    char dir[600], err[512] = "";
     struct model *m = NULL;
     const int32_t bad_id = 7;
-    if (!mkdtemp(dir) || tiny_model_write(dir, o, err, sizeof err) ||
+    if (scratch_dir_make("test-cuda-nan", dir, sizeof dir) || tiny_model_write(dir, o, err, sizeof err) ||
         test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err) ||
         !(m = model_load(dir, err, sizeof err))) {
-        printf("FAIL %s nan row: %s\n", shape, err);
+        printf("FAIL %s nan row: %s\n", shape, err[0] ? err : strerror(errno));
         n_fail++;
         model_free(m);
         scratch_dir_remove(dir);
@@ -1292,7 +1290,6 @@ int main(int argc, char **argv)
     o.vocab = 1000, o.seed = 1;
     shapes[nshape++] = (struct shape){"qwen3-gqa4-1l", o, true, true};
 
-    const char *tmp = getenv("TMPDIR");
     for (int pass = 0; pass < 3 * nshape; pass++) {
         const int i = pass % nshape;
         kv_fp8 = pass / nshape == 1;
@@ -1302,9 +1299,8 @@ int main(int argc, char **argv)
         char sname[64];
         snprintf(sname, sizeof sname, "%s%s", shapes[i].name, kv_fp8 ? " kv-fp8" : f16 ? " fp16" : "");
         char dir[600], err[512];
-        snprintf(dir, sizeof dir, "%.400s/llmq-test-cuda-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            printf("FAIL mkdtemp %s\n", dir);
+        if (scratch_dir_make("test-cuda", dir, sizeof dir)) {
+            printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
             return 1;
         }
         struct model *m = NULL;

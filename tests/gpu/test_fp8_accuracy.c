@@ -628,12 +628,10 @@ int main(void)
     tinies[nt++] = (struct tiny){"qwen3-aligned-tied-v768", o, false, true};
 
     const int lens[4] = {5, 64, 300, 777};
-    const char *tmp = getenv("TMPDIR");
     for (int i = 0; i < nt; i++) {
         char dir[600], err[512];
-        snprintf(dir, sizeof dir, "%.400s/llmq-test-fp8-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            printf("FAIL mkdtemp %s\n", dir);
+        if (scratch_dir_make("test-fp8", dir, sizeof dir)) {
+            printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
             return 1;
         }
         struct model *m = NULL;

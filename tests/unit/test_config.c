@@ -12,17 +12,17 @@
 #include <cmocka.h>
 
 #include "engine/log.h"
+#include "engine/scratch_dir.h"
 #include "testutil.h"
 #include "worker/config.h"
 #include "worker/engine_cfg.h"
 
-static char dir[64];
-static char path[128]; /* the YAML file each test writes */
+static char dir[128];
+static char path[192]; /* the YAML file each test writes */
 
 static int setup(void **state)
 {
-    snprintf(dir, sizeof dir, "/tmp/llmq-test-config-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_dir_make("test-config", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.yaml", dir);
     return 0;

@@ -23,13 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/scratch_dir.h"
 #include "testutil.h"
 #include "worker/db.h"
 
 const char *db_test_column(const char *table, size_t i); /* worker/db.c, for tests */
 
-static char dir[64];
-static char path[128]; /* the database file of each test */
+static char dir[128];
+static char path[192]; /* the database file of each test */
 static char err[1024];
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
@@ -39,8 +40,7 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 
 static int setup(void **state)
 {
-    snprintf(dir, sizeof dir, "/tmp/llmq-test-db-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_dir_make("test-db", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.db", dir);
     err[0] = 0;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/scratch_dir.h"
 #include "worker/db.h"
 
 enum { BATCH = 256, BATCHES = 40, SINGLES = 300 };
@@ -69,8 +70,8 @@ static void fill(struct db_result *r, struct rowbuf *b, int i, double now)
 
 static void test_speed(void **state)
 {
-    char dir[64] = "/tmp/llmq-test-db-speed-XXXXXX", path[128], err[512];
-    assert_non_null(mkdtemp(dir));
+    char dir[256], path[300], err[512];
+    assert_int_equal(scratch_dir_make("test-db-speed", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/llmq.db", dir);
     struct db *db = NULL;
     if (db_open(path, NULL, &db, err, sizeof err))

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tokenizer.h"
 #include "worker/config.h"
 #include "worker/job.h"
@@ -66,13 +67,18 @@ static const struct bad_case bad_cases[] = {
      "field 'id': must not contain control characters"},
     /* prompt and messages */
     {"{\"prompt\": \"\"}", JOB_ERR_INVALID, "field 'prompt': must not be empty"},
-    {"{\"prompt\": 7}", JOB_ERR_INVALID, "field 'prompt': expected a non-empty string, or a list of token ids, got 7"},
-    {"{\"prompt\": [\"a\", \"b\"]}", JOB_ERR_INVALID, "field 'prompt': only one prompt per request (2 given)"},
+    {"{\"prompt\": 7}", JOB_ERR_INVALID,
+     "field 'prompt': expected a non-empty string, or a list of token ids, got 7"},
+    {"{\"prompt\": [\"a\", \"b\"]}", JOB_ERR_INVALID,
+     "field 'prompt': only one prompt per request (2 given)"},
     {"{\"prompt\": [1, -2]}", JOB_ERR_INVALID, "field 'prompt[1]': expected a token id (an integer >= 0)"},
-    {"{\"prompt\": []}", JOB_ERR_INVALID, "field 'prompt': expected a non-empty string, or a list of token ids"},
+    {"{\"prompt\": []}", JOB_ERR_INVALID,
+     "field 'prompt': expected a non-empty string, or a list of token ids"},
     {"{\"prompt\": \"a\", \"top_p\": 1e-50}", JOB_ERR_INVALID, "field 'top_p': 1e-50 is not representable"},
-    {"{\"prompt\": \"a\", \"repetition_penalty\": 1e300}", JOB_ERR_INVALID, "field 'repetition_penalty': 1e+300 is not representable"},
-    {"{\"prompt\": \"a\", \"repetition_penalty\": 1e-50}", JOB_ERR_INVALID, "field 'repetition_penalty': 1e-50 is not representable"},
+    {"{\"prompt\": \"a\", \"repetition_penalty\": 1e300}", JOB_ERR_INVALID,
+     "field 'repetition_penalty': 1e+300 is not representable"},
+    {"{\"prompt\": \"a\", \"repetition_penalty\": 1e-50}", JOB_ERR_INVALID,
+     "field 'repetition_penalty': 1e-50 is not representable"},
     {"{\"messages\": []}", JOB_ERR_INVALID,
      "field 'messages': expected a non-empty list of messages, got []"},
     {"{\"messages\": \"hi\"}", JOB_ERR_INVALID, "field 'messages': expected a non-empty list"},
@@ -602,8 +608,8 @@ static void test_defaults_precedence(void **state)
     assert_false(d.enable_thinking);
 
     /* generation_config.json: only the keys the file sets are taken (values as model_load read them) */
-    char dir[] = "/tmp/llmq-test-job-XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
+    char dir[256], path[300];
+    assert_int_equal(scratch_dir_make("test-job", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     struct model_config mc;
     memset(&mc, 0, sizeof mc);

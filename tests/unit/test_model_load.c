@@ -17,6 +17,7 @@
 
 #include "engine/model.h"
 #include "engine/safetensors.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 
 static char tmpdir[256];
@@ -24,8 +25,7 @@ static char err[1024];
 
 static int setup(void **state)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/llmq-test-model-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return scratch_dir_make("test-model", tmpdir, sizeof tmpdir);
 }
 
 static int teardown(void **state)

@@ -21,6 +21,7 @@
 #include "cpu_test.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 
@@ -115,8 +116,7 @@ static void test_counts(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/llmq-pstats-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_dir_make("pstats", dir, sizeof dir))
         return 1;
     struct tiny_opts o = tiny_opts_default();
     o.seed = 3;

@@ -23,6 +23,7 @@
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 
@@ -217,8 +218,7 @@ static void test_forward(void **state)
 
 int main(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/llmq-rope-XXXXXX");
-    if (!mkdtemp(tmp))
+    if (scratch_dir_make("rope", tmp, sizeof tmp))
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule_values),

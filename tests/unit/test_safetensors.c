@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine/safetensors.h"
+#include "engine/scratch_dir.h"
 
 static char tmpdir[256];
 
@@ -74,8 +75,7 @@ static void expect_parse_error(const char *header, size_t n_data, const char *ne
 
 static int setup(void **state)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/llmq-test-st-XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
+    assert_int_equal(scratch_dir_make("test-st", tmpdir, sizeof tmpdir), 0);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "engine/scratch_dir.h"
 #include "testutil.h"
 #include "worker/config.h"
 #include "worker/job.h"
@@ -136,14 +137,13 @@ static void test_check(void **state)
 
 /* ---- at config load */
 
-static char dir[64];
-static char path[128];
+static char dir[128];
+static char path[192];
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/llmq-test-template-XXXXXX");
-    if (!mkdtemp(dir))
+    if (scratch_dir_make("test-template", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.yaml", dir);
     return 0;
