@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "engine/atomic_file.h"
 
 #define MAGIC "llmq-gemm-tuning"
 #define VERSION 1
@@ -237,19 +238,10 @@ int gemm_tuning_load(struct gemm_tuning *t, const char *path, const char *identi
 int gemm_tuning_save(const struct gemm_tuning *t, const char *path, const char *identity, char *msg,
                      size_t msglen)
 {
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        snprintf(msg, msglen, "%s: out of memory", path);
+    struct atomic_file a;
+    if (atomic_file_open(&a, path, msg, msglen))
         return -1;
-    }
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(msg, msglen, "%s: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
+    FILE *f = a.f;
     fprintf(f, "%s %d\nidentity %s\n", MAGIC, VERSION, identity);
     fprintf(f, "# what llmq's GEMMs chose by timing (engine.gemm_tuning_file); delete the file to time "
                "again\n# kind M N K y_f32 align_x align_w align_y rep timed_M path algo\n");
@@ -263,21 +255,5 @@ int gemm_tuning_save(const struct gemm_tuning *t, const char *path, const char *
             fprintf(f, "%016" PRIx64, e->algo[w]);
         fputc('\n', f);
     }
-    int rc = 0;
-    if (fflush(f) || ferror(f) || fsync(fileno(f))) {
-        snprintf(msg, msglen, "%s: %s", tmp, strerror(errno));
-        rc = -1;
-    }
-    if (fclose(f) && rc == 0) {
-        snprintf(msg, msglen, "%s: %s", tmp, strerror(errno));
-        rc = -1;
-    }
-    if (rc == 0 && rename(tmp, path)) {
-        snprintf(msg, msglen, "%s: %s", path, strerror(errno));
-        rc = -1;
-    }
-    if (rc)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    return atomic_file_commit(&a, msg, msglen);
 }

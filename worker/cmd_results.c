@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/atomic_file.h"
 #include "worker/cli.h"
 #include "worker/config.h"
 #include "worker/db.h"
@@ -412,17 +413,16 @@ int cmd_results(int argc, char **argv)
 
     /* the output: stdout, or a temporary file renamed into place at the end */
     struct out out = {.f = stdout, .fmt = fmt};
-    char tmp[4096] = "";
+    struct atomic_file af = {0};
     bool to_file = output && strcmp(output, "-");
     if (to_file) {
-        snprintf(tmp, sizeof tmp, "%s.tmp-%ld", output, (long)getpid());
-        out.f = fopen(tmp, "w");
-        if (!out.f) {
-            fprintf(stderr, "llmq %s: cannot write %s: %s\n", CMD, tmp, strerror(errno));
+        if (atomic_file_open(&af, output, err, sizeof err)) {
+            fprintf(stderr, "llmq %s: %s\n", CMD, err);
             db_close(db);
             cfg_free(&c);
             return 1;
         }
+        out.f = af.f;
     }
     if (fmt == F_CSV)
         fprintf(out.f, "%s\r\n", CSV_HEADER);
@@ -432,22 +432,17 @@ int cmd_results(int argc, char **argv)
         fprintf(stderr, "llmq %s: %s\n", CMD, db_errmsg(db));
         ret = 1;
     }
-    if (fflush(out.f) || ferror(out.f)) {
-        fprintf(stderr, "llmq %s: writing %s: %s\n", CMD, to_file ? output : "stdout", strerror(errno));
+    if (!to_file && (fflush(out.f) || ferror(out.f))) {
+        fprintf(stderr, "llmq %s: writing stdout: %s\n", CMD, strerror(errno));
         ret = 1;
     }
     if (to_file) {
-        if (fclose(out.f) && !ret) {
-            fprintf(stderr, "llmq %s: writing %s: %s\n", CMD, output, strerror(errno));
-            ret = 1;
-        }
-        if (!ret && rename(tmp, output)) {
-            fprintf(stderr, "llmq %s: cannot rename %s to %s: %s\n", CMD, tmp, output, strerror(errno));
-            ret = 1;
-        }
         if (ret)
-            unlink(tmp);
-        else
+            atomic_file_abort(&af);
+        else if (atomic_file_commit(&af, err, sizeof err)) {
+            fprintf(stderr, "llmq %s: %s\n", CMD, err);
+            ret = 1;
+        } else
             fprintf(stderr, "llmq %s: %lld row%s written to %s\n", CMD, (long long)out.rows,
                     out.rows == 1 ? "" : "s", output);
     }

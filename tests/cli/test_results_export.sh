@@ -156,6 +156,10 @@ cmp -s "$T/out.csv" "$T/all.csv" && ok "--output writes what stdout gets" || bad
 grep -q "9 rows written to $T/out.csv" "$T/out.err" && ok "--output summary" || bad "summary: $(cat "$T/out.err")"
 ls "$T"/out.csv.tmp-* >/dev/null 2>&1 && bad "a temporary file was left" || ok "no temporary file left"
 "$LLMQ" results -c "$CFG" --output "$T/no/such/dir/x.jsonl" 2>/dev/null; eq "unwritable --output: exit 1" "$?" 1
+mkdir -p "$T/adir/in" # a folder in the way: the rename fails, the folder stays, no temporary file
+"$LLMQ" results -c "$CFG" --output "$T/adir" 2>"$T/adir.err"; eq "--output onto a folder: exit 1" "$?" 1
+grep -q "cannot rename .*adir" "$T/adir.err" && ok "--output onto a folder: the error names it" || bad "adir: $(cat "$T/adir.err")"
+[ -d "$T/adir/in" ] && ! ls "$T"/adir.tmp-* >/dev/null 2>&1 && ok "--output onto a folder: nothing changed" || bad "adir changed"
 env -u LLMQ_CONFIG "$LLMQ" results --db "$DB" >"$T/db.jsonl"; cmp -s "$T/db.jsonl" "$T/all.jsonl" && ok "--db PATH" || bad "--db differs"
 (cd "$T" && env -u LLMQ_CONFIG LLMQ_SQLITE_PATH="$DB" "$LLMQ" results --format csv >"$T/env.csv") && cmp -s "$T/env.csv" "$T/all.csv" && ok "the path from the environment" || bad "LLMQ_SQLITE_PATH"
 finish

@@ -83,7 +83,7 @@ static void test_round_trip(void **state)
     assert_null(gemm_tuning_find(&u, x.kind, x.key));
     /* no temporary file stays beside it */
     char tmp[700];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
     assert_int_equal(access(tmp, F_OK), -1);
     gemm_tuning_free(&t);
     gemm_tuning_free(&u);
