@@ -51,6 +51,7 @@ static void sync_folder(const char *path)
 int atomic_file_commit(struct atomic_file *a, char *msg, size_t msglen)
 {
     int rc = 0;
+    errno = 0; /* a write error that ferror reports may have left no errno: then EIO, not a stale one */
     if (fflush(a->f) || ferror(a->f) || fsync(fileno(a->f))) {
         snprintf(msg, msglen, "writing %s: %s", a->tmp, strerror(errno ? errno : EIO));
         rc = -1;
