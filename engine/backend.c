@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "engine/gpu.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
 
 struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,

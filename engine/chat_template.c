@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/errfmt.h"
+#include "engine/util/errfmt.h"
 
 #define THINK_OPEN "<think>"
 #define THINK_CLOSE "</think>"

@@ -48,7 +48,7 @@
 #include "engine/decode_split.h"
 #include "engine/fp8.h"
 #include "engine/kv_stage.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 

@@ -14,9 +14,9 @@
 #include <time.h>
 
 #include "engine/kv_blocks.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/mono.h"
+#include "engine/util/mono.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "engine/tokenizer.h"

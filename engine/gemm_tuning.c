@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/atomic_file.h"
+#include "engine/util/atomic_file.h"
 
 #define MAGIC "llmq-gemm-tuning"
 #define VERSION 1

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "engine/errfmt.h"
-#include "engine/jtype.h"
+#include "engine/util/errfmt.h"
+#include "engine/util/jtype.h"
 #include "engine/safetensors.h"
 
 /* ---- typed JSON reads: every error names the file and the key ---- */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/errfmt.h"
+#include "engine/util/errfmt.h"
 
 char *st_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
 {

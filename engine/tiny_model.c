@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/errfmt.h"
+#include "engine/util/errfmt.h"
 #include "engine/safetensors.h"
 
 #define LOGIT_GAIN 4.0    /* embed_tokens and lm_head: N(0, LOGIT_GAIN / sqrt(hidden)) */

@@ -32,8 +32,8 @@ extern "C" {
 #include "engine/decode_split.h"
 #include "engine/gemm_tuning.h"
 #include "engine/kv_stage.h"
-#include "engine/log.h"
-#include "engine/mono.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
 #include "engine/weight_copies.h"
 }
 

@@ -18,8 +18,8 @@
 
 extern "C" {
 #include "engine/decode_split.h"
-#include "engine/log.h"
-#include "engine/mono.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
 }
 
 int cb_graph_batch(const struct cuda_backend *b, int n)

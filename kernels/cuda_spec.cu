@@ -29,7 +29,7 @@
 #include "kernels/cuda_backend.cuh"
 
 extern "C" {
-#include "engine/log.h"
+#include "engine/util/log.h"
 }
 
 // The blocks the guessed step's rows enter (by value: the host knows them when it enqueues the guess,

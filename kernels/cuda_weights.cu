@@ -29,7 +29,7 @@
 
 extern "C" {
 #include "engine/fp8.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/random_model.h"
 }
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/mono.h"
+#include "engine/util/mono.h"
 #include "queue/ack.h"
 #include "queue/fetch.h"
 #include "queue/progress.h"

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/log.h"
+#include "engine/util/log.h"
 
 #define BACKOFF_MIN_MS 100
 

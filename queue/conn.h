@@ -1,6 +1,6 @@
 /* One Redis connection that survives its server: connect (TCP or unix socket), AUTH (password,
  * or ACL user + password), SELECT, timeouts, and reconnection with exponential backoff, with
- * clear log lines (engine/log.h) when it is lost, while it is down, and when it is back.
+ * clear log lines (engine/util/log.h) when it is lost, while it is down, and when it is back.
  *
  * A connection never blocks to wait out its backoff: while it is down, rq_conn_ready fails at once
  * (with the time of the next attempt in the error) until the next attempt is due. The first
@@ -24,7 +24,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "worker/config.h" /* struct cfg_redis_addr */
+#include "worker/config/config.h" /* struct cfg_redis_addr */
 
 struct rq_conn {
     redisContext *ctx; /* NULL while down (owned) */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "queue/jobid.h"
 #include "queue/rq.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/job.h"
+#include "worker/jobs/job.h"
 
 static bool usable(const json_t *v)
 {

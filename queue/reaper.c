@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "queue/rq.h"
 
 /* Appends the reap script for `worker`. */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/config.h"
+#include "worker/config/config.h"
 
 void rq_opts_default(struct rq_opts *o)
 {

@@ -1,6 +1,6 @@
 -- llmq results database, schema version 1.
 --
--- Migrations: schemas/NNN_<name>.sql, applied in order by worker/db.c, each in its own
+-- Migrations: schemas/NNN_<name>.sql, applied in order by worker/store/db.c, each in its own
 -- transaction that also sets PRAGMA user_version = NNN. A file, once released, is never edited;
 -- a change is a new file. docs/SQLITE.md describes every table and column for users.
 --
@@ -8,7 +8,7 @@
 -- JSON columns hold JSON text (queryable with json_extract) and are checked with json_valid.
 
 -- One row per job, written once the job has finished (completed, failed or cancelled). Delivery
--- is at-least-once, so the same id may be written again after a replay; worker/db.c's upsert
+-- is at-least-once, so the same id may be written again after a replay; worker/store/db.c's upsert
 -- keeps exactly one row (see db.h for which write wins).
 CREATE TABLE jobs (
     id                TEXT    NOT NULL PRIMARY KEY,  -- llmq job id (the job's "id", or assigned at enqueue)

@@ -19,7 +19,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"

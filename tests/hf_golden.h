@@ -31,7 +31,7 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
 

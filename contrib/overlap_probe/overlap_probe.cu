@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "contrib/probe_check.h"
-#include "engine/mono.h"
+#include "engine/util/mono.h"
 #include "kernels/kernels.h"
 
 #define CU(x)                                                                                                \

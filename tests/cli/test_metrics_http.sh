@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GET /metrics and GET /health of `llmq worker` (worker/http.c) on a real redis-server, a tiny model
+# GET /metrics and GET /health of `llmq worker` (worker/metrics/http.c) on a real redis-server, a tiny model
 # and a SQLite file: the text follows the exposition format's rules; while jobs run it shows them
 # running; afterwards its counters and histograms equal what SQLite's jobs rows say (counts,
 # token sums, every histogram bucket recomputed from the rows' times), its queue depths equal

@@ -1,10 +1,10 @@
-/* libFuzzer target: arbitrary bytes as one job line through job_parse (worker/job.c), with job_opts
+/* libFuzzer target: arbitrary bytes as one job line through job_parse (worker/jobs/job.c), with job_opts
  * set as the worker sets them (a max_job_bytes limit, a templates hook), then through the result
- * writer (worker/result.c) as the worker answers that line. Built with clang
+ * writer (worker/jobs/result.c) as the worker answers that line. Built with clang
  * -fsanitize=fuzzer,address,undefined by tests/fuzz/CMakeLists.txt; any crash, leak, sanitizer
  * report or broken invariant (a message on stderr, then abort) fails the ctest `fuzz_job`.
  *
- * Invariants, from worker/job.h and docs/JOBS.md:
+ * Invariants, from worker/jobs/job.h and docs/JOBS.md:
  *   success: exactly one input of the form's kind; every sampling value inside its documented
  *            bounds; ids 1..256 bytes without control characters; stops and stop ids within their
  *            limits; a messages job renders through the chat template; the completed result line
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "engine/chat_template.h"
-#include "worker/job.h"
-#include "worker/result.h"
+#include "worker/jobs/job.h"
+#include "worker/jobs/result.h"
 
 #define MAX_JOB_BYTES 3072 /* queues.max_job_bytes here; the ctest lets inputs grow to 4096 */
 #define TEMPLATE_NAME "summarize"

@@ -69,7 +69,7 @@
 extern "C" {
 #include "engine/dtype.h"
 #include "engine/gemm_tuning.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 }
 
 #define BF16_RTOL (1.0 / 256 * 1.001)

@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "engine/atomic_file.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/atomic_file.h"
+#include "engine/util/scratch_dir.h"
 
 static char dir[256], path[320], tmp[360];
 

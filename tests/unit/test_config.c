@@ -1,4 +1,4 @@
-/* worker/config.c: every type, every bound, every error message, the precedence of file,
+/* worker/config/config.c: every type, every bound, every error message, the precedence of file,
  * environment and flags, Redis URLs, and a write/read round trip. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,11 +11,11 @@
 
 #include <cmocka.h>
 
-#include "engine/log.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/log.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
-#include "worker/config.h"
-#include "worker/engine_cfg.h"
+#include "worker/config/config.h"
+#include "worker/config/engine_cfg.h"
 
 static char dir[128];
 static char path[192]; /* the YAML file each test writes */

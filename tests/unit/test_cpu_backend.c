@@ -16,7 +16,7 @@
 #include "engine/backend.h"
 #include "engine/dtype.h"
 #include "engine/fp8.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
 
 #include "cpu_test.h"

@@ -27,7 +27,7 @@
 
 #include "engine/backend.h"
 #include "engine/dtype.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 

@@ -1,4 +1,4 @@
-/* worker/db.c on real SQLite files in a temp dir: the schema and its settings, migrations (from
+/* worker/store/db.c on real SQLite files in a temp dir: the schema and its settings, migrations (from
  * empty, from version 1, a failing one, a newer database, files that are not ours), the upsert
  * rules of a replayed job, batches of 1000, rejected rows, STRICT types and JSON columns, a
  * database locked by another connection and by another process (and by the sqlite3 shell),
@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
-#include "worker/db.h"
+#include "worker/store/db.h"
 
-const char *db_test_column(const char *table, size_t i); /* worker/db.c, for tests */
+const char *db_test_column(const char *table, size_t i); /* worker/store/db.c, for tests */
 
 static char dir[128];
 static char path[192]; /* the database file of each test */

@@ -1,7 +1,7 @@
 /* schemas/job.schema.json and schemas/result.schema.json against the code they describe:
- * - every result shape worker/result.c writes validates against result.schema.json (and a result
+ * - every result shape worker/jobs/result.c writes validates against result.schema.json (and a result
  *   with a field too many does not);
- * - job.schema.json lists, per form, exactly the field names worker/job.c knows;
+ * - job.schema.json lists, per form, exactly the field names worker/jobs/job.c knows;
  * - for a corpus of good and bad job lines, the schema and job_parse agree on which are valid.
  * The validator below implements the JSON Schema keywords these two files use and fails on any
  * other, so the files cannot drift onto keywords nothing checks. */
@@ -22,8 +22,8 @@
 #include <pcre2.h>
 
 #include "testutil.h"
-#include "worker/job.h"
-#include "worker/result.h"
+#include "worker/jobs/job.h"
+#include "worker/jobs/result.h"
 
 /* ---- a JSON Schema (2020-12) validator for the keywords these files use */
 

@@ -1,4 +1,4 @@
-/* How fast worker/db.c commits results: batches of 256 realistic rows (1.5 KB of output and a
+/* How fast worker/store/db.c commits results: batches of 256 realistic rows (1.5 KB of output and a
  * 2 KB result line each) into a fresh WAL database, new ids and then a replay of the same ids,
  * against one transaction per row. Prints rows/s (docs/PERFORMANCE.md keeps the numbers); it
  * asserts only that every row arrived, never a time. */
@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/scratch_dir.h"
-#include "worker/db.h"
+#include "engine/util/scratch_dir.h"
+#include "worker/store/db.h"
 
 enum { BATCH = 256, BATCHES = 40, SINGLES = 300 };
 

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "engine/log.h"
+#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "engine/gemm_tuning.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 
 #define ID "device NVIDIA H200 sm 132 cc 9.0; cublasLt 130100; llmq 0.1.0"
 

@@ -1,4 +1,4 @@
-/* worker/histogram.c: bucket edges (le is inclusive), the +Inf bucket, NAN and infinities, the
+/* worker/metrics/histogram.c: bucket edges (le is inclusive), the +Inf bucket, NAN and infinities, the
  * batch observation, bad bounds, and random observations against a direct count of x <= bound. */
 #include <math.h>
 #include <setjmp.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "worker/histogram.h"
+#include "worker/metrics/histogram.h"
 
 static void test_edges(void **state)
 {

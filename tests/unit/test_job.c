@@ -17,10 +17,10 @@
 #include <cmocka.h>
 
 #include "engine/model.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tokenizer.h"
-#include "worker/config.h"
-#include "worker/job.h"
+#include "worker/config/config.h"
+#include "worker/jobs/job.h"
 
 static int parse(const char *line, struct job *j, char *err, size_t errlen)
 {

@@ -17,7 +17,7 @@
 
 #include "engine/model.h"
 #include "engine/safetensors.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 
 static char tmpdir[256];

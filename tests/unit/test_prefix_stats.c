@@ -21,7 +21,7 @@
 #include "cpu_test.h"
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 

@@ -1,4 +1,4 @@
-/* worker/progress.c: the line progress_format draws (counts with thousands separators, percent, the
+/* worker/cli/progress.c: the line progress_format draws (counts with thousands separators, percent, the
  * rate in its unit, elapsed and ETA), the bar's fill, an unknown total, and an inactive bar. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "worker/progress.h"
+#include "worker/cli/progress.h"
 
 static void test_tokens(void **state)
 {

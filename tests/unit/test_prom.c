@@ -1,8 +1,8 @@
-/* worker/prom.c against the Prometheus text exposition format 0.0.4
+/* worker/metrics/prom.c against the Prometheus text exposition format 0.0.4
  * (https://prometheus.io/docs/instrumenting/exposition_formats/): exact texts for small families
  * written out by hand from the format's rules (HELP/TYPE lines, escaping of HELP text and label
  * values, le="+Inf", _sum and _count), value formatting, the rules it refuses to break; then the
- * worker's whole /metrics text (worker/metrics.c) through an independent checker of those rules,
+ * worker's whole /metrics text (worker/metrics/metrics.c) through an independent checker of those rules,
  * with its figures compared against the inputs. */
 #include <math.h>
 #include <setjmp.h>
@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "worker/metrics.h"
-#include "worker/prom.h"
+#include "worker/metrics/metrics.h"
+#include "worker/metrics/prom.h"
 
 static char *take(struct prom *p)
 {

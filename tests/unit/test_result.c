@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "worker/job.h"
-#include "worker/result.h"
+#include "worker/jobs/job.h"
+#include "worker/jobs/result.h"
 
 static void parse_job(const char *line, struct job *j)
 {

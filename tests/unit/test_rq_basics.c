@@ -1,5 +1,5 @@
 /* queue/ without a server: the key layout, job ids (checked against the worker's own job
- * parser, worker/job.c, which is what finally reads the job), id insertion, the retry backoff,
+ * parser, worker/jobs/job.c, which is what finally reads the job), id insertion, the retry backoff,
  * and option checking in rq_open. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +18,7 @@
 #include "queue/keys.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
-#include "worker/job.h"
+#include "worker/jobs/job.h"
 
 static void test_keys(void **state)
 {

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "engine/safetensors.h"
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 
 static char tmpdir[256];
 

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 
 static bool is_dir(const char *p)
 {

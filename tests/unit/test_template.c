@@ -1,5 +1,5 @@
-/* Prompt templates: the renderer (worker/template.c), its check at config load (worker/config.c)
- * and its use by the job parser (worker/job.c). Expected texts are written out by hand from the
+/* Prompt templates: the renderer (worker/jobs/template.c), its check at config load (worker/config/config.c)
+ * and its use by the job parser (worker/jobs/job.c). Expected texts are written out by hand from the
  * rules in template.h (Python's str.format with plain names), never taken from the code. */
 #include <jansson.h>
 #include <setjmp.h>
@@ -13,11 +13,11 @@
 
 #include <cmocka.h>
 
-#include "engine/scratch_dir.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
-#include "worker/config.h"
-#include "worker/job.h"
-#include "worker/template.h"
+#include "worker/config/config.h"
+#include "worker/jobs/job.h"
+#include "worker/jobs/template.h"
 
 /* Renders text with vars given as JSON text; returns the rc, the output in *out (owned). */
 static int render(const char *text, const char *vars_json, char **out, char *var, char *err, size_t errlen)

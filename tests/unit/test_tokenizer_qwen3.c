@@ -18,7 +18,7 @@
 #include <time.h>
 #include <utf8proc.h>
 
-#include "engine/mono.h"
+#include "engine/util/mono.h"
 #include "engine/tokenizer.h"
 #include "testutil.h"
 

@@ -1,5 +1,5 @@
-/* The worker's pure parts: lane room and routing (worker/lanes.h), metrics percentiles and rows
- * (worker/metrics.h), and the held-job lists (worker/held.h). The loop itself is tested end to end
+/* The worker's pure parts: lane room and routing (worker/loop/lanes.h), metrics percentiles and rows
+ * (worker/metrics/metrics.h), and the held-job lists (worker/loop/held.h). The loop itself is tested end to end
  * by tests/cli/test_worker_*.sh against a real redis-server. */
 #include <math.h>
 #include <setjmp.h>
@@ -12,10 +12,10 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
-#include "worker/held.h"
-#include "worker/job.h"
-#include "worker/lanes.h"
-#include "worker/metrics.h"
+#include "worker/loop/held.h"
+#include "worker/jobs/job.h"
+#include "worker/loop/lanes.h"
+#include "worker/metrics/metrics.h"
 
 static struct wk_lanes two_lanes(void)
 {

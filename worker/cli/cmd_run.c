@@ -1,0 +1,450 @@
+/* `llmq run`: an offline batch without Redis. Every input line is a job (worker/jobs/job.h); all go
+ * through one engine with continuous batching; one result line per job comes out, in input order
+ * (worker/jobs/result.h).
+ *
+ * Memory stays bounded: at most WINDOW lines are between "read" and "written" at any time. Lines
+ * finish out of order, so a finished result waits in its slot until every earlier line is written;
+ * reading pauses when the window is full. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "engine/util/log.h"
+#include "engine/model.h"
+#include "engine/util/mono.h"
+#include "engine/tokenizer.h"
+#include "worker/cli/cli.h"
+#include "worker/config/config.h"
+#include "worker/config/engine_cfg.h"
+#include "worker/jobs/job.h"
+#include "worker/cli/progress.h"
+#include "worker/jobs/result.h"
+
+static const char CMD[] = "run";
+
+#define WINDOW 4096     /* lines read but not yet written */
+#define MAX_REPORTED 10 /* failed lines described on stderr; the rest are counted */
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "Usage: llmq run --model DIR --input IN.jsonl --output OUT.jsonl [options]\n"
+        "\n"
+        "Runs a batch of jobs through the engine without Redis. Every line of IN is a job, in llmq's form\n"
+        "({\"id\", \"prompt\" | \"messages\", \"max_tokens\", ...}) or as an OpenAI Batch request line\n"
+        "({\"custom_id\", \"method\", \"url\", \"body\"}); docs/JOBS.md lists every field. OUT gets one "
+        "line\n"
+        "per job in input order: llmq's result object, or an OpenAI Batch output line for OpenAI lines.\n"
+        "A bad line gets a failed result with the reason and the batch goes on. Blank lines are skipped.\n"
+        "IN and OUT may be '-' for stdin and stdout.\n"
+        "\n"
+        "Options (flags override the config file):\n"
+        "  -m, --model DIR               Hugging Face model folder (model.path)\n"
+        "  -i, --input FILE              jobs, one JSON object per line\n"
+        "  -o, --output FILE             results, one JSON object per line (overwritten)\n"
+        "  -c, --config FILE             llmq.yaml (default $LLMQ_CONFIG; sampling defaults, limits, "
+        "templates)\n"
+        "      --backend B               auto | cpu | cuda (engine.backend)\n"
+        "      --max-num-seqs N          sequences per engine step (engine.max_num_seqs)\n"
+        "      --max-num-batched-tokens N  tokens per engine step (engine.max_num_batched_tokens)\n"
+        "      --max-model-len N         longest prompt + output; 0 = the model's (model.max_model_len)\n"
+        "      --block-size N            KV cache block size in tokens (engine.block_size)\n"
+        "      --threads N               CPU backend threads; 0 = all cores (engine.threads)\n"
+        "      --device N                CUDA device index (engine.device; default 0)\n"
+        "  -h, --help                    this text\n"
+        "\n"
+        "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
+        "is always printed there at the end.\n"
+        "\n"
+        "Exit status: 0 the batch ran (even if some jobs failed), 1 it could not run (input missing,\n"
+        "model or tokenizer did not load, output not writable), 2 the command line is wrong.\n");
+}
+
+/* One input line on its way to the output. */
+struct slot {
+    struct job job;
+    struct engine_seq *seq; /* while in the engine */
+    char *out;              /* the result line, once finished */
+    long lineno;
+    bool done;
+};
+
+struct run {
+    struct cfg cfg;
+    struct model *model;
+    struct tok *tok;
+    struct engine *eng;
+    struct job_opts jopts;
+    char model_name[256];
+    int max_model_len;
+    FILE *in, *out;
+    const char *out_path;
+    struct progress *bar;
+    struct slot *slots; /* [WINDOW], a ring indexed by job number % WINDOW */
+    long head, tail;    /* job numbers: head is the next to write, tail the next to read */
+    long completed, failed, reported;
+    uint64_t prompt_tokens, generated_tokens;
+    bool write_failed, read_failed;
+};
+
+static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    return tok_token_bytes((const struct tok *)ctx, id, len);
+}
+
+static void report_failure(struct run *r, const struct slot *s, const char *err)
+{
+    r->failed++;
+    if (r->reported++ < MAX_REPORTED) {
+        progress_clear(r->bar);
+        bool named = s->job.id && !s->job.id_generated;
+        fprintf(stderr, "llmq run: line %ld%s%s%s: %s\n", s->lineno, named ? " (" : "",
+                named ? s->job.id : "", named ? ")" : "", err);
+    }
+}
+
+/* Turns a slot into its output line, marks it done. */
+static void finish_slot(struct run *r, struct slot *s, const struct res_output *o)
+{
+    s->out = res_line(&s->job, o, token_bytes, r->tok);
+    if (!s->out) { /* out of memory for a big result: still answer the line */
+        struct res_output f = res_failed(JOB_ERR_ENGINE, "out of memory while writing the result");
+        s->out = res_line(&s->job, &f, NULL, NULL);
+    }
+    s->done = true;
+    job_free(&s->job);
+}
+
+static void fail_slot(struct run *r, struct slot *s, int rc, const char *err)
+{
+    report_failure(r, s, err);
+    struct res_output o = res_failed(rc, err);
+    o.model = r->model_name;
+    finish_slot(r, s, &o);
+}
+
+/* Reads one job line into a new slot: parse, tokenize, add to the engine (or fail it). */
+static void take_line(struct run *r, const char *line, size_t len, long lineno)
+{
+    struct slot *s = &r->slots[r->tail % WINDOW];
+    memset(s, 0, sizeof *s);
+    s->lineno = lineno;
+    r->tail++;
+    char err[1024];
+    int rc = job_parse(line, len, &r->jopts, &s->job, err, sizeof err);
+    if (s->job.form == JOB_FORM_LLMQ && job_assign_id(&s->job)) {
+        fail_slot(r, s, JOB_ERR_ENGINE, "out of memory");
+        return;
+    }
+    if (rc) {
+        fail_slot(r, s, rc, err);
+        return;
+    }
+    struct job_input in;
+    rc = job_prepare(&s->job, r->tok, r->max_model_len, &in, err, sizeof err);
+    if (rc == 0) {
+        in.req.user = s;
+        s->seq = engine_add(r->eng, &in.req, err, sizeof err);
+        if (!s->seq)
+            rc = JOB_ERR_ENGINE;
+    }
+    job_input_free(&in);
+    if (rc)
+        fail_slot(r, s, rc, err);
+}
+
+/* A finished sequence: its result into its slot, its memory back to the engine. */
+static void take_seq(struct run *r, struct engine_seq *q)
+{
+    struct slot *s = q->user;
+    struct res_output o = {
+        .finish = q->finish,
+        .text = q->text,
+        .text_len = q->text_len,
+        .prompt_tokens = q->n_prompt,
+        .completion_tokens = q->n_output,
+        .prompt_ids = q->tokens,
+        .token_ids = q->tokens + q->n_prompt,
+        .logprobs = q->logprobs,
+        .model = r->model_name,
+        .created = (int64_t)time(NULL),
+    };
+    r->prompt_tokens += (uint64_t)q->n_prompt;
+    r->generated_tokens += (uint64_t)q->n_output;
+    if (q->finish == FINISH_ERROR) {
+        o.error = q->error[0] ? q->error : "the engine failed";
+        o.error_rc = JOB_ERR_ENGINE;
+        report_failure(r, s, o.error);
+    } else {
+        r->completed++;
+    }
+    finish_slot(r, s, &o);
+    s->seq = NULL;
+    engine_release(r->eng, q);
+}
+
+/* Writes every finished slot at the head of the window. */
+static void flush_ready(struct run *r)
+{
+    while (r->head < r->tail && r->slots[r->head % WINDOW].done) {
+        struct slot *s = &r->slots[r->head % WINDOW];
+        if (!r->write_failed && (fputs(s->out ? s->out : "{}", r->out) < 0 || fputc('\n', r->out) < 0))
+            r->write_failed = true;
+        free(s->out);
+        s->out = NULL;
+        r->head++;
+    }
+}
+
+/* Strips a trailing newline / CR; true when what is left is only whitespace. */
+static bool blank(char *line, size_t *len)
+{
+    while (*len && (line[*len - 1] == '\n' || line[*len - 1] == '\r'))
+        line[--*len] = 0;
+    for (size_t i = 0; i < *len; i++)
+        if (line[i] != ' ' && line[i] != '\t')
+            return false;
+    return true;
+}
+
+/* `llmq run` has one lane: the worker's per-queue caps do not apply, so they follow the engine's
+ * (otherwise --max-num-seqs 2 would fail cfg_validate against queues.short_max_num_seqs). */
+static void clamp_lanes(struct cfg *c)
+{
+    struct cfg_queues *q = &c->queues;
+    const struct cfg_engine *e = &c->engine;
+    int mlen = c->model.max_model_len;
+    if (q->short_max_num_seqs > e->max_num_seqs)
+        q->short_max_num_seqs = e->max_num_seqs;
+    if (q->long_max_num_seqs > e->max_num_seqs)
+        q->long_max_num_seqs = e->max_num_seqs;
+    if (q->short_max_num_batched_tokens > e->max_num_batched_tokens)
+        q->short_max_num_batched_tokens = e->max_num_batched_tokens;
+    if (q->long_max_num_batched_tokens > e->max_num_batched_tokens)
+        q->long_max_num_batched_tokens = e->max_num_batched_tokens;
+    if (mlen && q->short_max_model_len > mlen)
+        q->short_max_model_len = mlen;
+    if (mlen && q->long_max_model_len > mlen)
+        q->long_max_model_len = mlen;
+    if (q->short_max_model_len && q->long_threshold_tokens >= q->short_max_model_len)
+        q->long_threshold_tokens = q->short_max_model_len - 1;
+}
+
+static void run_free(struct run *r)
+{
+    if (r->slots) {
+        for (long i = r->head; i < r->tail; i++) {
+            job_free(&r->slots[i % WINDOW].job);
+            free(r->slots[i % WINDOW].out);
+        }
+        free(r->slots);
+    }
+    engine_free(r->eng);
+    tok_free(r->tok);
+    model_free(r->model);
+    if (r->in && r->in != stdin)
+        fclose(r->in);
+    if (r->out && r->out != stdout)
+        fclose(r->out);
+    progress_free(r->bar);
+    cfg_free(&r->cfg);
+}
+
+/* Loads everything; returns 0, or the exit status. */
+static int setup(struct run *r, const char *input, const char *output)
+{
+    char err[1024];
+    struct stat si, so;
+    if (strcmp(input, "-") && strcmp(output, "-") && stat(input, &si) == 0 && stat(output, &so) == 0 &&
+        si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return cli_usage_error(CMD, "--input and --output are the same file");
+    r->in = strcmp(input, "-") ? fopen(input, "rb") : stdin;
+    if (!r->in) {
+        fprintf(stderr, "llmq %s: cannot read %s: %s\n", CMD, input, strerror(errno));
+        return 1;
+    }
+    const struct cfg *c = &r->cfg;
+    r->model = model_load(c->model.path, err, sizeof err);
+    if (!r->model) {
+        fprintf(stderr, "llmq %s: model %s: %s\n", CMD, c->model.path, err);
+        return 1;
+    }
+    const char *tok_dir = c->model.tokenizer[0] ? c->model.tokenizer : c->model.path;
+    r->tok = tok_load_dir(tok_dir, err, sizeof err);
+    if (!r->tok) {
+        fprintf(stderr, "llmq %s: tokenizer %s: %s\n", CMD, tok_dir, err);
+        return 1;
+    }
+    struct engine_opts eo = engine_cfg_opts(c);
+    r->eng = engine_open(r->model, r->tok, &eo, err, sizeof err);
+    if (!r->eng) {
+        fprintf(stderr, "llmq %s: engine: %s\n", CMD, err);
+        return 1;
+    }
+    r->max_model_len = engine_max_model_len(r->eng, 0);
+    engine_cfg_model_name(c, r->model_name, sizeof r->model_name);
+
+    r->jopts = job_opts_default();
+    job_defaults_from_cfg(&r->jopts.defaults, &c->sampling);
+    if (c->sampling.use_generation_config)
+        job_defaults_from_model(&r->jopts.defaults, &r->model->cfg, r->model->dir);
+    r->jopts.max_bytes = c->queues.max_job_bytes;
+    if (c->n_templates) {
+        r->jopts.template_find = cfg_template_lookup;
+        r->jopts.template_ctx = (void *)c;
+    }
+    r->slots = calloc(WINDOW, sizeof *r->slots);
+    if (!r->slots) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        return 1;
+    }
+    r->out_path = output;
+    r->out = strcmp(output, "-") ? fopen(output, "wb") : stdout;
+    if (!r->out) {
+        fprintf(stderr, "llmq %s: cannot write %s: %s\n", CMD, output, strerror(errno));
+        return 1;
+    }
+    r->bar = progress_new(stderr, "jobs", cli_count_lines(input, true));
+    return 0;
+}
+
+/* The batch: read, step, write until every line is answered. Returns the exit status. */
+static int run_batch(struct run *r)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0;
+    bool eof = false;
+    double t0 = llmq_mono_s();
+    while (!eof || r->head < r->tail) {
+        while (!eof && r->tail - r->head < WINDOW) {
+            errno = 0;
+            ssize_t n = getline(&line, &cap, r->in);
+            if (n < 0) {
+                if (ferror(r->in)) {
+                    progress_clear(r->bar);
+                    fprintf(stderr, "llmq %s: reading the input after line %ld: %s\n", CMD, lineno,
+                            strerror(errno ? errno : EIO));
+                    r->read_failed = true;
+                }
+                eof = true;
+                break;
+            }
+            lineno++;
+            size_t len = (size_t)n;
+            if (!blank(line, &len))
+                take_line(r, line, len, lineno);
+        }
+        flush_ready(r);
+        if (engine_has_work(r->eng)) {
+            struct engine_seq **changed;
+            int n_changed = 0;
+            engine_step(r->eng, &changed, &n_changed); /* a failed step finishes its seqs with FINISH_ERROR */
+            for (int i = 0; i < n_changed; i++)
+                if (changed[i]->finished)
+                    take_seq(r, changed[i]);
+            flush_ready(r);
+        } else if (r->head < r->tail && !r->slots[r->head % WINDOW].done) {
+            /* nothing runs, yet a line waits: the engine lost it; answer it rather than hang */
+            struct slot *s = &r->slots[r->head % WINDOW];
+            fail_slot(r, s, JOB_ERR_ENGINE, "the engine dropped the job");
+        }
+        struct engine_stats st;
+        engine_get_stats(r->eng, &st);
+        progress_update(r->bar, r->head, (int64_t)st.generated_tokens);
+    }
+    free(line);
+    progress_finish(r->bar);
+    double dt = llmq_mono_s() - t0;
+    if (fflush(r->out) || ferror(r->out) || r->write_failed) {
+        fprintf(stderr, "llmq %s: writing %s failed: %s\n", CMD, r->out_path, strerror(errno ? errno : EIO));
+        return 1;
+    }
+    if (r->reported > MAX_REPORTED)
+        fprintf(stderr, "llmq %s: ... and %ld more failed lines\n", CMD, r->reported - MAX_REPORTED);
+    fprintf(stderr,
+            "llmq %s: %ld job%s: %ld completed, %ld failed in %.2f s; %llu prompt + %llu generated tokens, "
+            "%.1f generated tokens/s (%s backend)\n",
+            CMD, r->completed + r->failed, r->completed + r->failed == 1 ? "" : "s", r->completed, r->failed,
+            dt, (unsigned long long)r->prompt_tokens, (unsigned long long)r->generated_tokens,
+            dt > 0 ? (double)r->generated_tokens / dt : 0.0, engine_backend_name(r->eng));
+    return r->read_failed ? 1 : 0; /* what was read ran, but the input was not all read */
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"input", required_argument, NULL, 'i'},
+        {"output", required_argument, NULL, 'o'},
+        {"config", required_argument, NULL, 'c'},
+        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
+        ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    /* flags are applied after the file, in the order given */
+    struct engine_cfg_flags flags = {0};
+    const char *input = NULL, *output = NULL, *config = cfg_default_path();
+    int opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "m:i:o:c:h", longopts, NULL)) != -1) {
+        int engine_flag = engine_cfg_flag_opt(&flags, opt, optarg);
+        if (engine_flag < 0)
+            return cli_usage_error(CMD, "too many options");
+        if (engine_flag > 0)
+            continue;
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'i':
+            input = optarg;
+            continue;
+        case 'o':
+            output = optarg;
+            continue;
+        case 'c':
+            config = optarg;
+            continue;
+        default:
+            return cli_bad_option(CMD, argc, argv);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+    if (!input)
+        return cli_usage_error(CMD, "--input is required");
+    if (!output)
+        return cli_usage_error(CMD, "--output is required");
+
+    struct run r;
+    memset(&r, 0, sizeof r);
+    char err[1024];
+    int rc = engine_cfg_load(CMD, config, &flags, &r.cfg);
+    if (rc) {
+        cfg_free(&r.cfg);
+        return rc;
+    }
+    clamp_lanes(&r.cfg);
+    if (cfg_validate(&r.cfg, err, sizeof err)) {
+        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        cfg_free(&r.cfg);
+        return 1;
+    }
+    if (!r.cfg.model.path[0]) {
+        cfg_free(&r.cfg);
+        return cli_usage_error(CMD, "--model is required (or model.path in the config)");
+    }
+    rc = setup(&r, input, output);
+    if (rc == 0)
+        rc = run_batch(&r);
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,1213 @@
+/* Parsing and validating jobs; see job.h and docs/JOBS.md.
+ *
+ * One table lists every field of every form with its handler. A handler reads one value into the
+ * job or writes an error naming the field and the value. Nulls count as absent (OpenAI clients
+ * send them for unset fields). Cross-field rules run after all fields are read. */
+#include "worker/jobs/job.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "engine/util/errfmt.h"
+#include "engine/util/jtype.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "worker/config/config.h"
+#include "worker/jobs/template.h"
+
+#define NONE ""         /* struct field.neutral: no value of this field is accepted */
+#define GREEDY_EPS 1e-5 /* temperatures below this are greedy (vLLM's _SAMPLING_EPS) */
+
+const char *job_error_code(int rc)
+{
+    switch (rc) {
+    case JOB_OK:
+        return "";
+    case JOB_ERR_JSON:
+        return "invalid_json";
+    case JOB_ERR_TOO_LARGE:
+        return "job_too_large";
+    case JOB_ERR_INVALID:
+        return "invalid_request";
+    case JOB_ERR_CONTEXT:
+        return "context_length_exceeded";
+    default:
+        return "engine_error";
+    }
+}
+
+struct job_defaults job_defaults_builtin(void)
+{
+    struct job_defaults d = {.max_tokens = 256,
+                             .temperature = 1.0f,
+                             .top_p = 1.0f,
+                             .min_p = 0.0f,
+                             .repetition_penalty = 1.0f,
+                             .presence_penalty = 0.0f,
+                             .frequency_penalty = 0.0f,
+                             .top_k = 0,
+                             .enable_thinking = true};
+    return d;
+}
+
+void job_defaults_from_cfg(struct job_defaults *d, const struct cfg_sampling *s)
+{
+    d->max_tokens = s->max_tokens;
+    d->temperature = (float)s->temperature;
+    d->top_p = (float)s->top_p;
+    d->top_k = s->top_k;
+    d->min_p = (float)s->min_p;
+    d->repetition_penalty = (float)s->repetition_penalty;
+    d->presence_penalty = (float)s->presence_penalty;
+    d->frequency_penalty = (float)s->frequency_penalty;
+    d->enable_thinking = s->enable_thinking;
+}
+
+void job_defaults_from_model(struct job_defaults *d, const struct model_config *mc, const char *model_dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", model_dir);
+    json_t *g = json_load_file(path, 0, NULL);
+    if (!json_is_object(g)) { /* model_load read it; without it there is nothing to take */
+        json_decref(g);
+        return;
+    }
+#define GIVEN(key) (json_object_get(g, key) && !json_is_null(json_object_get(g, key)))
+    if (mc->has_sampling_defaults) {
+        if (GIVEN("temperature"))
+            d->temperature = mc->gen_temperature;
+        if (GIVEN("top_p"))
+            d->top_p = mc->gen_top_p;
+        if (GIVEN("top_k"))
+            d->top_k = mc->gen_top_k < 0 ? 0 : mc->gen_top_k;
+        if (GIVEN("min_p"))
+            d->min_p = mc->gen_min_p;
+        if (GIVEN("repetition_penalty"))
+            d->repetition_penalty = mc->gen_repetition_penalty;
+    }
+    long long n;
+    if (GIVEN("max_new_tokens") && json_is_integer(json_object_get(g, "max_new_tokens")) &&
+        (n = json_integer_value(json_object_get(g, "max_new_tokens"))) >= 1 && n <= INT32_MAX)
+        d->max_tokens = (int)n;
+#undef GIVEN
+    json_decref(g);
+}
+
+struct job_opts job_opts_default(void)
+{
+    struct job_opts o = {.defaults = job_defaults_builtin()};
+    return o;
+}
+
+/* ---- parse context and error messages */
+
+struct pctx {
+    struct job *j;
+    const struct job_opts *o;
+    char *err;
+    size_t errlen;
+    const char *prefix;    /* "" for llmq's form, "body." inside an OpenAI body */
+    json_t *template_name; /* borrowed from the root until the end of the parse */
+    json_t *vars;
+    bool chat_logprobs;   /* OpenAI chat: "logprobs": true */
+    json_t *top_logprobs; /* OpenAI chat: "top_logprobs" (borrowed) */
+    int n_top_logprobs;   /* ... its value */
+    bool max_completion_tokens;
+};
+
+/* A short JSON rendering of v for error messages: ASCII only (so cutting it cannot split a UTF-8
+ * sequence), at most ~48 bytes. */
+static void describe(const json_t *v, char *buf, size_t len)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+    if (!s) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    if (strlen(s) > 48)
+        snprintf(buf, len, "%.45s...", s);
+    else
+        snprintf(buf, len, "%s", s);
+    free(s);
+}
+
+/* "field '<prefix><name>': <what>, got <value>" (without ", got" when v is NULL). */
+static int bad(struct pctx *c, const char *name, const json_t *v, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int bad(struct pctx *c, const char *name, const json_t *v, const char *fmt, ...)
+{
+    char what[256], got[64] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (v)
+        describe(v, got, sizeof got);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s%s': %s%s%s", c->prefix, name, what,
+                     v ? ", got " : "", got);
+}
+
+/* ---- typed readers */
+
+static bool as_int(const json_t *v, long long *out)
+{
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return true;
+    }
+    if (json_is_real(v)) { /* 5.0 from a client that writes every number as a float */
+        double r = json_real_value(v);
+        if (isfinite(r) && r == floor(r) && r >= -9.2e18 && r <= 9.2e18) {
+            *out = (long long)r;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int read_int(struct pctx *c, const char *name, const json_t *v, long long lo, long long hi,
+                    long long *out)
+{
+    if (as_int(v, out) && *out >= lo && *out <= hi)
+        return 0;
+    if (hi == LLONG_MAX)
+        return bad(c, name, v, "expected an integer >= %lld", lo);
+    return bad(c, name, v, "expected an integer between %lld and %lld", lo, hi);
+}
+
+/* A number in [lo, hi], with either end open when asked; hi = INFINITY for none. */
+static int read_num(struct pctx *c, const char *name, const json_t *v, double lo, bool lo_open, double hi,
+                    bool hi_open, double *out)
+{
+    if (json_is_number(v)) {
+        double x = json_number_value(v);
+        if (isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi)) {
+            *out = x;
+            return 0;
+        }
+    }
+    if (isinf(hi))
+        return bad(c, name, v, "expected a number %s %g", lo_open ? ">" : ">=", lo);
+    if (!lo_open && !hi_open)
+        return bad(c, name, v, "expected a number between %g and %g", lo, hi);
+    return bad(c, name, v, "expected a number in %c%g, %g%c", lo_open ? '(' : '[', lo, hi,
+               hi_open ? ')' : ']');
+}
+
+static int read_bool(struct pctx *c, const char *name, const json_t *v, bool *out)
+{
+    if (!json_is_boolean(v))
+        return bad(c, name, v, "expected true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int read_float(struct pctx *c, const char *name, const json_t *v, double lo, bool lo_open, double hi,
+                      bool hi_open, float *out)
+{
+    double x = 0;
+    if (read_num(c, name, v, lo, lo_open, hi, hi_open, &x))
+        return JOB_ERR_INVALID;
+    /* the bounds hold for the float that is stored, not only for the double read (1e-50 would
+     * become 0 and 1e300 infinity) */
+    float f = (float)x;
+    if (!isfinite(f) || (lo_open ? f <= lo : f < lo) || (hi_open ? f >= hi : f > hi))
+        return bad(c, name, v, "%g is not representable as a 32-bit float in the allowed range", x);
+    *out = f;
+    return 0;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* An id: 1..JOB_MAX_ID_BYTES bytes of UTF-8 without control characters. */
+static int read_id(struct pctx *c, const char *name, const json_t *v)
+{
+    if (!json_is_string(v))
+        return bad(c, name, v, "expected a string");
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 0 || n > JOB_MAX_ID_BYTES)
+        return bad(c, name, v, "expected 1 to %d bytes", JOB_MAX_ID_BYTES);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return bad(c, name, v, "must not contain control characters");
+    free(c->j->id);
+    c->j->id = dup_n(s, n);
+    return c->j->id ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+}
+
+/* ---- field handlers: int h(struct pctx *, const char *name, json_t *value) */
+
+typedef int (*field_fn)(struct pctx *c, const char *name, json_t *v);
+
+static int h_ignore(struct pctx *c, const char *name, json_t *v)
+{
+    return 0;
+}
+
+static int h_ignore_string(struct pctx *c, const char *name, json_t *v)
+{
+    return json_is_string(v) ? 0 : bad(c, name, v, "expected a string");
+}
+
+static int h_id(struct pctx *c, const char *name, json_t *v)
+{
+    return read_id(c, name, v);
+}
+
+static int h_prompt(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_string(v))
+        return bad(c, name, v, "expected a string");
+    if (json_string_length(v) == 0)
+        return bad(c, name, NULL, "must not be empty");
+    c->j->prompt = dup_n(json_string_value(v), json_string_length(v));
+    return c->j->prompt ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+}
+
+/* Completions: a string, [string], token ids [int...] or [[int...]] (one prompt per job). */
+static int h_completion_prompt(struct pctx *c, const char *name, json_t *v)
+{
+    if (json_is_string(v))
+        return h_prompt(c, name, v);
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(c, name, v, "expected a non-empty string, or a list of token ids");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_string(first) || json_is_array(first)) {
+        if (json_array_size(v) != 1)
+            return bad(c, name, NULL, "only one prompt per request (%zu given)", json_array_size(v));
+        if (json_is_string(first))
+            return h_prompt(c, name, first);
+        v = first;
+        if (json_array_size(v) == 0)
+            return bad(c, name, NULL, "the list of token ids is empty");
+    }
+    size_t n = json_array_size(v);
+    c->j->prompt_ids = malloc(n * sizeof(int32_t));
+    if (!c->j->prompt_ids)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        long long id = 0;
+        if (!as_int(json_array_get(v, i), &id) || id < 0 || id > INT32_MAX) {
+            char field[64];
+            snprintf(field, sizeof field, "%s[%zu]", name, i);
+            return bad(c, field, json_array_get(v, i), "expected a token id (an integer >= 0)");
+        }
+        c->j->prompt_ids[i] = (int32_t)id;
+    }
+    c->j->n_prompt_ids = (int)n;
+    return 0;
+}
+
+/* Rewrites chat_messages_from_json's "messages[1].content: expected a string" as
+ * "field '<prefix>messages[1].content': expected a string". */
+static int chat_error(struct pctx *c, const char *msg)
+{
+    const char *sep = strstr(msg, ": ");
+    if (!sep || memchr(msg, ' ', (size_t)(sep - msg)))
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%smessages': %s", c->prefix, msg);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s%.*s': %s", c->prefix, (int)(sep - msg),
+                     msg, sep + 2);
+}
+
+/* OpenAI content parts: [{"type": "text", "text": "..."}, ...] joined with "\n" (as vLLM does). */
+static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
+{
+    size_t total = 1;
+    for (size_t k = 0; k < json_array_size(parts); k++) {
+        json_t *p = json_array_get(parts, k);
+        char field[96];
+        snprintf(field, sizeof field, "messages[%zu].content[%zu]", i, k);
+        json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
+        if (!json_is_object(p) || !json_is_string(type))
+            return bad(c, field, p, "expected a content part {\"type\": \"text\", \"text\": ...}");
+        if (strcmp(json_string_value(type), "text") != 0) {
+            snprintf(field + strlen(field), sizeof field - strlen(field), ".type");
+            return bad(c, field, type, "only text parts are supported");
+        }
+        if (!json_is_string(text)) {
+            snprintf(field + strlen(field), sizeof field - strlen(field), ".text");
+            return bad(c, field, text ? text : json_null(), "expected a string");
+        }
+        total += json_string_length(text) + 1;
+    }
+    char *buf = malloc(total), *p = buf;
+    if (!buf)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    for (size_t k = 0; k < json_array_size(parts); k++) {
+        json_t *text = json_object_get(json_array_get(parts, k), "text");
+        if (k)
+            *p++ = '\n';
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    *p = 0;
+    json_t *s = json_stringn_nocheck(buf, (size_t)(p - buf));
+    free(buf);
+    if (!s || json_object_set_new(msg, "content", s))
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    return 0;
+}
+
+static int h_messages(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(c, name, v, "expected a non-empty list of messages");
+    json_t *copy = json_deep_copy(v);
+    if (!copy)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    c->j->messages = copy;
+    for (size_t i = 0; i < json_array_size(copy); i++) {
+        json_t *m = json_array_get(copy, i);
+        if (!json_is_object(m))
+            continue; /* chat_messages_from_json names it */
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (json_is_string(role) && !strcmp(json_string_value(role), "developer")) /* OpenAI's new "system" */
+            json_object_set_new(m, "role", json_string("system"));
+        if (json_is_array(content) && join_text_parts(c, i, m, content))
+            return JOB_ERR_INVALID;
+    }
+    char msg[512];
+    if (chat_messages_from_json(copy, &c->j->msgs, &c->j->n_msgs, msg, sizeof msg))
+        return chat_error(c, msg);
+    return 0;
+}
+
+static int h_max_tokens(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (!strcmp(name, "max_tokens") && c->max_completion_tokens)
+        return 0; /* max_completion_tokens wins */
+    if (read_int(c, name, v, 1, INT32_MAX, &x))
+        return JOB_ERR_INVALID;
+    c->j->max_tokens = (int)x;
+    c->j->max_tokens_given = true;
+    if (!strcmp(name, "max_completion_tokens"))
+        c->max_completion_tokens = true;
+    return 0;
+}
+
+static int h_min_tokens(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (read_int(c, name, v, 0, INT32_MAX, &x))
+        return JOB_ERR_INVALID;
+    c->j->min_tokens = (int)x;
+    return 0;
+}
+
+static int h_temperature(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, 0, false, 100, false, &c->j->sp.temperature);
+}
+
+static int h_top_p(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, 0, true, 1, false, &c->j->sp.top_p);
+}
+
+static int h_top_k(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (read_int(c, name, v, -1, INT32_MAX, &x))
+        return JOB_ERR_INVALID;
+    c->j->sp.top_k = x < 0 ? 0 : (int)x; /* -1 is vLLM's "off" */
+    return 0;
+}
+
+static int h_min_p(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, 0, false, 1, false, &c->j->sp.min_p);
+}
+
+static int h_presence(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, -2, false, 2, false, &c->j->sp.presence_penalty);
+}
+
+static int h_frequency(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, -2, false, 2, false, &c->j->sp.frequency_penalty);
+}
+
+static int h_repetition(struct pctx *c, const char *name, json_t *v)
+{
+    return read_float(c, name, v, 0, true, INFINITY, false, &c->j->sp.repetition_penalty);
+}
+
+static int h_seed(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (!as_int(v, &x))
+        return bad(c, name, v, "expected an integer");
+    c->j->sp.seed = (uint64_t)x;
+    c->j->has_seed = true;
+    return 0;
+}
+
+static int add_stop(struct pctx *c, const char *field, json_t *s)
+{
+    if (!json_is_string(s))
+        return bad(c, field, s, "expected a string");
+    size_t n = json_string_length(s);
+    if (n == 0)
+        return bad(c, field, NULL, "a stop string must not be empty");
+    if (n > JOB_MAX_STOP_BYTES)
+        return bad(c, field, NULL, "a stop string is at most %d bytes (this one has %zu)", JOB_MAX_STOP_BYTES,
+                   n);
+    char *p = dup_n(json_string_value(s), n);
+    if (!p)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    c->j->stop[c->j->n_stop++] = p;
+    return 0;
+}
+
+static int h_stop(struct pctx *c, const char *name, json_t *v)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_string(v) && !json_is_array(v))
+        return bad(c, name, v, "expected a string or a list of strings");
+    if (n > JOB_MAX_STOP)
+        return bad(c, name, NULL, "at most %d stop strings (%zu given)", JOB_MAX_STOP, n);
+    c->j->stop = calloc(n ? n : 1, sizeof(char *));
+    if (!c->j->stop)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    if (json_is_string(v))
+        return add_stop(c, name, v);
+    for (size_t i = 0; i < n; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "%s[%zu]", name, i);
+        if (add_stop(c, field, json_array_get(v, i)))
+            return JOB_ERR_INVALID;
+    }
+    return 0;
+}
+
+static int h_stop_ids(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad(c, name, v, "expected a list of token ids");
+    size_t n = json_array_size(v);
+    if (n > JOB_MAX_STOP_IDS)
+        return bad(c, name, NULL, "at most %d stop token ids (%zu given)", JOB_MAX_STOP_IDS, n);
+    c->j->stop_ids = malloc((n ? n : 1) * sizeof(int32_t));
+    if (!c->j->stop_ids)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        long long id = 0;
+        char field[64];
+        snprintf(field, sizeof field, "%s[%zu]", name, i);
+        if (read_int(c, field, json_array_get(v, i), 0, INT32_MAX, &id))
+            return JOB_ERR_INVALID;
+        c->j->stop_ids[c->j->n_stop_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* llmq and completions: an integer 0..20; llmq also takes true (= 0) and false (= none). */
+static int h_logprobs_n(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (c->j->form == JOB_FORM_LLMQ && json_is_boolean(v)) {
+        c->j->sp.logprobs = json_is_true(v) ? 0 : -1;
+        return 0;
+    }
+    if (read_int(c, name, v, 0, SAMPLING_MAX_LOGPROBS, &x))
+        return JOB_ERR_INVALID;
+    c->j->sp.logprobs = (int)x;
+    return 0;
+}
+
+/* OpenAI chat: "logprobs": bool, with "top_logprobs": N resolved after all fields. */
+static int h_chat_logprobs(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->chat_logprobs);
+}
+
+static int h_top_logprobs(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (read_int(c, name, v, 0, SAMPLING_MAX_LOGPROBS, &x))
+        return JOB_ERR_INVALID;
+    c->top_logprobs = v;
+    c->n_top_logprobs = (int)x;
+    return 0;
+}
+
+static int h_return_token_ids(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->return_token_ids);
+}
+
+static int h_enable_thinking(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->enable_thinking);
+}
+
+static int h_ignore_eos(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->ignore_eos);
+}
+
+static int h_skip_special(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->skip_special_tokens);
+}
+
+static int h_template(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return bad(c, name, v, "expected the name of a template");
+    c->template_name = v;
+    return 0;
+}
+
+static int h_vars(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_object(v))
+        return bad(c, name, v, "expected an object");
+    c->vars = v;
+    return 0;
+}
+
+static int h_metadata(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_object(v))
+        return bad(c, name, v, "expected an object");
+    json_decref(c->j->metadata);
+    c->j->metadata = json_incref(v);
+    return 0;
+}
+
+static int h_chat_template_kwargs(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_object(v))
+        return bad(c, name, v, "expected an object");
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val)
+    {
+        char field[128];
+        snprintf(field, sizeof field, "%s.%.64s", name, key);
+        if (strcmp(key, "enable_thinking") != 0)
+            return bad(c, field, NULL, "not supported (only enable_thinking)");
+        if (!json_is_null(val) && read_bool(c, field, val, &c->j->enable_thinking))
+            return JOB_ERR_INVALID;
+    }
+    return 0;
+}
+
+/* ---- the field table */
+
+enum { F_LLMQ = 1, F_CHAT = 2, F_COMPL = 4, F_OPENAI = F_CHAT | F_COMPL, F_ALL = 7 };
+
+struct field {
+    const char *name;
+    unsigned forms;
+    field_fn fn;
+    const char *neutral; /* OpenAI fields llmq does not support: the one value (JSON) that is accepted,
+                            or NONE when no value is */
+};
+
+static const struct field fields[] = {
+    {"id", F_LLMQ, h_id, NULL},
+    {"prompt", F_LLMQ, h_completion_prompt, NULL},
+    {"prompt", F_COMPL, h_completion_prompt, NULL},
+    {"messages", F_LLMQ | F_CHAT, h_messages, NULL},
+    {"template", F_LLMQ, h_template, NULL},
+    {"vars", F_LLMQ, h_vars, NULL},
+    {"max_tokens", F_ALL, h_max_tokens, NULL},
+    {"max_completion_tokens", F_CHAT, h_max_tokens, NULL},
+    {"min_tokens", F_ALL, h_min_tokens, NULL},
+    {"temperature", F_ALL, h_temperature, NULL},
+    {"top_p", F_ALL, h_top_p, NULL},
+    {"top_k", F_ALL, h_top_k, NULL},
+    {"min_p", F_ALL, h_min_p, NULL},
+    {"seed", F_ALL, h_seed, NULL},
+    {"stop", F_ALL, h_stop, NULL},
+    {"stop_token_ids", F_ALL, h_stop_ids, NULL},
+    {"presence_penalty", F_ALL, h_presence, NULL},
+    {"frequency_penalty", F_ALL, h_frequency, NULL},
+    {"repetition_penalty", F_ALL, h_repetition, NULL},
+    {"logprobs", F_LLMQ | F_COMPL, h_logprobs_n, NULL},
+    {"logprobs", F_CHAT, h_chat_logprobs, NULL},
+    {"top_logprobs", F_CHAT, h_top_logprobs, NULL},
+    {"return_token_ids", F_LLMQ, h_return_token_ids, NULL},
+    {"enable_thinking", F_LLMQ, h_enable_thinking, NULL},
+    {"chat_template_kwargs", F_CHAT, h_chat_template_kwargs, NULL},
+    {"ignore_eos", F_ALL, h_ignore_eos, NULL},
+    {"skip_special_tokens", F_ALL, h_skip_special, NULL},
+    {"metadata", F_ALL, h_metadata, NULL},
+    /* OpenAI fields that change nothing here */
+    {"model", F_OPENAI, h_ignore_string, NULL},
+    {"user", F_OPENAI, h_ignore_string, NULL},
+    {"store", F_CHAT, h_ignore, NULL},
+    {"service_tier", F_OPENAI, h_ignore, NULL},
+    {"prompt_cache_key", F_OPENAI, h_ignore, NULL},
+    {"safety_identifier", F_OPENAI, h_ignore, NULL},
+    {"parallel_tool_calls", F_CHAT, h_ignore, NULL},
+    /* OpenAI fields llmq does not support: only their neutral value is accepted */
+    {"n", F_OPENAI, NULL, "1"},
+    {"best_of", F_COMPL, NULL, "1"},
+    {"echo", F_COMPL, NULL, "false"},
+    {"suffix", F_COMPL, NULL, "\"\""},
+    {"stream", F_OPENAI, NULL, "false"},
+    {"stream_options", F_OPENAI, NULL, "{}"},
+    {"logit_bias", F_OPENAI, NULL, "{}"},
+    {"tools", F_CHAT, NULL, "[]"},
+    {"tool_choice", F_CHAT, NULL, "\"none\""},
+    {"functions", F_CHAT, NULL, "[]"},
+    {"function_call", F_CHAT, NULL, "\"none\""},
+    {"response_format", F_CHAT, NULL, "{\"type\":\"text\"}"},
+    {"modalities", F_CHAT, NULL, "[\"text\"]"},
+    {"audio", F_CHAT, NULL, NONE},
+    {"prediction", F_CHAT, NULL, NONE},
+    {"reasoning_effort", F_CHAT, NULL, NONE},
+    {"web_search_options", F_CHAT, NULL, NONE},
+    {"verbosity", F_CHAT, NULL, NONE},
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static const struct field *field_find(const char *name, unsigned form)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if ((fields[i].forms & form) && !strcmp(fields[i].name, name))
+            return &fields[i];
+    return NULL;
+}
+
+/* Levenshtein distance, capped: enough to suggest "max_tokens" for "max_token". */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 40 || lb > 40)
+        return 99;
+    size_t d[41][41];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t k = 0; k <= lb; k++)
+        d[0][k] = k;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t k = 1; k <= lb; k++) {
+            size_t best = d[i - 1][k - 1] + (a[i - 1] != b[k - 1]);
+            if (d[i - 1][k] + 1 < best)
+                best = d[i - 1][k] + 1;
+            if (d[i][k - 1] + 1 < best)
+                best = d[i][k - 1] + 1;
+            d[i][k] = best;
+        }
+    return d[la][lb];
+}
+
+static int unknown_field(struct pctx *c, const char *key, unsigned form, const char *const *extra)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (fields[i].forms & form) {
+            size_t d = edit_distance(key, fields[i].name);
+            if (d < best_d)
+                best_d = d, best = fields[i].name;
+        }
+    for (; extra && *extra; extra++) {
+        size_t d = edit_distance(key, *extra);
+        if (d < best_d)
+            best_d = d, best = *extra;
+    }
+    if (best)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "unknown field '%s%.64s' (did you mean '%s'?)",
+                         c->prefix, key, best);
+    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "unknown field '%s%.64s'", c->prefix, key);
+}
+
+/* Reads every field of obj for `form`: unknown names first, then each value in order. */
+static int read_fields(struct pctx *c, json_t *obj, unsigned form, const char *const *extra)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v)
+    {
+        bool known = field_find(key, form) != NULL;
+        for (const char *const *e = extra; !known && e && *e; e++)
+            known = !strcmp(*e, key);
+        if (!known)
+            return unknown_field(c, key, form, extra);
+    }
+    json_object_foreach(obj, key, v)
+    {
+        const struct field *f = field_find(key, form);
+        if (!f || json_is_null(v))
+            continue;
+        if (f->neutral) {
+            json_t *ok = f->neutral[0] ? json_loads(f->neutral, JSON_DECODE_ANY, NULL) : NULL;
+            bool same = ok && json_equal(ok, v);
+            json_decref(ok);
+            if (same)
+                continue;
+            if (!f->neutral[0])
+                return bad(c, key, NULL, "not supported by llmq");
+            return bad(c, key, v, "not supported by llmq (only %s is accepted)", f->neutral);
+        }
+        int rc = f->fn(c, key, v);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- templates (worker/jobs/template.c renders; the messages name the job's fields) */
+
+static int render_template(struct pctx *c, const char *tname, const char *text, json_t *vars)
+{
+    char *out = NULL, var[TMPL_MAX_NAME + 1], msg[256];
+    int rc = tmpl_render(text, vars, &out, var, msg, sizeof msg);
+    switch (rc) {
+    case TMPL_OK:
+        break;
+    case TMPL_ERR_MISSING:
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': template '%s' needs '%s'", tname,
+                         var);
+    case TMPL_ERR_TYPE: {
+        char field[TMPL_MAX_NAME + 8];
+        snprintf(field, sizeof field, "vars.%s", var);
+        return bad(c, field, json_object_get(vars, var), "expected a string or a number");
+    }
+    case TMPL_ERR_NOMEM:
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    default:
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "template '%s': %s", tname, msg);
+    }
+    if (!out[0]) {
+        free(out);
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "template '%s' rendered an empty prompt", tname);
+    }
+    c->j->prompt = out;
+    return 0;
+}
+
+/* ---- the forms */
+
+static int llmq_form(struct pctx *c, json_t *root)
+{
+    struct job *j = c->j;
+    int rc = read_fields(c, root, F_LLMQ, NULL);
+    if (rc)
+        return rc;
+    int inputs =
+        (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) + (c->template_name != NULL);
+    if (inputs == 0)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "missing field: one of 'prompt', 'messages' or 'template' is required");
+    if (inputs > 1)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "fields 'prompt', 'messages' and 'template' exclude each other (%d given)", inputs);
+    if (c->vars && !c->template_name)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': only used with 'template'");
+    if (c->template_name) {
+        const char *name = json_string_value(c->template_name);
+        if (!c->o->template_find)
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "field 'template': templates are not configured");
+        const char *text = c->o->template_find(c->o->template_ctx, name);
+        if (!text)
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "field 'template': no template named '%.64s' in the config", name);
+        /* The rendered text is one user message through the chat template. */
+        rc = render_template(c, name, text, c->vars);
+        if (rc)
+            return rc;
+        json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", j->prompt);
+        free(j->prompt);
+        j->prompt = NULL;
+        if (!msgs)
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        j->messages = msgs;
+        char msg[512];
+        if (chat_messages_from_json(msgs, &j->msgs, &j->n_msgs, msg, sizeof msg))
+            return chat_error(c, msg);
+    }
+    return 0;
+}
+
+static int openai_form(struct pctx *c, json_t *root)
+{
+    struct job *j = c->j;
+    static const char *const top[] = {"custom_id", "method", "url", "body", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        bool known = false;
+        for (const char *const *t = top; *t; t++)
+            known = known || !strcmp(*t, key);
+        if (!known) {
+            const char *best = NULL;
+            for (const char *const *t = top; *t; t++)
+                if (edit_distance(key, *t) <= 2)
+                    best = *t;
+            if (best)
+                return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                                 "unknown field '%.64s' (did you mean '%s'?)", key, best);
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                             "unknown field '%.64s' (an OpenAI batch line has custom_id, method, url, body)",
+                             key);
+        }
+    }
+    json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
+    json_t *body = json_object_get(root, "body");
+    if (!j->id)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'custom_id'");
+    if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "POST")))
+        return bad(c, "method", method, "expected \"POST\"");
+    if (!url)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "missing field 'url' (\"/v1/chat/completions\" or \"/v1/completions\")");
+    if (!json_is_string(url))
+        return bad(c, "url", url, "expected \"/v1/chat/completions\" or \"/v1/completions\"");
+    if (!strcmp(json_string_value(url), "/v1/chat/completions"))
+        j->form = JOB_FORM_CHAT;
+    else if (!strcmp(json_string_value(url), "/v1/completions"))
+        j->form = JOB_FORM_COMPLETION;
+    else
+        return bad(c, "url", url, "not supported (use \"/v1/chat/completions\" or \"/v1/completions\")");
+    if (!body)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body'");
+    if (!json_is_object(body))
+        return bad(c, "body", body, "expected an object");
+    c->prefix = "body.";
+    int rc = read_fields(c, body, j->form == JOB_FORM_CHAT ? F_CHAT : F_COMPL, NULL);
+    if (rc)
+        return rc;
+    if (j->form == JOB_FORM_CHAT) {
+        if (!j->messages)
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body.messages'");
+        if (c->top_logprobs && !c->chat_logprobs)
+            return bad(c, "top_logprobs", c->top_logprobs, "needs \"logprobs\": true");
+        if (c->chat_logprobs)
+            j->sp.logprobs = c->n_top_logprobs;
+    } else if (!j->prompt && !j->prompt_ids) {
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'body.prompt'");
+    }
+    return 0;
+}
+
+/* ---- job_parse */
+
+/* Nesting depth of the JSON text (strings skipped); returns the byte offset where it first goes
+ * over max, or -1. */
+static long too_deep(const char *s, size_t n, int max)
+{
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > max)
+                return (long)i;
+        } else if (ch == ']' || ch == '}') {
+            depth--;
+        }
+    }
+    return -1;
+}
+
+static bool looks_openai(const char *s, size_t n)
+{
+    return memmem(s, n, "\"custom_id\"", 11) != NULL;
+}
+
+static void job_init(struct job *j, const struct job_opts *o)
+{
+    memset(j, 0, sizeof *j);
+    const struct job_defaults *d = &o->defaults;
+    j->form = JOB_FORM_LLMQ;
+    j->sp = sampling_params_default();
+    j->sp.temperature = d->temperature;
+    j->sp.top_p = d->top_p;
+    j->sp.top_k = d->top_k;
+    j->sp.min_p = d->min_p;
+    j->sp.repetition_penalty = d->repetition_penalty;
+    j->sp.presence_penalty = d->presence_penalty;
+    j->sp.frequency_penalty = d->frequency_penalty;
+    j->sp.logprobs = -1;
+    j->max_tokens = d->max_tokens;
+    j->enable_thinking = d->enable_thinking;
+    j->skip_special_tokens = true;
+}
+
+int job_parse(const char *line, size_t len, const struct job_opts *o, struct job *j, char *err, size_t errlen)
+{
+    struct job_opts def;
+    if (!o) {
+        def = job_opts_default();
+        o = &def;
+    }
+    job_init(j, o);
+    if (err && errlen)
+        err[0] = 0;
+    if (o->max_bytes > 0 && (int64_t)len > o->max_bytes) {
+        if (looks_openai(line, len))
+            j->form = JOB_FORM_CHAT;
+        errfmt(err, errlen, "the job is %zu bytes, over the limit of %lld (queues.max_job_bytes)", len,
+               (long long)o->max_bytes);
+        return JOB_ERR_TOO_LARGE;
+    }
+    long at = too_deep(line, len, JOB_MAX_DEPTH);
+    if (at >= 0) {
+        if (looks_openai(line, len))
+            j->form = JOB_FORM_CHAT;
+        errfmt(err, errlen, "invalid JSON: nested deeper than %d levels (at byte %ld)", JOB_MAX_DEPTH, at);
+        return JOB_ERR_JSON;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        if (looks_openai(line, len))
+            j->form = JOB_FORM_CHAT;
+        errfmt(err, errlen, "invalid JSON (line %d, column %d): %s", jerr.line, jerr.column, jerr.text);
+        return JOB_ERR_JSON;
+    }
+    struct pctx c = {.j = j, .o = o, .err = err, .errlen = errlen, .prefix = ""};
+    int rc;
+    if (!json_is_object(root)) {
+        /* jobs say "a number" for integers and reals alike */
+        errfmt(err, errlen, "invalid JSON: a job is an object, got %s",
+               json_is_number(root) ? "a number" : jtype_name(root));
+        rc = JOB_ERR_JSON;
+    } else if (json_object_get(root, "custom_id") || json_object_get(root, "body") ||
+               json_object_get(root, "url") || json_object_get(root, "method")) {
+        j->form = JOB_FORM_CHAT;
+        json_t *cid = json_object_get(root, "custom_id");
+        rc = cid && !json_is_null(cid) ? read_id(&c, "custom_id", cid) : 0;
+        if (rc == 0)
+            rc = openai_form(&c, root);
+    } else {
+        json_t *id = json_object_get(root, "id");
+        rc = id && !json_is_null(id) ? read_id(&c, "id", id) : 0;
+        if (rc == 0)
+            rc = llmq_form(&c, root);
+    }
+    if (rc == 0) {
+        if (j->min_tokens > j->max_tokens) {
+            errfmt(err, errlen, "field '%smin_tokens': %d is over max_tokens (%d%s)", c.prefix, j->min_tokens,
+                   j->max_tokens, j->max_tokens_given ? "" : ", the default");
+            rc = JOB_ERR_INVALID;
+        }
+        if (j->sp.temperature < GREEDY_EPS)
+            j->sp.temperature = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+void job_free(struct job *j)
+{
+    if (!j)
+        return;
+    free(j->id);
+    free(j->prompt);
+    free(j->prompt_ids);
+    free(j->msgs);
+    json_decref(j->messages);
+    for (int i = 0; i < j->n_stop; i++)
+        free(j->stop[i]);
+    free(j->stop);
+    free(j->stop_ids);
+    json_decref(j->metadata);
+    memset(j, 0, sizeof *j);
+}
+
+/* ---- ids */
+
+void job_new_id(char out[JOB_ID_LEN + 1])
+{
+    unsigned char b[16];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    if (getrandom(b + 6, 10, 0) != 10) { /* never on Linux >= 3.17 for 10 bytes; fall back anyway */
+        uint64_t x = ms ^ (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)out;
+        for (int i = 6; i < 16; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            b[i] = (unsigned char)x;
+        }
+    }
+    for (int i = 0; i < 6; i++)
+        b[i] = (unsigned char)(ms >> (40 - 8 * i));
+    b[6] = (unsigned char)(0x70 | (b[6] & 0x0f)); /* version 7 */
+    b[8] = (unsigned char)(0x80 | (b[8] & 0x3f)); /* variant 10 */
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex[b[i] >> 4];
+        *p++ = hex[b[i] & 15];
+    }
+    *p = 0;
+}
+
+int job_assign_id(struct job *j)
+{
+    if (j->id)
+        return 0;
+    char id[JOB_ID_LEN + 1];
+    job_new_id(id);
+    j->id = strdup(id);
+    if (!j->id)
+        return -1;
+    j->id_generated = true;
+    return 0;
+}
+
+/* ---- into an engine request */
+
+int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, struct job_input *in,
+                char *err, size_t errlen)
+{
+    memset(in, 0, sizeof *in);
+    size_t n = 0;
+    if (j->prompt_ids) {
+        n = (size_t)j->n_prompt_ids;
+        in->tokens = malloc(n * sizeof(int32_t));
+        if (!in->tokens) {
+            errfmt(err, errlen, "out of memory");
+            return JOB_ERR_ENGINE;
+        }
+        memcpy(in->tokens, j->prompt_ids, n * sizeof(int32_t));
+    } else if (j->msgs) {
+        struct chat_options co = chat_options_default();
+        co.enable_thinking = j->enable_thinking;
+        char *text = NULL, msg[512];
+        if (chat_render(j->msgs, j->n_msgs, &co, &text, msg, sizeof msg)) {
+            errfmt(err, errlen, "%s", msg);
+            return JOB_ERR_INVALID;
+        }
+        /* The rendered text carries its own special tokens. */
+        int rc = tok_encode_ex(tok, text, strlen(text), false, &in->tokens, &n, err, errlen);
+        free(text);
+        if (rc)
+            return JOB_ERR_INVALID;
+    } else if (j->prompt) {
+        if (tok_encode(tok, j->prompt, strlen(j->prompt), &in->tokens, &n, err, errlen))
+            return JOB_ERR_INVALID;
+    } else {
+        errfmt(err, errlen, "the job has no prompt");
+        return JOB_ERR_INVALID;
+    }
+    in->n_tokens = (int)n;
+    if (n == 0) {
+        errfmt(err, errlen, "the prompt is empty after tokenization");
+        return JOB_ERR_INVALID;
+    }
+    int max_tokens = j->max_tokens;
+    if (max_model_len > 0) {
+        if ((long long)n >= max_model_len) {
+            errfmt(err, errlen,
+                   "the prompt has %zu tokens; max_model_len is %d and leaves no room to generate", n,
+                   max_model_len);
+            return JOB_ERR_CONTEXT;
+        }
+        long long room = max_model_len - (long long)n;
+        if (max_tokens > room) {
+            if (j->max_tokens_given) {
+                errfmt(
+                    err, errlen,
+                    "max_tokens is %d, but the prompt has %zu tokens and max_model_len is %d: at most %lld "
+                    "tokens can be generated",
+                    max_tokens, n, max_model_len, room);
+                return JOB_ERR_CONTEXT;
+            }
+            max_tokens = (int)room; /* the default shrinks to what fits */
+        }
+    }
+    struct engine_request *r = &in->req;
+    *r = engine_request_default();
+    r->prompt = in->tokens;
+    r->n_prompt = in->n_tokens;
+    r->sp = j->sp;
+    r->has_seed = j->has_seed;
+    r->max_tokens = max_tokens;
+    r->min_tokens = j->min_tokens < max_tokens ? j->min_tokens : max_tokens;
+    r->ignore_eos = j->ignore_eos;
+    r->stop = (const char *const *)j->stop;
+    r->n_stop = j->n_stop;
+    r->stop_ids = j->stop_ids;
+    r->n_stop_ids = j->n_stop_ids;
+    r->skip_special_tokens = j->skip_special_tokens;
+    return JOB_OK;
+}
+
+void job_input_free(struct job_input *in)
+{
+    if (!in)
+        return;
+    free(in->tokens);
+    memset(in, 0, sizeof *in);
+}
+
+/* ---- params for SQLite */
+
+json_t *job_params_json(const struct job *j)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "max_tokens", json_integer(j->max_tokens));
+    json_object_set_new(o, "temperature", json_real(j->sp.temperature));
+    json_object_set_new(o, "top_p", json_real(j->sp.top_p));
+    json_object_set_new(o, "top_k", json_integer(j->sp.top_k));
+    json_object_set_new(o, "min_p", json_real(j->sp.min_p));
+    json_object_set_new(o, "repetition_penalty", json_real(j->sp.repetition_penalty));
+    json_object_set_new(o, "presence_penalty", json_real(j->sp.presence_penalty));
+    json_object_set_new(o, "frequency_penalty", json_real(j->sp.frequency_penalty));
+    if (j->has_seed)
+        json_object_set_new(o, "seed", json_integer((json_int_t)j->sp.seed));
+    if (j->n_stop) {
+        json_t *a = json_array();
+        for (int i = 0; i < j->n_stop; i++)
+            json_array_append_new(a, json_string(j->stop[i]));
+        json_object_set_new(o, "stop", a);
+    }
+    if (j->n_stop_ids) {
+        json_t *a = json_array();
+        for (int i = 0; i < j->n_stop_ids; i++)
+            json_array_append_new(a, json_integer(j->stop_ids[i]));
+        json_object_set_new(o, "stop_token_ids", a);
+    }
+    if (j->sp.logprobs >= 0)
+        json_object_set_new(o, "logprobs", json_integer(j->sp.logprobs));
+    if (j->min_tokens)
+        json_object_set_new(o, "min_tokens", json_integer(j->min_tokens));
+    if (j->ignore_eos)
+        json_object_set_new(o, "ignore_eos", json_true());
+    if (!j->skip_special_tokens)
+        json_object_set_new(o, "skip_special_tokens", json_false());
+    if (j->messages)
+        json_object_set_new(o, "enable_thinking", json_boolean(j->enable_thinking));
+    if (j->return_token_ids)
+        json_object_set_new(o, "return_token_ids", json_true());
+    return o;
+}

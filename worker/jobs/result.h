@@ -1,0 +1,55 @@
+/* A finished job as JSON: llmq's own result shape, or an OpenAI Batch output line for jobs that
+ * came in that form. docs/JOBS.md shows both.
+ *
+ *   llmq:   {"id", "status": "completed"|"cancelled"|"failed", "text", "finish_reason",
+ *            "usage": {"prompt_tokens", "completion_tokens"}, "prompt_token_ids"?, "token_ids"?,
+ *            "logprobs"?, "metadata"?}            failed: {"id", "status": "failed", "error", "metadata"?}
+ *   OpenAI: {"id": "batch_req_...", "custom_id", "response": {"status_code": 200, "request_id",
+ *            "body": chat.completion | text_completion}, "error": null}
+ *           failed or cancelled: {"id", "custom_id", "response": null, "error": {"code", "message"}}
+ *
+ * Strings that are not valid UTF-8 (a cut error message, a token's partial character) are written
+ * with U+FFFD in place of the bad bytes, so every line is valid JSON. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/engine.h"
+#include "worker/jobs/job.h"
+
+struct json_t; /* jansson */
+
+/* How a job ended. Pointers are borrowed for the call. */
+struct res_output {
+    enum finish_reason finish; /* STOP, LENGTH, CANCELLED; ERROR (or error set) means failed */
+    const char *text;          /* generated text (NULL = "") */
+    size_t text_len;
+    int prompt_tokens, completion_tokens;
+    const int32_t *prompt_ids;     /* [prompt_tokens]: written when the job asked for token ids */
+    const int32_t *token_ids;      /* [completion_tokens]: idem */
+    const struct be_out *logprobs; /* [completion_tokens]: written when the job asked for logprobs */
+    const char *error;             /* failed: why */
+    int error_rc;      /* failed: an enum job_error, named by job_error_code for OpenAI's error.code */
+    const char *model; /* OpenAI bodies' "model" (NULL = "llmq") */
+    int64_t created;   /* OpenAI bodies' "created", Unix seconds (0 = now) */
+};
+
+/* The bytes that token `id` decodes to (not NUL-terminated, maybe a partial UTF-8 character),
+ * with their count in *len; NULL when unknown. Used for the token strings of OpenAI logprobs. */
+typedef const char *(*res_token_fn)(const void *ctx, int32_t id, size_t *len);
+
+/* A failed job's output: finish FINISH_ERROR with the message and its enum job_error. */
+struct res_output res_failed(int rc, const char *error);
+
+/* The result object of job j (a new reference; NULL when out of memory). token_fn may be NULL
+ * (OpenAI logprobs then carry empty token strings). */
+struct json_t *res_json(const struct job *j, const struct res_output *o, res_token_fn token_fn,
+                        const void *ctx);
+
+/* res_json as one compact line of JSON without the newline (a new string, caller frees with
+ * free()); NULL when out of memory. Floats are written with 9 significant digits. */
+char *res_line(const struct job *j, const struct res_output *o, res_token_fn token_fn, const void *ctx);
+
+/* Writes "<prefix><32 random hex digits>" into buf (ids like OpenAI's "batch_req_..."). */
+void res_random_id(const char *prefix, char *buf, size_t len);

@@ -1,0 +1,246 @@
+/* See held.h. */
+#include "worker/loop/held.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tokenizer.h"
+#include "worker/jobs/result.h"
+
+void wk_list_push(struct wk_list *l, struct wk_job *j)
+{
+    j->next = NULL;
+    j->prev = l->tail;
+    if (l->tail)
+        l->tail->next = j;
+    else
+        l->head = j;
+    l->tail = j;
+    l->n++;
+}
+
+void wk_list_push_front(struct wk_list *l, struct wk_job *j)
+{
+    j->prev = NULL;
+    j->next = l->head;
+    if (l->head)
+        l->head->prev = j;
+    else
+        l->tail = j;
+    l->head = j;
+    l->n++;
+}
+
+void wk_list_remove(struct wk_list *l, struct wk_job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        l->head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        l->tail = j->prev;
+    j->prev = j->next = NULL;
+    l->n--;
+}
+
+struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
+{
+    struct wk_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->rj = *rj;
+    memset(rj, 0, sizeof *rj);
+    j->state = -1;
+    j->fetched_mono = now_mono;
+    j->started_at = now_wall;
+    j->created_at = NAN;
+    j->first_token_at = NAN;
+    j->ttft_ms = j->latency_ms = NAN;
+    j->status = RQ_STATUS_FAILED;
+    return j;
+}
+
+void wk_job_free(struct wk_job *j)
+{
+    if (!j)
+        return;
+    rq_job_free(&j->rj);
+    job_free(&j->job);
+    free(j->output);
+    free(j->error);
+    free(j->params);
+    free(j->metadata);
+    free(j->result);
+    free(j);
+}
+
+const char *wk_job_id(const struct wk_job *j)
+{
+    if (j->job.id && j->job.id[0])
+        return j->job.id;
+    if (j->rj.id[0])
+        return j->rj.id;
+    return j->row_id;
+}
+
+static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
+{
+    return tok_token_bytes((const struct tok *)ctx, id, len);
+}
+
+static char *dump(const json_t *v)
+{
+    return v ? json_dumps(v, JSON_COMPACT) : NULL;
+}
+
+/* What every finished job records: an id to write under, params, metadata. */
+static void common(struct wk_job *j, double now_wall)
+{
+    if (!j->job.id && !j->rj.id[0] && !j->row_id[0]) {
+        job_new_id(j->row_id);
+        if (j->job.form == JOB_FORM_LLMQ && (j->job.id = strdup(j->row_id)) != NULL) /* the result names it */
+            j->job.id_generated = true;
+    }
+    if (j->parsed && !j->params) {
+        json_t *p = job_params_json(&j->job);
+        j->params = dump(p);
+        json_decref(p);
+    }
+    if (j->job.metadata && !j->metadata)
+        j->metadata = dump(j->job.metadata);
+    j->finished_at = now_wall;
+}
+
+static void set_error(struct wk_job *j, int rc, const char *err)
+{
+    free(j->error);
+    j->error = strdup(err && *err ? err : "unknown error");
+    j->error_rc = rc;
+}
+
+int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const char *err, double now_wall)
+{
+    common(j, now_wall);
+    j->status = RQ_STATUS_FAILED;
+    j->finish_reason = NULL;
+    j->after = WK_AFTER_DEAD;
+    set_error(j, rc, err);
+    free(j->output);
+    j->output = NULL;
+    j->output_len = 0;
+    struct res_output o = res_failed(rc, j->error);
+    o.model = c->model_name;
+    o.prompt_tokens = j->prompt_tokens;
+    free(j->result);
+    j->result = res_line(&j->job, &o, NULL, NULL);
+    if (isnan(j->latency_ms))
+        j->latency_ms = (now_wall - j->started_at) * 1e3;
+    return j->error ? 0 : -1;
+}
+
+int wk_job_finish_cancelled(struct wk_job *j, const struct wk_ctx *c, double now_wall)
+{
+    common(j, now_wall);
+    j->status = RQ_STATUS_CANCELLED;
+    j->finish_reason = finish_reason_name(FINISH_CANCELLED);
+    j->after = WK_AFTER_ACK;
+    j->output = strdup("");
+    j->output_len = 0;
+    struct res_output o = {.finish = FINISH_CANCELLED, .text = "", .model = c->model_name};
+    j->result = res_line(&j->job, &o, NULL, NULL);
+    j->latency_ms = (now_wall - j->started_at) * 1e3;
+    return j->output ? 0 : -1;
+}
+
+int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
+                      double now_wall)
+{
+    common(j, now_wall);
+    j->prompt_tokens = s->n_prompt;
+    j->completion_tokens = s->n_output;
+    double fin = s->t_finished > 0 ? s->t_finished : now_mono;
+    if (s->t_first_token > 0) {
+        j->first_token_at = now_wall - (now_mono - s->t_first_token);
+        j->ttft_ms = (s->t_first_token - j->fetched_mono) * 1e3;
+    }
+    j->latency_ms = (fin - j->fetched_mono) * 1e3;
+    j->finished_at = now_wall - (now_mono - fin);
+    if (s->finish == FINISH_ERROR) {
+        const char *why = s->error[0] ? s->error : "the engine failed";
+        wk_job_finish_failed(j, c, JOB_ERR_ENGINE, why, j->finished_at);
+        return 0;
+    }
+    j->status = s->finish == FINISH_CANCELLED ? RQ_STATUS_CANCELLED : RQ_STATUS_COMPLETED;
+    j->finish_reason = finish_reason_name(s->finish);
+    j->after = WK_AFTER_ACK;
+    j->output = malloc(s->text_len + 1);
+    if (j->output) {
+        memcpy(j->output, s->text ? s->text : "", s->text_len);
+        j->output[s->text_len] = 0;
+        j->output_len = s->text_len;
+    }
+    struct res_output o = {
+        .finish = s->finish,
+        .text = s->text,
+        .text_len = s->text_len,
+        .prompt_tokens = s->n_prompt,
+        .completion_tokens = s->n_output,
+        .prompt_ids = s->tokens,
+        .token_ids = s->tokens + s->n_prompt,
+        .logprobs = s->logprobs,
+        .model = c->model_name,
+        .created = (int64_t)now_wall,
+    };
+    j->result = res_line(&j->job, &o, c->tok ? token_bytes : NULL, c->tok);
+    if (!j->output || !j->result) {
+        wk_job_finish_failed(j, c, JOB_ERR_ENGINE, "out of memory while storing the result", j->finished_at);
+        return -1;
+    }
+    return 0;
+}
+
+void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result *r)
+{
+    *r = db_result_empty();
+    r->id = wk_job_id(j);
+    bool openai = j->job.form != JOB_FORM_LLMQ;
+    r->custom_id = openai ? j->job.id : NULL;
+    r->request_form = openai ? DB_FORM_OPENAI : DB_FORM_LLMQ;
+    r->queue = j->rj.queue[0] ? j->rj.queue : NULL;
+    r->status = j->status == RQ_STATUS_COMPLETED   ? DB_COMPLETED
+                : j->status == RQ_STATUS_CANCELLED ? DB_CANCELLED
+                                                   : DB_FAILED;
+    r->model = c->model_name;
+    r->params = j->params;
+    r->output = j->output;
+    r->output_len = j->output_len;
+    r->finish_reason = j->finish_reason;
+    r->prompt_tokens = j->prompt_tokens;
+    r->completion_tokens = j->completion_tokens;
+    r->error = j->error;
+    r->attempts = j->rj.attempts > 0 ? j->rj.attempts : 1;
+    r->worker_id = c->worker_id;
+    r->created_at = j->created_at;
+    r->started_at = j->started_at;
+    r->first_token_at = j->first_token_at;
+    r->finished_at = j->finished_at;
+    r->ttft_ms = j->ttft_ms;
+    r->latency_ms = j->latency_ms;
+    if (!isnan(j->created_at) && j->started_at >= j->created_at)
+        r->queue_ms = (j->started_at - j->created_at) * 1e3;
+    r->metadata = j->metadata;
+    r->result = j->result;
+}
+
+void wk_job_degrade(struct wk_job *j)
+{
+    free(j->params);
+    free(j->metadata);
+    free(j->result);
+    j->params = j->metadata = j->result = NULL;
+    j->degraded = true;
+}

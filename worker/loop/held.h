@@ -1,0 +1,107 @@
+/* A job the worker holds: fetched from Redis and not yet let go. It goes through these states,
+ * each a list in the worker (worker/loop/worker.c):
+ *
+ *   RUNNING     in the engine (seq set)
+ *   PENDING     finished: its SQLite row waits for the next transaction
+ *   COMMITTING  its row is in the transaction the writer thread runs now
+ *   COMMITTED   its row is committed: it waits for the Redis side (ack, or the dead list)
+ *   ROUTE       a short-queue job too long for the short lane: to be moved to the long queue
+ *   RETRY       the engine failed it: to be scheduled for another attempt (rq_retry)
+ *
+ * A job leaves the worker (wk_job_free) only after Redis confirmed the last step, so a crash at
+ * any point leaves it in the processing list for the reaper (at-least-once delivery). */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/engine.h"
+#include "queue/ack.h"
+#include "queue/fetch.h"
+#include "worker/store/db.h"
+#include "worker/jobs/job.h"
+
+struct tok;
+
+enum wk_state { WK_RUNNING, WK_PENDING, WK_COMMITTING, WK_COMMITTED, WK_ROUTE, WK_RETRY, WK_NSTATES };
+
+/* What the Redis side does once the row is committed. */
+enum wk_after {
+    WK_AFTER_ACK,  /* rq_ack with the job's status */
+    WK_AFTER_DEAD, /* rq_dead with its error (bad input, or out of attempts) */
+    WK_AFTER_NONE, /* nothing: Redis already let it go (a retry that dead-lettered it) */
+};
+
+struct wk_job {
+    struct wk_job *prev, *next; /* in the list of its state */
+    int state;                  /* enum wk_state; -1 while in no list */
+    struct rq_job rj;           /* as held in Redis (owned) */
+    struct job job;             /* parsed (job_parse always initialises it; owned) */
+    bool parsed;                /* job_parse succeeded */
+    struct engine_seq *seq;     /* RUNNING: borrowed from the engine until engine_release */
+    int lane;                   /* engine lane */
+    int max_tokens;             /* of the engine request (progress = tokens / max_tokens) */
+    int prompt_tokens;
+    double fetched_mono;                           /* monotonic seconds at fetch (the engine's clock) */
+    double created_at, started_at, first_token_at; /* unix seconds; NAN = unknown */
+    int reported_tokens;                           /* completion tokens in the last progress sent */
+    int progress_phase; /* progress goes out when (tokens + phase) % every == 0: jobs that run
+                           in lockstep report on different steps */
+    bool cancel_sent;   /* engine_cancel was called */
+    bool progress_due;  /* a progress update waits for the next flush */
+
+    /* once finished */
+    enum wk_after after;
+    enum rq_status status;     /* completed, failed, cancelled */
+    const char *finish_reason; /* static string or NULL */
+    int completion_tokens;
+    char *output; /* owned; NULL for failed */
+    size_t output_len;
+    char *error;                      /* owned; NULL unless failed */
+    int error_rc;                     /* enum job_error of a failure */
+    char *params, *metadata, *result; /* JSON text (owned, may be NULL) */
+    double finished_at;               /* unix seconds */
+    double ttft_ms, latency_ms;       /* NAN = unknown */
+    bool degraded;                    /* the row was rejected once; now written without its JSON columns */
+    char row_id[JOB_ID_LEN + 1];      /* the row's id when the job has none of its own (not JSON, ...) */
+};
+
+/* What finishing a job needs from the worker. */
+struct wk_ctx {
+    const char *model_name;
+    const char *worker_id;
+    const struct tok *tok; /* for the token strings of OpenAI logprobs; may be NULL */
+};
+
+struct wk_list {
+    struct wk_job *head, *tail;
+    int n;
+};
+
+void wk_list_push(struct wk_list *l, struct wk_job *j);
+void wk_list_push_front(struct wk_list *l, struct wk_job *j);
+void wk_list_remove(struct wk_list *l, struct wk_job *j);
+
+/* A new record that takes over *rj (zeroed). NULL when out of memory (*rj is then untouched). */
+struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall);
+/* Frees the record and everything it owns (not the engine seq). Accepts NULL. */
+void wk_job_free(struct wk_job *j);
+
+/* The id of the job's row and Redis hash: its own id, the one rq gave it, or a new one. */
+const char *wk_job_id(const struct wk_job *j);
+
+/* Finishes a job from its finished engine seq (completed, cancelled, or failed for
+ * FINISH_ERROR): copies the text and counters, builds the result line. The seq is not released.
+ * 0, or -1 out of memory (the job is then failed with that message). */
+int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
+                      double now_wall);
+/* Finishes a job that never ran: failed with rc (enum job_error) and err. */
+int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const char *err, double now_wall);
+/* Finishes a job cancelled before it ran (status cancelled, empty output). */
+int wk_job_finish_cancelled(struct wk_job *j, const struct wk_ctx *c, double now_wall);
+
+/* The job's SQLite row (borrowing from j and c). */
+void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result *r);
+
+/* After SQLite rejected the row: drops the JSON columns (params, metadata, result) so the rest
+ * can be written. */
+void wk_job_degrade(struct wk_job *j);

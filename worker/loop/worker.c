@@ -1,0 +1,1346 @@
+/* See worker.h; docs/WORKER.md for users. */
+#include "worker/loop/worker.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/cuda_backend.h"
+#include "engine/engine.h"
+#include "engine/gpu.h"
+#include "engine/util/log.h"
+#include "engine/model.h"
+#include "engine/util/mono.h"
+#include "engine/tokenizer.h"
+#include "llmq_version.h"
+#include "queue/ack.h"
+#include "queue/cancel.h"
+#include "queue/dead.h"
+#include "queue/fetch.h"
+#include "queue/progress.h"
+#include "queue/reaper.h"
+#include "queue/requeue.h"
+#include "queue/retry.h"
+#include "queue/rq.h"
+#include "queue/stats.h"
+#include "queue/tick.h"
+#include "worker/config/config.h"
+#include "worker/store/db.h"
+#include "worker/config/engine_cfg.h"
+#include "worker/loop/held.h"
+#include "worker/metrics/http.h"
+#include "worker/jobs/job.h"
+#include "worker/loop/lanes.h"
+#include "worker/metrics/metrics.h"
+#include "worker/store/writer.h"
+
+#define MAX_BATCH 4096         /* rows in one transaction */
+#define MAX_METRICS 64         /* metrics rows kept while SQLite is unavailable */
+#define FLUSH_S 10.0           /* after the run: time to hand jobs back and write the last rows */
+#define EMPTY_FETCH_S 0.02     /* after an empty fetch while busy, no new fetch for this long ... */
+#define EMPTY_FETCH_MAX_S 0.16 /* ... doubling up to this while the queues stay empty */
+#define IDLE_SLEEP_MS 5        /* an iteration with nothing to do while waiting on Redis or SQLite */
+#define TROUBLE_LOG_S 10.0     /* a failing Redis or SQLite step is logged at most this often */
+#define PROGRESS_FLUSH_S 0.05  /* progress updates go to Redis at most this often (one pipeline) */
+#define CANCEL_CHECK_S 0.02    /* cancellations are checked at most this often (every step when longer) */
+#define MAX_OVERHEAD_SAMPLES (1 << 20)
+#define PUBLISH_S 0.1 /* the metrics snapshot for GET /metrics is refreshed at most this often */
+
+/* Loop phases, timed for the per-step overhead (docs/PERFORMANCE.md "Queue path"). */
+enum { PH_TICK, PH_REDIS, PH_FETCH, PH_CANCEL, PH_STEP, PH_PROGRESS, PH_FINISH, PH_COMMIT, PH_N };
+static const char *const ph_names[PH_N] = {"tick",   "redis",    "fetch",  "cancel",
+                                           "engine", "progress", "finish", "commit"};
+
+struct timing {
+    double sum[PH_N];      /* seconds, over the iterations that ran an engine step */
+    uint64_t steps;        /* iterations that ran an engine step (without blocking on Redis) */
+    struct wk_samples ovh; /* worker overhead per such step, microseconds */
+    double full_sum;       /* overhead at full batch (running == engine.max_num_seqs) */
+    uint64_t full_n;
+};
+
+static volatile sig_atomic_t g_signals, g_signo;
+
+static void on_signal(int s)
+{
+    g_signo = s;
+    g_signals++;
+}
+
+struct wk {
+    const struct cfg *cfg;
+    struct wk_opts o;
+    struct model *model;
+    struct tok *tok;
+    struct engine *eng;
+    int64_t gpu_mem_bytes; /* device memory the backend allocated, -1 = not a GPU backend */
+    struct rq *rq;
+    struct wk_writer *wr;
+    struct job_opts jopts;
+    struct wk_ctx ctx;
+    struct wk_lanes lanes;
+    char model_name[256], gpu[256], host[256], worker_id[RQ_NAME_MAX + 1];
+
+    struct wk_list l[WK_NSTATES];
+    struct rq_job *fetched; /* [fetch_cap] */
+    int fetch_cap;
+    struct rq_pipe pipe; /* created_at lookups */
+    char (*hkeys)[RQ_KEY_MAX];
+    double last_empty_fetch, last_progress, last_cancel;
+    double empty_fetch_wait; /* seconds before the next fetch after an empty one (while busy) */
+    uint64_t fetch_seq;      /* jobs fetched so far */
+    bool recovered;
+    bool fetch_paused;
+
+    /* per-iteration scratch, grown as needed */
+    struct rq_result *res;
+    struct wk_job **jobs;
+    const char **ids;
+    bool *flags;
+    struct rq_progress *prog;
+    const struct rq_job **rjobs;
+    int scratch_cap;
+
+    /* SQLite */
+    struct wk_batch batch;
+    struct db_result *rows; /* [MAX_BATCH] */
+    int *row_rc;
+    struct wk_job **bjobs;
+    size_t nb; /* jobs in the batch in flight */
+    double oldest_pending, next_commit;
+    int commit_backoff_ms;
+    double db_trouble_since, next_db_log;
+    char db_err[600]; /* why the last write failed (for GET /health) */
+    struct db_worker wrow;
+    bool wrow_done, wrow_sent;
+    struct db_metrics mrows[MAX_METRICS];
+    int nm, nm_sent;
+    bool want_touch, touch_sent, stopped_touch;
+
+    /* Redis trouble */
+    double redis_trouble_since, next_redis_log;
+
+    /* metrics and counters */
+    struct wk_metrics m;
+    struct wk_http *http;    /* GET /metrics and /health; NULL when metrics.enabled is false */
+    struct wk_snapshot snap; /* what it serves: identity set at setup, the rest at each publish */
+    double next_publish;
+    double next_metrics;
+    double last_tokens_per_s;
+    int64_t done, completed, failed, cancelled, dead, retried, routed, requeued;
+    int64_t iv_done, iv_failed, iv_cancelled; /* since the last info line */
+    struct timing t, ti;                      /* whole run, and the current metrics interval (--stats) */
+
+    bool stopping;
+    double deadline;
+};
+
+/* ---- small helpers */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int held_count(const struct wk *w)
+{
+    int n = 0;
+    for (int s = 0; s < WK_NSTATES; s++)
+        n += w->l[s].n;
+    return n;
+}
+
+static void move(struct wk *w, struct wk_job *j, int state)
+{
+    if (j->state >= 0)
+        wk_list_remove(&w->l[j->state], j);
+    j->state = state;
+    if (state == WK_PENDING && w->l[WK_PENDING].n == 0)
+        w->oldest_pending = llmq_mono_s();
+    if (state >= 0)
+        wk_list_push(&w->l[state], j);
+}
+
+static void drop(struct wk *w, struct wk_job *j)
+{
+    move(w, j, -1);
+    wk_job_free(j);
+}
+
+static int grow_scratch(struct wk *w, int n)
+{
+    if (n <= w->scratch_cap)
+        return 0;
+    int cap = w->scratch_cap ? w->scratch_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    void *a = realloc(w->res, (size_t)cap * sizeof *w->res);
+    if (a)
+        w->res = a;
+    void *b = realloc(w->jobs, (size_t)cap * sizeof *w->jobs);
+    if (b)
+        w->jobs = b;
+    void *c = realloc(w->ids, (size_t)cap * sizeof *w->ids);
+    if (c)
+        w->ids = c;
+    void *d = realloc(w->flags, (size_t)cap * sizeof *w->flags);
+    if (d)
+        w->flags = d;
+    void *e = realloc(w->prog, (size_t)cap * sizeof *w->prog);
+    if (e)
+        w->prog = e;
+    void *f = realloc(w->rjobs, (size_t)cap * sizeof *w->rjobs);
+    if (f)
+        w->rjobs = f;
+    if (!a || !b || !c || !d || !e || !f)
+        return -1;
+    w->scratch_cap = cap;
+    return 0;
+}
+
+/* A Redis step failed: log it (at most every TROUBLE_LOG_S while it keeps failing). */
+static void redis_trouble(struct wk *w, const char *what)
+{
+    double now = llmq_mono_s();
+    if (w->redis_trouble_since == 0)
+        w->redis_trouble_since = now;
+    if (now >= w->next_redis_log) {
+        log_warn("redis: %s failed: %s; the worker keeps running and tries again (%d jobs held)", what,
+                 rq_error(w->rq), held_count(w));
+        w->next_redis_log = now + TROUBLE_LOG_S;
+    }
+}
+
+static void redis_ok(struct wk *w)
+{
+    if (w->redis_trouble_since > 0) {
+        log_info("redis: working again after %.1f s", llmq_mono_s() - w->redis_trouble_since);
+        w->redis_trouble_since = 0;
+        w->next_redis_log = 0;
+    }
+}
+
+/* The jobs of a state (all, or those with `after`) into w->jobs; 0 when out of memory. */
+static int jobs_of(struct wk *w, int state, int after)
+{
+    if (grow_scratch(w, w->l[state].n))
+        return 0;
+    int n = 0;
+    for (struct wk_job *j = w->l[state].head; j; j = j->next)
+        if (after < 0 || (int)j->after == after)
+            w->jobs[n++] = j;
+    return n;
+}
+
+/* ---- finishing jobs */
+
+/* A finished attempt into the metrics; `retried`: it goes back to Redis for another attempt. */
+static void count_finish(struct wk *w, const struct wk_job *j, bool retried)
+{
+    struct wk_finished f = {
+        .status = j->status == RQ_STATUS_COMPLETED   ? DB_COMPLETED
+                  : j->status == RQ_STATUS_CANCELLED ? DB_CANCELLED
+                                                     : DB_FAILED,
+        .finish_reason = j->finish_reason,
+        .completion_tokens = j->completion_tokens,
+        .ttft_ms = j->ttft_ms,
+        .e2e_ms = j->latency_ms,
+        .queue_ms =
+            isnan(j->created_at) || isnan(j->started_at) ? NAN : (j->started_at - j->created_at) * 1e3,
+        .retried = retried,
+    };
+    wk_metrics_finish(&w->m, &f);
+}
+
+/* A job that cannot run: failed row first, then the dead list. */
+static void fail_job(struct wk *w, struct wk_job *j, int rc, const char *err)
+{
+    wk_job_finish_failed(j, &w->ctx, rc, err, db_now());
+    count_finish(w, j, false);
+    move(w, j, WK_PENDING);
+}
+
+/* Parse, validate, tokenize, route and add one fetched job. */
+static void admit(struct wk *w, struct wk_job *j)
+{
+    char err[1024];
+    int rc = job_parse(j->rj.raw, j->rj.len, &w->jopts, &j->job, err, sizeof err);
+    j->parsed = rc == JOB_OK;
+    if (rc) {
+        fail_job(w, j, rc, err);
+        return;
+    }
+    if (!j->job.id && j->job.form == JOB_FORM_LLMQ && job_assign_id(&j->job)) {
+        fail_job(w, j, JOB_ERR_ENGINE, "out of memory");
+        return;
+    }
+    if (j->rj.cancel_requested) {
+        wk_job_finish_cancelled(j, &w->ctx, db_now());
+        count_finish(w, j, false);
+        move(w, j, WK_PENDING);
+        return;
+    }
+    int lane = wk_lane_of_queue(j->rj.queue);
+    struct job_input in;
+    rc = job_prepare(&j->job, w->tok, w->lanes.max_model_len[lane], &in, err, sizeof err);
+    switch (wk_lanes_route(&w->lanes, lane, rc, in.n_tokens)) {
+    case WK_ROUTE_LONG:
+        log_debug(
+            "job %s: %d prompt tokens, over queues.long_threshold_tokens (%d): moving it to the long queue",
+            wk_job_id(j), in.n_tokens, w->lanes.long_threshold);
+        move(w, j, WK_ROUTE);
+        break;
+    case WK_ROUTE_FAIL:
+        fail_job(w, j, rc, err);
+        break;
+    case WK_ROUTE_HERE:
+        in.req.lane = lane;
+        in.req.user = j;
+        j->lane = lane;
+        j->max_tokens = in.req.max_tokens;
+        j->prompt_tokens = in.n_tokens;
+        j->seq = engine_add(w->eng, &in.req, err, sizeof err);
+        if (!j->seq)
+            fail_job(w, j, JOB_ERR_ENGINE, err);
+        else
+            move(w, j, WK_RUNNING);
+        break;
+    }
+    job_input_free(&in);
+}
+
+/* created_at of the fetched jobs from their hashes, in one round trip (NAN when unknown). */
+static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
+{
+    struct rq_pipe *p = &w->pipe;
+    rq_pipe_reset(p);
+    int asked = 0;
+    for (int i = 0; i < n; i++) {
+        w->flags[i] =
+            jobs[i]->rj.id[0] && rq_key_job(&w->rq->keys, jobs[i]->rj.id, w->hkeys[i], RQ_KEY_MAX) == 0;
+        if (!w->flags[i])
+            continue;
+        rq_pipe_cmd(p, "HGET");
+        rq_pipe_str(p, w->hkeys[i]);
+        rq_pipe_str(p, "created_at");
+        asked++;
+    }
+    if (!asked || rq_pipe_exec(p, &w->rq->cmd, &w->rq->scripts))
+        return;
+    int k = 0;
+    for (int i = 0; i < n && k < p->nreply; i++) {
+        if (!w->flags[i])
+            continue;
+        const redisReply *r = p->reply[k++];
+        if (r && r->type == REDIS_REPLY_STRING) {
+            char *end;
+            double v = strtod(r->str, &end);
+            if (end != r->str && v > 0) /* Redis stamps in milliseconds: never after our own start */
+                jobs[i]->created_at = v < jobs[i]->started_at ? v : jobs[i]->started_at;
+        }
+    }
+}
+
+/* ---- the Redis side of held jobs */
+
+static void redis_committed(struct wk *w)
+{
+    int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
+    if (n) {
+        for (int i = 0; i < n; i++) {
+            const struct wk_job *j = w->jobs[i];
+            w->res[i] = (struct rq_result){
+                .job = &j->rj,
+                .status = j->status,
+                .error = j->error,
+                .finish_reason = j->finish_reason,
+                .prompt_tokens = j->prompt_tokens,
+                .completion_tokens = j->completion_tokens,
+                .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
+            };
+        }
+        int removed = rq_ack(w->rq, w->res, n);
+        if (removed < 0) {
+            redis_trouble(w, "ack");
+            return;
+        }
+        redis_ok(w);
+        if (removed < n)
+            log_info("redis: %d of %d acknowledged jobs were no longer in %s (reaped while this worker was "
+                     "unreachable, or lost in a Redis restart); their rows are written",
+                     n - removed, n, w->rq->proc_key);
+        for (int i = 0; i < n; i++)
+            drop(w, w->jobs[i]);
+    }
+    n = jobs_of(w, WK_COMMITTED, WK_AFTER_DEAD);
+    for (int i = 0; i < n; i++) {
+        struct wk_job *j = w->jobs[i];
+        int r = rq_dead(w->rq, &j->rj, j->error);
+        if (r < 0) {
+            redis_trouble(w, "dead-lettering");
+            return;
+        }
+        redis_ok(w);
+        w->dead++;
+        wk_metrics_dead(&w->m);
+        log_warn("job %s failed: %s; dead-lettered", wk_job_id(j), j->error ? j->error : "?");
+        drop(w, j);
+    }
+    n = jobs_of(w, WK_COMMITTED, WK_AFTER_NONE);
+    for (int i = 0; i < n; i++)
+        drop(w, w->jobs[i]);
+}
+
+static void redis_route(struct wk *w)
+{
+    int n = jobs_of(w, WK_ROUTE, -1);
+    if (!n)
+        return;
+    for (int i = 0; i < n; i++)
+        w->rjobs[i] = &w->jobs[i]->rj;
+    int moved = rq_requeue(w->rq, w->rjobs, n, "long", "route_long");
+    if (moved < 0) {
+        redis_trouble(w, "moving long jobs to the long queue");
+        return;
+    }
+    redis_ok(w);
+    w->routed += moved;
+    wk_metrics_routed(&w->m, moved);
+    log_debug("moved %d job%s to the long queue", moved, moved == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        drop(w, w->jobs[i]);
+}
+
+static void redis_retry(struct wk *w)
+{
+    int n = jobs_of(w, WK_RETRY, -1);
+    for (int i = 0; i < n; i++) {
+        struct wk_job *j = w->jobs[i];
+        int64_t delay = 0;
+        int r = rq_retry(w->rq, &j->rj, j->error, &delay);
+        if (r < 0) {
+            redis_trouble(w, "scheduling a retry");
+            return;
+        }
+        redis_ok(w);
+        if (r == RQ_RETRY_SCHEDULED) {
+            w->retried++;
+            count_finish(w, j, true);
+            log_warn("job %s failed in the engine (%s); attempt %d of %d, retrying in %.1f s", wk_job_id(j),
+                     j->error, j->rj.attempts, w->cfg->queues.max_attempts, (double)delay / 1e3);
+            drop(w, j);
+        } else if (r == RQ_RETRY_DEAD) { /* Redis dead-lettered it: write its failed row */
+            w->dead++;
+            count_finish(w, j, false);
+            wk_metrics_dead(&w->m);
+            log_warn("job %s failed in the engine (%s) and is out of attempts; dead-lettered", wk_job_id(j),
+                     j->error);
+            j->after = WK_AFTER_NONE;
+            move(w, j, WK_PENDING);
+        } else {
+            drop(w, j);
+        }
+    }
+}
+
+/* ---- SQLite */
+
+static void db_trouble(struct wk *w, const char *msg)
+{
+    double now = llmq_mono_s();
+    snprintf(w->db_err, sizeof w->db_err, "%s", msg);
+    if (w->db_trouble_since == 0)
+        w->db_trouble_since = now;
+    if (now >= w->next_db_log) {
+        int waiting = w->l[WK_PENDING].n + w->l[WK_COMMITTING].n;
+        log_warn(
+            "sqlite: %s; %d finished job%s wait in memory (still in %s) and the write is retried in %.1f s",
+            msg, waiting, waiting == 1 ? "" : "s", w->rq->proc_key, w->commit_backoff_ms / 1e3);
+        w->next_db_log = now + TROUBLE_LOG_S;
+    }
+}
+
+static void commit_done(struct wk *w, struct wk_batch *b)
+{
+    double now = llmq_mono_s();
+    bool results_ok = b->rc_results == DB_OK || b->rc_results == DB_ERR_ROW;
+    log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", w->nb, (size_t)w->nm_sent,
+              b->write_ms, b->rc_results);
+    bool wrow_failed = w->wrow_sent && b->rc_worker != DB_OK;
+    if (w->wrow_sent && b->rc_worker == DB_OK)
+        w->wrow_done = true;
+    w->wrow_sent = false;
+    if (w->nm_sent) {
+        bool drop_them = b->rc_metrics == DB_OK;
+        if (b->rc_metrics == DB_ERR && !wrow_failed) { /* refused for what it is: retrying will not help */
+            log_warn("sqlite: %d metrics row%s dropped: %s", w->nm_sent, w->nm_sent == 1 ? "" : "s", b->err);
+            drop_them = true;
+        }
+        if (drop_them) {
+            memmove(w->mrows, w->mrows + w->nm_sent, (size_t)(w->nm - w->nm_sent) * sizeof *w->mrows);
+            w->nm -= w->nm_sent;
+        }
+        w->nm_sent = 0;
+    }
+    if (w->touch_sent && b->rc_touch == DB_OK) {
+        w->want_touch = false;
+        if (b->stopped)
+            w->stopped_touch = true;
+    }
+    w->touch_sent = false;
+
+    if (results_ok) {
+        for (size_t i = 0; i < w->nb; i++) {
+            struct wk_job *j = w->bjobs[i];
+            if (b->rc_results == DB_OK || w->row_rc[i] == DB_OK) {
+                move(w, j, WK_COMMITTED);
+                w->done++;
+                w->iv_done++;
+                w->completed += j->status == RQ_STATUS_COMPLETED;
+                w->failed += j->status == RQ_STATUS_FAILED;
+                w->iv_failed += j->status == RQ_STATUS_FAILED;
+                w->cancelled += j->status == RQ_STATUS_CANCELLED;
+                w->iv_cancelled += j->status == RQ_STATUS_CANCELLED;
+            } else if (!j->degraded) {
+                log_warn(
+                    "sqlite: the row of job %s was refused (%s); writing it again without its JSON columns",
+                    wk_job_id(j), b->err);
+                wk_job_degrade(j);
+                move(w, j, WK_PENDING);
+            } else {
+                log_error("sqlite: the row of job %s was refused again (%s); the job is let go without a row",
+                          wk_job_id(j), b->err);
+                move(w, j, WK_COMMITTED);
+            }
+        }
+    } else {
+        /* nothing was written: back to the front of the pending list, in order */
+        for (size_t i = w->nb; i-- > 0;) {
+            struct wk_job *j = w->bjobs[i];
+            wk_list_remove(&w->l[WK_COMMITTING], j);
+            j->state = WK_PENDING;
+            wk_list_push_front(&w->l[WK_PENDING], j);
+        }
+        w->oldest_pending = 0;
+    }
+    bool failed = !results_ok || wrow_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY;
+    if (failed) {
+        w->commit_backoff_ms = w->commit_backoff_ms ? 2 * w->commit_backoff_ms : 100;
+        if (w->commit_backoff_ms > 2000)
+            w->commit_backoff_ms = 2000;
+        w->next_commit = now + w->commit_backoff_ms / 1e3;
+        db_trouble(w, b->err[0] ? b->err : "the write failed");
+    } else {
+        if (w->db_trouble_since > 0)
+            log_info("sqlite: writing again after %.1f s (%zu rows committed)", now - w->db_trouble_since,
+                     w->nb);
+        w->db_trouble_since = 0;
+        w->next_db_log = 0;
+        w->commit_backoff_ms = 0;
+    }
+    w->nb = 0;
+}
+
+static bool commit_due(struct wk *w, double now)
+{
+    if (wk_writer_busy(w->wr) || now < w->next_commit)
+        return false;
+    int n = w->l[WK_PENDING].n;
+    if (n && (n >= w->cfg->sqlite.commit_max_rows ||
+              (now - w->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
+              !engine_has_work(w->eng) || w->stopping))
+        return true;
+    return !w->wrow_done || w->nm > 0 || w->want_touch;
+}
+
+static void commit_submit(struct wk *w, bool stopped)
+{
+    struct wk_batch *b = &w->batch;
+    memset(b, 0, sizeof *b);
+    w->nb = 0;
+    struct wk_job *j = w->l[WK_PENDING].head;
+    while (j && w->nb < MAX_BATCH) {
+        struct wk_job *next = j->next;
+        wk_job_row(j, &w->ctx, &w->rows[w->nb]);
+        w->bjobs[w->nb++] = j;
+        move(w, j, WK_COMMITTING);
+        j = next;
+    }
+    if (w->l[WK_PENDING].n)
+        w->oldest_pending = llmq_mono_s();
+    b->rows = w->rows;
+    b->nrows = w->nb;
+    b->row_rc = w->row_rc;
+    if (!w->wrow_done) {
+        w->wrow.started_at = w->rq->started_at;
+        b->worker_row = &w->wrow;
+        w->wrow_sent = true;
+    }
+    b->metrics = w->mrows;
+    b->nmetrics = (size_t)w->nm;
+    w->nm_sent = w->nm;
+    if (w->want_touch || stopped) {
+        b->touch_id = w->worker_id;
+        b->touch_now = db_now();
+        b->jobs_done = w->done;
+        b->stopped = stopped;
+        w->touch_sent = true;
+    }
+    if (wk_writer_submit(w->wr, b)) { /* cannot happen: commit_due checked it */
+        log_error("sqlite: the writer is busy");
+        for (size_t i = 0; i < w->nb; i++)
+            move(w, w->bjobs[i], WK_PENDING);
+        w->nb = 0;
+        w->nm_sent = 0;
+        w->wrow_sent = w->touch_sent = false;
+    }
+}
+
+/* ---- metrics and log lines */
+
+/* The Redis figures of the metrics (queue depths, retry set, dead list): one rq_stats per metrics
+ * interval, never one per scrape. */
+static void read_redis_figures(struct wk *w)
+{
+    const char *queues[WK_METRICS_QUEUES];
+    for (int i = 0; i < WK_METRICS_QUEUES; i++)
+        queues[i] = wk_lane_queue(i);
+    struct rq_stats rs;
+    bool ok = rq_stats(w->rq, queues, WK_METRICS_QUEUES, false, &rs) == 0;
+    int64_t depth[WK_METRICS_QUEUES] = {0};
+    for (int i = 0; ok && i < WK_METRICS_QUEUES; i++)
+        depth[i] = rs.queues[i].len;
+    wk_metrics_redis(&w->m, ok, depth, rs.retry, rs.dead);
+    rq_stats_free(&rs);
+    if (!ok)
+        log_debug("metrics: reading the queue depths failed: %s", rq_error(w->rq));
+}
+
+/* The snapshot GET /metrics and /health serve (worker/metrics/http.h). */
+static void publish(struct wk *w, double now)
+{
+    if (!w->http)
+        return;
+    w->next_publish = now + PUBLISH_S;
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    struct wk_snapshot *s = &w->snap;
+    wk_metrics_snapshot(&w->m, &st, s);
+    s->ready = 1;
+    s->stopping = w->stopping;
+    s->redis_ok = w->redis_trouble_since == 0 && w->rq->cmd.ctx != NULL;
+    snprintf(s->redis_err, sizeof s->redis_err, "%.*s", (int)sizeof s->redis_err - 1,
+             s->redis_ok ? "" : rq_error(w->rq));
+    s->sqlite_ok = w->db_trouble_since == 0;
+    snprintf(s->sqlite_err, sizeof s->sqlite_err, "%.*s", (int)sizeof s->sqlite_err - 1,
+             s->sqlite_ok ? "" : w->db_err);
+    wk_http_publish(w->http, s);
+}
+
+static void add_metrics_row(struct wk *w, double now)
+{
+    read_redis_figures(w);
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    struct db_metrics row;
+    wk_metrics_row(&w->m, now, db_now(), &st, &row);
+    row.worker_id = w->worker_id;
+    row.gpu_mem_bytes = w->gpu_mem_bytes;
+    w->last_tokens_per_s = row.generation_tokens_per_s;
+    if (w->nm == MAX_METRICS && w->nm_sent == 0) { /* SQLite has been away long: drop the oldest */
+        memmove(w->mrows, w->mrows + 1, (MAX_METRICS - 1) * sizeof *w->mrows);
+        w->nm--;
+    }
+    if (w->nm < MAX_METRICS)
+        w->mrows[w->nm++] = row;
+    w->want_touch = true;
+    log_info("worker: %lld done in %.0f s (%lld failed, %lld cancelled), %.0f prompt + %.0f generated tok/s, "
+             "running %d, waiting %d, held %d, kv %.0f%%",
+             (long long)w->iv_done, row.interval_s, (long long)w->iv_failed, (long long)w->iv_cancelled,
+             isnan(row.prompt_tokens_per_s) ? 0 : row.prompt_tokens_per_s,
+             isnan(row.generation_tokens_per_s) ? 0 : row.generation_tokens_per_s, st.running, st.waiting,
+             held_count(w), isnan(row.kv_usage) ? 0 : 100 * row.kv_usage);
+    w->iv_done = w->iv_failed = w->iv_cancelled = 0;
+    publish(w, now);
+}
+
+static void timing_line(const char *what, struct timing *t)
+{
+    if (!t->steps) {
+        log_info("%s: no engine steps", what);
+        return;
+    }
+    char buf[512];
+    size_t n = 0;
+    double ovh = 0;
+    for (int p = 0; p < PH_N; p++) {
+        if (p != PH_STEP)
+            ovh += t->sum[p];
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s %.1f", p ? ", " : "", ph_names[p],
+                              t->sum[p] / (double)t->steps * 1e6);
+        if (n >= sizeof buf)
+            break;
+    }
+    double p50 = wk_percentile(t->ovh.v, t->ovh.n, 50), p95 = wk_percentile(t->ovh.v, t->ovh.n, 95);
+    double pmax = wk_percentile(t->ovh.v, t->ovh.n, 100);
+    log_info(
+        "%s: %llu steps; worker overhead per step %.1f us mean, %.1f p50, %.1f p95, %.1f max "
+        "(engine step %.1f us mean); at full batch %.1f us mean over %llu steps; per phase (us/step): %s",
+        what, (unsigned long long)t->steps, ovh / (double)t->steps * 1e6, p50, p95, pmax,
+        t->sum[PH_STEP] / (double)t->steps * 1e6, t->full_n ? t->full_sum / (double)t->full_n * 1e6 : 0.0,
+        (unsigned long long)t->full_n, buf);
+}
+
+static void timing_add(struct timing *t, const double *ph, int running, int full)
+{
+    double ovh = 0;
+    for (int p = 0; p < PH_N; p++) {
+        t->sum[p] += ph[p];
+        if (p != PH_STEP)
+            ovh += ph[p];
+    }
+    t->steps++;
+    if (running >= full) {
+        t->full_sum += ovh;
+        t->full_n++;
+    }
+    if (t->ovh.n < MAX_OVERHEAD_SAMPLES) {
+        if (t->ovh.n == t->ovh.cap) {
+            size_t cap = t->ovh.cap ? 2 * t->ovh.cap : 4096;
+            double *v = realloc(t->ovh.v, cap * sizeof *v);
+            if (!v)
+                return;
+            t->ovh.v = v;
+            t->ovh.cap = cap;
+        }
+        t->ovh.v[t->ovh.n++] = ovh * 1e6;
+    }
+}
+
+static void timing_reset(struct timing *t)
+{
+    double *v = t->ovh.v;
+    size_t cap = t->ovh.cap;
+    memset(t, 0, sizeof *t);
+    t->ovh.v = v;
+    t->ovh.cap = cap;
+}
+
+/* ---- one iteration */
+
+static void phase_fetch(struct wk *w, bool *blocked)
+{
+    *blocked = false;
+    if (w->stopping || !w->recovered)
+        return;
+    int waiting_rows = w->l[WK_PENDING].n + w->l[WK_COMMITTING].n + w->l[WK_COMMITTED].n;
+    int bound = 4 * w->cfg->sqlite.commit_max_rows; /* finished jobs kept in memory at most (about) */
+    if (bound < 64)
+        bound = 64;
+    if (waiting_rows >= bound) {
+        if (!w->fetch_paused)
+            log_warn("worker: %d finished jobs wait for SQLite or Redis; not fetching until they are written",
+                     waiting_rows);
+        w->fetch_paused = true;
+        return;
+    }
+    if (w->fetch_paused)
+        log_info("worker: fetching again");
+    w->fetch_paused = false;
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    struct rq_source src[WK_NLANES];
+    int total = 0;
+    int nsrc = wk_lanes_sources(&w->lanes, &st, src, &total);
+    if (total <= 0)
+        return;
+    bool idle = !engine_has_work(w->eng) && held_count(w) == 0;
+    double now = llmq_mono_s();
+    if (!idle && w->last_empty_fetch > 0 && now - w->last_empty_fetch < w->empty_fetch_wait)
+        return;
+    if (total > w->fetch_cap) {
+        struct rq_job *f = realloc(w->fetched, (size_t)total * sizeof *f);
+        char(*hk)[RQ_KEY_MAX] = realloc(w->hkeys, (size_t)total * sizeof *hk);
+        if (f)
+            w->fetched = f;
+        if (hk)
+            w->hkeys = hk;
+        if (!f || !hk)
+            return;
+        w->fetch_cap = total;
+    }
+    int block = idle ? RQ_BLOCK_DEFAULT : 0;
+    *blocked = idle;
+    int n = rq_fetch(w->rq, src, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetched);
+    if (n < 0) {
+        redis_trouble(w, "fetch");
+        return;
+    }
+    redis_ok(w);
+    w->last_empty_fetch = n == 0 ? llmq_mono_s() : 0;
+    if (n > 0 || idle)
+        w->empty_fetch_wait = EMPTY_FETCH_S;
+    else if (w->empty_fetch_wait < EMPTY_FETCH_MAX_S)
+        w->empty_fetch_wait *= 2;
+    if (n == 0)
+        return;
+    if (grow_scratch(w, n)) {
+        log_error("worker: out of memory; the fetched jobs are handed back");
+        for (int i = 0; i < n; i++) { /* one by one: no room for a list of them */
+            const struct rq_job *one = &w->fetched[i];
+            rq_requeue(w->rq, &one, 1, NULL, "out_of_memory");
+            rq_job_free(&w->fetched[i]);
+        }
+        return;
+    }
+    double nm = llmq_mono_s(), nw = db_now();
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        struct wk_job *j = wk_job_new(&w->fetched[i], nm, nw);
+        if (!j) { /* out of memory: it stays held by rq and goes back at shutdown or via the reaper */
+            log_error("worker: out of memory for job %s", w->fetched[i].id);
+            rq_job_free(&w->fetched[i]);
+            continue;
+        }
+        w->jobs[k++] = j;
+    }
+    fetch_created(w, w->jobs, k);
+    for (int i = 0; i < k; i++) {
+        w->jobs[i]->progress_phase = (int)(w->fetch_seq++ % (uint64_t)w->cfg->worker.progress_every_tokens);
+        admit(w, w->jobs[i]);
+    }
+}
+
+static void phase_cancel(struct wk *w)
+{
+    double now = llmq_mono_s();
+    if (now - w->last_cancel < CANCEL_CHECK_S)
+        return;
+    w->last_cancel = now;
+    int n = 0;
+    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+        if (!j->cancel_sent && j->rj.id[0])
+            n++;
+    if (!n || grow_scratch(w, n))
+        return;
+    n = 0;
+    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+        if (!j->cancel_sent && j->rj.id[0]) {
+            w->jobs[n] = j;
+            w->ids[n++] = j->rj.id;
+        }
+    if (rq_cancel_check(w->rq, w->ids, n, w->flags)) {
+        redis_trouble(w, "checking cancellations");
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (w->flags[i]) {
+            log_info("job %s: cancelled by request", wk_job_id(w->jobs[i]));
+            engine_cancel(w->eng, w->jobs[i]->seq);
+            w->jobs[i]->cancel_sent = true;
+        }
+}
+
+/* engine_step and what follows from it: progress and finished jobs. Returns the step's seconds. */
+static void phase_step(struct wk *w, double *ph)
+{
+    double t0 = llmq_mono_s();
+    struct engine_seq **changed = NULL;
+    int n = 0;
+    if (engine_step(w->eng, &changed, &n))
+        log_warn("engine: a step failed; its %d job%s are retried", n, n == 1 ? "" : "s");
+    double t1 = llmq_mono_s();
+    ph[PH_STEP] += t1 - t0;
+    /* progress: marked per job every `every` tokens (and at the first token), sent in one
+     * pipeline at most every PROGRESS_FLUSH_S */
+    int every = w->cfg->worker.progress_every_tokens;
+    double nw = db_now();
+    for (int i = 0; i < n; i++) {
+        struct engine_seq *s = changed[i];
+        struct wk_job *j = s->user;
+        if (s->finished || !j->rj.id[0])
+            continue;
+        if (s->t_first_token > 0 && isnan(j->first_token_at)) {
+            j->first_token_at = nw - (t1 - s->t_first_token);
+            j->progress_due = true;
+        } else if ((s->n_output + j->progress_phase) % every == 0 && s->n_output != j->reported_tokens) {
+            j->progress_due = true;
+        }
+    }
+    if (t1 - w->last_progress >= PROGRESS_FLUSH_S) {
+        w->last_progress = t1;
+        int np = 0;
+        if (grow_scratch(w, w->l[WK_RUNNING].n) == 0)
+            for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next) {
+                if (!j->progress_due || !j->seq)
+                    continue;
+                j->progress_due = false;
+                j->reported_tokens = j->seq->n_output;
+                w->prog[np++] = (struct rq_progress){
+                    .id = j->rj.id,
+                    .progress = j->max_tokens > 0 ? (double)j->seq->n_output / j->max_tokens : -1,
+                    .prompt_tokens = j->seq->n_prompt,
+                    .completion_tokens = j->seq->n_output,
+                    .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
+                };
+            }
+        if (np && rq_progress(w->rq, w->prog, np))
+            redis_trouble(w, "progress");
+    }
+    double t2 = llmq_mono_s();
+    ph[PH_PROGRESS] += t2 - t1;
+    /* finished */
+    nw = db_now();
+    for (int i = 0; i < n; i++) {
+        struct engine_seq *s = changed[i];
+        if (!s->finished)
+            continue;
+        struct wk_job *j = s->user;
+        wk_job_finish_seq(j, &w->ctx, s, t2, nw);
+        engine_release(w->eng, s);
+        j->seq = NULL;
+        if (j->status == RQ_STATUS_FAILED && j->error_rc == JOB_ERR_ENGINE && j->rj.id[0] &&
+            j->rj.attempts < w->cfg->queues.max_attempts) {
+            move(w, j, WK_RETRY); /* counted once redis_retry knows whether it is retried or dead */
+        } else {
+            count_finish(w, j, false);
+            move(w, j, WK_PENDING);
+        }
+    }
+    ph[PH_FINISH] += llmq_mono_s() - t2;
+}
+
+static void iterate(struct wk *w)
+{
+    double ph[PH_N] = {0};
+    double t = llmq_mono_s(), t2;
+    struct engine_stats hb; /* the engine's gauges for the heartbeat (llmq status) */
+    engine_get_stats(w->eng, &hb);
+    struct rq_worker_info info = {
+        .gpu = w->gpu,
+        .model = w->model_name,
+        .jobs_done = w->done,
+        .tokens_per_s = isnan(w->last_tokens_per_s) ? 0 : w->last_tokens_per_s,
+        .running = w->l[WK_RUNNING].n,
+        .waiting = hb.waiting,
+        .kv_blocks_used = hb.kv_blocks_used,
+        .kv_blocks_total = hb.kv_blocks_total,
+    };
+    struct rq_tick_result tr;
+    if (rq_tick(w->rq, &info, &tr))
+        redis_trouble(w, "heartbeat/reaper/retries");
+    else if (tr.reaped && (tr.reap.requeued || tr.reap.dead))
+        log_info("reaper: %d lapsed worker%s: %d job%s back on their queue, %d dead-lettered",
+                 tr.reap.workers, tr.reap.workers == 1 ? "" : "s", tr.reap.requeued,
+                 tr.reap.requeued == 1 ? "" : "s", tr.reap.dead);
+    if (!w->recovered && held_count(w) == 0) {
+        struct rq_reap_result rr = {0};
+        if (rq_recover(w->rq, &rr) == 0) {
+            w->recovered = true;
+            if (rr.requeued || rr.dead)
+                log_info("worker: took back what an earlier run under this id left: %d job%s requeued, %d "
+                         "dead-lettered",
+                         rr.requeued, rr.requeued == 1 ? "" : "s", rr.dead);
+        } else {
+            redis_trouble(w, "recovering this worker's processing list");
+        }
+    }
+    t2 = llmq_mono_s();
+    ph[PH_TICK] = t2 - t;
+    t = t2;
+
+    redis_committed(w);
+    redis_route(w);
+    redis_retry(w);
+    t2 = llmq_mono_s();
+    ph[PH_REDIS] = t2 - t;
+    t = t2;
+
+    bool blocked = false;
+    phase_fetch(w, &blocked);
+    t2 = llmq_mono_s();
+    ph[PH_FETCH] = t2 - t;
+    t = t2;
+
+    bool has_work = engine_has_work(w->eng);
+    if (has_work)
+        phase_cancel(w);
+    t2 = llmq_mono_s();
+    ph[PH_CANCEL] = t2 - t;
+    t = t2;
+
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    int running = st.running;
+    if (has_work)
+        phase_step(w, ph);
+    t = llmq_mono_s();
+
+    struct wk_batch *b = wk_writer_poll(w->wr);
+    if (b)
+        commit_done(w, b);
+    if (t >= w->next_metrics) {
+        add_metrics_row(w, t);
+        w->next_metrics = t + w->cfg->metrics.interval_s;
+        if (w->o.stats) {
+            timing_line("worker stats (last interval)", &w->ti);
+            timing_reset(&w->ti);
+        }
+    }
+    if (commit_due(w, t))
+        commit_submit(w, false);
+    if (t >= w->next_publish)
+        publish(w, t);
+    t2 = llmq_mono_s();
+    ph[PH_COMMIT] = t2 - t;
+
+    if (has_work && !blocked) {
+        timing_add(&w->t, ph, running, w->cfg->engine.max_num_seqs);
+        timing_add(&w->ti, ph, running, w->cfg->engine.max_num_seqs);
+    }
+    /* waiting only on Redis or SQLite: do not spin */
+    if (!has_work && !blocked && !engine_has_work(w->eng))
+        sleep_ms(IDLE_SLEEP_MS);
+}
+
+/* ---- the end of a run */
+
+/* Hands the jobs of a state back to the front of their queues (not counted as an attempt).
+ * Jobs in COMMITTING stay in their list (the writer thread still reads their rows). */
+static void requeue_state(struct wk *w, int state, const char *why)
+{
+    int n = jobs_of(w, state, -1);
+    if (!n)
+        return;
+    for (int i = 0; i < n; i++)
+        w->rjobs[i] = &w->jobs[i]->rj;
+    int moved = rq_requeue(w->rq, w->rjobs, n, NULL, why);
+    if (moved < 0) {
+        redis_trouble(w, "handing jobs back");
+        return;
+    }
+    w->requeued += moved;
+    for (int i = 0; i < n; i++) {
+        struct wk_job *j = w->jobs[i];
+        if (j->seq) {
+            engine_cancel(w->eng, j->seq);
+            j->seq->user = NULL;
+            j->seq = NULL;
+        }
+        if (state == WK_COMMITTING)
+            j->after = WK_AFTER_NONE;
+        else
+            drop(w, j);
+    }
+}
+
+/* After the loop: unfinished jobs back to the front of their queues, the last rows written and
+ * acknowledged, the workers row marked stopped, the heartbeat removed. `hard` (a second signal):
+ * finished jobs whose rows are not written yet are handed back too instead of waiting for SQLite. */
+static void finish_run(struct wk *w, bool hard)
+{
+    double until = llmq_mono_s() + (hard ? 2.0 : FLUSH_S);
+    w->stopping = true; /* GET /health: 503 "stopping" from now on */
+    if (w->m.jobs_done) /* the last, partial interval */
+        add_metrics_row(w, llmq_mono_s());
+    publish(w, llmq_mono_s());
+    int running = w->l[WK_RUNNING].n;
+    if (running)
+        log_info("worker: handing %d unfinished job%s back to the front of their queue", running,
+                 running == 1 ? "" : "s");
+    for (;;) {
+        double now = llmq_mono_s();
+        requeue_state(w, WK_RUNNING, "shutdown");
+        struct wk_batch *b = wk_writer_poll(w->wr);
+        if (b)
+            commit_done(w, b);
+        if (hard)
+            requeue_state(w, WK_PENDING, "shutdown");
+        if (!wk_writer_busy(w->wr) && now >= w->next_commit && (w->l[WK_PENDING].n || !w->stopped_touch))
+            commit_submit(w, true);
+        redis_committed(w);
+        redis_route(w);
+        redis_retry(w);
+        if (held_count(w) == 0 && (w->stopped_touch || hard))
+            break;
+        if (now >= until) { /* rows that could not be written: their jobs run again elsewhere */
+            requeue_state(w, WK_PENDING, "shutdown");
+            requeue_state(w, WK_COMMITTING, "shutdown");
+            break;
+        }
+        sleep_ms(IDLE_SLEEP_MS);
+    }
+    int left = held_count(w) - w->l[WK_COMMITTING].n;
+    if (left > 0)
+        log_warn("worker: %d job%s could not be handed back (Redis unreachable); they stay in %s and a live "
+                 "worker's reaper returns them to their queue once this worker's heartbeat has lapsed (%d s)",
+                 left, left == 1 ? "" : "s", w->rq->proc_key, w->cfg->worker.heartbeat_ttl_s);
+    else if (rq_heartbeat_stop(w->rq))
+        log_warn("redis: removing the heartbeat failed: %s", rq_error(w->rq));
+}
+
+/* ---- set-up */
+
+static int setup(struct wk *w)
+{
+    const struct cfg *c = w->cfg;
+    char err[1024];
+    w->model = model_load(c->model.path, err, sizeof err);
+    if (!w->model) {
+        log_error("model %s: %s", c->model.path, err);
+        return -1;
+    }
+    const char *tok_dir = c->model.tokenizer[0] ? c->model.tokenizer : c->model.path;
+    w->tok = tok_load_dir(tok_dir, err, sizeof err);
+    if (!w->tok) {
+        log_error("tokenizer %s: %s", tok_dir, err);
+        return -1;
+    }
+    struct engine_opts eo = engine_cfg_opts(c);
+    engine_cfg_lanes(&eo, c);
+    w->eng = engine_open(w->model, w->tok, &eo, err, sizeof err);
+    if (!w->eng) {
+        log_error("engine: %s", err);
+        return -1;
+    }
+    if (wk_lanes_init(&w->lanes, c, w->eng, err, sizeof err)) {
+        log_error("%s", err);
+        return -1;
+    }
+    engine_cfg_model_name(c, w->model_name, sizeof w->model_name);
+    const char *backend = engine_backend_name(w->eng);
+    if (!strcmp(backend, "cpu") || gpu_describe(w->gpu, sizeof w->gpu))
+        snprintf(w->gpu, sizeof w->gpu, "cpu");
+
+    w->jopts = job_opts_default();
+    job_defaults_from_cfg(&w->jopts.defaults, &c->sampling);
+    if (c->sampling.use_generation_config)
+        job_defaults_from_model(&w->jopts.defaults, &w->model->cfg, w->model->dir);
+    w->jopts.max_bytes = c->queues.max_job_bytes;
+    if (c->n_templates) {
+        w->jopts.template_find = cfg_template_lookup;
+        w->jopts.template_ctx = (void *)c;
+    }
+
+    struct db_opts dbo = db_opts_default();
+    dbo.busy_timeout_ms = c->sqlite.busy_timeout_ms;
+    struct db *db = NULL;
+    if (db_open(c->sqlite.path, &dbo, &db, err, sizeof err)) {
+        log_error("sqlite: %s", err);
+        return -1;
+    }
+    if (wk_writer_start(db, &w->wr, err, sizeof err)) {
+        db_close(db);
+        log_error("%s", err);
+        return -1;
+    }
+
+    struct rq_opts ro;
+    rq_opts_from_cfg(&ro, c);
+    if (rq_open(&ro, &w->rq, err, sizeof err)) {
+        log_error("redis: %s", err);
+        return -1;
+    }
+    snprintf(w->worker_id, sizeof w->worker_id, "%s", rq_worker_id(w->rq));
+    rq_pipe_init(&w->pipe);
+    if (rq_connect(w->rq))
+        log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
+
+    w->rows = calloc(MAX_BATCH, sizeof *w->rows);
+    w->row_rc = calloc(MAX_BATCH, sizeof *w->row_rc);
+    w->bjobs = calloc(MAX_BATCH, sizeof *w->bjobs);
+    if (!w->rows || !w->row_rc || !w->bjobs || grow_scratch(w, 1024)) {
+        log_error("out of memory");
+        return -1;
+    }
+    if (gethostname(w->host, sizeof w->host) != 0)
+        snprintf(w->host, sizeof w->host, "localhost");
+    w->host[sizeof w->host - 1] = 0;
+    w->wrow = (struct db_worker){
+        .id = w->worker_id,
+        .host = w->host,
+        .pid = (int64_t)getpid(),
+        .gpu = strcmp(w->gpu, "cpu") ? w->gpu : NULL,
+        .model = w->model_name,
+        .backend = backend,
+        .version = LLMQ_VERSION,
+    };
+    w->ctx = (struct wk_ctx){.model_name = w->model_name, .worker_id = w->worker_id, .tok = w->tok};
+    struct engine_stats st;
+    engine_get_stats(w->eng, &st);
+    double now = llmq_mono_s();
+    wk_metrics_init(&w->m, now, &st);
+    w->next_metrics = now + c->metrics.interval_s;
+    w->last_tokens_per_s = 0;
+    w->empty_fetch_wait = EMPTY_FETCH_S;
+    char where[300];
+    rq_conn_describe(&w->rq->cmd, where, sizeof where);
+    log_info(
+        "worker %s: model %s (%s backend), queues %s (short lane %d seqs, long lane %d seqs, long threshold "
+        "%d tokens), redis %s prefix %s, sqlite %s%s",
+        w->worker_id, w->model_name, backend, c->worker.queues, c->queues.short_max_num_seqs,
+        c->queues.long_max_num_seqs, c->queues.long_threshold_tokens, where, c->redis.prefix, c->sqlite.path,
+        w->o.drain ? ", drain mode" : "");
+    w->gpu_mem_bytes = -1; /* not on the CPU backend (docs/METRICS.md) */
+#ifdef LLMQ_HAVE_CUDA_BACKEND
+    struct cuda_backend_stats cs; /* allocated once at open: weights, KV pool, activations, workspaces */
+    if (cuda_backend_get_stats(engine_backend(w->eng), &cs) == 0)
+        w->gpu_mem_bytes = cs.alloc_bytes;
+#endif
+    if (c->metrics.enabled) {
+        struct wk_snapshot *s = &w->snap;
+        snprintf(s->worker_id, sizeof s->worker_id, "%s", w->worker_id);
+        snprintf(s->model, sizeof s->model, "%s", w->model_name);
+        snprintf(s->backend, sizeof s->backend, "%.*s", (int)sizeof s->backend - 1, backend);
+        snprintf(s->version, sizeof s->version, "%s", LLMQ_VERSION);
+        s->started_at = w->rq->started_at;
+        s->gpu_mem_bytes = w->gpu_mem_bytes;
+        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->http, err, sizeof err))
+            log_warn("%s; the worker runs without GET /metrics and /health", err);
+        else
+            log_info("metrics: http://%s%s%s:%d/metrics and /health",
+                     strchr(c->metrics.listen_address, ':') ? "[" : "", c->metrics.listen_address,
+                     strchr(c->metrics.listen_address, ':') ? "]" : "", wk_http_port(w->http));
+        publish(w, now);
+    }
+    return 0;
+}
+
+static void teardown(struct wk *w)
+{
+    wk_http_stop(w->http);
+    w->http = NULL;
+    /* a writer stuck on a lock keeps reading its batch: then that memory is left to the exit */
+    int stuck = wk_writer_stop(w->wr, 2000);
+    if (stuck)
+        log_warn("sqlite: the last write is still waiting for a lock; exiting without it (its jobs were "
+                 "handed back)");
+    for (int s = 0; s < WK_NSTATES; s++)
+        while (w->l[s].head) {
+            if (stuck && s == WK_COMMITTING) {
+                wk_list_remove(&w->l[s], w->l[s].head);
+                continue;
+            }
+            drop(w, w->l[s].head);
+        }
+    rq_pipe_free(&w->pipe);
+    rq_free(w->rq);
+    engine_free(w->eng);
+    tok_free(w->tok);
+    model_free(w->model);
+    wk_metrics_free(&w->m);
+    free(w->t.ovh.v);
+    free(w->ti.ovh.v);
+    free(w->fetched);
+    free(w->hkeys);
+    free(w->res);
+    free(w->jobs);
+    free(w->ids);
+    free(w->flags);
+    free(w->prog);
+    free(w->rjobs);
+    if (!stuck) {
+        free(w->rows);
+        free(w->row_rc);
+        free(w->bjobs);
+    }
+}
+
+/* --drain: whether there is nothing left anywhere (one round trip). */
+static bool drained(struct wk *w)
+{
+    const char *queues[WK_NLANES];
+    int nq = 0;
+    for (int k = 0; k < WK_NLANES; k++)
+        if (w->lanes.order[k] >= 0)
+            queues[nq++] = wk_lane_queue(w->lanes.order[k]);
+    bool done = false;
+    if (rq_drained(w->rq, queues, nq, &done)) {
+        redis_trouble(w, "checking the queues");
+        return false;
+    }
+    return done;
+}
+
+int wk_run(const struct cfg *c, const struct wk_opts *o)
+{
+    struct wk *w = calloc(1, sizeof *w);
+    if (!w) {
+        log_error("out of memory");
+        return 1;
+    }
+    w->cfg = c;
+    w->o = *o;
+    for (int s = 0; s < WK_NSTATES; s++)
+        memset(&w->l[s], 0, sizeof w->l[s]);
+    log_set_level((enum log_level)c->worker.log_level);
+
+    struct sigaction sa, old_term, old_int;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    signal(SIGPIPE, SIG_IGN);
+    g_signals = 0;
+
+    if (setup(w)) {
+        teardown(w);
+        free(w);
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGINT, &old_int, NULL);
+        return 1;
+    }
+    double t_start = llmq_mono_s();
+    bool hard = false;
+    for (;;) {
+        int sigs = g_signals;
+        if (sigs >= 2) {
+            log_warn("received %s again: handing everything back now",
+                     g_signo == SIGINT ? "SIGINT" : "SIGTERM");
+            hard = true;
+            break;
+        }
+        if (sigs == 1 && !w->stopping) {
+            w->stopping = true;
+            w->deadline = llmq_mono_s() + c->worker.shutdown_timeout_s;
+            log_info(
+                "received %s: not fetching any more; finishing %d running job%s (up to %d s), then handing "
+                "back the rest (send it again to stop at once)",
+                g_signo == SIGINT ? "SIGINT" : "SIGTERM", w->l[WK_RUNNING].n,
+                w->l[WK_RUNNING].n == 1 ? "" : "s", c->worker.shutdown_timeout_s);
+        }
+        if (w->stopping && (!engine_has_work(w->eng) || llmq_mono_s() >= w->deadline)) {
+            if (engine_has_work(w->eng))
+                log_info("worker: shutdown_timeout_s (%d s) is over", c->worker.shutdown_timeout_s);
+            break;
+        }
+        iterate(w);
+        if (w->o.drain && !w->stopping && held_count(w) == 0 && !engine_has_work(w->eng) && w->recovered &&
+            w->last_empty_fetch > 0 && drained(w)) {
+            log_info("drain: the queues, the retry set and lapsed workers' lists are empty and nothing runs: "
+                     "exiting");
+            break;
+        }
+    }
+    finish_run(w, hard);
+    double dt = llmq_mono_s() - t_start;
+    timing_line("worker stats", &w->t);
+    log_info(
+        "worker %s stopped after %.1f s: %lld jobs done (%lld completed, %lld failed, %lld cancelled), %lld "
+        "dead-lettered, %lld retried, %lld moved to the long queue, %lld handed back",
+        w->worker_id, dt, (long long)w->done, (long long)w->completed, (long long)w->failed,
+        (long long)w->cancelled, (long long)w->dead, (long long)w->retried, (long long)w->routed,
+        (long long)w->requeued);
+    teardown(w);
+    free(w);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    return 0;
+}
