@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "engine/gpu.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
+#include "engine/util/log.h"
 
 struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
                              size_t errlen)

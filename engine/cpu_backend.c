@@ -48,9 +48,9 @@
 #include "engine/decode_split.h"
 #include "engine/fp8.h"
 #include "engine/kv_stage.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/util/log.h"
 
 #define KV_DEFAULT_CAP_BYTES ((int64_t)512 << 20) /* default KV pool cap when kv_cache_bytes is 0 */
 #define LOGIT_CHUNK 16                            /* sequences whose logits are computed at once */

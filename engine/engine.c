@@ -14,12 +14,12 @@
 #include <time.h>
 
 #include "engine/kv_blocks.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/util/mono.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "engine/tokenizer.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
 
 struct eseq {
     struct engine_seq pub; /* first, so an engine_seq * is an eseq * */

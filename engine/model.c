@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/safetensors.h"
 #include "engine/util/errfmt.h"
 #include "engine/util/jtype.h"
-#include "engine/safetensors.h"
 
 /* ---- typed JSON reads: every error names the file and the key ---- */
 

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/util/errfmt.h"
 #include "engine/safetensors.h"
+#include "engine/util/errfmt.h"
 
 #define LOGIT_GAIN 4.0    /* embed_tokens and lm_head: N(0, LOGIT_GAIN / sqrt(hidden)) */
 #define OUT_GAIN 4.0      /* o_proj and down_proj: N(0, OUT_GAIN / sqrt(in)) */

@@ -29,8 +29,8 @@
 
 extern "C" {
 #include "engine/fp8.h"
-#include "engine/util/log.h"
 #include "engine/random_model.h"
+#include "engine/util/log.h"
 }
 
 #define STAGE_BYTES ((size_t)64 << 20) // device staging for converted tensors

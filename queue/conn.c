@@ -33,8 +33,8 @@ static struct timeval tv_ms(int ms)
     return tv;
 }
 
-void rq_conn_init(struct rq_conn *c, const struct cfg_redis_addr *addr, const char *name,
-                  int connect_timeout_ms, int cmd_timeout_ms, int reconnect_max_ms)
+void rq_conn_init(struct rq_conn *c, const struct rq_addr *addr, const char *name, int connect_timeout_ms,
+                  int cmd_timeout_ms, int reconnect_max_ms)
 {
     memset(c, 0, sizeof *c);
     c->addr = *addr;

@@ -24,11 +24,11 @@
 
 #include <hiredis/hiredis.h>
 
-#include "worker/config/config.h" /* struct cfg_redis_addr */
+#include "queue/redis_url.h"
 
 struct rq_conn {
     redisContext *ctx; /* NULL while down (owned) */
-    struct cfg_redis_addr addr;
+    struct rq_addr addr;
     char name[64];          /* "commands", "blocking": which connection, for log lines */
     char client_name[200];  /* CLIENT SETNAME after connecting; "" = none */
     int connect_timeout_ms; /* connect, AUTH and SELECT */
@@ -55,8 +55,8 @@ struct rq_conn {
 };
 
 /* Prepares c (does not connect). cmd_timeout_ms <= 0 = connect_timeout_ms. */
-void rq_conn_init(struct rq_conn *c, const struct cfg_redis_addr *addr, const char *name,
-                  int connect_timeout_ms, int cmd_timeout_ms, int reconnect_max_ms);
+void rq_conn_init(struct rq_conn *c, const struct rq_addr *addr, const char *name, int connect_timeout_ms,
+                  int cmd_timeout_ms, int reconnect_max_ms);
 /* Closes the socket. Accepts NULL. */
 void rq_conn_close(struct rq_conn *c);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/jobs/job.h"
+#include "engine/util/uuid.h"
 
 static bool usable(const json_t *v)
 {
@@ -59,9 +59,8 @@ enum rq_idstate rq_job_id(const char *raw, size_t len, size_t max_bytes, char id
 
 void rq_new_id(char id[RQ_ID_MAX + 1])
 {
-    char buf[JOB_ID_LEN + 1];
-    job_new_id(buf);
-    memcpy(id, buf, sizeof buf);
+    _Static_assert(RQ_ID_MAX >= UUID_TEXT_LEN, "a generated id fits");
+    uuid7(id);
 }
 
 int rq_job_add_id(const char *raw, size_t len, const char *id, char **out, size_t *outlen)

@@ -21,7 +21,7 @@ enum rq_idstate {
  * (the worker fails it as too large). id is "" unless RQ_ID_FOUND. */
 enum rq_idstate rq_job_id(const char *raw, size_t len, size_t max_bytes, char id[RQ_ID_MAX + 1]);
 
-/* A new id: a UUIDv7 in text form (job_new_id, worker/jobs/job.h), 36 characters. */
+/* A new id: a UUIDv7 in text form (engine/util/uuid.h), 36 characters. */
 void rq_new_id(char id[RQ_ID_MAX + 1]);
 
 /* The job raw[0..len) with "id": id added: the text is kept byte for byte and `,"id":"..."` is

@@ -1,5 +1,4 @@
-/* Redis addresses: parsing redis:// and unix:// URLs, redacting their passwords, and the endpoint
- * from the configuration. See redis_url.h. */
+/* Redis addresses: parsing redis:// and unix:// URLs and redacting their passwords. See redis_url.h. */
 #include "queue/redis_url.h"
 
 #include <ctype.h>
@@ -10,7 +9,6 @@
 #include <strings.h>
 
 #include "engine/util/errfmt.h"
-#include "worker/config/config.h"
 
 static int hexval(int ch)
 {
@@ -69,7 +67,7 @@ static int parse_db(const char *s, size_t n, int *db, char *err, size_t errlen)
     return 0;
 }
 
-int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, size_t errlen)
+int rq_url_parse(const char *url, struct rq_addr *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->port = 6379;
@@ -86,7 +84,7 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
     } else {
         char q[96];
         return errfmt(err, errlen, "expected redis://host:port[/db] or unix:///path.sock, got %s",
-                      cfg_quote(url, q, sizeof q));
+                      errfmt_quote(url, q, sizeof q));
     }
     const char *query = strchr(p, '?');
     const char *end = query ? query : p + strlen(p);
@@ -171,23 +169,7 @@ int cfg_redis_url_parse(const char *url, struct cfg_redis_addr *out, char *err, 
     return 0;
 }
 
-int cfg_redis_endpoint(const struct cfg *c, struct cfg_redis_addr *out, char *err, size_t errlen)
-{
-    char msg[256];
-    if (cfg_redis_url_parse(c->redis.url, out, msg, sizeof msg)) {
-        snprintf(err, errlen, "redis.url: %s", msg);
-        return -1;
-    }
-    if (*c->redis.username)
-        snprintf(out->user, sizeof out->user, "%s", c->redis.username);
-    if (*c->redis.password)
-        snprintf(out->password, sizeof out->password, "%s", c->redis.password);
-    if (c->redis.db >= 0)
-        out->db = c->redis.db;
-    return 0;
-}
-
-void cfg_redis_url_redact(const char *url, char *buf, size_t len)
+void rq_url_redact(const char *url, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", url);
     char *auth = strstr(buf, "://");

@@ -7,8 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/config/config.h"
-
 void rq_opts_default(struct rq_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -30,29 +28,6 @@ void rq_opts_default(struct rq_opts *o)
     o->max_job_bytes = 4 << 20;
 }
 
-void rq_opts_from_cfg(struct rq_opts *o, const struct cfg *c)
-{
-    rq_opts_default(o);
-    o->url = c->redis.url;
-    o->username = c->redis.username;
-    o->password = c->redis.password;
-    o->db = c->redis.db;
-    o->prefix = c->redis.prefix;
-    o->worker_id = c->worker.id;
-    o->connect_timeout_ms = c->redis.connect_timeout_ms;
-    o->block_timeout_ms = c->redis.block_timeout_ms;
-    o->reconnect_max_ms = c->redis.reconnect_max_ms;
-    o->max_attempts = c->queues.max_attempts;
-    o->retry_backoff_base_ms = c->queues.retry_backoff_base_ms;
-    o->retry_backoff_max_ms = c->queues.retry_backoff_max_ms;
-    o->result_ttl_s = c->queues.result_ttl_s;
-    o->events_maxlen = c->queues.events_maxlen;
-    o->heartbeat_ttl_s = c->worker.heartbeat_ttl_s;
-    o->heartbeat_interval_s = c->worker.heartbeat_interval_s;
-    o->reaper_interval_s = c->worker.reaper_interval_s;
-    o->max_job_bytes = c->queues.max_job_bytes;
-}
-
 static char *dup_or(const char *s, const char *def)
 {
     return strdup(s && *s ? s : def);
@@ -71,7 +46,7 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
         goto fail;
 
     /* the address: the URL (or a bare socket path), then username/password/db where set */
-    struct cfg_redis_addr a;
+    struct rq_addr a;
     char msg[300];
     const char *url = o->url && *o->url ? o->url : "redis://127.0.0.1:6379/0";
     if (url[0] == '/') {
@@ -81,7 +56,7 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
             goto fail;
         }
         snprintf(a.unix_path, sizeof a.unix_path, "%s", url);
-    } else if (cfg_redis_url_parse(url, &a, msg, sizeof msg)) {
+    } else if (rq_url_parse(url, &a, msg, sizeof msg)) {
         snprintf(err, errlen, "redis url: %s", msg);
         goto fail;
     }

@@ -3,7 +3,7 @@
  * loaded scripts, and the sticky error string.
  *
  *     struct rq_opts o;
- *     rq_opts_from_cfg(&o, &cfg);              // or rq_opts_default + fields
+ *     rq_opts_default(&o);  ... fields ...     // or cfg_rq_opts (worker/config/redis_cfg.h)
  *     struct rq *q;
  *     if (rq_open(&o, &q, err, sizeof err)) ... bad options ...
  *     if (rq_connect(q)) log_warn("%s", rq_error(q));   // optional: it reconnects by itself
@@ -27,8 +27,6 @@
 #include "queue/keys.h"
 #include "queue/pipe.h"
 #include "queue/scripts.h"
-
-struct cfg;
 
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
@@ -54,8 +52,6 @@ struct rq_opts {
 
 /* The defaults of conf/llmq.yaml (redis://127.0.0.1:6379/0, prefix llmq, ...). */
 void rq_opts_default(struct rq_opts *o);
-/* From the configuration; o borrows c's strings (c must outlive rq_open). */
-void rq_opts_from_cfg(struct rq_opts *o, const struct cfg *c);
 
 /* A job held in memory by rq: a fingerprint of its JSON (see held in struct rq). */
 struct rq_held {

@@ -19,9 +19,9 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
 
 /* splitmix64: the next number of the sequence whose state is *s. */

@@ -31,8 +31,8 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tokenizer.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
 
 /* Every logprob (chosen and top-k) must be within this of transformers': fp32 against fp32 with

@@ -10,3 +10,7 @@ int errfmt(char *err, size_t errlen, const char *fmt, ...) __attribute__((format
 
 /* errfmt returning rc instead, for functions whose failures are other negative codes. */
 int errfmt_rc(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* s in double quotes for an error message: '"' and '\\' escaped, control bytes as \xNN, cut after 60
+ * characters with "...". Returns buf (len >= 16). */
+const char *errfmt_quote(const char *s, char *buf, size_t len);

@@ -85,13 +85,13 @@
 #include "engine/decode_split.h"
 #include "engine/engine.h"
 #include "engine/gpu.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/util/mono.h"
 #include "engine/random_model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
 
 #define GAP_MIN 0.05      /* issue bar: greedy ids equal where the reference's top-2 gap exceeds this */

@@ -46,11 +46,11 @@
 #include "engine/cuda_backend.h"
 #endif
 #include "engine/gpu.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
 #include "engine/random_model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
+#include "engine/util/log.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
 
 #define BS 32

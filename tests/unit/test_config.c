@@ -16,6 +16,7 @@
 #include "testutil.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
+#include "worker/config/redis_cfg.h"
 
 static char dir[128];
 static char path[192]; /* the YAML file each test writes */
@@ -1006,9 +1007,9 @@ static void test_redis_url(void **state)
         {"unix://u:pw@/tmp/r.sock", "", "/tmp/r.sock", "u", "pw", 6379, 0},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        struct cfg_redis_addr a;
+        struct rq_addr a;
         char err[256];
-        if (cfg_redis_url_parse(ok[i].url, &a, err, sizeof err))
+        if (rq_url_parse(ok[i].url, &a, err, sizeof err))
             fail_msg("%s: %s", ok[i].url, err);
         assert_string_equal(a.host, ok[i].host);
         assert_string_equal(a.unix_path, ok[i].unix_path);
@@ -1046,9 +1047,9 @@ static void test_redis_url(void **state)
         {"unix://host/tmp/r.sock", "a unix:// URL takes no host: unix:///path/to/redis.sock"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct cfg_redis_addr a;
+        struct rq_addr a;
         char err[256] = "";
-        if (cfg_redis_url_parse(bad[i].url, &a, err, sizeof err) == 0)
+        if (rq_url_parse(bad[i].url, &a, err, sizeof err) == 0)
             fail_msg("%s parsed", bad[i].url);
         if (strcmp(err, bad[i].err))
             fail_msg("%s: got \"%s\", want \"%s\"", bad[i].url, err, bad[i].err);
@@ -1056,14 +1057,14 @@ static void test_redis_url(void **state)
     /* too long parts are refused, not cut */
     char url[1200];
     snprintf(url, sizeof url, "redis://%0300d:p@h", 0);
-    struct cfg_redis_addr a;
+    struct rq_addr a;
     char err[256];
-    assert_int_equal(cfg_redis_url_parse(url, &a, err, sizeof err), -1);
+    assert_int_equal(rq_url_parse(url, &a, err, sizeof err), -1);
     snprintf(url, sizeof url, "unix:///%0600d", 0);
-    assert_int_equal(cfg_redis_url_parse(url, &a, err, sizeof err), -1);
+    assert_int_equal(rq_url_parse(url, &a, err, sizeof err), -1);
     assert_string_equal(err, "socket path too long");
     snprintf(url, sizeof url, "redis://%0300d", 0);
-    assert_int_equal(cfg_redis_url_parse(url, &a, err, sizeof err), -1);
+    assert_int_equal(rq_url_parse(url, &a, err, sizeof err), -1);
     assert_string_equal(err, "host name too long");
 
     /* the endpoint: the URL, then username/password/db where set */
@@ -1214,9 +1215,9 @@ static void test_round_trip(void **state)
     /* a raw '@' inside the password: the parser ends the credentials at the last '@' before the
      * path, so must the redaction */
     char red[256];
-    cfg_redis_url_redact("redis://u:p@ss@host:6379/0", red, sizeof red);
+    rq_url_redact("redis://u:p@ss@host:6379/0", red, sizeof red);
     assert_string_equal(red, "redis://u:****@host:6379/0");
-    cfg_redis_url_redact("redis://host:6379/0", red, sizeof red);
+    rq_url_redact("redis://host:6379/0", red, sizeof red);
     assert_string_equal(red, "redis://host:6379/0");
     cfg_free(&a);
     /* defaults written with their origins, and an empty templates section, read back too */

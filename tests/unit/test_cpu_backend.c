@@ -16,8 +16,8 @@
 #include "engine/backend.h"
 #include "engine/dtype.h"
 #include "engine/fp8.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
+#include "engine/util/log.h"
 
 #include "cpu_test.h"
 

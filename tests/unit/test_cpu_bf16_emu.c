@@ -27,9 +27,9 @@
 
 #include "engine/backend.h"
 #include "engine/dtype.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
 #include "engine/tiny_model.h"
+#include "engine/util/log.h"
 
 #include "cpu_test.h"
 

@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/log.h"
+#include "engine/util/scratch_dir.h"
 #include "testutil.h"
 
 #define MAXJ 40

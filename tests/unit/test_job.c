@@ -17,8 +17,8 @@
 #include <cmocka.h>
 
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tokenizer.h"
+#include "engine/util/scratch_dir.h"
 #include "worker/config/config.h"
 #include "worker/jobs/job.h"
 
@@ -666,8 +666,8 @@ static void test_defaults_precedence(void **state)
 static void test_ids(void **state)
 {
     char a[JOB_ID_LEN + 1], b[JOB_ID_LEN + 1];
-    job_new_id(a);
-    job_new_id(b);
+    uuid7(a);
+    uuid7(b);
     assert_int_equal(strlen(a), JOB_ID_LEN);
     assert_string_not_equal(a, b);
     /* UUIDv7 layout: 8-4-4-4-12 hex, version 7, variant 10xx */

@@ -17,8 +17,8 @@
 
 #include "engine/model.h"
 #include "engine/safetensors.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
+#include "engine/util/scratch_dir.h"
 
 static char tmpdir[256];
 static char err[1024];

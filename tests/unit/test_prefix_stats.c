@@ -21,9 +21,9 @@
 #include "cpu_test.h"
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/scratch_dir.h"
 
 #define NREQ 10
 #define PROMPT 40

@@ -23,9 +23,9 @@
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/util/scratch_dir.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/scratch_dir.h"
 
 static struct model_config qwen3_14b(void)
 {

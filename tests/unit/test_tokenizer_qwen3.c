@@ -18,8 +18,8 @@
 #include <time.h>
 #include <utf8proc.h>
 
-#include "engine/util/mono.h"
 #include "engine/tokenizer.h"
+#include "engine/util/mono.h"
 #include "testutil.h"
 
 static char json_path[4096], config_path[4096];

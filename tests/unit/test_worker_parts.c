@@ -1,6 +1,6 @@
 /* The worker's pure parts: lane room and routing (worker/loop/lanes.h), metrics percentiles and rows
- * (worker/metrics/metrics.h), and the held-job lists (worker/loop/held.h). The loop itself is tested end to end
- * by tests/cli/test_worker_*.sh against a real redis-server. */
+ * (worker/metrics/metrics.h), and the held-job lists (worker/loop/held.h). The loop itself is tested end to
+ * end by tests/cli/test_worker_*.sh against a real redis-server. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +12,8 @@
 #include <cmocka.h>
 
 #include "engine/engine.h"
-#include "worker/loop/held.h"
 #include "worker/jobs/job.h"
+#include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
 #include "worker/metrics/metrics.h"
 

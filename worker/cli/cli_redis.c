@@ -9,6 +9,7 @@
 #include "queue/rq.h"
 #include "worker/cli/cli.h"
 #include "worker/config/config.h"
+#include "worker/config/redis_cfg.h"
 
 enum { OWN_MAX = 8 };
 
@@ -79,7 +80,7 @@ int cli_redis_open(const char *cmd, const struct cfg *c, struct rq **q)
 {
     char err[1024];
     struct rq_opts o;
-    rq_opts_from_cfg(&o, c);
+    cfg_rq_opts(&o, c);
     o.worker_id = NULL; /* a client, not a worker: <hostname>-<pid> only names its connection */
     o.quiet = true;     /* one error line below rather than the reconnect log */
     if (rq_open(&o, q, err, sizeof err)) {

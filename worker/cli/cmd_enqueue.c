@@ -12,9 +12,9 @@
 #include "queue/rq.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/cli_redis.h"
+#include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/jobs/job.h"
-#include "worker/cli/progress.h"
 
 static const char CMD[] = "enqueue";
 

@@ -14,15 +14,15 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/util/mono.h"
 #include "engine/tokenizer.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
 #include "worker/cli/cli.h"
+#include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
 #include "worker/jobs/job.h"
-#include "worker/cli/progress.h"
 #include "worker/jobs/result.h"
 
 static const char CMD[] = "run";

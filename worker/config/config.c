@@ -12,15 +12,17 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "engine/util/errfmt.h"
 #include "engine/util/log.h"
+#include "queue/redis_url.h"
 #include "worker/jobs/template.h"
 
 /* ---- per-key checks beyond type and bounds */
 
 static int check_redis_url(const void *v, char *msg, size_t len)
 {
-    struct cfg_redis_addr a;
-    return cfg_redis_url_parse(*(char *const *)v, &a, msg, len);
+    struct rq_addr a;
+    return rq_url_parse(*(char *const *)v, &a, msg, len);
 }
 
 /* -1 with "longer than <max> characters" in msg when s is */
@@ -493,26 +495,6 @@ union cfg_val {
     int64_t z;
 };
 
-const char *cfg_quote(const char *s, char *buf, size_t len)
-{
-    size_t n = 0;
-    buf[n++] = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p && n + 8 < len; p++) {
-        if (p - (const unsigned char *)s >= 60) {
-            n += (size_t)snprintf(buf + n, len - n, "...");
-            break;
-        }
-        if (*p == '"' || *p == '\\')
-            n += (size_t)snprintf(buf + n, len - n, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7f)
-            n += (size_t)snprintf(buf + n, len - n, "\\x%02x", *p);
-        else
-            buf[n++] = (char)*p;
-    }
-    snprintf(buf + n, len - n, "\"");
-    return buf;
-}
-
 static const char *expected(const struct cfg_key *k, char *buf, size_t len)
 {
     switch (k->type) {
@@ -678,7 +660,7 @@ static int parse_value(const struct cfg_key *k, const char *text, bool is_null, 
         break;
     }
     if (!ok) {
-        snprintf(msg, len, "%s, got %s", expected(k, e, sizeof e), cfg_quote(text, q, sizeof q));
+        snprintf(msg, len, "%s, got %s", expected(k, e, sizeof e), errfmt_quote(text, q, sizeof q));
         return -1;
     }
     if (k->check && k->check(out, msg, len))
@@ -967,7 +949,7 @@ static const char *kind(const yaml_event_t *ev, char *buf, size_t len)
     case YAML_SEQUENCE_START_EVENT:
         return "a sequence";
     case YAML_SCALAR_EVENT:
-        return cfg_quote(scalar(ev), buf, len);
+        return errfmt_quote(scalar(ev), buf, len);
     default:
         return "nothing";
     }
@@ -1449,7 +1431,7 @@ void cfg_write_yaml(const struct cfg *c, FILE *f, unsigned flags)
             snprintf(val, sizeof val, "****");
         if (flags & CFG_YAML_REDACT && k->check == check_redis_url) {
             char tmp[1024];
-            cfg_redis_url_redact(val, tmp, sizeof tmp);
+            rq_url_redact(val, tmp, sizeof tmp);
             memcpy(val, tmp, sizeof val);
         }
         cfg_format_origin(c, k, comment, sizeof comment);

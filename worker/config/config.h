@@ -37,8 +37,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "queue/redis_url.h" /* struct cfg_redis_addr, cfg_redis_url_parse, cfg_redis_endpoint */
-
 /* model.dtype: the dtype weights are placed in on the backend. */
 enum cfg_dtype { CFG_DTYPE_AUTO, CFG_DTYPE_BF16, CFG_DTYPE_FP16, CFG_DTYPE_FP32, CFG_DTYPE_FP8 };
 /* engine.backend */
@@ -265,9 +263,6 @@ const char *cfg_choice(const char *dotted_key, int value);
 void cfg_format_value(const struct cfg *c, const struct cfg_key *k, char *buf, size_t len);
 /* Where a key's value came from: "default", "conf/x.yaml:12", "env LLMQ_X", "flag --db". */
 void cfg_format_origin(const struct cfg *c, const struct cfg_key *k, char *buf, size_t len);
-/* s in double quotes for an error message: '"' and '\\' escaped, control bytes as \xNN, cut
- * after 60 characters with "...". Returns buf. */
-const char *cfg_quote(const char *s, char *buf, size_t len);
 
 enum {
     CFG_YAML_ORIGIN = 1, /* a trailing comment on each value saying where it came from */

@@ -27,18 +27,19 @@
 #include "engine/chat_template.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
+#include "engine/util/uuid.h"
 
 struct json_t; /* jansson */
 struct cfg_sampling;
 struct model_config;
 struct tok;
 
-#define JOB_MAX_DEPTH 32        /* nesting of arrays and objects in a job's JSON */
-#define JOB_MAX_ID_BYTES 256    /* "id" / "custom_id" */
-#define JOB_MAX_STOP 16         /* stop strings per job */
-#define JOB_MAX_STOP_BYTES 1024 /* bytes per stop string */
-#define JOB_MAX_STOP_IDS 64     /* stop_token_ids per job */
-#define JOB_ID_LEN 36           /* a generated id: a UUIDv7 in its 36-character text form */
+#define JOB_MAX_DEPTH 32         /* nesting of arrays and objects in a job's JSON */
+#define JOB_MAX_ID_BYTES 256     /* "id" / "custom_id" */
+#define JOB_MAX_STOP 16          /* stop strings per job */
+#define JOB_MAX_STOP_BYTES 1024  /* bytes per stop string */
+#define JOB_MAX_STOP_IDS 64      /* stop_token_ids per job */
+#define JOB_ID_LEN UUID_TEXT_LEN /* a generated id: a UUIDv7 in its 36-character text form */
 
 /* Failure kinds: what job_parse / job_prepare return. job_error_code() names them for OpenAI's
  * error.code and for SQLite. */
@@ -132,12 +133,8 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
 /* Frees what the job owns and zeroes it. Accepts NULL. */
 void job_free(struct job *j);
 
-/* Writes a new id: a UUIDv7 (RFC 9562: 48-bit Unix milliseconds, then random bits), e.g.
- * "01932c07-a4b1-7c3e-9f2a-3b5e8d0c1f47". Ids made later sort after earlier ones. */
-void job_new_id(char out[JOB_ID_LEN + 1]);
-
-/* Gives a job without an id a new one (job_new_id) and sets id_generated. Returns 0, or -1 when
- * out of memory. */
+/* Gives a job without an id a new one (a UUIDv7, engine/util/uuid.h) and sets id_generated. Returns 0, or -1
+ * when out of memory. */
 int job_assign_id(struct job *j);
 
 /* A job ready for engine_add: its prompt tokens and the request. */

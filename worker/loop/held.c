@@ -101,7 +101,7 @@ static char *dump(const json_t *v)
 static void common(struct wk_job *j, double now_wall)
 {
     if (!j->job.id && !j->rj.id[0] && !j->row_id[0]) {
-        job_new_id(j->row_id);
+        uuid7(j->row_id);
         if (j->job.form == JOB_FORM_LLMQ && (j->job.id = strdup(j->row_id)) != NULL) /* the result names it */
             j->job.id_generated = true;
     }

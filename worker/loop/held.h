@@ -17,8 +17,8 @@
 #include "engine/engine.h"
 #include "queue/ack.h"
 #include "queue/fetch.h"
-#include "worker/store/db.h"
 #include "worker/jobs/job.h"
+#include "worker/store/db.h"
 
 struct tok;
 

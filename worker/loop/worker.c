@@ -13,10 +13,10 @@
 #include "engine/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/gpu.h"
-#include "engine/util/log.h"
 #include "engine/model.h"
-#include "engine/util/mono.h"
 #include "engine/tokenizer.h"
+#include "engine/util/log.h"
+#include "engine/util/mono.h"
 #include "llmq_version.h"
 #include "queue/ack.h"
 #include "queue/cancel.h"
@@ -30,13 +30,14 @@
 #include "queue/stats.h"
 #include "queue/tick.h"
 #include "worker/config/config.h"
-#include "worker/store/db.h"
 #include "worker/config/engine_cfg.h"
-#include "worker/loop/held.h"
-#include "worker/metrics/http.h"
+#include "worker/config/redis_cfg.h"
 #include "worker/jobs/job.h"
+#include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
+#include "worker/metrics/http.h"
 #include "worker/metrics/metrics.h"
+#include "worker/store/db.h"
 #include "worker/store/writer.h"
 
 #define MAX_BATCH 4096         /* rows in one transaction */
@@ -1142,7 +1143,7 @@ static int setup(struct wk *w)
     }
 
     struct rq_opts ro;
-    rq_opts_from_cfg(&ro, c);
+    cfg_rq_opts(&ro, c);
     if (rq_open(&ro, &w->rq, err, sizeof err)) {
         log_error("redis: %s", err);
         return -1;

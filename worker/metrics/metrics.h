@@ -17,9 +17,9 @@
 
 #include "engine/engine.h"
 #include "queue/keys.h"
-#include "worker/store/db.h"
 #include "worker/metrics/histogram.h"
 #include "worker/metrics/prom.h"
+#include "worker/store/db.h"
 
 /* Queues whose depth is reported, in this order (the lanes' queues: "short", "long"). */
 #define WK_METRICS_QUEUES 2
