@@ -15,7 +15,7 @@
  *   biases (names ending in ".bias")                0
  *   everything else                                 amp * (2u - 1), amp = RANDOM_MODEL_STD * sqrt(3)
  * where u = (splitmix64(seed + i) >> 40) / 2^24 and seed = random_model_seed(name): uniform weights
- * with standard deviation RANDOM_MODEL_STD (0.02, what ../shared/bench/hf_peer.py draws, normal
+ * with standard deviation RANDOM_MODEL_STD (0.02, what contrib/bench/transformers_peer.py draws, normal
  * there), rounded to bf16 to nearest even. Every step is exact or one correctly rounded IEEE
  * operation, so the host and the device agree bit for bit. */
 #pragma once
@@ -28,7 +28,7 @@
 #define RANDOM_MODEL_STD 0.02
 
 /* Fills *cfg with a named shape: "qwen3-14b", "qwen3-8b" or "qwen3-0.6b" (Qwen3 dense, as
- * ../shared/bench/hf_peer.py defines them: vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6,
+ * contrib/bench/transformers_peer.py defines them: vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6,
  * max_position_embeddings 131072, EOS 151645/151643; 0.6b ties its embeddings). Returns 0, or -1
  * with err listing the known names. */
 int random_model_config(const char *name, struct model_config *cfg, char *err, size_t errlen);

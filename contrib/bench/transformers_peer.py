@@ -43,7 +43,7 @@ SHAPES = {
 COMMON = dict(vocab_size=151936, max_position_embeddings=131072, rope_theta=1e6, rms_norm_eps=1e-6,
               attention_bias=False, eos_token_id=[151645, 151643], pad_token_id=151643)
 WEIGHT_STD = 0.02         # random weights: uniform with this deviation, norm weights 1 (random_model.h)
-PROMPT_ID_RANGE = 150000  # prompt ids come from [0, min(vocab, this)) (worker/cmd_bench.c)
+PROMPT_ID_RANGE = 150000  # prompt ids come from [0, min(vocab, this)) (worker/cli/cmd_bench.c)
 MODES = ("static", "compiled", "cb")
 DTYPES = ("bf16", "fp16")
 

@@ -2,7 +2,7 @@
 # contrib/bench/transformers_peer.py (the transformers peer of `llmq bench`) without a GPU or torch:
 # --help answers and lists the workloads and modes, a wrong command line exits 2, and the script's
 # workloads, model shapes and weight/prompt rules are llmq's. Those are read from the sources that
-# define them (engine/bench.c, engine/random_model.c and .h, worker/cmd_bench.c), from `llmq bench
+# define them (engine/bench.c, engine/random_model.c and .h, worker/cli/cmd_bench.c), from `llmq bench
 # --help`, and from llmq itself: the CPU backend refuses the large shapes naming their parameter
 # count, which the peer's shape must give to 0.1 B. So a shape or workload changed on one side only
 # fails here. contrib/bench/ceilings.py's --help is checked too (a GPU run is not possible here).
@@ -79,8 +79,8 @@ same("eos ids", c["eos_token_id"], found("cfg->eos_ids", eos))
 same("pad id", str(c["pad_token_id"]), const(r"cfg->pad_id = (\d+);", "cfg->pad_id"))
 m = re.search(r"#define RANDOM_MODEL_STD ([\d.]+)", read("engine/random_model.h"))
 same("weight std (engine/random_model.h)", peer["weight_std"], float(found("RANDOM_MODEL_STD", m).group(1)) if m else None)
-m = re.search(r"#define PROMPT_ID_RANGE (\d+)", read("worker/cmd_bench.c"))
-same("prompt id range (worker/cmd_bench.c)", peer["prompt_id_range"], int(found("PROMPT_ID_RANGE", m).group(1)) if m else None)
+m = re.search(r"#define PROMPT_ID_RANGE (\d+)", read("worker/cli/cmd_bench.c"))
+same("prompt id range (worker/cli/cmd_bench.c)", peer["prompt_id_range"], int(found("PROMPT_ID_RANGE", m).group(1)) if m else None)
 
 # llmq's own parameter count of the large shapes, from its refusal on the CPU
 for s in ("qwen3-14b", "qwen3-8b"):

@@ -32,7 +32,7 @@ void cli_catch_interrupts(void);
 /* Whether SIGINT or SIGTERM came since cli_catch_interrupts(). */
 bool cli_interrupted(void);
 
-/* Subcommands (one worker/cmd_<name>.c each). */
+/* Subcommands (one worker/cli/cmd_<name>.c each). */
 int cmd_config(int argc, char **argv);
 int cmd_make_tiny_model(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
