@@ -15,6 +15,7 @@
 #include "engine/gpu.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/array.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "llmq_version.h"
@@ -87,9 +88,9 @@ struct wk {
     struct wk_lanes lanes;
     char model_name[256], gpu[256], host[256], worker_id[RQ_NAME_MAX + 1];
 
-    struct wk_list l[WK_NSTATES];
+    struct list l[WK_NSTATES];
     struct rq_job *fetched; /* [fetch_cap] */
-    int fetch_cap;
+    size_t fetch_cap;
     struct rq_pipe pipe; /* created_at lookups */
     char (*hkeys)[RQ_KEY_MAX];
     double last_empty_fetch, last_progress, last_cancel;
@@ -105,7 +106,7 @@ struct wk {
     bool *flags;
     struct rq_progress *prog;
     const struct rq_job **rjobs;
-    int scratch_cap;
+    size_t scratch_cap;
 
     /* SQLite */
     struct wk_batch batch;
@@ -160,12 +161,12 @@ static int held_count(const struct wk *w)
 static void move(struct wk *w, struct wk_job *j, int state)
 {
     if (j->state >= 0)
-        wk_list_remove(&w->l[j->state], j);
+        list_remove(&w->l[j->state], &j->link);
     j->state = state;
     if (state == WK_PENDING && w->l[WK_PENDING].n == 0)
         w->oldest_pending = llmq_mono_s();
     if (state >= 0)
-        wk_list_push(&w->l[state], j);
+        list_push_back(&w->l[state], &j->link);
 }
 
 static void drop(struct wk *w, struct wk_job *j)
@@ -176,30 +177,12 @@ static void drop(struct wk *w, struct wk_job *j)
 
 static int grow_scratch(struct wk *w, int n)
 {
-    if (n <= w->scratch_cap)
+    if ((size_t)n <= w->scratch_cap)
         return 0;
-    int cap = w->scratch_cap ? w->scratch_cap : 256;
-    while (cap < n)
-        cap *= 2;
-    void *a = realloc(w->res, (size_t)cap * sizeof *w->res);
-    if (a)
-        w->res = a;
-    void *b = realloc(w->jobs, (size_t)cap * sizeof *w->jobs);
-    if (b)
-        w->jobs = b;
-    void *c = realloc(w->ids, (size_t)cap * sizeof *w->ids);
-    if (c)
-        w->ids = c;
-    void *d = realloc(w->flags, (size_t)cap * sizeof *w->flags);
-    if (d)
-        w->flags = d;
-    void *e = realloc(w->prog, (size_t)cap * sizeof *w->prog);
-    if (e)
-        w->prog = e;
-    void *f = realloc(w->rjobs, (size_t)cap * sizeof *w->rjobs);
-    if (f)
-        w->rjobs = f;
-    if (!a || !b || !c || !d || !e || !f)
+    size_t cap = array_grown_cap(w->scratch_cap, (size_t)n, 256); /* one capacity for all six */
+    if (array_resize(&w->res, cap, sizeof *w->res) || array_resize(&w->jobs, cap, sizeof *w->jobs) ||
+        array_resize(&w->ids, cap, sizeof *w->ids) || array_resize(&w->flags, cap, sizeof *w->flags) ||
+        array_resize(&w->prog, cap, sizeof *w->prog) || array_resize(&w->rjobs, cap, sizeof *w->rjobs))
         return -1;
     w->scratch_cap = cap;
     return 0;
@@ -233,7 +216,7 @@ static int jobs_of(struct wk *w, int state, int after)
     if (grow_scratch(w, w->l[state].n))
         return 0;
     int n = 0;
-    for (struct wk_job *j = w->l[state].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->l[state].head); j; j = wk_job_of(j->link.next))
         if (after < 0 || (int)j->after == after)
             w->jobs[n++] = j;
     return n;
@@ -524,9 +507,9 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         /* nothing was written: back to the front of the pending list, in order */
         for (size_t i = w->nb; i-- > 0;) {
             struct wk_job *j = w->bjobs[i];
-            wk_list_remove(&w->l[WK_COMMITTING], j);
+            list_remove(&w->l[WK_COMMITTING], &j->link);
             j->state = WK_PENDING;
-            wk_list_push_front(&w->l[WK_PENDING], j);
+            list_push_front(&w->l[WK_PENDING], &j->link);
         }
         w->oldest_pending = 0;
     }
@@ -565,9 +548,9 @@ static void commit_submit(struct wk *w, bool stopped)
     struct wk_batch *b = &w->batch;
     memset(b, 0, sizeof *b);
     w->nb = 0;
-    struct wk_job *j = w->l[WK_PENDING].head;
+    struct wk_job *j = wk_job_of(w->l[WK_PENDING].head);
     while (j && w->nb < MAX_BATCH) {
-        struct wk_job *next = j->next;
+        struct wk_job *next = wk_job_of(j->link.next);
         wk_job_row(j, &w->ctx, &w->rows[w->nb]);
         w->bjobs[w->nb++] = j;
         move(w, j, WK_COMMITTING);
@@ -712,14 +695,8 @@ static void timing_add(struct timing *t, const double *ph, int running, int full
         t->full_n++;
     }
     if (t->ovh.n < MAX_OVERHEAD_SAMPLES) {
-        if (t->ovh.n == t->ovh.cap) {
-            size_t cap = t->ovh.cap ? 2 * t->ovh.cap : 4096;
-            double *v = realloc(t->ovh.v, cap * sizeof *v);
-            if (!v)
-                return;
-            t->ovh.v = v;
-            t->ovh.cap = cap;
-        }
+        if (array_reserve(&t->ovh.v, &t->ovh.cap, t->ovh.n + 1, sizeof *t->ovh.v, 4096))
+            return;
         t->ovh.v[t->ovh.n++] = ovh * 1e6;
     }
 }
@@ -765,16 +742,11 @@ static void phase_fetch(struct wk *w, bool *blocked)
     double now = llmq_mono_s();
     if (!idle && w->last_empty_fetch > 0 && now - w->last_empty_fetch < w->empty_fetch_wait)
         return;
-    if (total > w->fetch_cap) {
-        struct rq_job *f = realloc(w->fetched, (size_t)total * sizeof *f);
-        char(*hk)[RQ_KEY_MAX] = realloc(w->hkeys, (size_t)total * sizeof *hk);
-        if (f)
-            w->fetched = f;
-        if (hk)
-            w->hkeys = hk;
-        if (!f || !hk)
+    if ((size_t)total > w->fetch_cap) { /* exactly what this fetch may bring */
+        if (array_resize(&w->fetched, (size_t)total, sizeof *w->fetched) ||
+            array_resize(&w->hkeys, (size_t)total, sizeof *w->hkeys))
             return;
-        w->fetch_cap = total;
+        w->fetch_cap = (size_t)total;
     }
     int block = idle ? RQ_BLOCK_DEFAULT : 0;
     *blocked = idle;
@@ -825,13 +797,13 @@ static void phase_cancel(struct wk *w)
         return;
     w->last_cancel = now;
     int n = 0;
-    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->l[WK_RUNNING].head); j; j = wk_job_of(j->link.next))
         if (!j->cancel_sent && j->rj.id[0])
             n++;
     if (!n || grow_scratch(w, n))
         return;
     n = 0;
-    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->l[WK_RUNNING].head); j; j = wk_job_of(j->link.next))
         if (!j->cancel_sent && j->rj.id[0]) {
             w->jobs[n] = j;
             w->ids[n++] = j->rj.id;
@@ -878,7 +850,7 @@ static void phase_step(struct wk *w, double *ph)
         w->last_progress = t1;
         int np = 0;
         if (grow_scratch(w, w->l[WK_RUNNING].n) == 0)
-            for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next) {
+            for (struct wk_job *j = wk_job_of(w->l[WK_RUNNING].head); j; j = wk_job_of(j->link.next)) {
                 if (!j->progress_due || !j->seq)
                     continue;
                 j->progress_due = false;
@@ -1225,10 +1197,10 @@ static void teardown(struct wk *w)
     for (int s = 0; s < WK_NSTATES; s++)
         while (w->l[s].head) {
             if (stuck && s == WK_COMMITTING) {
-                wk_list_remove(&w->l[s], w->l[s].head);
+                list_remove(&w->l[s], w->l[s].head);
                 continue;
             }
-            drop(w, w->l[s].head);
+            drop(w, wk_job_of(w->l[s].head));
         }
     rq_pipe_free(&w->pipe);
     rq_free(w->rq);
