@@ -65,7 +65,7 @@ struct cpu_test_fixture {
 static inline void cpu_test_fixture_open(struct cpu_test_fixture *f, const struct tiny_opts *o,
                                          const char *tag)
 {
-    assert_int_equal(scratch_dir_make(tag, f->dir, sizeof f->dir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), tag, f->dir, sizeof f->dir), 0);
     char err[512] = "";
     if (tiny_model_write(f->dir, o, err, sizeof err) || !(f->m = model_load(f->dir, err, sizeof err))) {
         print_error("fixture: %s\n", err);

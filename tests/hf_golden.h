@@ -277,7 +277,7 @@ static inline int hf_golden_main(const char *group, const char *key, const char 
                 return TEST_SKIP_CODE;
             }
     }
-    if (scratch_dir_make(tag, hf_golden_tmpdir, sizeof hf_golden_tmpdir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), tag, hf_golden_tmpdir, sizeof hf_golden_tmpdir)) {
         json_decref(spec);
         return 1;
     }

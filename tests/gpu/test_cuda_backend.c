@@ -1120,7 +1120,7 @@ static bool file_has_lines(const char *path, int min_lines, char *first, size_t 
 static void case_tuning_save(const struct model *m)
 {
     char dir[600], path[700];
-    if (scratch_dir_make("test-tuning", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "test-tuning", dir, sizeof dir)) {
         printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
         n_fail++;
         return;
@@ -1188,7 +1188,8 @@ static void case_nan_row(const char *shape, const struct tiny_opts *o)
     char dir[600], err[512] = "";
     struct model *m = NULL;
     const int32_t bad_id = 7;
-    if (scratch_dir_make("test-cuda-nan", dir, sizeof dir) || tiny_model_write(dir, o, err, sizeof err) ||
+    if (scratch_dir_make(getenv("TMPDIR"), "test-cuda-nan", dir, sizeof dir) ||
+        tiny_model_write(dir, o, err, sizeof err) ||
         test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err) ||
         !(m = model_load(dir, err, sizeof err))) {
         printf("FAIL %s nan row: %s\n", shape, err[0] ? err : strerror(errno));
@@ -1299,7 +1300,7 @@ int main(int argc, char **argv)
         char sname[64];
         snprintf(sname, sizeof sname, "%s%s", shapes[i].name, kv_fp8 ? " kv-fp8" : f16 ? " fp16" : "");
         char dir[600], err[512];
-        if (scratch_dir_make("test-cuda", dir, sizeof dir)) {
+        if (scratch_dir_make(getenv("TMPDIR"), "test-cuda", dir, sizeof dir)) {
             printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
             return 1;
         }

@@ -23,7 +23,7 @@ static char path[192]; /* the YAML file each test writes */
 
 static int setup(void **state)
 {
-    if (scratch_dir_make("test-config", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-config", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.yaml", dir);
     return 0;

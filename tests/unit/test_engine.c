@@ -54,7 +54,7 @@ static int setup(void **state)
     (void)state;
     log_set_level(LOG_WARN);
     char err[512];
-    if (scratch_dir_make("test-engine", g_dir, sizeof g_dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-engine", g_dir, sizeof g_dir))
         return -1;
     struct tiny_opts o = fixture_opts(0);
     if (tiny_model_write(g_dir, &o, err, sizeof err)) {
@@ -939,7 +939,7 @@ static void test_nan_logits_fail_one_sequence(void **state)
     assert_true(bad_id < 256);
 
     char dir[256], err[512];
-    assert_int_equal(scratch_dir_make("test-engine-nan", dir, sizeof dir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), "test-engine-nan", dir, sizeof dir), 0);
     struct tiny_opts o = fixture_opts(g_model->cfg.vocab);
     if (tiny_model_write(dir, &o, err, sizeof err))
         fail_msg("%s", err);

@@ -116,7 +116,7 @@ static void test_counts(void **state)
 
 int main(void)
 {
-    if (scratch_dir_make("pstats", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "pstats", dir, sizeof dir))
         return 1;
     struct tiny_opts o = tiny_opts_default();
     o.seed = 3;

@@ -218,7 +218,7 @@ static void test_forward(void **state)
 
 int main(void)
 {
-    if (scratch_dir_make("rope", tmp, sizeof tmp))
+    if (scratch_dir_make(getenv("TMPDIR"), "rope", tmp, sizeof tmp))
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule_values),

@@ -174,7 +174,7 @@ static json_t *non_default_settings(const struct cfg *c)
 static struct tok *scratch_tokenizer(char *err, size_t errlen)
 {
     char dir[512];
-    if (scratch_dir_make("bench", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "bench", dir, sizeof dir)) {
         snprintf(err, errlen, "cannot create a temporary folder %s: %s", dir, strerror(errno));
         return NULL;
     }
