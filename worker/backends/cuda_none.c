@@ -1,4 +1,4 @@
-/* GPU probe for builds without CUDA (see gpu.h). */
+/* GPU probe for builds without CUDA (see engine/gpu.h). */
 #include "engine/gpu.h"
 
 #include <stdio.h>
