@@ -100,7 +100,6 @@ struct engine_opts engine_opts_default(void)
     o.be.kv_dtype = DT_BF16;
     o.be.cuda_graphs = true;
     o.be.cuda_graph_max_batch = 512;
-    o.backend = "auto";
     o.long_prefill_chunk = 0;
     o.enable_prefix_caching = true;
     o.admission_reserve = 1.0;
@@ -129,29 +128,8 @@ static uint64_t splitmix64(uint64_t x)
 
 /* ---- open / free */
 
-struct engine *engine_open(const struct model *m, const struct tok *tok, const struct engine_opts *o,
-                           char *err, size_t errlen)
-{
-    if (!m || !tok || !o) {
-        snprintf(err, errlen, "engine_open: model, tokenizer and options are required");
-        return NULL;
-    }
-    struct engine_opts oo = *o;
-    if (oo.be.max_model_len <= 0)
-        oo.be.max_model_len = m->cfg.max_position;
-    if (oo.be.max_model_len <= 0) {
-        snprintf(err, errlen,
-                 "engine: max_model_len is not set and the model has no max_position_embeddings");
-        return NULL;
-    }
-    struct backend *be = backend_open(o->backend ? o->backend : "auto", m, &oo.be, err, errlen);
-    if (!be)
-        return NULL;
-    return engine_open_backend(m, tok, be, &oo, err, errlen);
-}
-
-struct engine *engine_open_backend(const struct model *m, const struct tok *tok, struct backend *be,
-                                   const struct engine_opts *o, char *err, size_t errlen)
+struct engine *engine_open(const struct model *m, const struct tok *tok, struct backend *be,
+                           const struct engine_opts *o, char *err, size_t errlen)
 {
     if (!m || !tok || !o || !be) {
         snprintf(err, errlen, "engine_open: model, tokenizer, backend and options are required");
@@ -179,7 +157,6 @@ struct engine *engine_open_backend(const struct model *m, const struct tok *tok,
     e->m = m;
     e->tok = tok;
     e->o = *o;
-    e->o.backend = NULL; /* not kept: the caller's string */
     e->vocab = m->cfg.vocab;
     e->seed_ctr = o->seed;
     e->num_lanes = o->num_lanes ? o->num_lanes : 1;

@@ -23,6 +23,7 @@
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 /* splitmix64: the next number of the sequence whose state is *s. */
 static inline uint64_t cpu_test_splitmix(uint64_t *s)

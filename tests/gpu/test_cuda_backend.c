@@ -93,6 +93,7 @@
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 #define GAP_MIN 0.05      /* issue bar: greedy ids equal where the reference's top-2 gap exceeds this */
 #define LP_TOL 0.02       /* issue bar: logprobs within this; also the floor of every derived tolerance */
@@ -575,7 +576,7 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     struct engine_opts eo = engine_opts_default();
     eo.be = be_opts(role, true, kv_bytes, max_len);
     struct backend *be = backend_open(role_cpu(role) ? "cpu" : "cuda", m, &eo.be, err, sizeof err);
-    struct engine *e = be ? engine_open_backend(m, tok, be, &eo, err, sizeof err) : NULL;
+    struct engine *e = be ? engine_open(m, tok, be, &eo, err, sizeof err) : NULL;
     if (!e) {
         printf("FAIL engine on %s: %s\n", ROLE_NAME[role], err);
         n_fail++;

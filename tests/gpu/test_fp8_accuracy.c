@@ -52,6 +52,7 @@
 #include "engine/util/log.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 #define BS 32
 #define TOP 20

@@ -36,6 +36,7 @@
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
+#include "worker/backends/backend_open.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
@@ -621,6 +622,7 @@ int cmd_bench(int argc, char **argv)
     /* the engine's options as `llmq run` and `llmq worker` take them: defaults < --config < LLMQ_* <
      * flags; with lanes, the worker's two from the queues section */
     struct engine_opts eo;
+    const char *backend = "auto"; /* engine.backend */
     int mml;
     char cfg_model[4096] = "", cfg_tok[4096] = ""; /* model.path and model.tokenizer */
     char cfg_tuning[4096] = "";                    /* engine.gemm_tuning_file (eo.be borrows it) */
@@ -629,6 +631,7 @@ int cmd_bench(int argc, char **argv)
         int lrc = engine_cfg_load(CMD, config, &flags, &cf);
         if (lrc == 0) {
             eo = engine_cfg_opts(&cf);
+            backend = engine_cfg_backend(&cf);
             if (lanes)
                 engine_cfg_lanes(&eo, &cf);
             mml = cf.model.max_model_len;
@@ -652,7 +655,6 @@ int cmd_bench(int argc, char **argv)
         b.fg.lane = ENGINE_CFG_LANE_SHORT;
         b.bg.lane = ENGINE_CFG_LANE_LONG;
     }
-    const char *backend = eo.backend;
 
     char err[1024], gpu[256] = "";
     /* which backend: decided here so random weights know whether to live on the host */
@@ -720,7 +722,7 @@ int cmd_bench(int argc, char **argv)
     }
     b.be = bench_wrap_backend(inner, &b.model->cfg, &b.roof);
     if (b.be)
-        b.eng = engine_open_backend(b.model, b.tok, b.be, &eo, err, sizeof err);
+        b.eng = engine_open(b.model, b.tok, b.be, &eo, err, sizeof err);
     if (!b.eng) {
         fprintf(stderr, "llmq %s: engine: %s\n", CMD, b.be ? err : "out of memory");
         bench_free(&b);

@@ -30,6 +30,7 @@
 #include "queue/rq.h"
 #include "queue/stats.h"
 #include "queue/tick.h"
+#include "worker/backends/backend_open.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
 #include "worker/config/redis_cfg.h"
@@ -1077,7 +1078,8 @@ static int setup(struct wk *w)
     }
     struct engine_opts eo = engine_cfg_opts(c);
     engine_cfg_lanes(&eo, c);
-    w->eng = engine_open(w->model, w->tok, &eo, err, sizeof err);
+    struct backend *be = backend_open(engine_cfg_backend(c), w->model, &eo.be, err, sizeof err);
+    w->eng = be ? engine_open(w->model, w->tok, be, &eo, err, sizeof err) : NULL;
     if (!w->eng) {
         log_error("engine: %s", err);
         return -1;
