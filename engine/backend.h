@@ -7,7 +7,9 @@
  * its known tokens samples one token (with logprobs on request). Nothing else crosses the seam:
  * block allocation, stopping and text live on the host.
  *
- * Backends: "cpu" (fp32 reference, engine/cpu_backend.c) and "cuda" (kernels/). */
+ * Backends: "cpu" (fp32 reference, engine/cpu_backend.c) and "cuda" (kernels/, which builds on
+ * this layer). engine/ names no CUDA code: a caller opens either by name with backend_open
+ * (worker/backends/backend_open.h) and hands it to engine_open. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -127,12 +129,6 @@ struct backend {
     char err[512];    /* the last error */
 };
 
-/* Opens "cpu", "cuda" or "auto" (cuda when built and a device is usable, else cpu) for a loaded
- * model. The model must outlive the backend. NULL with err on failure. A max_model_len above the
- * model's max_position_embeddings enables YaRN when config.json has no rope_scaling
- * (model_config_extend_rope, logged); the backends see it through a copy of m made for the call. */
-struct backend *backend_open(const char *name, const struct model *m, const struct backend_opts *o, char *err,
-                             size_t errlen);
 static inline int backend_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {
     return be->ops->step(be, seqs, n, out);
@@ -154,6 +150,8 @@ int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *a
  * backends so that both refuse the same steps with the same words. */
 int backend_check_seq(struct backend *be, const struct be_seq *s, int i, int vocab, int max_model_len);
 
-/* Constructors the dispatcher calls. */
-struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);
-struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err, size_t errlen);
+/* The CPU reference backend (engine/cpu_backend.c) for a loaded model that outlives it. NULL with err
+ * on failure. Callers choose a backend by name through backend_open (worker/backends/backend_open.h),
+ * which knows the CUDA one too. */
+struct backend *cpu_backend_open(const struct model *m, const struct backend_opts *o, char *err,
+                                 size_t errlen);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/buf.h"
 #include "engine/util/errfmt.h"
 
 #define THINK_OPEN "<think>"
@@ -23,40 +24,6 @@ struct chat_options chat_options_default(void)
 {
     struct chat_options o = {.add_generation_prompt = true, .enable_thinking = true};
     return o;
-}
-
-/* ---- a growing output buffer; on allocation failure it goes sticky and the caller reports it */
-
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_str(struct sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
 }
 
 /* ---- Python string helpers on a (pointer, length) view */
@@ -161,7 +128,7 @@ static size_t last_query_index(const struct chat_message *msgs, size_t n)
 }
 
 /* One assistant turn, from '<|im_start|>assistant\n' to '<|im_end|>\n'. */
-static void render_assistant(struct sbuf *b, const struct chat_message *m, bool after_last_query, bool last)
+static void render_assistant(struct buf *b, const struct chat_message *m, bool after_last_query, bool last)
 {
     struct view content = view_of(m->content);
     struct view reasoning = {"", 0};
@@ -184,18 +151,18 @@ static void render_assistant(struct sbuf *b, const struct chat_message *m, bool 
             content = lstrip_nl((struct view){after, content.n - (size_t)(after - content.p)});
         }
     }
-    sb_str(b, "<|im_start|>assistant\n");
+    buf_puts(b, "<|im_start|>assistant\n");
     if (after_last_query && (last || reasoning.n > 0)) {
         struct view r = strip_nl(reasoning);
         struct view c = lstrip_nl(content);
-        sb_str(b, "<think>\n");
-        sb_add(b, r.p, r.n);
-        sb_str(b, "\n</think>\n\n");
-        sb_add(b, c.p, c.n);
+        buf_puts(b, "<think>\n");
+        buf_append(b, r.p, r.n);
+        buf_puts(b, "\n</think>\n\n");
+        buf_append(b, c.p, c.n);
     } else {
-        sb_add(b, content.p, content.n);
+        buf_append(b, content.p, content.n);
     }
-    sb_str(b, "<|im_end|>\n");
+    buf_puts(b, "<|im_end|>\n");
 }
 
 int chat_render(const struct chat_message *msgs, size_t n, const struct chat_options *opt, char **out,
@@ -205,7 +172,7 @@ int chat_render(const struct chat_message *msgs, size_t n, const struct chat_opt
     if (check_messages(msgs, n, err, errlen))
         return -1;
     struct chat_options o = opt ? *opt : chat_options_default();
-    struct sbuf b = {0};
+    struct buf b = {0};
     size_t lqi = last_query_index(msgs, n);
 
     for (size_t i = 0; i < n; i++) {
@@ -215,20 +182,20 @@ int chat_render(const struct chat_message *msgs, size_t n, const struct chat_opt
         } else {
             /* user, or system: the first message's system turn renders the same way here as the
              * template's header block does, and a later system message renders like a user turn. */
-            sb_str(&b, "<|im_start|>");
-            sb_str(&b, m->role);
-            sb_str(&b, "\n");
-            sb_str(&b, m->content);
-            sb_str(&b, "<|im_end|>\n");
+            buf_puts(&b, "<|im_start|>");
+            buf_puts(&b, m->role);
+            buf_puts(&b, "\n");
+            buf_puts(&b, m->content);
+            buf_puts(&b, "<|im_end|>\n");
         }
     }
     if (o.add_generation_prompt) {
-        sb_str(&b, "<|im_start|>assistant\n");
+        buf_puts(&b, "<|im_start|>assistant\n");
         if (!o.enable_thinking)
-            sb_str(&b, "<think>\n\n</think>\n\n");
+            buf_puts(&b, "<think>\n\n</think>\n\n");
     }
     if (b.oom) {
-        free(b.p);
+        buf_free(&b);
         return errfmt(err, errlen, "chat template: out of memory");
     }
     *out = b.p;

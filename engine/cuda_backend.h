@@ -1,9 +1,19 @@
-/* What the CUDA backend tells its callers beyond engine/backend.h (memory, graphs), for `llmq bench`
- * and the logs. Implemented by kernels/cuda_backend.cu; only in builds with LLMQ_HAVE_CUDA_BACKEND. */
+/* The CUDA backend's entry points beyond engine/backend.h: its constructor, and what it tells its
+ * callers (memory, graphs) for `llmq bench` and the logs. Implemented by kernels/cuda_backend.cu;
+ * called only from the layers above kernels/ (worker/backends/backend_open.c, the worker, the
+ * CLI, tests), never from engine/. */
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 struct backend;
+struct backend_opts;
+struct model;
+
+/* Opens the CUDA backend for a loaded model that outlives it; NULL with err on failure (in builds
+ * without CUDA always, worker/backends/cuda_none.c). Callers go through backend_open. */
+struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
+                                  size_t errlen);
 
 struct cuda_backend_stats {
     char device[128]; /* "NVIDIA H200" */
@@ -25,5 +35,5 @@ struct cuda_backend_stats {
 };
 
 /* Fills *st for a backend opened as "cuda" (directly or through "auto"). Returns 0, or -1 when be
- * is not a CUDA backend. */
+ * is not a CUDA backend. Only in builds with LLMQ_HAVE_CUDA_BACKEND. */
 int cuda_backend_get_stats(const struct backend *be, struct cuda_backend_stats *st);

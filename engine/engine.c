@@ -18,6 +18,8 @@
 #include "engine/scheduler.h"
 #include "engine/stop.h"
 #include "engine/tokenizer.h"
+#include "engine/util/array.h"
+#include "engine/util/list.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 
@@ -35,12 +37,12 @@ struct eseq {
     struct tok_stream *ts;
     char *full; /* all text decoded so far (pub.text shows a prefix of it) */
     size_t full_len, full_cap, text_cap;
-    int tokens_cap, logprobs_cap;
+    size_t tokens_cap, logprobs_cap;
     bool cancel;                /* cancelled, finish not yet reported */
     bool admitted;              /* running since its last admission (for the cached-token count) */
     int prev_idx;               /* index in engine.prev while n_new_output is 1, else -1 */
     uint64_t changed_stamp;     /* the step in whose *changed it is listed */
-    struct eseq *lprev, *lnext; /* every unreleased seq */
+    struct list_node live;      /* in engine.live */
 };
 
 struct engine {
@@ -56,13 +58,15 @@ struct engine {
     struct be_seq *bseq; /* [max_num_seqs] */
     struct be_out *bout;
     struct engine_seq **changed;
-    int n_changed, changed_cap;
+    int n_changed;
+    size_t changed_cap;
     struct eseq **prev; /* seqs whose n_new_output is set */
-    int n_prev, prev_cap;
+    int n_prev;
+    size_t prev_cap;
     struct eseq **cancels;
-    int n_cancels, cancels_cap;
-    struct eseq *live;
-    int n_live;
+    int n_cancels;
+    size_t cancels_cap;
+    struct list live; /* every unreleased seq */
     struct engine_stats st;
 };
 
@@ -96,7 +100,6 @@ struct engine_opts engine_opts_default(void)
     o.be.kv_dtype = DT_BF16;
     o.be.cuda_graphs = true;
     o.be.cuda_graph_max_batch = 512;
-    o.backend = "auto";
     o.long_prefill_chunk = 0;
     o.enable_prefix_caching = true;
     o.admission_reserve = 1.0;
@@ -123,62 +126,10 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* Grows *buf (of *cap elements of size sz) to hold at least need; 0 or -1 when out of memory. */
-static int grow(void **buf, int *cap, int need, size_t sz)
-{
-    if (need <= *cap)
-        return 0;
-    int c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *nb = realloc(*buf, (size_t)c * sz);
-    if (!nb)
-        return -1;
-    *buf = nb;
-    *cap = c;
-    return 0;
-}
-
-static int grow_bytes(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    char *nb = realloc(*buf, c);
-    if (!nb)
-        return -1;
-    *buf = nb;
-    *cap = c;
-    return 0;
-}
-
 /* ---- open / free */
 
-struct engine *engine_open(const struct model *m, const struct tok *tok, const struct engine_opts *o,
-                           char *err, size_t errlen)
-{
-    if (!m || !tok || !o) {
-        snprintf(err, errlen, "engine_open: model, tokenizer and options are required");
-        return NULL;
-    }
-    struct engine_opts oo = *o;
-    if (oo.be.max_model_len <= 0)
-        oo.be.max_model_len = m->cfg.max_position;
-    if (oo.be.max_model_len <= 0) {
-        snprintf(err, errlen,
-                 "engine: max_model_len is not set and the model has no max_position_embeddings");
-        return NULL;
-    }
-    struct backend *be = backend_open(o->backend ? o->backend : "auto", m, &oo.be, err, errlen);
-    if (!be)
-        return NULL;
-    return engine_open_backend(m, tok, be, &oo, err, errlen);
-}
-
-struct engine *engine_open_backend(const struct model *m, const struct tok *tok, struct backend *be,
-                                   const struct engine_opts *o, char *err, size_t errlen)
+struct engine *engine_open(const struct model *m, const struct tok *tok, struct backend *be,
+                           const struct engine_opts *o, char *err, size_t errlen)
 {
     if (!m || !tok || !o || !be) {
         snprintf(err, errlen, "engine_open: model, tokenizer, backend and options are required");
@@ -206,7 +157,6 @@ struct engine *engine_open_backend(const struct model *m, const struct tok *tok,
     e->m = m;
     e->tok = tok;
     e->o = *o;
-    e->o.backend = NULL; /* not kept: the caller's string */
     e->vocab = m->cfg.vocab;
     e->seed_ctr = o->seed;
     e->num_lanes = o->num_lanes ? o->num_lanes : 1;
@@ -282,9 +232,9 @@ void engine_free(struct engine *e)
 {
     if (!e)
         return;
-    while (e->live) {
-        struct eseq *q = e->live;
-        e->live = q->lnext;
+    while (e->live.head) {
+        struct eseq *q = LIST_ITEM(e->live.head, struct eseq, live);
+        list_remove(&e->live, &q->live);
         sched_finish(e->s, &q->sq);
         seq_free(q);
     }
@@ -384,17 +334,6 @@ static int check_sampling(struct sampling_params *sp, char *err, size_t errlen)
     return 0;
 }
 
-static void live_unlink(struct engine *e, struct eseq *q)
-{
-    if (q->lprev)
-        q->lprev->lnext = q->lnext;
-    else
-        e->live = q->lnext;
-    if (q->lnext)
-        q->lnext->lprev = q->lprev;
-    q->lprev = q->lnext = NULL;
-}
-
 /* The index of the first of ids[0 .. n) outside the vocabulary [0, vocab), or -1 when none is. */
 static int outside_vocab(const struct engine *e, const int32_t *ids, int n)
 {
@@ -470,9 +409,10 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->banned = malloc(((size_t)r->n_stop_ids + (size_t)n_eos + 1) * sizeof *q->banned);
     int cap = r->n_prompt + (r->max_tokens < 64 ? r->max_tokens : 64);
     q->pub.tokens = malloc((size_t)cap * sizeof *q->pub.tokens);
-    q->tokens_cap = cap;
+    q->tokens_cap = (size_t)cap;
     q->ts = tok_stream_new(e->tok, r->skip_special_tokens);
-    if (!q->stop_ids || !q->banned || !q->pub.tokens || !q->ts || grow_bytes(&q->pub.text, &q->text_cap, 64))
+    if (!q->stop_ids || !q->banned || !q->pub.tokens || !q->ts ||
+        array_reserve(&q->pub.text, &q->text_cap, 64, 1, 64))
         goto oom;
     if (r->n_stop_ids)
         memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
@@ -486,7 +426,7 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->pub.user = r->user;
     q->pub.n_prompt = r->n_prompt;
     q->pub.t_arrival = llmq_mono_s();
-    if (sp.logprobs >= 0 && grow((void **)&q->pub.logprobs, &q->logprobs_cap, 4, sizeof *q->pub.logprobs))
+    if (sp.logprobs >= 0 && array_reserve(&q->pub.logprobs, &q->logprobs_cap, 4, sizeof *q->pub.logprobs, 16))
         goto oom;
     q->sq.tokens = q->pub.tokens;
     q->sq.n_tokens = r->n_prompt;
@@ -495,20 +435,16 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->sq.user = q;
     q->spv = sp;
     /* per-seq lists of a step never need to grow inside engine_step */
-    int need = e->n_live + 1;
-    if (grow((void **)&e->changed, &e->changed_cap, need, sizeof *e->changed) ||
-        grow((void **)&e->prev, &e->prev_cap, need, sizeof *e->prev) ||
-        grow((void **)&e->cancels, &e->cancels_cap, need, sizeof *e->cancels))
+    size_t need = (size_t)e->live.n + 1;
+    if (array_reserve(&e->changed, &e->changed_cap, need, sizeof *e->changed, 16) ||
+        array_reserve(&e->prev, &e->prev_cap, need, sizeof *e->prev, 16) ||
+        array_reserve(&e->cancels, &e->cancels_cap, need, sizeof *e->cancels, 16))
         goto oom;
     if (sched_add(e->s, &q->sq, err, errlen)) {
         seq_free(q);
         return NULL;
     }
-    q->lnext = e->live;
-    if (e->live)
-        e->live->lprev = q;
-    e->live = q;
-    e->n_live++;
+    list_push_front(&e->live, &q->live);
     e->st.prompt_tokens += (uint64_t)r->n_prompt;
     return &q->pub;
 oom:
@@ -541,7 +477,7 @@ static int full_append(struct eseq *q, const char *s, size_t n)
 {
     if (!n)
         return 0;
-    if (grow_bytes(&q->full, &q->full_cap, q->full_len + n + 1))
+    if (array_reserve(&q->full, &q->full_cap, q->full_len + n + 1, 1, 64))
         return -1;
     memcpy(q->full + q->full_len, s, n);
     q->full_len += n;
@@ -558,7 +494,7 @@ static int publish(struct eseq *q, size_t vis)
     }
     if (vis == q->pub.text_len)
         return 0;
-    if (grow_bytes(&q->pub.text, &q->text_cap, vis + 1))
+    if (array_reserve(&q->pub.text, &q->text_cap, vis + 1, 1, 64))
         return -1;
     memcpy(q->pub.text + q->pub.text_len, q->full + q->pub.text_len, vis - q->pub.text_len);
     q->pub.text_len = vis;
@@ -632,9 +568,9 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         return;
     }
     int n = q->sq.n_tokens;
-    if (grow((void **)&q->pub.tokens, &q->tokens_cap, n + 1, sizeof *q->pub.tokens) ||
-        (q->spv.logprobs >= 0 &&
-         grow((void **)&q->pub.logprobs, &q->logprobs_cap, q->pub.n_output + 1, sizeof *q->pub.logprobs))) {
+    if (array_reserve(&q->pub.tokens, &q->tokens_cap, (size_t)(n + 1), sizeof *q->pub.tokens, 16) ||
+        (q->spv.logprobs >= 0 && array_reserve(&q->pub.logprobs, &q->logprobs_cap,
+                                               (size_t)(q->pub.n_output + 1), sizeof *q->pub.logprobs, 16))) {
         finish(e, q, FINISH_ERROR, "out of memory for the output", true);
         return;
     }
@@ -785,7 +721,6 @@ void engine_release(struct engine *e, struct engine_seq *s)
     if (q->prev_idx >= 0)
         e->prev[q->prev_idx] = NULL;
     sched_finish(e->s, &q->sq);
-    live_unlink(e, q);
-    e->n_live--;
+    list_remove(&e->live, &q->live);
     seq_free(q);
 }

@@ -38,7 +38,6 @@ struct engine_lane {
 
 struct engine_opts {
     struct backend_opts be;       /* block_size, max_num_seqs, max_num_batched_tokens, max_model_len, ... */
-    const char *backend;          /* "auto" | "cpu" | "cuda" */
     int long_prefill_chunk;       /* most tokens of one prompt per step (0 = max_num_batched_tokens) */
     bool enable_prefix_caching;   /* reuse the K/V of full blocks shared with earlier prompts */
     double admission_reserve;     /* share of max_tokens admission keeps blocks for (sched_opts) */
@@ -47,7 +46,7 @@ struct engine_opts {
     struct engine_lane lanes[ENGINE_MAX_LANES];
 };
 /* block_size 32, max_num_seqs 512, max_num_batched_tokens 16384, max_model_len 0 (= the model's),
- * backend "auto", gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
+ * gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
  * cuda_graphs true up to batch 512, prefix caching on, admission_reserve 1, seed 0, one lane. */
 struct engine_opts engine_opts_default(void);
 
@@ -107,16 +106,13 @@ struct engine_stats {
     uint64_t lane_computed_tokens[ENGINE_MAX_LANES]; /* computed_tokens by lane */
 };
 
-/* Opens the backend for `m` and sizes the scheduler. tok is borrowed for text and may not be
- * NULL. NULL with err on failure. When the KV pool holds fewer tokens than max_model_len, the
- * engine's max_model_len is lowered to what it holds (logged). */
-struct engine *engine_open(const struct model *m, const struct tok *tok, const struct engine_opts *o, char *err,
-                           size_t errlen);
-/* The same over a backend the caller opened for m (the engine takes it over and frees it, also
- * on failure); o->backend is not used. For tests that wrap a backend, and for tools that open
- * one themselves. */
-struct engine *engine_open_backend(const struct model *m, const struct tok *tok, struct backend *be,
-                                   const struct engine_opts *o, char *err, size_t errlen);
+/* An engine over a backend the caller opened for m with o->be (backend_open,
+ * worker/backends/backend_open.h; or a wrapper of one, as `llmq bench` measures steps): the engine
+ * takes be over and frees it, also on failure. Sizes the KV pool's manager and the scheduler. tok is
+ * borrowed for text and may not be NULL. NULL with err on failure. When the KV pool holds fewer
+ * tokens than max_model_len, the engine's max_model_len is lowered to what it holds (logged). */
+struct engine *engine_open(const struct model *m, const struct tok *tok, struct backend *be,
+                           const struct engine_opts *o, char *err, size_t errlen);
 void engine_free(struct engine *e);
 
 /* Queues a request. Returns its seq, or NULL with err when the request can never run (empty

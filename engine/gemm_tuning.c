@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
 #include "engine/util/atomic_file.h"
 
 #define MAGIC "llmq-gemm-tuning"
@@ -46,13 +47,8 @@ int gemm_tuning_put(struct gemm_tuning *t, const struct gemm_tuning_entry *e)
         return -1;
     int i = find_index(t, e->kind, e->key);
     if (i < 0) {
-        if (t->n == t->cap) {
-            int cap = t->cap ? 2 * t->cap : 64;
-            struct gemm_tuning_entry *ne = realloc(t->e, (size_t)cap * sizeof *ne);
-            if (!ne)
-                return -1;
-            t->e = ne, t->cap = cap;
-        }
+        if (array_reserve(&t->e, &t->cap, (size_t)t->n + 1, sizeof *t->e, 64))
+            return -1;
         i = t->n++;
     }
     t->e[i] = *e;

@@ -29,7 +29,8 @@ struct gemm_tuning_entry {
 /* A set of entries, at most one per key; zero-initialized is empty. */
 struct gemm_tuning {
     struct gemm_tuning_entry *e; /* [n], owned */
-    int n, cap;
+    int n;
+    size_t cap; /* e's room */
 };
 
 enum {

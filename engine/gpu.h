@@ -1,5 +1,5 @@
-/* What the program knows about GPUs before any backend is opened.
- * Implemented by kernels/gpu_probe.cu in CUDA builds and engine/cuda_none.c otherwise. */
+/* What the program knows about GPUs before any backend is opened. Implemented by kernels/gpu_probe.cu
+ * in CUDA builds and worker/backends/cuda_none.c otherwise; called only from above kernels/. */
 #pragma once
 #include <stddef.h>
 

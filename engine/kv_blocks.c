@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
+
 struct kv_blk {
     int32_t ref;
     int32_t prev, next; /* LRU links, or the free stack's next; -1 ends */
@@ -312,17 +314,7 @@ void kv_table_free(struct kv_table *t)
 
 static int reserve_blocks(struct kv_table *t, int n)
 {
-    if (n <= t->cap)
-        return 0;
-    int cap = t->cap ? t->cap : 8;
-    while (cap < n)
-        cap *= 2;
-    int32_t *nb = realloc(t->blocks, (size_t)cap * sizeof *nb);
-    if (!nb)
-        return -2;
-    t->blocks = nb;
-    t->cap = cap;
-    return 0;
+    return array_reserve(&t->blocks, &t->cap, (size_t)n, sizeof *t->blocks, 8) ? -2 : 0;
 }
 
 /* Makes hashes[0, n_full) valid for the tokens. */
@@ -330,16 +322,8 @@ static int ensure_hashes(const struct kv_pool *p, struct kv_table *t, const int3
 {
     if (n_full <= t->n_hashes)
         return 0;
-    if (n_full > t->hash_cap) {
-        int cap = t->hash_cap ? t->hash_cap : 8;
-        while (cap < n_full)
-            cap *= 2;
-        uint64_t *nh = realloc(t->hashes, (size_t)cap * sizeof *nh);
-        if (!nh)
-            return -2;
-        t->hashes = nh;
-        t->hash_cap = cap;
-    }
+    if (array_reserve(&t->hashes, &t->hash_cap, (size_t)n_full, sizeof *t->hashes, 8))
+        return -2;
     for (int i = t->n_hashes; i < n_full; i++) {
         uint64_t parent = i ? t->hashes[i - 1] : KV_HASH_ROOT;
         t->hashes[i] = kv_hash_block(parent, tokens + (size_t)i * p->block_size, p->block_size);

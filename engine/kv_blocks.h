@@ -21,10 +21,12 @@
  * are of those tokens): kv_table_free it before using it for other tokens. */
 struct kv_table {
     int32_t *blocks; /* [n_blocks] physical block ids */
-    int n_blocks, cap;
+    int n_blocks;
+    size_t cap;       /* blocks' room */
     uint64_t *hashes; /* [n_hashes] chain hashes of the sequence's first full blocks of tokens;
                          computed lazily and kept across kv_table_release (tokens never change) */
-    int n_hashes, hash_cap;
+    int n_hashes;
+    size_t hash_cap;  /* hashes' room */
     int n_registered; /* blocks[0, n_registered) are known to the prefix cache (hit or registered) */
 };
 

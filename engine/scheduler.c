@@ -6,10 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
+#include "engine/util/list.h"
+
 struct lane {
     struct sched_lane_opts o; /* resolved: no zeros, never above the global caps */
-    struct sched_seq *wait_head, *wait_tail;
-    int n_waiting, n_running;
+    struct list wait;         /* waiting sequences: the oldest first, preempted ones back at the front */
+    int n_running;
 };
 
 struct sched {
@@ -17,8 +20,7 @@ struct sched {
     struct kv_pool *kv;
     int num_lanes, watermark;
     struct lane lanes[SCHED_MAX_LANES];
-    struct sched_seq *run_head, *run_tail; /* in arrival order */
-    int n_running;
+    struct list run; /* running sequences, in arrival order */
     uint64_t next_arrival;
     /* admission_reserve: sequences finished after running, and the sum of their shares of max_tokens
      * generated */
@@ -28,7 +30,7 @@ struct sched {
     struct sched_item *items;
     struct sched_seq **preempted;
     struct sched_seq **failed;
-    int failed_cap;
+    size_t failed_cap;
     struct sched_out out;
 };
 
@@ -144,97 +146,59 @@ const struct sched_opts *sched_get_opts(const struct sched *s)
 
 int sched_num_running(const struct sched *s, int lane)
 {
-    return lane < 0 ? s->n_running : lane < s->num_lanes ? s->lanes[lane].n_running : 0;
+    return lane < 0 ? s->run.n : lane < s->num_lanes ? s->lanes[lane].n_running : 0;
 }
 
 int sched_num_waiting(const struct sched *s, int lane)
 {
     if (lane >= 0)
-        return lane < s->num_lanes ? s->lanes[lane].n_waiting : 0;
+        return lane < s->num_lanes ? s->lanes[lane].wait.n : 0;
     int n = 0;
     for (int l = 0; l < s->num_lanes; l++)
-        n += s->lanes[l].n_waiting;
+        n += s->lanes[l].wait.n;
     return n;
 }
 
 bool sched_has_work(const struct sched *s)
 {
-    return s->n_running > 0 || sched_num_waiting(s, -1) > 0;
+    return s->run.n > 0 || sched_num_waiting(s, -1) > 0;
 }
 
 /* ---- lists */
 
+static struct sched_seq *seq_of(struct list_node *n)
+{
+    return LIST_ITEM(n, struct sched_seq, link);
+}
+
 static void wait_unlink(struct sched *s, struct sched_seq *q)
 {
-    struct lane *L = &s->lanes[q->lane];
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        L->wait_head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        L->wait_tail = q->prev;
-    q->prev = q->next = NULL;
-    L->n_waiting--;
+    list_remove(&s->lanes[q->lane].wait, &q->link);
 }
 
 static void wait_push(struct sched *s, struct sched_seq *q, bool front)
 {
-    struct lane *L = &s->lanes[q->lane];
-    if (front) {
-        q->prev = NULL;
-        q->next = L->wait_head;
-        if (L->wait_head)
-            L->wait_head->prev = q;
-        else
-            L->wait_tail = q;
-        L->wait_head = q;
-    } else {
-        q->next = NULL;
-        q->prev = L->wait_tail;
-        if (L->wait_tail)
-            L->wait_tail->next = q;
-        else
-            L->wait_head = q;
-        L->wait_tail = q;
-    }
-    L->n_waiting++;
+    struct list *w = &s->lanes[q->lane].wait;
+    if (front)
+        list_push_front(w, &q->link);
+    else
+        list_push_back(w, &q->link);
     q->state = SCHED_WAITING;
 }
 
 static void run_unlink(struct sched *s, struct sched_seq *q)
 {
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        s->run_head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        s->run_tail = q->prev;
-    q->prev = q->next = NULL;
-    s->n_running--;
+    list_remove(&s->run, &q->link);
     s->lanes[q->lane].n_running--;
 }
 
 /* Inserts q in arrival order (from the tail: new admissions are usually the youngest). */
 static void run_push(struct sched *s, struct sched_seq *q)
 {
-    struct sched_seq *after = s->run_tail;
-    while (after && after->arrival > q->arrival)
+    struct list_node *after = s->run.tail;
+    while (after && seq_of(after)->arrival > q->arrival)
         after = after->prev;
-    q->prev = after;
-    q->next = after ? after->next : s->run_head;
-    if (q->next)
-        q->next->prev = q;
-    else
-        s->run_tail = q;
-    if (after)
-        after->next = q;
-    else
-        s->run_head = q;
-    s->n_running++;
+    list_insert_after(&s->run, after, &q->link);
     s->lanes[q->lane].n_running++;
     q->state = SCHED_RUNNING;
 }
@@ -294,15 +258,9 @@ void sched_finish(struct sched *s, struct sched_seq *q)
 /* Removes q for good and lists it in out.failed with the reason. */
 static int fail_seq(struct sched *s, struct sched_seq *q, const char *why)
 {
-    if (s->out.n_failed == s->failed_cap) {
-        int cap = s->failed_cap ? 2 * s->failed_cap : 16;
-        struct sched_seq **nf = realloc(s->failed, (size_t)cap * sizeof *nf);
-        if (!nf)
-            return -2;
-        s->failed = nf;
-        s->failed_cap = cap;
-        s->out.failed = nf;
-    }
+    if (array_reserve(&s->failed, &s->failed_cap, (size_t)s->out.n_failed + 1, sizeof *s->failed, 16))
+        return -2;
+    s->out.failed = s->failed;
     snprintf(q->error, sizeof q->error, "%s", why);
     sched_finish(s, q);
     s->failed[s->out.n_failed++] = q;
@@ -353,9 +311,9 @@ static void add_item(struct sched *s, struct budget *b, struct sched_seq *q, int
 
 static int schedule_running(struct sched *s, struct budget *b)
 {
-    struct sched_seq *q = s->run_head;
+    struct sched_seq *q = seq_of(s->run.head);
     while (q && b->tokens > 0) {
-        struct sched_seq *next = q->next;
+        struct sched_seq *next = seq_of(q->link.next);
         int remaining = q->n_tokens - q->n_computed;
         assert(remaining >= 1); /* the caller appends each sampled token */
         int lane_left = b->lane_tokens[q->lane];
@@ -376,10 +334,11 @@ static int schedule_running(struct sched *s, struct budget *b)
         bool self_preempted = false;
         int rc;
         while ((rc = kv_table_grow(s->kv, &q->kv, q->n_computed + n_new)) == -1) {
-            struct sched_seq *victim = s->run_tail;
+            struct sched_seq *victim = seq_of(s->run.tail);
             b->preempted = true;
             if (victim == q) {
-                if (q == s->run_head) { /* alone and still short: cannot happen after the check above */
+                if (q ==
+                    seq_of(s->run.head)) { /* alone and still short: cannot happen after the check above */
                     if (fail_seq(s, q, "the KV pool cannot hold this sequence even alone"))
                         return -2;
                 } else {
@@ -395,7 +354,7 @@ static int schedule_running(struct sched *s, struct budget *b)
         if (self_preempted)
             break; /* q was the tail: nobody left behind it */
         add_item(s, b, q, n_new);
-        q = q->next; /* not `next`: preemption may have removed it */
+        q = seq_of(q->link.next); /* not `next`: preemption may have removed it */
     }
     return 0;
 }
@@ -424,7 +383,7 @@ static int reserve_of(const struct sched *s, const struct sched_seq *q, double s
 static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq *q, bool allow_chunk)
 {
     struct lane *L = &s->lanes[q->lane];
-    if (s->n_running >= s->o.max_num_seqs || L->n_running >= L->o.max_num_seqs || b->tokens <= 0 ||
+    if (s->run.n >= s->o.max_num_seqs || L->n_running >= L->o.max_num_seqs || b->tokens <= 0 ||
         b->lane_tokens[q->lane] <= 0)
         return ADMIT_NO_ROOM;
     int room = min_i(b->tokens, b->lane_tokens[q->lane]);
@@ -455,7 +414,7 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
         /* while others run: the watermark, their growth reserve and this one's own (what it will
          * need beyond this chunk's blocks) */
         own = reserve_of(s, q, b->share, held);
-        int wm = s->n_running > 0 ? s->watermark + b->reserve + own : 0;
+        int wm = s->run.n > 0 ? s->watermark + b->reserve + own : 0;
         if (need + wm > kv_num_free(s->kv))
             r = ADMIT_NO_ROOM;
         else if (kv_table_grow(s->kv, &q->kv, cached + n_new))
@@ -480,7 +439,7 @@ static int admit_lane(struct sched *s, struct budget *b, int lane)
     struct sched_seq *head;
     enum admit r;
     for (;;) {
-        head = L->wait_head;
+        head = seq_of(L->wait.head);
         if (!head)
             return 0;
         r = try_admit(s, b, head, true);
@@ -494,9 +453,9 @@ static int admit_lane(struct sched *s, struct budget *b, int lane)
     /* 2. others from its bucket whose whole prefill fits; 3. the rest in arrival order */
     int bucket = sched_bucket(head->n_tokens);
     for (int pass = 0; pass < 2; pass++) {
-        struct sched_seq *q = L->wait_head;
+        struct sched_seq *q = seq_of(L->wait.head);
         while (q) {
-            struct sched_seq *next = q->next;
+            struct sched_seq *next = seq_of(q->link.next);
             if (pass == 1 || sched_bucket(q->n_tokens) == bucket) {
                 r = try_admit(s, b, q, pass == 1);
                 if (r == ADMIT_OOM)
@@ -545,7 +504,7 @@ int sched_schedule(struct sched *s, struct sched_out *out)
     int rc = schedule_running(s, &b);
     b.share = sched_reserve_share(s);
     if (b.share > 0)
-        for (struct sched_seq *q = s->run_head; q; q = q->next)
+        for (struct sched_seq *q = seq_of(s->run.head); q; q = seq_of(q->link.next))
             b.reserve += reserve_of(s, q, b.share, q->kv.n_blocks);
     for (int l = 0; rc == 0 && !b.preempted && l < s->num_lanes; l++)
         rc = admit_lane(s, &b, l);

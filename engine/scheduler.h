@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "engine/kv_blocks.h"
+#include "engine/util/list.h"
 
 #define SCHED_MAX_LANES 4
 
@@ -82,7 +83,7 @@ struct sched_seq {
     int n_prompt;                  /* n_tokens at sched_add */
     uint64_t arrival;              /* order of sched_add */
     struct kv_table kv;            /* its blocks */
-    struct sched_seq *prev, *next; /* in its lane's waiting list, or the running list (by arrival) */
+    struct list_node link;         /* in its lane's waiting list, or the running list (by arrival) */
     char error[160];               /* why it failed (sched_out.failed) */
 };
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/safetensors.h"
+#include "engine/util/array.h"
 #include "engine/util/errfmt.h"
 
 #define LOGIT_GAIN 4.0    /* embed_tokens and lm_head: N(0, LOGIT_GAIN / sqrt(hidden)) */
@@ -91,21 +92,16 @@ struct spec {
 
 struct plan {
     struct spec *t;
-    int n, cap, n_units;
+    int n, n_units;
+    size_t cap; /* t's room */
 };
 
 static int add(struct plan *p, enum kind k, enum dtype dt, int64_t d0, int64_t d1, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static int add(struct plan *p, enum kind k, enum dtype dt, int64_t d0, int64_t d1, const char *fmt, ...)
 {
-    if (p->n == p->cap) {
-        int cap = p->cap ? 2 * p->cap : 64;
-        struct spec *t = realloc(p->t, (size_t)cap * sizeof *t);
-        if (!t)
-            return -1;
-        p->t = t;
-        p->cap = cap;
-    }
+    if (array_reserve(&p->t, &p->cap, (size_t)p->n + 1, sizeof *p->t, 64))
+        return -1;
     struct spec *s = &p->t[p->n++];
     memset(s, 0, sizeof *s);
     va_list ap;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/tok_utf8.h"
+#include "engine/util/array.h"
 
 void tok_added_set_init(struct tok_added_set *s)
 {
@@ -80,14 +81,8 @@ static const struct tok_added_token *longest_at(const struct tok_added_set *set,
 
 static int push(struct tok_added_split **out, size_t *n, size_t *cap, size_t off, size_t len, int32_t id)
 {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        struct tok_added_split *v = realloc(*out, c * sizeof *v);
-        if (!v)
-            return -1;
-        *out = v;
-        *cap = c;
-    }
+    if (array_reserve(out, cap, *n + 1, sizeof **out, 16))
+        return -1;
     (*out)[(*n)++] = (struct tok_added_split){off, len, id};
     return 0;
 }

@@ -11,6 +11,7 @@
 
 #include "engine/tok_seq.h"
 #include "engine/tok_utf8.h"
+#include "engine/util/buf.h"
 
 static int add_step(void *ctx, const json_t *j, const char *type, const char *where, const char *path,
                     char *err, size_t errlen);
@@ -62,30 +63,12 @@ static bool low_start(unsigned char b)
     return b < 0x80 || (b >= 0xC0 && b < 0xCC);
 }
 
-static int append(char **p, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *q = realloc(*p, c);
-        if (!q)
-            return -1;
-        *p = q;
-        *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = 0;
-    return 0;
-}
-
 /* NFC of s into a new buffer, calling utf8proc only on the spans of characters >= U+0300 (with
  * the character before each, which they may compose with). */
 static int nfc(const char *s, size_t len, char **out, size_t *out_len)
 {
-    char *o = NULL;
-    size_t olen = 0, ocap = 0, done = 0, i = 0;
+    struct buf o = {0};
+    size_t done = 0, i = 0;
     while (i < len) {
         if ((unsigned char)s[i] < 0xCC) {
             i++;
@@ -103,21 +86,20 @@ static int nfc(const char *s, size_t len, char **out, size_t *out_len)
         utf8proc_ssize_t r =
             utf8proc_map((const utf8proc_uint8_t *)s + start, (utf8proc_ssize_t)(end - start), &dst,
                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-        if (r < 0 || append(&o, &olen, &ocap, s + done, start - done) != 0 ||
-            append(&o, &olen, &ocap, (const char *)dst, (size_t)r) != 0) {
+        if (r < 0 || buf_append(&o, s + done, start - done) != 0 || buf_append(&o, dst, (size_t)r) != 0) {
             free(dst);
-            free(o);
+            buf_free(&o);
             return -1;
         }
         free(dst);
         done = i = end;
     }
-    if (append(&o, &olen, &ocap, s + done, len - done) != 0) {
-        free(o);
+    if (buf_append(&o, s + done, len - done) != 0) {
+        buf_free(&o);
         return -1;
     }
-    *out = o;
-    *out_len = olen;
+    *out_len = o.len;
+    *out = buf_take(&o);
     return 0;
 }
 

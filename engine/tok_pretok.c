@@ -10,6 +10,8 @@
 
 #include "engine/tok_seq.h"
 #include "engine/tok_utf8.h"
+#include "engine/util/array.h"
+#include "engine/util/buf.h"
 
 enum step_kind { STEP_SPLIT, STEP_BYTELEVEL };
 
@@ -49,64 +51,48 @@ static const char GPT2_PATTERN[] =
 
 char *tok_pretok_translate_regex(const char *pat)
 {
-    size_t n = strlen(pat), cap = n * 8 + sizeof SPACE_SET * 4 + 16, o = 0;
-    char *out = malloc(cap);
-    if (!out)
-        return NULL;
+    size_t n = strlen(pat);
+    struct buf out = {0};
     bool in_class = false;
     for (size_t i = 0; i < n; i++) {
-        size_t room = cap - o;
-        if (room < sizeof SPACE_SET + 8) {
-            cap *= 2;
-            char *t = realloc(out, cap);
-            if (!t) {
-                free(out);
-                return NULL;
-            }
-            out = t;
-        }
         char c = pat[i];
         if (c == '\\' && i + 1 < n) {
             char e = pat[++i];
             if (e == 's')
-                o += (size_t)sprintf(out + o, in_class ? "%s" : "[%s]", SPACE_SET);
+                buf_printf(&out, in_class ? "%s" : "[%s]", SPACE_SET);
             else if (e == 'S' && !in_class)
-                o += (size_t)sprintf(out + o, "[^%s]", SPACE_SET);
+                buf_printf(&out, "[^%s]", SPACE_SET);
             else if (e == 'w')
-                o += (size_t)sprintf(out + o, in_class ? "%s" : "[%s]", WORD_SET);
+                buf_printf(&out, in_class ? "%s" : "[%s]", WORD_SET);
             else if (e == 'W' && !in_class)
-                o += (size_t)sprintf(out + o, "[^%s]", WORD_SET);
-            else {
-                out[o++] = '\\';
-                out[o++] = e;
-            }
+                buf_printf(&out, "[^%s]", WORD_SET);
+            else
+                buf_append(&out, pat + i - 1, 2); /* the escape as it is */
             continue;
         }
         if (!in_class && c == '[') {
             in_class = true;
-            out[o++] = c;
+            buf_append(&out, &c, 1);
             if (i + 1 < n && pat[i + 1] == '^')
-                out[o++] = pat[++i];
+                buf_append(&out, &pat[++i], 1);
             if (i + 1 < n && pat[i + 1] == ']') /* a leading ']' is a literal */
-                out[o++] = pat[++i];
+                buf_append(&out, &pat[++i], 1);
             continue;
         }
         if (in_class && c == '[' && i + 1 < n && pat[i + 1] == ':') { /* [:alpha:] inside a class */
             const char *end = strstr(pat + i + 2, ":]");
             if (end) {
                 size_t k = (size_t)(end + 2 - (pat + i));
-                memcpy(out + o, pat + i, k);
-                o += k;
+                buf_append(&out, pat + i, k);
                 i += k - 1;
                 continue;
             }
         }
         if (in_class && c == ']')
             in_class = false;
-        out[o++] = c;
+        buf_append(&out, &c, 1);
     }
-    out[o] = 0;
-    return out;
+    return buf_take(&out); /* NULL when out of memory */
 }
 
 /* ---- loading */
@@ -288,14 +274,8 @@ void tok_pretok_work_free(struct tok_pretok_work *w)
 
 static int push(struct tok_pretok_level *l, size_t off, size_t len, bool match)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        struct seg *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        l->v = v;
-        l->cap = cap;
-    }
+    if (array_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v, 64))
+        return -1;
     l->v[l->n++] = (struct seg){off, len, match};
     return 0;
 }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
+
 struct tok_strmap_slot {
     uint32_t hash; /* low 32 bits of the key's hash */
     uint32_t len;  /* key length */
@@ -96,16 +98,8 @@ int tok_strmap_put(struct tok_strmap *m, const void *key, size_t len, int32_t va
         s->value = value;
         return 0;
     }
-    if (m->keys_len + len > m->keys_cap) {
-        size_t cap = m->keys_cap ? m->keys_cap : 4096;
-        while (cap < m->keys_len + len)
-            cap *= 2;
-        char *k = realloc(m->keys, cap);
-        if (!k)
-            return -1;
-        m->keys = k;
-        m->keys_cap = cap;
-    }
+    if (array_reserve(&m->keys, &m->keys_cap, m->keys_len + len, 1, 4096))
+        return -1;
     memcpy(m->keys + m->keys_len, key, len);
     s->hash = (uint32_t)h;
     s->len = (uint32_t)len;

@@ -16,6 +16,8 @@
 #include "engine/tok_pretok.h"
 #include "engine/tok_strmap.h"
 #include "engine/tok_utf8.h"
+#include "engine/util/array.h"
+#include "engine/util/buf.h"
 
 enum { E_USED = 1, E_SPECIAL = 2, E_ADDED = 4 };
 
@@ -23,11 +25,6 @@ struct entry {
     uint32_t str_off, str_len;     /* vocabulary form in tok->strs (NUL-terminated there) */
     uint32_t bytes_off, bytes_len; /* what it decodes to, in tok->bytes */
     uint8_t flags;
-};
-
-struct buf {
-    char *p;
-    size_t len, cap;
 };
 
 struct tok {
@@ -78,26 +75,14 @@ static int fail(struct loader *L, const char *fmt, ...)
     return -1;
 }
 
-static int buf_add(struct buf *b, const void *p, size_t n, bool nul)
+/* Appends n bytes (and a NUL counted as one of its bytes when nul) to an arena whose offsets are
+ * stored as uint32_t. */
+static int arena_add(struct buf *b, const void *p, size_t n, bool nul)
 {
-    size_t need = b->len + n + (nul ? 1 : 0);
-    if (need > UINT32_MAX)
+    if (b->len + n + (nul ? 1 : 0) > UINT32_MAX)
         return -1;
-    if (need > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < need)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q)
-            return -1;
-        b->p = q;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, p, n);
-    b->len += n;
-    if (nul)
-        b->p[b->len++] = 0;
+    if (buf_append(b, p, n) || (nul && buf_append(b, "", 1)))
+        return -1;
     return 0;
 }
 
@@ -106,8 +91,8 @@ void tok_free(struct tok *tok)
     if (!tok)
         return;
     free(tok->e);
-    free(tok->strs.p);
-    free(tok->bytes.p);
+    buf_free(&tok->strs);
+    buf_free(&tok->bytes);
     tok_strmap_free(&tok->vocab);
     tok_strmap_free(&tok->added);
     tok_bpe_free(&tok->bpe);
@@ -605,7 +590,7 @@ static int set_entry(struct tok *tok, int32_t id, const char *str, size_t len, c
     struct entry *e = &tok->e[id];
     e->str_off = (uint32_t)tok->strs.len;
     e->str_len = (uint32_t)len;
-    if (buf_add(&tok->strs, str, len, true) != 0)
+    if (arena_add(&tok->strs, str, len, true) != 0)
         return -1;
     /* ByteLevel decoder: byte-level characters map back to bytes; a token with other characters
      * decodes to its own UTF-8 */
@@ -614,7 +599,8 @@ static int set_entry(struct tok *tok, int32_t id, const char *str, size_t len, c
         return -1;
     long n = tok_bytelevel_decode(dec, declen, raw);
     e->bytes_off = (uint32_t)tok->bytes.len;
-    int rc = n >= 0 ? buf_add(&tok->bytes, raw, (size_t)n, false) : buf_add(&tok->bytes, dec, declen, false);
+    int rc =
+        n >= 0 ? arena_add(&tok->bytes, raw, (size_t)n, false) : arena_add(&tok->bytes, dec, declen, false);
     e->bytes_len = (uint32_t)(tok->bytes.len - e->bytes_off);
     if (raw != tmp)
         free(raw);
@@ -839,18 +825,10 @@ struct enc {
 
 static int reserve(struct enc *E, size_t more)
 {
-    if (E->n + more <= E->cap)
-        return 0;
-    size_t cap = E->cap ? E->cap : 256;
-    while (cap < E->n + more)
-        cap *= 2;
-    int32_t *v = realloc(E->ids, cap * sizeof *v);
-    if (!v) {
+    if (array_reserve(&E->ids, &E->cap, E->n + more, sizeof *E->ids, 256)) {
         snprintf(E->err, E->errlen, "out of memory");
         return -1;
     }
-    E->ids = v;
-    E->cap = cap;
     return 0;
 }
 

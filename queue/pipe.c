@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
 #include "queue/conn.h"
 
 void rq_pipe_init(struct rq_pipe *p)
@@ -46,35 +47,13 @@ void rq_pipe_free(struct rq_pipe *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Grows *arr (of *cap elements of size sz) to hold need elements. */
-static bool grow(void **arr, int *cap, int need, size_t sz)
-{
-    if (need <= *cap)
-        return true;
-    int n = *cap ? *cap * 2 : 64;
-    while (n < need)
-        n *= 2;
-    void *a = realloc(*arr, (size_t)n * sz);
-    if (!a)
-        return false;
-    *arr = a;
-    *cap = n;
-    return true;
-}
-
 void rq_pipe_arg(struct rq_pipe *p, const char *s, size_t n)
 {
     if (p->oom || p->ncmd == 0)
         return;
-    if (p->narg + 1 > p->caparg) {
-        int cap = p->caparg ? p->caparg * 2 : 256;
-        const char **a = realloc(p->argv, (size_t)cap * sizeof *a);
-        if (a)
-            p->argv = a;
-        size_t *l = a ? realloc(p->argl, (size_t)cap * sizeof *l) : NULL;
-        if (l)
-            p->argl = l;
-        if (!a || !l) {
+    if ((size_t)p->narg + 1 > p->caparg) { /* argv and argl share one capacity */
+        size_t cap = array_grown_cap(p->caparg, (size_t)p->narg + 1, 256);
+        if (array_resize(&p->argv, cap, sizeof *p->argv) || array_resize(&p->argl, cap, sizeof *p->argl)) {
             p->oom = true;
             return;
         }
@@ -95,12 +74,10 @@ void rq_pipe_cmd(struct rq_pipe *p, const char *name)
 {
     if (p->oom)
         return;
-    void *c = p->cmd;
-    if (!grow(&c, &p->capcmd, p->ncmd + 1, sizeof *p->cmd)) {
+    if (array_reserve(&p->cmd, &p->capcmd, (size_t)p->ncmd + 1, sizeof *p->cmd, 64)) {
         p->oom = true;
         return;
     }
-    p->cmd = c;
     p->cmd[p->ncmd++] = (struct rq_pipe_cmd){.first = p->narg, .argc = 0, .script = -1};
     rq_pipe_str(p, name);
 }
@@ -119,12 +96,10 @@ void rq_pipe_fmt(struct rq_pipe *p, const char *fmt, ...)
 {
     if (p->oom)
         return;
-    void *o = p->own;
-    if (!grow(&o, &p->capown, p->nown + 1, sizeof *p->own)) {
+    if (array_reserve(&p->own, &p->capown, (size_t)p->nown + 1, sizeof *p->own, 64)) {
         p->oom = true;
         return;
     }
-    p->own = o;
     va_list ap;
     va_start(ap, fmt);
     char *s = NULL;

@@ -27,12 +27,15 @@ struct rq_pipe_cmd {
 
 struct rq_pipe {
     struct rq_pipe_cmd *cmd;
-    int ncmd, capcmd;
+    int ncmd;
+    size_t capcmd;
     const char **argv;
     size_t *argl;
-    int narg, caparg;
+    int narg;
+    size_t caparg; /* room of argv and of argl */
     char **own; /* copies made by rq_pipe_fmt */
-    int nown, capown;
+    int nown;
+    size_t capown;
     redisReply **reply; /* [ncmd] after a successful exec */
     int nreply;
     bool oom;

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/util/array.h"
+
 void rq_opts_default(struct rq_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -271,14 +273,8 @@ uint64_t rq_hash(const char *raw, size_t len)
 
 int rq_held_add(struct rq *q, const char *raw, size_t len)
 {
-    if (q->nheld == q->capheld) {
-        int n = q->capheld ? q->capheld * 2 : 256;
-        struct rq_held *h = realloc(q->held, (size_t)n * sizeof *h);
-        if (!h)
-            return -1;
-        q->held = h;
-        q->capheld = n;
-    }
+    if (array_reserve(&q->held, &q->capheld, (size_t)q->nheld + 1, sizeof *q->held, 256))
+        return -1;
     q->held[q->nheld++] = (struct rq_held){rq_hash(raw, len), len};
     return 0;
 }

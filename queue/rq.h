@@ -82,7 +82,8 @@ struct rq {
      * entries are ours. After a fetch lost its replies, anything else in our processing list
      * was moved by Redis without our knowing and is put back (see fetch.c). */
     struct rq_held *held;
-    int nheld, capheld;
+    int nheld;
+    size_t capheld;
     bool need_reconcile;
     int rr_next; /* the source a blocking fetch starts with (rotates) */
 

@@ -23,6 +23,7 @@
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 /* splitmix64: the next number of the sequence whose state is *s. */
 static inline uint64_t cpu_test_splitmix(uint64_t *s)
@@ -65,7 +66,7 @@ struct cpu_test_fixture {
 static inline void cpu_test_fixture_open(struct cpu_test_fixture *f, const struct tiny_opts *o,
                                          const char *tag)
 {
-    assert_int_equal(scratch_dir_make(tag, f->dir, sizeof f->dir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), tag, f->dir, sizeof f->dir), 0);
     char err[512] = "";
     if (tiny_model_write(f->dir, o, err, sizeof err) || !(f->m = model_load(f->dir, err, sizeof err))) {
         print_error("fixture: %s\n", err);

@@ -34,6 +34,7 @@
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 /* Every logprob (chosen and top-k) must be within this of transformers': fp32 against fp32 with
  * different summation orders over up to 2000 positions differ by ~1e-5; 1e-3 is the issue's bar and
@@ -167,11 +168,11 @@ static inline void hf_goldens_free(struct hf_goldens *f)
     f->g = NULL, f->n = 0;
 }
 
-/* The engine the comparisons run: CPU backend, 2 threads, up to 16 sequences, no prefix caching. */
+/* The engine's options for the comparisons (on the CPU backend): 2 threads, up to 16 sequences, no
+ * prefix caching. */
 static inline struct engine_opts hf_golden_engine_opts(int block_size, int budget, int max_model_len)
 {
     struct engine_opts o = engine_opts_default();
-    o.backend = "cpu";
     o.be.block_size = block_size;
     o.be.max_num_batched_tokens = budget;
     o.be.max_num_seqs = 16;
@@ -188,7 +189,8 @@ static inline double hf_golden_compare(struct hf_goldens *f, struct model *m, st
                                        const struct engine_opts *o, int from, int to, const char *label)
 {
     char err[512];
-    struct engine *e = engine_open(m, tok, o, err, sizeof err);
+    struct backend *be = backend_open("cpu", m, &o->be, err, sizeof err);
+    struct engine *e = be ? engine_open(m, tok, be, o, err, sizeof err) : NULL;
     if (!e)
         fail_msg("engine_open: %s", err);
     struct engine_seq **seqs = calloc((size_t)(to - from), sizeof *seqs);
@@ -277,7 +279,7 @@ static inline int hf_golden_main(const char *group, const char *key, const char 
                 return TEST_SKIP_CODE;
             }
     }
-    if (scratch_dir_make(tag, hf_golden_tmpdir, sizeof hf_golden_tmpdir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), tag, hf_golden_tmpdir, sizeof hf_golden_tmpdir)) {
         json_decref(spec);
         return 1;
     }

@@ -7,10 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-int scratch_dir_make(const char *name, char *dir, size_t len)
+int scratch_dir_make(const char *parent, const char *name, char *dir, size_t len)
 {
-    const char *tmp = getenv("TMPDIR");
-    const int n = snprintf(dir, len, "%s/llmq-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    const int n = snprintf(dir, len, "%s/llmq-%s-XXXXXX", parent && *parent ? parent : "/tmp", name);
     if (n < 0 || (size_t)n >= len) {
         errno = ENAMETOOLONG;
         return -1;

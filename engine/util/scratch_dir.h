@@ -2,9 +2,11 @@
 #pragma once
 #include <stddef.h>
 
-/* Makes a new folder $TMPDIR/llmq-<name>-XXXXXX (/tmp where TMPDIR is unset or empty) with mkdtemp and
- * writes its path into dir (len bytes). Returns 0, or -1 with errno set (dir then holds the template). */
-int scratch_dir_make(const char *name, char *dir, size_t len);
+/* Makes a new folder <parent>/llmq-<name>-XXXXXX (/tmp when parent is NULL or empty) with mkdtemp and
+ * writes its path into dir (len bytes). Returns 0, or -1 with errno set (dir then holds the template).
+ * The parent is the caller's: a command or a test passes $TMPDIR, as users expect of a temporary
+ * folder; this layer reads no environment. */
+int scratch_dir_make(const char *parent, const char *name, char *dir, size_t len);
 
 /* Removes the files directly in dir (one level: a scratch folder has no subfolders), then dir.
  * Best effort: what cannot be removed stays, silently. */

@@ -93,6 +93,7 @@
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 #define GAP_MIN 0.05      /* issue bar: greedy ids equal where the reference's top-2 gap exceeds this */
 #define LP_TOL 0.02       /* issue bar: logprobs within this; also the floor of every derived tolerance */
@@ -575,7 +576,7 @@ static int run_engine(const struct model *m, const struct tok *tok, enum role ro
     struct engine_opts eo = engine_opts_default();
     eo.be = be_opts(role, true, kv_bytes, max_len);
     struct backend *be = backend_open(role_cpu(role) ? "cpu" : "cuda", m, &eo.be, err, sizeof err);
-    struct engine *e = be ? engine_open_backend(m, tok, be, &eo, err, sizeof err) : NULL;
+    struct engine *e = be ? engine_open(m, tok, be, &eo, err, sizeof err) : NULL;
     if (!e) {
         printf("FAIL engine on %s: %s\n", ROLE_NAME[role], err);
         n_fail++;
@@ -1120,7 +1121,7 @@ static bool file_has_lines(const char *path, int min_lines, char *first, size_t 
 static void case_tuning_save(const struct model *m)
 {
     char dir[600], path[700];
-    if (scratch_dir_make("test-tuning", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "test-tuning", dir, sizeof dir)) {
         printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
         n_fail++;
         return;
@@ -1188,7 +1189,8 @@ static void case_nan_row(const char *shape, const struct tiny_opts *o)
     char dir[600], err[512] = "";
     struct model *m = NULL;
     const int32_t bad_id = 7;
-    if (scratch_dir_make("test-cuda-nan", dir, sizeof dir) || tiny_model_write(dir, o, err, sizeof err) ||
+    if (scratch_dir_make(getenv("TMPDIR"), "test-cuda-nan", dir, sizeof dir) ||
+        tiny_model_write(dir, o, err, sizeof err) ||
         test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err) ||
         !(m = model_load(dir, err, sizeof err))) {
         printf("FAIL %s nan row: %s\n", shape, err[0] ? err : strerror(errno));
@@ -1299,7 +1301,7 @@ int main(int argc, char **argv)
         char sname[64];
         snprintf(sname, sizeof sname, "%s%s", shapes[i].name, kv_fp8 ? " kv-fp8" : f16 ? " fp16" : "");
         char dir[600], err[512];
-        if (scratch_dir_make("test-cuda", dir, sizeof dir)) {
+        if (scratch_dir_make(getenv("TMPDIR"), "test-cuda", dir, sizeof dir)) {
             printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
             return 1;
         }

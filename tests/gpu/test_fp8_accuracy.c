@@ -52,6 +52,7 @@
 #include "engine/util/log.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 #define BS 32
 #define TOP 20
@@ -517,7 +518,7 @@ static void copies_rule(const struct model *m)
 static void tiled_same(const struct model *m, const char *model, struct prompts *p, int max_len)
 {
     char dir[600], tuning[700];
-    if (scratch_dir_make("test-tuning", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "test-tuning", dir, sizeof dir)) {
         printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
         n_fail++;
         return;
@@ -630,7 +631,7 @@ int main(void)
     const int lens[4] = {5, 64, 300, 777};
     for (int i = 0; i < nt; i++) {
         char dir[600], err[512];
-        if (scratch_dir_make("test-fp8", dir, sizeof dir)) {
+        if (scratch_dir_make(getenv("TMPDIR"), "test-fp8", dir, sizeof dir)) {
             printf("FAIL mkdtemp %s: %s\n", dir, strerror(errno));
             return 1;
         }

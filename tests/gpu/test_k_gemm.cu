@@ -764,7 +764,7 @@ static void tuning_file_cases(uint64_t seed)
 {
     gt_set_mode(0);
     char dir[600];
-    if (scratch_dir_make("gemm-tuning", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "gemm-tuning", dir, sizeof dir)) {
         gt_check(false, "tuning file: mkdtemp: %s", strerror(errno));
         return;
     }

@@ -21,7 +21,7 @@ static char dir[256], path[320], tmp[360];
 static int setup(void **state)
 {
     (void)state;
-    if (scratch_dir_make("test-atomic-file", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-atomic-file", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/out.txt", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());

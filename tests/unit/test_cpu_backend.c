@@ -20,6 +20,7 @@
 #include "engine/util/log.h"
 
 #include "cpu_test.h"
+#include "worker/backends/backend_open.h"
 
 /* ---- random in-memory models */
 

@@ -40,7 +40,7 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 
 static int setup(void **state)
 {
-    if (scratch_dir_make("test-db", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-db", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.db", dir);
     err[0] = 0;

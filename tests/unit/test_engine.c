@@ -25,6 +25,7 @@
 #include "engine/util/log.h"
 #include "engine/util/scratch_dir.h"
 #include "testutil.h"
+#include "worker/backends/backend_open.h"
 
 #define MAXJ 40
 /* bytes of one KV block of the tiny model on the CPU backend: layers * (K, V) * kv_heads * block
@@ -54,7 +55,7 @@ static int setup(void **state)
     (void)state;
     log_set_level(LOG_WARN);
     char err[512];
-    if (scratch_dir_make("test-engine", g_dir, sizeof g_dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-engine", g_dir, sizeof g_dir))
         return -1;
     struct tiny_opts o = fixture_opts(0);
     if (tiny_model_write(g_dir, &o, err, sizeof err)) {
@@ -116,7 +117,6 @@ struct result {
 static struct engine_opts base_opts(void)
 {
     struct engine_opts o = engine_opts_default();
-    o.backend = "cpu";
     o.be.threads = 1;
     o.be.block_size = 4;
     o.be.max_model_len = 400;
@@ -129,7 +129,8 @@ static struct engine_opts base_opts(void)
 static struct engine *open_engine(const struct engine_opts *o)
 {
     char err[512] = "";
-    struct engine *e = engine_open(g_model, g_tok, o, err, sizeof err);
+    struct backend *be = backend_open("cpu", g_model, &o->be, err, sizeof err);
+    struct engine *e = be ? engine_open(g_model, g_tok, be, o, err, sizeof err) : NULL;
     if (!e) {
         print_error("engine_open: %s\n", err);
         fail();
@@ -832,11 +833,13 @@ static void test_validation(void **state)
     assert_non_null(s);
     engine_release(e, s);
     engine_free(e);
-    /* engine_open errors */
-    o.backend = "nope";
+    /* open errors: a backend name no backend has, no backend */
     char err2[256] = "";
-    assert_null(engine_open(g_model, g_tok, &o, err2, sizeof err2));
+    assert_null(backend_open("nope", g_model, &o.be, err2, sizeof err2));
     assert_non_null(strstr(err2, "nope"));
+    err2[0] = 0;
+    assert_null(engine_open(g_model, g_tok, NULL, &o, err2, sizeof err2));
+    assert_non_null(strstr(err2, "backend"));
     engine_free(NULL);
 }
 
@@ -880,7 +883,7 @@ static void test_backend_failure(void **state)
     f->base.num_blocks = f->inner->num_blocks;
     f->base.block_size = f->inner->block_size;
     f->fail_at = 3;
-    struct engine *e = engine_open_backend(g_model, g_tok, &f->base, &o, err, sizeof err);
+    struct engine *e = engine_open(g_model, g_tok, &f->base, &o, err, sizeof err);
     assert_non_null(e);
     assert_string_equal(engine_backend_name(e), "flaky");
     struct engine_seq *s[3];
@@ -939,7 +942,7 @@ static void test_nan_logits_fail_one_sequence(void **state)
     assert_true(bad_id < 256);
 
     char dir[256], err[512];
-    assert_int_equal(scratch_dir_make("test-engine-nan", dir, sizeof dir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), "test-engine-nan", dir, sizeof dir), 0);
     struct tiny_opts o = fixture_opts(g_model->cfg.vocab);
     if (tiny_model_write(dir, &o, err, sizeof err))
         fail_msg("%s", err);
@@ -949,7 +952,8 @@ static void test_nan_logits_fail_one_sequence(void **state)
     assert_non_null(m);
 
     struct engine_opts eo = base_opts();
-    struct engine *e = engine_open(m, g_tok, &eo, err, sizeof err);
+    struct backend *be = backend_open("cpu", m, &eo.be, err, sizeof err);
+    struct engine *e = be ? engine_open(m, g_tok, be, &eo, err, sizeof err) : NULL;
     assert_non_null(e);
     struct job bad;
     job_init(&bad, 99, 12, 8);
@@ -996,7 +1000,7 @@ static void test_small_pool_caps_max_model_len(void **state)
     f->base.ops = &flaky_ops;
     f->base.num_blocks = 10; /* 40 tokens */
     f->base.block_size = f->inner->block_size;
-    struct engine *e = engine_open_backend(g_model, g_tok, &f->base, &o, err, sizeof err);
+    struct engine *e = engine_open(g_model, g_tok, &f->base, &o, err, sizeof err);
     assert_non_null(e);
     assert_int_equal(engine_max_model_len(e, -1), 40);
     struct job j = g_jobs[3]; /* 112 prompt tokens */

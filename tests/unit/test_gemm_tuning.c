@@ -22,7 +22,7 @@ static char dir[512], path[600];
 static int setup(void **state)
 {
     (void)state;
-    if (scratch_dir_make("test-gemm-tuning", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-gemm-tuning", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/gemm.tuning", dir);
     return 0;

@@ -609,7 +609,7 @@ static void test_defaults_precedence(void **state)
 
     /* generation_config.json: only the keys the file sets are taken (values as model_load read them) */
     char dir[256], path[300];
-    assert_int_equal(scratch_dir_make("test-job", dir, sizeof dir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), "test-job", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     struct model_config mc;
     memset(&mc, 0, sizeof mc);

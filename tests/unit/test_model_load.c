@@ -25,7 +25,7 @@ static char err[1024];
 
 static int setup(void **state)
 {
-    return scratch_dir_make("test-model", tmpdir, sizeof tmpdir);
+    return scratch_dir_make(getenv("TMPDIR"), "test-model", tmpdir, sizeof tmpdir);
 }
 
 static int teardown(void **state)

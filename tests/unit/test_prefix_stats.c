@@ -24,6 +24,7 @@
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
+#include "worker/backends/backend_open.h"
 
 #define NREQ 10
 #define PROMPT 40
@@ -41,7 +42,6 @@ static void run(bool caching, struct engine_stats *st)
     cpu_test_load_dir(dir, &m, &tok);
     struct engine_opts o = engine_opts_default();
     o.admission_reserve = 0; /* admit, then preempt as the jobs grow */
-    o.backend = "cpu";
     o.be.block_size = BS;
     o.be.max_model_len = 128;
     o.be.threads = 1;
@@ -49,7 +49,8 @@ static void run(bool caching, struct engine_stats *st)
     o.be.kv_cache_bytes = 20 * 2 * 2 * 2 * BS * 16 * 4;
     o.enable_prefix_caching = caching;
     o.num_lanes = 2;
-    struct engine *e = engine_open(m, tok, &o, err, sizeof err);
+    struct backend *be = backend_open("cpu", m, &o.be, err, sizeof err);
+    struct engine *e = be ? engine_open(m, tok, be, &o, err, sizeof err) : NULL;
     if (!e)
         fail_msg("engine_open: %s", err);
     int32_t prompts[NREQ][PROMPT];
@@ -116,7 +117,7 @@ static void test_counts(void **state)
 
 int main(void)
 {
-    if (scratch_dir_make("pstats", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "pstats", dir, sizeof dir))
         return 1;
     struct tiny_opts o = tiny_opts_default();
     o.seed = 3;

@@ -125,9 +125,9 @@ static void expect_fail(struct prom *p, const char *msg_part)
     if (!strstr(p->errmsg, msg_part))
         fail_msg("error \"%s\" lacks \"%s\"", p->errmsg, msg_part);
     /* sticky: nothing more is written and take gives nothing */
-    size_t len = p->len;
+    size_t len = p->text.len;
     assert_int_equal(prom_family(p, "ok_name", PROM_GAUGE, "x"), -1);
-    assert_int_equal(p->len, len);
+    assert_int_equal(p->text.len, len);
     assert_null(prom_take(p, NULL));
 }
 

@@ -26,6 +26,7 @@
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
+#include "worker/backends/backend_open.h"
 
 static struct model_config qwen3_14b(void)
 {
@@ -148,11 +149,11 @@ static void run(const char *dir, int max_model_len, struct be_out *out, int32_t 
     struct tok *tok;
     cpu_test_load_dir(dir, &m, &tok);
     struct engine_opts o = engine_opts_default();
-    o.backend = "cpu";
     o.be.max_model_len = max_model_len;
     o.be.threads = 2;
     o.be.block_size = 16;
-    struct engine *e = engine_open(m, tok, &o, err, sizeof err);
+    struct backend *be = backend_open("cpu", m, &o.be, err, sizeof err);
+    struct engine *e = be ? engine_open(m, tok, be, &o, err, sizeof err) : NULL;
     if (!e)
         fail_msg("engine_open: %s", err);
     int32_t prompt[200];
@@ -218,7 +219,7 @@ static void test_forward(void **state)
 
 int main(void)
 {
-    if (scratch_dir_make("rope", tmp, sizeof tmp))
+    if (scratch_dir_make(getenv("TMPDIR"), "rope", tmp, sizeof tmp))
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule_values),

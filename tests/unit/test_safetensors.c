@@ -75,7 +75,7 @@ static void expect_parse_error(const char *header, size_t n_data, const char *ne
 
 static int setup(void **state)
 {
-    assert_int_equal(scratch_dir_make("test-st", tmpdir, sizeof tmpdir), 0);
+    assert_int_equal(scratch_dir_make(getenv("TMPDIR"), "test-st", tmpdir, sizeof tmpdir), 0);
     return 0;
 }
 

@@ -143,7 +143,7 @@ static char path[192];
 static int setup(void **state)
 {
     (void)state;
-    if (scratch_dir_make("test-template", dir, sizeof dir))
+    if (scratch_dir_make(getenv("TMPDIR"), "test-template", dir, sizeof dir))
         return -1;
     snprintf(path, sizeof path, "%s/llmq.yaml", dir);
     return 0;

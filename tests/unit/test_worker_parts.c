@@ -1,6 +1,6 @@
 /* The worker's pure parts: lane room and routing (worker/loop/lanes.h), metrics percentiles and rows
- * (worker/metrics/metrics.h), and the held-job lists (worker/loop/held.h). The loop itself is tested end to
- * end by tests/cli/test_worker_*.sh against a real redis-server. */
+ * (worker/metrics/metrics.h); the held-job lists are engine/util/list.h's (tests/unit/test_list.c). The
+ * loop itself is tested end to end by tests/cli/test_worker_*.sh against a real redis-server. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +13,6 @@
 
 #include "engine/engine.h"
 #include "worker/jobs/job.h"
-#include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
 #include "worker/metrics/metrics.h"
 
@@ -181,38 +180,12 @@ static void test_metrics_row(void **state)
     wk_metrics_free(&m);
 }
 
-static void test_lists(void **state)
-{
-    (void)state;
-    struct wk_list l = {0};
-    struct wk_job a = {0}, b = {0}, c = {0};
-    wk_list_push(&l, &a);
-    wk_list_push(&l, &b);
-    wk_list_push_front(&l, &c);
-    assert_int_equal(l.n, 3);
-    assert_ptr_equal(l.head, &c);
-    assert_ptr_equal(l.head->next, &a);
-    assert_ptr_equal(l.tail, &b);
-    wk_list_remove(&l, &a);
-    assert_ptr_equal(l.head->next, &b);
-    assert_ptr_equal(b.prev, &c);
-    wk_list_remove(&l, &c);
-    wk_list_remove(&l, &b);
-    assert_int_equal(l.n, 0);
-    assert_null(l.head);
-    assert_null(l.tail);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sources_idle),
-        cmocka_unit_test(test_sources_busy),
-        cmocka_unit_test(test_sources_one_queue),
-        cmocka_unit_test(test_route),
-        cmocka_unit_test(test_percentile),
-        cmocka_unit_test(test_metrics_row),
-        cmocka_unit_test(test_lists),
+        cmocka_unit_test(test_sources_idle),      cmocka_unit_test(test_sources_busy),
+        cmocka_unit_test(test_sources_one_queue), cmocka_unit_test(test_route),
+        cmocka_unit_test(test_percentile),        cmocka_unit_test(test_metrics_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

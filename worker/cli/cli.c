@@ -22,7 +22,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 int cli_bad_option(const char *cmd, int argc, char **argv)
 {
     const char *opt = (optind - 1 < argc && optind > 0) ? argv[optind - 1] : "?";
-    if (optopt && optopt != '?')
+    if (optopt > 0 && optopt < 256 && optopt != '?') /* a long option's value (>= 256) names no letter */
         return cli_usage_error(cmd, "option '-%c' is unknown or needs a value", optopt);
     return cli_usage_error(cmd, "option '%s' is unknown or needs a value", opt);
 }

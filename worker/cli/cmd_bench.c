@@ -36,6 +36,7 @@
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
+#include "worker/backends/backend_open.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
@@ -47,83 +48,6 @@
 static const char CMD[] = "bench";
 
 #define PROMPT_ID_RANGE 150000 /* prompt ids are drawn from [0, min(vocab, this)), as hf_peer.py does */
-
-// The defaults printed are the ones the command uses (engine_opts_default(), the queues section's
-// defaults of worker/config/config.c), so the text cannot drift from them.
-static void usage(FILE *f)
-{
-    const struct engine_opts d = engine_opts_default();
-    struct cfg c;
-    cfg_defaults(&c);
-    const struct cfg_queues *q = &c.queues;
-    fprintf(
-        f,
-        "Usage: llmq bench (--model DIR | --random-weights SHAPE) --workload W [options]\n"
-        "\n"
-        "Runs a fixed workload through the engine and prints one JSON line on stdout: requests/s, output\n"
-        "and total tokens/s, TTFT and inter-token latency percentiles, peak GPU memory, KV cache size,\n"
-        "preemptions, prefix cache hits and the roofline efficiency. Prompts are random token ids; every\n"
-        "request generates exactly its output length (EOS ignored, greedy). All requests are submitted\n"
-        "at once. docs/BENCH.md explains the output. The engine's options come as `llmq run` and `llmq\n"
-        "worker` take them: the defaults below, then --config FILE, then LLMQ_* variables, then the flags.\n"
-        "\n"
-        "  -m, --model DIR                 a Hugging Face model folder (default: model.path of --config)\n"
-        "  -r, --random-weights SHAPE      qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
-        "                                  (the CPU backend takes only qwen3-0.6b)\n"
-        "  -w, --workload W                chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
-        "                                  summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
-        "                                  single (1 x 128 / 512)\n"
-        "  -n, --num-prompts N             requests (default: the workload's)\n"
-        "      --input-len N               prompt tokens per request (default: the workload's)\n"
-        "      --output-len N              generated tokens per request (default: the workload's)\n"
-        "      --shared-prefix N           the first N prompt tokens are the same in every request\n"
-        "      --no-prefix-caching         turn the prefix cache off (engine.enable_prefix_caching)\n"
-        "      --admission-reserve X       share of max_tokens admission keeps KV blocks for, 0..1\n"
-        "                                  (engine.admission_reserve, default 1; 0 = admit, preempt later)\n"
-        "      --background W[:N]          N requests (default: W's) of workload W run in the long lane\n"
-        "                                  while the workload runs in the short lane (implies --lanes)\n"
-        "      --background-input-len N    the background's prompt tokens (default: W's)\n"
-        "      --background-output-len N   the background's generated tokens (default: W's)\n"
-        "      --lanes                     run in the worker's short lane of two (queues.short_*/long_*)\n"
-        "      --config FILE               the model, engine and queues sections of this llmq.yaml (as\n"
-        "                                  llmq worker reads them); implies --lanes\n"
-        "      --long-max-num-seqs N       queues.long_max_num_seqs (default %d)\n"
-        "      --long-max-num-batched-tokens N  queues.long_max_num_batched_tokens (default %d)\n"
-        "      --short-max-num-seqs N      queues.short_max_num_seqs (default %d)\n"
-        "      --short-max-num-batched-tokens N queues.short_max_num_batched_tokens (default %d)\n"
-        "      --backend B                 auto | cpu | cuda (default auto)\n"
-        "      --max-num-seqs N            sequences per step (default %d)\n"
-        "      --max-num-batched-tokens N  tokens per step (default %d)\n"
-        "      --max-model-len N           longest sequence (default: the longest request; with --config\n"
-        "                                  the model's, as the worker); above the\n"
-        "                                  model's max_position_embeddings it enables YaRN\n"
-        "      --block-size N              KV block size in tokens (default %d)\n"
-        "      --gpu-memory-utilization X  share of GPU memory for weights, activations and KV (default "
-        "%.2f)\n"
-        "      --no-cuda-graphs            run decode steps eagerly\n"
-        "      --cuda-graph-max-batch N    largest decode batch run as a graph (default %d)\n"
-        "      --dtype D                   weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
-        "                                  quantized at load in 128x128 blocks) | fp16 (weights,\n"
-        "                                  activations and KV cache in fp16; CUDA; model.dtype)\n"
-        "      --lm-head-dtype D           auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
-        "                                  model.lm_head_dtype)\n"
-        "      --kv-cache-dtype D          bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)\n"
-        "      --decode-weight-copies C    auto | on | off: a second copy of the weights in the decode\n"
-        "                                  GEMVs' read order (CUDA; engine.decode_weight_copies; auto =\n"
-        "                                  on where the KV cache still holds every sequence)\n"
-        "      --gemm-tuning-file PATH     keep the GEMM algorithms chosen by timing in PATH: read at\n"
-        "                                  start, written at exit (CUDA; engine.gemm_tuning_file)\n"
-        "      --threads N                 CPU backend threads (default all)\n"
-        "      --device N                  CUDA device index (default 0; engine.device)\n"
-        "      --seed N                    prompt seed (default 0)\n"
-        "  -h, --help                      this text\n"
-        "\n"
-        "Exit status: 0 every request finished, 1 the run failed, 2 the command line is wrong.\n",
-        q->long_max_num_seqs, q->long_max_num_batched_tokens, q->short_max_num_seqs,
-        q->short_max_num_batched_tokens, d.be.max_num_seqs, d.be.max_num_batched_tokens, d.be.block_size,
-        d.be.gpu_memory_utilization, d.be.cuda_graph_max_batch);
-    cfg_free(&c);
-}
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -174,7 +98,7 @@ static json_t *non_default_settings(const struct cfg *c)
 static struct tok *scratch_tokenizer(char *err, size_t errlen)
 {
     char dir[512];
-    if (scratch_dir_make("bench", dir, sizeof dir)) {
+    if (scratch_dir_make(getenv("TMPDIR"), "bench", dir, sizeof dir)) {
         snprintf(err, errlen, "cannot create a temporary folder %s: %s", dir, strerror(errno));
         return NULL;
     }
@@ -212,24 +136,46 @@ struct group {
     int done;                /* released */
 };
 
+/* One run of `llmq bench`, from its settings to the numbers of its line. */
 struct bench {
+    /* settings: the flags over the configuration */
+    struct engine_opts eo;  /* the engine's options */
+    const char *backend;    /* engine.backend: auto, cpu or cuda */
+    const char *be_name;    /* the backend it runs: cpu or cuda */
+    int max_model_len;      /* model.max_model_len; 0: decided in open_engine */
+    char model_dir[4096];   /* model.path (--model) */
+    char tok_dir[4096];     /* model.tokenizer; "": the model's folder */
+    char tuning_file[4096]; /* engine.gemm_tuning_file (eo.be borrows it) */
+    json_t *settings;       /* non_default_settings(), for the line */
+    bool lanes;             /* in the worker's two lanes */
+    int shared;             /* --shared-prefix */
+    uint64_t seed;          /* the prompts' seed */
+    /* what runs */
     struct group fg, bg;
     bool has_bg;
     struct model *model;
     bool random;
+    char model_name[256];
     struct tok *tok;
+    int vocab; /* prompt ids are below this */
     struct engine *eng;
-    struct backend *be; /* the wrapper, owned by the engine */
-    struct bench_roofline roof;
+    struct backend *be;         /* the wrapper, owned by the engine */
+    struct bench_roofline roof; /* what the wrapper adds up, step by step */
+    /* the timed run */
     double *ttft, *itl;
     size_t n_ttft, n_itl, cap_itl;
     int64_t fg_tokens; /* generated by the foreground while recorded */
     int failed;
     char first_error[512];
+    int run_rc;                       /* run_engine's: -1 when a request failed */
+    struct engine_stats st0, st;      /* the engine's counters before the timed run and at its end */
+    struct bench_roofline roof_timed; /* the roofline when the foreground finished */
+    double t_bg, t0;                  /* monotonic: the background's submission, the workload's */
+    double secs;                      /* the workload's seconds */
+    double wall;                      /* the roofline's window: from the first submission */
     /* the background at the moment the foreground finished */
     int bg_finished, bg_prefilled;
     int64_t bg_output_tokens;
-    json_t *settings; /* non_default_settings(), for the line */
 };
 
 static void group_free(struct group *g)
@@ -415,450 +361,555 @@ static int parse_background(const char *s, const struct bench_workload **wl, int
     return 0;
 }
 
-int cmd_bench(int argc, char **argv)
+/* ---- the command line: one table, parsed by one loop, --help printed from it */
+
+/* What the flags give besides configuration keys. */
+struct bench_args {
+    const char *shape;                  /* --random-weights */
+    const char *workload;               /* --workload */
+    const char *config;                 /* --config */
+    int num_prompts, in_len, out_len;   /* 0: the workload's */
+    int shared;                         /* --shared-prefix */
+    const struct bench_workload *bg_wl; /* --background W; NULL without */
+    int bg_n, bg_in, bg_out;            /* its :N and lengths; 0: W's */
+    int seed;                           /* --seed; -1 when not given (prompts use 0) */
+    bool lanes;                         /* the worker's two lanes (--lanes, or implied) */
+    struct engine_cfg_flags flags;      /* configuration keys the flags set, in order */
+};
+
+enum opt_kind {
+    OPT_KEY,        /* sets the configuration key `key` to its argument (over --config and LLMQ_*) */
+    OPT_KEY_FIXED,  /* no argument: sets `key` to `value` */
+    OPT_INT,        /* an int of struct bench_args at `field`, at least `min` */
+    OPT_STR,        /* a string of struct bench_args at `field` */
+    OPT_TRUE,       /* no argument: a bool of struct bench_args at `field` */
+    OPT_BACKGROUND, /* W[:N] into bg_wl and bg_n */
+    OPT_HELP,
+};
+
+struct bench_opt {
+    const char *name; /* the long flag, "--" included */
+    char letter;      /* the short flag, or 0 */
+    const char *arg;  /* its argument in --help; NULL: it takes none */
+    enum opt_kind kind;
+    const char *key;   /* OPT_KEY*: the configuration key; "%s" in help prints its default */
+    const char *value; /* OPT_KEY_FIXED: the value it sets */
+    size_t field;      /* OPT_INT, OPT_STR, OPT_TRUE: offsetof(struct bench_args, ...) */
+    int min;           /* OPT_INT: the least value */
+    bool lanes;        /* implies --lanes */
+    const char *help;  /* --help text; each '\n' starts a continuation line */
+};
+
+#define ARG(f) offsetof(struct bench_args, f)
+
+/* In the order --help lists them. */
+static const struct bench_opt opts[] = {
+    {"--model", 'm', "DIR", OPT_KEY, "model.path",
+     .help = "a Hugging Face model folder (default: model.path of --config)"},
+    {"--random-weights", 'r', "SHAPE", OPT_STR, .field = ARG(shape),
+     .help = "qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
+             "(the CPU backend takes only qwen3-0.6b)"},
+    {"--workload", 'w', "W", OPT_STR, .field = ARG(workload),
+     .help = "chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
+             "summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
+             "single (1 x 128 / 512)"},
+    {"--num-prompts", 'n', "N", OPT_INT, .field = ARG(num_prompts), .min = 1,
+     .help = "requests (default: the workload's)"},
+    {"--input-len", 0, "N", OPT_INT, .field = ARG(in_len), .min = 1,
+     .help = "prompt tokens per request (default: the workload's)"},
+    {"--output-len", 0, "N", OPT_INT, .field = ARG(out_len), .min = 1,
+     .help = "generated tokens per request (default: the workload's)"},
+    {"--shared-prefix", 0, "N", OPT_INT, .field = ARG(shared), .min = 0,
+     .help = "the first N prompt tokens are the same in every request"},
+    {"--no-prefix-caching", 0, NULL, OPT_KEY_FIXED, "engine.enable_prefix_caching", "false",
+     .help = "turn the prefix cache off (engine.enable_prefix_caching)"},
+    {"--admission-reserve", 0, "X", OPT_KEY, "engine.admission_reserve",
+     .help = "share of max_tokens admission keeps KV blocks for, 0..1\n"
+             "(engine.admission_reserve, default 1; 0 = admit, preempt later)"},
+    {"--background", 0, "W[:N]", OPT_BACKGROUND, .lanes = true,
+     .help = "N requests (default: W's) of workload W run in the long lane\n"
+             "while the workload runs in the short lane (implies --lanes)"},
+    {"--background-input-len", 0, "N", OPT_INT, .field = ARG(bg_in), .min = 1,
+     .help = "the background's prompt tokens (default: W's)"},
+    {"--background-output-len", 0, "N", OPT_INT, .field = ARG(bg_out), .min = 1,
+     .help = "the background's generated tokens (default: W's)"},
+    {"--lanes", 0, NULL, OPT_TRUE, .field = ARG(lanes),
+     .help = "run in the worker's short lane of two (queues.short_*/long_*)"},
+    {"--config", 0, "FILE", OPT_STR, .field = ARG(config), .lanes = true,
+     .help = "the model, engine and queues sections of this llmq.yaml (as\n"
+             "llmq worker reads them); implies --lanes"},
+    {"--long-max-num-seqs", 0, "N", OPT_KEY, "queues.long_max_num_seqs", .lanes = true,
+     .help = "queues.long_max_num_seqs (default %s)"},
+    {"--long-max-num-batched-tokens", 0, "N", OPT_KEY, "queues.long_max_num_batched_tokens", .lanes = true,
+     .help = "queues.long_max_num_batched_tokens (default %s)"},
+    {"--short-max-num-seqs", 0, "N", OPT_KEY, "queues.short_max_num_seqs", .lanes = true,
+     .help = "queues.short_max_num_seqs (default %s)"},
+    {"--short-max-num-batched-tokens", 0, "N", OPT_KEY, "queues.short_max_num_batched_tokens", .lanes = true,
+     .help = "queues.short_max_num_batched_tokens (default %s)"},
+    {"--backend", 0, "B", OPT_KEY, "engine.backend", .help = "auto | cpu | cuda (default %s)"},
+    {"--max-num-seqs", 0, "N", OPT_KEY, "engine.max_num_seqs", .help = "sequences per step (default %s)"},
+    {"--max-num-batched-tokens", 0, "N", OPT_KEY, "engine.max_num_batched_tokens",
+     .help = "tokens per step (default %s)"},
+    {"--max-model-len", 0, "N", OPT_KEY, "model.max_model_len",
+     .help = "longest sequence (default: the longest request; with --config\n"
+             "the model's, as the worker); above the\n"
+             "model's max_position_embeddings it enables YaRN"},
+    {"--block-size", 0, "N", OPT_KEY, "engine.block_size", .help = "KV block size in tokens (default %s)"},
+    {"--gpu-memory-utilization", 0, "X", OPT_KEY, "engine.gpu_memory_utilization",
+     .help = "share of GPU memory for weights, activations and KV (default %s)"},
+    {"--no-cuda-graphs", 0, NULL, OPT_KEY_FIXED, "engine.cuda_graphs", "false",
+     .help = "run decode steps eagerly"},
+    {"--cuda-graph-max-batch", 0, "N", OPT_KEY, "engine.cuda_graph_max_batch",
+     .help = "largest decode batch run as a graph (default %s)"},
+    {"--dtype", 0, "D", OPT_KEY, "model.dtype",
+     .help = "weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
+             "quantized at load in 128x128 blocks) | fp16 (weights,\n"
+             "activations and KV cache in fp16; CUDA; model.dtype)"},
+    {"--lm-head-dtype", 0, "D", OPT_KEY, "model.lm_head_dtype",
+     .help = "auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
+             "model.lm_head_dtype)"},
+    {"--kv-cache-dtype", 0, "D", OPT_KEY, "engine.kv_cache_dtype",
+     .help = "bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)"},
+    {"--decode-weight-copies", 0, "C", OPT_KEY, "engine.decode_weight_copies",
+     .help = "auto | on | off: a second copy of the weights in the decode\n"
+             "GEMVs' read order (CUDA; engine.decode_weight_copies; auto =\n"
+             "on where the KV cache still holds every sequence)"},
+    {"--gemm-tuning-file", 0, "PATH", OPT_KEY, "engine.gemm_tuning_file",
+     .help = "keep the GEMM algorithms chosen by timing in PATH: read at\n"
+             "start, written at exit (CUDA; engine.gemm_tuning_file)"},
+    {"--threads", 0, "N", OPT_KEY, "engine.threads", .help = "CPU backend threads (default all)"},
+    {"--device", 0, "N", OPT_KEY, "engine.device", .help = "CUDA device index (default 0; engine.device)"},
+    {"--seed", 0, "N", OPT_INT, .field = ARG(seed), .min = 0, .help = "prompt seed (default 0)"},
+    {"--help", 'h', NULL, OPT_HELP, .help = "this text"},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+/* --help: the flags from the table; the defaults printed are the configuration's (llmq config), so
+ * the text cannot drift from them. */
+static void usage(FILE *f)
 {
-    enum {
-        O_UTIL = ENGINE_CFG_O_NEXT,
-        O_RESERVE,
-        O_NOGRAPH,
-        O_GRAPH_MAX,
-        O_SEED,
-        O_IN,
-        O_OUT,
-        O_SHARED,
-        O_NOPREFIX,
-        O_BG,
-        O_BG_IN,
-        O_BG_OUT,
-        O_LANES,
-        O_CONFIG,
-        O_LONG_SEQS,
-        O_LONG_TOKENS,
-        O_SHORT_SEQS,
-        O_SHORT_TOKENS,
-        O_DTYPE,
-        O_KVDTYPE,
-        O_LMDTYPE,
-        O_COPIES,
-        O_TUNING,
-    };
-    static const struct option longopts[] = {
-        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
-        ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
-        {"random-weights", required_argument, NULL, 'r'},
-        {"workload", required_argument, NULL, 'w'},
-        {"num-prompts", required_argument, NULL, 'n'},
-        {"input-len", required_argument, NULL, O_IN},
-        {"output-len", required_argument, NULL, O_OUT},
-        {"shared-prefix", required_argument, NULL, O_SHARED},
-        {"no-prefix-caching", no_argument, NULL, O_NOPREFIX},
-        {"admission-reserve", required_argument, NULL, O_RESERVE},
-        {"background", required_argument, NULL, O_BG},
-        {"background-input-len", required_argument, NULL, O_BG_IN},
-        {"background-output-len", required_argument, NULL, O_BG_OUT},
-        {"lanes", no_argument, NULL, O_LANES},
-        {"config", required_argument, NULL, O_CONFIG},
-        {"long-max-num-seqs", required_argument, NULL, O_LONG_SEQS},
-        {"long-max-num-batched-tokens", required_argument, NULL, O_LONG_TOKENS},
-        {"short-max-num-seqs", required_argument, NULL, O_SHORT_SEQS},
-        {"short-max-num-batched-tokens", required_argument, NULL, O_SHORT_TOKENS},
-        {"gpu-memory-utilization", required_argument, NULL, O_UTIL},
-        {"no-cuda-graphs", no_argument, NULL, O_NOGRAPH},
-        {"cuda-graph-max-batch", required_argument, NULL, O_GRAPH_MAX},
-        {"seed", required_argument, NULL, O_SEED},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"kv-cache-dtype", required_argument, NULL, O_KVDTYPE},
-        {"lm-head-dtype", required_argument, NULL, O_LMDTYPE},
-        {"decode-weight-copies", required_argument, NULL, O_COPIES},
-        {"gemm-tuning-file", required_argument, NULL, O_TUNING},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
-    const char *shape = NULL, *workload = NULL, *config = NULL;
-    int num_prompts = 0, seed = 0, in_len = 0, out_len = 0, shared = 0, bg_n = 0, bg_in = 0, bg_out = 0, c,
-        rc = 0;
-    bool lanes = false, seed_given = false, model_given = false;
-    const struct bench_workload *bg_wl = NULL;
-    struct engine_cfg_flags flags = {0};
+    struct cfg c;
+    cfg_defaults(&c);
+    fputs(
+        "Usage: llmq bench (--model DIR | --random-weights SHAPE) --workload W [options]\n"
+        "\n"
+        "Runs a fixed workload through the engine and prints one JSON line on stdout: requests/s, output\n"
+        "and total tokens/s, TTFT and inter-token latency percentiles, peak GPU memory, KV cache size,\n"
+        "preemptions, prefix cache hits and the roofline efficiency. Prompts are random token ids; every\n"
+        "request generates exactly its output length (EOS ignored, greedy). All requests are submitted\n"
+        "at once. docs/BENCH.md explains the output. The engine's options come as `llmq run` and `llmq\n"
+        "worker` take them: the defaults below, then --config FILE, then LLMQ_* variables, then the flags.\n"
+        "\n",
+        f);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const struct bench_opt *o = &opts[i];
+        char flag[64], dflt[64] = "", help[512];
+        snprintf(flag, sizeof flag, "%s%c%s%s%s%s", o->letter ? "-" : " ", o->letter ? o->letter : ' ',
+                 o->letter ? ", " : "  ", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+        if (o->key)
+            cfg_format_value(&c, cfg_key_find(o->key), dflt, sizeof dflt);
+        snprintf(help, sizeof help, o->help, dflt); /* the table's own format: "%s" is the default */
+        fprintf(f, "  %-32s", flag);
+        if (strlen(flag) >= 32)
+            fputs("  ", f);
+        for (const char *line = help, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+            nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            fprintf(f, "%s%.*s\n", line == help ? "" : "                                  ", len, line);
+        }
+    }
+    fputs("\nExit status: 0 every request finished, 1 the run failed, 2 the command line is wrong.\n", f);
+    cfg_free(&c);
+}
+
+/* Parses argv into *a. Returns 0, -1 after --help (printed), or the exit status of a usage error. */
+static int parse_args(int argc, char **argv, struct bench_args *a)
+{
+    struct option longopts[N_OPTS + 1];
+    char shortopts[2 * N_OPTS + 1];
+    size_t ns = 0;
+    for (size_t i = 0; i < N_OPTS; i++) {
+        int val = opts[i].letter ? opts[i].letter : 256 + (int)i;
+        longopts[i] =
+            (struct option){opts[i].name + 2, opts[i].arg ? required_argument : no_argument, NULL, val};
+        if (opts[i].letter) {
+            shortopts[ns++] = opts[i].letter;
+            if (opts[i].arg)
+                shortopts[ns++] = ':';
+        }
+    }
+    longopts[N_OPTS] = (struct option){NULL, 0, NULL, 0};
+    shortopts[ns] = 0;
+    memset(a, 0, sizeof *a);
+    a->seed = -1;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:r:w:n:h", longopts, NULL)) != -1) {
-        /* the engine's flags are configuration keys, applied over --config and LLMQ_* below: those
-         * every engine command shares (engine_cfg.h), then bench's own */
-        int engine_flag = engine_cfg_flag_opt(&flags, c, optarg);
-        if (engine_flag < 0)
-            return cli_usage_error(CMD, "too many options");
-        if (engine_flag > 0) {
-            model_given = model_given || c == 'm';
-            continue;
-        }
-        const char *key = NULL, *flag = NULL, *value = NULL; /* a key the option sets (value: optarg) */
-        bool lane_key = false;
-        switch (c) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case 'r':
-            shape = optarg;
-            break;
-        case 'w':
-            workload = optarg;
-            break;
-        case 'n':
-            rc = parse_int("--num-prompts", optarg, 1, &num_prompts);
-            break;
-        case O_IN:
-            rc = parse_int("--input-len", optarg, 1, &in_len);
-            break;
-        case O_OUT:
-            rc = parse_int("--output-len", optarg, 1, &out_len);
-            break;
-        case O_SHARED:
-            rc = parse_int("--shared-prefix", optarg, 0, &shared);
-            break;
-        case O_NOPREFIX:
-            key = "engine.enable_prefix_caching", flag = "--no-prefix-caching", value = "false";
-            break;
-        case O_BG:
-            rc = parse_background(optarg, &bg_wl, &bg_n);
-            lanes = true;
-            break;
-        case O_BG_IN:
-            rc = parse_int("--background-input-len", optarg, 1, &bg_in);
-            break;
-        case O_BG_OUT:
-            rc = parse_int("--background-output-len", optarg, 1, &bg_out);
-            break;
-        case O_LANES:
-            lanes = true;
-            break;
-        case O_CONFIG:
-            config = optarg;
-            break;
-        case O_LONG_SEQS:
-            key = "queues.long_max_num_seqs", flag = "--long-max-num-seqs", lane_key = true;
-            break;
-        case O_LONG_TOKENS:
-            key = "queues.long_max_num_batched_tokens", flag = "--long-max-num-batched-tokens",
-            lane_key = true;
-            break;
-        case O_SHORT_SEQS:
-            key = "queues.short_max_num_seqs", flag = "--short-max-num-seqs", lane_key = true;
-            break;
-        case O_SHORT_TOKENS:
-            key = "queues.short_max_num_batched_tokens", flag = "--short-max-num-batched-tokens",
-            lane_key = true;
-            break;
-        case O_UTIL:
-            key = "engine.gpu_memory_utilization", flag = "--gpu-memory-utilization";
-            break;
-        case O_RESERVE:
-            key = "engine.admission_reserve", flag = "--admission-reserve";
-            break;
-        case O_NOGRAPH:
-            key = "engine.cuda_graphs", flag = "--no-cuda-graphs", value = "false";
-            break;
-        case O_GRAPH_MAX:
-            key = "engine.cuda_graph_max_batch", flag = "--cuda-graph-max-batch";
-            break;
-        case O_DTYPE:
-            key = "model.dtype", flag = "--dtype";
-            break;
-        case O_LMDTYPE:
-            key = "model.lm_head_dtype", flag = "--lm-head-dtype";
-            break;
-        case O_COPIES:
-            key = "engine.decode_weight_copies", flag = "--decode-weight-copies";
-            break;
-        case O_TUNING:
-            key = "engine.gemm_tuning_file", flag = "--gemm-tuning-file";
-            break;
-        case O_KVDTYPE:
-            key = "engine.kv_cache_dtype", flag = "--kv-cache-dtype";
-            break;
-        case O_SEED:
-            rc = parse_int("--seed", optarg, 0, &seed);
-            seed_given = true;
-            break;
-        default:
+    int c;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const struct bench_opt *o = NULL;
+        for (size_t i = 0; i < N_OPTS && !o; i++)
+            if (c == (opts[i].letter ? opts[i].letter : 256 + (int)i))
+                o = &opts[i];
+        if (!o)
             return cli_bad_option(CMD, argc, argv);
-        }
-        if (key) {
-            lanes = lanes || lane_key;
-            if (engine_cfg_flag_add(&flags, key, value ? value : optarg, flag))
+        char *field = (char *)a + o->field;
+        int rc = 0;
+        switch (o->kind) {
+        case OPT_KEY:
+        case OPT_KEY_FIXED: /* applied over --config and LLMQ_* by engine_cfg_load */
+            if (engine_cfg_flag_add(&a->flags, o->key, o->kind == OPT_KEY ? optarg : o->value, o->name))
                 return cli_usage_error(CMD, "too many options");
+            break;
+        case OPT_INT:
+            rc = parse_int(o->name, optarg, o->min, (int *)(void *)field);
+            break;
+        case OPT_STR:
+            *(const char **)(void *)field = optarg;
+            break;
+        case OPT_TRUE:
+            *(bool *)field = true;
+            break;
+        case OPT_BACKGROUND:
+            rc = parse_background(optarg, &a->bg_wl, &a->bg_n);
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return -1;
         }
         if (rc)
             return rc;
+        a->lanes = a->lanes || o->lanes;
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
-    if (model_given && shape)
+    bool model_given = false;
+    for (int i = 0; i < a->flags.n; i++)
+        model_given = model_given || !strcmp(a->flags.v[i].key, "model.path");
+    if (model_given && a->shape)
         return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE, not both");
-    if (!workload)
+    if (!a->workload)
         return cli_usage_error(CMD, "--workload is required (%s)", bench_workload_names());
-    if ((bg_in || bg_out) && !bg_wl)
+    if ((a->bg_in || a->bg_out) && !a->bg_wl)
         return cli_usage_error(CMD, "--background-input-len and --background-output-len need --background");
-    if (config)
-        lanes = true;
-    struct bench b;
-    memset(&b, 0, sizeof b);
-    b.fg.wl = bench_workload_find(workload);
-    if (!b.fg.wl)
-        return cli_usage_error(CMD, "--workload: '%s' (expected %s)", workload, bench_workload_names());
-    b.fg.n_req = num_prompts ? num_prompts : b.fg.wl->requests;
-    b.fg.in_len = in_len ? in_len : b.fg.wl->input_len;
-    b.fg.out_len = out_len ? out_len : b.fg.wl->output_len;
-    if (shared > b.fg.in_len)
-        return cli_usage_error(CMD, "--shared-prefix %d is longer than the prompts (%d tokens)", shared,
-                               b.fg.in_len);
-    if (bg_wl) {
-        b.has_bg = true;
-        b.bg.wl = bg_wl;
-        b.bg.n_req = bg_n ? bg_n : bg_wl->requests;
-        b.bg.in_len = bg_in ? bg_in : bg_wl->input_len;
-        b.bg.out_len = bg_out ? bg_out : bg_wl->output_len;
-    }
+    return 0;
+}
 
-    /* the engine's options as `llmq run` and `llmq worker` take them: defaults < --config < LLMQ_* <
-     * flags; with lanes, the worker's two from the queues section */
-    struct engine_opts eo;
-    int mml;
-    char cfg_model[4096] = "", cfg_tok[4096] = ""; /* model.path and model.tokenizer */
-    char cfg_tuning[4096] = "";                    /* engine.gemm_tuning_file (eo.be borrows it) */
-    {
-        struct cfg cf;
-        int lrc = engine_cfg_load(CMD, config, &flags, &cf);
-        if (lrc == 0) {
-            eo = engine_cfg_opts(&cf);
-            if (lanes)
-                engine_cfg_lanes(&eo, &cf);
-            mml = cf.model.max_model_len;
-            snprintf(cfg_model, sizeof cfg_model, "%s", cf.model.path);
-            snprintf(cfg_tok, sizeof cfg_tok, "%s", cf.model.tokenizer);
-            snprintf(cfg_tuning, sizeof cfg_tuning, "%s", cf.engine.gemm_tuning_file);
-            eo.be.gemm_tuning_file = cfg_tuning;
-            b.settings = non_default_settings(&cf);
-        }
-        cfg_free(&cf);
-        if (lrc)
-            return lrc;
+/* ---- the workload: settings, model, engine, requests, the timed run, the line */
+
+/* Sizes of the timed workload and of the background from the flags; the engine's options as
+ * `llmq run` and `llmq worker` take them: defaults < --config < LLMQ_* < flags, with lanes the
+ * worker's two from the queues section. Returns 0 or an exit status after printing why. */
+static int bench_settings(struct bench *b, const struct bench_args *a)
+{
+    b->fg.wl = bench_workload_find(a->workload);
+    if (!b->fg.wl)
+        return cli_usage_error(CMD, "--workload: '%s' (expected %s)", a->workload, bench_workload_names());
+    b->fg.n_req = a->num_prompts ? a->num_prompts : b->fg.wl->requests;
+    b->fg.in_len = a->in_len ? a->in_len : b->fg.wl->input_len;
+    b->fg.out_len = a->out_len ? a->out_len : b->fg.wl->output_len;
+    if (a->shared > b->fg.in_len)
+        return cli_usage_error(CMD, "--shared-prefix %d is longer than the prompts (%d tokens)", a->shared,
+                               b->fg.in_len);
+    if (a->bg_wl) {
+        b->has_bg = true;
+        b->bg.wl = a->bg_wl;
+        b->bg.n_req = a->bg_n ? a->bg_n : a->bg_wl->requests;
+        b->bg.in_len = a->bg_in ? a->bg_in : a->bg_wl->input_len;
+        b->bg.out_len = a->bg_out ? a->bg_out : a->bg_wl->output_len;
     }
-    const char *model_dir = shape ? NULL : cfg_model; /* --model or model.path */
-    if (!shape && !cfg_model[0]) {
-        bench_free(&b);
+    b->lanes = a->lanes;
+    b->shared = a->shared;
+    b->seed = a->seed < 0 ? 0 : (uint64_t)a->seed;
+
+    struct cfg cf;
+    int rc = engine_cfg_load(CMD, a->config, &a->flags, &cf);
+    if (rc == 0) {
+        b->eo = engine_cfg_opts(&cf);
+        b->backend = engine_cfg_backend(&cf);
+        if (b->lanes)
+            engine_cfg_lanes(&b->eo, &cf);
+        b->max_model_len = cf.model.max_model_len;
+        snprintf(b->model_dir, sizeof b->model_dir, "%s", cf.model.path);
+        snprintf(b->tok_dir, sizeof b->tok_dir, "%s", cf.model.tokenizer);
+        snprintf(b->tuning_file, sizeof b->tuning_file, "%s", cf.engine.gemm_tuning_file);
+        b->eo.be.gemm_tuning_file = b->tuning_file;
+        b->settings = non_default_settings(&cf);
+    }
+    cfg_free(&cf);
+    if (rc)
+        return rc;
+    if (!a->shape && !b->model_dir[0])
         return cli_usage_error(CMD, "give one of --model DIR or --random-weights SHAPE (or model.path "
                                     "in --config)");
+    if (b->lanes) {
+        b->fg.lane = ENGINE_CFG_LANE_SHORT;
+        b->bg.lane = ENGINE_CFG_LANE_LONG;
     }
-    if (lanes) {
-        b.fg.lane = ENGINE_CFG_LANE_SHORT;
-        b.bg.lane = ENGINE_CFG_LANE_LONG;
-    }
-    const char *backend = eo.backend;
+    return 0;
+}
 
+/* The model (random weights of a shape, or a folder) and its tokenizer, and which backend runs
+ * them: decided here so random weights know whether to live on the host. */
+static int open_model(struct bench *b, const struct bench_args *a)
+{
     char err[1024], gpu[256] = "";
-    /* which backend: decided here so random weights know whether to live on the host */
     bool gpu_ok = gpu_backend_built() && gpu_describe(gpu, sizeof gpu) == 0;
-    const char *be_name = strcmp(backend, "auto") ? backend : gpu_ok ? "cuda" : "cpu";
-    char model_name[256];
-    if (shape) {
+    b->be_name = strcmp(b->backend, "auto") ? b->backend : gpu_ok ? "cuda" : "cpu";
+    if (a->shape) {
         struct model_config cfg, small;
-        if (random_model_config(shape, &cfg, err, sizeof err)) {
-            bench_free(&b);
+        if (random_model_config(a->shape, &cfg, err, sizeof err))
             return cli_usage_error(CMD, "--random-weights: %s", err);
-        }
         random_model_config("qwen3-0.6b", &small, err, sizeof err);
-        if (!strcmp(be_name, "cpu") && random_model_params(&cfg) > random_model_params(&small)) {
+        if (!strcmp(b->be_name, "cpu") && random_model_params(&cfg) > random_model_params(&small)) {
             fprintf(stderr,
                     "llmq %s: --random-weights %s (%.1f B parameters) needs the CUDA backend%s; the CPU "
                     "backend runs "
                     "random weights only up to qwen3-0.6b\n",
-                    CMD, shape, (double)random_model_params(&cfg) / 1e9,
-                    !strcmp(backend, "auto")
+                    CMD, a->shape, (double)random_model_params(&cfg) / 1e9,
+                    !strcmp(b->backend, "auto")
                         ? (gpu_backend_built() ? " (no usable GPU here)" : " (not built in)")
                         : "");
-            bench_free(&b);
             return 1;
         }
-        b.random = true;
-        b.model = random_model_create(&cfg, !strcmp(be_name, "cpu"), err, sizeof err);
-        if (!b.model) {
+        b->random = true;
+        b->model = random_model_create(&cfg, !strcmp(b->be_name, "cpu"), err, sizeof err);
+        if (!b->model) {
             fprintf(stderr, "llmq %s: %s\n", CMD, err);
-            bench_free(&b);
             return 1;
         }
-        b.tok = scratch_tokenizer(err, sizeof err);
-        snprintf(model_name, sizeof model_name, "%s", shape);
+        b->tok = scratch_tokenizer(err, sizeof err);
+        snprintf(b->model_name, sizeof b->model_name, "%s", a->shape);
     } else {
-        b.model = model_load(model_dir, err, sizeof err);
-        if (!b.model) {
-            fprintf(stderr, "llmq %s: model %s: %s\n", CMD, model_dir, err);
-            bench_free(&b);
+        b->model = model_load(b->model_dir, err, sizeof err);
+        if (!b->model) {
+            fprintf(stderr, "llmq %s: model %s: %s\n", CMD, b->model_dir, err);
             return 1;
         }
-        b.tok = tok_load_dir(cfg_tok[0] ? cfg_tok : model_dir, err, sizeof err);
-        snprintf(model_name, sizeof model_name, "%.200s", base_name(model_dir));
+        b->tok = tok_load_dir(b->tok_dir[0] ? b->tok_dir : b->model_dir, err, sizeof err);
+        snprintf(b->model_name, sizeof b->model_name, "%.200s", base_name(b->model_dir));
     }
-    if (!b.tok) {
+    if (!b->tok) {
         fprintf(stderr, "llmq %s: tokenizer: %s\n", CMD, err);
-        bench_free(&b);
         return 1;
     }
+    return 0;
+}
 
-    /* the engine over a measuring wrapper of the backend */
-    int longest = b.fg.in_len + b.fg.out_len;
-    if (b.has_bg && b.bg.in_len + b.bg.out_len > longest)
-        longest = b.bg.in_len + b.bg.out_len;
+/* The engine over a measuring wrapper of the backend, with room for the longest request. */
+static int open_engine(struct bench *b, const struct bench_args *a)
+{
+    char err[1024];
+    int longest = b->fg.in_len + b->fg.out_len;
+    if (b->has_bg && b->bg.in_len + b->bg.out_len > longest)
+        longest = b->bg.in_len + b->bg.out_len;
     /* max_model_len: the flag or the file's; else with --config the worker's rule (the model's), so that
      * the engine is the worker's; else the longest request (no memory or graphs for unused length) */
-    eo.be.max_model_len = mml ? mml : config ? b.model->cfg.max_position : longest;
-    if (seed_given)
-        eo.seed = (uint64_t)seed;
-    struct backend *inner = backend_open(be_name, b.model, &eo.be, err, sizeof err);
+    b->eo.be.max_model_len = b->max_model_len ? b->max_model_len
+                             : a->config      ? b->model->cfg.max_position
+                                              : longest;
+    if (a->seed >= 0)
+        b->eo.seed = (uint64_t)a->seed;
+    struct backend *inner = backend_open(b->be_name, b->model, &b->eo.be, err, sizeof err);
     if (!inner) {
-        fprintf(stderr, "llmq %s: backend %s: %s\n", CMD, be_name, err);
-        bench_free(&b);
+        fprintf(stderr, "llmq %s: backend %s: %s\n", CMD, b->be_name, err);
         return 1;
     }
-    b.be = bench_wrap_backend(inner, &b.model->cfg, &b.roof);
-    if (b.be)
-        b.eng = engine_open_backend(b.model, b.tok, b.be, &eo, err, sizeof err);
-    if (!b.eng) {
-        fprintf(stderr, "llmq %s: engine: %s\n", CMD, b.be ? err : "out of memory");
-        bench_free(&b);
+    b->be = bench_wrap_backend(inner, &b->model->cfg, &b->roof);
+    if (b->be)
+        b->eng = engine_open(b->model, b->tok, b->be, &b->eo, err, sizeof err);
+    if (!b->eng) {
+        fprintf(stderr, "llmq %s: engine: %s\n", CMD, b->be ? err : "out of memory");
         return 1;
     }
-    for (int gi = 0; gi < (b.has_bg ? 2 : 1); gi++) {
-        const struct group *g = gi ? &b.bg : &b.fg;
-        int cap = engine_max_model_len(b.eng, g->lane);
+    for (int gi = 0; gi < (b->has_bg ? 2 : 1); gi++) {
+        const struct group *g = gi ? &b->bg : &b->fg;
+        int cap = engine_max_model_len(b->eng, g->lane);
         if (g->in_len + g->out_len > cap) {
             fprintf(stderr,
                     "llmq %s: the %s needs %d tokens per sequence; the engine holds %d in its lane "
                     "(--max-model-len, or the KV cache is too small)\n",
                     CMD, gi ? "background" : "workload", g->in_len + g->out_len, cap);
-            bench_free(&b);
             return 1;
         }
     }
+    return 0;
+}
 
-    /* prompts */
-    int vocab = b.model->cfg.vocab < PROMPT_ID_RANGE ? b.model->cfg.vocab : PROMPT_ID_RANGE;
-    b.ttft = malloc((size_t)b.fg.n_req * sizeof *b.ttft);
-    b.cap_itl = (size_t)b.fg.n_req * (size_t)(b.fg.out_len > 1 ? b.fg.out_len - 1 : 1);
-    b.itl = malloc(b.cap_itl * sizeof *b.itl);
-    if (!b.ttft || !b.itl || make_prompts(&b.fg, vocab, (uint64_t)seed, shared) ||
-        (b.has_bg && make_prompts(&b.bg, vocab, (uint64_t)seed + 0x6267ull, 0))) {
-        fprintf(stderr, "llmq %s: out of memory for %d requests\n", CMD, b.fg.n_req + b.bg.n_req);
-        bench_free(&b);
+/* The prompts of both groups and room for the foreground's latencies. */
+static int make_requests(struct bench *b)
+{
+    b->vocab = b->model->cfg.vocab < PROMPT_ID_RANGE ? b->model->cfg.vocab : PROMPT_ID_RANGE;
+    b->ttft = malloc((size_t)b->fg.n_req * sizeof *b->ttft);
+    b->cap_itl = (size_t)b->fg.n_req * (size_t)(b->fg.out_len > 1 ? b->fg.out_len - 1 : 1);
+    b->itl = malloc(b->cap_itl * sizeof *b->itl);
+    if (!b->ttft || !b->itl || make_prompts(&b->fg, b->vocab, b->seed, b->shared) ||
+        (b->has_bg && make_prompts(&b->bg, b->vocab, b->seed + 0x6267ull, 0))) {
+        fprintf(stderr, "llmq %s: out of memory for %d requests\n", CMD, b->fg.n_req + b->bg.n_req);
         return 1;
     }
+    return 0;
+}
 
-    /* warm-up: one request (its own prompt) through prefill and a few decode steps, not timed */
-    {
-        int wn = b.fg.in_len < eo.be.max_num_batched_tokens ? b.fg.in_len : eo.be.max_num_batched_tokens;
-        int32_t *wp = malloc((size_t)wn * sizeof *wp);
-        if (!wp) {
-            fprintf(stderr, "llmq %s: out of memory\n", CMD);
-            bench_free(&b);
-            return 1;
-        }
-        uint64_t ws = 0x5eedull + (uint64_t)seed;
-        for (int i = 0; i < wn; i++)
-            wp[i] = (int32_t)(splitmix64(&ws) % (uint64_t)vocab);
-        int wout = b.fg.out_len < 4 ? b.fg.out_len : 4;
-        if (wn + wout > engine_max_model_len(b.eng, b.fg.lane))
-            wout = 1;
-        struct engine_request r = request(wp, wn, wout, 1, b.fg.lane, 0);
-        struct engine_seq *q = engine_add(b.eng, &r, err, sizeof err);
-        free(wp);
-        if (!q || run_engine(&b, NULL, false, UNTIL_IDLE)) {
-            fprintf(stderr, "llmq %s: warm-up: %s\n", CMD, q ? b.first_error : err);
-            bench_free(&b);
-            return 1;
-        }
+/* One request (its own prompt) through prefill and a few decode steps, not timed. */
+static int warm_up(struct bench *b)
+{
+    char err[1024];
+    int wn = b->fg.in_len < b->eo.be.max_num_batched_tokens ? b->fg.in_len : b->eo.be.max_num_batched_tokens;
+    int32_t *wp = malloc((size_t)wn * sizeof *wp);
+    if (!wp) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        return 1;
     }
-    struct engine_stats st0;
-    engine_get_stats(b.eng, &st0);
-    memset(&b.roof, 0, sizeof b.roof);
-    b.roof.fp8_weights = eo.be.weight_dtype == BE_WEIGHTS_FP8 ||
-                         (eo.be.weight_dtype == BE_WEIGHTS_AUTO && b.model->cfg.fp8_blocks);
-    b.roof.fp8_kv = eo.be.kv_dtype == DT_F8_E4M3;
-    {
-        const struct tensor_view *lm[1] = {b.model->cfg.tie_embeddings ? &b.model->embed : &b.model->lm_head};
-        char why[256];
-        b.roof.fp8_lm_head = eo.be.weight_dtype != BE_WEIGHTS_F16 && /* fp16 mode: never fp8 */
-                             fp8_linear_use(eo.be.lm_head_dtype, lm, 1, why, sizeof why);
+    uint64_t ws = 0x5eedull + b->seed;
+    for (int i = 0; i < wn; i++)
+        wp[i] = (int32_t)(splitmix64(&ws) % (uint64_t)b->vocab);
+    int wout = b->fg.out_len < 4 ? b->fg.out_len : 4;
+    if (wn + wout > engine_max_model_len(b->eng, b->fg.lane))
+        wout = 1;
+    struct engine_request r = request(wp, wn, wout, 1, b->fg.lane, 0);
+    struct engine_seq *q = engine_add(b->eng, &r, err, sizeof err);
+    free(wp);
+    if (!q || run_engine(b, NULL, false, UNTIL_IDLE)) {
+        fprintf(stderr, "llmq %s: warm-up: %s\n", CMD, q ? b->first_error : err);
+        return 1;
     }
+    return 0;
+}
 
-    if (b.has_bg)
-        log_info("bench: %s, background %s: %d requests x %d in / %d out in the long lane", model_name,
-                 b.bg.wl->name, b.bg.n_req, b.bg.in_len, b.bg.out_len);
-    log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", model_name, b.fg.wl->name,
-             b.fg.n_req, b.fg.in_len, b.fg.out_len, lanes ? " in the short lane" : "",
-             engine_backend_name(b.eng));
-    double t_bg = llmq_mono_s();
-    if (b.has_bg) { /* the background first, until the long lane has run a step */
-        if (submit(&b, &b.bg, true, err, sizeof err)) {
+/* The timed run: the background first (until the long lane has run a step), then every request of
+ * the workload at once, stepped until the last is done; the background's progress is recorded and
+ * the rest of it cancelled. b->run_rc says whether a request failed. */
+static int run_timed(struct bench *b)
+{
+    char err[1024];
+    engine_get_stats(b->eng, &b->st0);
+    memset(&b->roof, 0, sizeof b->roof);
+    const struct backend_opts *bo = &b->eo.be;
+    b->roof.fp8_weights = bo->weight_dtype == BE_WEIGHTS_FP8 ||
+                          (bo->weight_dtype == BE_WEIGHTS_AUTO && b->model->cfg.fp8_blocks);
+    b->roof.fp8_kv = bo->kv_dtype == DT_F8_E4M3;
+    const struct tensor_view *lm[1] = {b->model->cfg.tie_embeddings ? &b->model->embed : &b->model->lm_head};
+    char why[256];
+    b->roof.fp8_lm_head = bo->weight_dtype != BE_WEIGHTS_F16 && /* fp16 mode: never fp8 */
+                          fp8_linear_use(bo->lm_head_dtype, lm, 1, why, sizeof why);
+
+    if (b->has_bg)
+        log_info("bench: %s, background %s: %d requests x %d in / %d out in the long lane", b->model_name,
+                 b->bg.wl->name, b->bg.n_req, b->bg.in_len, b->bg.out_len);
+    log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", b->model_name,
+             b->fg.wl->name, b->fg.n_req, b->fg.in_len, b->fg.out_len, b->lanes ? " in the short lane" : "",
+             engine_backend_name(b->eng));
+    b->t_bg = llmq_mono_s();
+    if (b->has_bg) {
+        if (submit(b, &b->bg, true, err, sizeof err)) {
             fprintf(stderr, "llmq %s: background request: %s\n", CMD, err);
-            bench_free(&b);
             return 1;
         }
-        run_engine(&b, NULL, false, UNTIL_BG_STARTED);
+        run_engine(b, NULL, false, UNTIL_BG_STARTED);
     }
-    struct progress *bar = progress_new(stderr, "requests", b.fg.n_req);
-    double t0 = llmq_mono_s();
-    if (submit(&b, &b.fg, false, err, sizeof err)) {
+    struct progress *bar = progress_new(stderr, "requests", b->fg.n_req);
+    b->t0 = llmq_mono_s();
+    if (submit(b, &b->fg, false, err, sizeof err)) {
         progress_free(bar);
         fprintf(stderr, "llmq %s: request: %s\n", CMD, err);
-        bench_free(&b);
         return 1;
     }
-    int drc = run_engine(&b, bar, true, UNTIL_FG_DONE);
-    double t_end = llmq_mono_s(), secs = t_end - t0;
-    double wall = b.has_bg ? t_end - t_bg : secs; /* the roofline's window: from the first submission */
+    b->run_rc = run_engine(b, bar, true, UNTIL_FG_DONE);
+    double t_end = llmq_mono_s();
+    b->secs = t_end - b->t0;
+    b->wall = b->has_bg ? t_end - b->t_bg : b->secs; /* the roofline's window: from the first submission */
     progress_finish(bar);
     progress_free(bar);
-    struct engine_stats st;
-    engine_get_stats(b.eng, &st);
-    struct bench_roofline roof = b.roof;
-    if (b.has_bg) { /* record the background's progress, then stop it */
-        for (int i = 0; i < b.bg.n_req; i++) {
-            struct engine_seq *q = b.bg.seq[i];
+    engine_get_stats(b->eng, &b->st);
+    b->roof_timed = b->roof;
+    if (b->has_bg) {
+        for (int i = 0; i < b->bg.n_req; i++) {
+            struct engine_seq *q = b->bg.seq[i];
             if (!q)
                 continue;
-            b.bg_output_tokens += q->n_output;
-            b.bg_prefilled += q->n_output > 0;
-            engine_cancel(b.eng, q);
+            b->bg_output_tokens += q->n_output;
+            b->bg_prefilled += q->n_output > 0;
+            engine_cancel(b->eng, q);
         }
-        b.bg_finished = b.bg.done;
-        b.bg_prefilled += b.bg.done;
-        b.bg_output_tokens += (int64_t)b.bg.done * b.bg.out_len;
-        run_engine(&b, NULL, false, UNTIL_IDLE);
+        b->bg_finished = b->bg.done;
+        b->bg_prefilled += b->bg.done;
+        b->bg_output_tokens += (int64_t)b->bg.done * b->bg.out_len;
+        run_engine(b, NULL, false, UNTIL_IDLE);
     }
+    return 0;
+}
 
-    uint64_t out_tokens = (uint64_t)b.fg_tokens;
+/* "lanes" of the line: the caps in force in each of the worker's two lanes; null without lanes. */
+static json_t *lanes_json(const struct bench *b)
+{
+    if (!b->lanes)
+        return json_null();
+    json_t *lj = json_object();
+    static const char *const names[2] = {"short", "long"};
+    for (int l = 0; l < 2; l++) { /* the caps in force: a lane's, at most the global one */
+        int seqs = b->eo.lanes[l].max_num_seqs, toks = b->eo.lanes[l].max_num_batched_tokens;
+        seqs = seqs > 0 && seqs < b->eo.be.max_num_seqs ? seqs : b->eo.be.max_num_seqs;
+        toks = toks > 0 && toks < b->eo.be.max_num_batched_tokens ? toks : b->eo.be.max_num_batched_tokens;
+        json_object_set_new(lj, names[l],
+                            json_pack("{s:i, s:i, s:i}", "max_num_seqs", seqs, "max_num_batched_tokens", toks,
+                                      "max_model_len", engine_max_model_len(b->eng, l)));
+    }
+    return lj;
+}
+
+/* "background" of the line: the long lane's load while the workload ran; null without one. */
+static json_t *background_json(const struct bench *b)
+{
+    if (!b->has_bg)
+        return json_null();
+    json_t *bj = json_object();
+    uint64_t bg_computed = b->st.lane_computed_tokens[b->bg.lane] - b->st0.lane_computed_tokens[b->bg.lane];
+    json_object_set_new(bj, "workload", json_string(b->bg.wl->name));
+    json_object_set_new(bj, "lane", json_string("long"));
+    json_object_set_new(bj, "requests", json_integer(b->bg.n_req));
+    json_object_set_new(bj, "input_len", json_integer(b->bg.in_len));
+    json_object_set_new(bj, "output_len", json_integer(b->bg.out_len));
+    json_object_set_new(bj, "lead_s", json_real(r3(b->t0 - b->t_bg)));
+    json_object_set_new(bj, "seconds", json_real(r3(b->wall)));
+    json_object_set_new(bj, "finished", json_integer(b->bg_finished));
+    json_object_set_new(bj, "prefilled", json_integer(b->bg_prefilled));
+    json_object_set_new(bj, "computed_tokens", json_integer((json_int_t)bg_computed));
+    json_object_set_new(bj, "output_tokens", json_integer((json_int_t)b->bg_output_tokens));
+    json_object_set_new(bj, "computed_tokens_per_s", json_real(r1((double)bg_computed / b->wall)));
+    json_object_set_new(
+        bj, "progress",
+        json_real(r4((double)bg_computed / ((double)b->bg.n_req * (double)(b->bg.in_len + b->bg.out_len)))));
+    return bj;
+}
+
+/* The one JSON line on stdout (docs/BENCH.md names every key). */
+static void print_line(const struct bench *b)
+{
+    const struct bench_roofline *roof = &b->roof_timed;
+    uint64_t out_tokens = (uint64_t)b->fg_tokens;
     json_t *j = json_object();
     json_object_set_new(j, "engine", json_string("llmq"));
-    json_object_set_new(j, "model", json_string(model_name));
-    json_object_set_new(j, "workload", json_string(b.fg.wl->name));
-    json_object_set_new(j, "requests", json_integer(b.fg.n_req));
-    json_object_set_new(j, "input_len", json_integer(b.fg.in_len));
-    json_object_set_new(j, "output_len", json_integer(b.fg.out_len));
-    json_object_set_new(j, "seconds", json_real(r3(secs)));
-    json_object_set_new(j, "requests_per_s", json_real(r3(b.fg.n_req / secs)));
-    json_object_set_new(j, "output_tokens_per_s", json_real(r1((double)out_tokens / secs)));
+    json_object_set_new(j, "model", json_string(b->model_name));
+    json_object_set_new(j, "workload", json_string(b->fg.wl->name));
+    json_object_set_new(j, "requests", json_integer(b->fg.n_req));
+    json_object_set_new(j, "input_len", json_integer(b->fg.in_len));
+    json_object_set_new(j, "output_len", json_integer(b->fg.out_len));
+    json_object_set_new(j, "seconds", json_real(r3(b->secs)));
+    json_object_set_new(j, "requests_per_s", json_real(r3(b->fg.n_req / b->secs)));
+    json_object_set_new(j, "output_tokens_per_s", json_real(r1((double)out_tokens / b->secs)));
     json_object_set_new(j, "total_tokens_per_s",
-                        json_real(r1(((double)out_tokens + (double)b.fg.n_req * b.fg.in_len) / secs)));
-    size_t n_ttft = b.n_ttft, n_itl = b.n_itl;
-    json_object_set_new(j, "ttft_ms_p50", json_real(r1(1e3 * bench_percentile(b.ttft, n_ttft, 50))));
-    json_object_set_new(j, "ttft_ms_p95", json_real(r1(1e3 * bench_percentile(b.ttft, n_ttft, 95))));
-    json_object_set_new(j, "ttft_ms_p99", json_real(r1(1e3 * bench_percentile(b.ttft, n_ttft, 99))));
-    json_object_set_new(j, "itl_ms_p50", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 50))));
-    json_object_set_new(j, "itl_ms_p95", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 95))));
-    json_object_set_new(j, "itl_ms_p99", json_real(r3(1e3 * bench_percentile(b.itl, n_itl, 99))));
+                        json_real(r1(((double)out_tokens + (double)b->fg.n_req * b->fg.in_len) / b->secs)));
+    size_t n_ttft = b->n_ttft, n_itl = b->n_itl;
+    json_object_set_new(j, "ttft_ms_p50", json_real(r1(1e3 * bench_percentile(b->ttft, n_ttft, 50))));
+    json_object_set_new(j, "ttft_ms_p95", json_real(r1(1e3 * bench_percentile(b->ttft, n_ttft, 95))));
+    json_object_set_new(j, "ttft_ms_p99", json_real(r1(1e3 * bench_percentile(b->ttft, n_ttft, 99))));
+    json_object_set_new(j, "itl_ms_p50", json_real(r3(1e3 * bench_percentile(b->itl, n_itl, 50))));
+    json_object_set_new(j, "itl_ms_p95", json_real(r3(1e3 * bench_percentile(b->itl, n_itl, 95))));
+    json_object_set_new(j, "itl_ms_p99", json_real(r3(1e3 * bench_percentile(b->itl, n_itl, 99))));
     /* prefix cache over the timed requests (vLLM's token counts) */
-    uint64_t pq = st.prefix_query_tokens - st0.prefix_query_tokens;
-    uint64_t ph = st.prefix_hit_tokens - st0.prefix_hit_tokens;
-    json_object_set_new(j, "shared_prefix", json_integer(shared));
-    json_object_set_new(j, "prefix_caching", json_boolean(eo.enable_prefix_caching));
+    uint64_t pq = b->st.prefix_query_tokens - b->st0.prefix_query_tokens;
+    uint64_t ph = b->st.prefix_hit_tokens - b->st0.prefix_hit_tokens;
+    json_object_set_new(j, "shared_prefix", json_integer(b->shared));
+    json_object_set_new(j, "prefix_caching", json_boolean(b->eo.enable_prefix_caching));
     json_object_set_new(j, "prefix_cache_queries", json_integer((json_int_t)pq));
     json_object_set_new(j, "prefix_cache_hits", json_integer((json_int_t)ph));
     json_object_set_new(j, "prefix_cache_hit_rate", json_real(pq ? r4((double)ph / (double)pq) : 0));
@@ -867,7 +918,7 @@ int cmd_bench(int argc, char **argv)
            *gemm_loaded = json_null();
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs;
-    if (cuda_backend_get_stats(bench_inner_backend(b.be), &cs) == 0) {
+    if (cuda_backend_get_stats(bench_inner_backend(b->be), &cs) == 0) {
         peak = json_real(r1((double)cs.peak_used_bytes / 1e9));
         copies = json_real(r3((double)cs.copy_bytes / 1e9));
         dev = json_string(cs.device);
@@ -880,71 +931,38 @@ int cmd_bench(int argc, char **argv)
 #endif
     json_object_set_new(j, "peak_gpu_mem_gb", peak);
     json_object_set_new(j, "weight_dtype",
-                        json_string(eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
-                                    : eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
-                                    : eo.be.weight_dtype == BE_WEIGHTS_F16  ? "fp16"
-                                                                            : "auto"));
-    const char *w16 = eo.be.weight_dtype == BE_WEIGHTS_F16 ? "fp16" : "bf16"; /* the 16-bit type */
-    json_object_set_new(j, "lm_head_dtype", json_string(b.roof.fp8_lm_head ? "fp8" : w16));
-    json_object_set_new(j, "kv_cache_dtype", json_string(eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : w16));
+                        json_string(b->eo.be.weight_dtype == BE_WEIGHTS_FP8    ? "fp8"
+                                    : b->eo.be.weight_dtype == BE_WEIGHTS_BF16 ? "bf16"
+                                    : b->eo.be.weight_dtype == BE_WEIGHTS_F16  ? "fp16"
+                                                                               : "auto"));
+    const char *w16 = b->eo.be.weight_dtype == BE_WEIGHTS_F16 ? "fp16" : "bf16"; /* the 16-bit type */
+    json_object_set_new(j, "lm_head_dtype", json_string(b->roof.fp8_lm_head ? "fp8" : w16));
+    json_object_set_new(j, "kv_cache_dtype", json_string(b->eo.be.kv_dtype == DT_F8_E4M3 ? "fp8" : w16));
     json_object_set_new(j, "decode_weight_copies_gb", copies);
     json_object_set_new(j, "gemm_choices_made", gemm_made);
     json_object_set_new(j, "gemm_choices_from_file", gemm_loaded);
-    json_object_set_new(j, "kv_blocks", json_integer(st.kv_blocks_total));
-    json_object_set_new(j, "kv_tokens", json_integer((json_int_t)st.kv_blocks_total * b.be->block_size));
-    json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b.eng, -1)));
-    json_object_set_new(j, "preemptions", json_integer((json_int_t)(st.preemptions - st0.preemptions)));
-    json_object_set_new(j, "admission_reserve", json_real(eo.admission_reserve));
-    json_object_set_new(j, "steps", json_integer((json_int_t)roof.steps));
+    json_object_set_new(j, "kv_blocks", json_integer(b->st.kv_blocks_total));
+    json_object_set_new(j, "kv_tokens", json_integer((json_int_t)b->st.kv_blocks_total * b->be->block_size));
+    json_object_set_new(j, "max_model_len", json_integer(engine_max_model_len(b->eng, -1)));
+    json_object_set_new(j, "preemptions", json_integer((json_int_t)(b->st.preemptions - b->st0.preemptions)));
+    json_object_set_new(j, "admission_reserve", json_real(b->eo.admission_reserve));
+    json_object_set_new(j, "steps", json_integer((json_int_t)roof->steps));
     json_object_set_new(j, "graph_replays", graphs);
     json_object_set_new(j, "guessed_steps", taken);
     json_object_set_new(j, "dropped_guesses", dropped);
-    json_object_set_new(j, "ideal_s", json_real(r6(roof.ideal_s)));
-    json_object_set_new(j, "roofline_efficiency", json_real(round(roof.ideal_s / wall * 1e4) / 1e4));
-    json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)roof.compute_bound_steps));
-    json_object_set_new(j, "attention_ideal_s", json_real(r6(roof.attn_ideal_s)));
+    json_object_set_new(j, "ideal_s", json_real(r6(roof->ideal_s)));
+    json_object_set_new(j, "roofline_efficiency", json_real(round(roof->ideal_s / b->wall * 1e4) / 1e4));
+    json_object_set_new(j, "compute_bound_steps", json_integer((json_int_t)roof->compute_bound_steps));
+    json_object_set_new(j, "attention_ideal_s", json_real(r6(roof->attn_ideal_s)));
     json_object_set_new(
         j, "attention_ideal_share",
-        json_real(roof.ideal_s > 0 ? round(roof.attn_ideal_s / roof.ideal_s * 1e4) / 1e4 : 0.0));
-    json_object_set_new(j, "backend", json_string(engine_backend_name(b.eng)));
+        json_real(roof->ideal_s > 0 ? round(roof->attn_ideal_s / roof->ideal_s * 1e4) / 1e4 : 0.0));
+    json_object_set_new(j, "backend", json_string(engine_backend_name(b->eng)));
     json_object_set_new(j, "gpu", dev);
-    json_t *lj = json_null();
-    if (lanes) {
-        lj = json_object();
-        static const char *const names[2] = {"short", "long"};
-        for (int l = 0; l < 2; l++) { /* the caps in force: a lane's, at most the global one */
-            int seqs = eo.lanes[l].max_num_seqs, toks = eo.lanes[l].max_num_batched_tokens;
-            seqs = seqs > 0 && seqs < eo.be.max_num_seqs ? seqs : eo.be.max_num_seqs;
-            toks = toks > 0 && toks < eo.be.max_num_batched_tokens ? toks : eo.be.max_num_batched_tokens;
-            json_object_set_new(lj, names[l],
-                                json_pack("{s:i, s:i, s:i}", "max_num_seqs", seqs, "max_num_batched_tokens",
-                                          toks, "max_model_len", engine_max_model_len(b.eng, l)));
-        }
-    }
-    json_object_set_new(j, "lanes", lj);
-    json_object_set_new(j, "settings", b.settings ? json_incref(b.settings) : json_object());
-    json_t *bj = json_null();
-    if (b.has_bg) {
-        uint64_t bg_computed = st.lane_computed_tokens[b.bg.lane] - st0.lane_computed_tokens[b.bg.lane];
-        bj = json_object();
-        json_object_set_new(bj, "workload", json_string(b.bg.wl->name));
-        json_object_set_new(bj, "lane", json_string("long"));
-        json_object_set_new(bj, "requests", json_integer(b.bg.n_req));
-        json_object_set_new(bj, "input_len", json_integer(b.bg.in_len));
-        json_object_set_new(bj, "output_len", json_integer(b.bg.out_len));
-        json_object_set_new(bj, "lead_s", json_real(r3(t0 - t_bg)));
-        json_object_set_new(bj, "seconds", json_real(r3(wall)));
-        json_object_set_new(bj, "finished", json_integer(b.bg_finished));
-        json_object_set_new(bj, "prefilled", json_integer(b.bg_prefilled));
-        json_object_set_new(bj, "computed_tokens", json_integer((json_int_t)bg_computed));
-        json_object_set_new(bj, "output_tokens", json_integer((json_int_t)b.bg_output_tokens));
-        json_object_set_new(bj, "computed_tokens_per_s", json_real(r1((double)bg_computed / wall)));
-        json_object_set_new(
-            bj, "progress",
-            json_real(r4((double)bg_computed / ((double)b.bg.n_req * (double)(b.bg.in_len + b.bg.out_len)))));
-    }
-    json_object_set_new(j, "background", bj);
-    json_object_set_new(j, "failed", json_integer(b.failed));
+    json_object_set_new(j, "lanes", lanes_json(b));
+    json_object_set_new(j, "settings", b->settings ? json_incref(b->settings) : json_object());
+    json_object_set_new(j, "background", background_json(b));
+    json_object_set_new(j, "failed", json_integer(b->failed));
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(j);
     if (line) {
@@ -952,8 +970,34 @@ int cmd_bench(int argc, char **argv)
         fflush(stdout);
         free(line);
     }
-    if (drc)
-        fprintf(stderr, "llmq %s: %d requests failed; the first: %s\n", CMD, b.failed, b.first_error);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc < 0 ? 0 : rc; /* -1: --help */
+    struct bench b;
+    memset(&b, 0, sizeof b);
+    rc = bench_settings(&b, &a);
+    if (!rc)
+        rc = open_model(&b, &a);
+    if (!rc)
+        rc = open_engine(&b, &a);
+    if (!rc)
+        rc = make_requests(&b);
+    if (!rc)
+        rc = warm_up(&b);
+    if (!rc)
+        rc = run_timed(&b);
+    if (!rc) {
+        print_line(&b);
+        if (b.run_rc) {
+            fprintf(stderr, "llmq %s: %d requests failed; the first: %s\n", CMD, b.failed, b.first_error);
+            rc = 1;
+        }
+    }
     bench_free(&b);
-    return drc ? 1 : 0;
+    return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/buf.h"
 #include "queue/jobid.h"
 #include "queue/push.h"
 #include "queue/rq.h"
@@ -204,32 +205,23 @@ static void on_opt(int opt, const char *arg, void *ctx)
     }
 }
 
-/* The whole of f as a NUL-terminated string in *out (malloc'd), at most max bytes. */
+/* The whole of f as a NUL-terminated string in *out (malloc'd), at most max bytes. Returns 0, -1 on a
+ * read error, -2 when f holds more than max bytes (or memory ran out). */
 static int read_all(FILE *f, int64_t max, char **out, size_t *len)
 {
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *p = (int64_t)cap > max + 1 ? NULL : realloc(buf, cap * 2);
-            if (!p)
-                break;
-            buf = p;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0 || (int64_t)n > max)
+    struct buf b = {0};
+    char chunk[65536];
+    size_t got;
+    while ((int64_t)b.len <= max && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (buf_append(&b, chunk, got))
             break;
-    }
-    if (!buf || ferror(f) || (int64_t)n > max || n + 1 >= cap) {
-        free(buf);
+    if (ferror(f) || b.oom || (int64_t)b.len > max) {
+        buf_free(&b);
         return ferror(f) ? -1 : -2;
     }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
+    *len = b.len;
+    *out = buf_take(&b);
+    return *out ? 0 : -2;
 }
 
 /* --var K=TEXT, K=@FILE or K=@-: the value as a JSON string, or NULL after printing why. */

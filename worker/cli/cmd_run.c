@@ -18,6 +18,7 @@
 #include "engine/tokenizer.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
+#include "worker/backends/backend_open.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
@@ -282,7 +283,8 @@ static int setup(struct run *r, const char *input, const char *output)
         return 1;
     }
     struct engine_opts eo = engine_cfg_opts(c);
-    r->eng = engine_open(r->model, r->tok, &eo, err, sizeof err);
+    struct backend *be = backend_open(engine_cfg_backend(c), r->model, &eo.be, err, sizeof err);
+    r->eng = be ? engine_open(r->model, r->tok, be, &eo, err, sizeof err) : NULL;
     if (!r->eng) {
         fprintf(stderr, "llmq %s: engine: %s\n", CMD, err);
         return 1;

@@ -10,6 +10,7 @@
 
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
+#include "engine/util/buf.h"
 #include "worker/cli/cli.h"
 
 static void usage(FILE *f)
@@ -245,23 +246,14 @@ static char *read_file(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *p = malloc(cap);
-    while (p) {
-        size_t k = fread(p + n, 1, cap - n, f);
-        n += k;
-        if (n < cap)
-            break;
-        char *q = realloc(p, cap *= 2);
-        if (!q) {
-            free(p);
-            p = NULL;
-        }
-        p = q;
-    }
+    struct buf b = {0};
+    char chunk[65536];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0 && buf_append(&b, chunk, k) == 0)
+        ;
     fclose(f);
-    *len = n;
-    return p;
+    *len = b.len;
+    return buf_take(&b); /* NULL when out of memory */
 }
 
 /* Encodes text whole (lines = false) or line by line; returns seconds and the token count. */

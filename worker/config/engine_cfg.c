@@ -40,12 +40,16 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
     o.be.lm_head_dtype = c->model.lm_head_dtype == CFG_LM_FP8    ? BE_WEIGHTS_FP8
                          : c->model.lm_head_dtype == CFG_LM_BF16 ? BE_WEIGHTS_BF16
                                                                  : BE_WEIGHTS_AUTO;
-    const char *backend = cfg_choice("engine.backend", c->engine.backend);
-    o.backend = backend ? backend : "auto";
     o.enable_prefix_caching = c->engine.enable_prefix_caching;
     o.admission_reserve = c->engine.admission_reserve;
     o.seed = (uint64_t)c->engine.seed;
     return o;
+}
+
+const char *engine_cfg_backend(const struct cfg *c)
+{
+    const char *backend = cfg_choice("engine.backend", c->engine.backend);
+    return backend ? backend : "auto";
 }
 
 void engine_cfg_lanes(struct engine_opts *o, const struct cfg *c)

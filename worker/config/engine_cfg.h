@@ -13,8 +13,11 @@ enum { ENGINE_CFG_LANE_SHORT = 0, ENGINE_CFG_LANE_LONG = 1 };
 
 /* engine_opts_default() with the model and engine sections of c applied: block size, global
  * caps, max_model_len, threads, CUDA device, memory, KV dtype, weight dtype (model.dtype), CUDA graphs,
- * backend, prefix caching, seed. One lane with the global caps. */
+ * prefix caching, seed. One lane with the global caps. */
 struct engine_opts engine_cfg_opts(const struct cfg *c);
+
+/* engine.backend: "auto", "cpu" or "cuda", the name backend_open takes (a static string). */
+const char *engine_cfg_backend(const struct cfg *c);
 
 /* Adds the worker's two lanes to o from the queues section: lane ENGINE_CFG_LANE_SHORT with the
  * short_* caps and ENGINE_CFG_LANE_LONG with the long_* caps (0 = the global value). */

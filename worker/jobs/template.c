@@ -8,39 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/buf.h"
 #include "engine/util/errfmt.h"
 
 static bool name_char(char ch)
 {
     return isalnum((unsigned char)ch) || ch == '_' || ch == '-' || ch == '.';
-}
-
-/* A growing output string. */
-struct buf {
-    char *s;
-    size_t len, cap;
-    bool oom;
-};
-
-static void put(struct buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->len + n + 1)
-            nc *= 2;
-        char *p = realloc(b->s, nc);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
 }
 
 /* The shortest %.Ng text (N = 15..17) that reads back as v, as Python's repr of a float. */
@@ -61,13 +34,13 @@ static int put_var(struct buf *b, const json_t *vars, const char *name)
     if (!v)
         return TMPL_ERR_MISSING;
     if (json_is_string(v)) {
-        put(b, json_string_value(v), json_string_length(v));
+        buf_append(b, json_string_value(v), json_string_length(v));
     } else if (json_is_integer(v)) {
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
-        put(b, num, strlen(num));
+        buf_append(b, num, strlen(num));
     } else if (json_is_real(v)) {
         format_real(json_real_value(v), num, sizeof num);
-        put(b, num, strlen(num));
+        buf_append(b, num, strlen(num));
     } else {
         return TMPL_ERR_TYPE;
     }
@@ -82,7 +55,7 @@ static int scan(const char *text, const json_t *vars, struct buf *b, char *var, 
         size_t at = (size_t)(p - text);
         if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
             if (b)
-                put(b, p, 1);
+                buf_append(b, p, 1);
             p += 2;
         } else if (*p == '}') {
             return errfmt_rc(err, errlen, TMPL_ERR_SYNTAX,
@@ -128,7 +101,7 @@ static int scan(const char *text, const json_t *vars, struct buf *b, char *var, 
             while (*q && *q != '{' && *q != '}')
                 q++;
             if (b)
-                put(b, p, (size_t)(q - p));
+                buf_append(b, p, (size_t)(q - p));
             p = q;
         }
     }
@@ -150,14 +123,14 @@ int tmpl_render(const char *text, const json_t *vars, char **out, char var[TMPL_
     if (rc)
         return rc;
     struct buf b = {0};
-    put(&b, "", 0); /* an empty template renders to "", not NULL */
+    buf_append(&b, "", 0); /* an empty template renders to "", not NULL */
     rc = scan(text, vars, &b, var, err, errlen);
     if (rc == TMPL_OK && b.oom)
         rc = errfmt_rc(err, errlen, TMPL_ERR_NOMEM, "out of memory");
     if (rc) {
-        free(b.s);
+        buf_free(&b);
         return rc;
     }
-    *out = b.s;
+    *out = b.p;
     return TMPL_OK;
 }

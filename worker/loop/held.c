@@ -9,44 +9,6 @@
 #include "engine/tokenizer.h"
 #include "worker/jobs/result.h"
 
-void wk_list_push(struct wk_list *l, struct wk_job *j)
-{
-    j->next = NULL;
-    j->prev = l->tail;
-    if (l->tail)
-        l->tail->next = j;
-    else
-        l->head = j;
-    l->tail = j;
-    l->n++;
-}
-
-void wk_list_push_front(struct wk_list *l, struct wk_job *j)
-{
-    j->prev = NULL;
-    j->next = l->head;
-    if (l->head)
-        l->head->prev = j;
-    else
-        l->tail = j;
-    l->head = j;
-    l->n++;
-}
-
-void wk_list_remove(struct wk_list *l, struct wk_job *j)
-{
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        l->head = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    else
-        l->tail = j->prev;
-    j->prev = j->next = NULL;
-    l->n--;
-}
-
 struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
 {
     struct wk_job *j = calloc(1, sizeof *j);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "engine/engine.h"
+#include "engine/util/list.h"
 #include "queue/ack.h"
 #include "queue/fetch.h"
 #include "worker/jobs/job.h"
@@ -32,7 +33,7 @@ enum wk_after {
 };
 
 struct wk_job {
-    struct wk_job *prev, *next; /* in the list of its state */
+    struct list_node link;      /* in the list of its state */
     int state;                  /* enum wk_state; -1 while in no list */
     struct rq_job rj;           /* as held in Redis (owned) */
     struct job job;             /* parsed (job_parse always initialises it; owned) */
@@ -72,14 +73,11 @@ struct wk_ctx {
     const struct tok *tok; /* for the token strings of OpenAI logprobs; may be NULL */
 };
 
-struct wk_list {
-    struct wk_job *head, *tail;
-    int n;
-};
-
-void wk_list_push(struct wk_list *l, struct wk_job *j);
-void wk_list_push_front(struct wk_list *l, struct wk_job *j);
-void wk_list_remove(struct wk_list *l, struct wk_job *j);
+/* The job a list node of a state's list belongs to; NULL for NULL. */
+static inline struct wk_job *wk_job_of(struct list_node *n)
+{
+    return LIST_ITEM(n, struct wk_job, link);
+}
 
 /* A new record that takes over *rj (zeroed). NULL when out of memory (*rj is then untouched). */
 struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall);

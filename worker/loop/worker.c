@@ -15,6 +15,7 @@
 #include "engine/gpu.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/array.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "llmq_version.h"
@@ -29,6 +30,7 @@
 #include "queue/rq.h"
 #include "queue/stats.h"
 #include "queue/tick.h"
+#include "worker/backends/backend_open.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
 #include "worker/config/redis_cfg.h"
@@ -73,72 +75,101 @@ static void on_signal(int s)
     g_signals++;
 }
 
+/* Fetching: what one rq_fetch brings and when the next may run. */
+struct wk_fetch {
+    struct rq_job *jobs;           /* [cap]: one fetch's jobs, before each becomes a held wk_job */
+    char (*hash_keys)[RQ_KEY_MAX]; /* [cap]: their hashes' keys, for the created_at lookup */
+    size_t cap;
+    struct rq_pipe pipe; /* the created_at lookups of one fetch, one round trip */
+    double last_empty;   /* monotonic time of the last fetch that brought nothing; 0 after one that did */
+    double empty_wait;   /* seconds before the next fetch after an empty one (while busy) */
+    uint64_t seq;        /* jobs fetched so far (each one's progress phase) */
+    bool recovered;      /* what an earlier run under this id left is taken back (rq_recover) */
+    bool paused;         /* too many finished jobs wait for SQLite or Redis: not fetching */
+};
+
+/* The Redis side besides fetching: how often progress and cancellations go out, and trouble. */
+struct wk_redis {
+    double last_progress; /* monotonic time progress updates last went out */
+    double last_cancel;   /* ... and cancellations were last checked */
+    double trouble_since; /* when a Redis step started failing; 0 while they succeed */
+    double next_log;      /* a failing step is logged again from this time */
+};
+
+/* One iteration's arrays, each with room for cap entries, grown as needed (grow_scratch). */
+struct wk_scratch {
+    struct wk_job **jobs;         /* the jobs of one state a step works on (jobs_of) */
+    struct rq_result *results;    /* rq_ack: their results */
+    const char **ids;             /* rq_cancel_check: their ids */
+    bool *flags;                  /* rq_cancel_check's answers; which created_at were asked */
+    struct rq_progress *progress; /* rq_progress: the updates of one flush */
+    const struct rq_job **rjobs;  /* rq_requeue: their Redis records */
+    size_t cap;
+};
+
+/* The SQLite side: the batch the writer thread runs (worker/store/writer.h) and what waits for the
+ * next one. */
+struct wk_store {
+    struct wk_writer *writer;
+    struct wk_batch batch;                  /* the batch in flight */
+    struct db_result *rows;                 /* [MAX_BATCH]: its job rows */
+    int *row_rc;                            /* [MAX_BATCH]: each row's outcome */
+    struct wk_job **row_jobs;               /* [MAX_BATCH]: each row's job (state COMMITTING) */
+    size_t n_rows;                          /* rows in the batch in flight */
+    double oldest_pending;                  /* monotonic time the oldest PENDING job became pending */
+    double next_commit;                     /* no batch before this: the backoff after a failed write */
+    int backoff_ms;                         /* that backoff; 0 while writes succeed */
+    double trouble_since;                   /* when writes started failing; 0 while they succeed */
+    double next_log;                        /* a failing write is logged again from this time */
+    char err[600];                          /* why the last write failed (for GET /health) */
+    struct db_worker worker_row;            /* this worker's workers row */
+    bool worker_row_done;                   /* ... is written */
+    bool worker_row_sent;                   /* ... is in the batch in flight */
+    struct db_metrics metrics[MAX_METRICS]; /* metrics rows waiting to be written, oldest first */
+    int n_metrics;
+    int n_metrics_sent; /* the first n_metrics_sent of them are in the batch in flight */
+    bool want_touch;    /* the workers row's jobs_done and last_seen are due */
+    bool touch_sent;    /* ... and in the batch in flight */
+    bool stopped_touch; /* the row is marked stopped */
+};
+
+/* What the worker counts and reports: metrics rows, GET /metrics, the log lines. */
+struct wk_stats {
+    struct wk_metrics metrics;   /* the current interval's figures (worker/metrics/metrics.h) */
+    struct wk_http *http;        /* GET /metrics and /health; NULL when metrics.enabled is false */
+    struct wk_snapshot snapshot; /* what it serves: identity set at setup, the rest at each publish */
+    double next_publish;         /* the snapshot is refreshed from this monotonic time */
+    double next_row;             /* the next metrics row is due at this monotonic time */
+    double last_tokens_per_s;    /* generation rate of the last metrics row (the heartbeat's) */
+    int64_t done, completed, failed, cancelled; /* jobs whose rows are committed, by status */
+    int64_t dead, retried, routed, requeued;    /* dead-lettered, retried, moved long, handed back */
+    int64_t interval_done, interval_failed, interval_cancelled; /* since the last info line */
+    struct timing run_timing, interval_timing; /* whole run, and the current metrics interval (--stats) */
+};
+
 struct wk {
     const struct cfg *cfg;
-    struct wk_opts o;
+    struct wk_opts opts;
+    /* what runs the jobs */
     struct model *model;
     struct tok *tok;
     struct engine *eng;
+    struct wk_lanes lanes; /* which queue feeds which engine lane, and their room */
+    struct job_opts jopts; /* how a job is parsed: defaults, size limit, templates */
+    struct wk_ctx ctx;     /* what finishing a job needs (held.h) */
     int64_t gpu_mem_bytes; /* device memory the backend allocated, -1 = not a GPU backend */
-    struct rq *rq;
-    struct wk_writer *wr;
-    struct job_opts jopts;
-    struct wk_ctx ctx;
-    struct wk_lanes lanes;
     char model_name[256], gpu[256], host[256], worker_id[RQ_NAME_MAX + 1];
+    struct rq *rq; /* the Redis connection and this worker's keys */
 
-    struct wk_list l[WK_NSTATES];
-    struct rq_job *fetched; /* [fetch_cap] */
-    int fetch_cap;
-    struct rq_pipe pipe; /* created_at lookups */
-    char (*hkeys)[RQ_KEY_MAX];
-    double last_empty_fetch, last_progress, last_cancel;
-    double empty_fetch_wait; /* seconds before the next fetch after an empty one (while busy) */
-    uint64_t fetch_seq;      /* jobs fetched so far */
-    bool recovered;
-    bool fetch_paused;
+    struct list held[WK_NSTATES]; /* the jobs it holds, one list per state (held.h) */
+    struct wk_fetch fetch;
+    struct wk_redis redis;
+    struct wk_scratch scratch;
+    struct wk_store store;
+    struct wk_stats stats;
 
-    /* per-iteration scratch, grown as needed */
-    struct rq_result *res;
-    struct wk_job **jobs;
-    const char **ids;
-    bool *flags;
-    struct rq_progress *prog;
-    const struct rq_job **rjobs;
-    int scratch_cap;
-
-    /* SQLite */
-    struct wk_batch batch;
-    struct db_result *rows; /* [MAX_BATCH] */
-    int *row_rc;
-    struct wk_job **bjobs;
-    size_t nb; /* jobs in the batch in flight */
-    double oldest_pending, next_commit;
-    int commit_backoff_ms;
-    double db_trouble_since, next_db_log;
-    char db_err[600]; /* why the last write failed (for GET /health) */
-    struct db_worker wrow;
-    bool wrow_done, wrow_sent;
-    struct db_metrics mrows[MAX_METRICS];
-    int nm, nm_sent;
-    bool want_touch, touch_sent, stopped_touch;
-
-    /* Redis trouble */
-    double redis_trouble_since, next_redis_log;
-
-    /* metrics and counters */
-    struct wk_metrics m;
-    struct wk_http *http;    /* GET /metrics and /health; NULL when metrics.enabled is false */
-    struct wk_snapshot snap; /* what it serves: identity set at setup, the rest at each publish */
-    double next_publish;
-    double next_metrics;
-    double last_tokens_per_s;
-    int64_t done, completed, failed, cancelled, dead, retried, routed, requeued;
-    int64_t iv_done, iv_failed, iv_cancelled; /* since the last info line */
-    struct timing t, ti;                      /* whole run, and the current metrics interval (--stats) */
-
-    bool stopping;
-    double deadline;
+    bool stopping;        /* a signal came: no more fetching */
+    double stop_deadline; /* running jobs are handed back from this monotonic time */
 };
 
 /* ---- small helpers */
@@ -153,19 +184,19 @@ static int held_count(const struct wk *w)
 {
     int n = 0;
     for (int s = 0; s < WK_NSTATES; s++)
-        n += w->l[s].n;
+        n += w->held[s].n;
     return n;
 }
 
 static void move(struct wk *w, struct wk_job *j, int state)
 {
     if (j->state >= 0)
-        wk_list_remove(&w->l[j->state], j);
+        list_remove(&w->held[j->state], &j->link);
     j->state = state;
-    if (state == WK_PENDING && w->l[WK_PENDING].n == 0)
-        w->oldest_pending = llmq_mono_s();
+    if (state == WK_PENDING && w->held[WK_PENDING].n == 0)
+        w->store.oldest_pending = llmq_mono_s();
     if (state >= 0)
-        wk_list_push(&w->l[state], j);
+        list_push_back(&w->held[state], &j->link);
 }
 
 static void drop(struct wk *w, struct wk_job *j)
@@ -176,32 +207,17 @@ static void drop(struct wk *w, struct wk_job *j)
 
 static int grow_scratch(struct wk *w, int n)
 {
-    if (n <= w->scratch_cap)
+    if ((size_t)n <= w->scratch.cap)
         return 0;
-    int cap = w->scratch_cap ? w->scratch_cap : 256;
-    while (cap < n)
-        cap *= 2;
-    void *a = realloc(w->res, (size_t)cap * sizeof *w->res);
-    if (a)
-        w->res = a;
-    void *b = realloc(w->jobs, (size_t)cap * sizeof *w->jobs);
-    if (b)
-        w->jobs = b;
-    void *c = realloc(w->ids, (size_t)cap * sizeof *w->ids);
-    if (c)
-        w->ids = c;
-    void *d = realloc(w->flags, (size_t)cap * sizeof *w->flags);
-    if (d)
-        w->flags = d;
-    void *e = realloc(w->prog, (size_t)cap * sizeof *w->prog);
-    if (e)
-        w->prog = e;
-    void *f = realloc(w->rjobs, (size_t)cap * sizeof *w->rjobs);
-    if (f)
-        w->rjobs = f;
-    if (!a || !b || !c || !d || !e || !f)
+    size_t cap = array_grown_cap(w->scratch.cap, (size_t)n, 256); /* one capacity for all six */
+    if (array_resize(&w->scratch.results, cap, sizeof *w->scratch.results) ||
+        array_resize(&w->scratch.jobs, cap, sizeof *w->scratch.jobs) ||
+        array_resize(&w->scratch.ids, cap, sizeof *w->scratch.ids) ||
+        array_resize(&w->scratch.flags, cap, sizeof *w->scratch.flags) ||
+        array_resize(&w->scratch.progress, cap, sizeof *w->scratch.progress) ||
+        array_resize(&w->scratch.rjobs, cap, sizeof *w->scratch.rjobs))
         return -1;
-    w->scratch_cap = cap;
+    w->scratch.cap = cap;
     return 0;
 }
 
@@ -209,33 +225,33 @@ static int grow_scratch(struct wk *w, int n)
 static void redis_trouble(struct wk *w, const char *what)
 {
     double now = llmq_mono_s();
-    if (w->redis_trouble_since == 0)
-        w->redis_trouble_since = now;
-    if (now >= w->next_redis_log) {
+    if (w->redis.trouble_since == 0)
+        w->redis.trouble_since = now;
+    if (now >= w->redis.next_log) {
         log_warn("redis: %s failed: %s; the worker keeps running and tries again (%d jobs held)", what,
                  rq_error(w->rq), held_count(w));
-        w->next_redis_log = now + TROUBLE_LOG_S;
+        w->redis.next_log = now + TROUBLE_LOG_S;
     }
 }
 
 static void redis_ok(struct wk *w)
 {
-    if (w->redis_trouble_since > 0) {
-        log_info("redis: working again after %.1f s", llmq_mono_s() - w->redis_trouble_since);
-        w->redis_trouble_since = 0;
-        w->next_redis_log = 0;
+    if (w->redis.trouble_since > 0) {
+        log_info("redis: working again after %.1f s", llmq_mono_s() - w->redis.trouble_since);
+        w->redis.trouble_since = 0;
+        w->redis.next_log = 0;
     }
 }
 
-/* The jobs of a state (all, or those with `after`) into w->jobs; 0 when out of memory. */
+/* The jobs of a state (all, or those with `after`) into w->scratch.jobs; 0 when out of memory. */
 static int jobs_of(struct wk *w, int state, int after)
 {
-    if (grow_scratch(w, w->l[state].n))
+    if (grow_scratch(w, w->held[state].n))
         return 0;
     int n = 0;
-    for (struct wk_job *j = w->l[state].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->held[state].head); j; j = wk_job_of(j->link.next))
         if (after < 0 || (int)j->after == after)
-            w->jobs[n++] = j;
+            w->scratch.jobs[n++] = j;
     return n;
 }
 
@@ -256,7 +272,7 @@ static void count_finish(struct wk *w, const struct wk_job *j, bool retried)
             isnan(j->created_at) || isnan(j->started_at) ? NAN : (j->started_at - j->created_at) * 1e3,
         .retried = retried,
     };
-    wk_metrics_finish(&w->m, &f);
+    wk_metrics_finish(&w->stats.metrics, &f);
 }
 
 /* A job that cannot run: failed row first, then the dead list. */
@@ -319,16 +335,16 @@ static void admit(struct wk *w, struct wk_job *j)
 /* created_at of the fetched jobs from their hashes, in one round trip (NAN when unknown). */
 static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
 {
-    struct rq_pipe *p = &w->pipe;
+    struct rq_pipe *p = &w->fetch.pipe;
     rq_pipe_reset(p);
     int asked = 0;
     for (int i = 0; i < n; i++) {
-        w->flags[i] =
-            jobs[i]->rj.id[0] && rq_key_job(&w->rq->keys, jobs[i]->rj.id, w->hkeys[i], RQ_KEY_MAX) == 0;
-        if (!w->flags[i])
+        w->scratch.flags[i] = jobs[i]->rj.id[0] && rq_key_job(&w->rq->keys, jobs[i]->rj.id,
+                                                              w->fetch.hash_keys[i], RQ_KEY_MAX) == 0;
+        if (!w->scratch.flags[i])
             continue;
         rq_pipe_cmd(p, "HGET");
-        rq_pipe_str(p, w->hkeys[i]);
+        rq_pipe_str(p, w->fetch.hash_keys[i]);
         rq_pipe_str(p, "created_at");
         asked++;
     }
@@ -336,7 +352,7 @@ static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
         return;
     int k = 0;
     for (int i = 0; i < n && k < p->nreply; i++) {
-        if (!w->flags[i])
+        if (!w->scratch.flags[i])
             continue;
         const redisReply *r = p->reply[k++];
         if (r && r->type == REDIS_REPLY_STRING) {
@@ -355,8 +371,8 @@ static void redis_committed(struct wk *w)
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
     if (n) {
         for (int i = 0; i < n; i++) {
-            const struct wk_job *j = w->jobs[i];
-            w->res[i] = (struct rq_result){
+            const struct wk_job *j = w->scratch.jobs[i];
+            w->scratch.results[i] = (struct rq_result){
                 .job = &j->rj,
                 .status = j->status,
                 .error = j->error,
@@ -366,7 +382,7 @@ static void redis_committed(struct wk *w)
                 .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
             };
         }
-        int removed = rq_ack(w->rq, w->res, n);
+        int removed = rq_ack(w->rq, w->scratch.results, n);
         if (removed < 0) {
             redis_trouble(w, "ack");
             return;
@@ -377,25 +393,25 @@ static void redis_committed(struct wk *w)
                      "unreachable, or lost in a Redis restart); their rows are written",
                      n - removed, n, w->rq->proc_key);
         for (int i = 0; i < n; i++)
-            drop(w, w->jobs[i]);
+            drop(w, w->scratch.jobs[i]);
     }
     n = jobs_of(w, WK_COMMITTED, WK_AFTER_DEAD);
     for (int i = 0; i < n; i++) {
-        struct wk_job *j = w->jobs[i];
+        struct wk_job *j = w->scratch.jobs[i];
         int r = rq_dead(w->rq, &j->rj, j->error);
         if (r < 0) {
             redis_trouble(w, "dead-lettering");
             return;
         }
         redis_ok(w);
-        w->dead++;
-        wk_metrics_dead(&w->m);
+        w->stats.dead++;
+        wk_metrics_dead(&w->stats.metrics);
         log_warn("job %s failed: %s; dead-lettered", wk_job_id(j), j->error ? j->error : "?");
         drop(w, j);
     }
     n = jobs_of(w, WK_COMMITTED, WK_AFTER_NONE);
     for (int i = 0; i < n; i++)
-        drop(w, w->jobs[i]);
+        drop(w, w->scratch.jobs[i]);
 }
 
 static void redis_route(struct wk *w)
@@ -404,25 +420,25 @@ static void redis_route(struct wk *w)
     if (!n)
         return;
     for (int i = 0; i < n; i++)
-        w->rjobs[i] = &w->jobs[i]->rj;
-    int moved = rq_requeue(w->rq, w->rjobs, n, "long", "route_long");
+        w->scratch.rjobs[i] = &w->scratch.jobs[i]->rj;
+    int moved = rq_requeue(w->rq, w->scratch.rjobs, n, "long", "route_long");
     if (moved < 0) {
         redis_trouble(w, "moving long jobs to the long queue");
         return;
     }
     redis_ok(w);
-    w->routed += moved;
-    wk_metrics_routed(&w->m, moved);
+    w->stats.routed += moved;
+    wk_metrics_routed(&w->stats.metrics, moved);
     log_debug("moved %d job%s to the long queue", moved, moved == 1 ? "" : "s");
     for (int i = 0; i < n; i++)
-        drop(w, w->jobs[i]);
+        drop(w, w->scratch.jobs[i]);
 }
 
 static void redis_retry(struct wk *w)
 {
     int n = jobs_of(w, WK_RETRY, -1);
     for (int i = 0; i < n; i++) {
-        struct wk_job *j = w->jobs[i];
+        struct wk_job *j = w->scratch.jobs[i];
         int64_t delay = 0;
         int r = rq_retry(w->rq, &j->rj, j->error, &delay);
         if (r < 0) {
@@ -431,15 +447,15 @@ static void redis_retry(struct wk *w)
         }
         redis_ok(w);
         if (r == RQ_RETRY_SCHEDULED) {
-            w->retried++;
+            w->stats.retried++;
             count_finish(w, j, true);
             log_warn("job %s failed in the engine (%s); attempt %d of %d, retrying in %.1f s", wk_job_id(j),
                      j->error, j->rj.attempts, w->cfg->queues.max_attempts, (double)delay / 1e3);
             drop(w, j);
         } else if (r == RQ_RETRY_DEAD) { /* Redis dead-lettered it: write its failed row */
-            w->dead++;
+            w->stats.dead++;
             count_finish(w, j, false);
-            wk_metrics_dead(&w->m);
+            wk_metrics_dead(&w->stats.metrics);
             log_warn("job %s failed in the engine (%s) and is out of attempts; dead-lettered", wk_job_id(j),
                      j->error);
             j->after = WK_AFTER_NONE;
@@ -450,64 +466,78 @@ static void redis_retry(struct wk *w)
     }
 }
 
+/* The Redis side of held jobs whose rows are committed (ack, dead list), of jobs to move to the long
+ * queue and of jobs to retry. */
+static void redis_settle(struct wk *w)
+{
+    redis_committed(w);
+    redis_route(w);
+    redis_retry(w);
+}
+
 /* ---- SQLite */
 
 static void db_trouble(struct wk *w, const char *msg)
 {
+    struct wk_store *store = &w->store;
     double now = llmq_mono_s();
-    snprintf(w->db_err, sizeof w->db_err, "%s", msg);
-    if (w->db_trouble_since == 0)
-        w->db_trouble_since = now;
-    if (now >= w->next_db_log) {
-        int waiting = w->l[WK_PENDING].n + w->l[WK_COMMITTING].n;
+    snprintf(store->err, sizeof store->err, "%s", msg);
+    if (store->trouble_since == 0)
+        store->trouble_since = now;
+    if (now >= store->next_log) {
+        int waiting = w->held[WK_PENDING].n + w->held[WK_COMMITTING].n;
         log_warn(
             "sqlite: %s; %d finished job%s wait in memory (still in %s) and the write is retried in %.1f s",
-            msg, waiting, waiting == 1 ? "" : "s", w->rq->proc_key, w->commit_backoff_ms / 1e3);
-        w->next_db_log = now + TROUBLE_LOG_S;
+            msg, waiting, waiting == 1 ? "" : "s", w->rq->proc_key, store->backoff_ms / 1e3);
+        store->next_log = now + TROUBLE_LOG_S;
     }
 }
 
 static void commit_done(struct wk *w, struct wk_batch *b)
 {
+    struct wk_store *store = &w->store;
     double now = llmq_mono_s();
     bool results_ok = b->rc_results == DB_OK || b->rc_results == DB_ERR_ROW;
-    log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", w->nb, (size_t)w->nm_sent,
-              b->write_ms, b->rc_results);
-    bool wrow_failed = w->wrow_sent && b->rc_worker != DB_OK;
-    if (w->wrow_sent && b->rc_worker == DB_OK)
-        w->wrow_done = true;
-    w->wrow_sent = false;
-    if (w->nm_sent) {
+    log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", store->n_rows,
+              (size_t)store->n_metrics_sent, b->write_ms, b->rc_results);
+    bool worker_row_failed = store->worker_row_sent && b->rc_worker != DB_OK;
+    if (store->worker_row_sent && b->rc_worker == DB_OK)
+        store->worker_row_done = true;
+    store->worker_row_sent = false;
+    if (store->n_metrics_sent) {
         bool drop_them = b->rc_metrics == DB_OK;
-        if (b->rc_metrics == DB_ERR && !wrow_failed) { /* refused for what it is: retrying will not help */
-            log_warn("sqlite: %d metrics row%s dropped: %s", w->nm_sent, w->nm_sent == 1 ? "" : "s", b->err);
+        if (b->rc_metrics == DB_ERR &&
+            !worker_row_failed) { /* refused for what it is: retrying will not help */
+            log_warn("sqlite: %d metrics row%s dropped: %s", store->n_metrics_sent,
+                     store->n_metrics_sent == 1 ? "" : "s", b->err);
             drop_them = true;
         }
         if (drop_them) {
-            memmove(w->mrows, w->mrows + w->nm_sent, (size_t)(w->nm - w->nm_sent) * sizeof *w->mrows);
-            w->nm -= w->nm_sent;
+            memmove(store->metrics, store->metrics + store->n_metrics_sent,
+                    (size_t)(store->n_metrics - store->n_metrics_sent) * sizeof *store->metrics);
+            store->n_metrics -= store->n_metrics_sent;
         }
-        w->nm_sent = 0;
+        store->n_metrics_sent = 0;
     }
-    if (w->touch_sent && b->rc_touch == DB_OK) {
-        w->want_touch = false;
+    if (store->touch_sent && b->rc_touch == DB_OK) {
+        store->want_touch = false;
         if (b->stopped)
-            w->stopped_touch = true;
+            store->stopped_touch = true;
     }
-    w->touch_sent = false;
+    store->touch_sent = false;
 
     if (results_ok) {
-        for (size_t i = 0; i < w->nb; i++) {
-            struct wk_job *j = w->bjobs[i];
-            if (b->rc_results == DB_OK || w->row_rc[i] == DB_OK) {
+        for (size_t i = 0; i < store->n_rows; i++) {
+            struct wk_job *j = store->row_jobs[i];
+            if (b->rc_results == DB_OK || store->row_rc[i] == DB_OK) {
                 move(w, j, WK_COMMITTED);
-                w->done++;
-                w->iv_done++;
-                w->completed += j->status == RQ_STATUS_COMPLETED;
-                w->failed += j->status == RQ_STATUS_FAILED;
-                w->iv_failed += j->status == RQ_STATUS_FAILED;
-                w->cancelled += j->status == RQ_STATUS_CANCELLED;
-                w->iv_cancelled += j->status == RQ_STATUS_CANCELLED;
+                w->stats.done++;
+                w->stats.interval_done++;
+                w->stats.completed += j->status == RQ_STATUS_COMPLETED;
+                w->stats.failed += j->status == RQ_STATUS_FAILED;
+                w->stats.interval_failed += j->status == RQ_STATUS_FAILED;
+                w->stats.cancelled += j->status == RQ_STATUS_CANCELLED;
+                w->stats.interval_cancelled += j->status == RQ_STATUS_CANCELLED;
             } else if (!j->degraded) {
                 log_warn(
                     "sqlite: the row of job %s was refused (%s); writing it again without its JSON columns",
@@ -522,84 +552,86 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         }
     } else {
         /* nothing was written: back to the front of the pending list, in order */
-        for (size_t i = w->nb; i-- > 0;) {
-            struct wk_job *j = w->bjobs[i];
-            wk_list_remove(&w->l[WK_COMMITTING], j);
+        for (size_t i = store->n_rows; i-- > 0;) {
+            struct wk_job *j = store->row_jobs[i];
+            list_remove(&w->held[WK_COMMITTING], &j->link);
             j->state = WK_PENDING;
-            wk_list_push_front(&w->l[WK_PENDING], j);
+            list_push_front(&w->held[WK_PENDING], &j->link);
         }
-        w->oldest_pending = 0;
+        store->oldest_pending = 0;
     }
-    bool failed = !results_ok || wrow_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY;
+    bool failed = !results_ok || worker_row_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY;
     if (failed) {
-        w->commit_backoff_ms = w->commit_backoff_ms ? 2 * w->commit_backoff_ms : 100;
-        if (w->commit_backoff_ms > 2000)
-            w->commit_backoff_ms = 2000;
-        w->next_commit = now + w->commit_backoff_ms / 1e3;
+        store->backoff_ms = store->backoff_ms ? 2 * store->backoff_ms : 100;
+        if (store->backoff_ms > 2000)
+            store->backoff_ms = 2000;
+        store->next_commit = now + store->backoff_ms / 1e3;
         db_trouble(w, b->err[0] ? b->err : "the write failed");
     } else {
-        if (w->db_trouble_since > 0)
-            log_info("sqlite: writing again after %.1f s (%zu rows committed)", now - w->db_trouble_since,
-                     w->nb);
-        w->db_trouble_since = 0;
-        w->next_db_log = 0;
-        w->commit_backoff_ms = 0;
+        if (store->trouble_since > 0)
+            log_info("sqlite: writing again after %.1f s (%zu rows committed)", now - store->trouble_since,
+                     store->n_rows);
+        store->trouble_since = 0;
+        store->next_log = 0;
+        store->backoff_ms = 0;
     }
-    w->nb = 0;
+    store->n_rows = 0;
 }
 
 static bool commit_due(struct wk *w, double now)
 {
-    if (wk_writer_busy(w->wr) || now < w->next_commit)
+    struct wk_store *store = &w->store;
+    if (wk_writer_busy(store->writer) || now < store->next_commit)
         return false;
-    int n = w->l[WK_PENDING].n;
+    int n = w->held[WK_PENDING].n;
     if (n && (n >= w->cfg->sqlite.commit_max_rows ||
-              (now - w->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
+              (now - store->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
               !engine_has_work(w->eng) || w->stopping))
         return true;
-    return !w->wrow_done || w->nm > 0 || w->want_touch;
+    return !store->worker_row_done || store->n_metrics > 0 || store->want_touch;
 }
 
 static void commit_submit(struct wk *w, bool stopped)
 {
-    struct wk_batch *b = &w->batch;
+    struct wk_store *store = &w->store;
+    struct wk_batch *b = &store->batch;
     memset(b, 0, sizeof *b);
-    w->nb = 0;
-    struct wk_job *j = w->l[WK_PENDING].head;
-    while (j && w->nb < MAX_BATCH) {
-        struct wk_job *next = j->next;
-        wk_job_row(j, &w->ctx, &w->rows[w->nb]);
-        w->bjobs[w->nb++] = j;
+    store->n_rows = 0;
+    struct wk_job *j = wk_job_of(w->held[WK_PENDING].head);
+    while (j && store->n_rows < MAX_BATCH) {
+        struct wk_job *next = wk_job_of(j->link.next);
+        wk_job_row(j, &w->ctx, &store->rows[store->n_rows]);
+        store->row_jobs[store->n_rows++] = j;
         move(w, j, WK_COMMITTING);
         j = next;
     }
-    if (w->l[WK_PENDING].n)
-        w->oldest_pending = llmq_mono_s();
-    b->rows = w->rows;
-    b->nrows = w->nb;
-    b->row_rc = w->row_rc;
-    if (!w->wrow_done) {
-        w->wrow.started_at = w->rq->started_at;
-        b->worker_row = &w->wrow;
-        w->wrow_sent = true;
+    if (w->held[WK_PENDING].n)
+        store->oldest_pending = llmq_mono_s();
+    b->rows = store->rows;
+    b->nrows = store->n_rows;
+    b->row_rc = store->row_rc;
+    if (!store->worker_row_done) {
+        store->worker_row.started_at = w->rq->started_at;
+        b->worker_row = &store->worker_row;
+        store->worker_row_sent = true;
     }
-    b->metrics = w->mrows;
-    b->nmetrics = (size_t)w->nm;
-    w->nm_sent = w->nm;
-    if (w->want_touch || stopped) {
+    b->metrics = store->metrics;
+    b->nmetrics = (size_t)store->n_metrics;
+    store->n_metrics_sent = store->n_metrics;
+    if (store->want_touch || stopped) {
         b->touch_id = w->worker_id;
         b->touch_now = db_now();
-        b->jobs_done = w->done;
+        b->jobs_done = w->stats.done;
         b->stopped = stopped;
-        w->touch_sent = true;
+        store->touch_sent = true;
     }
-    if (wk_writer_submit(w->wr, b)) { /* cannot happen: commit_due checked it */
+    if (wk_writer_submit(store->writer, b)) { /* cannot happen: commit_due checked it */
         log_error("sqlite: the writer is busy");
-        for (size_t i = 0; i < w->nb; i++)
-            move(w, w->bjobs[i], WK_PENDING);
-        w->nb = 0;
-        w->nm_sent = 0;
-        w->wrow_sent = w->touch_sent = false;
+        for (size_t i = 0; i < store->n_rows; i++)
+            move(w, store->row_jobs[i], WK_PENDING);
+        store->n_rows = 0;
+        store->n_metrics_sent = 0;
+        store->worker_row_sent = store->touch_sent = false;
     }
 }
 
@@ -617,7 +649,7 @@ static void read_redis_figures(struct wk *w)
     int64_t depth[WK_METRICS_QUEUES] = {0};
     for (int i = 0; ok && i < WK_METRICS_QUEUES; i++)
         depth[i] = rs.queues[i].len;
-    wk_metrics_redis(&w->m, ok, depth, rs.retry, rs.dead);
+    wk_metrics_redis(&w->stats.metrics, ok, depth, rs.retry, rs.dead);
     rq_stats_free(&rs);
     if (!ok)
         log_debug("metrics: reading the queue depths failed: %s", rq_error(w->rq));
@@ -626,22 +658,22 @@ static void read_redis_figures(struct wk *w)
 /* The snapshot GET /metrics and /health serve (worker/metrics/http.h). */
 static void publish(struct wk *w, double now)
 {
-    if (!w->http)
+    if (!w->stats.http)
         return;
-    w->next_publish = now + PUBLISH_S;
+    w->stats.next_publish = now + PUBLISH_S;
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
-    struct wk_snapshot *s = &w->snap;
-    wk_metrics_snapshot(&w->m, &st, s);
+    struct wk_snapshot *s = &w->stats.snapshot;
+    wk_metrics_snapshot(&w->stats.metrics, &st, s);
     s->ready = 1;
     s->stopping = w->stopping;
-    s->redis_ok = w->redis_trouble_since == 0 && w->rq->cmd.ctx != NULL;
+    s->redis_ok = w->redis.trouble_since == 0 && w->rq->cmd.ctx != NULL;
     snprintf(s->redis_err, sizeof s->redis_err, "%.*s", (int)sizeof s->redis_err - 1,
              s->redis_ok ? "" : rq_error(w->rq));
-    s->sqlite_ok = w->db_trouble_since == 0;
+    s->sqlite_ok = w->store.trouble_since == 0;
     snprintf(s->sqlite_err, sizeof s->sqlite_err, "%.*s", (int)sizeof s->sqlite_err - 1,
-             s->sqlite_ok ? "" : w->db_err);
-    wk_http_publish(w->http, s);
+             s->sqlite_ok ? "" : w->store.err);
+    wk_http_publish(w->stats.http, s);
 }
 
 static void add_metrics_row(struct wk *w, double now)
@@ -650,24 +682,26 @@ static void add_metrics_row(struct wk *w, double now)
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     struct db_metrics row;
-    wk_metrics_row(&w->m, now, db_now(), &st, &row);
+    wk_metrics_row(&w->stats.metrics, now, db_now(), &st, &row);
     row.worker_id = w->worker_id;
     row.gpu_mem_bytes = w->gpu_mem_bytes;
-    w->last_tokens_per_s = row.generation_tokens_per_s;
-    if (w->nm == MAX_METRICS && w->nm_sent == 0) { /* SQLite has been away long: drop the oldest */
-        memmove(w->mrows, w->mrows + 1, (MAX_METRICS - 1) * sizeof *w->mrows);
-        w->nm--;
+    w->stats.last_tokens_per_s = row.generation_tokens_per_s;
+    if (w->store.n_metrics == MAX_METRICS &&
+        w->store.n_metrics_sent == 0) { /* SQLite has been away long: drop the oldest */
+        memmove(w->store.metrics, w->store.metrics + 1, (MAX_METRICS - 1) * sizeof *w->store.metrics);
+        w->store.n_metrics--;
     }
-    if (w->nm < MAX_METRICS)
-        w->mrows[w->nm++] = row;
-    w->want_touch = true;
+    if (w->store.n_metrics < MAX_METRICS)
+        w->store.metrics[w->store.n_metrics++] = row;
+    w->store.want_touch = true;
     log_info("worker: %lld done in %.0f s (%lld failed, %lld cancelled), %.0f prompt + %.0f generated tok/s, "
              "running %d, waiting %d, held %d, kv %.0f%%",
-             (long long)w->iv_done, row.interval_s, (long long)w->iv_failed, (long long)w->iv_cancelled,
+             (long long)w->stats.interval_done, row.interval_s, (long long)w->stats.interval_failed,
+             (long long)w->stats.interval_cancelled,
              isnan(row.prompt_tokens_per_s) ? 0 : row.prompt_tokens_per_s,
              isnan(row.generation_tokens_per_s) ? 0 : row.generation_tokens_per_s, st.running, st.waiting,
              held_count(w), isnan(row.kv_usage) ? 0 : 100 * row.kv_usage);
-    w->iv_done = w->iv_failed = w->iv_cancelled = 0;
+    w->stats.interval_done = w->stats.interval_failed = w->stats.interval_cancelled = 0;
     publish(w, now);
 }
 
@@ -712,14 +746,8 @@ static void timing_add(struct timing *t, const double *ph, int running, int full
         t->full_n++;
     }
     if (t->ovh.n < MAX_OVERHEAD_SAMPLES) {
-        if (t->ovh.n == t->ovh.cap) {
-            size_t cap = t->ovh.cap ? 2 * t->ovh.cap : 4096;
-            double *v = realloc(t->ovh.v, cap * sizeof *v);
-            if (!v)
-                return;
-            t->ovh.v = v;
-            t->ovh.cap = cap;
-        }
+        if (array_reserve(&t->ovh.v, &t->ovh.cap, t->ovh.n + 1, sizeof *t->ovh.v, 4096))
+            return;
         t->ovh.v[t->ovh.n++] = ovh * 1e6;
     }
 }
@@ -738,22 +766,22 @@ static void timing_reset(struct timing *t)
 static void phase_fetch(struct wk *w, bool *blocked)
 {
     *blocked = false;
-    if (w->stopping || !w->recovered)
+    if (w->stopping || !w->fetch.recovered)
         return;
-    int waiting_rows = w->l[WK_PENDING].n + w->l[WK_COMMITTING].n + w->l[WK_COMMITTED].n;
+    int waiting_rows = w->held[WK_PENDING].n + w->held[WK_COMMITTING].n + w->held[WK_COMMITTED].n;
     int bound = 4 * w->cfg->sqlite.commit_max_rows; /* finished jobs kept in memory at most (about) */
     if (bound < 64)
         bound = 64;
     if (waiting_rows >= bound) {
-        if (!w->fetch_paused)
+        if (!w->fetch.paused)
             log_warn("worker: %d finished jobs wait for SQLite or Redis; not fetching until they are written",
                      waiting_rows);
-        w->fetch_paused = true;
+        w->fetch.paused = true;
         return;
     }
-    if (w->fetch_paused)
+    if (w->fetch.paused)
         log_info("worker: fetching again");
-    w->fetch_paused = false;
+    w->fetch.paused = false;
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     struct rq_source src[WK_NLANES];
@@ -763,92 +791,88 @@ static void phase_fetch(struct wk *w, bool *blocked)
         return;
     bool idle = !engine_has_work(w->eng) && held_count(w) == 0;
     double now = llmq_mono_s();
-    if (!idle && w->last_empty_fetch > 0 && now - w->last_empty_fetch < w->empty_fetch_wait)
+    if (!idle && w->fetch.last_empty > 0 && now - w->fetch.last_empty < w->fetch.empty_wait)
         return;
-    if (total > w->fetch_cap) {
-        struct rq_job *f = realloc(w->fetched, (size_t)total * sizeof *f);
-        char(*hk)[RQ_KEY_MAX] = realloc(w->hkeys, (size_t)total * sizeof *hk);
-        if (f)
-            w->fetched = f;
-        if (hk)
-            w->hkeys = hk;
-        if (!f || !hk)
+    if ((size_t)total > w->fetch.cap) { /* exactly what this fetch may bring */
+        if (array_resize(&w->fetch.jobs, (size_t)total, sizeof *w->fetch.jobs) ||
+            array_resize(&w->fetch.hash_keys, (size_t)total, sizeof *w->fetch.hash_keys))
             return;
-        w->fetch_cap = total;
+        w->fetch.cap = (size_t)total;
     }
     int block = idle ? RQ_BLOCK_DEFAULT : 0;
     *blocked = idle;
-    int n = rq_fetch(w->rq, src, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetched);
+    int n = rq_fetch(w->rq, src, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetch.jobs);
     if (n < 0) {
         redis_trouble(w, "fetch");
         return;
     }
     redis_ok(w);
-    w->last_empty_fetch = n == 0 ? llmq_mono_s() : 0;
+    w->fetch.last_empty = n == 0 ? llmq_mono_s() : 0;
     if (n > 0 || idle)
-        w->empty_fetch_wait = EMPTY_FETCH_S;
-    else if (w->empty_fetch_wait < EMPTY_FETCH_MAX_S)
-        w->empty_fetch_wait *= 2;
+        w->fetch.empty_wait = EMPTY_FETCH_S;
+    else if (w->fetch.empty_wait < EMPTY_FETCH_MAX_S)
+        w->fetch.empty_wait *= 2;
     if (n == 0)
         return;
     if (grow_scratch(w, n)) {
         log_error("worker: out of memory; the fetched jobs are handed back");
         for (int i = 0; i < n; i++) { /* one by one: no room for a list of them */
-            const struct rq_job *one = &w->fetched[i];
+            const struct rq_job *one = &w->fetch.jobs[i];
             rq_requeue(w->rq, &one, 1, NULL, "out_of_memory");
-            rq_job_free(&w->fetched[i]);
+            rq_job_free(&w->fetch.jobs[i]);
         }
         return;
     }
-    double nm = llmq_mono_s(), nw = db_now();
+    double now_mono = llmq_mono_s(), now_wall = db_now();
     int k = 0;
     for (int i = 0; i < n; i++) {
-        struct wk_job *j = wk_job_new(&w->fetched[i], nm, nw);
+        struct wk_job *j = wk_job_new(&w->fetch.jobs[i], now_mono, now_wall);
         if (!j) { /* out of memory: it stays held by rq and goes back at shutdown or via the reaper */
-            log_error("worker: out of memory for job %s", w->fetched[i].id);
-            rq_job_free(&w->fetched[i]);
+            log_error("worker: out of memory for job %s", w->fetch.jobs[i].id);
+            rq_job_free(&w->fetch.jobs[i]);
             continue;
         }
-        w->jobs[k++] = j;
+        w->scratch.jobs[k++] = j;
     }
-    fetch_created(w, w->jobs, k);
+    fetch_created(w, w->scratch.jobs, k);
     for (int i = 0; i < k; i++) {
-        w->jobs[i]->progress_phase = (int)(w->fetch_seq++ % (uint64_t)w->cfg->worker.progress_every_tokens);
-        admit(w, w->jobs[i]);
+        w->scratch.jobs[i]->progress_phase =
+            (int)(w->fetch.seq++ % (uint64_t)w->cfg->worker.progress_every_tokens);
+        admit(w, w->scratch.jobs[i]);
     }
 }
 
 static void phase_cancel(struct wk *w)
 {
     double now = llmq_mono_s();
-    if (now - w->last_cancel < CANCEL_CHECK_S)
+    if (now - w->redis.last_cancel < CANCEL_CHECK_S)
         return;
-    w->last_cancel = now;
+    w->redis.last_cancel = now;
     int n = 0;
-    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->held[WK_RUNNING].head); j; j = wk_job_of(j->link.next))
         if (!j->cancel_sent && j->rj.id[0])
             n++;
     if (!n || grow_scratch(w, n))
         return;
     n = 0;
-    for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next)
+    for (struct wk_job *j = wk_job_of(w->held[WK_RUNNING].head); j; j = wk_job_of(j->link.next))
         if (!j->cancel_sent && j->rj.id[0]) {
-            w->jobs[n] = j;
-            w->ids[n++] = j->rj.id;
+            w->scratch.jobs[n] = j;
+            w->scratch.ids[n++] = j->rj.id;
         }
-    if (rq_cancel_check(w->rq, w->ids, n, w->flags)) {
+    if (rq_cancel_check(w->rq, w->scratch.ids, n, w->scratch.flags)) {
         redis_trouble(w, "checking cancellations");
         return;
     }
     for (int i = 0; i < n; i++)
-        if (w->flags[i]) {
-            log_info("job %s: cancelled by request", wk_job_id(w->jobs[i]));
-            engine_cancel(w->eng, w->jobs[i]->seq);
-            w->jobs[i]->cancel_sent = true;
+        if (w->scratch.flags[i]) {
+            log_info("job %s: cancelled by request", wk_job_id(w->scratch.jobs[i]));
+            engine_cancel(w->eng, w->scratch.jobs[i]->seq);
+            w->scratch.jobs[i]->cancel_sent = true;
         }
 }
 
-/* engine_step and what follows from it: progress and finished jobs. Returns the step's seconds. */
+/* engine_step and what follows from it: progress and finished jobs. Adds the time of each part to ph. */
 static void phase_step(struct wk *w, double *ph)
 {
     double t0 = llmq_mono_s();
@@ -874,16 +898,16 @@ static void phase_step(struct wk *w, double *ph)
             j->progress_due = true;
         }
     }
-    if (t1 - w->last_progress >= PROGRESS_FLUSH_S) {
-        w->last_progress = t1;
+    if (t1 - w->redis.last_progress >= PROGRESS_FLUSH_S) {
+        w->redis.last_progress = t1;
         int np = 0;
-        if (grow_scratch(w, w->l[WK_RUNNING].n) == 0)
-            for (struct wk_job *j = w->l[WK_RUNNING].head; j; j = j->next) {
+        if (grow_scratch(w, w->held[WK_RUNNING].n) == 0)
+            for (struct wk_job *j = wk_job_of(w->held[WK_RUNNING].head); j; j = wk_job_of(j->link.next)) {
                 if (!j->progress_due || !j->seq)
                     continue;
                 j->progress_due = false;
                 j->reported_tokens = j->seq->n_output;
-                w->prog[np++] = (struct rq_progress){
+                w->scratch.progress[np++] = (struct rq_progress){
                     .id = j->rj.id,
                     .progress = j->max_tokens > 0 ? (double)j->seq->n_output / j->max_tokens : -1,
                     .prompt_tokens = j->seq->n_prompt,
@@ -891,7 +915,7 @@ static void phase_step(struct wk *w, double *ph)
                     .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
                 };
             }
-        if (np && rq_progress(w->rq, w->prog, np))
+        if (np && rq_progress(w->rq, w->scratch.progress, np))
             redis_trouble(w, "progress");
     }
     double t2 = llmq_mono_s();
@@ -917,18 +941,18 @@ static void phase_step(struct wk *w, double *ph)
     ph[PH_FINISH] += llmq_mono_s() - t2;
 }
 
-static void iterate(struct wk *w)
+/* Heartbeat, reaper and due retries (rq_tick), and once, before the first fetch, what an earlier
+ * run under this worker id left in its processing list. */
+static void redis_chores(struct wk *w)
 {
-    double ph[PH_N] = {0};
-    double t = llmq_mono_s(), t2;
     struct engine_stats hb; /* the engine's gauges for the heartbeat (llmq status) */
     engine_get_stats(w->eng, &hb);
     struct rq_worker_info info = {
         .gpu = w->gpu,
         .model = w->model_name,
-        .jobs_done = w->done,
-        .tokens_per_s = isnan(w->last_tokens_per_s) ? 0 : w->last_tokens_per_s,
-        .running = w->l[WK_RUNNING].n,
+        .jobs_done = w->stats.done,
+        .tokens_per_s = isnan(w->stats.last_tokens_per_s) ? 0 : w->stats.last_tokens_per_s,
+        .running = w->held[WK_RUNNING].n,
         .waiting = hb.waiting,
         .kv_blocks_used = hb.kv_blocks_used,
         .kv_blocks_total = hb.kv_blocks_total,
@@ -940,10 +964,10 @@ static void iterate(struct wk *w)
         log_info("reaper: %d lapsed worker%s: %d job%s back on their queue, %d dead-lettered",
                  tr.reap.workers, tr.reap.workers == 1 ? "" : "s", tr.reap.requeued,
                  tr.reap.requeued == 1 ? "" : "s", tr.reap.dead);
-    if (!w->recovered && held_count(w) == 0) {
+    if (!w->fetch.recovered && held_count(w) == 0) {
         struct rq_reap_result rr = {0};
         if (rq_recover(w->rq, &rr) == 0) {
-            w->recovered = true;
+            w->fetch.recovered = true;
             if (rr.requeued || rr.dead)
                 log_info("worker: took back what an earlier run under this id left: %d job%s requeued, %d "
                          "dead-lettered",
@@ -952,58 +976,67 @@ static void iterate(struct wk *w)
             redis_trouble(w, "recovering this worker's processing list");
         }
     }
-    t2 = llmq_mono_s();
-    ph[PH_TICK] = t2 - t;
-    t = t2;
+}
 
-    redis_committed(w);
-    redis_route(w);
-    redis_retry(w);
-    t2 = llmq_mono_s();
-    ph[PH_REDIS] = t2 - t;
-    t = t2;
+/* The rows' side after the step: a batch the writer finished, the metrics row when due, the next
+ * batch when due, and the snapshot GET /metrics serves. */
+static void store_and_report(struct wk *w, double now)
+{
+    struct wk_batch *b = wk_writer_poll(w->store.writer);
+    if (b)
+        commit_done(w, b);
+    if (now >= w->stats.next_row) {
+        add_metrics_row(w, now);
+        w->stats.next_row = now + w->cfg->metrics.interval_s;
+        if (w->opts.stats) {
+            timing_line("worker stats (last interval)", &w->stats.interval_timing);
+            timing_reset(&w->stats.interval_timing);
+        }
+    }
+    if (commit_due(w, now))
+        commit_submit(w, false);
+    if (now >= w->stats.next_publish)
+        publish(w, now);
+}
 
+/* Adds the seconds since *t to *phase and restarts *t. */
+static void lap(double *phase, double *t)
+{
+    double now = llmq_mono_s();
+    *phase += now - *t;
+    *t = now;
+}
+
+/* One pass of the loop, one engine step, in the order of docs/WORKER.md ("What one iteration does");
+ * each phase is timed for the --stats lines. */
+static void iterate(struct wk *w)
+{
+    double ph[PH_N] = {0};
+    double t = llmq_mono_s();
+    redis_chores(w); /* 1. heartbeat, reaper, retries */
+    lap(&ph[PH_TICK], &t);
+    redis_settle(w); /* 1. acknowledgements and the rest of the Redis side of held jobs */
+    lap(&ph[PH_REDIS], &t);
     bool blocked = false;
-    phase_fetch(w, &blocked);
-    t2 = llmq_mono_s();
-    ph[PH_FETCH] = t2 - t;
-    t = t2;
-
+    phase_fetch(w, &blocked); /* 2. fetch, parse, route, add to the engine */
+    lap(&ph[PH_FETCH], &t);
     bool has_work = engine_has_work(w->eng);
     if (has_work)
-        phase_cancel(w);
-    t2 = llmq_mono_s();
-    ph[PH_CANCEL] = t2 - t;
-    t = t2;
+        phase_cancel(w); /* 3. cancellations */
+    lap(&ph[PH_CANCEL], &t);
 
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     int running = st.running;
     if (has_work)
-        phase_step(w, ph);
+        phase_step(w, ph); /* 4. engine_step, 5. progress, 6. finished jobs become rows (timed inside) */
     t = llmq_mono_s();
-
-    struct wk_batch *b = wk_writer_poll(w->wr);
-    if (b)
-        commit_done(w, b);
-    if (t >= w->next_metrics) {
-        add_metrics_row(w, t);
-        w->next_metrics = t + w->cfg->metrics.interval_s;
-        if (w->o.stats) {
-            timing_line("worker stats (last interval)", &w->ti);
-            timing_reset(&w->ti);
-        }
-    }
-    if (commit_due(w, t))
-        commit_submit(w, false);
-    if (t >= w->next_publish)
-        publish(w, t);
-    t2 = llmq_mono_s();
-    ph[PH_COMMIT] = t2 - t;
+    store_and_report(w, t); /* 6. rows committed on the writer thread; metrics */
+    lap(&ph[PH_COMMIT], &t);
 
     if (has_work && !blocked) {
-        timing_add(&w->t, ph, running, w->cfg->engine.max_num_seqs);
-        timing_add(&w->ti, ph, running, w->cfg->engine.max_num_seqs);
+        timing_add(&w->stats.run_timing, ph, running, w->cfg->engine.max_num_seqs);
+        timing_add(&w->stats.interval_timing, ph, running, w->cfg->engine.max_num_seqs);
     }
     /* waiting only on Redis or SQLite: do not spin */
     if (!has_work && !blocked && !engine_has_work(w->eng))
@@ -1020,15 +1053,15 @@ static void requeue_state(struct wk *w, int state, const char *why)
     if (!n)
         return;
     for (int i = 0; i < n; i++)
-        w->rjobs[i] = &w->jobs[i]->rj;
-    int moved = rq_requeue(w->rq, w->rjobs, n, NULL, why);
+        w->scratch.rjobs[i] = &w->scratch.jobs[i]->rj;
+    int moved = rq_requeue(w->rq, w->scratch.rjobs, n, NULL, why);
     if (moved < 0) {
         redis_trouble(w, "handing jobs back");
         return;
     }
-    w->requeued += moved;
+    w->stats.requeued += moved;
     for (int i = 0; i < n; i++) {
-        struct wk_job *j = w->jobs[i];
+        struct wk_job *j = w->scratch.jobs[i];
         if (j->seq) {
             engine_cancel(w->eng, j->seq);
             j->seq->user = NULL;
@@ -1048,27 +1081,26 @@ static void finish_run(struct wk *w, bool hard)
 {
     double until = llmq_mono_s() + (hard ? 2.0 : FLUSH_S);
     w->stopping = true; /* GET /health: 503 "stopping" from now on */
-    if (w->m.jobs_done) /* the last, partial interval */
+    if (w->stats.metrics.jobs_done) /* the last, partial interval */
         add_metrics_row(w, llmq_mono_s());
     publish(w, llmq_mono_s());
-    int running = w->l[WK_RUNNING].n;
+    int running = w->held[WK_RUNNING].n;
     if (running)
         log_info("worker: handing %d unfinished job%s back to the front of their queue", running,
                  running == 1 ? "" : "s");
     for (;;) {
         double now = llmq_mono_s();
         requeue_state(w, WK_RUNNING, "shutdown");
-        struct wk_batch *b = wk_writer_poll(w->wr);
+        struct wk_batch *b = wk_writer_poll(w->store.writer);
         if (b)
             commit_done(w, b);
         if (hard)
             requeue_state(w, WK_PENDING, "shutdown");
-        if (!wk_writer_busy(w->wr) && now >= w->next_commit && (w->l[WK_PENDING].n || !w->stopped_touch))
+        if (!wk_writer_busy(w->store.writer) && now >= w->store.next_commit &&
+            (w->held[WK_PENDING].n || !w->store.stopped_touch))
             commit_submit(w, true);
-        redis_committed(w);
-        redis_route(w);
-        redis_retry(w);
-        if (held_count(w) == 0 && (w->stopped_touch || hard))
+        redis_settle(w);
+        if (held_count(w) == 0 && (w->store.stopped_touch || hard))
             break;
         if (now >= until) { /* rows that could not be written: their jobs run again elsewhere */
             requeue_state(w, WK_PENDING, "shutdown");
@@ -1077,7 +1109,7 @@ static void finish_run(struct wk *w, bool hard)
         }
         sleep_ms(IDLE_SLEEP_MS);
     }
-    int left = held_count(w) - w->l[WK_COMMITTING].n;
+    int left = held_count(w) - w->held[WK_COMMITTING].n;
     if (left > 0)
         log_warn("worker: %d job%s could not be handed back (Redis unreachable); they stay in %s and a live "
                  "worker's reaper returns them to their queue once this worker's heartbeat has lapsed (%d s)",
@@ -1105,7 +1137,8 @@ static int setup(struct wk *w)
     }
     struct engine_opts eo = engine_cfg_opts(c);
     engine_cfg_lanes(&eo, c);
-    w->eng = engine_open(w->model, w->tok, &eo, err, sizeof err);
+    struct backend *be = backend_open(engine_cfg_backend(c), w->model, &eo.be, err, sizeof err);
+    w->eng = be ? engine_open(w->model, w->tok, be, &eo, err, sizeof err) : NULL;
     if (!w->eng) {
         log_error("engine: %s", err);
         return -1;
@@ -1136,7 +1169,7 @@ static int setup(struct wk *w)
         log_error("sqlite: %s", err);
         return -1;
     }
-    if (wk_writer_start(db, &w->wr, err, sizeof err)) {
+    if (wk_writer_start(db, &w->store.writer, err, sizeof err)) {
         db_close(db);
         log_error("%s", err);
         return -1;
@@ -1149,21 +1182,21 @@ static int setup(struct wk *w)
         return -1;
     }
     snprintf(w->worker_id, sizeof w->worker_id, "%s", rq_worker_id(w->rq));
-    rq_pipe_init(&w->pipe);
+    rq_pipe_init(&w->fetch.pipe);
     if (rq_connect(w->rq))
         log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
 
-    w->rows = calloc(MAX_BATCH, sizeof *w->rows);
-    w->row_rc = calloc(MAX_BATCH, sizeof *w->row_rc);
-    w->bjobs = calloc(MAX_BATCH, sizeof *w->bjobs);
-    if (!w->rows || !w->row_rc || !w->bjobs || grow_scratch(w, 1024)) {
+    w->store.rows = calloc(MAX_BATCH, sizeof *w->store.rows);
+    w->store.row_rc = calloc(MAX_BATCH, sizeof *w->store.row_rc);
+    w->store.row_jobs = calloc(MAX_BATCH, sizeof *w->store.row_jobs);
+    if (!w->store.rows || !w->store.row_rc || !w->store.row_jobs || grow_scratch(w, 1024)) {
         log_error("out of memory");
         return -1;
     }
     if (gethostname(w->host, sizeof w->host) != 0)
         snprintf(w->host, sizeof w->host, "localhost");
     w->host[sizeof w->host - 1] = 0;
-    w->wrow = (struct db_worker){
+    w->store.worker_row = (struct db_worker){
         .id = w->worker_id,
         .host = w->host,
         .pid = (int64_t)getpid(),
@@ -1176,10 +1209,10 @@ static int setup(struct wk *w)
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     double now = llmq_mono_s();
-    wk_metrics_init(&w->m, now, &st);
-    w->next_metrics = now + c->metrics.interval_s;
-    w->last_tokens_per_s = 0;
-    w->empty_fetch_wait = EMPTY_FETCH_S;
+    wk_metrics_init(&w->stats.metrics, now, &st);
+    w->stats.next_row = now + c->metrics.interval_s;
+    w->stats.last_tokens_per_s = 0;
+    w->fetch.empty_wait = EMPTY_FETCH_S;
     char where[300];
     rq_conn_describe(&w->rq->cmd, where, sizeof where);
     log_info(
@@ -1187,7 +1220,7 @@ static int setup(struct wk *w)
         "%d tokens), redis %s prefix %s, sqlite %s%s",
         w->worker_id, w->model_name, backend, c->worker.queues, c->queues.short_max_num_seqs,
         c->queues.long_max_num_seqs, c->queues.long_threshold_tokens, where, c->redis.prefix, c->sqlite.path,
-        w->o.drain ? ", drain mode" : "");
+        w->opts.drain ? ", drain mode" : "");
     w->gpu_mem_bytes = -1; /* not on the CPU backend (docs/METRICS.md) */
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs; /* allocated once at open: weights, KV pool, activations, workspaces */
@@ -1195,19 +1228,19 @@ static int setup(struct wk *w)
         w->gpu_mem_bytes = cs.alloc_bytes;
 #endif
     if (c->metrics.enabled) {
-        struct wk_snapshot *s = &w->snap;
+        struct wk_snapshot *s = &w->stats.snapshot;
         snprintf(s->worker_id, sizeof s->worker_id, "%s", w->worker_id);
         snprintf(s->model, sizeof s->model, "%s", w->model_name);
         snprintf(s->backend, sizeof s->backend, "%.*s", (int)sizeof s->backend - 1, backend);
         snprintf(s->version, sizeof s->version, "%s", LLMQ_VERSION);
         s->started_at = w->rq->started_at;
         s->gpu_mem_bytes = w->gpu_mem_bytes;
-        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->http, err, sizeof err))
+        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->stats.http, err, sizeof err))
             log_warn("%s; the worker runs without GET /metrics and /health", err);
         else
             log_info("metrics: http://%s%s%s:%d/metrics and /health",
                      strchr(c->metrics.listen_address, ':') ? "[" : "", c->metrics.listen_address,
-                     strchr(c->metrics.listen_address, ':') ? "]" : "", wk_http_port(w->http));
+                     strchr(c->metrics.listen_address, ':') ? "]" : "", wk_http_port(w->stats.http));
         publish(w, now);
     }
     return 0;
@@ -1215,41 +1248,41 @@ static int setup(struct wk *w)
 
 static void teardown(struct wk *w)
 {
-    wk_http_stop(w->http);
-    w->http = NULL;
+    wk_http_stop(w->stats.http);
+    w->stats.http = NULL;
     /* a writer stuck on a lock keeps reading its batch: then that memory is left to the exit */
-    int stuck = wk_writer_stop(w->wr, 2000);
+    int stuck = wk_writer_stop(w->store.writer, 2000);
     if (stuck)
         log_warn("sqlite: the last write is still waiting for a lock; exiting without it (its jobs were "
                  "handed back)");
     for (int s = 0; s < WK_NSTATES; s++)
-        while (w->l[s].head) {
+        while (w->held[s].head) {
             if (stuck && s == WK_COMMITTING) {
-                wk_list_remove(&w->l[s], w->l[s].head);
+                list_remove(&w->held[s], w->held[s].head);
                 continue;
             }
-            drop(w, w->l[s].head);
+            drop(w, wk_job_of(w->held[s].head));
         }
-    rq_pipe_free(&w->pipe);
+    rq_pipe_free(&w->fetch.pipe);
     rq_free(w->rq);
     engine_free(w->eng);
     tok_free(w->tok);
     model_free(w->model);
-    wk_metrics_free(&w->m);
-    free(w->t.ovh.v);
-    free(w->ti.ovh.v);
-    free(w->fetched);
-    free(w->hkeys);
-    free(w->res);
-    free(w->jobs);
-    free(w->ids);
-    free(w->flags);
-    free(w->prog);
-    free(w->rjobs);
+    wk_metrics_free(&w->stats.metrics);
+    free(w->stats.run_timing.ovh.v);
+    free(w->stats.interval_timing.ovh.v);
+    free(w->fetch.jobs);
+    free(w->fetch.hash_keys);
+    free(w->scratch.results);
+    free(w->scratch.jobs);
+    free(w->scratch.ids);
+    free(w->scratch.flags);
+    free(w->scratch.progress);
+    free(w->scratch.rjobs);
     if (!stuck) {
-        free(w->rows);
-        free(w->row_rc);
-        free(w->bjobs);
+        free(w->store.rows);
+        free(w->store.row_rc);
+        free(w->store.row_jobs);
     }
 }
 
@@ -1277,9 +1310,9 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         return 1;
     }
     w->cfg = c;
-    w->o = *o;
+    w->opts = *o;
     for (int s = 0; s < WK_NSTATES; s++)
-        memset(&w->l[s], 0, sizeof w->l[s]);
+        memset(&w->held[s], 0, sizeof w->held[s]);
     log_set_level((enum log_level)c->worker.log_level);
 
     struct sigaction sa, old_term, old_int;
@@ -1310,21 +1343,21 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         }
         if (sigs == 1 && !w->stopping) {
             w->stopping = true;
-            w->deadline = llmq_mono_s() + c->worker.shutdown_timeout_s;
+            w->stop_deadline = llmq_mono_s() + c->worker.shutdown_timeout_s;
             log_info(
                 "received %s: not fetching any more; finishing %d running job%s (up to %d s), then handing "
                 "back the rest (send it again to stop at once)",
-                g_signo == SIGINT ? "SIGINT" : "SIGTERM", w->l[WK_RUNNING].n,
-                w->l[WK_RUNNING].n == 1 ? "" : "s", c->worker.shutdown_timeout_s);
+                g_signo == SIGINT ? "SIGINT" : "SIGTERM", w->held[WK_RUNNING].n,
+                w->held[WK_RUNNING].n == 1 ? "" : "s", c->worker.shutdown_timeout_s);
         }
-        if (w->stopping && (!engine_has_work(w->eng) || llmq_mono_s() >= w->deadline)) {
+        if (w->stopping && (!engine_has_work(w->eng) || llmq_mono_s() >= w->stop_deadline)) {
             if (engine_has_work(w->eng))
                 log_info("worker: shutdown_timeout_s (%d s) is over", c->worker.shutdown_timeout_s);
             break;
         }
         iterate(w);
-        if (w->o.drain && !w->stopping && held_count(w) == 0 && !engine_has_work(w->eng) && w->recovered &&
-            w->last_empty_fetch > 0 && drained(w)) {
+        if (w->opts.drain && !w->stopping && held_count(w) == 0 && !engine_has_work(w->eng) &&
+            w->fetch.recovered && w->fetch.last_empty > 0 && drained(w)) {
             log_info("drain: the queues, the retry set and lapsed workers' lists are empty and nothing runs: "
                      "exiting");
             break;
@@ -1332,13 +1365,13 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
     }
     finish_run(w, hard);
     double dt = llmq_mono_s() - t_start;
-    timing_line("worker stats", &w->t);
+    timing_line("worker stats", &w->stats.run_timing);
     log_info(
         "worker %s stopped after %.1f s: %lld jobs done (%lld completed, %lld failed, %lld cancelled), %lld "
         "dead-lettered, %lld retried, %lld moved to the long queue, %lld handed back",
-        w->worker_id, dt, (long long)w->done, (long long)w->completed, (long long)w->failed,
-        (long long)w->cancelled, (long long)w->dead, (long long)w->retried, (long long)w->routed,
-        (long long)w->requeued);
+        w->worker_id, dt, (long long)w->stats.done, (long long)w->stats.completed, (long long)w->stats.failed,
+        (long long)w->stats.cancelled, (long long)w->stats.dead, (long long)w->stats.retried,
+        (long long)w->stats.routed, (long long)w->stats.requeued);
     teardown(w);
     free(w);
     sigaction(SIGTERM, &old_term, NULL);

@@ -6,20 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
 #include "worker/loop/lanes.h"
 
 static void push(struct wk_samples *s, double x)
 {
     if (isnan(x))
         return;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 256;
-        double *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return; /* a lost sample under memory pressure is not worth failing for */
-        s->v = v;
-        s->cap = cap;
-    }
+    if (array_reserve(&s->v, &s->cap, s->n + 1, sizeof *s->v, 256))
+        return; /* a lost sample under memory pressure is not worth failing for */
     s->v[s->n++] = x;
 }
 

@@ -16,20 +16,17 @@ void prom_free(struct prom *p)
 {
     if (!p)
         return;
-    free(p->buf);
-    free(p->names);
+    buf_free(&p->text);
+    buf_free(&p->names);
     memset(p, 0, sizeof *p);
 }
 
 char *prom_take(struct prom *p, size_t *len)
 {
     char *s = NULL;
-    size_t n = 0;
-    if (!p->err) {
-        s = p->buf ? p->buf : calloc(1, 1);
-        n = p->buf ? p->len : 0;
-        p->buf = NULL;
-    }
+    size_t n = p->text.len;
+    if (!p->err)
+        s = buf_take(&p->text);
     if (len)
         *len = s ? n : 0;
     prom_free(p);
@@ -49,28 +46,10 @@ static int fail(struct prom *p, const char *fmt, ...)
     return -1;
 }
 
-static int reserve(struct prom *p, size_t more)
-{
-    if (p->len + more + 1 <= p->cap)
-        return 0;
-    size_t cap = p->cap ? p->cap : 4096;
-    while (cap < p->len + more + 1)
-        cap *= 2;
-    char *b = realloc(p->buf, cap);
-    if (!b)
-        return fail(p, "out of memory");
-    p->buf = b;
-    p->cap = cap;
-    return 0;
-}
-
 static void put(struct prom *p, const char *s, size_t n)
 {
-    if (p->err || reserve(p, n))
-        return;
-    memcpy(p->buf + p->len, s, n);
-    p->len += n;
-    p->buf[p->len] = 0;
+    if (!p->err && buf_append(&p->text, s, n))
+        fail(p, "out of memory");
 }
 
 static void puts_(struct prom *p, const char *s)
@@ -148,25 +127,14 @@ void prom_format_value(double v, char *buf, size_t n)
 static int declared(struct prom *p, const char *name)
 {
     size_t len = strlen(name);
-    for (size_t i = 0; i < p->names_len;) {
-        size_t k = strcspn(p->names + i, "\n");
-        if (k == len && !memcmp(p->names + i, name, len))
+    for (size_t i = 0; i < p->names.len;) {
+        size_t k = strcspn(p->names.p + i, "\n");
+        if (k == len && !memcmp(p->names.p + i, name, len))
             return 1;
         i += k + 1;
     }
-    if (p->names_len + len + 2 > p->names_cap) {
-        size_t cap = p->names_cap ? p->names_cap : 1024;
-        while (cap < p->names_len + len + 2)
-            cap *= 2;
-        char *b = realloc(p->names, cap);
-        if (!b)
-            return fail(p, "out of memory"), 1;
-        p->names = b;
-        p->names_cap = cap;
-    }
-    memcpy(p->names + p->names_len, name, len);
-    p->names_len += len;
-    p->names[p->names_len++] = '\n';
+    if (buf_append(&p->names, name, len) || buf_append(&p->names, "\n", 1))
+        return fail(p, "out of memory"), 1;
     return 0;
 }
 

@@ -13,7 +13,7 @@
  *     prom_family(&p, "llmq_queue_depth", PROM_GAUGE, "Jobs waiting in a Redis queue.");
  *     prom_sample(&p, (struct prom_label[]){{"queue", "short"}}, 1, 7);
  *     prom_histogram(&p, NULL, 0, &h);        // after a PROM_HISTOGRAM family
- *     if (p.err) ... p.errmsg ...; else use p.buf[0..p.len) (NUL-terminated)
+ *     if (p.err) ... p.errmsg ...; else use p.text.p[0..p.text.len) (NUL-terminated)
  *     prom_free(&p);
  *
  * The rules it keeps: metric names match [a-zA-Z_:][a-zA-Z0-9_:]*, label names
@@ -27,6 +27,7 @@
 #pragma once
 #include <stddef.h>
 
+#include "engine/util/buf.h"
 #include "worker/metrics/histogram.h"
 
 enum prom_type { PROM_COUNTER, PROM_GAUGE, PROM_HISTOGRAM, PROM_UNTYPED };
@@ -36,12 +37,10 @@ struct prom_label {
 };
 
 struct prom {
-    char *buf; /* the text so far, NUL-terminated (owned; prom_take hands it over) */
-    size_t len, cap;
-    int err; /* 0, or -1 once a rule was broken or memory ran out */
+    struct buf text; /* the text so far (prom_take hands it over) */
+    int err;         /* 0, or -1 once a rule was broken or memory ran out */
     char errmsg[200];
-    char *names; /* "\n"-separated names declared so far (owned) */
-    size_t names_len, names_cap;
+    struct buf names; /* "\n"-separated names declared so far */
     char family[128]; /* the family being written */
     enum prom_type type;
 };
