@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/dtype.h"
+#include "engine/util/hash.h"
 
 #define NAME_LEN 80 /* room for "model.layers.NNN.post_attention_layernorm.weight" */
 
@@ -82,10 +83,7 @@ static uint64_t splitmix64(uint64_t x)
 
 uint64_t random_model_seed(const char *name)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; p && *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
-    return splitmix64(h);
+    return splitmix64(fnv1a_str(FNV1A_INIT, name));
 }
 
 static bool ends_with(const char *s, const char *suffix)

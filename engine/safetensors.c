@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/util/errfmt.h"
+#include "engine/util/hash.h"
 
 char *st_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
 {
@@ -172,10 +173,7 @@ out:
 
 static uint64_t hash_name(const char *s)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
+    return fnv1a_str(FNV1A_INIT, s);
 }
 
 static struct st_tensor **slot_of(const struct st_set *s, const char *name)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "engine/util/array.h"
+#include "engine/util/hash.h"
 
 void rq_opts_default(struct rq_opts *o)
 {
@@ -263,12 +264,7 @@ void rq_job_counts(struct rq_pipe *p, int prompt_tokens, int completion_tokens, 
 
 uint64_t rq_hash(const char *raw, size_t len)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)raw[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return fnv1a(FNV1A_INIT, raw, len);
 }
 
 int rq_held_add(struct rq *q, const char *raw, size_t len)

@@ -33,6 +33,7 @@
 #include "engine/random_model.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/hash.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
@@ -47,7 +48,7 @@
 
 static const char CMD[] = "bench";
 
-#define PROMPT_ID_RANGE 150000 /* prompt ids are drawn from [0, min(vocab, this)), as hf_peer.py does */
+#define PROMPT_ID_RANGE 150000 /* prompt ids are drawn from [0, min(vocab, this)), as the peer does */
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -133,6 +134,7 @@ struct group {
     int32_t *prompts;        /* [n_req][in_len] */
     struct engine_seq **seq; /* [n_req], NULL once released */
     double *last;            /* [n_req] when its last token came (for inter-token latency) */
+    uint64_t *digest;        /* [n_req] FNV-1a of the request's output ids (output_digest) */
     int done;                /* released */
 };
 
@@ -183,6 +185,7 @@ static void group_free(struct group *g)
     free(g->prompts);
     free(g->seq);
     free(g->last);
+    free(g->digest);
 }
 
 static void bench_free(struct bench *b)
@@ -260,6 +263,8 @@ static int run_engine(struct bench *b, struct progress *bar, bool record, enum u
             else if (g && q->finish != FINISH_CANCELLED && q->n_output != g->out_len)
                 on_failure(b, "a request finished with %d tokens, not %d", q->n_output, g->out_len);
             if (g) {
+                g->digest[idx] =
+                    fnv1a(FNV1A_INIT, q->tokens + q->n_prompt, (size_t)q->n_output * sizeof *q->tokens);
                 g->seq[idx] = NULL;
                 g->done++;
             }
@@ -293,7 +298,8 @@ static int make_prompts(struct group *g, int vocab, uint64_t seed, int shared)
     g->prompts = malloc((size_t)g->n_req * (size_t)g->in_len * sizeof *g->prompts);
     g->seq = calloc((size_t)g->n_req, sizeof *g->seq);
     g->last = calloc((size_t)g->n_req, sizeof *g->last);
-    if (!g->prompts || !g->seq || !g->last)
+    g->digest = calloc((size_t)g->n_req, sizeof *g->digest);
+    if (!g->prompts || !g->seq || !g->last || !g->digest)
         return -1;
     uint64_t s = seed * 0x2545f4914f6cdd1dull + 1, ps = seed * 0x9e3779b97f4a7c15ull + 0x70726566ull;
     for (int i = 0; i < g->n_req; i++)
@@ -962,6 +968,10 @@ static void print_line(const struct bench *b)
     json_object_set_new(j, "lanes", lanes_json(b));
     json_object_set_new(j, "settings", b->settings ? json_incref(b->settings) : json_object());
     json_object_set_new(j, "background", background_json(b));
+    char digest[17];
+    snprintf(digest, sizeof digest, "%016llx",
+             (unsigned long long)fnv1a(FNV1A_INIT, b->fg.digest, (size_t)b->fg.n_req * sizeof *b->fg.digest));
+    json_object_set_new(j, "output_digest", json_string(digest));
     json_object_set_new(j, "failed", json_integer(b->failed));
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(j);
