@@ -1,4 +1,4 @@
-// The pieces of the decode GEMVs (kernels/gemv.cu, kernels/stream_chain.cu) and the attention
+// The pieces of the decode GEMVs (kernels/gemv.cu) and the attention
 // kernels: the weight stream's 16-byte load, one m16n8k16 bf16 mma, the f16 one, the e4m3 one
 // (sm_89+), and the exact e4m3 -> bf16 decode of four weight bytes whose lane mapping kernels/gemv.cu
 // explains at its top; and the permutation of 16 bf16 X values into the pairs that decode yields.

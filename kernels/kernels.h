@@ -11,7 +11,7 @@
  *   (k_set_f16 below; model.dtype fp16): every 16-bit tensor a launcher takes as `bf16` (activations,
  *   16-bit weights, the 16-bit KV cache) then holds fp16 bits, and the kernels compute as they do in
  *   bf16 with fp16 roundings (kernels/elt16.cuh). The fp8 launchers (k_gemm_fp8, k_gemv_fp8*,
- *   quant.cu, the *_fp8 attention and kv_stage, the stream chain) are bf16 only and fail in fp16 mode.
+ *   quant.cu, the *_fp8 attention and kv_stage) are bf16 only and fail in fp16 mode.
  *   Activations are row-major [tokens, features]. Weights are row-major
  *   [out, in] as in Hugging Face checkpoints; the fused QKV weight is [(H + 2*KVH) * D, C] (q rows,
  *   then k, then v) and the fused gate/up weight is [2 * F, C] (gate rows, then up).
@@ -281,44 +281,6 @@ int k_gemv_fp8_tile_order(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, 
 int k_gemv_bf16_tile_order(const bf16 *W, bf16 *Wt, int N, int K, cudaStream_t stream);
 int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int K, int glu);
 int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K);
-/* ---- stream_chain.cu: a chain of dependent one-row fp8 GEMVs in one persistent kernel whose weight
- * stream does not stop at the dependencies (the first piece of a decode megakernel; sm_90a only; the
- * design and its measurements: docs/KERNELS.md, "The stream chain"). Not used by the engine yet.
- * k_stream_layout_fp8: Wt = W (e4m3 row-major [N, K], N % 16 == 0, K % 64 == 0) in the chain's layout
- * for a variant on this device (1 KB steps in the order its CTAs and warps read them;
- * kernels/stream_chain.cu), same size; glu: W is a fused gate/up matrix (gate rows, then up rows).
- * An op: y[0, N) = bf16(x[0, K) . W^T) with W's block scales as k_gemv_fp8's, or with glu
- * y[0, N/2) = k_gemv_fp8_glu's bf16(silu(gate) * up) of the two sums rounded to bf16; x is written before
- * the launch (dep -1) or is op dep's y (an earlier op). Deterministic. */
-struct k_chain_op {
-    const uint8_t *w;     /* k_stream_layout_fp8's layout for the plan's variant */
-    const float *w_scale; /* [ceil(N/128)][ceil(K/128)] of the row-major matrix */
-    const bf16 *x;        /* K values; 16-byte aligned */
-    bf16 *y;              /* N values, or N/2 with glu */
-    int n, k, glu, dep;
-};
-struct k_stream_chain;
-#define K_CHAIN_VARIANTS 6 /* consumer warps 16, 24, 31 x stages of 1, 2 rounds (a round: a 1 KB step a warp) */
-#define K_CHAIN_NO_WAIT 1  /* k_stream_chain_run flags (measurements): ops do not wait for their input */
-#define K_CHAIN_NO_MATH 2  /* consumers only take and release the stages */
-#define K_CHAIN_PROFILE 8  /* record timestamps (k_stream_chain_profile) */
-#define K_CHAIN_LOADS_ONLY 16 /* consumers read the weights and X but skip the products */
-#define K_CHAIN_NO_SCALE 32   /* consumers do not read the block scales (1 instead) */
-#define K_CHAIN_L2 64         /* the copy warp prefetches into L2 and the consumers read from there */
-#define K_CHAIN_NO_COPY 128   /* the copy warp marks stages filled without copying (the consumers' own rate) */
-#define K_CHAIN_MEASURE 256   /* none of the above, but the kernel build that reads them (every flag selects it) */
-int k_stream_layout_fp8(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, int variant, cudaStream_t stream);
-/* Checks the ops (host array), sizes the ring for the device, and uploads them with a zeroed workspace. */
-int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int variant, struct k_stream_chain **out);
-int k_stream_chain_run(const struct k_stream_chain *p, int flags, cudaStream_t stream);
-const char *k_stream_chain_describe(const struct k_stream_chain *p, char *buf, size_t n);
-/* K_CHAIN_PROFILE's record of the last run, grid x (4 nops + 2) values: per CTA and op the %globaltimer
- * ns at the op's start, after its input wait, after its input load, after its last store; then the copy
- * warp's cycles waiting for free stages and consumer warp 0's cycles waiting for filled ones. */
-int k_stream_chain_profile(const struct k_stream_chain *p, unsigned long long *out);
-int k_stream_chain_grid(const struct k_stream_chain *p);
-void k_stream_chain_free(struct k_stream_chain *p);
-
 /* k_gemv_fp8q: fp8 W as k_gemv_fp8, and X e4m3 too, in k_gemm_fp8's layout: Xq [Mp][K] with
  * Mp = K_FP8_ROWS(M) and x_scale [ceil(K/128)][Mp] (what k_quant_fp8_act / k_add_rmsnorm_fp8 /
  * k_silu_mul_fp8 write; rows M..Mp-1 are not read). Y = sum over k of (Xq * x_scale)(W * w_scale),
