@@ -299,27 +299,12 @@ struct k_attn_batch {
     int max_ctx_len; /* host */
 };
 /* FlashAttention-2 style (tensor cores, online softmax), any n_q per sequence. On sm_90a at D = 128 the
- * products run on the warpgroup tensor cores (wgmma), elsewhere on mma.sync. block_size must be a power
- * of two (a key's block is found by a shift, as in the decode kernels). */
+ * products run on the warpgroup tensor cores (wgmma; a 16-bit cache's tiles come through tensor maps into
+ * a warp-specialized kernel), elsewhere on mma.sync. block_size must be a power of two (a key's block is
+ * found by a shift, as in the decode kernels). */
 int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
-                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
-                        cudaStream_t stream);
-/* Which prefill kernel the next k_attention_prefill(_fp8) calls in this process take (tests, tuning;
- * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG / _TMA are read once and give way to this): 0 automatic,
- * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its 16-bit K/V tiles copied by every thread
- * (cp.async) instead of the tensor memory accelerator (its fallback; an fp8 cache is always read so).
- * WGMMA_SYNC: the wgmma kernel with tensor-map tiles but without the warp specialization (both
- * warpgroups in lockstep, LLMQ_ATTN_PREFILL_WS=0). The wgmma kernels where the device or binary lacks
- * them (or at D = 64) fall back to the 128-row mma.sync kernel and the call returns 1; otherwise 0 (-1
- * for an unknown variant). */
-enum {
-    K_ATTN_PREFILL_MMA128 = 1,
-    K_ATTN_PREFILL_MMA64 = 2,
-    K_ATTN_PREFILL_WGMMA = 3,
-    K_ATTN_PREFILL_WGMMA_CPASYNC = 4,
-    K_ATTN_PREFILL_WGMMA_SYNC = 5
-};
-int k_attention_prefill_force(int variant);
+                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
+                        float scale, cudaStream_t stream);
 /* One query per sequence (q_start[s] = s), GQA-aware, split over the context for long sequences.
  * block_size must be a power of two (as engine.block_size is; the decode kernels find a key's block by a
  * shift). workspace: at least k_attention_decode_workspace(...) bytes. */
