@@ -151,8 +151,7 @@ static void after_failure(struct cuda_backend *b)
             cudaGraphDestroy(g);
     }
     b->spec_live = false; // a guessed step on the stream is dropped with the failed one
-    if (b->copy_stream)
-        (void)cudaStreamSynchronize(b->copy_stream);
+    (void)cudaStreamSynchronize(b->copy_stream);
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e == cudaSuccess)
         return;
@@ -226,10 +225,8 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
     }
     bf16 *kc = (bf16 *)cl->k_cache, *vc = (bf16 *)cl->v_cache;
     // A pure decode step folds the q/k norm + RoPE prologue into the decode attention (one dependent
-    // launch fewer a layer, the same bits: k_attention_decode_rope); LLMQ_ROPE_FOLD=0 (read once) keeps
-    // them apart, for A/B runs.
-    static const int fold = k_env_int("LLMQ_ROPE_FOLD", 1, 0, 1);
-    if (fold && p->np == 0 && p->nd > 0) {
+    // launch fewer a layer, the same bits: k_attention_decode_rope).
+    if (p->np == 0 && p->nd > 0) {
         const struct k_rope_in rope = {cl->bqkv, cl->q_norm,  cl->k_norm,    b->eps,
                                        pos,      b->inv_freq, b->attn_scale, slot};
         CB_K(k_attention_decode_rope(b->qkv, &rope, kc, vc, &p->dec, b->att, b->H, b->KVH, b->D, bs, scale, 0,
@@ -246,26 +243,6 @@ static int attention_block(struct cuda_backend *b, const struct cb_plan *p, cons
     return 0;
 }
 
-// A one-sequence step with fp8 weights runs gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the
-// same bits, one dependent launch fewer a layer); LLMQ_GLU=0 (read once) keeps them apart, for A/B
-// measurements (docs/KERNELS.md); LLMQ_GLU=2 also fuses steps of 2..K_GEMV_MAX_M rows where the decode
-// weight copies are in use (the GLU kernel reads gate/up's copy, the plain GEMV would not).
-static bool glu_fused(const struct cuda_backend *b, int T)
-{
-    static const int on = k_env_int("LLMQ_GLU", 1, 0, 2);
-    return T == 1 ? on != 0 : on == 2 && b->tbuf && T <= K_GEMV_MAX_M;
-}
-
-// A one-sequence decode step with fp8 weights leaves the down GEMV's parts of K unadded
-// (k_gemv_fp8_parts) and the add + RMSNorm after it adds them (k_add_parts_rmsnorm): the same bits, and
-// the GEMV ends without its split's ticket, fence and last-part sum. LLMQ_DOWN_PARTS=0 (read once) keeps
-// the GEMV's own sum, for A/B measurements (docs/KERNELS.md).
-static bool down_parts(void)
-{
-    static const int on = k_env_int("LLMQ_DOWN_PARTS", 1, 0, 1);
-    return on != 0;
-}
-
 int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
 {
     const int T = p->T, C = b->C, F = b->F, HD = b->HD;
@@ -275,11 +252,11 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                   *slot = (const int32_t *)b->slot.d;
 
     CB_K(k_embedding_f32(ids, T, b->embed, b->V, C, b->resid, st));
-    // down's parts: one row, fp8 down on bf16 X (the GEMV), its sum read only by the next norm (the next
-    // layer's, or the final one on the same row: no gather)
-    const bool parts =
-        T == 1 && !p->gather && b->layers[0].wdown.fp8 && !k_linear_takes_xq(&b->layers[0].wdown, T) &&
-        !k_linear_takes_xq(&b->layers[0].wqkv, T) && !k_linear_takes_xq(&b->lm, T) && down_parts();
+    // A one-sequence step with fp8 weights leaves the down GEMV's parts of K unadded (k_gemv_fp8_parts)
+    // and the add + RMSNorm after it (the next layer's, or the final one on the same row: no gather) adds
+    // them (k_add_parts_rmsnorm): the same bits, and the GEMV ends without its split's ticket, fence and
+    // last-part sum.
+    const bool parts = T == 1 && !p->gather && b->layers[0].wdown.fp8;
     int pend = 0; // down's parts in down_parts not yet added (0: the last sublayer's output is in tmp)
     for (int l = 0; l < b->L; l++) {
         const struct cb_layer *cl = &b->layers[l];
@@ -313,7 +290,9 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
                                    b->eps, st));
         else
             CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        if (cl->wgu.fp8 && !gu_xq && !down_xq && glu_fused(b, T))
+        // one sequence with fp8 weights: gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the same bits,
+        // one dependent launch fewer a layer)
+        if (cl->wgu.fp8 && T == 1)
             CB_K(k_gemv_fp8_glu(b->h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->act, T, F, C, st));
         else {
             CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
@@ -1223,8 +1202,8 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     return 0;
 }
 
-// The sampler on stream, then the copy of its outputs into host (on copy_stream when there is one), then
-// done recorded after the copy.
+// The sampler on stream, then the copy of its outputs into host on copy_stream, then done recorded after
+// the copy.
 int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host,
                       cudaEvent_t done)
 {
@@ -1234,8 +1213,7 @@ int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_s
     float *lp = (float *)(o + (size_t)S * 4);
     int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
     float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
-    if (b->copy_stream) // the previous copy back has read out.d
-        CB_CUDA(cudaStreamWaitEvent(b->stream, b->ev_copied, 0));
+    CB_CUDA(cudaStreamWaitEvent(b->stream, b->ev_copied, 0)); // the previous copy back has read out.d
     CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
                   (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
                   (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
@@ -1247,15 +1225,11 @@ int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_s
         want_top |= s->sample && s->sp->logprobs > 0;
     }
     size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
-    cudaStream_t cs = b->stream;
-    if (b->copy_stream) {
-        cs = b->copy_stream;
-        CB_CUDA(cudaEventRecord(b->ev_sampled, b->stream));
-        CB_CUDA(cudaStreamWaitEvent(cs, b->ev_sampled, 0));
-    }
+    cudaStream_t cs = b->copy_stream;
+    CB_CUDA(cudaEventRecord(b->ev_sampled, b->stream));
+    CB_CUDA(cudaStreamWaitEvent(cs, b->ev_sampled, 0));
     CB_CUDA(cudaMemcpyAsync(host, b->out.d, bytes, cudaMemcpyDeviceToHost, cs));
-    if (b->copy_stream)
-        CB_CUDA(cudaEventRecord(b->ev_copied, cs));
+    CB_CUDA(cudaEventRecord(b->ev_copied, cs));
     CB_CUDA(cudaEventRecord(done, cs));
     return 0;
 }

@@ -180,10 +180,10 @@ struct cuda_backend {
     uint64_t spec_hits, spec_misses;
     bool spec_block;          // the live guess has a row entering a block
     uint64_t spec_hits_block; // guesses taken with such a row
-    // the copy back runs on its own stream (LLMQ_COPY_STREAM, default on), off the chain of kernels from
-    // one step's sampler to the next guessed step: ev_sampled orders it after the sampler, ev_copied the
-    // next sampler (which rewrites out.d) after it
-    cudaStream_t copy_stream; // NULL: the copy runs on stream
+    // the copy back runs on its own stream, off the chain of kernels from one step's sampler to the next
+    // guessed step: ev_sampled orders it after the sampler, ev_copied the next sampler (which rewrites
+    // out.d) after it
+    cudaStream_t copy_stream;
     cudaEvent_t ev_sampled, ev_copied;
 
     // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,

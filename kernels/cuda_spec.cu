@@ -70,10 +70,9 @@ int cb_spec_init(struct cuda_backend *b)
         (e = cudaEventCreateWithFlags(&b->ev_spec[0], cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&b->ev_spec[1], cudaEventDisableTiming)) != cudaSuccess)
         return cb_fail_cuda(b, __FILE__, __LINE__, "cudaEventCreateWithFlags", e);
-    if (k_env_int("LLMQ_COPY_STREAM", 1, 0, 1) &&
-        ((e = cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking)) != cudaSuccess ||
-         (e = cudaEventCreateWithFlags(&b->ev_sampled, cudaEventDisableTiming)) != cudaSuccess ||
-         (e = cudaEventCreateWithFlags(&b->ev_copied, cudaEventDisableTiming)) != cudaSuccess))
+    if ((e = cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&b->ev_sampled, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&b->ev_copied, cudaEventDisableTiming)) != cudaSuccess)
         return cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamCreateWithFlags(copy back)", e);
     int m = k_env_int("LLMQ_SPEC", 4, 0, 1 << 20); // docs/CUDA_BACKEND.md: the default
     m = m > b->max_seqs ? b->max_seqs : m;

@@ -67,10 +67,8 @@ int k_env_int(const char *name, int dflt, int lo, int hi);
 void k_set_f16(int on);
 int k_f16(void);
 
-/* ---- embedding.cu: out[t, :] = table[ids[t], :] (ids checked against vocab: out of range -> zeros) */
-int k_embedding(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, bf16 *out,
-                cudaStream_t stream);
-/* The same into the fp32 residual stream. */
+/* ---- embedding.cu: out[t, :] = table[ids[t], :] into the fp32 residual stream (ids checked against
+ * vocab: out of range -> zeros) */
 int k_embedding_f32(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, float *out,
                     cudaStream_t stream);
 
