@@ -31,11 +31,14 @@ extern "C" {
 #include "engine/cuda_backend.h"
 #include "engine/decode_split.h"
 #include "engine/gemm_tuning.h"
-#include "engine/kv_stage.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "engine/weight_copies.h"
 }
+
+static_assert((int)K_GEMM_PICK_TIMED == (int)BE_GEMM_TIMED && (int)K_GEMM_PICK_GEMV == (int)BE_GEMM_GEMV &&
+                  (int)K_GEMM_PICK_CUBLASLT == (int)BE_GEMM_CUBLASLT,
+              "k_gemm_set_pick takes enum be_gemm_pick's values");
 
 #define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
 #define CB_TUNING_SAVE_S 60.0             // the GEMM tuning file's save interval while steps run
@@ -485,18 +488,18 @@ static int weight_copies(struct cuda_backend *b, const struct backend_opts *o)
 
 // fp8 cache: the prefill attention's staging pool (cuda_backend.cuh). It holds one sequence of
 // max_model_len, or a full step of fresh prompts (max_tokens new keys in at most S partial blocks), so
-// a step needs more than one staging round only when earlier context adds up past that; LLMQ_KV_STAGE=0
-// keeps the fp8 prefill kernel, LLMQ_KV_STAGE=N >= 2 makes the pool N blocks (engine/kv_stage.h).
-static int alloc_stage(struct cuda_backend *b)
+// a step needs more than one staging round only when earlier context adds up past that (or a test's
+// smaller pool, backend_test_opts.kv_stage_blocks).
+static int alloc_stage(struct cuda_backend *b, const struct backend_opts *o)
 {
     b->stage_cap = 0;
-    if (!b->kv_fp8 || !kv_stage_on())
+    if (!b->kv_fp8)
         return 0;
     const int bs = b->base.block_size, S = b->max_seqs;
     long long cap = (b->max_tokens + bs - 1) / bs + S;
     cap = cap > b->max_blocks ? cap : b->max_blocks;
-    cap = kv_stage_hook() >= 2 ? kv_stage_hook() : cap; // a test's small pool
-    cap = cap < 65535 ? cap : 65535;                    // one k_kv_stage_fp8 launch
+    cap = o->test.kv_stage_blocks > 0 ? o->test.kv_stage_blocks : cap;
+    cap = cap < 65535 ? cap : 65535; // one k_kv_stage_fp8 launch
     const size_t bytes = (size_t)cap * b->KVH * bs * b->D * sizeof(bf16);
     if (cb_malloc(b, (void **)&b->stage_k, bytes, "fp8 prefill staging (K)") ||
         cb_malloc(b, (void **)&b->stage_v, bytes, "fp8 prefill staging (V)") ||
@@ -507,7 +510,7 @@ static int alloc_stage(struct cuda_backend *b)
     return 0;
 }
 
-static int alloc_buffers(struct cuda_backend *b)
+static int alloc_buffers(struct cuda_backend *b, const struct backend_opts *o)
 {
     const size_t R = b->rows, S = b->max_seqs, C = b->C;
     if (cb_malloc(b, (void **)&b->resid, R * C * 4, "residual") ||
@@ -552,7 +555,7 @@ static int alloc_buffers(struct cuda_backend *b)
         buf_alloc(b, &b->banned_start, (S + 1) * 4, "banned starts") ||
         buf_alloc(b, &b->out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
         return -1;
-    if (alloc_stage(b))
+    if (alloc_stage(b, o))
         return -1;
     b->row_seq = (int *)calloc(S, sizeof(int));
     b->order = (int *)calloc(S, sizeof(int));
@@ -561,7 +564,7 @@ static int alloc_buffers(struct cuda_backend *b)
         snprintf(b->base.err, sizeof b->base.err, "out of host memory");
         return -1;
     }
-    return cb_spec_init(b);
+    return cb_spec_init(b, o->test.no_step_guess ? 0 : CB_SPEC_MAX);
 }
 
 extern "C" struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
@@ -613,6 +616,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         snprintf(err, errlen, "max_model_len is not set and the model has no max_position_embeddings");
         return NULL;
     }
+    const struct k_diag *dg = k_diag(); // kernels/diagnostics.cu: the environment's diagnostics
+    if (dg->err[0]) {
+        snprintf(err, errlen, "cuda backend: %s", dg->err);
+        return NULL;
+    }
+    if (dg->set[0])
+        log_info("cuda backend: diagnostics from the environment: %s", dg->set);
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
@@ -682,12 +692,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         goto fail;
     }
     b->alloc_bytes += CB_GEMM_WORKSPACE + K_GEMV_WS_BYTES; // cuBLASLt and the GEMV split-K workspaces
+    k_gemm_set_pick(b->gemm, (int)o->test.gemm_pick);
     if (o->gemm_tuning_file && o->gemm_tuning_file[0]) {
         char msg[1024];
         const int rc = k_gemm_use_tuning_file(b->gemm, o->gemm_tuning_file, msg, sizeof msg);
         b->tuning_file = rc != GEMM_TUNING_FOREIGN;
         b->tuning_saved = llmq_mono_s();
-        b->tuning_save_s = k_env_int("LLMQ_GEMM_TUNING_SAVE_S", (int)CB_TUNING_SAVE_S, 0, 86400);
+        b->tuning_save_s = o->test.tuning_save_every_step ? 0 : CB_TUNING_SAVE_S;
         if (rc == GEMM_TUNING_LOADED)
             log_info("cuda backend: GEMM tuning file %s", msg);
         else if (rc == GEMM_TUNING_NO_FILE)
@@ -720,7 +731,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     free(inv);
     inv = NULL;
 
-    if (cb_load_weights(b, m) || alloc_buffers(b))
+    if (cb_load_weights(b, m) || alloc_buffers(b, o))
         goto fail;
     if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
@@ -743,8 +754,8 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
         b->tbuf                    ? "; decode GEMVs on the weight copies (engine.decode_weight_copies)"
         : b->n_fp8 == 0            ? ""
-        : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping (LLMQ_GEMV_DIAG)"
-                                   : "; one-row fp8 GEMVs in the tile mapping (LLMQ_GEMV_DIAG)");
+        : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping"
+                                   : "; one-row fp8 GEMVs in the tile mapping");
     k_set_f16(prev_f16);
     return &b->base;
 fail:

@@ -18,6 +18,7 @@ extern "C" {
 #define CB_TOP 20         // top logprobs per row the sampler writes (SAMPLING_MAX_LOGPROBS)
 #define CB_MAX_GRAPHS 256 // decode graphs kept (batch buckets x context buckets)
 #define CB_GEMM_WORKSPACE (32u << 20)
+#define CB_SPEC_MAX 4 // most sequences of a decode step guessed one step ahead (cuda_spec.cu)
 
 struct cb_layer {
     const bf16 *attn_norm;       // (C)
@@ -117,7 +118,7 @@ struct cuda_backend {
     void *kv;
     size_t kv_bytes;
     // fp8 cache: the staging pool of the prefill attention, [stage_cap][KVH][block_size][D] bf16 for K
-    // and for V (stage_cap 0: none; engine/kv_stage.h); a step's staged blocks, round after round
+    // and for V (stage_cap 0: none); a step's staged blocks, round after round
     // (cache block ids, int32 [S * max_blocks]) and its prefill block tables remapped to their places
     // in the pool (int32 [S * max_blocks]); stage_groups [S] host: the rounds
     bf16 *stage_k, *stage_v;
@@ -166,7 +167,7 @@ struct cuda_backend {
 
     // the guessed next step (cuda_spec.cu): a pure decode graph step enqueued before the host has read
     // the tokens of the step before, its inputs advanced on the device
-    int spec_max;                   // most sequences a guessed step may have; 0 = never guess (LLMQ_SPEC)
+    int spec_max;                   // most sequences a guessed step may have; 0 = never guess
     bool spec_live;                 // a guessed step is on the stream
     int spec_nd, spec_B, spec_gctx; // its sequences, graph batch and context buckets
     int32_t *spec_ids, *spec_pos, *spec_slot; // [S] host: its inputs, row by row, as the device holds them
@@ -192,7 +193,7 @@ struct cuda_backend {
     uint64_t ht_steps[2];
     double ht_return; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
     // engine.gemm_tuning_file: in use, when a step last offered it a save (CLOCK_MONOTONIC seconds),
-    // and the seconds between such saves (CB_TUNING_SAVE_S; LLMQ_GEMM_TUNING_SAVE_S for tests)
+    // and the seconds between such saves (CB_TUNING_SAVE_S; 0 for backend_test_opts.tuning_save_every_step)
     bool tuning_file;
     double tuning_saved, tuning_save_s;
 
@@ -259,7 +260,8 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
                     struct be_out *out);
 
 // ---- cuda_spec.cu: the guessed next step
-int cb_spec_init(struct cuda_backend *b);
+// Guesses steps of up to max sequences (0: none; capped at max_num_seqs).
+int cb_spec_init(struct cuda_backend *b, int max);
 void cb_spec_free(struct cuda_backend *b);
 // After a pure decode graph step of nd sequences (rows 0 .. nd-1 = seqs[0 .. nd-1]) is enqueued:
 // enqueues the same step one position on when every sequence allows it (spec_live then).

@@ -17,11 +17,12 @@
 // when it is free (engine/scheduler.h, "Lookahead"; the advance kernel then puts it into the device's
 // block-table row and starts the slot there; at most K_SPEC_NEW_BLOCKS such rows), (c) its next context stays
 // in the graph's context bucket and in max_model_len, and (d) the step has at most spec_max sequences
-// (LLMQ_SPEC, default 4; the latency regime: in throughput runs sequences end and arrive at most
-// steps, and a wrong guess costs a whole step of GPU time). A dropped guess leaves one K/V row per sequence
-// written at the position after its last token, inside the block it was writing, which it owns alone (prefix
-// caching shares only full blocks): whoever holds that block later writes its own rows before reading
-// them and never reads past its context, so nothing anyone reads changes.
+// (CB_SPEC_MAX, 4: the latency regime; in throughput runs sequences end and arrive at most steps, and a
+// wrong guess costs a whole step of GPU time; a test turns guessing off: backend_test_opts.no_step_guess). A
+// dropped guess leaves one K/V row per sequence written at the position after its last token, inside the
+// block it was writing, which it owns alone (prefix caching shares only full blocks): whoever holds that
+// block later writes its own rows before reading them and never reads past its context, so nothing anyone
+// reads changes.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,7 @@ __global__ void spec_advance_kernel(const int32_t *__restrict__ tok, int nd, int
     params[k].step += 1;
 }
 
-int cb_spec_init(struct cuda_backend *b)
+int cb_spec_init(struct cuda_backend *b, int max)
 {
     cudaError_t e;
     if ((e = cudaEventCreateWithFlags(&b->ev_out, cudaEventDisableTiming)) != cudaSuccess ||
@@ -74,8 +75,7 @@ int cb_spec_init(struct cuda_backend *b)
         (e = cudaEventCreateWithFlags(&b->ev_sampled, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&b->ev_copied, cudaEventDisableTiming)) != cudaSuccess)
         return cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamCreateWithFlags(copy back)", e);
-    int m = k_env_int("LLMQ_SPEC", 4, 0, 1 << 20); // docs/CUDA_BACKEND.md: the default
-    m = m > b->max_seqs ? b->max_seqs : m;
+    const int m = max < b->max_seqs ? max : b->max_seqs;
     b->spec_max = m;
     if (m == 0)
         return 0;
@@ -92,7 +92,7 @@ int cb_spec_init(struct cuda_backend *b)
         b->out_h2 = NULL;
         return cb_fail_cuda(b, __FILE__, __LINE__, "cudaHostAlloc(guessed step outputs)", e);
     }
-    log_info("cuda backend: decode steps of up to %d sequences are guessed one step ahead (LLMQ_SPEC)", m);
+    log_info("cuda backend: decode steps of up to %d sequences are guessed one step ahead", m);
     return 0;
 }
 

@@ -85,9 +85,9 @@ struct k_gemm {
     void *gemv_ws;    // K_GEMV_WS_BYTES for the GEMV's split-K partial sums and tickets (zeroed)
     gemm_plan *plans; // [cap], cap a power of two, at most half full
     int cap, n;
-    bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
+    bool log; // LLMQ_GEMM_LOG=1 (k_diag): one stderr line per new plan (the algorithm the heuristic chose)
     struct k_gemm_counts counts;
-    int pick; // LLMQ_GEMM_PICK: 0 time GEMV and cuBLASLt (default), 1 the GEMV, 2 cuBLASLt where it can run
+    int pick; // k_gemm_set_pick: K_GEMM_PICK_TIMED (the default), _GEMV or _CUBLASLT
     // the tuning file (k_gemm_use_tuning_file): its entries and the choices made since
     struct gemm_tuning file;
     char *file_path;    // NULL: no file in use
@@ -414,9 +414,7 @@ extern "C" struct k_gemm *k_gemm_create(size_t workspace_bytes)
         return NULL;
     }
     g->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
-    const char *log = getenv("LLMQ_GEMM_LOG");
-    g->log = log && *log && strcmp(log, "0");
-    g->pick = k_env_int("LLMQ_GEMM_PICK", 0, 0, 2); // per handle, so that a test can set it per backend
+    g->log = k_diag()->gemm_log;
     cublasStatus_t s = cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         k_failf(__FILE__, __LINE__, "cublasLtCreate: %s (%d)", cublasLtGetStatusString(s), (int)s);
@@ -651,6 +649,11 @@ extern "C" void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *
     *c = g->counts;
 }
 
+extern "C" void k_gemm_set_pick(struct k_gemm *g, int pick)
+{
+    g->pick = pick == K_GEMM_PICK_GEMV || pick == K_GEMM_PICK_CUBLASLT ? pick : K_GEMM_PICK_TIMED;
+}
+
 // ---- the tuning file
 
 extern "C" int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *msg, size_t msglen)
@@ -779,9 +782,9 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
               K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (!lt_in || (w->fp8 && M == 1) || g->pick == 1)
+    if (!lt_in || (w->fp8 && M == 1) || g->pick == K_GEMM_PICK_GEMV)
         return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (g->pick == 2)
+    if (g->pick == K_GEMM_PICK_CUBLASLT)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
     const int kind = w->fp8 ? KIND_CHOICE_FP8 : k_f16() ? KIND_CHOICE_F16 : KIND_CHOICE_BF16;

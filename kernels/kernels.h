@@ -29,6 +29,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,15 +52,24 @@ int k_fail(const char *file, int line, const char *what, cudaError_t e);
 #define K_CHECK_LAUNCH() K_CHECK(cudaGetLastError())
 /* Records "file:line: " + a printf-style message (bad arguments, cuBLAS failures); returns -1. */
 int k_failf(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* A tuning hook's value (docs/KERNELS.md): the environment variable `name` read as an integer when it
- * is one in lo..hi, else dflt. Callers keep the value (read once per process). */
-int k_env_int(const char *name, int dflt, int lo, int hi);
 /* In a launcher: fails with the message unless cond holds, e.g. K_REQUIRE(D % 2 == 0, "D %d odd", D). */
 #define K_REQUIRE(cond, ...)                                                                                       \
     do {                                                                                                           \
         if (!(cond))                                                                                               \
             return k_failf(__FILE__, __LINE__, __VA_ARGS__);                                                       \
     } while (0)
+
+/* ---- diagnostics.cu: the environment variables the kernels read (LLMQ_PDL, LLMQ_PDL_SKIP, LLMQ_GEMM_LOG;
+ * docs/KERNELS.md, "Diagnostics"), read once per process. err is "" or says which value is bad (the CUDA
+ * backend then fails to open); set lists the variables set ("" when none), for the log. */
+struct k_diag {
+    bool pdl;             /* LLMQ_PDL: launch with programmatic dependent launch (default true) */
+    const char *pdl_skip; /* LLMQ_PDL_SKIP: names of kernels launched without it; NULL when unset */
+    bool gemm_log;        /* LLMQ_GEMM_LOG: print each cuBLASLt plan and k_linear choice (default false) */
+    char err[256];
+    char set[512];
+};
+const struct k_diag *k_diag(void);
 
 /* ---- launch.cu: the 16-bit element type of the calling thread's launches (above): 0 bf16 (the
  * default of every thread), 1 fp16. A launcher reads it when it is called; a CUDA graph keeps the
@@ -128,6 +138,11 @@ struct k_gemm_counts {
     int tuned, borrowed, loaded, made;
 };
 void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c);
+/* k_linear's choice between the GEMV and cuBLASLt where both can run (the values of engine/backend.h's
+ * enum be_gemm_pick): TIMED, the faster on the first call of a shape (the default); GEMV or CUBLASLT
+ * wherever that path can run (tests, to compare runs whose timings could choose differently). */
+enum { K_GEMM_PICK_TIMED = 0, K_GEMM_PICK_GEMV = 1, K_GEMM_PICK_CUBLASLT = 2 };
+void k_gemm_set_pick(struct k_gemm *g, int pick);
 /* The tuning file (engine.gemm_tuning_file; its format in engine/gemm_tuning.h): k_gemm_use_tuning_file
  * reads path into the handle when it was written for this device, cuBLASLt, CUDA runtime, llmq version
  * and workspace; from then on a plan or k_linear choice whose key is in the file takes the file's choice
@@ -184,8 +199,8 @@ struct k_weight {
  * GEMV and cuBLASLt is made once per (dtype, M, N, K, y_f32, alignments) on the first call that is
  * not being captured into a graph: both run on the call's operands, one warm-up then the median of
  * three (cudaEvent timing, which synchronizes the stream), and the faster is kept in the plan cache;
- * while capturing with no choice made, GEMV is taken and nothing is cached. LLMQ_GEMM_LOG=1 prints
- * each choice. */
+ * while capturing with no choice made, GEMV is taken and nothing is cached (k_gemm_set_pick can pin
+ * the choice; LLMQ_GEMM_LOG=1 prints each one). */
 int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w,
              void *Y, int y_f32, int M, cudaStream_t stream);
 /* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1); when it may not, a

@@ -30,8 +30,8 @@
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
 // LLMQ_PDL=0 in the environment turns the attribute off (for A/B measurements and as an escape
-// hatch); it is read once per process. LLMQ_PDL_SKIP=name[,name...] (for finding a kernel that breaks
-// the rule) launches the kernels whose (mangled) names contain one of the names without it.
+// hatch). LLMQ_PDL_SKIP=name[,name...] (for finding a kernel that breaks the rule) launches the kernels
+// whose (mangled) names contain one of the names without it. Both are diagnostics (kernels/diagnostics.cu).
 #pragma once
 #include <cuda_runtime.h>
 #include <utility>
