@@ -782,7 +782,7 @@ static void tuning_save(struct cuda_backend *b, bool at_close)
 //
 // Between two steps the GPU waits for the host: the copy back of the sampled tokens, the engine's and
 // the caller's work on them, the next step's layout and uploads, its launch. A kernel timeline shows
-// the whole gap (contrib/ktrace, `--whole`: the host turn); these sums say which part of it is host
+// the whole gap (contrib/lab/ktrace, `--whole`: the host turn); these sums say which part of it is host
 // time, per phase (CB_HT_*, cuda_backend.cuh), for graph (pure decode) and eager steps: logged at close.
 
 static void host_times_log(const struct cuda_backend *b)

@@ -25,7 +25,7 @@
  *   fp32 beside them: the value of element d of a (token, KV head) vector is
  *   e4m3(cache[slot, d]) * scale[slot], scale = amax / 448 over the vector's D values (0 for a zero
  *   vector). Written by k_qk_norm_rope_kv_fp8, read by k_attention_prefill_fp8 / k_attention_decode_fp8.
- * - Only kernels/, tests/gpu/ and contrib/overlap_probe include this header (it includes CUDA headers). */
+ * - Only kernels/, tests/gpu/ and the lab (contrib/lab) include this header (it includes CUDA headers). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

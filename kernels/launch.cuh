@@ -1,5 +1,5 @@
 // Kernel launches for the per-step kernels: programmatic dependent launch (PDL), a Hopper (sm_90)
-// feature. Included by kernels/*.cu (and contrib/handoff_probe for pdl_wait / pdl_launch_dependents).
+// feature. Included by kernels/*.cu (and contrib/lab/handoff_probe for pdl_wait / pdl_launch_dependents).
 //
 // PDL. A kernel launched with k_launch may start while the kernel before it on the stream is still
 // running: its CTAs become resident as soon as every CTA of that kernel has called
@@ -24,8 +24,8 @@
 //     under PDL the kernel runs while the one before writes): measured, the norms reading the residual
 //     and the o_proj output that way made Qwen3-14B's decode steps differ from run to run (28 of 32
 //     positions on an H100; docs/PERFORMANCE.md, 2026-12-06, third and fourth). CI checks it:
-//     contrib/pdl_reads (tests/cli/test_pdl_reads.sh) lists each kernel's ld.global.nc reads after the
-//     wait and fails on a parameter contrib/pdl_reads/allowed.txt does not allow.
+//     tests/tools/pdl_reads (tests/cli/test_pdl_reads.sh) lists each kernel's ld.global.nc reads after the
+//     wait and fails on a parameter tests/tools/pdl_reads/allowed.txt does not allow.
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
