@@ -171,6 +171,10 @@ struct model_config;
 int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *attn_scale, char *err,
                        size_t errlen);
 
+/* Checks a model's shape for any backend: positive sizes, and query heads a multiple of KV heads. Returns
+ * 0, or -1 with "unsupported model shape: ..." in err. */
+int backend_check_model(const struct model_config *cfg, char *err, size_t errlen);
+
 /* Checks one sequence of a step against the seam's contract (positions, block table inside the
  * pool of be->num_blocks, token ids below vocab, sample only at the last token) and, when
  * max_model_len > 0, its length. Returns 0, or -1 with "sequence i: ..." in be->err. Shared by the

@@ -571,15 +571,8 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
                                              size_t errlen)
 {
     const struct model_config *c = &m->cfg;
-    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
-        snprintf(err, errlen,
-                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
-                 "head_dim %d, "
-                 "vocab %d",
-                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+    if (backend_check_model(c, err, errlen))
         return NULL;
-    }
     const bool f16 = o->weight_dtype == BE_WEIGHTS_F16;
     if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3 && o->kv_dtype != DT_F16) {
         snprintf(
