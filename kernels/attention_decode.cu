@@ -159,10 +159,8 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
 /* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM (at most 170 registers); 4 stages (2 CTAs)
- * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh).
- * 16-bit at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3 stages' 2 CTAs of
- * 101 KB, and a third CTA to hide each one's prologue and merge): decode workload +2.0 %, chat +0.5 %,
- * the kernel 2-9 % faster at 512 sequences of 256-576 keys (docs/PERFORMANCE.md, 2026-12-02, tenth). */
+ * are slower. 16-bit at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3
+ * stages' 2 CTAs of 101 KB, and a third CTA to hide each one's prologue and merge where CTAs are short). */
 template <int D, bool F8> constexpr int decode_stages()
 {
     return F8 ? 3 : D >= 128 ? 2 : 4;

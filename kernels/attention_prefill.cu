@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
          * Packing during the softmax wrote registers the running product still read, so ptxas waited
          * for P V(t) first. ptxas still hoists the second wait above the softmax (to the start of its
          * basic block, as the SASS shows), so the softmax runs after both products, beside the other
-         * warpgroup's: a loop rotated to put the wait past the back edge ran the softmax beside P V(t)
-         * and was slower (docs/PERFORMANCE.md, 2026-12-02, sixth). */
+         * warpgroup's (a loop rotated to put the wait past the back edge ran the softmax beside P V(t),
+         * and slower). */
         auto finish = [&](int t) {
             float alA, alB;
             wg_wait<1>(); /* S(t + 1) */

@@ -1,7 +1,7 @@
 // The guessed next decode step (docs/CUDA_BACKEND.md, "Hiding the host's turn between decode steps").
 //
-// At one sequence a decode step leaves the GPU idle for 0.035-0.06 ms (measured on the H200): the copy
-// back, the host's wake-up and bookkeeping, the next step's uploads and launch. After a pure decode
+// At one sequence a decode step leaves the GPU idle for tens of microseconds between steps: the copy back,
+// the host's wake-up and bookkeeping, the next step's uploads and launch. After a pure decode
 // graph step whose sequences all allow it, the backend enqueues the next step before it reads this
 // one's tokens: a small kernel turns
 // the sampled tokens into the next step's inputs in the device buffers the graph reads (token, position,

@@ -175,8 +175,7 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
 // representative; every later M of the bucket takes the top's algorithm, or else the
 // representative's, after cublasLtMatmulAlgoCheck accepts it for the new M (the fastest near M, not
 // necessarily at M). Eager steps (mixed prefill/decode, the lm_head of their sampled rows) have a new
-// M almost every step: timed each, they cost 8 candidates x 4 runs with a synchronization each,
-// ~17 ms for the lm_head alone (docs/PERFORMANCE.md, 2026-12-02, second and third).
+// M almost every step: timed each, they would cost 8 candidates x 4 runs with a synchronization each.
 #define GEMM_TUNE_CANDIDATES 8
 #define GEMM_TUNE_MAX_M 256
 

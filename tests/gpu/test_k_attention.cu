@@ -854,8 +854,7 @@ static void fill_scales(float *p, size_t n, uint64_t seed)
 }
 
 /* Median time in ms of fn() over `reps` runs after 3 warm-ups. A cool chip at full clock: the engine's
-   prefill runs under the board's power cap, which the GEMMs reach and this table does not
-   (docs/PERFORMANCE.md, 2026-12-02, third). */
+   prefill runs under the board's power cap, which the GEMMs reach and this table does not. */
 template <typename F> static double time_ms(int reps, F fn)
 {
     cudaEvent_t a, b;
