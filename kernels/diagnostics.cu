@@ -25,8 +25,8 @@ static void read_bool(struct k_diag *d, const char *name, bool *v)
         size_t n = strlen(d->set);
         snprintf(d->set + n, sizeof d->set - n, "%s%s=%s", n ? ", " : "", name, e);
     } else if (!d->err[0]) {
-        snprintf(d->err, sizeof d->err, "%s=\"%.64s\": expected 0 or 1 (a diagnostic; unset it to run as usual)",
-                 name, e);
+        snprintf(d->err, sizeof d->err,
+                 "%s=\"%.64s\": expected 0 or 1 (a diagnostic; unset it to run as usual)", name, e);
     }
 }
 
