@@ -93,6 +93,19 @@ int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *a
     return -1;
 }
 
+int backend_check_model(const struct model_config *c, char *err, size_t errlen)
+{
+    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
+        snprintf(err, errlen,
+                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
+                 "head_dim %d, vocab %d",
+                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+        return -1;
+    }
+    return 0;
+}
+
 int backend_check_seq(struct backend *be, const struct be_seq *s, int i, int vocab, int max_model_len)
 {
     const int bs = be->block_size;

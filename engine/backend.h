@@ -69,6 +69,28 @@ enum be_copies {
     BE_COPIES_OFF,
 };
 
+/* k_linear's choice between the decode GEMV and cuBLASLt at decode-sized batches (CUDA; tests). */
+enum be_gemm_pick {
+    BE_GEMM_TIMED = 0, /* the faster of the two on the first call of each shape (the engine's) */
+    BE_GEMM_GEMV,      /* the GEMV wherever it can run */
+    BE_GEMM_CUBLASLT,  /* cuBLASLt wherever it can run */
+};
+
+/* Settings for tests, which no configuration key sets: each reaches a path or pins a choice so that a test
+ * can compare runs bit for bit. Zero, the default, is what the engine runs. */
+struct backend_test_opts {
+    /* CUDA, fp8 KV cache: the prefill's bf16 staging pool in blocks (0: sized by the backend for a sequence
+     * of max_model_len or a step of fresh prompts). A small pool makes a step stage its blocks in rounds,
+     * and a sequence longer than the pool take the fp8 prefill kernel. */
+    int kv_stage_blocks;
+    /* CUDA: no decode step is enqueued ahead of its inputs (kernels/cuda_spec.cu; by default steps of up
+     * to 4 sequences are); the same bits either way */
+    bool no_step_guess;
+    enum be_gemm_pick gemm_pick;
+    /* CUDA: the GEMM tuning file is offered a save after every step, not once a minute */
+    bool tuning_save_every_step;
+};
+
 struct backend_opts {
     int block_size;              /* tokens per KV block */
     int max_num_seqs;            /* most sequences in one step (0: BACKEND_DEFAULT_MAX_NUM_SEQS) */
@@ -107,6 +129,7 @@ struct backend_opts {
      * GEMM summing a few hundred products in another order lands a few ulps away). The spread this
      * causes is the oracle's own sensitivity, against which a GPU is judged. 0: none. */
     uint64_t emulate_cuda_jitter;
+    struct backend_test_opts test; /* tests only (above) */
 };
 
 struct backend;
@@ -143,6 +166,10 @@ void backend_free(struct backend *be);
 struct model_config;
 int backend_rope_freqs(const struct model_config *cfg, float *inv_freq, float *attn_scale, char *err,
                        size_t errlen);
+
+/* Checks a model's shape for any backend: positive sizes, and query heads a multiple of KV heads. Returns
+ * 0, or -1 with "unsupported model shape: ..." in err. */
+int backend_check_model(const struct model_config *cfg, char *err, size_t errlen);
 
 /* Checks one sequence of a step against the seam's contract (positions, block table inside the
  * pool of be->num_blocks, token ids below vocab, sample only at the last token) and, when

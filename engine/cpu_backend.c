@@ -47,7 +47,6 @@
 #include "engine/backend.h"
 #include "engine/decode_split.h"
 #include "engine/fp8.h"
-#include "engine/kv_stage.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/util/log.h"
@@ -107,7 +106,7 @@ struct cpu_backend {
     uint8_t *kv_codes; /* (L, 2, num_blocks, KVH, block_size, D) e4m3 */
     float *kv_scales;  /* (L, 2, num_blocks, KVH, block_size): element value = e4m3(code) * scale */
     float *kv_buf;     /* [nthreads][2][kv_slab]: one block's codes decoded for attention */
-    float *kv_stg;     /* emulate_cuda with an fp8 pool and staging on: every slot as k_kv_stage_fp8 stages
+    float *kv_stg;     /* emulate_cuda with an fp8 pool: every slot as k_kv_stage_fp8 stages
                           it (kv_codes' layout), written with its codes: a prefill row reads these instead
                           of staging each block again for every (row, head), as the GPU stages once a step */
     float e4m3_lut[256];
@@ -532,14 +531,8 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
                                  size_t errlen)
 {
     const struct model_config *c = &m->cfg;
-    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
-        snprintf(err, errlen,
-                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
-                 "head_dim %d, vocab %d",
-                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+    if (backend_check_model(c, err, errlen))
         return NULL;
-    }
     struct cpu_backend *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, errlen, "out of memory");
@@ -571,7 +564,7 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
             o->cuda_graph_max_batch, o->max_num_seqs > 0 ? o->max_num_seqs : BACKEND_DEFAULT_MAX_NUM_SEQS);
         b->emu_max_len = o->max_model_len > 0 ? o->max_model_len : c->max_position;
         b->emu_jitter = o->emulate_cuda_jitter;
-        if (b->kv8 && kv_stage_on() && !(b->kv_stg = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float)))) {
+        if (b->kv8 && !(b->kv_stg = calloc(2 * (size_t)b->L * b->kv_part, sizeof(float)))) {
             snprintf(err, errlen, "out of memory for the emulated fp8 KV staging copy");
             goto fail;
         }
@@ -832,8 +825,9 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
         float *sc = b->scores + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *mr = b->mrun + (size_t)omp_get_thread_num() * b->cap_ctx;
         float *buf = b->kv8 ? b->kv_buf + (size_t)omp_get_thread_num() * 2 * b->kv_slab : NULL;
-        /* a prefill row over an fp8 pool reads the staged bf16 values (engine/kv_stage.h) */
-        const bool staged = buf && sq->n_new > 1 && kv_stage_on();
+        /* a prefill row over an fp8 pool reads bf16 copies of its blocks, as the CUDA backend's prefill
+         * does (k_kv_stage_fp8, then the bf16 prefill attention) */
+        const bool staged = buf && sq->n_new > 1;
         const float M = qk_scores(b, layer, bt, g, ctx, q, 1.0f, staged, buf, sc); /* raw: sl2 below */
         if (sq->n_new == 1) {
             int np = (ctx + part - 1) / part;

@@ -26,7 +26,7 @@ struct cuda_backend_stats {
     int graphs;              /* decode graphs captured */
     uint64_t graph_replays;  /* steps run by replaying a graph */
     uint64_t eager_steps;    /* steps launched kernel by kernel */
-    uint64_t guesses_taken;  /* decode steps enqueued one step ahead and taken (LLMQ_SPEC) */
+    uint64_t guesses_taken;  /* decode steps enqueued one step ahead and taken (kernels/cuda_spec.cu) */
     uint64_t guesses_dropped;   /* ... and dropped: the step asked for was another */
     uint64_t guesses_new_block; /* of those taken, steps in which a sequence entered a block (the
                                  * scheduler's lookahead block) */

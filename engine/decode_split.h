@@ -6,8 +6,8 @@
  *
  * Automatic split (part_keys == 0) for n_seqs sequences whose longest context is max_ctx_len: as few
  * partitions as keep the GPU busy, because each one is a CTA that fills its copy pipeline, drains it
- * and merges its warps on its own (~3 us that no other work hides, so 512-key partitions ran at 76 %
- * of the copy rate where 2048-key ones ran at 84 %; docs/PERFORMANCE.md). The count is the largest of
+ * and merges its warps on its own (a few microseconds that no other work hides, so longer partitions
+ * stream closer to the copy rate). The count is the largest of
  *   - floor(ctx / 2048) (partitions of >= 2048 keys; at least one),
  *   - min(ceil(128 / n_seqs), floor(ctx / 512)): a batch of fewer than 128 sequences is split, down to
  *     512-key partitions, until n_seqs x partitions >= 128 (~4 waves of CTAs at 8 KV heads),
@@ -19,10 +19,8 @@
  * < 0: one partition. *part is max_ctx_len when it does not split.
  * *n_bound (may be NULL): the partitions a workspace must hold for every context up to max_ctx_len
  * (the rounding to whole tiles can make n_part dip as the context grows; n does not).
- * Tuning hooks, read once: LLMQ_ATTN_DECODE_FILL=N replaces the 32 (0: no fill),
- * LLMQ_ATTN_DECODE_PART=N the 2048. Plain C, also compiled as CUDA C++. */
+ * Plain C, also compiled as CUDA C++. */
 #pragma once
-#include <stdlib.h>
 
 #define DECODE_SPLIT_TILE 64    /* keys per K/V tile of the decode kernel: partitions are whole tiles */
 #define DECODE_SPLIT_PART 2048  /* partitions of >= 2048 keys ... */
@@ -30,28 +28,6 @@
 #define DECODE_SPLIT_WAVE 128   /* until n_seqs x partitions >= 128 */
 #define DECODE_SPLIT_SLOTS 4096 /* at most max(1, 4096 / n_seqs) partitions per sequence */
 #define DECODE_SPLIT_FILL 32    /* >= min(ceil(ctx / 64), 32 / n_seqs) partitions */
-
-static inline int decode_split_hook(const char *name, int dflt, int *cache)
-{
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e ? (atoi(e) > 0 ? atoi(e) : 0) : dflt;
-    }
-    return *cache;
-}
-
-static inline int decode_split_fill(void)
-{
-    static int fill = -1;
-    return decode_split_hook("LLMQ_ATTN_DECODE_FILL", DECODE_SPLIT_FILL, &fill);
-}
-
-static inline int decode_split_part(void)
-{
-    static int part = -1;
-    const int p = decode_split_hook("LLMQ_ATTN_DECODE_PART", DECODE_SPLIT_PART, &part);
-    return p > DECODE_SPLIT_MIN ? p : DECODE_SPLIT_MIN;
-}
 
 static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int *part, int *n_part,
                                 int *n_bound)
@@ -66,11 +42,11 @@ static inline void decode_split(int n_seqs, int max_ctx_len, int part_keys, int 
     int n = 0;
     if (part_keys == 0) {
         const int cap = DECODE_SPLIT_SLOTS / ns > 1 ? DECODE_SPLIT_SLOTS / ns : 1;
-        const int tiles = (ctx + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE, f = decode_split_fill() / ns;
+        const int tiles = (ctx + DECODE_SPLIT_TILE - 1) / DECODE_SPLIT_TILE, f = DECODE_SPLIT_FILL / ns;
         const int nf = f < tiles ? f : tiles;
         const int w = (DECODE_SPLIT_WAVE + ns - 1) / ns, wmax = ctx / DECODE_SPLIT_MIN;
         const int nw = w < wmax ? w : wmax;
-        n = ctx / decode_split_part();
+        n = ctx / DECODE_SPLIT_PART;
         n = n > 1 ? n : 1;
         n = n > nw ? n : nw;
         n = n > nf ? n : nf;

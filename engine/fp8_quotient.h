@@ -1,7 +1,7 @@
 /* v / s, correctly rounded, from one reciprocal of s shared by a whole quantization group: the
  * activation quantizers of kernels/quant.cu divide every value of a 1x128 group by the group's scale,
  * and an IEEE division per value (__fdiv_rn: a reciprocal estimate, four FMAs, a range check and a
- * branch to its slow path) made those kernels issue-bound (docs/PERFORMANCE.md, 2026-12-02, ninth).
+ * branch to its slow path) made those kernels issue-bound.
  *
  *   y = RN(1 / s)              once per group (fp8_reciprocal)
  *   q = RN(v * y)              per value (fp8_quotient)

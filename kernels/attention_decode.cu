@@ -159,10 +159,8 @@ template <int D> __device__ __forceinline__ void v_rows_f16(bf16 *sVh, const uin
  * decoded) also computes that key's k and v, writes them to the cache slot and puts them in its own
  * K/V stage. The cos/sin table, the slot and the norm weights are read before the wait. */
 /* fp8: 3 stages (71 KB at D = 128) leave room for 3 CTAs an SM (at most 170 registers); 4 stages (2 CTAs)
- * took 0.612 against 0.504 ms at 8 x 65,536 keys (docs/PERFORMANCE.md, 2026-12-02, seventh).
- * 16-bit at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3 stages' 2 CTAs of
- * 101 KB, and a third CTA to hide each one's prologue and merge): decode workload +2.0 %, chat +0.5 %,
- * the kernel 2-9 % faster at 512 sequences of 256-576 keys (docs/PERFORMANCE.md, 2026-12-02, tenth). */
+ * are slower. 16-bit at D = 128: 2 stages (68 KB, 3 CTAs an SM: the same bytes in flight an SM as 3
+ * stages' 2 CTAs of 101 KB, and a third CTA to hide each one's prologue and merge where CTAs are short). */
 template <int D, bool F8> constexpr int decode_stages()
 {
     return F8 ? 3 : D >= 128 ? 2 : 4;
@@ -614,11 +612,9 @@ size_t decode_ws_bytes(int n_seqs, int H, int D, int n_part)
 
 /* A grid of at most one CTA an SM (a few sequences: one sequence is 8 KV heads x up to 32 partitions on
  * Qwen3-14B) runs the kernel's ONE instance, whose preferred carve-out is one CTA's shared memory (and the
- * per-CTA reservation): the SM keeps the rest of its 256 KB as L1. For the kernel sized for three CTAs an
- * SM the driver takes the largest shared-memory configuration (228 KB, 28 KB of L1) on every SM the
- * attention runs on. Measured on single fp8 (docs/PERFORMANCE.md, 2026-12-04 second): the attention's
- * share of a layer's critical path 5.07 -> 3.32 us, +1.4 % output tok/s. LLMQ_ATTN_L1=0 (read once)
- * launches the driver's choice for every grid, for A/B runs. */
+ * per-CTA reservation): the SM keeps the rest of its 256 KB as L1, which the K/V reads of so few CTAs use.
+ * For the kernel sized for three CTAs an SM the driver takes the largest shared-memory configuration (228 KB,
+ * 28 KB of L1) on every SM the attention runs on. */
 template <typename F> int decode_carveout_one(F *kernel, int smem, bool (&done)[16])
 {
     int dev = 0, max_sm = 0, reserved = 0;
@@ -639,9 +635,8 @@ int launch_decode(const E *q, int q_stride, const kv_src &kv, const k_attn_batch
                   int block_size, float sl2, int part, int n_part, void *ws, const k_rope_in &rope,
                   cudaStream_t stream)
 {
-    static const int l1 = k_env_int("LLMQ_ATTN_L1", 1, 0, 1);
     static bool smem_done[2][16], carve_done[16];
-    const bool one = l1 && (long long)n_part * KVH * b->n_seqs <= k_sm_count();
+    const bool one = (long long)n_part * KVH * b->n_seqs <= k_sm_count();
     auto *kernel =
         one ? attention_decode_kernel<E, D, F8, ROPE, true> : attention_decode_kernel<E, D, F8, ROPE, false>;
     if (raise_smem(kernel, decode_smem<D, F8>(), smem_done[one]) ||

@@ -13,6 +13,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/kernels.h"
 #include "kernels/launch.cuh"
+#include "kernels/test_paths.h"
 #include "kernels/tma.cuh"
 #include "kernels/warpgroup.cuh"
 #include "kernels/wgmma.cuh"
@@ -29,16 +30,15 @@ struct kv_maps {
     int keys_per_copy;
 };
 
-/* ---- prefill: grid (row tiles, KVH, n_seqs), BM packed rows per CTA, 16 per warp (BM = 128: 8 warps,
- * the default; 64: 4 warps, two CTAs per SM).
+/* ---- prefill: grid (row tiles, KVH, n_seqs), BM = 128 packed rows per CTA, 16 per warp (8 warps).
  *
  * WG (sm_90a, D = 128, BM = 128): the two products run on the warpgroup tensor cores (kernels/wgmma.cuh),
  * each warpgroup's 64 rows against the whole K/V tile in shared memory, K and V in the
  * 128-byte-swizzled layout (sw128_off); mask, online softmax and stores stay per warp.
  *   - 16-bit cache (PIPE): 128-key tiles in three stages, Q read from shared memory (swizzled too),
  *     S = Q K^T as 8 m64n128k16, O += P V as 8 m64n128k16 with P from registers, pipelined (below);
- *     the tiles come through tensor maps (maps.keys_per_copy > 0: TMA copies issued by warp 0,
- *     completing on three mbarriers after sQ), else cp.async from every thread.
+ *     the tiles come through tensor maps in the warp-specialized kernel (WS, below), or where no tensor
+ *     map can be made, by cp.async from every thread with both warpgroups in lockstep.
  *   - fp8 cache: the mma.sync kernel's order and 64-key tiles (converted to bf16), S as 8 m64n64k16
  *     with Q from registers, P V as 4 m64n128k16; a warpgroup skips a tile above all of its rows.
  *
@@ -48,9 +48,9 @@ struct kv_maps {
  * with no CTA-wide barrier in the loop: a consumer thread releases a stage (an arrival on the stage's
  * "empty" barrier) once its P V of that tile is done, and the two consumer warpgroups take turns
  * issuing their products (named barriers, "ping-pong"), so that one's softmax runs while the other's
- * products keep the tensor cores busy. Without WS both warpgroups issue at once, then both do their
- * softmax while the tensor cores have only the P V products left, and a __syncthreads per tile frees
- * the stage. */
+ * products keep the tensor cores busy. The cp.async kernel has both warpgroups issue at once, then both
+ * do their softmax while the tensor cores have only the P V products left, and a __syncthreads per tile
+ * frees the stage. */
 template <int D, int BM, bool F8, bool WG = false> constexpr int prefill_smem()
 {
     /* 16-bit: sQ, two stages of K and V (PIPE: three of 128 keys). fp8: sQ, one bf16 K and V tile, two
@@ -138,14 +138,13 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         load_kv_tile<D, NC, KT>(k, v, kc, vc, btab, kvh, KVH, bsh, t * KT + KV_TILE, kv_end, tid, -1,
                                 KV_TILE);
     };
-    /* PIPE with tensor maps: warp 0 issues a tile's copies, lane c the keys_per_copy keys from
+    /* WS (tensor maps): warp 0 issues a tile's copies, lane c the keys_per_copy keys from
      * c * keys_per_copy of K and V (two 64-column halves each), completing on barrier t % 3 (phase
      * (t / 3) & 1); the lane reads its block-table entry (tma_row) before the wait that precedes the
      * issue, so the read's latency is hidden. Keys past kv_end are not copied, and their V rows are
      * zeroed once the tile has landed (v_tail): an unwritten slot of the last block may hold anything,
      * and 0 * NaN would poison P V. K rows past kv_end need nothing: the causal mask overwrites their
      * scores. */
-    const bool tma = PIPE && maps.keys_per_copy > 0;
     [[maybe_unused]] uint64_t *bars = reinterpret_cast<uint64_t *>(sF);
     /* warp 0: the cache row of this lane's copy of tile t, or -1 */
     auto tma_row = [&](int t) {
@@ -217,28 +216,12 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
         wg_fence_smem();
         named_bar_sync(3 + warp / 4, 128);
     } else if constexpr (PIPE) { /* tiles 0 and 1 */
-        if (tma) {
-            if (tid == 0)
-                for (int i = 0; i < 3; i++)
-                    mbar_init(smem_u32(bars + i), 1);
-            __syncthreads(); /* the barriers before anyone waits on them */
-            if (warp == 0) {
-                tma_issue(0, tma_row(0));
-                if (nt2 > 1)
-                    tma_issue(1, tma_row(1));
-            }
-            cp_async_wait<0>(); /* Q */
-            mbar_wait(smem_u32(bars), 0);
-            if (nt2 == 1)
-                v_tail(0, tid, NT);
-        } else {
-            load2(0);
-            cp_async_commit();
-            if (nt2 > 1)
-                load2(1);
-            cp_async_commit();
-            cp_async_wait<1>(); /* Q and tile 0 */
-        }
+        load2(0);
+        cp_async_commit();
+        if (nt2 > 1)
+            load2(1);
+        cp_async_commit();
+        cp_async_wait<1>(); /* Q and tile 0 */
         wg_fence_smem();
     } else {
         if constexpr (F8)
@@ -400,8 +383,8 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
          * Packing during the softmax wrote registers the running product still read, so ptxas waited
          * for P V(t) first. ptxas still hoists the second wait above the softmax (to the start of its
          * basic block, as the SASS shows), so the softmax runs after both products, beside the other
-         * warpgroup's: a loop rotated to put the wait past the back edge ran the softmax beside P V(t)
-         * and was slower (docs/PERFORMANCE.md, 2026-12-02, sixth). */
+         * warpgroup's (a loop rotated to put the wait past the back edge ran the softmax beside P V(t),
+         * and slower). */
         auto finish = [&](int t) {
             float alA, alB;
             wg_wait<1>(); /* S(t + 1) */
@@ -462,24 +445,12 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
                 softmax_p(sc, 0, pf, a, b);
             }
             for (int it = 0; it + 1 < nt2; it++) {
-                const int next_row = tma && warp == 0 ? tma_row(it + 2) : -1;
-                if (tma) {
-                    mbar_wait(smem_u32(bars + (it + 1) % 3), ((it + 1) / 3) & 1); /* tile it + 1 landed */
-                    if (it + 2 == nt2)
-                        v_tail(it + 1, tid, NT);
-                } else {
-                    cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
-                }
+                cp_async_wait<0>(); /* tile it + 1 landed (this thread's copies) */
                 wg_fence_smem();
                 __syncthreads(); /* ... everyone's; and every warpgroup is done with tile it - 1 */
-                if (tma) {
-                    if (warp == 0 && it + 2 < nt2)
-                        tma_issue(it + 2, next_row);
-                } else {
-                    if (it + 2 < nt2)
-                        load2(it + 2);
-                    cp_async_commit();
-                }
+                if (it + 2 < nt2)
+                    load2(it + 2);
+                cp_async_commit();
                 wg_fence();
                 s_issue(it + 1);
                 pv_issue(it);
@@ -601,8 +572,7 @@ __global__ void __launch_bounds__(NT, WS ? 1 : prefill_min_ctas<D, BM>())
 
 template <typename E, int D, int BM, bool F8, bool WG = false>
 int launch_prefill(const E *q, int q_stride, const kv_src &kv, const k_attn_batch *b, E *out, int H, int KVH,
-                   int block_size, float sl2, cudaStream_t stream, bool allow_tma = true,
-                   bool allow_ws = true)
+                   int block_size, float sl2, cudaStream_t stream, bool allow_tma = true)
 {
     static bool smem_done[16];
     constexpr int smem = prefill_smem<D, BM, F8, WG>();
@@ -613,13 +583,12 @@ int launch_prefill(const E *q, int q_stride, const kv_src &kv, const k_attn_batc
     dim3 grid((unsigned)tiles, KVH, b->n_seqs);
     kv_maps maps;
     memset(&maps, 0, sizeof maps);
-    /* the pipelined wgmma loop reads its tiles through tensor maps when a block's keys tile the 128-key
-     * tiles (or the reverse) and the rows are 16-byte aligned; LLMQ_ATTN_PREFILL_TMA=0 (read once) keeps
-     * cp.async (docs/KERNELS.md) */
-    static const int tma_env = k_env_int("LLMQ_ATTN_PREFILL_TMA", 1, 0, 1);
+    /* the 16-bit cache's wgmma kernel reads its tiles through tensor maps (the warp-specialized kernel)
+     * when a block's keys tile the 128-key tiles (or the reverse) and the rows are 16-byte aligned; else
+     * by cp.async */
     constexpr int KT = 2 * KV_TILE;
-    if (WG && !F8 && allow_tma && tma_env && block_size >= 8 &&
-        (KT % block_size == 0 || block_size % KT == 0) && ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
+    if (WG && !F8 && allow_tma && block_size >= 8 && (KT % block_size == 0 || block_size % KT == 0) &&
+        ((uintptr_t)kv.k | (uintptr_t)kv.v) % 16 == 0) {
         const int R = block_size < KT ? block_size : KT;
         const uint64_t rows = (uint64_t)1 << 31; /* the pool's extent is not known here; copies stay inside */
         if (!k_tma_map_rows(&maps.k, kv.k, rows, D, (size_t)D * 2, R) &&
@@ -632,11 +601,8 @@ int launch_prefill(const E *q, int q_stride, const kv_src &kv, const k_attn_batc
                         k_last_error());
         }
     }
-    /* with tensor maps, the warp-specialized kernel; LLMQ_ATTN_PREFILL_WS=0 (read once) keeps both
-     * warpgroups in lockstep (docs/KERNELS.md) */
-    static const int ws_env = k_env_int("LLMQ_ATTN_PREFILL_WS", 1, 0, 1);
     if constexpr (WG && !F8) {
-        if (maps.keys_per_copy > 0 && allow_ws && ws_env) {
+        if (maps.keys_per_copy > 0) {
             static bool ws_done[16];
             if (raise_smem(attention_prefill_kernel<E, D, BM, F8, WG, true>, smem, ws_done))
                 return -1;
@@ -652,10 +618,11 @@ int launch_prefill(const E *q, int q_stride, const kv_src &kv, const k_attn_batc
     return 0;
 }
 
-/* k_attention_prefill_force: 0 = automatic, else K_ATTN_PREFILL_* (kernels.h) */
-std::atomic<int> prefill_forced{0};
+/* k_test_prefill_path (kernels/test_paths.h): K_TEST_PREFILL_* */
+std::atomic<int> prefill_path{K_TEST_PREFILL_AUTO};
 
-/* E: the 16-bit element type (kernels.h: bf16, or fp16 in fp16 mode); bf16 with an fp8 cache */
+/* E: the 16-bit element type (kernels.h: bf16, or fp16 in fp16 mode); bf16 with an fp8 cache. The wgmma
+ * kernel at D = 128 where the device and the build have it, else the mma.sync kernel. */
 template <typename E, bool F8 = false>
 int prefill_impl(const char *fn, const bf16 *q_, int q_stride, const kv_src &kv, const struct k_attn_batch *b,
                  bf16 *out_, int H, int KVH, int D, int block_size, float scale, cudaStream_t stream)
@@ -667,43 +634,23 @@ int prefill_impl(const char *fn, const bf16 *q_, int q_stride, const kv_src &kv,
     if (b->n_seqs <= 0 || b->max_q_len <= 0)
         return 0;
     const float sl2 = scale * 1.4426950408889634f;
-    /* tuning hooks (docs/KERNELS.md), read once: LLMQ_ATTN_PREFILL_BM=64 selects the mma.sync kernel's
-     * 64-row CTAs of 4 warps; LLMQ_ATTN_PREFILL_WG=0 keeps the mma.sync kernel on sm_90a */
-    static const int env = k_env_int("LLMQ_ATTN_PREFILL_BM", 128, 64, 128) == 64 ? K_ATTN_PREFILL_MMA64
-                           : k_env_int("LLMQ_ATTN_PREFILL_WG", 1, 0, 1)          ? 0
-                                                                                 : K_ATTN_PREFILL_MMA128;
-    int v = prefill_forced.load(std::memory_order_relaxed);
-    if (v == 0)
-        v = env;
-    auto wgmma = [](int x) {
-        return x == K_ATTN_PREFILL_WGMMA || x == K_ATTN_PREFILL_WGMMA_CPASYNC ||
-               x == K_ATTN_PREFILL_WGMMA_SYNC;
-    };
-    if (v == 0 || wgmma(v))
-        v = !(D == 128 && k_wgmma_on()) ? K_ATTN_PREFILL_MMA128 : v == 0 ? K_ATTN_PREFILL_WGMMA : v;
-    if (D == 128) {
-        if (wgmma(v))
-            return launch_prefill<E, 128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
-                                                         stream, v != K_ATTN_PREFILL_WGMMA_CPASYNC,
-                                                         v == K_ATTN_PREFILL_WGMMA);
-        return v == K_ATTN_PREFILL_MMA64
-                   ? launch_prefill<E, 128, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
-                   : launch_prefill<E, 128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2,
-                                                     stream);
-    }
-    return v == K_ATTN_PREFILL_MMA64
-               ? launch_prefill<E, 64, 64, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
+    const int path = prefill_path.load(std::memory_order_relaxed);
+    if (D == 128 && k_wgmma_on() && path != K_TEST_PREFILL_MMA)
+        return launch_prefill<E, 128, 128, F8, true>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream,
+                                                     path != K_TEST_PREFILL_CPASYNC);
+    return D == 128
+               ? launch_prefill<E, 128, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream)
                : launch_prefill<E, 64, 128, F8>(q, q_stride, kv, b, out, H, KVH, block_size, sl2, stream);
 }
 
 } // namespace
 
-extern "C" int k_attention_prefill_force(int variant)
+extern "C" int k_test_prefill_path(int path)
 {
-    K_REQUIRE(variant >= 0 && variant <= K_ATTN_PREFILL_WGMMA_SYNC, "k_attention_prefill_force: variant %d",
-              variant);
-    prefill_forced.store(variant, std::memory_order_relaxed);
-    return variant >= K_ATTN_PREFILL_WGMMA && !k_wgmma_on() ? 1 : 0;
+    K_REQUIRE(path >= K_TEST_PREFILL_AUTO && path <= K_TEST_PREFILL_CPASYNC, "k_test_prefill_path: path %d",
+              path);
+    prefill_path.store(path, std::memory_order_relaxed);
+    return path == K_TEST_PREFILL_CPASYNC && !k_wgmma_on() ? 1 : 0;
 }
 
 extern "C" int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,

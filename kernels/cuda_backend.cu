@@ -31,11 +31,14 @@ extern "C" {
 #include "engine/cuda_backend.h"
 #include "engine/decode_split.h"
 #include "engine/gemm_tuning.h"
-#include "engine/kv_stage.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "engine/weight_copies.h"
 }
+
+static_assert((int)K_GEMM_PICK_TIMED == (int)BE_GEMM_TIMED && (int)K_GEMM_PICK_GEMV == (int)BE_GEMM_GEMV &&
+                  (int)K_GEMM_PICK_CUBLASLT == (int)BE_GEMM_CUBLASLT,
+              "k_gemm_set_pick takes enum be_gemm_pick's values");
 
 #define GRAPH_RESERVE ((size_t)512 << 20) // device memory kept out of the KV pool for graphs and cuBLAS
 #define CB_TUNING_SAVE_S 60.0             // the GEMM tuning file's save interval while steps run
@@ -150,9 +153,8 @@ static void after_failure(struct cuda_backend *b)
         if (g)
             cudaGraphDestroy(g);
     }
-    b->spec_live = false; // a guessed step on the stream is dropped with the failed one
-    if (b->copy_stream)
-        (void)cudaStreamSynchronize(b->copy_stream);
+    b->spec.live = false; // a guessed step on the stream is dropped with the failed one
+    (void)cudaStreamSynchronize(b->copy.stream);
     cudaError_t e = cudaStreamSynchronize(b->stream);
     if (e == cudaSuccess)
         return;
@@ -189,81 +191,60 @@ __global__ void iota_kernel(int32_t *x, int n)
 
 // ---- the forward pass (enqueues only: no host synchronization, so it can be captured)
 
-// q/k norm + RoPE + KV write, then attention (decode group, prefill group) into b->att, over the
+// q/k norm + RoPE + KV write, then attention (decode group, prefill group) into b->acts.att, over the
 // layer's bf16 or fp8 cache.
 static int attention_block(struct cuda_backend *b, const struct cb_plan *p, const struct cb_layer *cl,
                            const int32_t *pos, const int32_t *slot, float scale)
 {
     const int T = p->T, QKV = b->QKV, HD = b->HD, bs = b->base.block_size;
     cudaStream_t st = b->stream;
-    bf16 *q_pre = b->qkv + (size_t)p->nd * QKV, *att_pre = b->att + (size_t)p->nd * HD;
-    if (b->kv_fp8) {
+    bf16 *q_pre = b->acts.qkv + (size_t)p->nd * QKV, *att_pre = b->acts.att + (size_t)p->nd * HD;
+    if (b->kv.fp8) {
         uint8_t *kc = (uint8_t *)cl->k_cache, *vc = (uint8_t *)cl->v_cache;
-        CB_K(k_qk_norm_rope_kv_fp8(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq,
-                                   b->attn_scale, slot, kc, vc, cl->k_scale, cl->v_scale, T, b->H, b->KVH,
+        CB_K(k_qk_norm_rope_kv_fp8(b->acts.qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->w.inv_freq,
+                                   b->w.attn_scale, slot, kc, vc, cl->k_scale, cl->v_scale, T, b->H, b->KVH,
                                    b->D, bs, st));
         if (p->nd > 0)
-            CB_K(k_attention_decode_fp8(b->qkv, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->dec, b->att, b->H,
-                                        b->KVH, b->D, bs, scale, b->attn_ws, b->attn_ws_bytes, st));
+            CB_K(k_attention_decode_fp8(b->acts.qkv, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->dec,
+                                        b->acts.att, b->H, b->KVH, b->D, bs, scale, b->acts.attn_ws,
+                                        b->acts.attn_ws_bytes, st));
         if (p->np > 0 && p->n_stage == 0)
             CB_K(k_attention_prefill_fp8(q_pre, QKV, kc, vc, cl->k_scale, cl->v_scale, &p->pre, att_pre, b->H,
                                          b->KVH, b->D, bs, scale, st));
         for (int g = 0; g < p->n_stage; g++) { // the blocks as bf16, then the bf16 prefill over them
             const struct cb_stage_group *sg = &p->stage[g];
-            CB_K(k_kv_stage_fp8(kc, vc, cl->k_scale, cl->v_scale, (const int32_t *)b->stage_src.d + sg->b0,
-                                sg->nb, b->stage_k, b->stage_v, b->KVH, b->D, bs, st));
+            CB_K(k_kv_stage_fp8(kc, vc, cl->k_scale, cl->v_scale, (const int32_t *)b->stage.src.d + sg->b0,
+                                sg->nb, b->stage.k, b->stage.v, b->KVH, b->D, bs, st));
             struct k_attn_batch gb = p->pre;
             gb.n_seqs = sg->k1 - sg->k0;
             gb.q_start += sg->k0;
             gb.ctx_len += sg->k0;
-            gb.block_tables = (const int32_t *)b->btab_stage.d + (size_t)sg->k0 * p->pre.max_blocks;
+            gb.block_tables = (const int32_t *)b->stage.btab.d + (size_t)sg->k0 * p->pre.max_blocks;
             gb.max_q_len = sg->max_q;
             gb.max_ctx_len = sg->max_ctx;
-            CB_K(k_attention_prefill(q_pre, QKV, b->stage_k, b->stage_v, &gb, att_pre, b->H, b->KVH, b->D, bs,
+            CB_K(k_attention_prefill(q_pre, QKV, b->stage.k, b->stage.v, &gb, att_pre, b->H, b->KVH, b->D, bs,
                                      scale, st));
         }
         return 0;
     }
     bf16 *kc = (bf16 *)cl->k_cache, *vc = (bf16 *)cl->v_cache;
     // A pure decode step folds the q/k norm + RoPE prologue into the decode attention (one dependent
-    // launch fewer a layer, the same bits: k_attention_decode_rope); LLMQ_ROPE_FOLD=0 (read once) keeps
-    // them apart, for A/B runs.
-    static const int fold = k_env_int("LLMQ_ROPE_FOLD", 1, 0, 1);
-    if (fold && p->np == 0 && p->nd > 0) {
-        const struct k_rope_in rope = {cl->bqkv, cl->q_norm,  cl->k_norm,    b->eps,
-                                       pos,      b->inv_freq, b->attn_scale, slot};
-        CB_K(k_attention_decode_rope(b->qkv, &rope, kc, vc, &p->dec, b->att, b->H, b->KVH, b->D, bs, scale, 0,
-                                     b->attn_ws, b->attn_ws_bytes, st));
+    // launch fewer a layer, the same bits: k_attention_decode_rope).
+    if (p->np == 0 && p->nd > 0) {
+        const struct k_rope_in rope = {cl->bqkv, cl->q_norm,    cl->k_norm,      b->eps,
+                                       pos,      b->w.inv_freq, b->w.attn_scale, slot};
+        CB_K(k_attention_decode_rope(b->acts.qkv, &rope, kc, vc, &p->dec, b->acts.att, b->H, b->KVH, b->D, bs,
+                                     scale, 0, b->acts.attn_ws, b->acts.attn_ws_bytes, st));
         return 0;
     }
-    CB_K(k_qk_norm_rope_kv(b->qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->inv_freq, b->attn_scale,
-                           slot, kc, vc, T, b->H, b->KVH, b->D, bs, st));
+    CB_K(k_qk_norm_rope_kv(b->acts.qkv, cl->bqkv, cl->q_norm, cl->k_norm, b->eps, pos, b->w.inv_freq,
+                           b->w.attn_scale, slot, kc, vc, T, b->H, b->KVH, b->D, bs, st));
     if (p->nd > 0)
-        CB_K(k_attention_decode(b->qkv, QKV, kc, vc, &p->dec, b->att, b->H, b->KVH, b->D, bs, scale,
-                                b->attn_ws, b->attn_ws_bytes, st));
+        CB_K(k_attention_decode(b->acts.qkv, QKV, kc, vc, &p->dec, b->acts.att, b->H, b->KVH, b->D, bs, scale,
+                                b->acts.attn_ws, b->acts.attn_ws_bytes, st));
     if (p->np > 0)
         CB_K(k_attention_prefill(q_pre, QKV, kc, vc, &p->pre, att_pre, b->H, b->KVH, b->D, bs, scale, st));
     return 0;
-}
-
-// A one-sequence step with fp8 weights runs gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the
-// same bits, one dependent launch fewer a layer); LLMQ_GLU=0 (read once) keeps them apart, for A/B
-// measurements (docs/KERNELS.md); LLMQ_GLU=2 also fuses steps of 2..K_GEMV_MAX_M rows where the decode
-// weight copies are in use (the GLU kernel reads gate/up's copy, the plain GEMV would not).
-static bool glu_fused(const struct cuda_backend *b, int T)
-{
-    static const int on = k_env_int("LLMQ_GLU", 1, 0, 2);
-    return T == 1 ? on != 0 : on == 2 && b->tbuf && T <= K_GEMV_MAX_M;
-}
-
-// A one-sequence decode step with fp8 weights leaves the down GEMV's parts of K unadded
-// (k_gemv_fp8_parts) and the add + RMSNorm after it adds them (k_add_parts_rmsnorm): the same bits, and
-// the GEMV ends without its split's ticket, fence and last-part sum. LLMQ_DOWN_PARTS=0 (read once) keeps
-// the GEMV's own sum, for A/B measurements (docs/KERNELS.md).
-static bool down_parts(void)
-{
-    static const int on = k_env_int("LLMQ_DOWN_PARTS", 1, 0, 1);
-    return on != 0;
 }
 
 int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
@@ -271,16 +252,16 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
     const int T = p->T, C = b->C, F = b->F, HD = b->HD;
     const float scale = 1.0f / sqrtf((float)b->D);
     cudaStream_t st = b->stream;
-    const int32_t *ids = (const int32_t *)b->ids.d, *pos = (const int32_t *)b->pos.d,
-                  *slot = (const int32_t *)b->slot.d;
+    const int32_t *ids = (const int32_t *)b->io.ids.d, *pos = (const int32_t *)b->io.pos.d,
+                  *slot = (const int32_t *)b->io.slot.d;
 
-    CB_K(k_embedding_f32(ids, T, b->embed, b->V, C, b->resid, st));
-    // down's parts: one row, fp8 down on bf16 X (the GEMV), its sum read only by the next norm (the next
-    // layer's, or the final one on the same row: no gather)
-    const bool parts =
-        T == 1 && !p->gather && b->layers[0].wdown.fp8 && !k_linear_takes_xq(&b->layers[0].wdown, T) &&
-        !k_linear_takes_xq(&b->layers[0].wqkv, T) && !k_linear_takes_xq(&b->lm, T) && down_parts();
-    int pend = 0; // down's parts in down_parts not yet added (0: the last sublayer's output is in tmp)
+    CB_K(k_embedding_f32(ids, T, b->w.embed, b->V, C, b->acts.resid, st));
+    // A one-sequence step with fp8 weights leaves the down GEMV's parts of K unadded (k_gemv_fp8_parts)
+    // and the add + RMSNorm after it (the next layer's, or the final one on the same row: no gather) adds
+    // them (k_add_parts_rmsnorm): the same bits, and the GEMV ends without its split's ticket, fence and
+    // last-part sum.
+    const bool parts = T == 1 && !p->gather && b->layers[0].wdown.fp8;
+    int pend = 0; // down's parts in acts.down_parts not yet added (0: the last sublayer's output is in tmp)
     for (int l = 0; l < b->L; l++) {
         const struct cb_layer *cl = &b->layers[l];
         // an fp8 matrix's input is quantized by its producer (the norm, SiLU*up) or k_quant_fp8_act into
@@ -291,72 +272,78 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p)
         const bool qkv_xq = k_linear_takes_xq(&cl->wqkv, T), gu_xq = k_linear_takes_xq(&cl->wgu, T),
                    down_xq = k_linear_takes_xq(&cl->wdown, T);
         if (qkv_xq)
-            CB_K(k_add_rmsnorm_fp8(b->resid, l == 0 ? NULL : b->tmp, cl->attn_norm, small ? b->h : NULL,
-                                   b->xq, b->xs, T, C, b->eps, st));
+            CB_K(k_add_rmsnorm_fp8(b->acts.resid, l == 0 ? NULL : b->acts.tmp, cl->attn_norm,
+                                   small ? b->acts.h : NULL, b->acts.xq, b->acts.xs, T, C, b->eps, st));
         else if (l == 0)
-            CB_K(k_rmsnorm(b->resid, cl->attn_norm, b->h, T, C, b->eps, st));
+            CB_K(k_rmsnorm(b->acts.resid, cl->attn_norm, b->acts.h, T, C, b->eps, st));
         else if (pend)
-            CB_K(k_add_parts_rmsnorm(b->resid, b->down_parts, pend, cl->attn_norm, b->h, T, C, b->eps, st));
+            CB_K(k_add_parts_rmsnorm(b->acts.resid, b->acts.down_parts, pend, cl->attn_norm, b->acts.h, T, C,
+                                     b->eps, st));
         else
-            CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->attn_norm, b->h, T, C, b->eps, st));
-        CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->h, qkv_xq ? b->xq : NULL,
-                      qkv_xq ? b->xs : NULL, &cl->wqkv, b->qkv, 0, T, st));
+            CB_K(k_add_rmsnorm(b->acts.resid, b->acts.tmp, cl->attn_norm, b->acts.h, T, C, b->eps, st));
+        CB_K(k_linear(b->gemm, cl->wqkv.fp8 && !small ? NULL : b->acts.h, qkv_xq ? b->acts.xq : NULL,
+                      qkv_xq ? b->acts.xs : NULL, &cl->wqkv, b->acts.qkv, 0, T, st));
         if (attention_block(b, p, cl, pos, slot, scale))
             return -1;
         const bool wo_xq = k_linear_takes_xq(&cl->wo, T);
         if (wo_xq)
-            CB_K(k_quant_fp8_act(b->att, T, HD, b->xq, b->xs, st));
-        CB_K(
-            k_linear(b->gemm, b->att, wo_xq ? b->xq : NULL, wo_xq ? b->xs : NULL, &cl->wo, b->tmp, 0, T, st));
+            CB_K(k_quant_fp8_act(b->acts.att, T, HD, b->acts.xq, b->acts.xs, st));
+        CB_K(k_linear(b->gemm, b->acts.att, wo_xq ? b->acts.xq : NULL, wo_xq ? b->acts.xs : NULL, &cl->wo,
+                      b->acts.tmp, 0, T, st));
         if (gu_xq)
-            CB_K(k_add_rmsnorm_fp8(b->resid, b->tmp, cl->mlp_norm, small ? b->h : NULL, b->xq, b->xs, T, C,
-                                   b->eps, st));
+            CB_K(k_add_rmsnorm_fp8(b->acts.resid, b->acts.tmp, cl->mlp_norm, small ? b->acts.h : NULL,
+                                   b->acts.xq, b->acts.xs, T, C, b->eps, st));
         else
-            CB_K(k_add_rmsnorm(b->resid, b->tmp, cl->mlp_norm, b->h, T, C, b->eps, st));
-        if (cl->wgu.fp8 && !gu_xq && !down_xq && glu_fused(b, T))
-            CB_K(k_gemv_fp8_glu(b->h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->act, T, F, C, st));
+            CB_K(k_add_rmsnorm(b->acts.resid, b->acts.tmp, cl->mlp_norm, b->acts.h, T, C, b->eps, st));
+        // one sequence with fp8 weights: gate/up and SwiGLU as one kernel (k_gemv_fp8_glu: the same bits,
+        // one dependent launch fewer a layer)
+        if (cl->wgu.fp8 && T == 1)
+            CB_K(k_gemv_fp8_glu(b->acts.h, (const uint8_t *)cl->wgu.w, cl->wgu.scale, b->acts.act, T, F, C,
+                                st));
         else {
-            CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->h, gu_xq ? b->xq : NULL,
-                          gu_xq ? b->xs : NULL, &cl->wgu, b->gu, 0, T, st));
+            CB_K(k_linear(b->gemm, cl->wgu.fp8 && !small ? NULL : b->acts.h, gu_xq ? b->acts.xq : NULL,
+                          gu_xq ? b->acts.xs : NULL, &cl->wgu, b->acts.gu, 0, T, st));
             if (down_xq)
-                CB_K(k_silu_mul_fp8(b->gu, small ? b->act : NULL, b->xq, b->xs, T, F, st));
+                CB_K(
+                    k_silu_mul_fp8(b->acts.gu, small ? b->acts.act : NULL, b->acts.xq, b->acts.xs, T, F, st));
             else
-                CB_K(k_silu_mul(b->gu, b->act, T, F, st));
+                CB_K(k_silu_mul(b->acts.gu, b->acts.act, T, F, st));
         }
         if (parts) {
-            pend = k_gemv_fp8_parts(b->act, (const uint8_t *)cl->wdown.w, cl->wdown.scale, b->down_parts, 1,
-                                    cl->wdown.N, cl->wdown.K, 0, st);
+            pend = k_gemv_fp8_parts(b->acts.act, (const uint8_t *)cl->wdown.w, cl->wdown.scale,
+                                    b->acts.down_parts, 1, cl->wdown.N, cl->wdown.K, 0, st);
             if (pend < 0)
                 return cb_fail_k(b, "k_gemv_fp8_parts");
         } else {
-            CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->act, down_xq ? b->xq : NULL,
-                          down_xq ? b->xs : NULL, &cl->wdown, b->tmp, 0, T, st));
+            CB_K(k_linear(b->gemm, cl->wdown.fp8 && !small ? NULL : b->acts.act, down_xq ? b->acts.xq : NULL,
+                          down_xq ? b->acts.xs : NULL, &cl->wdown, b->acts.tmp, 0, T, st));
         }
     }
     if (p->n_logits == 0)
         return 0;
     // the last layer's down projection is still to be added: the final norm does it, on logits rows only
     const int NL = p->n_logits;
-    float *res = b->resid;
-    const bf16 *add = b->tmp;
+    float *res = b->acts.resid;
+    const bf16 *add = b->acts.tmp;
     if (p->gather) {
-        gather_rows_kernel<<<NL, 256, 0, st>>>(b->resid, b->tmp, (const int32_t *)b->last_rows.d,
-                                               b->resid_last, b->tmp_last, C);
+        gather_rows_kernel<<<NL, 256, 0, st>>>(b->acts.resid, b->acts.tmp, (const int32_t *)b->io.last_rows.d,
+                                               b->acts.resid_last, b->acts.tmp_last, C);
         CB_CUDA(cudaGetLastError());
-        res = b->resid_last, add = b->tmp_last;
+        res = b->acts.resid_last, add = b->acts.tmp_last;
     }
     // lm_head: bf16 (as vLLM and the Qwen3-FP8 checkpoints keep it) or fp8 (model.lm_head_dtype), whose
     // input the final norm quantizes where k_linear may read it; small batches may take the GEMV
-    const bool lm_small = NL <= K_GEMV_MAX_M, lm_xq = k_linear_takes_xq(&b->lm, NL);
+    const bool lm_small = NL <= K_GEMV_MAX_M, lm_xq = k_linear_takes_xq(&b->w.lm, NL);
     if (lm_xq)
-        CB_K(k_add_rmsnorm_fp8(res, add, b->final_norm, lm_small ? b->h_last : NULL, b->xq, b->xs, NL, C,
-                               b->eps, st));
+        CB_K(k_add_rmsnorm_fp8(res, add, b->w.final_norm, lm_small ? b->acts.h_last : NULL, b->acts.xq,
+                               b->acts.xs, NL, C, b->eps, st));
     else if (pend)
-        CB_K(k_add_parts_rmsnorm(res, b->down_parts, pend, b->final_norm, b->h_last, NL, C, b->eps, st));
+        CB_K(k_add_parts_rmsnorm(res, b->acts.down_parts, pend, b->w.final_norm, b->acts.h_last, NL, C,
+                                 b->eps, st));
     else
-        CB_K(k_add_rmsnorm(res, add, b->final_norm, b->h_last, NL, C, b->eps, st));
-    CB_K(k_linear(b->gemm, b->lm.fp8 && !lm_small ? NULL : b->h_last, lm_xq ? b->xq : NULL,
-                  lm_xq ? b->xs : NULL, &b->lm, b->logits, 1, NL, st));
+        CB_K(k_add_rmsnorm(res, add, b->w.final_norm, b->acts.h_last, NL, C, b->eps, st));
+    CB_K(k_linear(b->gemm, b->w.lm.fp8 && !lm_small ? NULL : b->acts.h_last, lm_xq ? b->acts.xq : NULL,
+                  lm_xq ? b->acts.xs : NULL, &b->w.lm, b->acts.logits, 1, NL, st));
     return 0;
 }
 
@@ -371,7 +358,7 @@ static double kv_util(const struct backend_opts *o)
 // e4m3 bytes + one fp32 scale each
 static size_t kv_block_bytes(const struct cuda_backend *b)
 {
-    const size_t tok_bytes = b->kv_fp8 ? (size_t)b->D + sizeof(float) : (size_t)b->D * sizeof(bf16);
+    const size_t tok_bytes = b->kv.fp8 ? (size_t)b->D + sizeof(float) : (size_t)b->D * sizeof(bf16);
     return (size_t)b->L * 2 * b->KVH * b->base.block_size * tok_bytes;
 }
 
@@ -409,7 +396,7 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
                 "in the %.2f GB free after weights and activations%s",
                 (long long)nb, (double)nb * (double)block_bytes / 1e9, (double)block_bytes / (1 << 20), bs,
                 ((double)fr - (double)GRAPH_RESERVE) / 1e9,
-                b->tbuf ? " (and the decode weight copies of engine.decode_weight_copies on)" : "");
+                b->w.copies ? " (and the decode weight copies of engine.decode_weight_copies on)" : "");
             return -1;
         }
     } else {
@@ -424,38 +411,39 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
                 "max_num_batched_tokens or max_num_seqs, or raise gpu_memory_utilization%s",
                 used / 1e9, (double)tot / 1e9, util, util * (double)tot / 1e9, bs,
                 (double)block_bytes / (1 << 20),
-                b->tbuf ? ", or set engine.decode_weight_copies to auto or off (the copies are in use)" : "");
+                b->w.copies ? ", or set engine.decode_weight_copies to auto or off (the copies are in use)"
+                            : "");
             return -1;
         }
     }
     // a fragmented device may refuse one large allocation: retry a little smaller
     for (int attempt = 0;; attempt++) {
-        cudaError_t e = cudaMalloc(&b->kv, (size_t)nb * block_bytes);
+        cudaError_t e = cudaMalloc(&b->kv.pool, (size_t)nb * block_bytes);
         if (e == cudaSuccess)
             break;
         (void)cudaGetLastError();
-        b->kv = NULL;
+        b->kv.pool = NULL;
         if (attempt == 10 || nb < 2 || exact)
             return cb_fail_cuda(b, __FILE__, __LINE__, "cudaMalloc(KV cache)", e);
         nb = nb * 95 / 100;
     }
-    b->kv_bytes = (size_t)nb * block_bytes;
-    b->alloc_bytes += b->kv_bytes;
-    CB_CUDA(cudaMemsetAsync(b->kv, 0, b->kv_bytes, b->stream)); // finite values in never-written slots
+    b->kv.bytes = (size_t)nb * block_bytes;
+    b->alloc_bytes += b->kv.bytes;
+    CB_CUDA(cudaMemsetAsync(b->kv.pool, 0, b->kv.bytes, b->stream)); // finite values in never-written slots
     b->base.num_blocks = (int)nb;
     const size_t part = (size_t)nb * b->KVH * bs * b->D; // elements of K (or V) of one layer
     const size_t spart = (size_t)nb * b->KVH * bs;       // fp8: scales of K (or V) of one layer
     // fp8: the scales right after the codes (16-byte aligned: D is a multiple of 16)
-    float *scales = b->kv_fp8 ? (float *)((uint8_t *)b->kv + (size_t)b->L * 2 * part) : NULL;
+    float *scales = b->kv.fp8 ? (float *)((uint8_t *)b->kv.pool + (size_t)b->L * 2 * part) : NULL;
     for (int l = 0; l < b->L; l++) {
         struct cb_layer *cl = &b->layers[l];
-        if (b->kv_fp8) {
-            cl->k_cache = (uint8_t *)b->kv + (size_t)l * 2 * part;
+        if (b->kv.fp8) {
+            cl->k_cache = (uint8_t *)b->kv.pool + (size_t)l * 2 * part;
             cl->v_cache = (uint8_t *)cl->k_cache + part;
             cl->k_scale = scales + (size_t)l * 2 * spart;
             cl->v_scale = cl->k_scale + spart;
         } else {
-            cl->k_cache = (bf16 *)b->kv + (size_t)l * 2 * part;
+            cl->k_cache = (bf16 *)b->kv.pool + (size_t)l * 2 * part;
             cl->v_cache = (bf16 *)cl->k_cache + part;
             cl->k_scale = cl->v_scale = NULL;
         }
@@ -463,8 +451,8 @@ static int size_kv(struct cuda_backend *b, const struct backend_opts *o)
     log_info(
         "cuda backend: KV cache %lld blocks of %d tokens = %lld tokens, %.2f GB %s (%s; %.2f GB of %.2f GB "
         "in use before it)",
-        (long long)nb, bs, (long long)nb * bs, (double)b->kv_bytes / 1e9,
-        b->kv_fp8 ? "fp8 e4m3 + fp32 scale per token and KV head"
+        (long long)nb, bs, (long long)nb * bs, (double)b->kv.bytes / 1e9,
+        b->kv.fp8 ? "fp8 e4m3 + fp32 scale per token and KV head"
         : b->f16  ? "fp16"
                   : "bf16",
         why, used / 1e9, (double)tot / 1e9);
@@ -506,98 +494,92 @@ static int weight_copies(struct cuda_backend *b, const struct backend_opts *o)
 
 // fp8 cache: the prefill attention's staging pool (cuda_backend.cuh). It holds one sequence of
 // max_model_len, or a full step of fresh prompts (max_tokens new keys in at most S partial blocks), so
-// a step needs more than one staging round only when earlier context adds up past that; LLMQ_KV_STAGE=0
-// keeps the fp8 prefill kernel, LLMQ_KV_STAGE=N >= 2 makes the pool N blocks (engine/kv_stage.h).
-static int alloc_stage(struct cuda_backend *b)
+// a step needs more than one staging round only when earlier context adds up past that (or a test's
+// smaller pool, backend_test_opts.kv_stage_blocks).
+static int alloc_stage(struct cuda_backend *b, const struct backend_opts *o)
 {
-    b->stage_cap = 0;
-    if (!b->kv_fp8 || !kv_stage_on())
+    b->stage.cap = 0;
+    if (!b->kv.fp8)
         return 0;
     const int bs = b->base.block_size, S = b->max_seqs;
     long long cap = (b->max_tokens + bs - 1) / bs + S;
     cap = cap > b->max_blocks ? cap : b->max_blocks;
-    cap = kv_stage_hook() >= 2 ? kv_stage_hook() : cap; // a test's small pool
-    cap = cap < 65535 ? cap : 65535;                    // one k_kv_stage_fp8 launch
+    cap = o->test.kv_stage_blocks > 0 ? o->test.kv_stage_blocks : cap;
+    cap = cap < 65535 ? cap : 65535; // one k_kv_stage_fp8 launch
     const size_t bytes = (size_t)cap * b->KVH * bs * b->D * sizeof(bf16);
-    if (cb_malloc(b, (void **)&b->stage_k, bytes, "fp8 prefill staging (K)") ||
-        cb_malloc(b, (void **)&b->stage_v, bytes, "fp8 prefill staging (V)") ||
-        buf_alloc(b, &b->stage_src, (size_t)S * b->max_blocks * 4, "staged blocks") ||
-        buf_alloc(b, &b->btab_stage, (size_t)S * b->max_blocks * 4, "staged block tables"))
+    if (cb_malloc(b, (void **)&b->stage.k, bytes, "fp8 prefill staging (K)") ||
+        cb_malloc(b, (void **)&b->stage.v, bytes, "fp8 prefill staging (V)") ||
+        buf_alloc(b, &b->stage.src, (size_t)S * b->max_blocks * 4, "staged blocks") ||
+        buf_alloc(b, &b->stage.btab, (size_t)S * b->max_blocks * 4, "staged block tables"))
         return -1;
-    b->stage_cap = (int)cap;
+    b->stage.cap = (int)cap;
     return 0;
 }
 
-static int alloc_buffers(struct cuda_backend *b)
+static int alloc_buffers(struct cuda_backend *b, const struct backend_opts *o)
 {
     const size_t R = b->rows, S = b->max_seqs, C = b->C;
-    if (cb_malloc(b, (void **)&b->resid, R * C * 4, "residual") ||
-        cb_malloc(b, (void **)&b->h, R * C * 2, "norm") ||
-        cb_malloc(b, (void **)&b->qkv, R * b->QKV * 2, "qkv") ||
-        cb_malloc(b, (void **)&b->att, R * b->HD * 2, "attn") ||
-        cb_malloc(b, (void **)&b->tmp, R * C * 2, "sublayer out") ||
-        cb_malloc(b, (void **)&b->down_parts, K_GEMV_MAX_SPLIT * C * 4, "down parts") ||
-        cb_malloc(b, (void **)&b->gu, R * 2 * b->F * 2, "gate/up") ||
-        cb_malloc(b, (void **)&b->act, R * b->F * 2, "mlp act") ||
-        cb_malloc(b, (void **)&b->resid_last, S * C * 4, "last rows") ||
-        cb_malloc(b, (void **)&b->tmp_last, S * C * 2, "last rows") ||
-        cb_malloc(b, (void **)&b->h_last, S * C * 2, "last rows") ||
-        cb_malloc(b, (void **)&b->logits, K_FP8_ROWS(S) * b->V * 4, "logits") || // fp8 lm_head: Mp rows
-        cb_malloc(b, (void **)&b->qs_dec, (S + 1) * 4, "q_start"))
+    if (cb_malloc(b, (void **)&b->acts.resid, R * C * 4, "residual") ||
+        cb_malloc(b, (void **)&b->acts.h, R * C * 2, "norm") ||
+        cb_malloc(b, (void **)&b->acts.qkv, R * b->QKV * 2, "qkv") ||
+        cb_malloc(b, (void **)&b->acts.att, R * b->HD * 2, "attn") ||
+        cb_malloc(b, (void **)&b->acts.tmp, R * C * 2, "sublayer out") ||
+        cb_malloc(b, (void **)&b->acts.down_parts, K_GEMV_MAX_SPLIT * C * 4, "down parts") ||
+        cb_malloc(b, (void **)&b->acts.gu, R * 2 * b->F * 2, "gate/up") ||
+        cb_malloc(b, (void **)&b->acts.act, R * b->F * 2, "mlp act") ||
+        cb_malloc(b, (void **)&b->acts.resid_last, S * C * 4, "last rows") ||
+        cb_malloc(b, (void **)&b->acts.tmp_last, S * C * 2, "last rows") ||
+        cb_malloc(b, (void **)&b->acts.h_last, S * C * 2, "last rows") ||
+        cb_malloc(b, (void **)&b->acts.logits, K_FP8_ROWS(S) * b->V * 4, "logits") || // fp8 lm_head: Mp rows
+        cb_malloc(b, (void **)&b->acts.qs_dec, (S + 1) * 4, "q_start"))
         return -1;
-    iota_kernel<<<(unsigned)((S + 1 + 255) / 256), 256, 0, b->stream>>>(b->qs_dec, (int)S + 1);
+    iota_kernel<<<(unsigned)((S + 1 + 255) / 256), 256, 0, b->stream>>>(b->acts.qs_dec, (int)S + 1);
     CB_CUDA(cudaGetLastError());
     // the decode split depends on the batch (at most ~4096 partitions in all), so take the largest need
     // over every batch size a step or a padded graph can have
-    b->attn_ws_bytes = 0;
+    b->acts.attn_ws_bytes = 0;
     for (int n = 1; n <= (int)S; n++) {
         size_t w = k_attention_decode_workspace(n, b->H, b->D, b->max_model_len);
-        b->attn_ws_bytes = w > b->attn_ws_bytes ? w : b->attn_ws_bytes;
+        b->acts.attn_ws_bytes = w > b->acts.attn_ws_bytes ? w : b->acts.attn_ws_bytes;
     }
-    b->samp_ws_bytes = k_sample_workspace((int)S, b->V);
-    if (cb_malloc(b, &b->attn_ws, b->attn_ws_bytes, "decode attention workspace") ||
-        cb_malloc(b, &b->samp_ws, b->samp_ws_bytes, "sampler workspace"))
+    b->acts.samp_ws_bytes = k_sample_workspace((int)S, b->V);
+    if (cb_malloc(b, &b->acts.attn_ws, b->acts.attn_ws_bytes, "decode attention workspace") ||
+        cb_malloc(b, &b->acts.samp_ws, b->acts.samp_ws_bytes, "sampler workspace"))
         return -1;
     const size_t MB = b->max_blocks;
-    if (buf_alloc(b, &b->ids, R * 4, "ids") || buf_alloc(b, &b->pos, R * 4, "positions") ||
-        buf_alloc(b, &b->slot, R * 4, "slots") || buf_alloc(b, &b->ctx_dec, S * 4, "ctx_len") ||
-        buf_alloc(b, &b->btab_dec, S * MB * 4, "block tables") ||
-        buf_alloc(b, &b->qs_pre, (S + 1) * 4, "q_start") || buf_alloc(b, &b->ctx_pre, S * 4, "ctx_len") ||
-        buf_alloc(b, &b->btab_pre, S * MB * 4, "block tables") ||
-        buf_alloc(b, &b->last_rows, S * 4, "last rows") ||
-        buf_alloc(b, &b->params, S * sizeof(struct k_sample_params), "sampling params") ||
-        buf_alloc(b, &b->hist, S * HIST_INIT * 4, "token histories") ||
-        buf_alloc(b, &b->hist_start, (S + 1) * 4, "history starts") ||
-        buf_alloc(b, &b->n_prompt, S * 4, "n_prompt") ||
-        buf_alloc(b, &b->banned, S * BANNED_INIT * 4, "banned ids") ||
-        buf_alloc(b, &b->banned_start, (S + 1) * 4, "banned starts") ||
-        buf_alloc(b, &b->out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
+    if (buf_alloc(b, &b->io.ids, R * 4, "ids") || buf_alloc(b, &b->io.pos, R * 4, "positions") ||
+        buf_alloc(b, &b->io.slot, R * 4, "slots") || buf_alloc(b, &b->io.ctx_dec, S * 4, "ctx_len") ||
+        buf_alloc(b, &b->io.btab_dec, S * MB * 4, "block tables") ||
+        buf_alloc(b, &b->io.qs_pre, (S + 1) * 4, "q_start") ||
+        buf_alloc(b, &b->io.ctx_pre, S * 4, "ctx_len") ||
+        buf_alloc(b, &b->io.btab_pre, S * MB * 4, "block tables") ||
+        buf_alloc(b, &b->io.last_rows, S * 4, "last rows") ||
+        buf_alloc(b, &b->io.params, S * sizeof(struct k_sample_params), "sampling params") ||
+        buf_alloc(b, &b->io.hist, S * HIST_INIT * 4, "token histories") ||
+        buf_alloc(b, &b->io.hist_start, (S + 1) * 4, "history starts") ||
+        buf_alloc(b, &b->io.n_prompt, S * 4, "n_prompt") ||
+        buf_alloc(b, &b->io.banned, S * BANNED_INIT * 4, "banned ids") ||
+        buf_alloc(b, &b->io.banned_start, (S + 1) * 4, "banned starts") ||
+        buf_alloc(b, &b->io.out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
         return -1;
-    if (alloc_stage(b))
+    if (alloc_stage(b, o))
         return -1;
-    b->row_seq = (int *)calloc(S, sizeof(int));
-    b->order = (int *)calloc(S, sizeof(int));
-    b->stage_groups = (struct cb_stage_group *)calloc(S, sizeof *b->stage_groups);
-    if (!b->row_seq || !b->order || !b->stage_groups) {
+    b->io.row_seq = (int *)calloc(S, sizeof(int));
+    b->io.order = (int *)calloc(S, sizeof(int));
+    b->stage.groups = (struct cb_stage_group *)calloc(S, sizeof *b->stage.groups);
+    if (!b->io.row_seq || !b->io.order || !b->stage.groups) {
         snprintf(b->base.err, sizeof b->base.err, "out of host memory");
         return -1;
     }
-    return cb_spec_init(b);
+    return cb_spec_init(b, o->test.no_step_guess ? 0 : CB_SPEC_MAX);
 }
 
 extern "C" struct backend *cuda_backend_open(const struct model *m, const struct backend_opts *o, char *err,
                                              size_t errlen)
 {
     const struct model_config *c = &m->cfg;
-    if (c->hidden <= 0 || c->intermediate <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-        c->head_dim <= 0 || c->vocab <= 0 || c->n_heads % c->n_kv_heads) {
-        snprintf(err, errlen,
-                 "unsupported model shape: hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, "
-                 "head_dim %d, "
-                 "vocab %d",
-                 c->hidden, c->intermediate, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+    if (backend_check_model(c, err, errlen))
         return NULL;
-    }
     const bool f16 = o->weight_dtype == BE_WEIGHTS_F16;
     if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3 && o->kv_dtype != DT_F16) {
         snprintf(
@@ -634,6 +616,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         snprintf(err, errlen, "max_model_len is not set and the model has no max_position_embeddings");
         return NULL;
     }
+    const struct k_diag *dg = k_diag(); // kernels/diagnostics.cu: the environment's diagnostics
+    if (dg->err[0]) {
+        snprintf(err, errlen, "cuda backend: %s", dg->err);
+        return NULL;
+    }
+    if (dg->set[0])
+        log_info("cuda backend: diagnostics from the environment: %s", dg->set);
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
@@ -658,13 +647,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         o->max_num_batched_tokens > 0 ? o->max_num_batched_tokens : BACKEND_DEFAULT_MAX_BATCHED_TOKENS;
     b->max_model_len = max_len;
     b->max_blocks = (max_len + o->block_size - 1) / o->block_size;
-    b->use_graphs = o->cuda_graphs;
-    b->graph_max = decode_graph_max(o->cuda_graph_max_batch, b->max_seqs);
+    b->graphs.on = o->cuda_graphs;
+    b->graphs.max_batch = decode_graph_max(o->cuda_graph_max_batch, b->max_seqs);
     b->f16 = f16;
-    b->weight_dtype = o->weight_dtype;
+    b->w.dtype = o->weight_dtype;
     // fp16 mode: no fp8 output projection even where a checkpoint ships one (fp8_linear_use says never)
-    b->lm_head_dtype = f16 ? BE_WEIGHTS_F16 : o->lm_head_dtype;
-    b->kv_fp8 = o->kv_dtype == DT_F8_E4M3;
+    b->w.lm_dtype = f16 ? BE_WEIGHTS_F16 : o->lm_head_dtype;
+    b->kv.fp8 = o->kv_dtype == DT_F8_E4M3;
     // a multiple of 4: k_gemm_fp8 reads and writes K_FP8_ROWS(T) rows of xq/xs and of its output
     b->rows = K_FP8_ROWS(b->max_tokens > b->max_seqs ? b->max_tokens : b->max_seqs);
     b->device = o->device;
@@ -703,12 +692,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         goto fail;
     }
     b->alloc_bytes += CB_GEMM_WORKSPACE + K_GEMV_WS_BYTES; // cuBLASLt and the GEMV split-K workspaces
+    k_gemm_set_pick(b->gemm, (int)o->test.gemm_pick);
     if (o->gemm_tuning_file && o->gemm_tuning_file[0]) {
         char msg[1024];
         const int rc = k_gemm_use_tuning_file(b->gemm, o->gemm_tuning_file, msg, sizeof msg);
-        b->tuning_file = rc != GEMM_TUNING_FOREIGN;
-        b->tuning_saved = llmq_mono_s();
-        b->tuning_save_s = k_env_int("LLMQ_GEMM_TUNING_SAVE_S", (int)CB_TUNING_SAVE_S, 0, 86400);
+        b->tuning.on = rc != GEMM_TUNING_FOREIGN;
+        b->tuning.saved = llmq_mono_s();
+        b->tuning.save_s = o->test.tuning_save_every_step ? 0 : CB_TUNING_SAVE_S;
         if (rc == GEMM_TUNING_LOADED)
             log_info("cuda backend: GEMM tuning file %s", msg);
         else if (rc == GEMM_TUNING_NO_FILE)
@@ -729,11 +719,11 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         snprintf(b->base.err, sizeof b->base.err, "out of memory");
         goto fail;
     }
-    if (backend_rope_freqs(c, inv, &b->attn_scale, b->base.err, sizeof b->base.err))
+    if (backend_rope_freqs(c, inv, &b->w.attn_scale, b->base.err, sizeof b->base.err))
         goto fail;
-    if (cb_malloc(b, (void **)&b->inv_freq, (size_t)(b->D / 2) * sizeof(float), "rope"))
+    if (cb_malloc(b, (void **)&b->w.inv_freq, (size_t)(b->D / 2) * sizeof(float), "rope"))
         goto fail;
-    if ((e = cudaMemcpy(b->inv_freq, inv, (size_t)(b->D / 2) * sizeof(float), cudaMemcpyHostToDevice)) !=
+    if ((e = cudaMemcpy(b->w.inv_freq, inv, (size_t)(b->D / 2) * sizeof(float), cudaMemcpyHostToDevice)) !=
         cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemcpy(inv_freq)", e);
         goto fail;
@@ -741,7 +731,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     free(inv);
     inv = NULL;
 
-    if (cb_load_weights(b, m) || alloc_buffers(b))
+    if (cb_load_weights(b, m) || alloc_buffers(b, o))
         goto fail;
     if ((e = cudaStreamSynchronize(b->stream)) != cudaSuccess) {
         cb_fail_cuda(b, __FILE__, __LINE__, "cudaStreamSynchronize", e);
@@ -760,12 +750,12 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         "workspaces %.2f GB), decode graphs %s%s%s",
         c->arch_name, b->device, b->device_name, (double)b->total_mem / 1e9, b->L, b->C, b->H, b->KVH, b->D,
         b->V, b->max_seqs, b->max_tokens, b->max_model_len, (double)b->alloc_bytes / 1e9,
-        (double)(b->alloc_bytes - b->wbytes - b->tbytes - b->kv_bytes) / 1e9, b->use_graphs ? "on" : "off",
-        b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
-        b->tbuf                    ? "; decode GEMVs on the weight copies (engine.decode_weight_copies)"
-        : b->n_fp8 == 0            ? ""
-        : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping (LLMQ_GEMV_DIAG)"
-                                   : "; one-row fp8 GEMVs in the tile mapping (LLMQ_GEMV_DIAG)");
+        (double)(b->alloc_bytes - b->w.bytes - b->w.copies_bytes - b->kv.bytes) / 1e9,
+        b->graphs.on ? "on" : "off", b->f16 ? "; fp16 mode (weights, activations and KV cache in fp16)" : "",
+        b->w.copies                ? "; decode GEMVs on the weight copies (engine.decode_weight_copies)"
+        : b->w.n_fp8 == 0          ? ""
+        : k_gemv_fp8_diag(-1) == 1 ? "; one-row fp8 GEMVs in the diagonal mapping"
+                                   : "; one-row fp8 GEMVs in the tile mapping");
     k_set_f16(prev_f16);
     return &b->base;
 fail:
@@ -792,22 +782,22 @@ static void tuning_save(struct cuda_backend *b, bool at_close)
 //
 // Between two steps the GPU waits for the host: the copy back of the sampled tokens, the engine's and
 // the caller's work on them, the next step's layout and uploads, its launch. A kernel timeline shows
-// the whole gap (contrib/ktrace, `--whole`: the host turn); these sums say which part of it is host
+// the whole gap (contrib/lab/ktrace, `--whole`: the host turn); these sums say which part of it is host
 // time, per phase (CB_HT_*, cuda_backend.cuh), for graph (pure decode) and eager steps: logged at close.
 
 static void host_times_log(const struct cuda_backend *b)
 {
     static const char *kind[2] = {"graph", "eager"};
     for (int k = 0; k < 2; k++) {
-        if (b->ht_steps[k] == 0)
+        if (b->ht.steps[k] == 0)
             continue;
-        const double u = 1e6 / (double)b->ht_steps[k];
-        const double *t = b->ht[k];
+        const double u = 1e6 / (double)b->ht.steps[k];
+        const double *t = b->ht.t[k];
         log_info(
             "cuda backend: host time a step, %s steps (%llu), us: %.1f between steps (the engine and its "
             "caller), %.1f layout and uploads, %.1f forward enqueued, %.1f sampler enqueued, %.1f "
             "waiting for the GPU, %.1f outputs read",
-            kind[k], (unsigned long long)b->ht_steps[k], t[CB_HT_BETWEEN] * u, t[CB_HT_PREPARE] * u,
+            kind[k], (unsigned long long)b->ht.steps[k], t[CB_HT_BETWEEN] * u, t[CB_HT_PREPARE] * u,
             t[CB_HT_FORWARD] * u, t[CB_HT_SAMPLER] * u, t[CB_HT_WAIT] * u, t[CB_HT_READ] * u);
     }
 }
@@ -820,44 +810,47 @@ static void cb_free(struct backend *be)
     cudaSetDevice(b->device);
     if (b->stream)
         cudaStreamSynchronize(b->stream);
-    if (b->copy_stream)
-        cudaStreamSynchronize(b->copy_stream);
+    if (b->copy.stream)
+        cudaStreamSynchronize(b->copy.stream);
     cb_spec_free(b);
     host_times_log(b);
-    if (b->n_graphs || b->graph_replays || b->eager_steps) {
+    if (b->graphs.n || b->graphs.replays || b->graphs.eager_steps) {
         struct k_gemm_counts gc = {0, 0, 0, 0};
         if (b->gemm)
             k_gemm_get_counts(b->gemm, &gc);
         log_info("cuda backend: %llu eager steps, %llu graph replays, %d decode graphs captured; GEMM "
                  "algorithms: %d timed, %d taken from their tune bucket, %d from the tuning file",
-                 (unsigned long long)b->eager_steps, (unsigned long long)b->graph_replays, b->n_graphs,
-                 gc.tuned, gc.borrowed, gc.loaded);
+                 (unsigned long long)b->graphs.eager_steps, (unsigned long long)b->graphs.replays,
+                 b->graphs.n, gc.tuned, gc.borrowed, gc.loaded);
     }
     if (b->gemm)
         tuning_save(b, true);
     cb_graphs_free(b);
     cb_tile_copies_free(b);
     k_gemm_free(b->gemm);
-    if (b->xq)
-        cudaFree(b->xq);
-    void *dev[] = {b->wbuf,   b->tbuf,   b->kv,      b->inv_freq, b->resid,      b->h,        b->qkv,
-                   b->att,    b->tmp,    b->gu,      b->act,      b->resid_last, b->tmp_last, b->h_last,
-                   b->logits, b->qs_dec, b->attn_ws, b->samp_ws,  b->stage_k,    b->stage_v,  b->down_parts};
+    if (b->acts.xq)
+        cudaFree(b->acts.xq);
+    void *dev[] = {b->w.buf,          b->w.copies,        b->kv.pool,       b->w.inv_freq,  b->acts.resid,
+                   b->acts.h,         b->acts.qkv,        b->acts.att,      b->acts.tmp,    b->acts.gu,
+                   b->acts.act,       b->acts.resid_last, b->acts.tmp_last, b->acts.h_last, b->acts.logits,
+                   b->acts.qs_dec,    b->acts.attn_ws,    b->acts.samp_ws,  b->stage.k,     b->stage.v,
+                   b->acts.down_parts};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             cudaFree(dev[i]);
-    struct cb_buf *bufs[] = {&b->ids,    &b->pos,        &b->slot,      &b->ctx_dec,   &b->btab_dec,
-                             &b->qs_pre, &b->ctx_pre,    &b->btab_pre,  &b->last_rows, &b->params,
-                             &b->hist,   &b->hist_start, &b->n_prompt,  &b->banned,    &b->banned_start,
-                             &b->out,    &b->stage_src,  &b->btab_stage};
+    struct cb_buf *bufs[] = {&b->io.ids,       &b->io.pos,    &b->io.slot,         &b->io.ctx_dec,
+                             &b->io.btab_dec,  &b->io.qs_pre, &b->io.ctx_pre,      &b->io.btab_pre,
+                             &b->io.last_rows, &b->io.params, &b->io.hist,         &b->io.hist_start,
+                             &b->io.n_prompt,  &b->io.banned, &b->io.banned_start, &b->io.out,
+                             &b->stage.src,    &b->stage.btab};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(b, bufs[i]);
     free(b->layers);
-    free(b->row_seq);
-    free(b->order);
-    free(b->stage_groups);
-    free(b->stage_mark);
-    free(b->stage_at);
+    free(b->io.row_seq);
+    free(b->io.order);
+    free(b->stage.groups);
+    free(b->stage.mark);
+    free(b->stage.at);
     if (b->stream)
         cudaStreamDestroy(b->stream);
     free(b);
@@ -873,17 +866,17 @@ extern "C" int cuda_backend_get_stats(const struct backend *be, struct cuda_back
     memset(st, 0, sizeof *st);
     snprintf(st->device, sizeof st->device, "%.127s", b->device_name);
     st->device_total_bytes = (int64_t)b->total_mem;
-    st->weights_bytes = (int64_t)b->wbytes;
-    st->copy_bytes = (int64_t)b->tbytes;
-    st->kv_bytes = (int64_t)b->kv_bytes;
+    st->weights_bytes = (int64_t)b->w.bytes;
+    st->copy_bytes = (int64_t)b->w.copies_bytes;
+    st->kv_bytes = (int64_t)b->kv.bytes;
     st->alloc_bytes = (int64_t)b->alloc_bytes;
     st->peak_used_bytes = (int64_t)b->peak_used;
-    st->graphs = b->n_graphs;
-    st->graph_replays = b->graph_replays;
-    st->eager_steps = b->eager_steps;
-    st->guesses_taken = b->spec_hits;
-    st->guesses_dropped = b->spec_misses;
-    st->guesses_new_block = b->spec_hits_block;
+    st->graphs = b->graphs.n;
+    st->graph_replays = b->graphs.replays;
+    st->eager_steps = b->graphs.eager_steps;
+    st->guesses_taken = b->spec.hits;
+    st->guesses_dropped = b->spec.misses;
+    st->guesses_new_block = b->spec.hits_block;
     struct k_gemm_counts gc = {0, 0, 0, 0};
     if (b->gemm)
         k_gemm_get_counts(b->gemm, &gc);
@@ -902,9 +895,9 @@ int cb_slot(const struct be_seq *s, int p, int bs)
 // One row's token, position and KV slot.
 static void put_row(struct cuda_backend *b, int r, const struct be_seq *s, int p)
 {
-    ((int32_t *)b->ids.h)[r] = s->tokens[p];
-    ((int32_t *)b->pos.h)[r] = p;
-    ((int32_t *)b->slot.h)[r] = cb_slot(s, p, b->base.block_size);
+    ((int32_t *)b->io.ids.h)[r] = s->tokens[p];
+    ((int32_t *)b->io.pos.h)[r] = p;
+    ((int32_t *)b->io.slot.h)[r] = cb_slot(s, p, b->base.block_size);
 }
 
 // Row k of a block-table array of stride mb: the sequence's blocks, then block 0.
@@ -919,55 +912,55 @@ static void put_btab(int32_t *bt, int k, int mb, const struct be_seq *s, int ctx
 
 // fp8 cache: the staging rounds of a step's np prefill sequences (their block tables in btab_pre, rows
 // of mb): consecutive sequences share a round while their blocks fit the pool, and a block two of them
-// read (a shared prefix) is staged once per round; the round's blocks are listed in stage_src and each
+// read (a shared prefix) is staged once per round; the round's blocks are listed in stage.src and each
 // table is remapped to their places in the pool. Uploads both; returns the number of rounds (0: no pool,
 // or a sequence longer than it), -1 on a CUDA error.
 static int plan_stage(struct cuda_backend *b, int np, int mb)
 {
-    if (b->stage_cap == 0)
+    if (b->stage.cap == 0)
         return 0;
     const int bs = b->base.block_size, n_blocks = b->base.num_blocks;
-    if (!b->stage_mark) { // per cache block: the round that staged it last, and where
-        b->stage_mark = (uint32_t *)calloc((size_t)n_blocks, sizeof *b->stage_mark);
-        b->stage_at = (int32_t *)malloc((size_t)n_blocks * sizeof *b->stage_at);
-        if (!b->stage_mark || !b->stage_at) {
-            free(b->stage_mark), free(b->stage_at);
-            b->stage_mark = NULL, b->stage_at = NULL;
+    if (!b->stage.mark) { // per cache block: the round that staged it last, and where
+        b->stage.mark = (uint32_t *)calloc((size_t)n_blocks, sizeof *b->stage.mark);
+        b->stage.at = (int32_t *)malloc((size_t)n_blocks * sizeof *b->stage.at);
+        if (!b->stage.mark || !b->stage.at) {
+            free(b->stage.mark), free(b->stage.at);
+            b->stage.mark = NULL, b->stage.at = NULL;
             return 0; // no host memory for it: the fp8 kernel
         }
     }
-    const int32_t *ctx = (const int32_t *)b->ctx_pre.h, *qs = (const int32_t *)b->qs_pre.h,
-                  *btab = (const int32_t *)b->btab_pre.h;
-    int32_t *src = (int32_t *)b->stage_src.h, *remap = (int32_t *)b->btab_stage.h;
-    uint32_t *mark = b->stage_mark;
+    const int32_t *ctx = (const int32_t *)b->io.ctx_pre.h, *qs = (const int32_t *)b->io.qs_pre.h,
+                  *btab = (const int32_t *)b->io.btab_pre.h;
+    int32_t *src = (int32_t *)b->stage.src.h, *remap = (int32_t *)b->stage.btab.h;
+    uint32_t *mark = b->stage.mark;
     int n_groups = 0, total = 0;
     struct cb_stage_group *g = NULL;
     for (int k = 0; k < np; k++) {
         const int need = (ctx[k] + bs - 1) / bs;
         const int32_t *row = btab + (size_t)k * mb;
-        if (need > b->stage_cap)
+        if (need > b->stage.cap)
             return 0;
         int fresh = 0; // blocks the current round does not hold yet
         for (int j = 0; j < need; j++) {
             if (row[j] < 0 || row[j] >= n_blocks)
                 return 0; // not a block of this pool (the step fails in its own checks)
-            fresh += g && mark[row[j]] == b->stage_epoch ? 0 : 1;
+            fresh += g && mark[row[j]] == b->stage.epoch ? 0 : 1;
         }
-        if (!g || g->nb + fresh > b->stage_cap) {
-            if (++b->stage_epoch == 0) { // 2^32 rounds: start the marks again
+        if (!g || g->nb + fresh > b->stage.cap) {
+            if (++b->stage.epoch == 0) { // 2^32 rounds: start the marks again
                 memset(mark, 0, (size_t)n_blocks * sizeof *mark);
-                b->stage_epoch = 1;
+                b->stage.epoch = 1;
             }
-            g = &b->stage_groups[n_groups++];
+            g = &b->stage.groups[n_groups++];
             *g = cb_stage_group{k, k, total, 0, 0, 0};
         }
         for (int j = 0; j < need; j++) {
-            if (mark[row[j]] != b->stage_epoch) {
-                mark[row[j]] = b->stage_epoch;
-                b->stage_at[row[j]] = g->nb++;
+            if (mark[row[j]] != b->stage.epoch) {
+                mark[row[j]] = b->stage.epoch;
+                b->stage.at[row[j]] = g->nb++;
                 src[total++] = row[j];
             }
-            remap[(size_t)k * mb + j] = b->stage_at[row[j]];
+            remap[(size_t)k * mb + j] = b->stage.at[row[j]];
         }
         for (int j = need; j < mb; j++)
             remap[(size_t)k * mb + j] = 0;
@@ -976,7 +969,7 @@ static int plan_stage(struct cuda_backend *b, int np, int mb)
         g->max_q = nq > g->max_q ? nq : g->max_q;
         g->max_ctx = ctx[k] > g->max_ctx ? ctx[k] : g->max_ctx;
     }
-    if (upload(b, &b->stage_src, (size_t)total * 4) || upload(b, &b->btab_stage, (size_t)np * mb * 4))
+    if (upload(b, &b->stage.src, (size_t)total * 4) || upload(b, &b->stage.btab, (size_t)np * mb * 4))
         return -1;
     return n_groups;
 }
@@ -1007,27 +1000,28 @@ void cb_sample_params(const struct be_seq *s, struct k_sample_params *q)
     q->step = (uint64_t)(s->n_tokens - s->n_prompt);
 }
 
-// Sampler inputs for rows 0 .. n_samp-1 (row j samples seqs[b->row_seq[j]]), uploaded.
+// Sampler inputs for rows 0 .. n_samp-1 (row j samples seqs[b->io.row_seq[j]]), uploaded.
 static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs, int n_samp)
 {
     size_t n_hist = 0, n_ban = 0;
     for (int j = 0; j < n_samp; j++) {
-        const struct be_seq *s = &seqs[b->row_seq[j]];
+        const struct be_seq *s = &seqs[b->io.row_seq[j]];
         if (!s->sample)
             continue;
         if (needs_history(s->sp))
             n_hist += (size_t)(s->sp->repetition_penalty != 1.0f ? s->n_tokens : s->n_tokens - s->n_prompt);
         n_ban += (size_t)(s->banned && s->n_banned > 0 ? s->n_banned : 0);
     }
-    if (buf_reserve(b, &b->hist, n_hist * 4, "token histories") ||
-        buf_reserve(b, &b->banned, n_ban * 4, "banned ids"))
+    if (buf_reserve(b, &b->io.hist, n_hist * 4, "token histories") ||
+        buf_reserve(b, &b->io.banned, n_ban * 4, "banned ids"))
         return -1;
-    struct k_sample_params *pr = (struct k_sample_params *)b->params.h;
-    int32_t *hist = (int32_t *)b->hist.h, *hs = (int32_t *)b->hist_start.h, *np = (int32_t *)b->n_prompt.h;
-    int32_t *ban = (int32_t *)b->banned.h, *bst = (int32_t *)b->banned_start.h;
+    struct k_sample_params *pr = (struct k_sample_params *)b->io.params.h;
+    int32_t *hist = (int32_t *)b->io.hist.h, *hs = (int32_t *)b->io.hist_start.h,
+            *np = (int32_t *)b->io.n_prompt.h;
+    int32_t *ban = (int32_t *)b->io.banned.h, *bst = (int32_t *)b->io.banned_start.h;
     size_t oh = 0, ob = 0;
     for (int j = 0; j < n_samp; j++) {
-        const struct be_seq *s = &seqs[b->row_seq[j]];
+        const struct be_seq *s = &seqs[b->io.row_seq[j]];
         struct k_sample_params *q = &pr[j];
         hs[j] = (int32_t)oh;
         bst[j] = (int32_t)ob;
@@ -1054,10 +1048,11 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
     }
     hs[n_samp] = (int32_t)oh;
     bst[n_samp] = (int32_t)ob;
-    if (upload(b, &b->params, (size_t)n_samp * sizeof *pr) ||
-        upload(b, &b->hist_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->n_prompt, (size_t)n_samp * 4) ||
-        upload(b, &b->banned_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->hist, oh * 4) ||
-        upload(b, &b->banned, ob * 4))
+    if (upload(b, &b->io.params, (size_t)n_samp * sizeof *pr) ||
+        upload(b, &b->io.hist_start, (size_t)(n_samp + 1) * 4) ||
+        upload(b, &b->io.n_prompt, (size_t)n_samp * 4) ||
+        upload(b, &b->io.banned_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->io.hist, oh * 4) ||
+        upload(b, &b->io.banned, ob * 4))
         return -1;
     return 0;
 }
@@ -1066,20 +1061,20 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
                     double t_enter)
 {
     int taken_rc = 0;
-    if (b->spec_live && cb_spec_take(b, seqs, n, out, &taken_rc)) // the guessed step was this one
+    if (b->spec.live && cb_spec_take(b, seqs, n, out, &taken_rc)) // the guessed step was this one
         return taken_rc;
     const int bs = b->base.block_size, S = b->max_seqs;
     // decode sequences first, then prefill sequences
     int nd = 0, np = 0, max_ctx_dec = 0, max_ctx_pre = 0, max_q_pre = 0, T = 0;
     for (int i = 0; i < n; i++)
         if (seqs[i].n_new == 1) {
-            b->order[nd++] = i;
+            b->io.order[nd++] = i;
             if (seqs[i].pos + 1 > max_ctx_dec)
                 max_ctx_dec = seqs[i].pos + 1;
         }
     for (int i = 0; i < n; i++)
         if (seqs[i].n_new > 1) {
-            b->order[nd + np++] = i;
+            b->io.order[nd + np++] = i;
             int ctx = seqs[i].pos + seqs[i].n_new;
             max_ctx_pre = ctx > max_ctx_pre ? ctx : max_ctx_pre;
             max_q_pre = seqs[i].n_new > max_q_pre ? seqs[i].n_new : max_q_pre;
@@ -1087,7 +1082,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     for (int i = 0; i < n; i++)
         T += seqs[i].n_new;
     const bool pure = np == 0;
-    const bool graph = pure && b->use_graphs && nd <= b->graph_max;
+    const bool graph = pure && b->graphs.on && nd <= b->graphs.max_batch;
     const int B = graph ? cb_graph_batch(b, nd) : nd;
     const int gctx = graph ? cb_graph_ctx(b, max_ctx_dec) : max_ctx_dec;
     const int dec_ctx = graph ? gctx : max_ctx_dec;
@@ -1096,37 +1091,37 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     const int rows = graph ? B : T;
 
     // rows: decode group (padded to B with dummy rows), then prefill group
-    int32_t *ctx_dec = (int32_t *)b->ctx_dec.h, *btab_dec = (int32_t *)b->btab_dec.h;
-    int32_t *qs_pre = (int32_t *)b->qs_pre.h, *ctx_pre = (int32_t *)b->ctx_pre.h,
-            *btab_pre = (int32_t *)b->btab_pre.h;
-    int32_t *last = (int32_t *)b->last_rows.h;
+    int32_t *ctx_dec = (int32_t *)b->io.ctx_dec.h, *btab_dec = (int32_t *)b->io.btab_dec.h;
+    int32_t *qs_pre = (int32_t *)b->io.qs_pre.h, *ctx_pre = (int32_t *)b->io.ctx_pre.h,
+            *btab_pre = (int32_t *)b->io.btab_pre.h;
+    int32_t *last = (int32_t *)b->io.last_rows.h;
     int r = 0;
     for (int k = 0; k < nd; k++, r++) {
-        const struct be_seq *s = &seqs[b->order[k]];
+        const struct be_seq *s = &seqs[b->io.order[k]];
         put_row(b, r, s, s->pos);
         ctx_dec[k] = s->pos + 1;
         put_btab(btab_dec, k, mb_dec, s, s->pos + 1, bs);
     }
     for (int k = nd; k < B; k++, r++) { // dummy rows: no KV write, attend to one key of block 0
-        ((int32_t *)b->ids.h)[r] = 0;
-        ((int32_t *)b->pos.h)[r] = 0;
-        ((int32_t *)b->slot.h)[r] = -1;
+        ((int32_t *)b->io.ids.h)[r] = 0;
+        ((int32_t *)b->io.pos.h)[r] = 0;
+        ((int32_t *)b->io.slot.h)[r] = -1;
         ctx_dec[k] = 1;
         memset(btab_dec + (size_t)k * mb_dec, 0, (size_t)mb_dec * 4);
     }
     int n_samp = 0;
     if (pure) {
         for (int k = 0; k < nd; k++)
-            b->row_seq[n_samp++] = b->order[k];
+            b->io.row_seq[n_samp++] = b->io.order[k];
     } else {
         for (int k = 0; k < nd; k++)
-            if (seqs[b->order[k]].sample) {
+            if (seqs[b->io.order[k]].sample) {
                 last[n_samp] = k;
-                b->row_seq[n_samp++] = b->order[k];
+                b->io.row_seq[n_samp++] = b->io.order[k];
             }
     }
     for (int k = 0; k < np; k++) {
-        const struct be_seq *s = &seqs[b->order[nd + k]];
+        const struct be_seq *s = &seqs[b->io.order[nd + k]];
         qs_pre[k] = r - nd;
         for (int t = 0; t < s->n_new; t++, r++)
             put_row(b, r, s, s->pos + t);
@@ -1134,7 +1129,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         put_btab(btab_pre, k, mb_pre, s, s->pos + s->n_new, bs);
         if (s->sample) {
             last[n_samp] = r - 1;
-            b->row_seq[n_samp++] = b->order[nd + k];
+            b->io.row_seq[n_samp++] = b->io.order[nd + k];
         }
     }
     qs_pre[np] = r - nd;
@@ -1144,28 +1139,30 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
         return -1;
     }
 
-    if (upload(b, &b->ids, (size_t)rows * 4) || upload(b, &b->pos, (size_t)rows * 4) ||
-        upload(b, &b->slot, (size_t)rows * 4))
+    if (upload(b, &b->io.ids, (size_t)rows * 4) || upload(b, &b->io.pos, (size_t)rows * 4) ||
+        upload(b, &b->io.slot, (size_t)rows * 4))
         return -1;
-    if (B > 0 && (upload(b, &b->ctx_dec, (size_t)B * 4) || upload(b, &b->btab_dec, (size_t)B * mb_dec * 4)))
+    if (B > 0 &&
+        (upload(b, &b->io.ctx_dec, (size_t)B * 4) || upload(b, &b->io.btab_dec, (size_t)B * mb_dec * 4)))
         return -1;
-    if (np > 0 && (upload(b, &b->qs_pre, (size_t)(np + 1) * 4) || upload(b, &b->ctx_pre, (size_t)np * 4) ||
-                   upload(b, &b->btab_pre, (size_t)np * mb_pre * 4)))
+    if (np > 0 &&
+        (upload(b, &b->io.qs_pre, (size_t)(np + 1) * 4) || upload(b, &b->io.ctx_pre, (size_t)np * 4) ||
+         upload(b, &b->io.btab_pre, (size_t)np * mb_pre * 4)))
         return -1;
     const int n_stage = np > 0 ? plan_stage(b, np, mb_pre) : 0;
     if (n_stage < 0)
         return -1;
-    if (!pure && n_samp > 0 && upload(b, &b->last_rows, (size_t)n_samp * 4))
+    if (!pure && n_samp > 0 && upload(b, &b->io.last_rows, (size_t)n_samp * 4))
         return -1;
     if (n_samp > 0 && put_sampler_inputs(b, seqs, n_samp))
         return -1;
 
     const int hk = graph ? 0 : 1; // host time sums: graph or eager step
-    double *ht = b->ht[hk], t1 = llmq_mono_s(), t2;
-    if (b->ht_return > 0)
-        ht[CB_HT_BETWEEN] += t_enter - b->ht_return;
+    double *ht = b->ht.t[hk], t1 = llmq_mono_s(), t2;
+    if (b->ht.returned > 0)
+        ht[CB_HT_BETWEEN] += t_enter - b->ht.returned;
     ht[CB_HT_PREPARE] += t1 - t_enter;
-    b->ht_steps[hk]++;
+    b->ht.steps[hk]++;
 
     struct cb_plan p;
     memset(&p, 0, sizeof p);
@@ -1173,89 +1170,84 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     p.nd = B;
     p.np = np;
     p.dec.n_seqs = B;
-    p.dec.q_start = b->qs_dec;
-    p.dec.ctx_len = (const int32_t *)b->ctx_dec.d;
-    p.dec.block_tables = (const int32_t *)b->btab_dec.d;
+    p.dec.q_start = b->acts.qs_dec;
+    p.dec.ctx_len = (const int32_t *)b->io.ctx_dec.d;
+    p.dec.block_tables = (const int32_t *)b->io.btab_dec.d;
     p.dec.max_blocks = mb_dec;
     p.dec.max_q_len = 1;
     p.dec.max_ctx_len = dec_ctx;
     p.pre.n_seqs = np;
-    p.pre.q_start = (const int32_t *)b->qs_pre.d;
-    p.pre.ctx_len = (const int32_t *)b->ctx_pre.d;
-    p.pre.block_tables = (const int32_t *)b->btab_pre.d;
+    p.pre.q_start = (const int32_t *)b->io.qs_pre.d;
+    p.pre.ctx_len = (const int32_t *)b->io.ctx_pre.d;
+    p.pre.block_tables = (const int32_t *)b->io.btab_pre.d;
     p.pre.max_blocks = mb_pre;
     p.pre.max_q_len = max_q_pre;
     p.pre.max_ctx_len = max_ctx_pre;
     p.n_logits = pure ? B : n_samp; // a padded graph computes logits for its dummy rows too
     p.gather = !pure;
     p.n_stage = n_stage;
-    p.stage = b->stage_groups;
+    p.stage = b->stage.groups;
     if (graph) {
         if (cb_graph_run(b, &p, B, gctx))
             return -1;
     } else {
         if (cb_forward(b, &p))
             return -1;
-        b->eager_steps++;
+        b->graphs.eager_steps++;
     }
 
     t2 = llmq_mono_s();
     ht[CB_HT_FORWARD] += t2 - t1;
     if (n_samp > 0) {
-        if (cb_enqueue_sample(b, seqs, n_samp, b->out.h, b->ev_out))
+        if (cb_enqueue_sample(b, seqs, n_samp, b->io.out.h, b->copy.ev_out))
             return -1;
     } else {
-        CB_CUDA(cudaEventRecord(b->ev_out, b->stream));
+        CB_CUDA(cudaEventRecord(b->copy.ev_out, b->stream));
     }
     // the next pure decode step, guessed and enqueued before this one's tokens are read (cuda_spec.cu)
     if (graph && n_samp == nd && nd > 0)
         cb_spec_guess(b, seqs, nd, B, gctx);
     t1 = llmq_mono_s();
     ht[CB_HT_SAMPLER] += t1 - t2;
-    CB_CUDA(cudaEventSynchronize(b->ev_out));
+    CB_CUDA(cudaEventSynchronize(b->copy.ev_out));
     t2 = llmq_mono_s();
     ht[CB_HT_WAIT] += t2 - t1;
-    if (cb_read_outputs(b, seqs, n_samp, b->out.h, out))
+    if (cb_read_outputs(b, seqs, n_samp, b->io.out.h, out))
         return -1;
     ht[CB_HT_READ] += llmq_mono_s() - t2;
-    if (b->spec_live)
-        cb_spec_expect(b, nd, (const int32_t *)b->out.h);
+    if (b->spec.live)
+        cb_spec_expect(b, nd, (const int32_t *)b->io.out.h);
     return 0;
 }
 
-// The sampler on stream, then the copy of its outputs into host (on copy_stream when there is one), then
-// done recorded after the copy.
+// The sampler on stream, then the copy of its outputs into host on copy.stream, then done recorded after
+// the copy.
 int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_samp, void *host,
                       cudaEvent_t done)
 {
     const int S = b->max_seqs;
-    char *o = (char *)b->out.d;
+    char *o = (char *)b->io.out.d;
     int32_t *tok = (int32_t *)o;
     float *lp = (float *)(o + (size_t)S * 4);
     int32_t *top_ids = (int32_t *)(o + (size_t)S * 8);
     float *top_lp = (float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
-    if (b->copy_stream) // the previous copy back has read out.d
-        CB_CUDA(cudaStreamWaitEvent(b->stream, b->ev_copied, 0));
-    CB_K(k_sample(b->logits, n_samp, b->V, (const struct k_sample_params *)b->params.d,
-                  (const int32_t *)b->hist.d, (const int32_t *)b->hist_start.d,
-                  (const int32_t *)b->n_prompt.d, (const int32_t *)b->banned.d,
-                  (const int32_t *)b->banned_start.d, tok, lp, top_ids, top_lp, b->samp_ws, b->samp_ws_bytes,
-                  b->stream));
+    CB_CUDA(cudaStreamWaitEvent(b->stream, b->copy.ev_copied, 0)); // the previous copy back has read out.d
+    CB_K(k_sample(b->acts.logits, n_samp, b->V, (const struct k_sample_params *)b->io.params.d,
+                  (const int32_t *)b->io.hist.d, (const int32_t *)b->io.hist_start.d,
+                  (const int32_t *)b->io.n_prompt.d, (const int32_t *)b->io.banned.d,
+                  (const int32_t *)b->io.banned_start.d, tok, lp, top_ids, top_lp, b->acts.samp_ws,
+                  b->acts.samp_ws_bytes, b->stream));
     bool want_top = false;
     for (int j = 0; j < n_samp; j++) {
-        const struct be_seq *s = &seqs[b->row_seq[j]];
+        const struct be_seq *s = &seqs[b->io.row_seq[j]];
         want_top |= s->sample && s->sp->logprobs > 0;
     }
-    size_t bytes = want_top ? b->out.cap : (size_t)S * 8;
-    cudaStream_t cs = b->stream;
-    if (b->copy_stream) {
-        cs = b->copy_stream;
-        CB_CUDA(cudaEventRecord(b->ev_sampled, b->stream));
-        CB_CUDA(cudaStreamWaitEvent(cs, b->ev_sampled, 0));
-    }
-    CB_CUDA(cudaMemcpyAsync(host, b->out.d, bytes, cudaMemcpyDeviceToHost, cs));
-    if (b->copy_stream)
-        CB_CUDA(cudaEventRecord(b->ev_copied, cs));
+    size_t bytes = want_top ? b->io.out.cap : (size_t)S * 8;
+    cudaStream_t cs = b->copy.stream;
+    CB_CUDA(cudaEventRecord(b->copy.ev_sampled, b->stream));
+    CB_CUDA(cudaStreamWaitEvent(cs, b->copy.ev_sampled, 0));
+    CB_CUDA(cudaMemcpyAsync(host, b->io.out.d, bytes, cudaMemcpyDeviceToHost, cs));
+    CB_CUDA(cudaEventRecord(b->copy.ev_copied, cs));
     CB_CUDA(cudaEventRecord(done, cs));
     return 0;
 }
@@ -1270,7 +1262,7 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
     const int32_t *top_ids = (const int32_t *)(o + (size_t)S * 8);
     const float *top_lp = (const float *)(o + (size_t)S * 8 + (size_t)S * CB_TOP * 4);
     for (int j = 0; j < n_samp; j++) {
-        int i = b->row_seq[j];
+        int i = b->io.row_seq[j];
         const struct be_seq *s = &seqs[i];
         if (!s->sample)
             continue;
@@ -1342,10 +1334,10 @@ static int cb_step(struct backend *be, const struct be_seq *seqs, int n, struct 
         after_failure(b);
     // the tuning file also every CB_TUNING_SAVE_S while new choices come, not only at close, so that a
     // worker killed without closing keeps what it timed (a save with nothing new returns at once)
-    if (rc == 0 && b->tuning_file && t_enter - b->tuning_saved >= b->tuning_save_s) {
-        b->tuning_saved = t_enter;
+    if (rc == 0 && b->tuning.on && t_enter - b->tuning.saved >= b->tuning.save_s) {
+        b->tuning.saved = t_enter;
         tuning_save(b, false);
     }
-    b->ht_return = llmq_mono_s();
+    b->ht.returned = llmq_mono_s();
     return rc;
 }

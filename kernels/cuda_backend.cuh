@@ -18,6 +18,7 @@ extern "C" {
 #define CB_TOP 20         // top logprobs per row the sampler writes (SAMPLING_MAX_LOGPROBS)
 #define CB_MAX_GRAPHS 256 // decode graphs kept (batch buckets x context buckets)
 #define CB_GEMM_WORKSPACE (32u << 20)
+#define CB_SPEC_MAX 4 // most sequences of a decode step guessed one step ahead (cuda_spec.cu)
 
 struct cb_layer {
     const bf16 *attn_norm;       // (C)
@@ -28,8 +29,8 @@ struct cb_layer {
     const bf16 *mlp_norm;        // (C)
     struct k_weight wgu;         // (2F, C): gate rows, up rows
     struct k_weight wdown;       // (C, F)
-    void *k_cache, *v_cache;     // (num_blocks, KVH, block_size, D) bf16, or e4m3 bytes when kv_fp8
-    float *k_scale, *v_scale;    // kv_fp8: (num_blocks, KVH, block_size), one per (token, KV head); else NULL
+    void *k_cache, *v_cache;     // (NB, KVH, bs, D) bf16, or e4m3 bytes with an fp8 cache (cb_kv)
+    float *k_scale, *v_scale;    // fp8 cache: (NB, KVH, bs), one per (token, KV head); else NULL
 };
 
 // A host array mirrored on the device: pinned host h, device d, both `cap` bytes.
@@ -65,9 +66,138 @@ struct cb_graph {
     cudaGraphExec_t exec;
 };
 
-// Phases of a step's host time (struct cuda_backend's ht): between steps (the engine and its caller),
+// Phases of a step's host time (struct cb_host_times): between steps (the engine and its caller),
 // layout and uploads, forward enqueued, sampler enqueued, waiting for the GPU, outputs read.
 enum { CB_HT_BETWEEN, CB_HT_PREPARE, CB_HT_FORWARD, CB_HT_SAMPLER, CB_HT_WAIT, CB_HT_READ, CB_HT_N };
+
+// Shapes below: C hidden, F intermediate, L layers, H / KVH query / KV heads of D, V vocabulary, HD = H * D,
+// QKV = (H + 2 KVH) * D; S = max_seqs, R = rows (activation rows), MB = max_blocks, NB = the KV pool's
+// blocks, bs = the block size.
+
+// The weights: one allocation. Linear weights are bf16, or e4m3 with fp32 128x128 block scales
+// (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings and norms bf16; the output
+// projection bf16, or fp8 by the same rule under backend_opts.lm_head_dtype. In fp16 mode every 16-bit
+// tensor holds fp16 instead (struct cuda_backend's f16). The layers' matrices are in cuda_backend.layers.
+struct cb_weights {
+    void *buf;
+    size_t bytes;
+    enum be_weights dtype, lm_dtype;
+    int n_fp8;                      // linear matrices (of 4 L) held in fp8
+    void *copies;                   // the decode GEMVs' weight copies (cb_tile_copies), or NULL
+    size_t copies_bytes;            // their size
+    const bf16 *embed, *final_norm; // (V, C), (C)
+    struct k_weight lm;             // lm_head (V, C): bf16 (the embedding itself when tied), or fp8
+    float *inv_freq;                // (D/2) device
+    float attn_scale;
+};
+
+// The paged KV cache: one allocation, [L][K|V][NB][KVH][bs][D] bf16; with fp8 the same in e4m3 bytes, then
+// (256-byte aligned) the scales [L][K|V][NB][KVH][bs] fp32. Each layer's pointers are in its cb_layer.
+struct cb_kv {
+    bool fp8;
+    void *pool;
+    size_t bytes;
+};
+
+// fp8 cache: the prefill attention's bf16 staging pool, [cap][KVH][bs][D] for K and for V (cap 0: none);
+// a step's staged blocks, round after round (cache block ids, int32 (S * MB)) and its prefill block
+// tables remapped to their places in the pool (int32 (S * MB)); groups [S] host: the rounds.
+struct cb_stage {
+    bf16 *k, *v;
+    int cap;
+    struct cb_buf src, btab;
+    struct cb_stage_group *groups;
+    uint32_t *mark, epoch; // [NB] host: the staging round that holds a cache block
+    int32_t *at;           // [NB] host: its place in the pool in that round
+};
+
+// Activations and workspaces (device), [R, .] unless said.
+struct cb_acts {
+    float *resid;      // (R, C) fp32 residual stream
+    bf16 *h;           // (R, C) normed input of a sublayer
+    bf16 *qkv;         // (R, QKV)
+    bf16 *att;         // (R, HD)
+    bf16 *tmp;         // (R, C) sublayer output, added to resid by the next add_rmsnorm
+    float *down_parts; // (K_GEMV_MAX_SPLIT, C) a one-row down GEMV's parts of K (cb_forward)
+    bf16 *gu;          // (R, 2F)
+    bf16 *act;         // (R, F)
+    float *resid_last; // (S, C) gathered last rows
+    bf16 *tmp_last;    // (S, C)
+    bf16 *h_last;      // (S, C)
+    float *logits;     // (S, V)
+    int32_t *qs_dec;   // (S + 1) 0, 1, ..., S (constant)
+    uint8_t *xq;       // (R, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
+    float *xs;         // (max(C, HD, F) / 128, R) its 1x128 group scales, ld K_FP8_ROWS(T)
+    size_t xq_bytes;   // one allocation: xq then xs
+    void *attn_ws;     // the decode attention's split workspace
+    size_t attn_ws_bytes;
+    void *samp_ws; // the sampler's
+    size_t samp_ws_bytes;
+};
+
+// A step's inputs, host (pinned) and device, and its outputs.
+struct cb_io {
+    struct cb_buf ids, pos, slot;                                   // int32 (R)
+    struct cb_buf ctx_dec, btab_dec;                                // int32 (S), (S * MB)
+    struct cb_buf qs_pre, ctx_pre, btab_pre;                        // int32 (S + 1), (S), (S * MB)
+    struct cb_buf last_rows;                                        // int32 (S)
+    struct cb_buf params;                                           // struct k_sample_params (S)
+    struct cb_buf hist, hist_start, n_prompt, banned, banned_start; // sampler, CSR; hist and banned grow
+    // outputs: token (S) int32, logprob (S) f32, top ids (S, 20) int32, top lp (S, 20) f32
+    struct cb_buf out;
+    int *row_seq; // [S] host: sequence index of each sampler row
+    int *order;   // [S] host: sequences in row order (decode first)
+};
+
+// Decode steps as CUDA graphs (cuda_graphs.cu).
+struct cb_graphs {
+    bool on;
+    int max_batch; // largest decode batch run as a graph (engine/decode_split.h)
+    struct cb_graph g[CB_MAX_GRAPHS];
+    int n;
+    uint64_t replays, eager_steps, captures_failed;
+};
+
+// The guessed next step (cuda_spec.cu): a pure decode graph step enqueued before the host has read the
+// tokens of the step before, its inputs advanced on the device.
+struct cb_spec {
+    int max;                   // most sequences a guessed step may have; 0 = never guess
+    bool live;                 // a guessed step is on the stream
+    int nd, B, gctx;           // its sequences, graph batch and context buckets
+    int32_t *ids, *pos, *slot; // [S] host: its inputs, row by row, as the device holds them
+    int32_t *btab;             // [S * MB] stride mb: the blocks each row's context needs
+    int mb;
+    struct k_sample_params *params; // [S]
+    void *out_h;                    // pinned, io.out.cap bytes: the guessed step's outputs
+    cudaEvent_t ev[2];              // its outputs copied back (two: one guess is enqueued behind another
+    int ev_i;                       // before that one is waited for)
+    uint64_t hits, misses;
+    bool block;          // the live guess has a row entering a block
+    uint64_t hits_block; // guesses taken with such a row
+};
+
+// The copy back of a step's outputs, on its own stream, off the chain of kernels from one step's sampler
+// to the next guessed step: ev_sampled orders it after the sampler, ev_copied the next sampler (which
+// rewrites io.out.d) after it; ev_out: a step's outputs copied back.
+struct cb_copyback {
+    cudaStream_t stream;
+    cudaEvent_t ev_out, ev_sampled, ev_copied;
+};
+
+// The host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps, [1] eager
+// steps (cuda_backend.cu, host_times_log).
+struct cb_host_times {
+    double t[2][CB_HT_N];
+    uint64_t steps[2];
+    double returned; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
+};
+
+// engine.gemm_tuning_file: in use, when a step last offered it a save (CLOCK_MONOTONIC seconds), and the
+// seconds between such saves (CB_TUNING_SAVE_S; 0 for backend_test_opts.tuning_save_every_step).
+struct cb_tuning {
+    bool on;
+    double saved, save_s;
+};
 
 struct cuda_backend {
     struct backend base; // first: a struct backend * is a struct cuda_backend *
@@ -75,126 +205,33 @@ struct cuda_backend {
     int C, F, L, H, KVH, D, V, QKV, HD, KVD;
     float eps;
     int max_seqs;   // S: most sequences per step
-    int graph_max;  // largest decode batch run as a graph (engine/decode_split.h)
     int max_tokens; // most new tokens per step (max_num_batched_tokens)
-    int rows;       // activation rows allocated: max(max_tokens, largest graph bucket), rounded up to 4
+    int rows;       // R: activation rows allocated, max(max_tokens, largest graph bucket) rounded up to 4
     int max_model_len;
-    int max_blocks; // per sequence: ceil(max_model_len / block_size)
-    bool use_graphs;
-    bool broken; // a sticky CUDA error: every later step fails at once
+    int max_blocks; // MB: per sequence, ceil(max_model_len / block_size)
+    bool broken;    // a sticky CUDA error: every later step fails at once
     int device;
     char device_name[256];
     size_t total_mem;
+    // fp16 mode (weight_dtype BE_WEIGHTS_F16): every 16-bit tensor (weights, activations, the KV cache)
+    // holds fp16 instead of bf16; every entry point sets the kernels' mode (k_set_f16) for its thread and
+    // gives the caller's back
+    bool f16;
 
     cudaStream_t stream;
     struct k_gemm *gemm;
 
-    // weights: one allocation. Linear weights are bf16, or e4m3 with fp32 128x128 block scales
-    // (backend_opts.weight_dtype, engine/fp8.h decides per matrix); embeddings and norms bf16; the output
-    // projection bf16, or fp8 by the same rule under backend_opts.lm_head_dtype.
-    // fp16 mode (weight_dtype BE_WEIGHTS_F16): every 16-bit tensor above and below (weights,
-    // activations, the KV cache) holds fp16 instead of bf16; every entry point sets the kernels' mode
-    // (k_set_f16) for its thread and gives the caller's back.
-    bool f16;
-    void *wbuf;
-    size_t wbytes;
-    enum be_weights weight_dtype, lm_head_dtype;
-    int n_fp8;       // linear matrices (of 4 L) held in fp8
-    uint8_t *xq;     // (rows, max(C, HD, F)) e4m3 GEMM input of an fp8 matrix (NULL without fp8)
-    float *xs;       // (max(C, HD, F) / 128, rows) its 1x128 group scales, ld K_FP8_ROWS(T)
-    size_t xq_bytes; // one allocation: xq then xs
-    void *tbuf;      // the decode GEMVs' weight copies (cb_tile_copies), or NULL
-    size_t tbytes;   // its size
-    const bf16 *embed, *final_norm; // (V, C), (C)
-    struct k_weight lm;             // lm_head (V, C): bf16 (the embedding itself when tied), or fp8
-    struct cb_layer *layers;        // [L]
-    float *inv_freq;                // (D/2) device
-    float attn_scale;
-
-    // KV pool: one allocation, [L][K|V][num_blocks][KVH][block_size][D] bf16; with kv_fp8 the same in
-    // e4m3 bytes, then (256-byte aligned) the scales [L][K|V][num_blocks][KVH][block_size] fp32
-    bool kv_fp8;
-    void *kv;
-    size_t kv_bytes;
-    // fp8 cache: the staging pool of the prefill attention, [stage_cap][KVH][block_size][D] bf16 for K
-    // and for V (stage_cap 0: none; engine/kv_stage.h); a step's staged blocks, round after round
-    // (cache block ids, int32 [S * max_blocks]) and its prefill block tables remapped to their places
-    // in the pool (int32 [S * max_blocks]); stage_groups [S] host: the rounds
-    bf16 *stage_k, *stage_v;
-    int stage_cap;
-    struct cb_buf stage_src, btab_stage;
-    struct cb_stage_group *stage_groups;
-    uint32_t *stage_mark, stage_epoch; // [num_blocks] host: the staging round that holds a cache block
-    int32_t *stage_at;                 // [num_blocks] host: its place in the pool in that round
-
-    // activations, [rows, ·]
-    float *resid;      // (rows, C) fp32 residual stream
-    bf16 *h;           // (rows, C) normed input of a sublayer
-    bf16 *qkv;         // (rows, QKV)
-    bf16 *att;         // (rows, HD)
-    bf16 *tmp;         // (rows, C) sublayer output, added to resid by the next add_rmsnorm
-    float *down_parts; // (K_GEMV_MAX_SPLIT, C) a one-row down GEMV's parts of K (cb_forward, down_parts())
-    bf16 *gu;          // (rows, 2F)
-    bf16 *act;         // (rows, F)
-    float *resid_last; // (S, C) gathered last rows
-    bf16 *tmp_last;    // (S, C)
-    bf16 *h_last;      // (S, C)
-    float *logits;     // (S, V)
-    int32_t *qs_dec;   // (S + 1) 0, 1, ..., S (constant)
-    void *attn_ws;
-    size_t attn_ws_bytes;
-    void *samp_ws;
-    size_t samp_ws_bytes;
-
-    // step inputs, host (pinned) and device
-    struct cb_buf ids, pos, slot;                                   // int32 (rows)
-    struct cb_buf ctx_dec, btab_dec;                                // int32 (S), (S * max_blocks)
-    struct cb_buf qs_pre, ctx_pre, btab_pre;                        // int32 (S + 1), (S), (S * max_blocks)
-    struct cb_buf last_rows;                                        // int32 (S)
-    struct cb_buf params;                                           // struct k_sample_params (S)
-    struct cb_buf hist, hist_start, n_prompt, banned, banned_start; // sampler, CSR; hist and banned grow
-    // step outputs: token (S) int32, logprob (S) f32, top ids (S, 20) int32, top lp (S, 20) f32
-    struct cb_buf out;
-    // host scratch
-    int *row_seq; // [S] sequence index of each sampler row
-    int *order;   // [S] sequences in row order (decode first)
-
-    // graphs
-    struct cb_graph graphs[CB_MAX_GRAPHS];
-    int n_graphs;
-    uint64_t graph_replays, eager_steps, captures_failed;
-
-    // the guessed next step (cuda_spec.cu): a pure decode graph step enqueued before the host has read
-    // the tokens of the step before, its inputs advanced on the device
-    int spec_max;                   // most sequences a guessed step may have; 0 = never guess (LLMQ_SPEC)
-    bool spec_live;                 // a guessed step is on the stream
-    int spec_nd, spec_B, spec_gctx; // its sequences, graph batch and context buckets
-    int32_t *spec_ids, *spec_pos, *spec_slot; // [S] host: its inputs, row by row, as the device holds them
-    int32_t *spec_btab; // [S * max_blocks] stride spec_mb: the blocks each row's context needs
-    int spec_mb;
-    struct k_sample_params *spec_params; // [S]
-    void *out_h2;                        // pinned, out.cap bytes: the guessed step's outputs
-    cudaEvent_t ev_out;                  // a step's outputs copied back
-    cudaEvent_t ev_spec[2];              // a guessed step's outputs copied back (two: one guess is
-    int spec_ev;                         // enqueued behind another before that one is waited for)
-    uint64_t spec_hits, spec_misses;
-    bool spec_block;          // the live guess has a row entering a block
-    uint64_t spec_hits_block; // guesses taken with such a row
-    // the copy back runs on its own stream (LLMQ_COPY_STREAM, default on), off the chain of kernels from
-    // one step's sampler to the next guessed step: ev_sampled orders it after the sampler, ev_copied the
-    // next sampler (which rewrites out.d) after it
-    cudaStream_t copy_stream; // NULL: the copy runs on stream
-    cudaEvent_t ev_sampled, ev_copied;
-
-    // the host's part of each step, by phase (seconds, summed; logged at close): [0] graph steps,
-    // [1] eager steps (cuda_backend.cu, host_times_log)
-    double ht[2][CB_HT_N];
-    uint64_t ht_steps[2];
-    double ht_return; // when cb_step last returned, CLOCK_MONOTONIC seconds (0: not yet)
-    // engine.gemm_tuning_file: in use, when a step last offered it a save (CLOCK_MONOTONIC seconds),
-    // and the seconds between such saves (CB_TUNING_SAVE_S; LLMQ_GEMM_TUNING_SAVE_S for tests)
-    bool tuning_file;
-    double tuning_saved, tuning_save_s;
+    struct cb_weights w;
+    struct cb_layer *layers; // [L]: each layer's weights and KV cache
+    struct cb_kv kv;
+    struct cb_stage stage;
+    struct cb_acts acts;
+    struct cb_io io;
+    struct cb_graphs graphs;
+    struct cb_spec spec;
+    struct cb_copyback copy;
+    struct cb_host_times ht;
+    struct cb_tuning tuning;
 
     // memory accounting
     size_t alloc_bytes; // device bytes this backend allocated (KV pool included)
@@ -221,12 +258,12 @@ int cb_forward(struct cuda_backend *b, const struct cb_plan *p);
             return cb_fail_k(b, #call);                                                                      \
     } while (0)
 
-// ---- cuda_weights.cu: allocates b->wbuf and fills every weight pointer from m. 0, or -1 with
+// ---- cuda_weights.cu: allocates b->w.buf and fills every weight pointer from m. 0, or -1 with
 // b->base.err.
 int cb_load_weights(struct cuda_backend *b, const struct model *m);
 // The decode GEMVs' weight copies (engine.decode_weight_copies): cb_tile_copies_bytes is what they would
 // take (every linear matrix of a shape they take, and the output projection; 0 in fp16 mode);
-// cb_tile_copies makes them in b->tbuf and registers them with k_gemv_*_tiled (why: for the log), 0 or
+// cb_tile_copies makes them in b->w.copies and registers them with k_gemv_*_tiled (why: for the log), 0 or
 // -1 with b->base.err; cb_tile_copies_free forgets the registrations.
 size_t cb_tile_copies_bytes(struct cuda_backend *b);
 int cb_tile_copies(struct cuda_backend *b, const char *why);
@@ -259,10 +296,11 @@ int cb_read_outputs(struct cuda_backend *b, const struct be_seq *seqs, int n_sam
                     struct be_out *out);
 
 // ---- cuda_spec.cu: the guessed next step
-int cb_spec_init(struct cuda_backend *b);
+// Guesses steps of up to max sequences (0: none; capped at max_num_seqs).
+int cb_spec_init(struct cuda_backend *b, int max);
 void cb_spec_free(struct cuda_backend *b);
 // After a pure decode graph step of nd sequences (rows 0 .. nd-1 = seqs[0 .. nd-1]) is enqueued:
-// enqueues the same step one position on when every sequence allows it (spec_live then).
+// enqueues the same step one position on when every sequence allows it (spec.live then).
 void cb_spec_guess(struct cuda_backend *b, const struct be_seq *seqs, int nd, int B, int gctx);
 // Once that step's tokens are read: the guessed step's inputs as the host would write them.
 void cb_spec_expect(struct cuda_backend *b, int nd, const int32_t *tok);

@@ -24,7 +24,7 @@ extern "C" {
 
 int cb_graph_batch(const struct cuda_backend *b, int n)
 {
-    return decode_graph_batch(n, b->graph_max);
+    return decode_graph_batch(n, b->graphs.max_batch);
 }
 
 int cb_graph_ctx(const struct cuda_backend *b, int ctx)
@@ -64,54 +64,54 @@ static int capture(struct cuda_backend *b, const struct cb_plan *p, int batch, i
     if (why[0]) {
         (void)cudaGetLastError();
         b->base.err[0] = 0;
-        b->use_graphs = false;
-        b->captures_failed++;
+        b->graphs.on = false;
+        b->graphs.captures_failed++;
         log_warn(
             "cuda backend: capturing the decode graph for batch %d, context %d failed (%s); decode steps run "
             "eagerly from now on",
             batch, ctx, why);
         return -1;
     }
-    struct cb_graph *gr = &b->graphs[b->n_graphs++];
+    struct cb_graph *gr = &b->graphs.g[b->graphs.n++];
     gr->batch = batch;
     gr->ctx = ctx;
     gr->exec = ex;
     size_t fr = 0, tot = 0;
     if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > b->peak_used)
         b->peak_used = tot - fr;
-    log_info("cuda backend: decode graph %d captured: batch %d, context <= %d, %.1f ms", b->n_graphs, batch,
+    log_info("cuda backend: decode graph %d captured: batch %d, context <= %d, %.1f ms", b->graphs.n, batch,
              ctx, llmq_mono_ms() - t0);
     return 0;
 }
 
 int cb_graph_run(struct cuda_backend *b, const struct cb_plan *p, int batch, int ctx)
 {
-    for (int i = 0; i < b->n_graphs; i++)
-        if (b->graphs[i].batch == batch && b->graphs[i].ctx == ctx) {
-            CB_CUDA(cudaGraphLaunch(b->graphs[i].exec, b->stream));
-            b->graph_replays++;
+    for (int i = 0; i < b->graphs.n; i++)
+        if (b->graphs.g[i].batch == batch && b->graphs.g[i].ctx == ctx) {
+            CB_CUDA(cudaGraphLaunch(b->graphs.g[i].exec, b->stream));
+            b->graphs.replays++;
             return 0;
         }
     if (cb_forward(b, p))
         return -1;
-    b->eager_steps++;
-    if (b->n_graphs < CB_MAX_GRAPHS)
+    b->graphs.eager_steps++;
+    if (b->graphs.n < CB_MAX_GRAPHS)
         capture(b, p, batch, ctx);
     return 0;
 }
 
 cudaGraphExec_t cb_graph_find(const struct cuda_backend *b, int batch, int ctx)
 {
-    for (int i = 0; i < b->n_graphs; i++)
-        if (b->graphs[i].batch == batch && b->graphs[i].ctx == ctx)
-            return b->graphs[i].exec;
+    for (int i = 0; i < b->graphs.n; i++)
+        if (b->graphs.g[i].batch == batch && b->graphs.g[i].ctx == ctx)
+            return b->graphs.g[i].exec;
     return NULL;
 }
 
 void cb_graphs_free(struct cuda_backend *b)
 {
-    for (int i = 0; i < b->n_graphs; i++)
-        if (b->graphs[i].exec)
-            cudaGraphExecDestroy(b->graphs[i].exec);
-    b->n_graphs = 0;
+    for (int i = 0; i < b->graphs.n; i++)
+        if (b->graphs.g[i].exec)
+            cudaGraphExecDestroy(b->graphs.g[i].exec);
+    b->graphs.n = 0;
 }

@@ -355,7 +355,7 @@ struct layer_plan {
 static bool use_fp8(struct cuda_backend *b, const struct tensor_view *const *parts, int n, int layer)
 {
     char why[256];
-    bool use = fp8_linear_use(b->weight_dtype, parts, n, why, sizeof why);
+    bool use = fp8_linear_use(b->w.dtype, parts, n, why, sizeof why);
     if (why[0] && layer == 0)
         log_info("cuda backend: %s (and likewise in every layer)", why);
     return use;
@@ -391,7 +391,7 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     // the output projection: bf16 (shared with the embedding when tied) or fp8 (its own copy)
     const struct tensor_view *lm_src = c->tie_embeddings ? &m->embed : &m->lm_head, *lm_parts[1] = {lm_src};
     char lm_why[256];
-    const bool lm_fp8 = fp8_linear_use(b->lm_head_dtype, lm_parts, 1, lm_why, sizeof lm_why);
+    const bool lm_fp8 = fp8_linear_use(b->w.lm_dtype, lm_parts, 1, lm_why, sizeof lm_why);
     if (lm_why[0])
         log_info("cuda backend: lm_head: %s", lm_why);
     size_t total = align256(V * C * 2) +
@@ -400,14 +400,14 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
                                         : align256(V * C * 2)) +
                    align256(C * 2),
            fp8_bytes = lm_fp8 ? linear_bytes(V, C, true) : 0;
-    b->n_fp8 = 0;
+    b->w.n_fp8 = 0;
     for (int l = 0; l < b->L; l++) {
         const struct layer_weights *lw = &m->layers[l];
         const struct tensor_view *pq[3] = {&lw->wq, &lw->wk, &lw->wv}, *po[1] = {&lw->wo},
                                  *pg[2] = {&lw->w_gate, &lw->w_up}, *pd[1] = {&lw->w_down};
         lp[l].qkv = use_fp8(b, pq, 3, l), lp[l].o = use_fp8(b, po, 1, l);
         lp[l].gu = use_fp8(b, pg, 2, l), lp[l].down = use_fp8(b, pd, 1, l);
-        b->n_fp8 += lp[l].qkv + lp[l].o + lp[l].gu + lp[l].down;
+        b->w.n_fp8 += lp[l].qkv + lp[l].o + lp[l].gu + lp[l].down;
         const size_t lin[4] = {linear_bytes(QKV, C, lp[l].qkv), linear_bytes(C, HD, lp[l].o),
                                linear_bytes(2 * F, C, lp[l].gu), linear_bytes(C, F, lp[l].down)};
         const bool f[4] = {lp[l].qkv, lp[l].o, lp[l].gu, lp[l].down};
@@ -420,11 +420,11 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
     memset(&ld, 0, sizeof ld);
     ld.b = b;
     int rc = -1;
-    if (cb_malloc(b, &b->wbuf, total, "weights")) {
+    if (cb_malloc(b, &b->w.buf, total, "weights")) {
         free(lp);
         return -1;
     }
-    b->wbytes = total;
+    b->w.bytes = total;
     if (cb_malloc(b, (void **)&ld.stage, STAGE_BYTES, "weight staging")) // freed when loading is done
         goto out;
     if (b->f16) {
@@ -435,15 +435,15 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
             goto out;
         }
     }
-    if (b->n_fp8 || lm_fp8) {
+    if (b->w.n_fp8 || lm_fp8) {
         // the fp8 GEMM input (one buffer for every matrix in turn) and the quantization staging
         const size_t kmax = C > HD ? (C > F ? C : F) : (HD > F ? HD : F), R = (size_t)b->rows;
-        b->xq_bytes = align256(R * kmax) + align256(kmax / FP8_BLOCK * R * 4);
-        if (cb_malloc(b, (void **)&b->xq, b->xq_bytes, "fp8 activations"))
+        b->acts.xq_bytes = align256(R * kmax) + align256(kmax / FP8_BLOCK * R * 4);
+        if (cb_malloc(b, (void **)&b->acts.xq, b->acts.xq_bytes, "fp8 activations"))
             goto out;
-        b->xs = (float *)((char *)b->xq + align256(R * kmax));
+        b->acts.xs = (float *)((char *)b->acts.xq + align256(R * kmax));
         // rows past a step's token count (up to K_FP8_ROWS) are read by cuBLASLt: never NaN codes
-        if (cudaMemsetAsync(b->xq, 0, b->xq_bytes, b->stream) != cudaSuccess) {
+        if (cudaMemsetAsync(b->acts.xq, 0, b->acts.xq_bytes, b->stream) != cudaSuccess) {
             cb_fail_cuda(b, __FILE__, __LINE__, "cudaMemsetAsync(fp8 activations)", cudaGetLastError());
             goto out;
         }
@@ -456,7 +456,7 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         }
     }
     {
-        char *p = (char *)b->wbuf;
+        char *p = (char *)b->w.buf;
 #define TAKE(dst, elems)                                                                                     \
     do {                                                                                                     \
         (dst) = (bf16 *)p;                                                                                   \
@@ -466,24 +466,24 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         TAKE(w, V * C);
         if (put(&ld, &m->embed, "embed_tokens", -1, V, C, w))
             goto out;
-        b->embed = w;
+        b->w.embed = w;
         if (lm_fp8) {
             const struct part_spec sl[1] = {
                 {lm_src, c->tie_embeddings ? "embed_tokens" : "lm_head", (int64_t)V}};
-            if (put_linear(&ld, &p, &b->lm, true, V, C, sl, 1, -1))
+            if (put_linear(&ld, &p, &b->w.lm, true, V, C, sl, 1, -1))
                 goto out;
         } else if (c->tie_embeddings) {
-            b->lm = (struct k_weight){0, b->embed, NULL, (int)V, (int)C, NULL};
+            b->w.lm = (struct k_weight){0, b->w.embed, NULL, (int)V, (int)C, NULL};
         } else {
             TAKE(w, V * C);
             if (put(&ld, &m->lm_head, "lm_head", -1, V, C, w))
                 goto out;
-            b->lm = (struct k_weight){0, w, NULL, (int)V, (int)C, NULL};
+            b->w.lm = (struct k_weight){0, w, NULL, (int)V, (int)C, NULL};
         }
         TAKE(w, C);
         if (put(&ld, &m->final_norm, "norm", -1, C, 0, w))
             goto out;
-        b->final_norm = w;
+        b->w.final_norm = w;
         for (int l = 0; l < b->L; l++) {
             const struct layer_weights *lw = &m->layers[l];
             struct cb_layer *cl = &b->layers[l];
@@ -564,20 +564,20 @@ int cb_load_weights(struct cuda_backend *b, const struct model *m)
         "cuda backend: weights %.2f GB in %.1f s: %s (%.2f GB copied, %.2f GB converted, %.2f GB random as "
         "%s%s)%s",
         (double)total / 1e9, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,
-        b->f16                 ? "all fp16"
-        : b->n_fp8 == 0        ? "all bf16"
-        : b->n_fp8 == 4 * b->L ? "linear weights fp8 e4m3 (128x128 blocks), the rest bf16"
-                               : "some linear weights fp8 e4m3, the rest bf16",
+        b->f16                   ? "all fp16"
+        : b->w.n_fp8 == 0        ? "all bf16"
+        : b->w.n_fp8 == 4 * b->L ? "linear weights fp8 e4m3 (128x128 blocks), the rest bf16"
+                                 : "some linear weights fp8 e4m3, the rest bf16",
         (double)ld.uploaded / 1e9, (double)ld.converted / 1e9, (double)ld.random / 1e9,
-        b->f16 ? "fp16" : "bf16", b->n_fp8 || lm_fp8 ? "; fp8 staging included" : "",
+        b->f16 ? "fp16" : "bf16", b->w.n_fp8 || lm_fp8 ? "; fp8 staging included" : "",
         lm_fp8              ? ", lm_head fp8"
         : c->tie_embeddings ? ", lm_head tied to the embedding"
                             : "");
-    if (b->n_fp8 || lm_fp8)
+    if (b->w.n_fp8 || lm_fp8)
         log_info(
             "cuda backend: %d of %d linear matrices in fp8%s: %.2f GB (%.2f GB copied from the checkpoint as "
             "fp8, %.2f GB quantized at load)",
-            b->n_fp8, 4 * b->L, lm_fp8 ? ", and lm_head" : "", (double)fp8_bytes / 1e9,
+            b->w.n_fp8, 4 * b->L, lm_fp8 ? ", and lm_head" : "", (double)fp8_bytes / 1e9,
             (double)ld.fp8_copied / 1e9, (double)ld.fp8_quantized / 1e9);
 out:
     free(lp);
@@ -629,8 +629,8 @@ template <typename FN> static void each_tile_mat(struct cuda_backend *b, FN f)
             if (tile_copy_fits(mats[j]))
                 f(mats[j], j == 2 && mats[j]->fp8);
     }
-    if (tile_copy_fits(&b->lm))
-        f(&b->lm, false);
+    if (tile_copy_fits(&b->w.lm))
+        f(&b->w.lm, false);
 }
 
 static size_t tile_copy_bytes(const struct k_weight *w)
@@ -650,10 +650,10 @@ int cb_tile_copies(struct cuda_backend *b, const char *why)
     const size_t bytes = cb_tile_copies_bytes(b);
     if (bytes == 0)
         return 0;
-    if (cb_malloc(b, &b->tbuf, bytes, "the decode GEMVs' weight copies (engine.decode_weight_copies)"))
+    if (cb_malloc(b, &b->w.copies, bytes, "the decode GEMVs' weight copies (engine.decode_weight_copies)"))
         return -1;
-    b->tbytes = bytes;
-    uint8_t *p = (uint8_t *)b->tbuf;
+    b->w.copies_bytes = bytes;
+    uint8_t *p = (uint8_t *)b->w.copies;
     int n = 0, rc = 0;
     each_tile_mat(b, [&](const struct k_weight *w, bool glu) {
         const int N = glu ? w->N / 2 : w->N;
@@ -674,7 +674,7 @@ int cb_tile_copies(struct cuda_backend *b, const char *why)
 
 void cb_tile_copies_free(struct cuda_backend *b)
 {
-    if (b->tbuf && b->layers)
+    if (b->w.copies && b->layers)
         each_tile_mat(b, [](const struct k_weight *w, bool) {
             if (w->fp8)
                 k_gemv_fp8_tiled((const uint8_t *)w->w, NULL, 0, 0, 0);

@@ -85,9 +85,9 @@ struct k_gemm {
     void *gemv_ws;    // K_GEMV_WS_BYTES for the GEMV's split-K partial sums and tickets (zeroed)
     gemm_plan *plans; // [cap], cap a power of two, at most half full
     int cap, n;
-    bool log; // LLMQ_GEMM_LOG set: one stderr line per new plan (the algorithm the heuristic chose)
+    bool log; // LLMQ_GEMM_LOG=1 (k_diag): one stderr line per new plan (the algorithm the heuristic chose)
     struct k_gemm_counts counts;
-    int pick; // LLMQ_GEMM_PICK: 0 time GEMV and cuBLASLt (default), 1 the GEMV, 2 cuBLASLt where it can run
+    int pick; // k_gemm_set_pick: K_GEMM_PICK_TIMED (the default), _GEMV or _CUBLASLT
     // the tuning file (k_gemm_use_tuning_file): its entries and the choices made since
     struct gemm_tuning file;
     char *file_path;    // NULL: no file in use
@@ -175,8 +175,7 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
 // representative; every later M of the bucket takes the top's algorithm, or else the
 // representative's, after cublasLtMatmulAlgoCheck accepts it for the new M (the fastest near M, not
 // necessarily at M). Eager steps (mixed prefill/decode, the lm_head of their sampled rows) have a new
-// M almost every step: timed each, they cost 8 candidates x 4 runs with a synchronization each,
-// ~17 ms for the lm_head alone (docs/PERFORMANCE.md, 2026-12-02, second and third).
+// M almost every step: timed each, they would cost 8 candidates x 4 runs with a synchronization each.
 #define GEMM_TUNE_CANDIDATES 8
 #define GEMM_TUNE_MAX_M 256
 
@@ -414,9 +413,7 @@ extern "C" struct k_gemm *k_gemm_create(size_t workspace_bytes)
         return NULL;
     }
     g->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
-    const char *log = getenv("LLMQ_GEMM_LOG");
-    g->log = log && *log && strcmp(log, "0");
-    g->pick = k_env_int("LLMQ_GEMM_PICK", 0, 0, 2); // per handle, so that a test can set it per backend
+    g->log = k_diag()->gemm_log;
     cublasStatus_t s = cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
         k_failf(__FILE__, __LINE__, "cublasLtCreate: %s (%d)", cublasLtGetStatusString(s), (int)s);
@@ -651,6 +648,11 @@ extern "C" void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *
     *c = g->counts;
 }
 
+extern "C" void k_gemm_set_pick(struct k_gemm *g, int pick)
+{
+    g->pick = pick == K_GEMM_PICK_GEMV || pick == K_GEMM_PICK_CUBLASLT ? pick : K_GEMM_PICK_TIMED;
+}
+
 // ---- the tuning file
 
 extern "C" int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *msg, size_t msglen)
@@ -703,33 +705,13 @@ extern "C" int k_gemm_save_tuning(struct k_gemm *g, char *msg, size_t msglen)
 
 // ---- k_linear: GEMV or cuBLASLt
 
-// LLMQ_GEMV_XQ (A/B hook, docs/KERNELS.md; read once): 0 (default) = the fp8 GEMV takes bf16 X; 1 =
-// it takes e4m3 X (k_gemv_fp8q) wherever the caller gives it, which k_linear_takes_xq asks for at
-// M > 1; 2 = the same, and k_linear_takes_xq asks for it at M = 1 too. Measured in the engine
-// (docs/PERFORMANCE.md, 2026-12-01 second): 1 is even with 0 at 4 sequences, 2 loses 3 % at one (the
-// producers' quantization), so the default keeps the more accurate bf16 X.
-static int gemv_xq_mode(void)
-{
-    static const int mode = k_env_int("LLMQ_GEMV_XQ", 0, 0, 2);
-    return mode;
-}
-
-static bool gemv_takes_xq(const uint8_t *Xq, const float *x_scale, const struct k_weight *w)
-{
-    return w->fp8 && Xq && x_scale && align_of(Xq) >= 16 && gemv_xq_mode() != 0;
-}
-
 static int run_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t *Xq, const float *x_scale,
                     const struct k_weight *w, void *Y, int y_f32, int M, cudaStream_t stream)
 {
-    if (path == PATH_GEMV && gemv_takes_xq(Xq, x_scale, w))
-        return k_gemv_fp8q_ex(Xq, x_scale, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, 0,
-                              g->gemv_ws, stream);
     if (path == PATH_GEMV)
-        return w->fp8
-                   ? k_gemv_fp8_ex(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, 0,
-                                   g->gemv_ws, stream)
-                   : k_gemv_bf16_ex(X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, 0, 0, g->gemv_ws, stream);
+        return w->fp8 ? k_gemv_fp8(X, (const uint8_t *)w->w, w->scale, Y, y_f32, M, w->N, w->K, 0, g->gemv_ws,
+                                   stream)
+                      : k_gemv_bf16(X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, 0, g->gemv_ws, stream);
     return w->fp8 ? k_gemm_fp8(g, Xq, x_scale, (const uint8_t *)w->w, w->scale_lt ? w->scale_lt : w->scale, Y,
                                y_f32, M, w->N, w->K, stream)
                   : k_gemm_bf16(g, X, (const bf16 *)w->w, Y, y_f32, M, w->N, w->K, stream);
@@ -764,10 +746,9 @@ static float time_path(struct k_gemm *g, int path, const bf16 *X, const uint8_t 
                          : (ms[0] < ms[2] ? ms[0] : (ms[1] < ms[2] ? ms[2] : ms[1]));
 }
 
-static bool gemv_ok(const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w, int M)
+static bool gemv_ok(const bf16 *X, const struct k_weight *w, int M)
 {
-    return (gemv_takes_xq(Xq, x_scale, w) || (X && align_of(X) >= 16)) && M <= K_GEMV_MAX_M &&
-           w->K % 16 == 0 && align_of(w->w) >= 16;
+    return X && align_of(X) >= 16 && M <= K_GEMV_MAX_M && w->K % 16 == 0 && align_of(w->w) >= 16;
 }
 
 // The name of a weight's type as k_linear uses it (a 16-bit weight is of the calling thread's mode).
@@ -778,8 +759,8 @@ static const char *weight_type(const struct k_weight *w)
 
 extern "C" int k_linear_takes_xq(const struct k_weight *w, int M)
 {
-    // fp8 at M = 1 is always the GEMV (cuBLASLt has no algorithm), on bf16 X unless LLMQ_GEMV_XQ=2
-    return w->fp8 && (M > 1 || gemv_xq_mode() == 2);
+    // fp8 at M = 1 is always the GEMV (cuBLASLt has no algorithm), on bf16 X
+    return w->fp8 && M > 1;
 }
 
 extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale,
@@ -792,17 +773,17 @@ extern "C" int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, cons
     if (M == 0)
         return 0;
     const bool lt_in = w->fp8 ? (Xq && x_scale) : X != NULL; // what cuBLASLt needs is there
-    const bool gemv_in = gemv_ok(X, Xq, x_scale, w, M);
+    const bool gemv_in = gemv_ok(X, w, M);
     K_REQUIRE(lt_in || gemv_in,
               "k_linear: no usable input for M %d N %d K %d (%s weight: X %p, Xq %p, x_scale %p; GEMV needs "
-              "bf16 X or (fp8 W) Xq and x_scale, M <= %d, K %% 16 == 0, 16-byte aligned X or Xq, and W)",
+              "bf16 X, M <= %d, K %% 16 == 0, 16-byte aligned X and W)",
               M, w->N, w->K, weight_type(w), (const void *)X, (const void *)Xq, (const void *)x_scale,
               K_GEMV_MAX_M);
     if (!gemv_in)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (!lt_in || (w->fp8 && M == 1) || g->pick == 1)
+    if (!lt_in || (w->fp8 && M == 1) || g->pick == K_GEMM_PICK_GEMV)
         return run_path(g, PATH_GEMV, X, Xq, x_scale, w, Y, y_f32, M, stream);
-    if (g->pick == 2)
+    if (g->pick == K_GEMM_PICK_CUBLASLT)
         return run_path(g, PATH_LT, X, Xq, x_scale, w, Y, y_f32, M, stream);
 
     const int kind = w->fp8 ? KIND_CHOICE_FP8 : k_f16() ? KIND_CHOICE_F16 : KIND_CHOICE_BF16;

@@ -34,21 +34,17 @@
 // in a fixed order and stores once. No atomics, no workspace, no host synchronization: launchers
 // are safe to capture in CUDA graphs.
 //
-// Split K (k_gemv_*_ex with a workspace). A one-wave GEMV whose warps walk many chunks one after
-// another streams below the rate of a multi-wave one (Qwen3-14B down, 320 CTAs of 17 chunks a warp:
-// 3.1 TB/s in the engine against gate/up's 3.9). Then the grid is ks CTAs per tile, each over a
-// contiguous ks-th of the chunks; each writes its fp32 sums to the workspace, takes a ticket
-// (atomicAdd after a fence), and the tile's last CTA adds the ks sums in part order — the result
-// does not depend on which CTA finishes last — stores Y and puts the ticket back to 0 for the next
-// launch (graph replays included). k_gemv_fp8_parts stops before the ticket: with no ticket every CTA
+// Split K (k_gemv_* with a workspace). A one-wave GEMV whose warps walk many chunks one after another
+// streams below the rate of a multi-wave one (Qwen3-14B's down projection against its gate/up). Then the grid
+// is ks CTAs per tile, each over a contiguous ks-th of the chunks; each writes its fp32 sums to the
+// workspace, takes a ticket (atomicAdd after a fence), and the tile's last CTA adds the ks sums in part order
+// — the result does not depend on which CTA finishes last — stores Y and puts the ticket back to 0 for the
+// next launch (graph replays included). k_gemv_fp8_parts stops before the ticket: with no ticket every CTA
 // stores its part's sums into the caller's [ks][M][N] and leaves, and the caller adds them
 // (k_add_parts_rmsnorm, in the same order and rounding).
 //
-// e4m3 X (k_gemv_fp8q): see XQ at the kernel.
-//
-// The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one per shape and
-// the *_variant launchers let tests and tuning force any of them (tests/gpu/test_k_gemv.cu times
-// them all).
+// The configuration (WARPS, U, R) is a template parameter; gemv_pick() chooses one of three per shape
+// (the launchers below).
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -96,21 +92,10 @@ __device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
 // register budget, 65536 / (WARPS * 32 * MINB): without one, ptxas (CUDA 13) keeps registers low by
 // issuing each load just before its use, which serializes the loads of a chunk.
 //
-// XQ (fp8 weights only): X is e4m3 too, [Mp][K] with Mp = K_FP8_ROWS(M), and x_scale[(k / 128) * Mp + m]
-// (k_gemm_fp8's layout); the products run on the e4m3 tensor cores (mma m16n8k32), which take the
-// weight bytes as they are: no decode. With the same lane mapping, a lane's 16 bytes of a row are
-// two mmas' worth (bytes 0-7 and 8-15; an mma's lane t holds its logical k 4t..4t+3 and 4t+16..4t+19,
-// which are mapped onto the lane's physical bytes 0-3 and 4-7), and X's 16 bytes at the same k
-// match them. Each 64-k step's two mmas start from zero and their sum is added into the fp32
-// accumulator times w_scale * x_scale (columns 2t and 2t+1 of the mma are rows m of X). Below sm_89
-// both operands are decoded to bf16 as the bf16-X kernel decodes W (same pairing for both, so the
-// k's still match).
-//
-// DC: independent mma accumulation chains (1, 2 or 4); otherwise the products of a step run as one
-// dependent chain of long-latency legacy mmas (fp8: 4 into d; a k32 e4m3 mma is two f16 ones on
-// sm_90). fp8: the DC chains of a step are summed at its end; bf16: the step's second mma goes into
-// a second accumulator, added at the end. Measured in the engine: bf16 +0.2-3 % with 2, fp8 nothing
-// (docs/PERFORMANCE.md, 2026-12-01 second).
+// DC: independent mma accumulation chains (1 or 2); otherwise the products of a step run as one
+// dependent chain of long-latency legacy mmas. fp8: the DC chains of a step are summed at its end;
+// 16-bit W: the step's second mma goes into a second accumulator, added at the end (2 chains are
+// faster for 16-bit weights, no faster for fp8 ones).
 //
 // GLU (R = 1, ks = 1; k_gemv_*_glu): W holds 2N rows, gate rows 0..N-1 then up rows N..2N-1 (the fused
 // gate_up matrix), and a tile is 8 outputs: gate rows n_base + g as the mma's rows g (h = 0), up rows
@@ -118,18 +103,11 @@ __device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
 // to bf16 as the unfused GEMV would store them and writes silu(gate) * up as k_silu_mul computes it
 // (kernels/silu.cuh): the same bits as k_gemv_* followed by k_silu_mul.
 //
-// PROF (measurement only: k_gemv_fp8_profile): lane 0 of every warp stamps %globaltimer into
-// prof[(blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + s]: s = 0 when the CTA starts, 1 when the PDL
-// wait returns, 2 + i when chunk i's products are done (i < K_GEMV_PROF_SLOTS - 4; later chunks restamp
-// the last of those slots), the SM's id (%smid, not a time) in slot K_GEMV_PROF_SLOTS - 2, and the last
-// slot when the warp leaves (after the CTA's stores, or its split-K ticket). Other instantiations take
-// prof NULL and have no stamps.
-//
 // E (the 16-bit element type, kernels/elt16.cuh): X, W and a 16-bit Y of the 16-bit-weight path are E
 // and its products are mma16816<E>; gemv_kernel is E = bf16 (every path), gemv_kernel_f16 the
-// 16-bit-weight path in fp16. The fp8 paths (FP8, XQ, GLU, PROF) are bf16 only.
+// 16-bit-weight path in fp16. The fp8 paths (FP8, GLU) are bf16 only.
 //
-// TL (bf16 X; k_gemv_fp8_tiled, k_gemv_bf16_tiled): W is read from its copy in tile order
+// TL (k_gemv_fp8_tiled, k_gemv_bf16_tiled): W is read from its copy in tile order
 // (k_gemv_*_tile_order) instead of the row-major matrix: the same bytes reach the same lanes, so the
 // products and their order, and the bits, are the same; only the addresses differ. A load step reads 64
 // bytes of each row (fp8: 64 k, bf16: 32 k). In the copy, a 16-row tile (GLU: 8 gate rows as h = 0 and
@@ -138,43 +116,24 @@ __device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
 // row-major lane (g, t)'s 16 bytes of row 8h + g at byte b0 + 16t are at tile * 16 KB + b0 * 16 +
 // h * 512 + lane * 16. So one load instruction reads 512 contiguous bytes instead of 8 stretches of 64,
 // and a CTA of 8 warps reads 8 x 2 KB (fp8 u2) or 16 x 2 KB (bf16 u4) in one piece.
-template <typename E, int WARPS, int U, int R, bool PF, bool FP8, bool XQ, int DC, bool GLU, bool PROF,
-          bool TL = false>
-__device__ __forceinline__ void
-gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
-          const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K, int ks,
-          unsigned *__restrict__ ticket, float *__restrict__ part_sum, unsigned long long *__restrict__ prof)
+template <typename E, int WARPS, int U, int R, bool FP8, int DC, bool GLU, bool TL = false>
+__device__ __forceinline__ void gemv_body(const void *__restrict__ Xv, const void *__restrict__ Wv,
+                                          const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32,
+                                          int M, int N, int K, int ks, unsigned *__restrict__ ticket,
+                                          float *__restrict__ part_sum)
 {
-    static_assert(!(FP8 || XQ || GLU || PROF) || !elt16<E>::f16, "the fp8 paths are bf16 only");
-    static_assert(!TL || !XQ, "the tile-order copy is read by the bf16-X paths only");
+    static_assert(!(FP8 || GLU) || !elt16<E>::f16, "the fp8 paths are bf16 only");
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
     constexpr int WB = FP8 ? 1 : 2;        // bytes per weight element
     constexpr int STEP = 4 * EPL;          // k covered by one load step (4 lanes per row)
     constexpr int CK = U * STEP;           // k per chunk
-    constexpr int XL = FP8 && !XQ ? 2 : 1; // 16-byte X loads per lane per step
-    constexpr int XB = XQ ? 1 : 2;         // bytes per X element
+    constexpr int XL = FP8 ? 2 : 1;        // 16-byte X loads per lane per step
+    constexpr int XB = 2;                  // bytes per X element
     __shared__ float red[WARPS][R][8][16]; // [warp][tile][m][row in tile]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x / ks, part = blockIdx.x - tile * ks; // split K: part of the tile's K
-    auto stamp = [&](int slot) {
-        if constexpr (PROF) {
-            if (lane == 0 && slot < K_GEMV_PROF_SLOTS) {
-                unsigned long long now;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-                prof[((size_t)blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + slot] = now;
-            }
-        }
-    };
-    stamp(0);
-    if constexpr (PROF) {
-        if (lane == 0) {
-            unsigned smid;
-            asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-            prof[((size_t)blockIdx.x * WARPS + warp) * K_GEMV_PROF_SLOTS + K_GEMV_PROF_SLOTS - 2] = smid;
-        }
-    }
     static_assert(!GLU || R == 1, "GLU tiles are one 8 + 8-row tile");
     const int n_base = tile * (GLU ? 8 : 16 * R);
     const bool okx = g < M;
@@ -194,8 +153,6 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
             }
         }
     const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
-    const int Mp = K_FP8_ROWS(M); // XQ: rows of x_scale per k group
-    const int xm0 = 2 * t < M ? 2 * t : M - 1, xm1 = 2 * t + 1 < M ? 2 * t + 1 : M - 1; // XQ: its columns
     const int kblocks = (K + 127) / 128;
     // A 16-row tile lies in one 128-row scale block; so do GLU's 8 gate rows and (N % 8 == 0) its 8 up
     // rows, each half with its own block.
@@ -235,7 +192,7 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const ptrdiff_t o = TL ? (ptrdiff_t)(k0 < K ? k0 : 0) * WB * 16 : (ptrdiff_t)kk * WB;
-                    wv[u][r][h] = PF && u == 0 ? ld_stream<true>(wrow[r][h] + o) : ld_stream(wrow[r][h] + o);
+                    wv[u][r][h] = ld_stream(wrow[r][h] + o);
                 }
             if (FP8)
 #pragma unroll
@@ -250,14 +207,11 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
     if (c_lo + warp < c_hi)
         load_w(c_lo + warp);
     pdl_enter(); // kernels/launch.cuh
-    stamp(1);
-    int done_chunks = 0; // PROF: this warp's chunks so far
-#pragma unroll 1         // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
+#pragma unroll 1 // one chunk's loads in flight per warp, as sized; no unrolling by the compiler
     for (int c = c_lo + warp; c < c_hi; c += WARPS) {
         if (c != c_lo + warp)
             load_w(c);
         uint4 xv[U][XL];
-        float xs[U][2]; // XQ: x_scale of columns 2t, 2t+1
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k0 = c * CK + u * STEP;
@@ -268,10 +222,6 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
                 xv[u][i] = ld_x(xrow + (ptrdiff_t)kk * XB + 16 * i);
                 if (!okk)
                     xv[u][i] = make_uint4(0, 0, 0, 0);
-            }
-            if (XQ) {
-                const float *xsg = x_scale + (size_t)((k0 < K ? k0 : 0) / 128) * Mp;
-                xs[u][0] = ld_dep(xsg + xm0), xs[u][1] = ld_dep(xsg + xm1);
             }
         }
         // then the products
@@ -284,36 +234,6 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
                                 xv[u][0].x, xv[u][0].y);
                     mma16816<E>(DC > 1 ? acc2[r] : acc[r], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w,
                                 wv[u][r][1].w, xv[u][0].z, xv[u][0].w);
-                }
-            } else if (XQ) {
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    float d[4] = {0.f, 0.f, 0.f, 0.f};
-                    const uint4 &w0 = wv[u][r][0], &w1 = wv[u][r][1], &x = xv[u][0];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-                    float e[4] = {0.f, 0.f, 0.f, 0.f};
-                    mma_e4m3(d, w0.x, w1.x, w0.y, w1.y, x.x, x.y);
-                    mma_e4m3(DC > 1 ? e : d, w0.z, w1.z, w0.w, w1.w, x.z, x.w);
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        d[i] += e[i];
-#else
-                    const uint32_t *q0 = (const uint32_t *)&w0, *q1 = (const uint32_t *)&w1,
-                                   *qx = (const uint32_t *)&x;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        uint32_t lo0, hi0, lo1, hi1, xlo, xhi;
-                        e4m3x4_to_bf16(q0[j], lo0, hi0);
-                        e4m3x4_to_bf16(q1[j], lo1, hi1);
-                        e4m3x4_to_bf16(qx[j], xlo, xhi);
-                        mma_bf16(d, lo0, lo1, hi0, hi1, xlo, xhi);
-                    }
-#endif
-                    const float s0 = sc[u][r][0] * xs[u][0], s1 = sc[u][r][0] * xs[u][1];
-                    acc[r][0] = fmaf(d[0], s0, acc[r][0]);
-                    acc[r][1] = fmaf(d[1], s1, acc[r][1]);
-                    acc[r][2] = fmaf(d[2], s0, acc[r][2]);
-                    acc[r][3] = fmaf(d[3], s1, acc[r][3]);
                 }
             } else {
                 uint32_t xb0[4], xb1[4]; // the decode's pairs (kernels/gemv_mma.cuh)
@@ -348,8 +268,6 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
                 }
             }
         }
-        if constexpr (PROF)
-            stamp(2 + min(done_chunks++, K_GEMV_PROF_SLOTS - 5));
     }
 
     // partial sums of the warps -> shared memory -> one thread per output
@@ -378,7 +296,6 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
                         uv = __bfloat162float(__float2bfloat16(us));
             ((bf16 *)Y)[(size_t)m * N + n] = __float2bfloat16(silu_mul1(gv, uv));
         }
-        stamp(K_GEMV_PROF_SLOTS - 1);
         return;
     }
     auto store = [&](size_t o, float s) {
@@ -405,16 +322,12 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
         else
             part_sum[((size_t)part * M + m) * N + n] = s;
     });
-    if (ks == 1 || !ticket) { // no ticket: the parts are the output (k_gemv_fp8_parts)
-        stamp(K_GEMV_PROF_SLOTS - 1);
+    if (ks == 1 || !ticket) // no ticket: the parts are the output (k_gemv_fp8_parts)
         return;
-    }
     // split K: the tile's last part to finish adds the parts' sums in part order (deterministic) and
     // stores; it leaves the tile's ticket at 0 for the next launch
-    if (!last_part(ticket, tile, ks)) {
-        stamp(K_GEMV_PROF_SLOTS - 1);
+    if (!last_part(ticket, tile, ks))
         return;
-    }
     each_output([&](int, int m, int, int n) {
         float s = 0.f;
         for (int q = 0; q < ks; q++)
@@ -423,31 +336,27 @@ gemv_body(const void *__restrict__ Xv, const float *__restrict__ x_scale, const 
     });
     if (threadIdx.x == 0)
         ticket[tile] = 0;
-    stamp(K_GEMV_PROF_SLOTS - 1);
 }
 
-template <int WARPS, int U, int R, int MINB, bool PF, bool FP8, bool XQ = false, int DC = 1, bool GLU = false,
-          bool PROF = false, bool TL = false>
+template <int WARPS, int U, int R, int MINB, bool FP8, int DC = 1, bool GLU = false, bool TL = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
-    gemv_kernel(const void *__restrict__ Xv, const float *__restrict__ x_scale, const void *__restrict__ Wv,
-                const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
-                int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum,
-                unsigned long long *__restrict__ prof)
+    gemv_kernel(const void *__restrict__ Xv, const void *__restrict__ Wv, const float *__restrict__ w_scale,
+                void *__restrict__ Y, int y_f32, int M, int N, int K, int ks, unsigned *__restrict__ ticket,
+                float *__restrict__ part_sum)
 {
-    gemv_body<__nv_bfloat16, WARPS, U, R, PF, FP8, XQ, DC, GLU, PROF, TL>(
-        Xv, x_scale, Wv, w_scale, Y, y_f32, M, N, K, ks, ticket, part_sum, prof);
+    gemv_body<__nv_bfloat16, WARPS, U, R, FP8, DC, GLU, TL>(Xv, Wv, w_scale, Y, y_f32, M, N, K, ks, ticket,
+                                                            part_sum);
 }
 
 // The 16-bit-weight path in fp16 (X, W and a 16-bit Y __half; k_f16()).
-template <int WARPS, int U, int R, int MINB, bool PF, int DC>
+template <int WARPS, int U, int R, int MINB, int DC>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
-    gemv_kernel_f16(const void *__restrict__ Xv, const float *__restrict__ x_scale,
-                    const void *__restrict__ Wv, const float *__restrict__ w_scale, void *__restrict__ Y,
-                    int y_f32, int M, int N, int K, int ks, unsigned *__restrict__ ticket,
-                    float *__restrict__ part_sum, unsigned long long *__restrict__ prof)
+    gemv_kernel_f16(const void *__restrict__ Xv, const void *__restrict__ Wv,
+                    const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32, int M, int N, int K,
+                    int ks, unsigned *__restrict__ ticket, float *__restrict__ part_sum)
 {
-    gemv_body<__half, WARPS, U, R, PF, false, false, DC, false, false>(Xv, x_scale, Wv, w_scale, Y, y_f32, M,
-                                                                       N, K, ks, ticket, part_sum, prof);
+    gemv_body<__half, WARPS, U, R, false, DC, false>(Xv, Wv, w_scale, Y, y_f32, M, N, K, ks, ticket,
+                                                     part_sum);
 }
 
 // ---- one row of X: the diagonal mapping (gemv_diag_kernel)
@@ -596,12 +505,10 @@ __global__ void __launch_bounds__(256, 4)
         ticket[tile] = 0;
 }
 
-// Whether one-row fp8 GEMVs of at least one 16-row tile an SM (gemv_pick's variant 2, the gate/up GLU
-// kernel, the parts of down) take gemv_diag_kernel: k_gemv_fp8_diag, else LLMQ_GEMV_DIAG (0 or 1, read
-// once), else the device's rule. Measured (docs/PERFORMANCE.md, 2026-12-05, third): single fp8 +2.8 % on
-// an H100 (3.35 TB/s nominal), -0.5 % on an H200 (4.9 TB/s), where the 40-layer GEMV chain alone is 3-5 %
-// and 1.4 % faster. So the rule: sm_90 with less than 4 TB/s of nominal memory bandwidth (peak memory
-// clock x bus width x 2); other devices are not measured and keep the tile mapping.
+// Whether one-row fp8 GEMVs of at least one 16-row tile an SM (gemv_pick's WIDE_FP8, the gate/up GLU
+// kernel, the parts of down) take gemv_diag_kernel: k_gemv_fp8_diag, else the device's rule: sm_90 with
+// less than 4 TB/s of nominal memory bandwidth (peak memory clock x bus width x 2). It is faster on an
+// H100 (3.35 TB/s) and not on an H200 (4.9 TB/s); other devices are not measured and keep the tile mapping.
 static int g_diag = -1;
 static bool diag_device_rule()
 {
@@ -618,10 +525,8 @@ static bool diag_device_rule()
 }
 static bool diag_on()
 {
-    if (g_diag < 0) {
-        const int env = k_env_int("LLMQ_GEMV_DIAG", -1, 0, 1);
-        g_diag = env >= 0 ? env : diag_device_rule();
-    }
+    if (g_diag < 0)
+        g_diag = diag_device_rule();
     return g_diag == 1;
 }
 
@@ -752,162 +657,125 @@ extern "C" int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K)
     return tiled_set("k_gemv_bf16_tiled", W, Wt, N, K, TILED_BF16);
 }
 
-// The configurations that read copies: the automatic ones (fp8 W: variants 2 and 7; bf16 W: 11 and 7)
-// and the GLU kernel.
-static constexpr bool tiled_variant(int v, bool fp8)
-{
-    return v == 7 || v == (fp8 ? 2 : 11);
-}
-
 // ---- launchers
 
-// Variant v (1-based) of K_GEMV_VARIANTS: (warps per CTA, load steps per chunk, 16-row tiles per
-// CTA, CTAs per SM the registers are sized for, L2::256B prefetch hint on a chunk's first load of
-// each row, accumulation chains DC). One list drives the launch and the names.
-#define GEMV_VARIANTS(X)                                                                                     \
-    X(1, 8, 4, 1, 4, 0, 1)                                                                                   \
-    X(2, 8, 2, 1, 4, 0, 1)                                                                                   \
-    X(3, 4, 4, 1, 8, 0, 1)                                                                                   \
-    X(4, 8, 8, 1, 2, 0, 1)                                                                                   \
-    X(5, 8, 2, 2, 2, 0, 1)                                                                                   \
-    X(6, 8, 4, 1, 3, 0, 1)                                                                                   \
-    X(7, 16, 2, 1, 2, 0, 1)                                                                                  \
-    X(8, 8, 4, 2, 2, 0, 1)                                                                                   \
-    X(9, 8, 4, 1, 4, 1, 1)                                                                                   \
-    X(10, 8, 2, 1, 4, 1, 1)                                                                                  \
-    X(11, 8, 4, 1, 4, 0, 2)
+// The three configurations gemv_pick chooses from: (warps per CTA, load steps per chunk, 16-row tiles per
+// CTA, CTAs per SM the registers are sized for, accumulation chains DC). NARROW: shapes of fewer 16-row
+// tiles than SMs, either weight type (16 warps a CTA for more loads in flight per SM); WIDE_FP8 and
+// WIDE_16: shapes of as many tiles as SMs or more, fp8 and 16-bit weights. Chunks are 128 k for the wide
+// ones (16-bit u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers let 4 CTAs of 8
+// warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every Qwen3-14B projection but
+// gate_up and lm_head in one wave, so no CTA runs in a lonely tail). Every configuration reads the
+// tile-order copies (k_gemv_*_tiled) where they are registered. One list drives the launch and the shapes.
+enum gemv_cfg { CFG_NARROW, CFG_WIDE_FP8, CFG_WIDE_16 };
+#define GEMV_CONFIGS(X)                                                                                      \
+    X(NARROW, 16, 2, 1, 2, 1)                                                                                \
+    X(WIDE_FP8, 8, 2, 1, 4, 1)                                                                               \
+    X(WIDE_16, 8, 4, 1, 4, 2)
 
-// E: the 16-bit type of X and W (FP8: of X, bf16 only). TL: W is a tile-order copy, read by tiled_variant's
-// configurations only (the others are not instantiated).
-template <typename E, bool FP8, bool XQ, bool TL = false>
-static int launch_cfg(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const float *xs,
-                      const void *W, const float *s, void *Y, int y_f32, int M, int N, int K,
-                      cudaStream_t stream)
+// E: the 16-bit type of X and W (FP8: of X, bf16 only). TL: W is a tile-order copy. Only the weight
+// type's own configurations are instantiated.
+template <typename E, bool FP8, bool TL = false>
+static int launch_cfg(int cfg, int ks, unsigned *ticket, float *part_sum, const void *X, const void *W,
+                      const float *s, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
     static_assert(!FP8 || !elt16<E>::f16, "the fp8 GEMVs are bf16 only");
-    switch (v) {
-#define GEMV_CASE(V, WARPS, U, R, MINB, PF, DC)                                                              \
-    case V:                                                                                                  \
-        if constexpr (TL && !tiled_variant(V, FP8))                                                          \
-            return k_failf(__FILE__, __LINE__, "gemv: no tile-order launch of variant %d", V);               \
+    switch (cfg) {
+#define GEMV_CASE(C, WARPS, U, R, MINB, DC)                                                                  \
+    case CFG_##C:                                                                                            \
+        if constexpr (CFG_##C == (FP8 ? CFG_WIDE_16 : CFG_WIDE_FP8))                                         \
+            break;                                                                                           \
         else if constexpr (elt16<E>::f16)                                                                    \
-            K_CHECK(k_launch(gemv_kernel_f16<WARPS, U, R, MINB, PF != 0, DC>,                                \
-                             (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
-                             M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
+            K_CHECK(k_launch(gemv_kernel_f16<WARPS, U, R, MINB, DC>, (N + 16 * R - 1) / (16 * R) * ks,       \
+                             32 * WARPS, 0, stream, X, W, s, Y, y_f32, M, N, K, ks, ticket, part_sum));      \
         else                                                                                                 \
-            K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, PF != 0, FP8, XQ, DC, false, false, TL>,         \
-                             (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, xs, W, s, Y, y_f32, \
-                             M, N, K, ks, ticket, part_sum, (unsigned long long *)NULL));                    \
-        break;
-        GEMV_VARIANTS(GEMV_CASE)
+            K_CHECK(k_launch(gemv_kernel<WARPS, U, R, MINB, FP8, DC, false, TL>,                             \
+                             (N + 16 * R - 1) / (16 * R) * ks, 32 * WARPS, 0, stream, X, W, s, Y, y_f32, M,  \
+                             N, K, ks, ticket, part_sum));                                                   \
+        return 0;
+        GEMV_CONFIGS(GEMV_CASE)
 #undef GEMV_CASE
-    default:
-        return k_failf(__FILE__, __LINE__, "gemv: no variant %d", v);
     }
-    return 0;
+    return k_failf(__FILE__, __LINE__, "gemv: no configuration %d for %s weights", cfg,
+                   FP8 ? "fp8" : "16-bit");
 }
 
 // The 16-bit-weight GEMV with X and W in E.
 template <typename E>
-static int launch_16(int v, int ks, unsigned *ticket, float *part_sum, const void *X, const void *W, void *Y,
-                     int y_f32, int M, int N, int K, cudaStream_t stream)
+static int launch_16(int cfg, int ks, unsigned *ticket, float *part_sum, const void *X, const void *W,
+                     void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
 {
-    return launch_cfg<E, false, false>(v, ks, ticket, part_sum, X, NULL, W, NULL, Y, y_f32, M, N, K, stream);
+    return launch_cfg<E, false>(cfg, ks, ticket, part_sum, X, W, NULL, Y, y_f32, M, N, K, stream);
 }
 
-// The configuration for a shape, chosen before any measurement on the H200 (the timing table of
-// tests/gpu/test_k_gemv.cu says which variant wins where; change this to match). Chunks are 128 k
-// for both types (bf16 u4, fp8 u2), so K = 5120 is 40 chunks, 5 per warp of 8, and 64 registers
-// let 4 CTAs of 8 warps share an SM (528 CTAs of 16 rows resident at once on 132 SMs: every
-// Qwen3-14B projection but gate_up and lm_head in one wave, so no CTA runs in a lonely tail).
-// Fewer tiles than SMs: 16 warps per CTA for more loads in flight per SM. bf16 W: two accumulation
-// chains (v11; single bf16 +0.2-3 % over v1 in the engine, docs/PERFORMANCE.md 2026-12-01 second; for
-// fp8 W two or four chains gained nothing). kind: 0 bf16 W, 1 fp8 W with bf16 X, 2 fp8 W and X.
-static int gemv_pick(int kind, int M, int N, int K)
+// The configuration for a shape (above): narrow below one 16-row tile an SM, else the weight type's wide one.
+static int gemv_pick(bool fp8, int N)
 {
-    (void)M, (void)K;
     const int tiles = (N + 15) / 16;
     if (tiles < k_sm_count())
-        return 7;
-    // tuning hook (docs/KERNELS.md): LLMQ_GEMV_BF16 / LLMQ_GEMV_FP8 / LLMQ_GEMV_FP8Q = the variant for
-    // shapes of as many tiles as SMs or more, read once
-    static const int env[3] = {k_env_int("LLMQ_GEMV_BF16", 0, 1, K_GEMV_VARIANTS),
-                               k_env_int("LLMQ_GEMV_FP8", 0, 1, K_GEMV_VARIANTS),
-                               k_env_int("LLMQ_GEMV_FP8Q", 0, 1, K_GEMV_VARIANTS)};
-    if (env[kind])
-        return env[kind];
-    return kind ? 2 : 11;
+        return CFG_NARROW;
+    return fp8 ? CFG_WIDE_FP8 : CFG_WIDE_16;
 }
 
-static int gemv_check(const char *fn, const void *X, const float *xs, bool xq, const void *W, const float *s,
-                      bool fp8, const void *Y, int M, int N, int K, int variant, int ks)
+static int gemv_check(const char *fn, const void *X, const void *W, const float *s, bool fp8, const void *Y,
+                      int M, int N, int K, int ks)
 {
     K_REQUIRE(M >= 1 && M <= K_GEMV_MAX_M, "%s: M %d out of 1..%d", fn, M, K_GEMV_MAX_M);
     K_REQUIRE(N >= 1, "%s: N %d < 1", fn, N);
     K_REQUIRE(K >= 16 && K % 16 == 0, "%s: K %d not a positive multiple of 16", fn, K);
     K_REQUIRE(X && W && Y && (s || !fp8), "%s: NULL pointer (X %p W %p Y %p w_scale %p)", fn, X, W, Y,
               (const void *)s);
-    K_REQUIRE(xs || !xq, "%s: NULL x_scale", fn);
     K_REQUIRE((uintptr_t)X % 16 == 0 && (uintptr_t)W % 16 == 0, "%s: X %p and W %p must be 16-byte aligned",
               fn, (const void *)X, W);
-    K_REQUIRE(variant >= 0 && variant <= K_GEMV_VARIANTS, "%s: variant %d out of 0..%d", fn, variant,
-              K_GEMV_VARIANTS);
     K_REQUIRE(ks >= 0 && ks <= K_GEMV_MAX_SPLIT, "%s: ks %d out of 0..%d", fn, ks, K_GEMV_MAX_SPLIT);
     return 0;
 }
 
-// rows of Y per CTA, k per chunk, warps per CTA and CTAs per SM (register budget) of variant v
-struct variant_info {
+// rows of Y per CTA, k per chunk, warps per CTA and CTAs per SM (register budget) of a configuration
+struct cfg_info {
     int rows, chunk_k, warps, minb;
 };
-static variant_info variant_shape(int v, bool fp8)
+static cfg_info cfg_shape(int cfg, bool fp8)
 {
-    switch (v) {
-#define GEMV_SHAPE(V, WARPS, U, R, MINB, PF, DC)                                                             \
-    case V:                                                                                                  \
+    switch (cfg) {
+#define GEMV_SHAPE(C, WARPS, U, R, MINB, DC)                                                                 \
+    case CFG_##C:                                                                                            \
         return {16 * R, U * 4 * (fp8 ? 16 : 8), WARPS, MINB};
-        GEMV_VARIANTS(GEMV_SHAPE)
+        GEMV_CONFIGS(GEMV_SHAPE)
 #undef GEMV_SHAPE
-    default:
-        return {16, 128, 8, 4};
     }
+    return {16, 128, 8, 4};
 }
 
 // Split K (ks = 0): a one-wave GEMV whose warps each walk many chunks one after another (Qwen3-14B's
 // down projection: 320 CTAs, 17 chunks a warp) is cut into 4 parts of K, 4x the CTAs in several
-// waves, like the gate/up GEMV, which streams at a higher rate (docs/CUDA_BACKEND.md). LLMQ_GEMV_KS
-// (read once) forces the number of parts for every one-wave shape of at least one CTA per SM (132..527
-// CTAs of the defaults on the H200): 1 turns splitting off.
-static int gemv_ks_auto(int ctas, int nchunks, const variant_info &vi)
+// waves, like the gate/up GEMV, which streams at a higher rate (docs/CUDA_BACKEND.md). Only shapes of
+// at least one CTA per SM and at most one wave are split.
+static int gemv_ks_auto(int ctas, int nchunks, const cfg_info &ci)
 {
-    static const int env = k_env_int("LLMQ_GEMV_KS", -1, 1, K_GEMV_MAX_SPLIT);
     const int sms = k_sm_count();
-    if (ctas < sms || ctas >= vi.minb * sms)
+    if (ctas < sms || ctas >= ci.minb * sms)
         return 1;
-    if (env > 0)
-        return env;
-    return nchunks >= 16 * vi.warps ? 4 : 1; // 16 or more chunks a warp
+    return nchunks >= 16 * ci.warps ? 4 : 1; // 16 or more chunks a warp
 }
 
-// xq: X is e4m3 with x_scale (fp8 W only)
-static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const float *x_scale, const void *W,
-                    const float *w_scale, void *Y, int y_f32, int M, int N, int K, int variant, int ks,
-                    void *ws, cudaStream_t stream)
+static int gemv_run(const char *fn, bool fp8, const void *X, const void *W, const float *w_scale, void *Y,
+                    int y_f32, int M, int N, int K, int ks, void *ws, cudaStream_t stream)
 {
     K_REQUIRE(!fp8 || !k_f16(), "%s: fp8 weights are bf16 only (no fp8 path in fp16 mode)", fn);
     if (M == 0)
         return 0;
-    if (gemv_check(fn, X, x_scale, xq, W, w_scale, fp8, Y, M, N, K, variant, ks))
+    if (gemv_check(fn, X, W, w_scale, fp8, Y, M, N, K, ks))
         return -1;
-    const int v = variant ? variant : gemv_pick(xq ? 2 : fp8, M, N, K);
-    const variant_info vi = variant_shape(v, fp8);
-    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
+    const int cfg = gemv_pick(fp8, N);
+    const cfg_info ci = cfg_shape(cfg, fp8);
+    const int ctas = (N + ci.rows - 1) / ci.rows, nchunks = (K + ci.chunk_k - 1) / ci.chunk_k;
     auto fits = [&](int parts) {
         return ws && ctas <= K_GEMV_WS_TICKETS &&
                (size_t)parts * M * N * 4 <= K_GEMV_WS_BYTES - K_GEMV_WS_TICKETS * 4;
     };
     if (ks == 0) {
-        const int want = gemv_ks_auto(ctas, nchunks, vi);
+        const int want = gemv_ks_auto(ctas, nchunks, ci);
         ks = fits(want) ? want : 1;
     }
     if (ks > nchunks)
@@ -917,45 +785,31 @@ static int gemv_run(const char *fn, bool fp8, bool xq, const void *X, const floa
               fn, ks, ws, K_GEMV_WS_TICKETS, ctas, ks);
     unsigned *ticket = (unsigned *)ws;
     float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
-    const void *wt =
-        !xq && !k_f16() && tiled_variant(v, fp8) ? tiled_find(W, N, K, fp8 ? TILED_FP8 : TILED_BF16) : NULL;
+    const void *wt = !k_f16() ? tiled_find(W, N, K, fp8 ? TILED_FP8 : TILED_BF16) : NULL;
     if (wt)
-        return fp8 ? launch_cfg<__nv_bfloat16, true, false, true>(v, ks, ticket, part_sum, X, NULL, wt,
-                                                                  w_scale, Y, y_f32 != 0, M, N, K, stream)
-                   : launch_cfg<__nv_bfloat16, false, false, true>(v, ks, ticket, part_sum, X, NULL, wt, NULL,
-                                                                   Y, y_f32 != 0, M, N, K, stream);
-    if (fp8 && !xq && M == 1 && variant == 0 && v == 2 && diag_on())
+        return fp8 ? launch_cfg<__nv_bfloat16, true, true>(cfg, ks, ticket, part_sum, X, wt, w_scale, Y,
+                                                           y_f32 != 0, M, N, K, stream)
+                   : launch_cfg<__nv_bfloat16, false, true>(cfg, ks, ticket, part_sum, X, wt, NULL, Y,
+                                                            y_f32 != 0, M, N, K, stream);
+    if (fp8 && M == 1 && cfg == CFG_WIDE_FP8 && diag_on())
         return diag_launch(false, (const bf16 *)X, (const uint8_t *)W, w_scale, Y, y_f32 != 0, N, K, ks,
                            ticket, part_sum, stream);
-    if (xq)
-        return launch_cfg<__nv_bfloat16, true, true>(v, ks, ticket, part_sum, X, x_scale, W, w_scale, Y,
-                                                     y_f32 != 0, M, N, K, stream);
     if (fp8)
-        return launch_cfg<__nv_bfloat16, true, false>(v, ks, ticket, part_sum, X, NULL, W, w_scale, Y,
-                                                      y_f32 != 0, M, N, K, stream);
-    return K_ELT16(launch_16, v, ks, ticket, part_sum, X, W, Y, y_f32 != 0, M, N, K, stream);
+        return launch_cfg<__nv_bfloat16, true>(cfg, ks, ticket, part_sum, X, W, w_scale, Y, y_f32 != 0, M, N,
+                                               K, stream);
+    return K_ELT16(launch_16, cfg, ks, ticket, part_sum, X, W, Y, y_f32 != 0, M, N, K, stream);
 }
 
-extern "C" int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
-                              int variant, int ks, void *ws, cudaStream_t stream)
+extern "C" int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int ks,
+                           void *ws, cudaStream_t stream)
 {
-    return gemv_run("k_gemv_bf16", false, false, X, NULL, W, NULL, Y, y_f32, M, N, K, variant, ks, ws,
-                    stream);
+    return gemv_run("k_gemv_bf16", false, X, W, NULL, Y, y_f32, M, N, K, ks, ws, stream);
 }
 
-extern "C" int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
-                             int N, int K, int variant, int ks, void *ws, cudaStream_t stream)
+extern "C" int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
+                          int N, int K, int ks, void *ws, cudaStream_t stream)
 {
-    return gemv_run("k_gemv_fp8", true, false, X, NULL, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws,
-                    stream);
-}
-
-extern "C" int k_gemv_fp8q_ex(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
-                              void *Y, int y_f32, int M, int N, int K, int variant, int ks, void *ws,
-                              cudaStream_t stream)
-{
-    return gemv_run("k_gemv_fp8q", true, true, Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, variant, ks, ws,
-                    stream);
+    return gemv_run("k_gemv_fp8", true, X, W, w_scale, Y, y_f32, M, N, K, ks, ws, stream);
 }
 
 extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M,
@@ -965,51 +819,36 @@ extern "C" int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_
     K_REQUIRE(!k_f16(), "%s: fp8 weights are bf16 only (no fp8 path in fp16 mode)", fn);
     if (M == 0)
         return 1;
-    if (gemv_check(fn, X, NULL, false, W, w_scale, true, parts, M, N, K, 0, ks))
+    if (gemv_check(fn, X, W, w_scale, true, parts, M, N, K, ks))
         return -1;
-    const int v = gemv_pick(1, M, N, K);
-    const variant_info vi = variant_shape(v, true);
-    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
+    const int cfg = gemv_pick(true, N);
+    const cfg_info ci = cfg_shape(cfg, true);
+    const int ctas = (N + ci.rows - 1) / ci.rows, nchunks = (K + ci.chunk_k - 1) / ci.chunk_k;
     if (ks == 0)
-        ks = gemv_ks_auto(ctas, nchunks, vi);
+        ks = gemv_ks_auto(ctas, nchunks, ci);
     if (ks > nchunks)
         ks = nchunks;
     // ks == 1: the one part is Y in fp32; else every CTA stores its part's sums (part_sum, no ticket)
-    const void *wt = tiled_variant(v, true) ? tiled_find(W, N, K, TILED_FP8) : NULL;
+    const void *wt = tiled_find(W, N, K, TILED_FP8);
     int rc;
     if (wt)
-        rc = launch_cfg<__nv_bfloat16, true, false, true>(v, ks, NULL, parts, X, NULL, wt, w_scale, parts, 1,
-                                                          M, N, K, stream);
-    else if (M == 1 && v == 2 && diag_on())
+        rc = launch_cfg<__nv_bfloat16, true, true>(cfg, ks, NULL, parts, X, wt, w_scale, parts, 1, M, N, K,
+                                                   stream);
+    else if (M == 1 && cfg == CFG_WIDE_FP8 && diag_on())
         rc = diag_launch(false, X, W, w_scale, parts, 1, N, K, ks, NULL, parts, stream);
     else
-        rc = launch_cfg<__nv_bfloat16, true, false>(v, ks, NULL, parts, X, NULL, W, w_scale, parts, 1, M, N,
-                                                    K, stream);
+        rc = launch_cfg<__nv_bfloat16, true>(cfg, ks, NULL, parts, X, W, w_scale, parts, 1, M, N, K, stream);
     return rc ? -1 : ks;
 }
 
-extern "C" int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W,
-                                   const float *w_scale, void *Y, int y_f32, int M, int N, int K, int variant,
-                                   cudaStream_t stream)
-{
-    return k_gemv_fp8q_ex(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, variant, 1, NULL, stream);
-}
-
-extern "C" int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
-                           void *Y, int y_f32, int M, int N, int K, cudaStream_t stream)
-{
-    return k_gemv_fp8q_variant(Xq, x_scale, W, w_scale, Y, y_f32, M, N, K, 0, stream);
-}
-
-// The fused gate/up + SwiGLU launch in fp8's default configuration (variant 2 of GEMV_VARIANTS: 8 warps,
-// 2 load steps, 4 CTAs an SM); PROF: with the stamps (k_gemv_fp8_profile); TL: W is the tile-order copy.
-template <bool PROF, bool TL = false>
+// The fused gate/up + SwiGLU launch in WIDE_FP8's configuration (8 warps, 2 load steps, 4 CTAs an SM);
+// TL: W is the tile-order copy.
+template <bool TL = false>
 static int glu_launch(const bf16 *X, const void *W, const float *w_scale, bf16 *Y, int M, int F, int K,
-                      unsigned long long *prof, cudaStream_t stream)
+                      cudaStream_t stream)
 {
-    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, true, PROF, TL>, (F + 7) / 8, 256, 0,
-                     stream, (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, M,
-                     F, K, 1, (unsigned *)NULL, (float *)NULL, prof));
+    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, true, 1, true, TL>, (F + 7) / 8, 256, 0, stream, (const void *)X,
+                     (const void *)W, w_scale, (void *)Y, 0, M, F, K, 1, (unsigned *)NULL, (float *)NULL));
     return 0;
 }
 
@@ -1019,86 +858,12 @@ extern "C" int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_sc
     K_REQUIRE(!k_f16(), "k_gemv_fp8_glu: fp8 weights are bf16 only (no fp8 path in fp16 mode)");
     if (M == 0)
         return 0;
-    if (gemv_check("k_gemv_fp8_glu", X, NULL, false, W, w_scale, true, Y, M, F, K, 0, 1))
+    if (gemv_check("k_gemv_fp8_glu", X, W, w_scale, true, Y, M, F, K, 1))
         return -1;
     K_REQUIRE(F % 8 == 0, "k_gemv_fp8_glu: F %d not a multiple of 8", F);
     if (const void *wt = tiled_find(W, F, K, TILED_FP8_GLU))
-        return glu_launch<false, true>(X, wt, w_scale, Y, M, F, K, NULL, stream);
+        return glu_launch<true>(X, wt, w_scale, Y, M, F, K, stream);
     if (M == 1 && (F + 15) / 16 >= k_sm_count() && diag_on())
         return diag_launch(true, X, W, w_scale, Y, 0, F, K, 1, NULL, NULL, stream);
-    return glu_launch<false>(X, W, w_scale, Y, M, F, K, NULL, stream);
-}
-
-extern "C" int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
-                                   int variant, cudaStream_t stream)
-{
-    return k_gemv_bf16_ex(X, W, Y, y_f32, M, N, K, variant, 1, NULL, stream);
-}
-
-extern "C" int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32,
-                                  int M, int N, int K, int variant, cudaStream_t stream)
-{
-    return k_gemv_fp8_ex(X, W, w_scale, Y, y_f32, M, N, K, variant, 1, NULL, stream);
-}
-
-extern "C" int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K,
-                           cudaStream_t stream)
-{
-    return k_gemv_bf16_variant(X, W, Y, y_f32, M, N, K, 0, stream);
-}
-
-extern "C" int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M,
-                          int N, int K, cudaStream_t stream)
-{
-    return k_gemv_fp8_variant(X, W, w_scale, Y, y_f32, M, N, K, 0, stream);
-}
-
-extern "C" const char *k_gemv_variant_name(int variant)
-{
-    static const char *names[K_GEMV_VARIANTS + 1] = {"auto",
-#define GEMV_NAME(V, WARPS, U, R, MINB, PF, DC) #WARPS "w u" #U " r" #R " b" #MINB " pf" #PF " dc" #DC,
-                                                     GEMV_VARIANTS(GEMV_NAME)
-#undef GEMV_NAME
-    };
-    return variant >= 0 && variant <= K_GEMV_VARIANTS ? names[variant] : "?";
-}
-
-// The automatic fp8 configuration (variant 2, or the GLU kernel) with the PROF stamps (see the kernel):
-// what tests/gpu/test_k_gemv.cu --profile times inside a chain. glu: W is the fused gate/up matrix of
-// 2N rows and Y gets N SwiGLU outputs (k_gemv_fp8_glu); else ks as k_gemv_fp8_ex takes it (0: automatic).
-// prof: K_GEMV_PROF_SLOTS stamps per warp of every CTA (k_gemv_fp8_profile_ctas tells how many CTAs).
-extern "C" int k_gemv_fp8_profile_ctas(int N, int K, int glu, int ks, const void *ws)
-{
-    const variant_info vi = variant_shape(2, true);
-    if (glu)
-        return (N + 7) / 8;
-    const int ctas = (N + vi.rows - 1) / vi.rows, nchunks = (K + vi.chunk_k - 1) / vi.chunk_k;
-    if (ks == 0)
-        ks = ws && ctas <= K_GEMV_WS_TICKETS ? gemv_ks_auto(ctas, nchunks, vi) : 1;
-    return ctas * (ks > nchunks ? nchunks : ks);
-}
-
-extern "C" int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int N,
-                                  int K, int glu, int ks, void *ws, unsigned long long *prof,
-                                  cudaStream_t stream)
-{
-    K_REQUIRE(!k_f16(), "k_gemv_fp8_profile: fp8 weights are bf16 only (no fp8 path in fp16 mode)");
-    K_REQUIRE(prof, "k_gemv_fp8_profile: NULL prof");
-    if (gemv_check("k_gemv_fp8_profile", X, NULL, false, W, w_scale, true, Y, 1, N, K, 2, ks))
-        return -1;
-    if (glu)
-        return glu_launch<true>(X, W, w_scale, Y, 1, N, K, prof, stream);
-    // the configuration k_gemv_fp8_ex would launch (gemv_pick), which is what is instantiated below
-    K_REQUIRE(gemv_pick(1, 1, N, K) == 2,
-              "k_gemv_fp8_profile: N %d takes variant %d, only variant 2 is profiled", N,
-              gemv_pick(1, 1, N, K));
-    const int grid = k_gemv_fp8_profile_ctas(N, K, glu, ks, ws);
-    const int parts = grid / ((N + 15) / 16);
-    K_REQUIRE(parts == 1 || ws, "k_gemv_fp8_profile: a split of K in %d needs the workspace", parts);
-    unsigned *ticket = (unsigned *)ws;
-    float *part_sum = ws ? (float *)((char *)ws + K_GEMV_WS_TICKETS * 4) : NULL;
-    K_CHECK(k_launch(gemv_kernel<8, 2, 1, 4, false, true, false, 1, false, true>, grid, 256, 0, stream,
-                     (const void *)X, (const float *)NULL, (const void *)W, w_scale, (void *)Y, 0, 1, N, K,
-                     parts, ticket, part_sum, prof));
-    return 0;
+    return glu_launch(X, W, w_scale, Y, M, F, K, stream);
 }

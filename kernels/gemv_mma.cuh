@@ -1,25 +1,18 @@
-// The pieces of the decode GEMVs (kernels/gemv.cu, kernels/stream_chain.cu) and the attention
-// kernels: the weight stream's 16-byte load, one m16n8k16 bf16 mma, the f16 one, the e4m3 one
-// (sm_89+), and the exact e4m3 -> bf16 decode of four weight bytes whose lane mapping kernels/gemv.cu
-// explains at its top; and the permutation of 16 bf16 X values into the pairs that decode yields.
-// Included by kernels/*.cu only.
+// The pieces of the decode GEMVs (kernels/gemv.cu) and the attention kernels: the weight stream's 16-byte
+// load, one m16n8k16 bf16 mma, the f16 one, and the exact e4m3 -> bf16 decode of four weight bytes whose
+// lane mapping kernels/gemv.cu explains at its top; and the permutation of 16 bf16 X values into the pairs
+// that decode yields. Included by kernels/*.cu only.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-// Weight stream: read-only, used once (skip L1 allocation). L2_256: with an L2 prefetch hint, the rest of
-// the 256-byte segment comes from DRAM in one go.
-template <bool L2_256 = false> __device__ __forceinline__ uint4 ld_stream(const void *p)
+// Weight stream: read-only, used once (skip L1 allocation).
+__device__ __forceinline__ uint4 ld_stream(const void *p)
 {
     uint4 v;
-    if constexpr (L2_256)
-        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
-    else
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     return v;
 }
 
@@ -40,18 +33,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
                  "{%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// d += A (16x32, row) . B (32x8, col), e4m3 in, fp32 accumulate (sm_89+; see gemv_kernel for below).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
 }
 
 __device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v)

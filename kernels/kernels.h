@@ -11,7 +11,7 @@
  *   (k_set_f16 below; model.dtype fp16): every 16-bit tensor a launcher takes as `bf16` (activations,
  *   16-bit weights, the 16-bit KV cache) then holds fp16 bits, and the kernels compute as they do in
  *   bf16 with fp16 roundings (kernels/elt16.cuh). The fp8 launchers (k_gemm_fp8, k_gemv_fp8*,
- *   quant.cu, the *_fp8 attention and kv_stage, the stream chain) are bf16 only and fail in fp16 mode.
+ *   quant.cu, the *_fp8 attention and kv_stage) are bf16 only and fail in fp16 mode.
  *   Activations are row-major [tokens, features]. Weights are row-major
  *   [out, in] as in Hugging Face checkpoints; the fused QKV weight is [(H + 2*KVH) * D, C] (q rows,
  *   then k, then v) and the fused gate/up weight is [2 * F, C] (gate rows, then up).
@@ -25,10 +25,11 @@
  *   fp32 beside them: the value of element d of a (token, KV head) vector is
  *   e4m3(cache[slot, d]) * scale[slot], scale = amax / 448 over the vector's D values (0 for a zero
  *   vector). Written by k_qk_norm_rope_kv_fp8, read by k_attention_prefill_fp8 / k_attention_decode_fp8.
- * - Only kernels/, tests/gpu/ and contrib/overlap_probe include this header (it includes CUDA headers). */
+ * - Only kernels/, tests/gpu/ and the lab (contrib/lab) include this header (it includes CUDA headers). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,9 +52,6 @@ int k_fail(const char *file, int line, const char *what, cudaError_t e);
 #define K_CHECK_LAUNCH() K_CHECK(cudaGetLastError())
 /* Records "file:line: " + a printf-style message (bad arguments, cuBLAS failures); returns -1. */
 int k_failf(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* A tuning hook's value (docs/KERNELS.md): the environment variable `name` read as an integer when it
- * is one in lo..hi, else dflt. Callers keep the value (read once per process). */
-int k_env_int(const char *name, int dflt, int lo, int hi);
 /* In a launcher: fails with the message unless cond holds, e.g. K_REQUIRE(D % 2 == 0, "D %d odd", D). */
 #define K_REQUIRE(cond, ...)                                                                                       \
     do {                                                                                                           \
@@ -61,16 +59,26 @@ int k_env_int(const char *name, int dflt, int lo, int hi);
             return k_failf(__FILE__, __LINE__, __VA_ARGS__);                                                       \
     } while (0)
 
+/* ---- diagnostics.cu: the environment variables the kernels read (LLMQ_PDL, LLMQ_PDL_SKIP, LLMQ_GEMM_LOG;
+ * docs/KERNELS.md, "Diagnostics"), read once per process. err is "" or says which value is bad (the CUDA
+ * backend then fails to open); set lists the variables set ("" when none), for the log. */
+struct k_diag {
+    bool pdl;             /* LLMQ_PDL: launch with programmatic dependent launch (default true) */
+    const char *pdl_skip; /* LLMQ_PDL_SKIP: names of kernels launched without it; NULL when unset */
+    bool gemm_log;        /* LLMQ_GEMM_LOG: print each cuBLASLt plan and k_linear choice (default false) */
+    char err[256];
+    char set[512];
+};
+const struct k_diag *k_diag(void);
+
 /* ---- launch.cu: the 16-bit element type of the calling thread's launches (above): 0 bf16 (the
  * default of every thread), 1 fp16. A launcher reads it when it is called; a CUDA graph keeps the
  * kernels its capture launched. */
 void k_set_f16(int on);
 int k_f16(void);
 
-/* ---- embedding.cu: out[t, :] = table[ids[t], :] (ids checked against vocab: out of range -> zeros) */
-int k_embedding(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, bf16 *out,
-                cudaStream_t stream);
-/* The same into the fp32 residual stream. */
+/* ---- embedding.cu: out[t, :] = table[ids[t], :] into the fp32 residual stream (ids checked against
+ * vocab: out of range -> zeros) */
 int k_embedding_f32(const int32_t *ids, int n_tokens, const bf16 *table, int vocab, int hidden, float *out,
                     cudaStream_t stream);
 
@@ -130,6 +138,11 @@ struct k_gemm_counts {
     int tuned, borrowed, loaded, made;
 };
 void k_gemm_get_counts(const struct k_gemm *g, struct k_gemm_counts *c);
+/* k_linear's choice between the GEMV and cuBLASLt where both can run (the values of engine/backend.h's
+ * enum be_gemm_pick): TIMED, the faster on the first call of a shape (the default); GEMV or CUBLASLT
+ * wherever that path can run (tests, to compare runs whose timings could choose differently). */
+enum { K_GEMM_PICK_TIMED = 0, K_GEMM_PICK_GEMV = 1, K_GEMM_PICK_CUBLASLT = 2 };
+void k_gemm_set_pick(struct k_gemm *g, int pick);
 /* The tuning file (engine.gemm_tuning_file; its format in engine/gemm_tuning.h): k_gemm_use_tuning_file
  * reads path into the handle when it was written for this device, cuBLASLt, CUDA runtime, llmq version
  * and workspace; from then on a plan or k_linear choice whose key is in the file takes the file's choice
@@ -179,21 +192,19 @@ struct k_weight {
 /* Y[M, N] = X[M, K] . W^T through the fastest path for the shape, the backend's single entry point
  * (fp8 W: Xq, x_scale and Y follow k_gemm_fp8's K_FP8_ROWS(M)-row layout whenever Xq is given):
  *   bf16 W: k_gemm_bf16, or for M <= K_GEMV_MAX_M k_gemv_bf16 when it measured faster;
- *   fp8 W:  k_gemm_fp8 on (Xq, x_scale), or for M <= K_GEMV_MAX_M the GEMV when it measured faster
- *           (always at M = 1): k_gemv_fp8 on X (with LLMQ_GEMV_XQ=1 or 2: k_gemv_fp8q on (Xq, x_scale)
- *           when they are given; kernels/gemm.cu).
- * The inputs a caller has: X bf16 (may be NULL when M > K_GEMV_MAX_M or W is fp8 and Xq is given),
+ *   fp8 W:  k_gemm_fp8 on (Xq, x_scale), or for M <= K_GEMV_MAX_M k_gemv_fp8 on X when it measured
+ *           faster (always at M = 1).
+ * The inputs a caller has: X bf16 (may be NULL when M > K_GEMV_MAX_M and W is fp8 with Xq given),
  * Xq/x_scale (fp8 W only; may be NULL when X is given and M <= K_GEMV_MAX_M). The choice between
  * GEMV and cuBLASLt is made once per (dtype, M, N, K, y_f32, alignments) on the first call that is
  * not being captured into a graph: both run on the call's operands, one warm-up then the median of
  * three (cudaEvent timing, which synchronizes the stream), and the faster is kept in the plan cache;
- * while capturing with no choice made, GEMV is taken and nothing is cached. LLMQ_GEMM_LOG=1 prints
- * each choice. */
+ * while capturing with no choice made, GEMV is taken and nothing is cached (k_gemm_set_pick can pin
+ * the choice; LLMQ_GEMM_LOG=1 prints each one). */
 int k_linear(struct k_gemm *g, const bf16 *X, const uint8_t *Xq, const float *x_scale, const struct k_weight *w,
              void *Y, int y_f32, int M, cudaStream_t stream);
-/* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1; LLMQ_GEMV_XQ=2
- * asks for M = 1 too); when it may not, a caller need not quantize W's input and must pass Xq NULL
- * (k_gemv_fp8q would read stale contents). */
+/* Whether k_linear may read Xq/x_scale for this weight at M rows (fp8 W and M > 1); when it may not, a
+ * caller need not quantize W's input. */
 int k_linear_takes_xq(const struct k_weight *w, int M);
 
 /* ---- gemv.cu: Y[M, N] = X[M, K] · W[N, K]^T for decode-sized M (1 .. K_GEMV_MAX_M), a kernel that
@@ -205,135 +216,60 @@ int k_linear_takes_xq(const struct k_weight *w, int M);
  * the layout of the checkpoints' weight_scale_inv); X stays bf16 (not quantized). e4m3 NaN codes
  * (0x7f, 0xff) are not expected in weights (they decode as +-480).
  * M = 0 is a no-op (returns 0, pointers unused). X and W must be 16-byte aligned; Y needs only its
- * element alignment. Deterministic (fixed summation order), no atomics, no workspace (but see the
- * split-K form below), no host synchronization: safe inside CUDA graph capture. The tensor cores do
- * the products (mma.sync, sm_80+). */
-#define K_GEMV_MAX_M 8
-int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, cudaStream_t stream);
-int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N, int K,
-               cudaStream_t stream);
-/* The same with the kernel configuration forced (tests, tuning): variant 0 = automatic (what
- * k_gemv_bf16 / k_gemv_fp8 do), 1..K_GEMV_VARIANTS = a fixed configuration (warps per CTA, loads in
- * flight, rows per CTA) that k_gemv_variant_name(variant) describes. Every variant computes the
- * same function. */
-#define K_GEMV_VARIANTS 11
-int k_gemv_bf16_variant(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int variant,
-                        cudaStream_t stream);
-int k_gemv_fp8_variant(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
-                       int K, int variant, cudaStream_t stream);
-const char *k_gemv_variant_name(int variant); /* static string; "?" out of range */
-/* Split K: the same product with K cut into ks parts (1..K_GEMV_MAX_SPLIT; 0 = the automatic choice,
+ * element alignment. Deterministic (fixed summation order), no atomics, no host synchronization: safe
+ * inside CUDA graph capture. The tensor cores do the products (mma.sync, sm_80+). The kernel's
+ * configuration (warps per CTA, loads in flight) follows from N and the weight type (kernels/gemv.cu).
+ * Split K: the same product with K cut into ks parts (1..K_GEMV_MAX_SPLIT; 0 = the automatic choice,
  * which splits only shapes of one partial wave whose warps would walk many chunks each, e.g.
  * Qwen3-14B's down projection). Each part's CTA writes fp32 partial sums into ws and the last part of
  * a tile to finish adds them in part order (still deterministic) and stores Y. ws: K_GEMV_WS_BYTES of
  * device memory, zeroed once before first use (every launch leaves its tickets at zero), used by one
- * stream (launches on it run one after another); NULL = no split. k_gemv_*_variant and k_gemv_bf16 /
- * k_gemv_fp8 never split. */
+ * stream (launches on it run one after another); NULL = no split (ks 0 then means 1). */
+#define K_GEMV_MAX_M 8
 #define K_GEMV_MAX_SPLIT 8
 #define K_GEMV_WS_TICKETS 16384
 #define K_GEMV_WS_BYTES ((size_t)4 << 20)
-int k_gemv_bf16_ex(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int variant, int ks,
-                   void *ws, cudaStream_t stream);
-int k_gemv_fp8_ex(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N,
-                  int K, int variant, int ks, void *ws, cudaStream_t stream);
-/* k_gemv_fp8_parts: k_gemv_fp8_ex's split of K without its last step: parts [ks][M][N] fp32 gets each
+int k_gemv_bf16(const bf16 *X, const bf16 *W, void *Y, int y_f32, int M, int N, int K, int ks, void *ws,
+                cudaStream_t stream);
+int k_gemv_fp8(const bf16 *X, const uint8_t *W, const float *w_scale, void *Y, int y_f32, int M, int N, int K,
+               int ks, void *ws, cudaStream_t stream);
+/* k_gemv_fp8_parts: k_gemv_fp8's split of K without its last step: parts [ks][M][N] fp32 gets each
  * part's sums, and the caller adds them (k_add_parts_rmsnorm does, in part order, with the rounding the
  * GEMV's store would make). No workspace, no ticket: the launch ends as soon as its last CTA's sums are
- * stored. ks: 1..K_GEMV_MAX_SPLIT, or 0 for the automatic choice of k_gemv_fp8_ex; capped at K's
+ * stored. ks: 1..K_GEMV_MAX_SPLIT, or 0 for the automatic choice of k_gemv_fp8; capped at K's
  * chunks. parts holds ks * M * N floats (K_GEMV_MAX_SPLIT * M * N covers ks = 0). Returns the number of
  * parts written (>= 1; M = 0 writes nothing and returns 1), or -1. */
 int k_gemv_fp8_parts(const bf16 *X, const uint8_t *W, const float *w_scale, float *parts, int M, int N, int K,
                      int ks, cudaStream_t stream);
-/* Measurement (tests/gpu/test_k_gemv.cu --profile): the tile mapping's automatic fp8 GEMV at M = 1 (glu: the fused
- * gate/up + SwiGLU kernel, N SwiGLU outputs) with per-warp %globaltimer stamps, K_GEMV_PROF_SLOTS per warp
- * of each of k_gemv_fp8_profile_ctas() CTAs of 8 warps (kernels/gemv.cu says what each slot is). */
-#define K_GEMV_PROF_SLOTS 16
-int k_gemv_fp8_profile_ctas(int N, int K, int glu, int ks, const void *ws);
-int k_gemv_fp8_profile(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int N, int K, int glu,
-                       int ks, void *ws, unsigned long long *prof, cudaStream_t stream);
 /* k_gemv_fp8_glu: the gate/up projection and SwiGLU in one launch for decode-sized M: W is the fused
  * gate_up matrix in k_gemv_fp8's format with 2F rows (gate rows 0..F-1, then up rows F..2F-1; scales
  * [ceil(2F/128)][ceil(K/128)]), Y [M, F] bf16 = silu(X . W_gate^T) * (X . W_up^T), each product
- * rounded to bf16 first: bit for bit k_gemv_fp8 into a [M, 2F] buffer (its configuration for shapes of
- * at least one 16-row tile per SM, variant 2, or at M = 1 the mapping k_gemv_fp8_diag says) followed by
- * k_silu_mul, without the buffer and the
- * second launch. F a multiple of 8 (a CTA's 8 up rows share one scale block); X as for k_gemv_fp8. */
+ * rounded to bf16 first: bit for bit k_gemv_fp8 into a [M, 2F] buffer in its configuration for shapes of
+ * at least one 16-row tile per SM (or at M = 1 the mapping k_gemv_fp8_diag says) followed by
+ * k_silu_mul, without the buffer and the second launch. F a multiple of 8 (a CTA's 8 up rows share one
+ * scale block); X as for k_gemv_fp8. */
 int k_gemv_fp8_glu(const bf16 *X, const uint8_t *W, const float *w_scale, bf16 *Y, int M, int F, int K,
                    cudaStream_t stream);
-/* k_gemv_fp8_diag: whether the one-row fp8 GEMVs (M = 1, the automatic configuration of a shape of at
- * least one 16-row tile per SM: k_gemv_fp8_ex, k_gemv_fp8_parts, k_gemv_fp8_glu) run the diagonal
- * mapping (kernels/gemv.cu, gemv_diag_kernel: a load instruction reads 512 contiguous bytes of one row);
- * the same function, another fp32 summation order. on: 1 yes, 0 no, -1 leave as is (a query). Default:
- * LLMQ_GEMV_DIAG (0 or 1, read once), else yes on sm_90 devices of less than 4 TB/s nominal memory
- * bandwidth (H100: faster there, not on the H200). For the whole process; returns the setting before. */
+/* k_gemv_fp8_diag: whether the one-row fp8 GEMVs (M = 1, the configuration of a shape of at least one
+ * 16-row tile per SM: k_gemv_fp8, k_gemv_fp8_parts, k_gemv_fp8_glu) run the diagonal mapping
+ * (kernels/gemv.cu, gemv_diag_kernel: a load instruction reads 512 contiguous bytes of one row); the
+ * same function, another fp32 summation order. on: 1 yes, 0 no, -1 leave as is (a query). Default: yes
+ * on sm_90 devices of less than 4 TB/s nominal memory bandwidth (H100: faster there, not on the H200).
+ * For the whole process; returns the setting before. */
 int k_gemv_fp8_diag(int on);
 /* A second copy of a matrix in the order the GEMV's lanes read it (kernels/gemv.cu, gemv_body's TL):
  * k_gemv_fp8_tile_order writes Wt (N x K bytes; glu: W is a fused gate/up matrix of 2N rows, 2N x K)
  * from W (e4m3 row-major), N a multiple of 16 (glu: of 8), K a multiple of 128; k_gemv_bf16_tile_order
  * the same for a bf16 W [N, K], K a multiple of 64. k_gemv_fp8_tiled(W, Wt, N, K, glu) and
  * k_gemv_bf16_tiled(W, Wt, N, K) register Wt as W's copy for the whole process (Wt NULL: forget it):
- * from then on k_gemv_fp8_ex and k_gemv_fp8_parts (glu 0, this N and K), k_gemv_fp8_glu (glu 1, F = N)
- * and k_gemv_bf16_ex (bf16 mode) read Wt instead of W in the automatic configurations (fp8: variants 2
- * and 7, in place of the diagonal mapping too; bf16: 11 and 7) and the GLU kernel, for 1 to K_GEMV_MAX_M
- * rows; the same products in the same order, so the same bits. W stays the matrix of record (w_scale,
- * cuBLASLt and every other variant read it); Wt must live until it is forgotten. */
+ * from then on k_gemv_fp8 and k_gemv_fp8_parts (glu 0, this N and K), k_gemv_fp8_glu (glu 1, F = N)
+ * and k_gemv_bf16 (bf16 mode) read Wt instead of W (fp8: in place of the diagonal mapping too), for 1 to
+ * K_GEMV_MAX_M rows; the same products in the same order, so the same bits. W stays the matrix of record
+ * (w_scale and cuBLASLt read it); Wt must live until it is forgotten. */
 int k_gemv_fp8_tile_order(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, cudaStream_t stream);
 int k_gemv_bf16_tile_order(const bf16 *W, bf16 *Wt, int N, int K, cudaStream_t stream);
 int k_gemv_fp8_tiled(const uint8_t *W, const uint8_t *Wt, int N, int K, int glu);
 int k_gemv_bf16_tiled(const bf16 *W, const bf16 *Wt, int N, int K);
-/* ---- stream_chain.cu: a chain of dependent one-row fp8 GEMVs in one persistent kernel whose weight
- * stream does not stop at the dependencies (the first piece of a decode megakernel; sm_90a only; the
- * design and its measurements: docs/KERNELS.md, "The stream chain"). Not used by the engine yet.
- * k_stream_layout_fp8: Wt = W (e4m3 row-major [N, K], N % 16 == 0, K % 64 == 0) in the chain's layout
- * for a variant on this device (1 KB steps in the order its CTAs and warps read them;
- * kernels/stream_chain.cu), same size; glu: W is a fused gate/up matrix (gate rows, then up rows).
- * An op: y[0, N) = bf16(x[0, K) . W^T) with W's block scales as k_gemv_fp8's, or with glu
- * y[0, N/2) = k_gemv_fp8_glu's bf16(silu(gate) * up) of the two sums rounded to bf16; x is written before
- * the launch (dep -1) or is op dep's y (an earlier op). Deterministic. */
-struct k_chain_op {
-    const uint8_t *w;     /* k_stream_layout_fp8's layout for the plan's variant */
-    const float *w_scale; /* [ceil(N/128)][ceil(K/128)] of the row-major matrix */
-    const bf16 *x;        /* K values; 16-byte aligned */
-    bf16 *y;              /* N values, or N/2 with glu */
-    int n, k, glu, dep;
-};
-struct k_stream_chain;
-#define K_CHAIN_VARIANTS 6 /* consumer warps 16, 24, 31 x stages of 1, 2 rounds (a round: a 1 KB step a warp) */
-#define K_CHAIN_NO_WAIT 1  /* k_stream_chain_run flags (measurements): ops do not wait for their input */
-#define K_CHAIN_NO_MATH 2  /* consumers only take and release the stages */
-#define K_CHAIN_PROFILE 8  /* record timestamps (k_stream_chain_profile) */
-#define K_CHAIN_LOADS_ONLY 16 /* consumers read the weights and X but skip the products */
-#define K_CHAIN_NO_SCALE 32   /* consumers do not read the block scales (1 instead) */
-#define K_CHAIN_L2 64         /* the copy warp prefetches into L2 and the consumers read from there */
-#define K_CHAIN_NO_COPY 128   /* the copy warp marks stages filled without copying (the consumers' own rate) */
-#define K_CHAIN_MEASURE 256   /* none of the above, but the kernel build that reads them (every flag selects it) */
-int k_stream_layout_fp8(const uint8_t *W, uint8_t *Wt, int N, int K, int glu, int variant, cudaStream_t stream);
-/* Checks the ops (host array), sizes the ring for the device, and uploads them with a zeroed workspace. */
-int k_stream_chain_plan(const struct k_chain_op *ops, int nops, int variant, struct k_stream_chain **out);
-int k_stream_chain_run(const struct k_stream_chain *p, int flags, cudaStream_t stream);
-const char *k_stream_chain_describe(const struct k_stream_chain *p, char *buf, size_t n);
-/* K_CHAIN_PROFILE's record of the last run, grid x (4 nops + 2) values: per CTA and op the %globaltimer
- * ns at the op's start, after its input wait, after its input load, after its last store; then the copy
- * warp's cycles waiting for free stages and consumer warp 0's cycles waiting for filled ones. */
-int k_stream_chain_profile(const struct k_stream_chain *p, unsigned long long *out);
-int k_stream_chain_grid(const struct k_stream_chain *p);
-void k_stream_chain_free(struct k_stream_chain *p);
-
-/* k_gemv_fp8q: fp8 W as k_gemv_fp8, and X e4m3 too, in k_gemm_fp8's layout: Xq [Mp][K] with
- * Mp = K_FP8_ROWS(M) and x_scale [ceil(K/128)][Mp] (what k_quant_fp8_act / k_add_rmsnorm_fp8 /
- * k_silu_mul_fp8 write; rows M..Mp-1 are not read). Y = sum over k of (Xq * x_scale)(W * w_scale),
- * the products on the e4m3 tensor cores (sm_89+; decoded to bf16 below), the sum of each 64 k in the
- * tensor core's own accumulation (which on Hopper keeps fewer bits than fp32), then in fp32. No
- * weight decode in the kernel (sm_90 lowers the e4m3 mma to hardware conversions and f16 mmas):
- * 3-9 % more weight bandwidth than k_gemv_fp8 on Qwen3-14B shapes in isolation, even in the engine;
- * k_linear takes it only with LLMQ_GEMV_XQ=1 or 2. Xq 16-byte aligned. Variants and split as for
- * k_gemv_fp8 (LLMQ_GEMV_FP8Q picks the variant). */
-int k_gemv_fp8q(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale, void *Y,
-                int y_f32, int M, int N, int K, cudaStream_t stream);
-int k_gemv_fp8q_variant(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale,
-                        void *Y, int y_f32, int M, int N, int K, int variant, cudaStream_t stream);
-int k_gemv_fp8q_ex(const uint8_t *Xq, const float *x_scale, const uint8_t *W, const float *w_scale, void *Y,
-                   int y_f32, int M, int N, int K, int variant, int ks, void *ws, cudaStream_t stream);
 
 /* ---- quant.cu: FP8 (OCP e4m3) quantization for the block-scaled GEMMs, bit for bit engine/fp8.h:
  * scale = amax / 448 (1 for an all-zero group, FLT_MIN where amax / 448 is below it), q = e4m3(v /
@@ -376,27 +312,12 @@ struct k_attn_batch {
     int max_ctx_len; /* host */
 };
 /* FlashAttention-2 style (tensor cores, online softmax), any n_q per sequence. On sm_90a at D = 128 the
- * products run on the warpgroup tensor cores (wgmma), elsewhere on mma.sync. block_size must be a power
- * of two (a key's block is found by a shift, as in the decode kernels). */
+ * products run on the warpgroup tensor cores (wgmma; a 16-bit cache's tiles come through tensor maps into
+ * a warp-specialized kernel), elsewhere on mma.sync. block_size must be a power of two (a key's block is
+ * found by a shift, as in the decode kernels). */
 int k_attention_prefill(const bf16 *q, int q_stride, const bf16 *k_cache, const bf16 *v_cache,
-                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size, float scale,
-                        cudaStream_t stream);
-/* Which prefill kernel the next k_attention_prefill(_fp8) calls in this process take (tests, tuning;
- * the tuning hooks LLMQ_ATTN_PREFILL_BM / _WG / _TMA are read once and give way to this): 0 automatic,
- * or one of the below. WGMMA_CPASYNC: the wgmma kernel with its 16-bit K/V tiles copied by every thread
- * (cp.async) instead of the tensor memory accelerator (its fallback; an fp8 cache is always read so).
- * WGMMA_SYNC: the wgmma kernel with tensor-map tiles but without the warp specialization (both
- * warpgroups in lockstep, LLMQ_ATTN_PREFILL_WS=0). The wgmma kernels where the device or binary lacks
- * them (or at D = 64) fall back to the 128-row mma.sync kernel and the call returns 1; otherwise 0 (-1
- * for an unknown variant). */
-enum {
-    K_ATTN_PREFILL_MMA128 = 1,
-    K_ATTN_PREFILL_MMA64 = 2,
-    K_ATTN_PREFILL_WGMMA = 3,
-    K_ATTN_PREFILL_WGMMA_CPASYNC = 4,
-    K_ATTN_PREFILL_WGMMA_SYNC = 5
-};
-int k_attention_prefill_force(int variant);
+                        const struct k_attn_batch *b, bf16 *out, int H, int KVH, int D, int block_size,
+                        float scale, cudaStream_t stream);
 /* One query per sequence (q_start[s] = s), GQA-aware, split over the context for long sequences.
  * block_size must be a power of two (as engine.block_size is; the decode kernels find a key's block by a
  * shift). workspace: at least k_attention_decode_workspace(...) bytes. */

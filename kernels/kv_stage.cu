@@ -2,7 +2,7 @@
 // dequantized (code * scale, rounded to bf16 once) into a small bf16 pool in the cache's own block
 // layout, so the bf16 prefill attention (tensor-map loads, wgmma) reads them through a remapped block
 // table. Why: the fp8 prefill kernel converts its tiles in shared memory between the two products,
-// which leaves it at less than half the bf16 kernel's rate (docs/PERFORMANCE.md); a copy of the
+// which leaves it at less than half the bf16 kernel's rate; a copy of the
 // blocks costs one pass over them per layer, a small fraction of the attention that reads each of them
 // once per 128 query rows.
 //

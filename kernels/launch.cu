@@ -1,22 +1,11 @@
 // The switches: whether kernels are launched with programmatic dependent launch (kernels/launch.cuh),
 // whether the wgmma kernels can run (per process), the 16-bit element type of a thread's launches
-// (k_set_f16, kernels.h), the reader of every tuning hook (k_env_int, kernels.h) and the device's SM count.
-#include <stdlib.h>
+// (k_set_f16, kernels.h) and the device's SM count.
 #include <string.h>
 
 #include <atomic>
 
 #include "kernels/launch.cuh"
-
-extern "C" int k_env_int(const char *name, int dflt, int lo, int hi)
-{
-    const char *e = getenv(name);
-    if (!e || !*e)
-        return dflt;
-    char *end;
-    const long v = strtol(e, &end, 10);
-    return *end == 0 && v >= lo && v <= hi ? (int)v : dflt;
-}
 
 static thread_local int f16_mode;
 
@@ -42,15 +31,15 @@ bool k_pdl_on(void)
             cudaGetLastError(); // no device: not a sticky error for the caller
             major = 0;
         }
-        pdl = major >= 9 && k_env_int("LLMQ_PDL", 1, 0, 1);
+        pdl = major >= 9 && k_diag()->pdl;
     }
     return pdl != 0;
 }
 
 bool k_pdl_skip(const void *kern)
 {
-    static const char *skip = getenv("LLMQ_PDL_SKIP"); // read once
-    if (!skip || !*skip)
+    const char *skip = k_diag()->pdl_skip;
+    if (!skip)
         return false;
     const char *name = NULL;
     if (cudaFuncGetName(&name, kern) != cudaSuccess || !name) {

@@ -1,5 +1,5 @@
 // Kernel launches for the per-step kernels: programmatic dependent launch (PDL), a Hopper (sm_90)
-// feature. Included by kernels/*.cu (and contrib/handoff_probe for pdl_wait / pdl_launch_dependents).
+// feature. Included by kernels/*.cu (and contrib/lab/handoff_probe for pdl_wait / pdl_launch_dependents).
 //
 // PDL. A kernel launched with k_launch may start while the kernel before it on the stream is still
 // running: its CTAs become resident as soon as every CTA of that kernel has called
@@ -21,17 +21,16 @@
 //     (ld.global.ca: an ordinary load, which the wait's visibility guarantee covers), never through the
 //     non-coherent read-only path (__ldg, or a plain load from a const __restrict__ pointer, which nvcc
 //     compiles to ld.global.nc, defined only for data that no one writes while the kernel runs, and
-//     under PDL the kernel runs while the one before writes): measured, the norms reading the residual
-//     and the o_proj output that way made Qwen3-14B's decode steps differ from run to run (28 of 32
-//     positions on an H100; docs/PERFORMANCE.md, 2026-12-06, third and fourth). CI checks it:
-//     contrib/pdl_reads (tests/cli/test_pdl_reads.sh) lists each kernel's ld.global.nc reads after the
-//     wait and fails on a parameter contrib/pdl_reads/allowed.txt does not allow.
+//     under PDL the kernel runs while the one before writes: the norms reading the residual and the
+//     o_proj output that way made Qwen3-14B's decode steps differ from run to run). CI checks it:
+//     tests/tools/pdl_reads (tests/cli/test_pdl_reads.sh) lists each kernel's ld.global.nc reads after the
+//     wait and fails on a parameter tests/tools/pdl_reads/allowed.txt does not allow.
 // pdl_wait() and pdl_launch_dependents() are no-ops in a kernel launched without the attribute
 // (kernel tests, cc < 9.0) and compile to nothing below sm_90.
 //
 // LLMQ_PDL=0 in the environment turns the attribute off (for A/B measurements and as an escape
-// hatch); it is read once per process. LLMQ_PDL_SKIP=name[,name...] (for finding a kernel that breaks
-// the rule) launches the kernels whose (mangled) names contain one of the names without it.
+// hatch). LLMQ_PDL_SKIP=name[,name...] (for finding a kernel that breaks the rule) launches the kernels
+// whose (mangled) names contain one of the names without it. Both are diagnostics (kernels/diagnostics.cu).
 #pragma once
 #include <cuda_runtime.h>
 #include <utility>
@@ -53,9 +52,8 @@ __device__ __forceinline__ void pdl_launch_dependents()
 }
 
 // A load of what an earlier kernel of the step wrote, after pdl_wait() (the rule above): ld.global.ca,
-// cached in L1 like __ldg but coherent with the wait. Measured against ld.global.cg (L2 only): the same
-// repeatability (0 of 32 positions differ, twice, on the H100 where the read-only path gave 28), and the
-// GEMV's X keeps its L1 re-reads (single fp8 131 tok/s through L2 against 175 on an H100).
+// cached in L1 like __ldg but coherent with the wait. Not ld.global.cg (L2 only), which is as right but
+// takes the GEMV's re-reads of X out of L1, which costs a one-sequence decode step a quarter of its speed.
 template <typename T> __device__ __forceinline__ T ld_dep(const T *p)
 {
     return __ldca(p);
@@ -73,10 +71,8 @@ __device__ __forceinline__ void pdl_enter()
 // (after down and o_proj, before QKV and gate/up) and q/k norm + RoPE (after QKV, before attention).
 // The next kernel's CTAs become resident during the GEMV before, in the SM space that one-wave GEMV
 // leaves free, and issue what they can before their own wait (the GEMV its first weights, the
-// attention its K/V tiles). Measured on the H200, single fp8 (same-call pairs, two calls): 206.7 and
-// 205.3 output tok/s with these two, 203.3 and 203.0 without, 193.2 with the attention and its merge
-// also triggering first (not analysed), 138 with every kernel but the GEMV (the CTAs of a GEMV
-// launched early wait on the SM space the multi-wave gate/up still needs).
+// attention its K/V tiles). Only these two: other kernels triggering first made one-sequence decode
+// slower (the CTAs of a GEMV launched early wait on the SM space the multi-wave gate/up still needs).
 __device__ __forceinline__ void pdl_enter_early()
 {
     pdl_launch_dependents();

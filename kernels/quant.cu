@@ -11,8 +11,7 @@
 //   k_add_rmsnorm_fp8   k_add_rmsnorm (or k_rmsnorm) that also writes the quantized output
 //   k_silu_mul_fp8      k_silu_mul that also writes the quantized output (16 lanes a group, as above)
 // The two elementwise ones take a 2-D grid (row, unit of 8 columns), so a lane finds its group without
-// a division; a lane per 4 columns and a 64-bit division of the warp index ran them at 1.4-1.5 TB/s
-// (docs/PERFORMANCE.md, 2026-12-02, eighth).
+// a division (a 64-bit division of the warp index made them issue-bound).
 // bf16 only: every launcher fails in fp16 mode (k_f16(), kernels.h).
 // The fused producers round their result to bf16 first (the value k_add_rmsnorm / k_silu_mul would
 // store) and quantize that, so their e4m3 output is k_quant_fp8_act of their bf16 output exactly.
@@ -149,8 +148,7 @@ __global__ void __launch_bounds__(256)
 }
 
 // grid (M, ceil(K / 8 / 256)): row blockIdx.x, unit u of 8 columns (group u / 16). K is a multiple of
-// 128, so a CTA's units past K / 8 are whole half-warps. (Two or four rows a CTA, each lane loading all
-// of its rows before converting any, measured the same: docs/PERFORMANCE.md, 2026-12-02, eighth.)
+// 128, so a CTA's units past K / 8 are whole half-warps. (Two or four rows a CTA run no faster.)
 __global__ void __launch_bounds__(256) quant_act_kernel(const bf16 *__restrict__ X, int M, int K,
                                                         uint8_t *__restrict__ Xq, float *__restrict__ x_scale)
 {

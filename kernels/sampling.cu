@@ -69,11 +69,9 @@ struct samp_part {       // per slice of a row, from stats_kernel
 #define S_PART_MAX 32     // slices of one row: one warp merges them
 
 // Slices per row for n rows of V logits: one for many rows, up to 32 while rows x slices fit 128.
-// LLMQ_SAMPLE_SPLIT=0 keeps one slice per row (a tuning hook, for A/B runs).
 static int stats_parts(int n, int V)
 {
-    static const int on = k_env_int("LLMQ_SAMPLE_SPLIT", 1, 0, 1);
-    int p = n > 0 && on ? S_PART_SLOTS / n : 1;
+    int p = n > 0 ? S_PART_SLOTS / n : 1;
     p = p < S_PART_MAX ? p : S_PART_MAX;
     p = p < V / S_PART_MIN_V ? p : V / S_PART_MIN_V;
     return p > 1 ? p : 1;

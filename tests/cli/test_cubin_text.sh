@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# contrib/cubin_text/cubin_text.py on cubins nvcc makes here (no GPU needed): a comment-only change
+# tests/tools/cubin_text/cubin_text.py on cubins nvcc makes here (no GPU needed): a comment-only change
 # (which renames the anonymous namespace) compares `same`, a changed kernel `DIFF` beside an unchanged
 # one `same`, with the exit status saying whether all were the same; a non-ELF file is refused.
 # Skips (77) without nvcc.
 . "$(dirname "$0")/cli_lib.sh"
-tool=$LLMQ_SOURCE_DIR/contrib/cubin_text/cubin_text.py
+tool=$LLMQ_SOURCE_DIR/tests/tools/cubin_text/cubin_text.py
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ ! -x "$nvcc" ]; then
   echo "skipped: no nvcc here"; exit 77

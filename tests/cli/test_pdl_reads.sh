@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# contrib/pdl_reads/pdl_reads.py (no GPU needed): on a kernel file made here it names the parameter a
+# tests/tools/pdl_reads/pdl_reads.py (no GPU needed): on a kernel file made here it names the parameter a
 # kernel reads through ld.global.nc after griddepcontrol.wait, not one read with an ordinary load after it
 # or one read before it; --check refuses what its list does not allow, naming kernel and parameter. Then
 # the rule of kernels/launch.cuh over the project's kernels: every such read is one that
-# contrib/pdl_reads/allowed.txt lists (weights, the step's uploaded inputs). Skips (77) without nvcc.
+# tests/tools/pdl_reads/allowed.txt lists (weights, the step's uploaded inputs). Skips (77) without nvcc.
 . "$(dirname "$0")/cli_lib.sh"
-tool=$LLMQ_SOURCE_DIR/contrib/pdl_reads/pdl_reads.py
+tool=$LLMQ_SOURCE_DIR/tests/tools/pdl_reads/pdl_reads.py
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ ! -x "$nvcc" ]; then
   echo "skipped: no nvcc here"; exit 77
@@ -39,8 +39,8 @@ check "--check, malformed list" 1 python3 "$tool" --nvcc "$nvcc" --check "$tmp/a
 grep -q "allow:1:" "$tmp/err" || bad "malformed list: the error does not name the line: $(cat "$tmp/err")"
 
 # the project's kernels
-check "kernels/*.cu against contrib/pdl_reads/allowed.txt" 0 python3 "$tool" --nvcc "$nvcc" \
-  -I "$LLMQ_SOURCE_DIR" -I "$LLMQ_BUILD_DIR/generated" --check "$LLMQ_SOURCE_DIR/contrib/pdl_reads/allowed.txt" \
+check "kernels/*.cu against tests/tools/pdl_reads/allowed.txt" 0 python3 "$tool" --nvcc "$nvcc" \
+  -I "$LLMQ_SOURCE_DIR" -I "$LLMQ_BUILD_DIR/generated" --check "$LLMQ_SOURCE_DIR/tests/tools/pdl_reads/allowed.txt" \
   "$LLMQ_SOURCE_DIR"/kernels/*.cu
 grep "^NOT ALLOWED" <<<"$out"
 finish

@@ -66,7 +66,8 @@
  * past 64), which can differ from the eager step's split, and each backend's GEMM autotuner may pick another
  * algorithm (another summation order); whether they came out bitwise equal is printed. The graph cases
  * compare the graph with `emu graph`, the oracle opened with cuda_graphs, which mirrors the graph's
- * buckets and so its decode split. `--kv=bf16`, `--kv=fp8` or `--dtype=fp16` runs one of the three passes.
+ * buckets and so its decode split. `--kv=bf16`, `--kv=fp8` or `--dtype=fp16` runs one of the three passes;
+ * `--stage-pool=N` gives the CUDA backend an fp8 prefill staging pool of N blocks (backend_test_opts).
  * `--cpu-only` runs every case with the CPU oracles alone (no device needed) and prints what the GPU run
  * will be measured against (ctest runs each pass so: unit_cuda_backend_cpu_oracles_{bf16,fp8,fp16}). Skips
  * (exit 77) without a usable GPU. */
@@ -117,6 +118,10 @@ static int n_fail;
 static bool cpu_only;
 static bool kv_fp8; /* the second pass: every backend with an fp8 KV cache */
 static bool f16;    /* the third pass: fp16 mode (every backend) */
+/* every backend's test settings (engine/backend.h): --stage-pool=N sets kv_stage_blocks for the whole run
+ * (the fp8 pass with a small staging pool: prefill steps stage and attend in rounds, and a sequence longer
+ * than the pool takes the fp8 prefill kernel); case_spec sets the others for its runs */
+static struct backend_test_opts g_test;
 
 static uint64_t rng(uint64_t *s)
 {
@@ -156,6 +161,7 @@ static struct backend_opts be_opts(enum role r, bool graphs, int64_t kv_bytes, i
     o.cuda_graph_max_batch = GRAPH_MAX;
     o.emulate_cuda = r == EMU || r == JIT || r == JIT2 || r == EMU_G;
     o.emulate_cuda_jitter = r == JIT ? JITTER_SEED : r == JIT2 ? JITTER_SEED2 : 0;
+    o.test = g_test;
     return o;
 }
 
@@ -782,10 +788,11 @@ static void case_engine(const char *shape, const struct model *m, const struct t
     report(label, c, k, "cuda");
 }
 
-/* ---- decode steps guessed one step ahead (kernels/cuda_spec.cu): the same engine runs with LLMQ_SPEC=0
- * and =4 must give the same tokens, logprobs and finishes bit for bit (the same graphs on the same
- * inputs), and the second must have taken guesses. The unguessed run is made twice: whether the engine
- * repeats itself bit for bit is printed (a note), not failed. */
+/* ---- decode steps guessed one step ahead (kernels/cuda_spec.cu): the same engine runs without guessed
+ * steps (backend_test_opts.no_step_guess) and with them (the default) must give the same tokens, logprobs
+ * and finishes bit for bit (the same graphs on the same inputs), and the second must have taken guesses.
+ * The unguessed run is made twice: whether the engine repeats itself bit for bit is printed (a note), not
+ * failed. */
 
 static bool same_out(const struct be_out *a, const struct be_out *b)
 {
@@ -807,14 +814,14 @@ static void case_spec(const char *shape, const struct model *m, const struct tok
         uint64_t pre = 0, g_off[2], g_on[2], g_off2[2];
         /* k_linear's GEMV/cuBLASLt choice pinned: timed per backend, it can differ between instances on
          * these launch-bound shapes, and the two paths round differently */
-        setenv("LLMQ_GEMM_PICK", "1", 1);
-        setenv("LLMQ_SPEC", "0", 1);
+        const struct backend_test_opts kept = g_test;
+        g_test.gemm_pick = BE_GEMM_GEMV;
+        g_test.no_step_guess = true;
         int rc = run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, off, &pre, kind, g_off);
         rc |= run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, off2, &pre, kind, g_off2);
-        setenv("LLMQ_SPEC", "4", 1);
+        g_test.no_step_guess = false;
         rc |= run_engine(m, tok, CUDA, KV_BYTES, MAX_LEN, on, &pre, kind, g_on);
-        unsetenv("LLMQ_SPEC");
-        unsetenv("LLMQ_GEMM_PICK");
+        g_test = kept;
         if (rc)
             return; /* run_engine counted the failure */
         int bad = 0, nreq = kind ? 3 : NREQ, nondet = 0;
@@ -1098,8 +1105,9 @@ static void case_errors(const struct model *m)
     backend_free(be);
 }
 
-/* ---- the GEMM tuning file is written while steps run (every CB_TUNING_SAVE_S, 60 s; 0 s here through
- * LLMQ_GEMM_TUNING_SAVE_S) as well as at close: a worker killed without closing keeps its choices */
+/* ---- the GEMM tuning file is written while steps run (every CB_TUNING_SAVE_S, 60 s; after every step here
+ * through backend_test_opts.tuning_save_every_step) as well as at close: a worker killed without closing
+ * keeps its choices */
 
 static bool file_has_lines(const char *path, int min_lines, char *first, size_t firstlen)
 {
@@ -1127,16 +1135,11 @@ static void case_tuning_save(const struct model *m)
         return;
     }
     snprintf(path, sizeof path, "%s/gemm.tuning", dir);
-    const char *keep = getenv("LLMQ_GEMM_TUNING_SAVE_S");
-    char *kept = keep ? strdup(keep) : NULL;
     for (int every0 = 0; every0 < 2; every0++) {
-        if (every0)
-            setenv("LLMQ_GEMM_TUNING_SAVE_S", "0", 1);
-        else
-            unsetenv("LLMQ_GEMM_TUNING_SAVE_S");
         unlink(path);
         struct backend_opts o = be_opts(CUDA, false, KV_BYTES, MAX_LEN);
         o.gemm_tuning_file = path;
+        o.test.tuning_save_every_step = every0 == 1;
         char err[512];
         struct backend *be = backend_open("cuda", m, &o, err, sizeof err);
         if (!be) {
@@ -1167,15 +1170,10 @@ static void case_tuning_save(const struct model *m)
         const bool after = file_has_lines(path, 3, first, sizeof first);
         const bool ok = rc == 0 && before == (every0 == 1) && after && !strcmp(first, "llmq-gemm-tuning 1");
         printf("%s tuning file, saves every %s: steps -> %d; written before close: %s, after: %s (\"%s\")\n",
-               ok ? "ok  " : "FAIL", every0 ? "0 s" : "60 s (the default)", rc, before ? "yes" : "no",
+               ok ? "ok  " : "FAIL", every0 ? "every step" : "60 s (the default)", rc, before ? "yes" : "no",
                after ? "yes" : "no", first);
         n_fail += !ok;
     }
-    if (kept)
-        setenv("LLMQ_GEMM_TUNING_SAVE_S", kept, 1);
-    else
-        unsetenv("LLMQ_GEMM_TUNING_SAVE_S");
-    free(kept);
     scratch_dir_remove(dir);
 }
 
@@ -1254,6 +1252,13 @@ int main(int argc, char **argv)
             passes = 2;
         else if (!strcmp(argv[a], "--dtype=fp16"))
             passes = 4;
+        else if (!strncmp(argv[a], "--stage-pool=", 13) && atoi(argv[a] + 13) > 0)
+            g_test.kv_stage_blocks = atoi(argv[a] + 13);
+        else {
+            fprintf(stderr, "usage: %s [--cpu-only] [--kv=bf16|--kv=fp8|--dtype=fp16] [--stage-pool=N]\n",
+                    argv[0]);
+            return 2;
+        }
     }
     char why[256];
     if (!cpu_only && (!gpu_backend_built() || gpu_describe(why, sizeof why) != 0)) {

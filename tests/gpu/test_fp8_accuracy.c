@@ -250,6 +250,9 @@ static void judge(const char *model, const char *cfg, const struct stats *s, boo
 static enum be_copies g_copies = BE_COPIES_AUTO;
 /* engine.gemm_tuning_file of the GPU runs: none unless tiled_same says */
 static const char *g_tuning = NULL;
+/* k_linear's GEMV/cuBLASLt choice of the GPU runs (backend_test_opts.gemm_pick): timed unless tiled_same
+ * says */
+static enum be_gemm_pick g_pick = BE_GEMM_TIMED;
 
 static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights wd, enum be_weights lm,
                                 bool kv8, int max_len, int n_seq)
@@ -274,6 +277,7 @@ static struct backend_opts opts(const struct model *m, bool cpu, enum be_weights
     o.lm_head_dtype = lm;
     o.decode_weight_copies = g_copies;
     o.gemm_tuning_file = cpu ? NULL : g_tuning;
+    o.test.gemm_pick = g_pick;
     return o;
 }
 
@@ -421,23 +425,6 @@ static void oracle_cmp(const struct model *m, const char *model, struct prompts 
 int k_gemv_fp8_diag(int on); /* kernels/kernels.h (a CUDA header): the one-row fp8 GEMVs' mapping */
 #endif
 
-/* env name = value, returning the old value in keep (n bytes; "" and *had false when unset) */
-static void env_swap(const char *name, const char *value, char *keep, size_t n, bool *had)
-{
-    const char *was = getenv(name);
-    *had = was != NULL;
-    snprintf(keep, n, "%s", was ? was : "");
-    setenv(name, value, 1);
-}
-
-static void env_back(const char *name, const char *keep, bool had)
-{
-    if (had)
-        setenv(name, keep, 1);
-    else
-        unsetenv(name);
-}
-
 /* positions (seq, j) where two traces differ in any bit; the first one and the largest |dlogprob| of the
  * chosen token into *first / *worst */
 static size_t trace_differ(const struct trace *a, const struct trace *b, size_t *first, float *worst)
@@ -509,8 +496,8 @@ static void copies_rule(const struct model *m)
  * kernels/gemv.cu) compute the same products in the same order as the tile mapping on the row-major
  * matrices: fp8 weights, the prompts' reference tokens fed, every greedy token and top-20 logprob must be
  * the same bits with and without the copies. The runs take the GEMV wherever it can run
- * (LLMQ_GEMM_PICK=1: no timed choice against cuBLASLt, which the copies' speed could flip), the tile
- * mapping at one row (not the diagonal one, another summation order, which some devices take by
+ * (backend_test_opts.gemm_pick: no timed choice against cuBLASLt, which the copies' speed could flip), the
+ * tile mapping at one row (not the diagonal one, another summation order, which some devices take by
  * default), and one GEMM tuning file (engine.gemm_tuning_file): the first run writes the cuBLASLt
  * algorithms its prefill GEMMs timed, the others take them, so the row-major engine must repeat its own
  * bits (a second row-major run: the tuning file's promise) and the copies must give the same; a last
@@ -528,9 +515,7 @@ static void tiled_same(const struct model *m, const char *model, struct prompts 
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     const int diag = k_gemv_fp8_diag(0);
 #endif
-    char keep_p[16];
-    bool had_p;
-    env_swap("LLMQ_GEMM_PICK", "1", keep_p, sizeof keep_p, &had_p);
+    g_pick = BE_GEMM_GEMV;
     struct trace a = {0}, a2 = {0}, b = {0};
     g_copies = BE_COPIES_OFF;
     bool ok =
@@ -548,7 +533,7 @@ static void tiled_same(const struct model *m, const char *model, struct prompts 
                        true, &a3, max_len);
     g_copies = BE_COPIES_AUTO;
     scratch_dir_remove(dir);
-    env_back("LLMQ_GEMM_PICK", keep_p, had_p);
+    g_pick = BE_GEMM_TIMED;
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     k_gemv_fp8_diag(diag);
 #endif

@@ -28,8 +28,12 @@
  * the blocks staged as bf16 (k_kv_stage_fp8, itself checked bit for bit by stage_case), then the bf16
  * kernels over them, against the reference over the staged (bf16-rounded) values.
  *
- * fp16 mode (k_set_f16(1), model.dtype fp16): the 16-bit launchers' cases (every prefill variant
- * through k_attention_prefill_force, decode, split decode, the decode with the RoPE prologue folded in)
+ * Every prefill case runs each kernel the engine can take on some device (k_test_prefill_path,
+ * kernels/test_paths.h): the automatic choice, the mma.sync kernel of devices without wgmma (and of D = 64),
+ * and on sm_90a the wgmma kernel's cp.async fallback.
+ *
+ * fp16 mode (k_set_f16(1), model.dtype fp16): the 16-bit launchers' cases (every prefill path, decode,
+ * split decode, the decode with the RoPE prologue folded in)
  * run again with q, the cache and the rope weights uploaded as fp16 and the reference reading the fp16
  * values, over a representative subset to bound the run time: D 64 and 128, GQA 1 to 16, block sizes
  * 16..256 (the tensor-map shapes), short and 32k contexts, automatic, forced and no splits. The fp8
@@ -53,6 +57,7 @@
 #include <vector>
 
 #include "gpu/gpu_test.h"
+#include "kernels/test_paths.h"
 
 extern "C" {
 #include "engine/dtype.h"
@@ -362,34 +367,31 @@ static const char *cfg_name(const cfg &c, char *buf, size_t n)
 
 /* ---- prefill */
 
-/* The prefill kernels a case runs (k_attention_prefill_force); the wgmma one only at D = 128 where the
- * device and the build have it. */
-static bool prefill_runs(int v, int D)
+/* The prefill paths a case runs (k_test_prefill_path): the mma.sync kernel everywhere; the automatic choice
+ * and the cp.async fallback only at D = 128 where the device and the build have wgmma (elsewhere both are
+ * the mma.sync kernel). */
+static bool prefill_runs(int path, int D)
 {
-    if (v != K_ATTN_PREFILL_WGMMA && v != K_ATTN_PREFILL_WGMMA_CPASYNC && v != K_ATTN_PREFILL_WGMMA_SYNC)
+    if (path == K_TEST_PREFILL_MMA)
         return true;
-    const bool on = D == 128 && k_attention_prefill_force(v) == 0;
-    k_attention_prefill_force(0);
+    const bool on = D == 128 && k_test_prefill_path(K_TEST_PREFILL_CPASYNC) == 0;
+    k_test_prefill_path(K_TEST_PREFILL_AUTO);
     return on;
 }
 
-/* Every prefill kernel variant, and whether a case runs it: an fp8 cache has one wgmma kernel (the
- * cp.async and lockstep variants are the bf16 cache's). */
-static const int prefill_variants[] = {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_MMA64, K_ATTN_PREFILL_WGMMA,
-                                       K_ATTN_PREFILL_WGMMA_CPASYNC, K_ATTN_PREFILL_WGMMA_SYNC};
-static bool prefill_case_runs(int v, int D, bool f8)
+/* Every prefill path, and whether a case runs it: an fp8 cache's wgmma kernel always loads by cp.async
+ * (its automatic path). */
+static const int prefill_paths[] = {K_TEST_PREFILL_MMA, K_TEST_PREFILL_AUTO, K_TEST_PREFILL_CPASYNC};
+static bool prefill_case_runs(int path, int D, bool f8)
 {
-    return prefill_runs(v, D) &&
-           !(f8 && (v == K_ATTN_PREFILL_WGMMA_CPASYNC || v == K_ATTN_PREFILL_WGMMA_SYNC));
+    return prefill_runs(path, D) && !(f8 && path == K_TEST_PREFILL_CPASYNC);
 }
 
-static const char *prefill_variant_name(int v)
+static const char *prefill_path_name(int path)
 {
-    return v == K_ATTN_PREFILL_WGMMA           ? "wgmma, 128 rows/CTA"
-           : v == K_ATTN_PREFILL_WGMMA_CPASYNC ? "wgmma, 128 rows/CTA, cp.async tiles"
-           : v == K_ATTN_PREFILL_WGMMA_SYNC    ? "wgmma, 128 rows/CTA, warpgroups in lockstep"
-           : v == K_ATTN_PREFILL_MMA64         ? "mma.sync, 64 rows/CTA"
-                                               : "mma.sync, 128 rows/CTA";
+    return path == K_TEST_PREFILL_AUTO      ? "wgmma, 128 rows/CTA"
+           : path == K_TEST_PREFILL_CPASYNC ? "wgmma, 128 rows/CTA, cp.async tiles"
+                                            : "mma.sync, 128 rows/CTA";
 }
 
 /* The engine's fp8 prefill: every block the batch reads staged as bf16 (k_kv_stage_fp8, blocks listed
@@ -421,17 +423,17 @@ static void staged_prefill(const char *label, paged &P, const std::vector<qrow> 
     b.block_tables = dremap;
     const float scale = 1.f / sqrtf((float)c.D);
     char name[220], cn[64];
-    for (int v : {K_ATTN_PREFILL_MMA128, K_ATTN_PREFILL_WGMMA}) {
+    for (int v : {K_TEST_PREFILL_MMA, K_TEST_PREFILL_AUTO}) {
         if (!prefill_runs(v, c.D))
             continue;
-        k_attention_prefill_force(v);
+        k_test_prefill_path(v);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
         K_OK(k_attention_prefill(P.dq, P.q_stride, sk, sv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale, 0));
         snprintf(name, sizeof name, "prefill fp8 staged as bf16 %s %s (%d seqs, max n_q %d, max ctx %d, %s)",
-                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_variant_name(v));
+                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_path_name(v));
         tally(check(name, P, rows, ref));
     }
-    k_attention_prefill_force(0);
+    k_test_prefill_path(K_TEST_PREFILL_AUTO);
     P.staged = false;
     cudaFree(dlist), cudaFree(dremap), cudaFree(sk), cudaFree(sv);
 }
@@ -511,10 +513,10 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
     k_attn_batch b = P.batch();
     const float scale = 1.f / sqrtf((float)c.D);
     char name[200], cn[64];
-    for (int v : prefill_variants) {
+    for (int v : prefill_paths) {
         if (!prefill_case_runs(v, c.D, f8))
             continue; /* no wgmma here (said once, in main) */
-        k_attention_prefill_force(v);
+        k_test_prefill_path(v);
         GPU_OK(cudaMemset(P.dout, 0xff, P.out_elems() * 2));
         if (f8)
             K_OK(k_attention_prefill_fp8(P.dq, P.q_stride, P.dk8, P.dv8, P.dks, P.dvs, &b, P.dout, c.H, c.KVH,
@@ -523,12 +525,12 @@ static void prefill_case(const char *label, const cfg &c, const std::vector<int>
             K_OK(k_attention_prefill(P.dq, P.q_stride, P.dk, P.dv, &b, P.dout, c.H, c.KVH, c.D, c.bs, scale,
                                      0));
         snprintf(name, sizeof name, "prefill%s %s %s (%d seqs, max n_q %d, max ctx %d, %s)", f8 ? " fp8" : "",
-                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_variant_name(v));
+                 label, cfg_name(c, cn, sizeof cn), P.n, P.max_q, P.max_ctx, prefill_path_name(v));
         tally(check(name, P, rows, ref));
     }
+    k_test_prefill_path(K_TEST_PREFILL_AUTO);
     if (f8)
         staged_prefill(label, P, rows);
-    k_attention_prefill_force(0);
     P.free_dev();
 }
 
@@ -852,8 +854,7 @@ static void fill_scales(float *p, size_t n, uint64_t seed)
 }
 
 /* Median time in ms of fn() over `reps` runs after 3 warm-ups. A cool chip at full clock: the engine's
-   prefill runs under the board's power cap, which the GEMMs reach and this table does not
-   (docs/PERFORMANCE.md, 2026-12-02, third). */
+   prefill runs under the board's power cap, which the GEMMs reach and this table does not. */
 template <typename F> static double time_ms(int reps, F fn)
 {
     cudaEvent_t a, b;
@@ -958,10 +959,10 @@ static void timing(void)
         fill_codes(k8, pool, 14), fill_codes(v8, pool, 15);
         fill_scales(ks, pool / D, 16), fill_scales(vs, pool / D, 17);
         for (int f8 = 0; f8 < 2; f8++)
-            for (int var : prefill_variants) {
+            for (int var : prefill_paths) {
                 if (!prefill_case_runs(var, D, f8))
                     continue;
-                k_attention_prefill_force(var);
+                k_test_prefill_path(var);
                 const double ms = time_ms(10, [&]() {
                     if (f8)
                         K_OK(k_attention_prefill_fp8(q, q_stride, k8, v8, ks, vs, &b, out, H, KVH, D, bs,
@@ -971,7 +972,7 @@ static void timing(void)
                 });
                 printf("time prefill %s %d x %d causal H%d/KVH%d D%d bs%d, %s: %.3f ms, %.1f TFLOP/s "
                        "(%.0f%% of 776)\n",
-                       f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, prefill_variant_name(var), ms,
+                       f8 ? "fp8 " : "bf16", n, T, H, KVH, D, bs, prefill_path_name(var), ms,
                        flops / ms / 1e9, flops / ms / 1e9 / 776 * 100);
             }
         { /* the engine's fp8 prefill: the blocks staged as bf16 (the table's blocks in order, so the
@@ -1003,7 +1004,7 @@ static void timing(void)
         /* the default kernel on two more shapes over the same pool: 4 prompts of 4096 (half the CTAs), and
            a summarize prefill step (16,384 tokens: the 144-token rest of a prompt after 3,952 cached
            ones, 3 whole prompts, the first 3,952 of the next) */
-        k_attention_prefill_force(0);
+        k_test_prefill_path(K_TEST_PREFILL_AUTO);
         const std::vector<std::vector<int>> nqs = {
             {4096, 4096, 4096, 4096}, {144, 4096, 4096, 4096, 3952}, {144, 4096, 4096, 4096, 3952}};
         const std::vector<std::vector<int>> ctxs = {
@@ -1149,7 +1150,7 @@ static const std::vector<std::vector<int>> shorts = {{100},  {512},          {64
                                                      {1000}, {450, 200, 64}, {77, 1, 300}};
 
 /* The cases of the 16-bit launchers in the calling thread's mode (gt_set_mode); subset: the fp16 mode's
- * representative subset (header comment): every prefill variant at D 128 and 64 with and without GQA
+ * representative subset (header comment): every prefill path at D 128 and 64 with and without GQA
  * and over every tensor-map shape but one, decode and split decode at D 128 and 64 from 1 to 32k keys,
  * the folded decode at GQA 1, 5 and 16 with every split. k: the running case seed index. */
 static void cases16(uint64_t &k, bool prefill_only, bool subset)
@@ -1237,7 +1238,7 @@ int main(void)
     /* LLMQ_TEST_PREFILL_ONLY=1: the prefill cases and the timing table only (tuning the prefill kernels) */
     const char *po = getenv("LLMQ_TEST_PREFILL_ONLY");
     const bool prefill_only = po && strcmp(po, "1") == 0;
-    if (!prefill_runs(K_ATTN_PREFILL_WGMMA, 128))
+    if (!prefill_runs(K_TEST_PREFILL_AUTO, 128))
         printf("note: no sm_90a device or build: the wgmma prefill kernel is not tested here\n");
     /* LLMQ_TEST_FP16_ONLY=1: the fp16 cases alone (the bf16 and fp8 ones take most of the time) */
     const char *fo = getenv("LLMQ_TEST_FP16_ONLY");

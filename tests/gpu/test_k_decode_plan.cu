@@ -16,9 +16,7 @@
  *     partitions until sequences x partitions >= 128; the 4096 / n_seqs cap; a forced split
  *     (part_keys 100 -> 128) and no split (-1);
  *   - the decode graphs' batch buckets (decode_graph_max, decode_graph_batch): 1, 2, 4, then multiples
- *     of 8, never above engine.cuda_graph_max_batch or max_num_seqs.
- * LLMQ_ATTN_DECODE_FILL and LLMQ_ATTN_DECODE_PART (tuning hooks) must not be set: the rule's points
- * assume their defaults. */
+ *     of 8, never above engine.cuda_graph_max_batch or max_num_seqs. */
 #include <stdlib.h>
 
 #include "gpu/gpu_test.h"
@@ -74,10 +72,6 @@ static void point(const char *what, int n_seqs, int ctx, int part_keys, int want
 
 int main(void)
 {
-    if (getenv("LLMQ_ATTN_DECODE_FILL") || getenv("LLMQ_ATTN_DECODE_PART")) {
-        printf("SKIPPED: LLMQ_ATTN_DECODE_FILL or _PART is set (the expected splits assume the defaults)\n");
-        return 77;
-    }
     for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32, 33, 64, 256})
         sweep(n);
 

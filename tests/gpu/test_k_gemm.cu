@@ -42,10 +42,9 @@
  * tensor cores add products inside a 128-deep block with fewer than fp32's bits before the fp32
  * promotion; 1e-4 of the magnitude is ~800 fp32 ulps, while a wrong scale or block index is off by
  * O(1)), norm-relative <= 4e-3. k_gemv_fp8 takes X in bf16 (not quantized): its reference is bf16 X
- * times dequantized W; k_gemv_fp8q takes the quantized X (the cuBLASLt reference). k_linear must
- * match the reference of whichever path it took (it measures and chooses; its GEMV takes bf16 X, or
- * Xq with LLMQ_GEMV_XQ=1); it passes if it matches either; given bf16 X alone (M <= 8) it must match
- * bf16 X. M in 1, 2,
+ * times dequantized W. k_linear must match the reference of whichever path it took (it measures and
+ * chooses; cuBLASLt takes the quantized X, its GEMV bf16 X); it passes if it matches either; given bf16
+ * X alone (M <= 8) it must match bf16 X. M in 1, 2,
  * 7, 16, 129, 1000; N and K odd multiples of 128 and a non-multiple N (partial scale block: correct or a
  * clean failure). k_gemm_fp8's layouts (kernels.h): Xq, x_scale and Y hold Mp = K_FP8_ROWS(M) rows (the pad
  * rows are filled with stale finite data first: they must not change the real rows) and w_scale is padded to
@@ -540,12 +539,11 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
         for (size_t i = 0; i < wf.size(); i++)
             wf[i] = __bfloat162float(wh[i]);
         struct k_weight kx = {1, Wq, ws, N, K, ws_lt};
-        /* bf16 X and dequantized W; e4m3 X; k_linear given bf16 X only (the GEMV on bf16 X); the bf16
-         * GEMV on the original bf16 W */
-        gemv_path("k_gemv_fp8", xb, wd, [&] { return k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 0); });
-        gemv_path("k_gemv_fp8q", xd, wd, [&] { return k_gemv_fp8q(Xq, xs, Wq, ws, Y, y_f32, M, N, K, 0); });
+        /* bf16 X and dequantized W; k_linear given bf16 X only (the GEMV on bf16 X); the bf16 GEMV on the
+         * original bf16 W */
+        gemv_path("k_gemv_fp8", xb, wd, [&] { return k_gemv_fp8(X, Wq, ws, Y, y_f32, M, N, K, 1, NULL, 0); });
         gemv_path("k_linear X", xb, wd, [&] { return k_linear(g, X, NULL, NULL, &kx, Y, y_f32, M, 0); });
-        gemv_path("k_gemv_bf16", xb, wf, [&] { return k_gemv_bf16(X, W, Y, y_f32, M, N, K, 0); });
+        gemv_path("k_gemv_bf16", xb, wf, [&] { return k_gemv_bf16(X, W, Y, y_f32, M, N, K, 1, NULL, 0); });
     }
     /* k_linear with every input a backend gives it: either path's reference */
     struct k_weight kw = {1, Wq, ws, N, K, ws_lt};
@@ -560,7 +558,7 @@ static void fp8_case(struct k_gemm *g, int M, int N, int K, int y_f32, bool odd,
         const fp8_err &e = fp8_ok(a) || !fp8_ok(b) ? a : b;
         gt_check(fp8_ok(e), "%s k_linear%s   rel %.2e  worst |d|/bound %.3f (as %s)", what,
                  again ? " (cached)" : "", e.rel, e.worst,
-                 &e == &a ? "quantized X: cuBLASLt or k_gemv_fp8q" : "GEMV, bf16 X");
+                 &e == &a ? "quantized X: cuBLASLt" : "GEMV, bf16 X");
     }
     cudaFree(X), cudaFree(W), cudaFree(Xq), cudaFree(Wq), cudaFree(xs), cudaFree(ws), cudaFree(ws_lt),
         cudaFree(Y);
@@ -610,9 +608,9 @@ static void fp8_timing(struct k_gemm *g, const char *name, int N, int K, std::ve
                 case 1:
                     return k_gemm_fp8(g, Xq, xs, w8, s8, Y, 0, M, N, K, 0);
                 case 2:
-                    return M <= K_GEMV_MAX_M ? k_gemv_bf16(X, w16, Y, 0, M, N, K, 0) : -1;
+                    return M <= K_GEMV_MAX_M ? k_gemv_bf16(X, w16, Y, 0, M, N, K, 1, NULL, 0) : -1;
                 case 3:
-                    return M <= K_GEMV_MAX_M ? k_gemv_fp8(X, w8, s8, Y, 0, M, N, K, 0) : -1;
+                    return M <= K_GEMV_MAX_M ? k_gemv_fp8(X, w8, s8, Y, 0, M, N, K, 1, NULL, 0) : -1;
                 case 4:
                     return k_linear(g, M <= K_GEMV_MAX_M ? X : NULL, Xq, xs, &k8, Y, 0, M, 0);
                 default:
@@ -901,7 +899,7 @@ static void fp8_refused_in_f16(struct k_gemm *g)
     int rc = k_gemm_fp8(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 128, 128, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_gemm_fp8 refused: \"%s\"",
              k_last_error());
-    rc = k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 1, 128, 128, 0);
+    rc = k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 1, 128, 128, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 k_gemv_fp8 refused: \"%s\"",
              k_last_error());
     static const uint8_t dummy[16] = {0};

@@ -1,17 +1,15 @@
-/* k_gemv_bf16 / k_gemv_fp8 / k_gemv_fp8q (kernels/gemv.cu) against a double reference: Y[M, N] =
- * X[M, K] . W[N, K]^T for M = 1 .. K_GEMV_MAX_M, plus the split's parts left to the caller
- * (k_gemv_fp8_parts: their sum is k_gemv_fp8_ex's Y bit for bit), argument errors, graph capture, and timing
- * beside k_gemm_bf16 (cuBLASLt). `--profile [layers]` instead times where a decode GEMV's time goes inside a
- * chain like the engine's step (profile_chain below).
+/* k_gemv_bf16 / k_gemv_fp8 (kernels/gemv.cu) against a double reference: Y[M, N] = X[M, K] . W[N, K]^T
+ * for M = 1 .. K_GEMV_MAX_M, plus the split's parts left to the caller (k_gemv_fp8_parts: their sum is
+ * k_gemv_fp8's Y bit for bit), argument errors, graph capture, and timing beside k_gemm_bf16 (cuBLASLt).
+ * Both of a weight type's configurations (kernels/gemv.cu, gemv_pick) are reached through the shapes
+ * that choose them: N below 16 rows an SM (narrow) and N of at least that (wide).
  *
  * Inputs are fresh random numbers per run (seed printed; LLMQ_TEST_SEED=N reproduces a run):
  * X ~ N(0, 1) bf16; bf16 W ~ N(0, 1/K); fp8 W: 90% of the codes are e4m3(N(0, 1) * 64) (so up to
  * the +-448 edge), 10% are uniformly random codes (subnormals and every exponent; not the NaN codes
  * 0x7f / 0xff), with fp32 block scales drawn in [0.5, 2] / (64 sqrt(K)) per 128 x 128 block. The
  * reference decodes the same bytes with engine/dtype.h's e4m3_to_f32 (not the kernel's bit trick)
- * and sums x * w * scale in double. k_gemv_fp8q ("fp8q": X e4m3 too): X codes drawn like the weight
- * codes, with scales in [0.5, 2] / 64 per row and 128 columns, in k_gemm_fp8's layout (Mp =
- * K_FP8_ROWS(M) rows; the pad rows hold NaN codes and NaN scales, which must not reach Y).
+ * and sums x * w * scale in double.
  *
  * Tolerance, per element: |got - ref| <= rtol * |ref| + atol with
  *   rtol = 2^-8 * 1.001 for bf16 Y (half an ulp of bf16 is <= 2^-9 of the value: 2x margin),
@@ -22,12 +20,8 @@
  *          like a random walk: about 2^-23 * K / 4 * rms|xw| in all, 1.5e-4 rms|xw| at K = 5120,
  *          against atol = 1.1e-3 max|xw| there. A dropped or doubled product (~ rms|xw|) or a
  *          wrong scale fails it by orders of magnitude.
- *          fp8q: 2^-12 instead of 2^-16: the e4m3 tensor cores sum an mma's 32 products (and add
- *          the step's second mma) keeping fewer bits than fp32 (about 14 on Hopper, as DeepSeek-V3's
- *          report measured for its FP8 GEMMs); the kernel adds each 64-k step into fp32. A dropped
- *          product (~ max|xw| / 5) still fails it by 10x.
  * and per case the norm-relative error ||got - ref|| <= tol * ||ref|| + rms(atol) with tol 4e-3 (bf16
- * Y; uniform rounding gives ~1.1e-3) or 5e-5 (fp32 Y; fp8q 1e-3). rms(atol), one output's
+ * Y; uniform rounding gives ~1.1e-3) or 5e-5 (fp32 Y). rms(atol), one output's
  * accumulation allowance, is for the cases of a single output (N = 1, M = 1), whose relative error
  * is that output's: a sum that cancels to near zero would fail on its fp32 accumulation error alone
  * (fp32 Y: a simulation of these inputs' fp32 sums puts 0.05-0.2 % of single-output cases past 5e-5,
@@ -39,9 +33,9 @@
  *
  * fp16 mode (kernels.h, k_set_f16): the 16-bit-weight GEMV runs again with X, W and a 16-bit Y in
  * IEEE fp16 (inputs drawn as above and rounded to fp16, the reference on those values, Y read as
- * fp16): the whole grid of M = 1 .. 8, odd N and K, y_f32 both ways; every variant; offsets; large x;
- * split K; graph capture; and a sampled check with auto, split and k_gemm timing at the Qwen3-14B
- * shapes (M = 1, 2, 4, 8; the per-variant timing stays bf16 only, the bulk of the run's GPU time).
+ * fp16): the whole grid of M = 1 .. 8, odd N and K, y_f32 both ways; the wide configuration; offsets;
+ * large x; split K; graph capture; and a sampled check with auto, split and k_gemm timing at the
+ * Qwen3-14B shapes (M = 1, 2, 4, 8).
  * Tolerances: the products of fp16 inputs are exact in fp32 too (11-bit significands), so atol is the
  * same; rtol for fp16 Y is 2^-10 * 1.001 (half an ulp of fp16 is <= 2^-11 of the value: 2x margin) and
  * the norm tolerance 5e-4 (the rounding's rms is ~2.1e-4 of |Y|, at most 2^-11 = 4.9e-4). A product
@@ -54,9 +48,8 @@
  * and 0.6B ones at M = 1 and 8), each after a sampled check of its output: median of 20 launches
  * after 3 warm-ups, issued back to back with an event between each two (no host gap), weights
  * rotating through >= 256 MiB of copies so that L2 (50 MiB) cannot serve them; printed as weight
- * TB/s against the H200's 4.2 TB/s copy bandwidth, for the automatic choice, every variant
- * (K_GEMV_VARIANTS), and k_gemm_bf16 on the same shape (cuBLASLt, or whatever kernels/gemm.cu
- * chooses for the shape once it routes small M here). */
+ * TB/s against the H200's 4.2 TB/s copy bandwidth, for the automatic choice without and with the split
+ * of K, and k_gemm_bf16 on the same shape (cuBLASLt). */
 #include <algorithm>
 #include <cmath>
 #include <cuda_fp16.h>
@@ -78,7 +71,6 @@ extern "C" {
 #define F16_RTOL (1.0 / 1024 * 1.001)
 #define F32_RTOL (1.0 / 4194304)
 #define ATOL_FRAC (1.0 / 65536)
-#define ATOL_FRAC_XQ (1.0 / 4096)
 #define GUARD 64
 
 static uint64_t base_seed;
@@ -86,12 +78,10 @@ static uint64_t base_seed;
 /* ---- host problems (small cases): inputs, reference, check */
 
 struct problem {
-    bool fp8, xq; /* xq: X is e4m3 (k_gemv_fp8q) */
-    bool f16;     /* 16-bit W in fp16 mode: x and wb hold fp16 bits, Y (16-bit) is fp16 */
+    bool fp8;
+    bool f16; /* 16-bit W in fp16 mode: x and wb hold fp16 bits, Y (16-bit) is fp16 */
     int M, N, K;
     std::vector<uint16_t> x;  /* [M][K] bf16 (f16: fp16) bits */
-    std::vector<uint8_t> x8;  /* xq: [Mp][K] e4m3 */
-    std::vector<float> xs;    /* xq: [ceil(K/128)][Mp] */
     std::vector<uint16_t> wb; /* [N][K] bf16 (f16: fp16) bits (16-bit W) */
     std::vector<uint8_t> wq;  /* [N][K] e4m3 (fp8) */
     std::vector<float> sc;    /* [ceil(N/128)][ceil(K/128)] (fp8) */
@@ -110,7 +100,7 @@ static uint16_t f_e16(bool f16, float f)
 
 static const char *dt_name(const problem &p)
 {
-    return p.xq ? "fp8q" : p.fp8 ? "fp8 " : p.f16 ? "fp16" : "bf16";
+    return p.fp8 ? "fp8 " : p.f16 ? "fp16" : "bf16";
 }
 
 static uint8_t random_e4m3(uint64_t *s)
@@ -129,10 +119,10 @@ static uint8_t random_e4m3(uint64_t *s)
  * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4).
  * f16 (16-bit W only): X and W in fp16, for fp16 mode. */
 static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t seed, int kind = 0,
-                         bool xq = false, bool f16 = false)
+                         bool f16 = false)
 {
     uint64_t s = seed | 1;
-    p.fp8 = fp8, p.xq = fp8 && xq, p.f16 = !fp8 && f16, p.M = M, p.N = N, p.K = K;
+    p.fp8 = fp8, p.f16 = !fp8 && f16, p.M = M, p.N = N, p.K = K;
     p.x.resize((size_t)M * K);
     for (auto &v : p.x) {
         float f = gt_normal(&s);
@@ -162,22 +152,11 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
         for (auto &v : p.sc)
             v = kind == 1 ? 1.f : (0.5f + 0.75f * (gt_uniform(&s) + 1.f)) / (64.f * sqrtf((float)K));
     }
-    const int Mp = K_FP8_ROWS(M);
-    if (p.xq) {
-        p.x8.assign((size_t)Mp * K, 0x7f); /* pad rows: NaN codes */
-        p.xs.assign((size_t)kb * Mp, NAN);
-        for (int m = 0; m < M; m++)
-            for (int k = 0; k < K; k++)
-                p.x8[(size_t)m * K + k] = kind == 1 ? (uint8_t)(gt_next(&s) % 8) : random_e4m3(&s);
-        for (int gk = 0; gk < kb; gk++)
-            for (int m = 0; m < M; m++)
-                p.xs[(size_t)gk * Mp + m] = (0.5f + 0.75f * (gt_uniform(&s) + 1.f)) / 64.f;
-    }
     /* reference */
     p.ref.assign((size_t)M * N, 0), p.atol.assign((size_t)M * N, 0);
     std::vector<double> xf((size_t)M * K), wrow(K);
     for (size_t i = 0; i < xf.size(); i++)
-        xf[i] = p.xq ? (double)e4m3_to_f32(p.x8[i]) * p.xs[(i % K / 128) * Mp + i / K] : e16f(p.f16, p.x[i]);
+        xf[i] = e16f(p.f16, p.x[i]);
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++)
             wrow[k] =
@@ -191,16 +170,16 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
                 acc += pr, mx = std::max(mx, fabs(pr));
             }
             p.ref[(size_t)m * N + n] = acc;
-            p.atol[(size_t)m * N + n] = (p.xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
+            p.atol[(size_t)m * N + n] = ATOL_FRAC * sqrt((double)K) * mx;
         }
     }
 }
 
 struct dev_problem {
     char *xa = nullptr, *wa = nullptr;
-    bf16 *X = nullptr; /* xq: the e4m3 codes */
+    bf16 *X = nullptr;
     void *W = nullptr;
-    float *S = nullptr, *XS = nullptr;
+    float *S = nullptr;
     void *Y = nullptr; /* M*N + GUARD elements */
 };
 
@@ -208,16 +187,11 @@ struct dev_problem {
 static dev_problem upload(const problem &p, size_t off = 0)
 {
     dev_problem d;
-    const size_t xb = std::max(p.x.size() * 2, p.x8.size()), wb = p.fp8 ? p.wq.size() : p.wb.size() * 2;
+    const size_t xb = p.x.size() * 2, wb = p.fp8 ? p.wq.size() : p.wb.size() * 2;
     GPU_OK(cudaMalloc(&d.xa, xb + off));
     GPU_OK(cudaMalloc(&d.wa, wb + off));
     d.X = (bf16 *)(d.xa + off), d.W = d.wa + off;
-    if (p.xq) {
-        GPU_OK(cudaMemcpy(d.X, p.x8.data(), p.x8.size(), cudaMemcpyHostToDevice));
-        GPU_OK(cudaMalloc(&d.XS, p.xs.size() * 4));
-        GPU_OK(cudaMemcpy(d.XS, p.xs.data(), p.xs.size() * 4, cudaMemcpyHostToDevice));
-    } else
-        GPU_OK(cudaMemcpy(d.X, p.x.data(), xb, cudaMemcpyHostToDevice));
+    GPU_OK(cudaMemcpy(d.X, p.x.data(), xb, cudaMemcpyHostToDevice));
     GPU_OK(cudaMemcpy(d.W, p.fp8 ? (const void *)p.wq.data() : (const void *)p.wb.data(), wb,
                       cudaMemcpyHostToDevice));
     if (p.fp8) {
@@ -233,7 +207,6 @@ static void release(dev_problem &d)
     GPU_OK(cudaFree(d.xa));
     GPU_OK(cudaFree(d.wa));
     GPU_OK(cudaFree(d.S));
-    GPU_OK(cudaFree(d.XS));
     GPU_OK(cudaFree(d.Y));
     d = dev_problem();
 }
@@ -245,33 +218,19 @@ static void poison(const problem &p, dev_problem &d, int y_f32, cudaStream_t st 
 
 /* the split-K workspace (K_GEMV_WS_BYTES, zeroed once in main) */
 static void *g_ws;
+/* the device's SMs: N of at least 16 x g_sms rows takes the wide configuration, less the narrow one */
+static int g_sms;
 
-/* ks 1: the plain launchers; otherwise k_gemv_*_ex with that split (0 = automatic) and g_ws */
-static int launch_mode(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st, int ks);
-/* in the problem's mode (fp16 for p.f16), then back to bf16 */
-static int launch(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st = 0, int ks = 1)
+/* in the problem's mode (fp16 for p.f16), then back to bf16; ks 1: no split and no workspace, otherwise
+ * that split (0 = automatic) with g_ws */
+static int launch(const problem &p, dev_problem &d, int y_f32, cudaStream_t st = 0, int ks = 1)
 {
     k_set_f16(p.f16 ? 1 : 0);
-    const int rc = launch_mode(p, d, y_f32, variant, st, ks);
+    void *ws = ks == 1 ? NULL : g_ws;
+    const int rc = p.fp8 ? k_gemv_fp8(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, ks, ws, st)
+                         : k_gemv_bf16(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, ks, ws, st);
     k_set_f16(0);
     return rc;
-}
-static int launch_mode(const problem &p, dev_problem &d, int y_f32, int variant, cudaStream_t st, int ks)
-{
-    const uint8_t *xq = (const uint8_t *)d.X;
-    if (p.xq && ks != 1)
-        return k_gemv_fp8q_ex(xq, d.XS, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, ks,
-                              g_ws, st);
-    if (p.xq)
-        return k_gemv_fp8q_variant(xq, d.XS, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant,
-                                   st);
-    if (ks != 1)
-        return p.fp8
-                   ? k_gemv_fp8_ex(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, ks,
-                                   g_ws, st)
-                   : k_gemv_bf16_ex(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, variant, ks, g_ws, st);
-    return p.fp8 ? k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, y_f32, p.M, p.N, p.K, variant, st)
-                 : k_gemv_bf16_variant(d.X, (const bf16 *)d.W, d.Y, y_f32, p.M, p.N, p.K, variant, st);
 }
 
 /* Compares Y (and its guard) with the reference; one line. */
@@ -306,7 +265,7 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
         if (dd / bound > worst)
             worst = dd / bound, worst_i = i;
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (p.xq ? 1e-3 : 5e-5) : tol16;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : tol16;
     const bool ok = !nonfinite && !guard_bad && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (n ? n : 1));
     gt_check(
         ok,
@@ -323,17 +282,16 @@ static bool verify(const char *what, const problem &p, dev_problem &d, int y_f32
 }
 
 /* runs: launches (each on fresh poison, so a split's second launch checks the tickets were left at 0) */
-static void run_case(const problem &p, int y_f32, int variant, const char *tag, size_t off = 0, int ks = 1,
-                     int runs = 1)
+static void run_case(const problem &p, int y_f32, const char *tag, size_t off = 0, int ks = 1, int runs = 1)
 {
     dev_problem d = upload(p, off);
     for (int r = 0; r < runs; r++) {
         poison(p, d, y_f32);
         char what[160];
         const char *yt = y_f32 ? "f32 " : p.f16 ? "fp16" : "bf16";
-        snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s %s%s ks %d run %d", tag, dt_name(p), p.M, p.N,
-                 p.K, yt, k_gemv_variant_name(variant), off ? " +off" : "", ks, r + 1);
-        if (launch(p, d, y_f32, variant, 0, ks))
+        snprintf(what, sizeof what, "%s %s M %d N %4d K %4d %s%s ks %d run %d", tag, dt_name(p), p.M, p.N,
+                 p.K, yt, off ? " +off" : "", ks, r + 1);
+        if (launch(p, d, y_f32, 0, ks))
             gt_check(false, "%s: %s", what, k_last_error());
         else
             verify(what, p, d, y_f32);
@@ -341,7 +299,7 @@ static void run_case(const problem &p, int y_f32, int variant, const char *tag, 
     release(d);
 }
 
-/* k_gemv_fp8_parts (ks as given) against k_gemv_fp8_ex with the same split: the parts added in part
+/* k_gemv_fp8_parts (ks as given) against k_gemv_fp8 with the same split: the parts added in part
  * order from 0 and rounded to bf16 are Y bit for bit, nothing past the parts is written, and the number
  * of parts is the split's (capped at K's chunks). Also checks Y itself against the reference. */
 static void parts_case(const problem &p, int ks)
@@ -355,7 +313,7 @@ static void parts_case(const problem &p, int ks)
     char what[160];
     snprintf(what, sizeof what, "parts M %d N %4d K %5d ks %d", p.M, p.N, p.K, ks);
     const int n = k_gemv_fp8_parts(d.X, (const uint8_t *)d.W, d.S, parts, p.M, p.N, p.K, ks, 0);
-    if (n < 1 || k_gemv_fp8_ex(d.X, (const uint8_t *)d.W, d.S, d.Y, 0, p.M, p.N, p.K, 0, ks, g_ws, 0)) {
+    if (n < 1 || k_gemv_fp8(d.X, (const uint8_t *)d.W, d.S, d.Y, 0, p.M, p.N, p.K, ks, g_ws, 0)) {
         gt_check(false, "%s: %s", what, k_last_error());
         GPU_OK(cudaFree(parts));
         release(d);
@@ -381,7 +339,7 @@ static void parts_case(const problem &p, int ks)
     }
     const bool parts_ok = ks == 0 ? n >= 1 && n <= K_GEMV_MAX_SPLIT : n == std::min(ks, chunks);
     gt_check(!differ && !guard && parts_ok,
-             "%-44s %d parts: %zu of %zu sums differ from k_gemv_fp8_ex, %zu floats written past the parts",
+             "%-44s %d parts: %zu of %zu sums differ from k_gemv_fp8, %zu floats written past the parts",
              what, n, differ, mn, guard);
     verify(what, p, d, 0);
     GPU_OK(cudaFree(parts));
@@ -400,35 +358,30 @@ static void argument_checks(void)
     GPU_OK(cudaMalloc(&s, 4096));
     GPU_OK(cudaMalloc(&y, 4096));
     const bf16 *wb = (const bf16 *)w;
-    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "bf16 M 0 is a no-op returning 0");
-    gt_check(k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp8 M 0 is a no-op returning 0");
+    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 1, NULL, 0) == 0, "bf16 M 0 is a no-op returning 0");
+    gt_check(k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 1, NULL, 0) == 0,
+             "fp8 M 0 is a no-op returning 0");
     struct {
         const char *what;
         int rc;
     } cases[] = {
-        {"bf16 M 9", k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0)},
-        {"bf16 M -1", k_gemv_bf16(x, wb, y, 0, -1, 16, 16, 0)},
-        {"fp8 M 9", k_gemv_fp8(x, w, s, y, 0, 9, 16, 16, 0)},
-        {"bf16 K 40", k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 0)},
-        {"fp8 K 8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 8, 0)},
-        {"bf16 K 0", k_gemv_bf16(x, wb, y, 0, 1, 16, 0, 0)},
-        {"bf16 N 0", k_gemv_bf16(x, wb, y, 0, 1, 0, 16, 0)},
-        {"bf16 X NULL", k_gemv_bf16(NULL, wb, y, 0, 1, 16, 16, 0)},
-        {"bf16 W NULL", k_gemv_bf16(x, NULL, y, 0, 1, 16, 16, 0)},
-        {"bf16 Y NULL", k_gemv_bf16(x, wb, NULL, 0, 1, 16, 16, 0)},
-        {"fp8 w_scale NULL", k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 0)},
-        {"fp8 W NULL", k_gemv_fp8(x, NULL, s, y, 0, 1, 16, 16, 0)},
-        {"bf16 X misaligned", k_gemv_bf16(x + 1, wb, y, 0, 1, 16, 16, 0)},
-        {"fp8 W misaligned", k_gemv_fp8(x, w + 8, s, y, 0, 1, 16, 16, 0)},
-        {"bf16 variant 99", k_gemv_bf16_variant(x, wb, y, 0, 1, 16, 16, 99, 0)},
-        {"fp8 ks 9", k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, K_GEMV_MAX_SPLIT + 1, g_ws, 0)},
-        {"bf16 ks -1", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, -1, g_ws, 0)},
-        {"bf16 ks 2 without a workspace", k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
-        {"fp8q M 9", k_gemv_fp8q(w, s, w, s, y, 0, 9, 16, 16, 0)},
-        {"fp8q x_scale NULL", k_gemv_fp8q(w, NULL, w, s, y, 0, 1, 16, 16, 0)},
-        {"fp8q w_scale NULL", k_gemv_fp8q(w, s, w, NULL, y, 0, 1, 16, 16, 0)},
-        {"fp8q Xq misaligned", k_gemv_fp8q(w + 8, s, w, s, y, 0, 1, 16, 16, 0)},
-        {"fp8q ks 2 without a workspace", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0)},
+        {"bf16 M 9", k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 1, NULL, 0)},
+        {"bf16 M -1", k_gemv_bf16(x, wb, y, 0, -1, 16, 16, 1, NULL, 0)},
+        {"fp8 M 9", k_gemv_fp8(x, w, s, y, 0, 9, 16, 16, 1, NULL, 0)},
+        {"bf16 K 40", k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 1, NULL, 0)},
+        {"fp8 K 8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 8, 1, NULL, 0)},
+        {"bf16 K 0", k_gemv_bf16(x, wb, y, 0, 1, 16, 0, 1, NULL, 0)},
+        {"bf16 N 0", k_gemv_bf16(x, wb, y, 0, 1, 0, 16, 1, NULL, 0)},
+        {"bf16 X NULL", k_gemv_bf16(NULL, wb, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"bf16 W NULL", k_gemv_bf16(x, NULL, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"bf16 Y NULL", k_gemv_bf16(x, wb, NULL, 0, 1, 16, 16, 1, NULL, 0)},
+        {"fp8 w_scale NULL", k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"fp8 W NULL", k_gemv_fp8(x, NULL, s, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"bf16 X misaligned", k_gemv_bf16(x + 1, wb, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"fp8 W misaligned", k_gemv_fp8(x, w + 8, s, y, 0, 1, 16, 16, 1, NULL, 0)},
+        {"fp8 ks 9", k_gemv_fp8(x, w, s, y, 0, 1, 16, 256, K_GEMV_MAX_SPLIT + 1, g_ws, 0)},
+        {"bf16 ks -1", k_gemv_bf16(x, wb, y, 0, 1, 16, 256, -1, g_ws, 0)},
+        {"bf16 ks 2 without a workspace", k_gemv_bf16(x, wb, y, 0, 1, 16, 256, 2, NULL, 0)},
         {"parts ks 9", k_gemv_fp8_parts(x, w, s, y, 1, 16, 256, K_GEMV_MAX_SPLIT + 1, 0)},
         {"parts NULL", k_gemv_fp8_parts(x, w, s, NULL, 1, 16, 256, 0, 0)},
         {"glu M 9", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 9, 16, 16, 0)},
@@ -439,68 +392,59 @@ static void argument_checks(void)
     for (auto &c : cases)
         gt_check(c.rc == -1, "%s fails with -1 (rc %d)", c.what, c.rc);
     /* the messages (k_last_error holds the latest only) */
-    int rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0);
+    int rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "M 9"), "M 9 message: \"%s\"", k_last_error());
-    rc = k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 0);
+    rc = k_gemv_bf16(x, wb, y, 0, 1, 16, 40, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "K 40"), "K 40 message: \"%s\"", k_last_error());
-    rc = k_gemv_fp8(x, w, s, y, 0, 1, 0, 16, 0);
+    rc = k_gemv_fp8(x, w, s, y, 0, 1, 0, 16, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "N 0"), "N 0 message: \"%s\"", k_last_error());
-    rc = k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 0);
+    rc = k_gemv_fp8(x, w, NULL, y, 0, 1, 16, 16, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "NULL"), "NULL w_scale message: \"%s\"", k_last_error());
-    rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 0);
+    rc = k_gemv_bf16(x + 4, wb, y, 0, 1, 16, 16, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "aligned"), "misaligned X message: \"%s\"", k_last_error());
-    rc = k_gemv_fp8q(w, NULL, w, s, y, 0, 1, 16, 16, 0);
-    gt_check(rc == -1 && strstr(k_last_error(), "x_scale"), "NULL x_scale message: \"%s\"", k_last_error());
-    rc = k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, 2, NULL, 0);
+    rc = k_gemv_fp8(x, w, s, y, 0, 1, 16, 256, 2, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "split without workspace message: \"%s\"",
              k_last_error());
-    gt_check(k_gemv_bf16_ex(NULL, NULL, NULL, 0, 0, 16, 16, 0, 2, NULL, 0) == 0, "split M 0 is a no-op");
+    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 2, NULL, 0) == 0, "split M 0 is a no-op");
 
     /* fp16 mode: the 16-bit GEMV checks its arguments as in bf16; every fp8 launcher fails at once
      * (M 0 included: no fp8 path exists in fp16 mode), then bf16 mode is restored */
     k_set_f16(1);
-    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0, "fp16 M 0 is a no-op returning 0");
-    rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 0);
+    gt_check(k_gemv_bf16(NULL, NULL, NULL, 0, 0, 16, 16, 1, NULL, 0) == 0, "fp16 M 0 is a no-op returning 0");
+    rc = k_gemv_bf16(x, wb, y, 0, 9, 16, 16, 1, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "M 9"), "fp16 M 9 message: \"%s\"", k_last_error());
-    rc = k_gemv_bf16_ex(x, wb, y, 0, 1, 16, 256, 0, 2, NULL, 0);
+    rc = k_gemv_bf16(x, wb, y, 0, 1, 16, 256, 2, NULL, 0);
     gt_check(rc == -1 && strstr(k_last_error(), "workspace"), "fp16 split without workspace message: \"%s\"",
              k_last_error());
-    unsigned long long *prof = (unsigned long long *)y;
     /* rc is the call's, and k_last_error() still its message when the check runs */
     auto refused = [](const char *what, int rc) {
         gt_check(rc == -1 && strstr(k_last_error(), "bf16 only"), "fp16 %s refused (rc %d): \"%s\"", what, rc,
                  k_last_error());
     };
-    refused("k_gemv_fp8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 16, 0));
-    refused("k_gemv_fp8 M 0", k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0));
-    refused("k_gemv_fp8_variant", k_gemv_fp8_variant(x, w, s, y, 0, 1, 16, 16, 2, 0));
-    refused("k_gemv_fp8_ex", k_gemv_fp8_ex(x, w, s, y, 0, 1, 16, 256, 0, 2, g_ws, 0));
-    refused("k_gemv_fp8q", k_gemv_fp8q(w, s, w, s, y, 0, 1, 16, 16, 0));
-    refused("k_gemv_fp8q_variant", k_gemv_fp8q_variant(w, s, w, s, y, 0, 1, 16, 16, 2, 0));
-    refused("k_gemv_fp8q_ex", k_gemv_fp8q_ex(w, s, w, s, y, 0, 1, 16, 256, 0, 2, g_ws, 0));
+    refused("k_gemv_fp8", k_gemv_fp8(x, w, s, y, 0, 1, 16, 16, 1, NULL, 0));
+    refused("k_gemv_fp8 M 0", k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 1, NULL, 0));
+    refused("k_gemv_fp8 split", k_gemv_fp8(x, w, s, y, 0, 1, 16, 256, 2, g_ws, 0));
+    refused("k_gemv_fp8_parts", k_gemv_fp8_parts(x, w, s, y, 1, 16, 256, 0, 0));
     refused("k_gemv_fp8_glu", k_gemv_fp8_glu(x, w, s, (bf16 *)y, 1, 16, 16, 0));
-    refused("k_gemv_fp8_profile", k_gemv_fp8_profile(x, w, s, (bf16 *)y, 16, 16, 0, 1, NULL, prof, 0));
     k_set_f16(0);
-    gt_check(k_f16() == 0 && k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 0) == 0,
+    gt_check(k_f16() == 0 && k_gemv_fp8(NULL, NULL, NULL, NULL, 0, 0, 16, 16, 1, NULL, 0) == 0,
              "bf16 mode restored: fp8 M 0 is a no-op again");
     GPU_OK(cudaGetLastError()); /* no launch happened: no sticky error either */
-    gt_check(!strcmp(k_gemv_variant_name(0), "auto") &&
-                 !strcmp(k_gemv_variant_name(K_GEMV_VARIANTS + 1), "?"),
-             "variant names: 0 \"%s\", %d \"%s\"", k_gemv_variant_name(0), K_GEMV_VARIANTS,
-             k_gemv_variant_name(K_GEMV_VARIANTS));
     GPU_OK(cudaFree(x));
     GPU_OK(cudaFree(w));
     GPU_OK(cudaFree(s));
     GPU_OK(cudaFree(y));
 }
 
-/* ---- k_gemv_fp8_glu against k_gemv_fp8 (the same configuration, variant 2) + k_silu_mul: the same bits.
+/* ---- k_gemv_fp8_glu against k_gemv_fp8 in the same configuration + k_silu_mul: the same bits. The fused
+ * kernel computes in the wide configuration, so the unfused GEMV runs on a matrix of at least 16 rows an
+ * SM: the 2F rows of gate_up, then (for a small F) more random rows, which only make the shape wide.
  * graph: the fused launch captured into a graph and replayed twice instead of launched directly. */
 
-static void glu_case(int M, int F, int K, uint64_t seed, bool graph, int variant = 2)
+static void glu_case(int M, int F, int K, uint64_t seed, bool graph)
 {
     problem p;
-    make_problem(p, true, M, 2 * F, K, seed); /* W: the 2F rows of gate_up */
+    make_problem(p, true, M, std::max(2 * F, 16 * g_sms), K, seed); /* rows 0 .. 2F-1: gate_up */
     dev_problem d = upload(p);
     bf16 *ref, *got;
     const size_t n = (size_t)M * F;
@@ -509,10 +453,11 @@ static void glu_case(int M, int F, int K, uint64_t seed, bool graph, int variant
     char what[96];
     snprintf(what, sizeof what, "glu M %d F %4d K %4d%s", M, F, K, graph ? " graph x2" : "");
     poison(p, d, 0);
-    int rc = launch(p, d, 0, variant);
+    int rc = launch(p, d, 0);
     if (!rc) {
         verify(what, p, d, 0); /* the unfused gate_up itself against the double reference */
-        rc = k_silu_mul((const bf16 *)d.Y, ref, M, F, 0);
+        for (int m = 0; m < M && !rc; m++)
+            rc = k_silu_mul((const bf16 *)d.Y + (size_t)m * p.N, ref + (size_t)m * F, 1, F, 0);
     }
     cudaStream_t st;
     GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -561,29 +506,25 @@ static void glu_case(int M, int F, int K, uint64_t seed, bool graph, int variant
 
 static void graph_check(uint64_t seed)
 {
-    problem pb, pf, pq, ph;
+    problem pb, pf, ph;
     make_problem(pb, false, 3, 300, 640, seed);
     make_problem(pf, true, 5, 257, 656, seed ^ 0xabc);
-    make_problem(pq, true, 2, 300, 1024, seed ^ 0xdef, 0, true);
-    make_problem(ph, false, 4, 300, 640, seed ^ 0x123, 0, false, true); /* fp16, captured in fp16 mode */
-    dev_problem db = upload(pb), df = upload(pf), dq = upload(pq), dh = upload(ph);
+    make_problem(ph, false, 4, 300, 640, seed ^ 0x123, 0, true); /* fp16, captured in fp16 mode */
+    dev_problem db = upload(pb), df = upload(pf), dh = upload(ph);
     cudaStream_t st;
     GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    int rb = launch(pb, db, 0, 0, st), rf = launch(pf, df, 1, 0, st, 3); /* fp8: K split in 3 */
-    int rq = launch(pq, dq, 0, 0, st, 2);                                /* fp8q: split in 2 */
-    int rh = launch(ph, dh, 0, 0, st, 2);                                /* fp16: split in 2 */
+    int rb = launch(pb, db, 0, st), rf = launch(pf, df, 1, st, 3); /* fp8: K split in 3 */
+    int rh = launch(ph, dh, 0, st, 2);                             /* fp16: split in 2 */
     GPU_OK(cudaStreamEndCapture(st, &graph));
-    gt_check(rb == 0 && rf == 0 && rq == 0 && rh == 0,
-             "launchers inside stream capture return 0 (%d, %d, %d, %d) %s", rb, rf, rq, rh,
-             rb || rf || rq || rh ? k_last_error() : "");
+    gt_check(rb == 0 && rf == 0 && rh == 0, "launchers inside stream capture return 0 (%d, %d, %d) %s", rb,
+             rf, rh, rb || rf || rh ? k_last_error() : "");
     GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int rep = 0; rep < 2; rep++) {
         poison(pb, db, 0, st);
         poison(pf, df, 1, st);
-        poison(pq, dq, 0, st);
         poison(ph, dh, 0, st);
         GPU_OK(cudaGraphLaunch(exec, st)); /* in bf16 mode: the graph keeps the fp16 kernel it captured */
         GPU_OK(cudaStreamSynchronize(st));
@@ -592,9 +533,6 @@ static void graph_check(uint64_t seed)
         verify(rep ? "graph replay 2 fp8 M 5 N 257 K 656 f32 ks 3"
                    : "graph replay 1 fp8 M 5 N 257 K 656 f32 ks 3",
                pf, df, 1);
-        verify(rep ? "graph replay 2 fp8q M 2 N 300 K 1024 ks 2"
-                   : "graph replay 1 fp8q M 2 N 300 K 1024 ks 2",
-               pq, dq, 0);
         verify(rep ? "graph replay 2 fp16 M 4 N 300 K 640 ks 2" : "graph replay 1 fp16 M 4 N 300 K 640 ks 2",
                ph, dh, 0);
     }
@@ -603,7 +541,6 @@ static void graph_check(uint64_t seed)
     GPU_OK(cudaStreamDestroy(st));
     release(db);
     release(df);
-    release(dq);
     release(dh);
 }
 
@@ -683,11 +620,9 @@ template <typename F> static timing time_it(F launch_i, double bytes)
     return r;
 }
 
-/* Sampled check of Y (auto variant) on 64 rows n (0, N-1 and 62 random) for every m. Xq, XS: fp8q's
- * X (K_FP8_ROWS(M) rows), else NULL. */
-static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t *Xq, const float *XS,
-                       const void *W, const float *S, const void *Y, int y_f32, int M, int N, int K,
-                       uint64_t *rng, bool f16 = false)
+/* Sampled check of Y (the automatic choice) on 64 rows n (0, N-1 and 62 random) for every m. */
+static void big_verify(const char *what, bool fp8, const bf16 *X, const void *W, const float *S,
+                       const void *Y, int y_f32, int M, int N, int K, uint64_t *rng, bool f16 = false)
 {
     std::vector<int> rows = {0, N - 1};
     for (int i = 0; i < 62 && i < N - 2; i++)
@@ -701,15 +636,6 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
     std::vector<double> xd((size_t)M * K);
     for (size_t i = 0; i < xd.size(); i++)
         xd[i] = e16f(f16, xh[i]);
-    if (Xq) {
-        const int Mp = K_FP8_ROWS(M);
-        std::vector<uint8_t> q((size_t)M * K);
-        std::vector<float> xs((size_t)kb * Mp);
-        GPU_OK(cudaMemcpy(q.data(), Xq, q.size(), cudaMemcpyDeviceToHost));
-        GPU_OK(cudaMemcpy(xs.data(), XS, xs.size() * 4, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < xd.size(); i++)
-            xd[i] = (double)e4m3_to_f32(q[i]) * xs[(i % K / 128) * Mp + i / K];
-    }
     /* every output must be finite */
     const size_t es = y_f32 ? 4 : 2;
     std::vector<uint8_t> yraw((size_t)M * N * es);
@@ -755,7 +681,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
             const double got = yval((size_t)m * N + n);
             if (!std::isfinite(got))
                 continue;
-            const double atol = (Xq ? ATOL_FRAC_XQ : ATOL_FRAC) * sqrt((double)K) * mx;
+            const double atol = ATOL_FRAC * sqrt((double)K) * mx;
             const double d = fabs(got - ref), bound = rtol * fabs(ref) + atol;
             num += d * d, den += ref * ref, aa += atol * atol, checked++;
             bad += d > bound;
@@ -763,7 +689,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
                 worst = d / bound, wm = m, wn = n, wgot = got, wref = ref;
         }
     }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? (Xq ? 1e-3 : 5e-5) : tol16;
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num), tol = y_f32 ? 5e-5 : tol16;
     gt_check(
         !nonfinite && !bad && sqrt(num) <= tol * sqrt(den) + sqrt(aa / (checked ? checked : 1)),
         "%-44s sampled %4zu  rel %.2e (tol %.0e) worst |d|/bound %.3f at (m %d, n %d) got %.6g ref %.6g  "
@@ -771,8 +697,7 @@ static void big_verify(const char *what, bool fp8, const bf16 *X, const uint8_t 
         what, checked, rel, tol, worst, wm, wn, wgot, wref, bad, nonfinite);
 }
 
-/* f16: the 16-bit GEMV in fp16 mode too (its own fp16 X and W; checked, and timed auto, split and
- * k_gemm only) */
+/* f16: the 16-bit GEMV in fp16 mode too (its own fp16 X and W) */
 static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vector<int> &Ms, uint64_t seed,
                           std::vector<std::string> &summary, bool f16 = false)
 {
@@ -783,12 +708,10 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     const int copies16 = (int)(min_total / bytes_bf16 + 1);
     const int copies8 = (int)(min_total / nk + 1);
     bf16 *X, *Wb, *X16 = NULL, *W16 = NULL;
-    uint8_t *Wq, *Xq;
-    float *S, *XS;
+    uint8_t *Wq;
+    float *S;
     void *Y;
     GPU_OK(cudaMalloc(&X, (size_t)K_GEMV_MAX_M * s.K * 2));
-    GPU_OK(cudaMalloc(&Xq, (size_t)K_FP8_ROWS(K_GEMV_MAX_M) * s.K));
-    GPU_OK(cudaMalloc(&XS, (size_t)K_FP8_ROWS(K_GEMV_MAX_M) * kb * 4));
     GPU_OK(cudaMalloc(&Wb, bytes_bf16 * copies16));
     GPU_OK(cudaMalloc(&Wq, nk * copies8));
     GPU_OK(cudaMalloc(&S, (size_t)nb * kb * 4 * copies8));
@@ -815,12 +738,12 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
     }
     GPU_OK(cudaDeviceSynchronize());
     uint64_t rng = seed | 1;
-    uint64_t rot = 0; /* the next weight copy: every launch takes the next one, across variants too */
+    uint64_t rot = 0; /* the next weight copy: every launch takes the next one */
     for (int M : Ms) {
         char what[128];
-        for (int mode = 0; mode < (f16 ? 4 : 3); mode++) { /* bf16, fp8, fp8q, fp16 */
-            const bool fp8 = mode == 1 || mode == 2, xq = mode == 2, h = mode == 3;
-            const char *dt = xq ? "fp8q" : fp8 ? "fp8 " : h ? "fp16" : "bf16";
+        for (int mode = 0; mode < (f16 ? 3 : 2); mode++) { /* bf16, fp8, fp16 */
+            const bool fp8 = mode == 1, h = mode == 2;
+            const char *dt = fp8 ? "fp8 " : h ? "fp16" : "bf16";
             bf16 *const X_ = h ? X16 : X, *const Wb_ = h ? W16 : Wb; /* the 16-bit path's operands */
             k_set_f16(h);                                            /* back to bf16 at the end of the mode */
             /* check the automatic choice on fresh poison */
@@ -828,67 +751,38 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
             snprintf(what, sizeof what, "%s %-7s M %d N %6d K %5d %s %s", s.model, s.name, M, s.N, s.K, dt,
                      yt);
             GPU_OK(cudaMemset(Y, 0xff, (size_t)M * s.N * ysz));
-            if (xq && k_quant_fp8_act(X, M, s.K, Xq, XS, 0)) {
-                gt_check(false, "%s: k_quant_fp8_act: %s", what, k_last_error());
-                k_set_f16(0);
-                continue;
-            }
-            int rc = xq    ? k_gemv_fp8q(Xq, XS, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
-                     : fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 0)
-                           : k_gemv_bf16(X_, Wb_, Y, s.y_f32, M, s.N, s.K, 0);
+            int rc = fp8 ? k_gemv_fp8(X, Wq, S, Y, s.y_f32, M, s.N, s.K, 1, NULL, 0)
+                         : k_gemv_bf16(X_, Wb_, Y, s.y_f32, M, s.N, s.K, 1, NULL, 0);
             if (rc) {
                 gt_check(false, "%s: %s", what, k_last_error());
                 k_set_f16(0);
                 continue;
             }
-            big_verify(what, fp8, X_, xq ? Xq : NULL, XS, fp8 ? (const void *)Wq : (const void *)Wb_, S, Y,
-                       s.y_f32, M, s.N, s.K, &rng, h);
+            big_verify(what, fp8, X_, fp8 ? (const void *)Wq : (const void *)Wb_, S, Y, s.y_f32, M, s.N, s.K,
+                       &rng, h);
 
-            /* time: auto, every variant, and k_gemm_bf16 (bf16 only) */
-            timing t[K_GEMV_VARIANTS + 1], tc;
-            for (int v = 0; v <= (h ? 0 : K_GEMV_VARIANTS); v++) {
-                if (xq)
-                    t[v] = time_it(
+            /* time: the automatic choice without (ks 1) and with the split of K (ks 0), and k_gemm_bf16 */
+            timing t[2], tc;
+            for (int split = 0; split < 2; split++) {
+                const int ks = split ? 0 : 1;
+                void *ws = split ? g_ws : NULL;
+                if (fp8)
+                    t[split] = time_it(
                         [&](int) {
                             const int c = (int)(rot++ % copies8);
-                            return k_gemv_fp8q_variant(Xq, XS, Wq + c * nk, S + (size_t)c * nb * kb, Y,
-                                                       s.y_f32, M, s.N, s.K, v, 0);
-                        },
-                        (double)bytes_fp8);
-                else if (fp8)
-                    t[v] = time_it(
-                        [&](int) {
-                            const int c = (int)(rot++ % copies8);
-                            return k_gemv_fp8_variant(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M,
-                                                      s.N, s.K, v, 0);
+                            return k_gemv_fp8(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M, s.N,
+                                              s.K, ks, ws, 0);
                         },
                         (double)bytes_fp8);
                 else
-                    t[v] = time_it(
+                    t[split] = time_it(
                         [&](int) {
-                            return k_gemv_bf16_variant(
+                            return k_gemv_bf16(
                                 X_, (const bf16 *)((const char *)Wb_ + (rot++ % copies16) * bytes_bf16), Y,
-                                s.y_f32, M, s.N, s.K, v, 0);
+                                s.y_f32, M, s.N, s.K, ks, ws, 0);
                         },
                         (double)bytes_bf16);
             }
-            timing tsplit = time_it(
-                [&](int) {
-                    if (xq) {
-                        const int c = (int)(rot++ % copies8);
-                        return k_gemv_fp8q_ex(Xq, XS, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M,
-                                              s.N, s.K, 0, 0, g_ws, 0);
-                    }
-                    if (fp8) {
-                        const int c = (int)(rot++ % copies8);
-                        return k_gemv_fp8_ex(X, Wq + c * nk, S + (size_t)c * nb * kb, Y, s.y_f32, M, s.N, s.K,
-                                             0, 0, g_ws, 0);
-                    }
-                    return k_gemv_bf16_ex(X_,
-                                          (const bf16 *)((const char *)Wb_ + (rot++ % copies16) * bytes_bf16),
-                                          Y, s.y_f32, M, s.N, s.K, 0, 0, g_ws, 0);
-                },
-                fp8 ? (double)bytes_fp8 : (double)bytes_bf16);
             if (!fp8 && g)
                 tc = time_it(
                     [&](int) {
@@ -898,33 +792,22 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
                     },
                     (double)bytes_bf16);
             k_set_f16(0);
-            int best = 1;
-            for (int v = 2; v <= K_GEMV_VARIANTS; v++)
-                if (t[v].ms > 0 && (t[best].ms <= 0 || t[v].ms < t[best].ms))
-                    best = v;
             char line[512];
-            int o =
-                snprintf(line, sizeof line, "%s %-7s N %6d K %5d M %d %s: auto %7.4f ms %4.2f TB/s (%3.0f%%)",
-                         s.model, s.name, s.N, s.K, M, dt, t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100);
+            int o = snprintf(
+                line, sizeof line,
+                "%s %-7s N %6d K %5d M %d %s: auto %7.4f ms %4.2f TB/s (%3.0f%%), split %7.4f ms "
+                "%4.2f TB/s",
+                s.model, s.name, s.N, s.K, M, dt, t[0].ms, t[0].tbs, t[0].tbs / 4.2 * 100, t[1].ms, t[1].tbs);
             if (!fp8)
                 o += snprintf(line + o, sizeof line - o, " | k_gemm %7.4f ms %4.2f TB/s", tc.ms, tc.tbs);
-            if (!h)
-                o += snprintf(line + o, sizeof line - o, " | best v%d (%s) %7.4f ms %4.2f TB/s", best,
-                              k_gemv_variant_name(best), t[best].ms, t[best].tbs);
             printf("time %s\n", line);
             /* the summary line: TB/s only */
-            o = snprintf(line, sizeof line,
-                         "%-4s %-7s M %d %s auto %4.2f  split %4.2f  %s %4.2f  best v%-2d %4.2f |", s.model,
-                         s.name, M, dt, t[0].tbs, tsplit.tbs, fp8 ? "      " : "k_gemm", fp8 ? 0.0 : tc.tbs,
-                         h ? 0 : best, h ? 0.0 : t[best].tbs);
-            for (int v = 1; v <= K_GEMV_VARIANTS && !h; v++)
-                o += snprintf(line + o, sizeof line - o, " %4.2f", t[v].tbs);
+            snprintf(line, sizeof line, "%-4s %-7s M %d %s auto %4.2f  split %4.2f  %s %4.2f", s.model,
+                     s.name, M, dt, t[0].tbs, t[1].tbs, fp8 ? "      " : "k_gemm", fp8 ? 0.0 : tc.tbs);
             summary.push_back(line);
         }
     }
     GPU_OK(cudaFree(X));
-    GPU_OK(cudaFree(Xq));
-    GPU_OK(cudaFree(XS));
     GPU_OK(cudaFree(Wb));
     GPU_OK(cudaFree(Wq));
     GPU_OK(cudaFree(S));
@@ -934,25 +817,24 @@ static void big_shape_run(struct k_gemm *g, const big_shape &s, const std::vecto
 }
 
 /* ---- the diagonal mapping of one-row fp8 GEMVs (k_gemv_fp8_diag): shapes of at least one 16-row
- * tile (8 GLU outputs) per SM, where it replaces the automatic configuration: partial tiles, K not a
+ * tile (8 GLU outputs) per SM, where it replaces the wide configuration: partial tiles, K not a
  * multiple of its 512-k step, split K with tickets (twice: tickets left at 0) and as parts, the GLU
  * kernel against the same GEMV + k_silu_mul in a graph, large inputs and subnormal codes. Then one
- * check that it is another kernel than variant 2 (the fp32 sums of a long K differ somewhere). */
+ * check that it is another kernel than the tile mapping (the fp32 sums of a long K differ somewhere). */
 template <typename SEED> static void diag_cases(SEED &seed)
 {
     printf("\n== the diagonal mapping at M = 1 (k_gemv_fp8_diag)\n");
     const int was = k_gemv_fp8_diag(1);
-    int sms = 0;
-    GPU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int sms = g_sms;
     const int N1 = 16 * sms + 8, N2 = 5120; /* a partial last tile; Qwen3-14B's o_proj and down */
     for (int N : {N1, N2})
         for (int K : {16, 144, 528, 656, 5120, 17408}) {
             problem p;
             make_problem(p, true, 1, N, K, seed());
-            run_case(p, K & 16 ? 1 : 0, 0, "diag");
-            run_case(p, 1, 0, "diag split", 0, 3, 2);
+            run_case(p, K & 16 ? 1 : 0, "diag");
+            run_case(p, 1, "diag split", 0, 3, 2);
             if (K >= 5120) {
-                run_case(p, 0, 0, "diag split", 0, 0, 2);
+                run_case(p, 0, "diag split", 0, 0, 2);
                 parts_case(p, 0);
                 parts_case(p, 4);
             }
@@ -961,23 +843,25 @@ template <typename SEED> static void diag_cases(SEED &seed)
     for (int kind : {1, 2}) { /* subnormal codes with scale 1; large x with outliers */
         problem p;
         make_problem(p, true, 1, N1, kind == 1 ? 256 : 17408, seed(), kind);
-        run_case(p, 1, 0, kind == 1 ? "diag fp8 subnormal codes only" : "diag large x (1e3, outliers 3e4)");
+        run_case(p, 1, kind == 1 ? "diag fp8 subnormal codes only" : "diag large x (1e3, outliers 3e4)");
     }
-    glu_case(1, 8 * sms + 8, 656, seed(), false, 0);
-    glu_case(1, 17408, 5120, seed(), true, 0); /* Qwen3-14B's gate/up, in a graph */
+    glu_case(1, 8 * sms + 8, 656, seed(), false);
+    glu_case(1, 17408, 5120, seed(), true); /* Qwen3-14B's gate/up, in a graph */
     {
         problem p;
         make_problem(p, true, 1, N1, 17408, seed());
         dev_problem d = upload(p);
         std::vector<float> a(p.N), b(p.N);
-        K_OK(k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 0, 0));
+        K_OK(k_gemv_fp8(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 1, NULL, 0));
         GPU_OK(cudaMemcpy(a.data(), d.Y, (size_t)p.N * 4, cudaMemcpyDeviceToHost));
-        K_OK(k_gemv_fp8_variant(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 2, 0));
+        k_gemv_fp8_diag(0);
+        K_OK(k_gemv_fp8(d.X, (const uint8_t *)d.W, d.S, d.Y, 1, 1, p.N, p.K, 1, NULL, 0));
+        k_gemv_fp8_diag(1);
         GPU_OK(cudaMemcpy(b.data(), d.Y, (size_t)p.N * 4, cudaMemcpyDeviceToHost));
         size_t differ = 0;
         for (int i = 0; i < p.N; i++)
             differ += memcmp(&a[i], &b[i], 4) != 0;
-        gt_check(differ > 0, "diag: the automatic kernel is not variant 2 (%zu of %d fp32 sums differ)",
+        gt_check(differ > 0, "diag: the diagonal kernel is not the tile mapping (%zu of %d fp32 sums differ)",
                  differ, p.N);
         release(d);
     }
@@ -1026,17 +910,17 @@ static void tiled_check(const char *what, const void *W, int N, int K, int kind,
     GPU_OK(cudaFree(wt));
 }
 
-/* Every launcher that reads the copies (k_gemv_fp8_ex in variants 2 and 7 and k_gemv_bf16_ex in 11 and
- * 7, with and without a split; k_gemv_fp8_parts; k_gemv_fp8_glu), one to eight rows, Qwen3-14B's
- * shapes; the automatic choice also against the reference; the argument errors. */
+/* Every launcher that reads the copies (k_gemv_fp8 and k_gemv_bf16 in both configurations, wide shapes
+ * first, then narrow ones, with and without a split; k_gemv_fp8_parts; k_gemv_fp8_glu), one to eight rows,
+ * Qwen3-14B's shapes; the automatic choice also against the reference; the argument errors. */
 template <typename SEED> static void tiled_cases(SEED &seed)
 {
     printf("\n== the tile-order copies (k_gemv_*_tile_order, k_gemv_*_tiled)\n");
     const int was = k_gemv_fp8_diag(0); /* the row-major side in the tile mapping: same order */
-    int sms = 0;
-    GPU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    const int shapes[][2] = {
-        {16 * sms + 16, 128}, {16 * sms + 16, 640}, {7168, 5120}, {5120, 17408}, {96, 1024}};
+    const int sms = g_sms;
+    const int shapes[][2] = {{16 * sms + 16, 128}, {16 * sms + 16, 640}, {7168, 5120},
+                             {5120, 17408},        {96, 1024},           {16 * sms - 16, 128},
+                             {16 * sms - 16, 640}, {1024, 5120},         {1024, 17408}};
     for (int fp8 = 1; fp8 >= 0; fp8--)
         for (auto &sh : shapes)
             for (int M : {1, 3, 8}) {
@@ -1048,18 +932,17 @@ template <typename SEED> static void tiled_cases(SEED &seed)
                 const void *W = d.W;
                 const int kind = fp8 ? 0 : 2;
                 const size_t ybytes = ((size_t)p.M * p.N + GUARD) * 2;
-                for (int v : {fp8 ? 2 : 11, 7})
-                    for (int ks : {1, 3, 0}) {
-                        char what[128];
-                        snprintf(what, sizeof what, "tiled %s M %d N %5d K %5d v%d ks %d",
-                                 fp8 ? "fp8 " : "bf16", M, p.N, p.K, v, ks);
-                        tiled_check(what, W, p.N, p.K, kind, d.Y, ybytes, [&]() {
-                            return fp8 ? k_gemv_fp8_ex(d.X, (const uint8_t *)W, d.S, d.Y, 0, M, p.N, p.K, v,
-                                                       ks, g_ws, 0)
-                                       : k_gemv_bf16_ex(d.X, (const bf16 *)W, d.Y, 0, M, p.N, p.K, v, ks,
-                                                        g_ws, 0);
-                        });
-                    }
+                const char *cfg = p.N >= 16 * sms ? "wide" : "narrow";
+                for (int ks : {1, 3, 0}) {
+                    char what[128];
+                    snprintf(what, sizeof what, "tiled %s M %d N %5d K %5d %s ks %d", fp8 ? "fp8 " : "bf16",
+                             M, p.N, p.K, cfg, ks);
+                    void *ws = ks == 1 ? NULL : g_ws;
+                    tiled_check(what, W, p.N, p.K, kind, d.Y, ybytes, [&]() {
+                        return fp8 ? k_gemv_fp8(d.X, (const uint8_t *)W, d.S, d.Y, 0, M, p.N, p.K, ks, ws, 0)
+                                   : k_gemv_bf16(d.X, (const bf16 *)W, d.Y, 0, M, p.N, p.K, ks, ws, 0);
+                    });
+                }
                 /* the automatic choice with the copy, against the double reference */
                 uint8_t *wt;
                 GPU_OK(cudaMalloc(&wt, (size_t)p.N * p.K * (fp8 ? 1 : 2)));
@@ -1074,8 +957,8 @@ template <typename SEED> static void tiled_cases(SEED &seed)
                 char what[128];
                 snprintf(what, sizeof what, "tiled %s auto M %d N %5d K %5d vs reference",
                          fp8 ? "fp8 " : "bf16", M, p.N, p.K);
-                if (fp8 ? k_gemv_fp8_ex(d.X, (const uint8_t *)W, d.S, d.Y, 1, M, p.N, p.K, 0, 0, g_ws, 0)
-                        : k_gemv_bf16_ex(d.X, (const bf16 *)W, d.Y, 1, M, p.N, p.K, 0, 0, g_ws, 0))
+                if (fp8 ? k_gemv_fp8(d.X, (const uint8_t *)W, d.S, d.Y, 1, M, p.N, p.K, 0, g_ws, 0)
+                        : k_gemv_bf16(d.X, (const bf16 *)W, d.Y, 1, M, p.N, p.K, 0, g_ws, 0))
                     gt_check(false, "%s: %s", what, k_last_error());
                 else
                     verify(what, p, d, 1);
@@ -1138,246 +1021,13 @@ template <typename SEED> static void tiled_cases(SEED &seed)
     k_gemv_fp8_diag(was);
 }
 
-/* ---- --profile [layers]: where a decode GEMV's time goes inside a chain like the engine's step
- *
- * L layers of Qwen3-14B's QKV, o_proj, gate/up + SwiGLU and down (fp8, M = 1, the automatic
- * configuration; down split in K as k_gemv_fp8_ex splits it) captured in a graph with PDL, each op
- * launched through k_gemv_fp8_profile, whose warps stamp %globaltimer when their CTA starts, when the PDL
- * wait returns, after each chunk's products and when they leave (kernels/gemv.cu). First the profiled
- * kernels are checked to give the same bits as the plain ones, and the chain of plain kernels is timed
- * (20 graph replays between two events: what the engine's GEMVs cost a layer without the stamps); then,
- * from the last of 5 replays of the profiled chain, per op (layers 1 .. L-1 pooled; times from the
- * previous op's last warp leaving, "prev end"): the op's critical time and rate, when its warps' waits
- * return, when their first chunk is done after the wait, the median time between two chunks of a warp,
- * and when its warps leave (p10 / p50 / p90 / max); and per SM (%smid), grouped by how many of the
- * op's CTAs it ran, when its last products were done. The stamps cost: the profiled chain runs
- * ~15 % longer than the plain one. */
-static double pct(std::vector<double> &v, double q)
-{
-    if (v.empty())
-        return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(q * v.size()))];
-}
-
-static int profile_chain(int layers)
-{
-    const int C = 5120, QKV = 7168, F = 17408;
-    struct op {
-        const char *name;
-        int N, K, glu;
-        uint8_t *w;
-        float *s;
-        const bf16 *x;
-        bf16 *y;
-        int ctas;
-        unsigned long long *prof;
-    };
-    std::vector<op> ops;
-    const int WPC = 8; /* warps a CTA of k_gemv_fp8_profile */
-    /* one op, profiled (prof) or plain (NULL) */
-    auto run_op = [&](const op &o, const bf16 *x, bf16 *y, unsigned long long *prof, cudaStream_t st) {
-        if (prof)
-            return k_gemv_fp8_profile(x, o.w, o.s, y, o.N, o.K, o.glu, 0, g_ws, prof, st);
-        return o.glu ? k_gemv_fp8_glu(x, o.w, o.s, y, 1, o.N, o.K, st)
-                     : k_gemv_fp8_ex(x, o.w, o.s, y, 0, 1, o.N, o.K, 0, 0, g_ws, st);
-    };
-    bf16 *x0, *bufs[4];
-    GPU_OK(cudaMalloc(&x0, C * 2));
-    fill_bf16_kernel<<<64, 256>>>(x0, C, 7, 1.f);
-    const int outs[4] = {QKV, C, F, C};
-    for (int i = 0; i < 4; i++)
-        GPU_OK(cudaMalloc(&bufs[i], (size_t)outs[i] * 2));
-    double bytes_layer = 0;
-    for (int l = 0; l < layers; l++) {
-        const struct {
-            const char *name;
-            int N, K, glu;
-        } sh[4] = {{"QKV", QKV, C, 0}, {"o_proj", C, C, 0}, {"gate/up+SwiGLU", F, C, 1}, {"down", C, F, 0}};
-        for (int m = 0; m < 4; m++) {
-            op o = {sh[m].name, sh[m].N, sh[m].K, sh[m].glu, NULL, NULL, NULL, bufs[m], 0, NULL};
-            const size_t rows = (size_t)o.N * (o.glu ? 2 : 1), nk = rows * o.K;
-            GPU_OK(cudaMalloc(&o.w, nk));
-            fill_e4m3_kernel<<<4096, 256>>>(o.w, nk, 1000 + l * 4 + m);
-            const size_t ns = (rows + 127) / 128 * ((o.K + 127) / 128);
-            GPU_OK(cudaMalloc(&o.s, ns * 4));
-            fill_scale_kernel<<<256, 256>>>(o.s, ns, 2000 + l * 4 + m, 1.f / (64.f * sqrtf((float)o.K)));
-            o.x = m == 0 ? (l == 0 ? x0 : bufs[3]) : bufs[m - 1]; /* o_proj reads QKV's first C outputs */
-            o.ctas = k_gemv_fp8_profile_ctas(o.N, o.K, o.glu, 0, g_ws);
-            GPU_OK(cudaMalloc(&o.prof, (size_t)o.ctas * WPC * K_GEMV_PROF_SLOTS * 8));
-            GPU_OK(cudaMemset(o.prof, 0,
-                              (size_t)o.ctas * WPC * K_GEMV_PROF_SLOTS * 8)); /* unused slots stay 0 */
-            if (l == 0)
-                bytes_layer += (double)nk;
-            ops.push_back(o);
-        }
-    }
-    GPU_OK(cudaDeviceSynchronize());
-    printf(
-        "\n== profile: %d layers of Qwen3-14B's QKV, o_proj, gate/up+SwiGLU, down at M = 1 (%.1f MB of fp8 a "
-        "layer)\n",
-        layers, bytes_layer / 1e6);
-
-    /* the profiled kernels give the plain ones' bits (layer 0's ops on their own inputs); not with the
-     * diagonal mapping (LLMQ_GEMV_DIAG=1: the plain chain is another kernel, the profile is variant 2's) */
-    const int diag = k_gemv_fp8_diag(-1);
-    if (diag)
-        printf("note: the plain chain takes the diagonal mapping (LLMQ_GEMV_DIAG=1); its stamps are variant "
-               "2's\n");
-    for (int m = 0; m < (diag ? 0 : 4); m++) {
-        const op &o = ops[m];
-        bf16 *ya, *yb;
-        GPU_OK(cudaMalloc(&ya, (size_t)o.N * 2));
-        GPU_OK(cudaMalloc(&yb, (size_t)o.N * 2));
-        K_OK(run_op(o, x0, ya, NULL, 0));
-        K_OK(run_op(o, x0, yb, o.prof, 0));
-        std::vector<bf16> a(o.N), b(o.N);
-        GPU_OK(cudaMemcpy(a.data(), ya, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
-        GPU_OK(cudaMemcpy(b.data(), yb, (size_t)o.N * 2, cudaMemcpyDeviceToHost));
-        gt_check(memcmp(a.data(), b.data(), (size_t)o.N * 2) == 0,
-                 "profile: %s (%d CTAs) gives the plain kernel's bits (the profiled instantiation)", o.name,
-                 o.ctas);
-        GPU_OK(cudaFree(ya));
-        GPU_OK(cudaFree(yb));
-    }
-
-    cudaStream_t st;
-    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t gr;
-    cudaGraphExec_t ex;
-    /* first the plain chain, timed: 20 replays between two events, after 3 */
-    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-    for (const op &o : ops)
-        K_OK(run_op(o, o.x, o.y, NULL, st));
-    GPU_OK(cudaStreamEndCapture(st, &gr));
-    GPU_OK(cudaGraphInstantiate(&ex, gr, 0));
-    cudaEvent_t e0, e1;
-    GPU_OK(cudaEventCreate(&e0));
-    GPU_OK(cudaEventCreate(&e1));
-    for (int r = 0; r < 3; r++)
-        GPU_OK(cudaGraphLaunch(ex, st));
-    GPU_OK(cudaEventRecord(e0, st));
-    for (int r = 0; r < 20; r++)
-        GPU_OK(cudaGraphLaunch(ex, st));
-    GPU_OK(cudaEventRecord(e1, st));
-    GPU_OK(cudaEventSynchronize(e1));
-    float chain_ms = 0;
-    GPU_OK(cudaEventElapsedTime(&chain_ms, e0, e1));
-    printf("the plain chain (k_gemv_fp8_ex / k_gemv_fp8_glu): %.3f ms for %d layers, %.1f us a layer, %.2f "
-           "TB/s\n",
-           chain_ms / 20, layers, chain_ms / 20 * 1e3 / layers, bytes_layer * layers / (chain_ms / 20 * 1e9));
-    GPU_OK(cudaEventDestroy(e0));
-    GPU_OK(cudaEventDestroy(e1));
-    GPU_OK(cudaGraphExecDestroy(ex));
-    GPU_OK(cudaGraphDestroy(gr));
-    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
-    for (const op &o : ops)
-        K_OK(run_op(o, o.x, o.y, o.prof, st));
-    GPU_OK(cudaStreamEndCapture(st, &gr));
-    GPU_OK(cudaGraphInstantiate(&ex, gr, 0));
-    for (int r = 0; r < 5; r++)
-        GPU_OK(cudaGraphLaunch(ex, st));
-    GPU_OK(cudaStreamSynchronize(st));
-
-    /* per op: the stamps of every warp */
-    const int S = K_GEMV_PROF_SLOTS;
-    std::vector<std::vector<unsigned long long>> h(ops.size());
-    std::vector<unsigned long long> last_end(ops.size());
-    for (size_t i = 0; i < ops.size(); i++) {
-        h[i].resize((size_t)ops[i].ctas * WPC * S);
-        GPU_OK(cudaMemcpy(h[i].data(), ops[i].prof, h[i].size() * 8, cudaMemcpyDeviceToHost));
-        last_end[i] = 0;
-        for (size_t w = 0; w < h[i].size() / S; w++)
-            last_end[i] = std::max(last_end[i], h[i][w * S + S - 1]);
-    }
-    const double first_start = (double)h[0][0];
-    printf("the chain: %.3f ms for %d layers (%.1f us a layer)\n", (last_end.back() - first_start) / 1e6,
-           layers, (last_end.back() - first_start) / 1e3 / layers);
-    printf("%-15s %6s %7s %6s | %-23s | %-23s | %6s | %-29s\n", "op", "CTAs", "crit us", "TB/s",
-           "wait returns p10/50/90", "1st chunk after wait", "chunk", "warps leave p10/50/90/max");
-    for (int m = 0; m < 4; m++) {
-        std::vector<double> crit, wret, first, gap, leave;
-        for (int l = 1; l < layers; l++) {
-            const size_t i = (size_t)l * 4 + m;
-            const double prev = (double)last_end[i - 1];
-            crit.push_back((last_end[i] - prev) / 1e3);
-            for (size_t w = 0; w < h[i].size() / S; w++) {
-                const unsigned long long *p = &h[i][w * S];
-                wret.push_back((p[1] - prev) / 1e3);
-                if (p[2] > p[1])
-                    first.push_back((p[2] - p[1]) / 1e3);
-                for (int c = 3; c < S - 2 && p[c] > p[c - 1]; c++)
-                    gap.push_back((p[c] - p[c - 1]) / 1e3);
-                leave.push_back((p[S - 1] - prev) / 1e3);
-            }
-        }
-        const op &o = ops[m];
-        const double mb = (double)o.N * (o.glu ? 2 : 1) * o.K / 1e6,
-                     c50 = pct(crit, 0.5) /* MB / us = TB/s */;
-        printf("%-15s %6d %7.2f %6.2f | %6.2f %6.2f %6.2f    | %6.2f %6.2f %6.2f    | %6.2f | %6.2f %6.2f "
-               "%6.2f %6.2f\n",
-               o.name, o.ctas, c50, mb / c50, pct(wret, 0.1), pct(wret, 0.5), pct(wret, 0.9), pct(first, 0.1),
-               pct(first, 0.5), pct(first, 0.9), pct(gap, 0.5), pct(leave, 0.1), pct(leave, 0.5),
-               pct(leave, 0.9), pct(leave, 1.0));
-    }
-    printf(
-        "(us; \"crit\" from the previous op's last warp leaving to this op's; 4.14 TB/s would take %.1f us a "
-        "layer)\n",
-        bytes_layer / 4.14e6);
-    /* Per SM: how many of the op's CTAs it ran and when its last warp's products were done (under PDL
-     * the CTAs of a one-wave GEMV land 1 to 4 an SM, and SMs with more end later; giving every SM the
-     * same bytes did not make the op faster: docs/PERFORMANCE.md, 2026-12-03 seventh). */
-    printf("per SM (layers 1 .. L-1 pooled): CTAs the SM ran -> SMs, their products done p50 / max (us)\n");
-    for (int m = 0; m < 4; m++) {
-        std::map<int, std::vector<double>> by_count;
-        for (int l = 1; l < layers; l++) {
-            const size_t i = (size_t)l * 4 + m;
-            const double prev = (double)last_end[i - 1];
-            std::map<int, std::pair<int, double>> sm; /* smid -> CTAs, last products done */
-            for (size_t w = 0; w < h[i].size() / S; w++) {
-                const unsigned long long *p = &h[i][w * S];
-                auto &e = sm[(int)p[S - 2]];
-                if (w % WPC == 0)
-                    e.first++;
-                unsigned long long done = p[1];
-                for (int c = 2; c < S - 2; c++)
-                    done = std::max(done, p[c]);
-                e.second = std::max(e.second, (done - prev) / 1e3);
-            }
-            for (auto &kv : sm)
-                by_count[kv.second.first].push_back(kv.second.second);
-        }
-        printf("  %-15s", ops[m].name);
-        for (auto &kv : by_count)
-            printf(" | %d: %zu SMs %.2f / %.2f", kv.first, kv.second.size() / (layers - 1),
-                   pct(kv.second, 0.5), pct(kv.second, 1.0));
-        printf("\n");
-    }
-    GPU_OK(cudaGraphExecDestroy(ex));
-    GPU_OK(cudaGraphDestroy(gr));
-    GPU_OK(cudaStreamDestroy(st));
-    for (op &o : ops) {
-        GPU_OK(cudaFree(o.w));
-        GPU_OK(cudaFree(o.s));
-        GPU_OK(cudaFree(o.prof));
-    }
-    for (bf16 *b : bufs)
-        GPU_OK(cudaFree(b));
-    GPU_OK(cudaFree(x0));
-    return 0;
-}
-
-int main(int argc, char **argv)
+int main(void)
 {
     gpu_require();
     base_seed = gt_seed();
     GPU_OK(cudaMalloc(&g_ws, K_GEMV_WS_BYTES));
     GPU_OK(cudaMemset(g_ws, 0, K_GEMV_WS_BYTES));
-    if (argc > 1 && !strcmp(argv[1], "--profile")) {
-        profile_chain(argc > 2 ? std::max(2, atoi(argv[2])) : 8);
-        printf("%s: %d failure(s)\n", gt_failures ? "FAILED" : "PASSED", gt_failures);
-        return gt_failures ? 1 : 0;
-    }
+    GPU_OK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     uint64_t k = 1;
     auto seed = [&]() { return gt_splitmix(base_seed + k++); };
     /* the tile mapping everywhere but in diag_cases (the device's default may be the diagonal one) */
@@ -1386,63 +1036,60 @@ int main(int argc, char **argv)
     printf("\n== argument errors\n");
     argument_checks();
 
-    printf("\n== every M, odd N and K, y_f32 both ways (automatic variant)\n");
+    printf("\n== every M, odd N and K, y_f32 both ways (narrow shapes: N < 16 x %d SMs)\n", g_sms);
     const int Ns[] = {1, 7, 17, 129, 1000};
     const int Ks[] = {16, 48, 128, 144, 640, 656, 5120};
-    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
+    for (int mode = 0; mode < 3; mode++) /* bf16, fp8, fp16 */
         for (int M = 1; M <= K_GEMV_MAX_M; M++)
             for (int ni = 0; ni < 5; ni++)
                 for (int ki = 0; ki < 7; ki++) {
                     problem p;
-                    make_problem(p, mode == 1 || mode == 2, M, Ns[ni], Ks[ki], seed(), 0, mode == 2,
-                                 mode == 3);
-                    run_case(p, (ni + ki + M) & 1, 0, "grid");
+                    make_problem(p, mode == 1, M, Ns[ni], Ks[ki], seed(), 0, mode == 2);
+                    run_case(p, (ni + ki + M) & 1, "grid");
                 }
 
-    printf("\n== every variant\n");
-    const int vshape[][2] = {{33, 144}, {129, 656}, {1000, 5120}, {300, 2048}};
-    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
-        for (int v = 1; v <= K_GEMV_VARIANTS; v++)
-            for (int M : {1, 5, 8})
-                for (auto &sh : vshape) {
-                    problem p;
-                    make_problem(p, mode == 1 || mode == 2, M, sh[0], sh[1], seed(), 0, mode == 2, mode == 3);
-                    run_case(p, (M + v) & 1, v, "variant");
-                }
+    printf("\n== wide shapes (N >= 16 x %d SMs: the other configuration)\n", g_sms);
+    const int W0 = 16 * g_sms;
+    const int vshape[][2] = {{W0 + 33, 144}, {W0 + 129, 656}, {W0 + 1000, 5120}, {W0 + 300, 2048}};
+    for (int mode = 0; mode < 3; mode++) /* bf16, fp8, fp16 */
+        for (int M : {1, 5, 8})
+            for (int si = 0; si < 4; si++) {
+                problem p;
+                make_problem(p, mode == 1, M, vshape[si][0], vshape[si][1], seed(), 0, mode == 2);
+                run_case(p, (M + si) & 1, "wide");
+            }
 
     printf("\n== special inputs\n");
     for (int M : {1, 2, 8}) {
         problem p;
         make_problem(p, true, M, 33, 256, seed(), 1);
-        run_case(p, 1, 0, "fp8 subnormal codes only, scale 1");
-        make_problem(p, true, M, 33, 256, seed(), 1, true);
-        run_case(p, 1, 0, "fp8q subnormal codes only (W scale 1)");
+        run_case(p, 1, "fp8 subnormal codes only, scale 1");
     }
     for (int dt = 0; dt < 3; dt++) /* bf16, fp8, fp16 */
         for (int M : {1, 8}) {
             problem p;
-            make_problem(p, dt == 1, M, 257, 17408, seed(), 2, false, dt == 2);
-            run_case(p, M & 1, 0, "large x (1e3, outliers 3e4)");
+            make_problem(p, dt == 1, M, 257, 17408, seed(), 2, dt == 2);
+            run_case(p, M & 1, "large x (1e3, outliers 3e4)");
         }
     for (int dt = 0; dt < 3; dt++) { /* bf16, fp8, fp16 */
         problem p;
-        make_problem(p, dt == 1, 4, 200, 528, seed(), 0, false, dt == 2);
-        run_case(p, 0, 0, "16-byte offset pointers", 16);
-        run_case(p, 1, 0, "48-byte offset pointers", 48);
+        make_problem(p, dt == 1, 4, 200, 528, seed(), 0, dt == 2);
+        run_case(p, 0, "16-byte offset pointers", 16);
+        run_case(p, 1, "48-byte offset pointers", 48);
     }
 
-    printf("\n== split K (k_gemv_*_ex): explicit parts, uneven chunk counts, more parts than chunks, the "
-           "automatic choice (N 2200 K 17408: 138 CTAs, 136 chunks -> 4 parts); each twice\n");
+    printf("\n== split K: explicit parts, uneven chunk counts, more parts than chunks, the automatic choice "
+           "(N 2200 K 17408: 138 CTAs, 136 chunks -> 4 parts); each twice\n");
     const int sshape[][2] = {{300, 2048}, {257, 656}, {33, 144}, {2200, 17408}};
-    for (int mode = 0; mode < 4; mode++) /* bf16, fp8, fp8q, fp16 */
+    for (int mode = 0; mode < 3; mode++) /* bf16, fp8, fp16 */
         for (int M : {1, 4, 8})
             for (auto &sh : sshape)
                 for (int ks : {0, 2, 3, 4, 8}) {
                     if (sh[1] == 17408 && ks != 0 && ks != 3)
                         continue; /* the big shape: the automatic split and an uneven one */
                     problem p;
-                    make_problem(p, mode == 1 || mode == 2, M, sh[0], sh[1], seed(), 0, mode == 2, mode == 3);
-                    run_case(p, (M + ks) & 1, 0, "split", 0, ks, 2);
+                    make_problem(p, mode == 1, M, sh[0], sh[1], seed(), 0, mode == 2);
+                    run_case(p, (M + ks) & 1, "split", 0, ks, 2);
                 }
 
     printf("\n== split K with the parts left to the caller (k_gemv_fp8_parts)\n");
@@ -1475,10 +1122,7 @@ int main(int argc, char **argv)
     diag_cases(seed);
     tiled_cases(seed);
 
-    printf("\n== timing (median of 20; TB/s = weight bytes / time; columns after the best: v1 .. v%d)\n",
-           K_GEMV_VARIANTS);
-    for (int v = 1; v <= K_GEMV_VARIANTS; v++)
-        printf("   v%d = %s\n", v, k_gemv_variant_name(v));
+    printf("\n== timing (median of 20; TB/s = weight bytes / time)\n");
     struct k_gemm *g = k_gemm_create(0);
     if (!g)
         printf("note: k_gemm_create failed (%s): no k_gemm column\n", k_last_error());
@@ -1495,15 +1139,15 @@ int main(int argc, char **argv)
         {"0.6B", "down", 1024, 3072, 0},    {"0.6B", "lm_head", 151936, 1024, 1},
     };
     std::vector<std::string> summary;
-    for (const big_shape &s : b14) /* bf16, fp8, fp8q, and fp16 */
+    for (const big_shape &s : b14) /* bf16, fp8 and fp16 */
         big_shape_run(g, s, {1, 2, 4, 8}, seed(), summary, true);
     for (const big_shape &s : bsmall)
         big_shape_run(g, s, {1, 8}, seed(), summary);
     k_gemm_free(g);
 
-    printf("\nsummary: weight TB/s (copy ceiling 4.2); auto = what k_gemv_* launches; k_gemm = k_gemm_bf16 "
-           "on the same shape; then v1 .. v%d\n",
-           K_GEMV_VARIANTS);
+    printf(
+        "\nsummary: weight TB/s (copy ceiling 4.2); auto = what k_gemv_* launches without a split, split = "
+        "with the automatic split of K; k_gemm = k_gemm_bf16 on the same shape\n");
     for (auto &l : summary)
         printf("%s\n", l.c_str());
     GPU_OK(cudaFree(g_ws));

@@ -759,6 +759,17 @@ static void test_open_errors(void **state)
     t->m.layers[2].w_up.data = keep;
     assert_null(backend_open("tpu", &t->m, &o, err, sizeof err));
     assert_non_null(strstr(err, "unknown backend"));
+    /* the shape check both backends share (backend_check_model), before anything else */
+    const int heads = t->m.cfg.n_heads;
+    t->m.cfg.n_heads = 2 * t->m.cfg.n_kv_heads + 1;
+    assert_null(backend_open("cpu", &t->m, &o, err, sizeof err));
+    assert_non_null(strstr(err, "unsupported model shape: hidden "));
+#ifdef LLMQ_HAVE_CUDA
+    err[0] = 0;
+    assert_null(backend_open("cuda", &t->m, &o, err, sizeof err));
+    assert_non_null(strstr(err, "unsupported model shape: hidden "));
+#endif
+    t->m.cfg.n_heads = heads;
 #ifndef LLMQ_HAVE_CUDA
     assert_null(backend_open("cuda", &t->m, &o, err, sizeof err));
     assert_non_null(strstr(err, "built without the CUDA backend"));

@@ -5,7 +5,7 @@
  *
  *   start_ns,end_ns,grid,block,regs,graph_node,name
  *
- * contrib/ktrace/ktrace_summary.py turns it into a per-step and per-layer table (docs/KERNELS.md,
+ * contrib/lab/ktrace/ktrace_summary.py turns it into a per-step and per-layer table (docs/KERNELS.md,
  * "Kernel timeline"). Tracing costs a little per kernel; compare timelines with timelines, not with
  * bench numbers taken without it. */
 #include <cupti.h>

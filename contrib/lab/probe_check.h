@@ -1,5 +1,5 @@
-// The CUDA error check of the developer probes (contrib/overlap_probe, contrib/handoff_probe): a failing
-// call prints file:line, the call and the error, and the probe exits 1.
+// The CUDA error check of the developer probes (contrib/lab/overlap_probe, contrib/lab/handoff_probe): a
+// failing call prints file:line, the call and the error, and the probe exits 1.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdio.h>

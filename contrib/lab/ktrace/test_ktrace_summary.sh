@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# contrib/ktrace/ktrace_summary.py on a synthetic timeline whose answer is known: steps cut at the
+# contrib/lab/ktrace/ktrace_summary.py on a synthetic timeline whose answer is known: steps cut at the
 # embedding kernel, the critical-path share of a kernel that starts before the one before it ends,
 # the layer table (a layer begins at the decode attention), the step tables over the steps that ran
 # the most common kernels and grids only, demangled names shortened, quoted CSV
 # fields with commas; --whole's host turns before each step by kind; --shapes (one kernel's launches
 # by grid); a gzip-compressed trace. The CUPTI library that writes real timelines:
-# tests/gpu/test_ktrace.sh.
-. "$(dirname "$0")/cli_lib.sh"
-sum=$LLMQ_SOURCE_DIR/contrib/ktrace/ktrace_summary.py
+# contrib/lab/ktrace/test_ktrace.sh.
+. "$LLMQ_SOURCE_DIR/tests/cli/cli_lib.sh"
+sum=$LLMQ_SOURCE_DIR/contrib/lab/ktrace/ktrace_summary.py
 
 # 4 steps: embedding 2 us; 3 layers of [attention 3 us starting 1 us before the kernel before it
 # ends, GEMV 10 us after a 0.2 us gap, RMSNorm 1.5 us after 0.1 us]; sample 2 us after 0.3 us; 5 us

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarize a kernel timeline written by libllmq_ktrace.so (contrib/ktrace/ktrace.c).
+"""Summarize a kernel timeline written by libllmq_ktrace.so (contrib/lab/ktrace/ktrace.c).
 
 usage: ktrace_summary.py TRACE.csv[.gz] [--last N] [--split KERNEL] [--whole] [--shapes REGEX]
 

@@ -28,7 +28,7 @@
 
 #include <vector>
 
-#include "contrib/probe_check.h"
+#include "contrib/lab/probe_check.h"
 #include "engine/util/mono.h"
 #include "kernels/kernels.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# contrib/handoff_probe on the GPU, few replays: one line per hand-off (PDL, flag, plain) with a median
+# contrib/lab/handoff_probe on the GPU, few replays: one line per hand-off (PDL, flag, plain) with a median
 # that is a number, exit 0. Skips (77) without a GPU, in a build without CUDA, or below sm_90.
 . "$LLMQ_SOURCE_DIR/tests/cli/cli_lib.sh"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then

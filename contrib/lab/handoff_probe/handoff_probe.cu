@@ -1,5 +1,4 @@
 // llmq_handoff_probe: how long does a dependent kernel wait after the kernel before it has finished?
-// (docs/PERFORMANCE.md, 2026-12-03 sixth)
 //
 // At one sequence a decode step is a chain of ~320 dependent kernels, each of which waits in
 // griddepcontrol.wait (programmatic dependent launch) for the one before to complete. This program
@@ -24,7 +23,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "contrib/probe_check.h"
+#include "contrib/lab/probe_check.h"
 #include "kernels/launch.cuh" // pdl_wait, pdl_launch_dependents (empty below sm_90)
 
 __device__ __forceinline__ uint64_t now_ns()

@@ -11,10 +11,10 @@ a register are followed; PTX is not SSA, so the answer may name a parameter too 
 Every parameter listed must be data no kernel of the step writes: weights, scales, biases, block tables,
 the step's uploaded inputs.
 
-  python3 contrib/pdl_reads/pdl_reads.py kernels/*.cu            # nvcc -ptx -arch=sm_90a, -I. -Ibuild/generated
-  python3 contrib/pdl_reads/pdl_reads.py --only gemv kernels/gemv.cu
-  python3 contrib/pdl_reads/pdl_reads.py /tmp/ptx/*.ptx
-  python3 contrib/pdl_reads/pdl_reads.py --check contrib/pdl_reads/allowed.txt kernels/*.cu
+  python3 tests/tools/pdl_reads/pdl_reads.py kernels/*.cu            # nvcc -ptx -arch=sm_90a, -I. -Ibuild/generated
+  python3 tests/tools/pdl_reads/pdl_reads.py --only gemv kernels/gemv.cu
+  python3 tests/tools/pdl_reads/pdl_reads.py /tmp/ptx/*.ptx
+  python3 tests/tools/pdl_reads/pdl_reads.py --check tests/tools/pdl_reads/allowed.txt kernels/*.cu
 
 --check FILE: exit 1, naming each, where a kernel reads a parameter (or module variable) that FILE does
 not list for it; FILE has a line "kernel #index why..." (or "kernel variable why...") for each.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kernel timeline library (contrib/ktrace/ktrace.c) on a real run: `llmq bench` on the GPU with
+# The kernel timeline library (contrib/lab/ktrace/ktrace.c) on a real run: `llmq bench` on the GPU with
 # CUDA_INJECTION64_PATH set writes one CSV row per kernel (graph nodes included) with demangled names
 # and sane times, and ktrace_summary.py finds the decode steps and the layer in it. Skips (77) without
 # a GPU or where the build has no libllmq_ktrace.so (no CUPTI in the toolkit).
@@ -29,7 +29,7 @@ read -r n nbad named mangled <<<"$out"
 [ "$nbad" = 0 ] && ok "times and grids" || bad "$nbad rows with end < start, zero times or no grid"
 [ "$named" = True ] && ok "demangled kernel names" || bad "embedding/attention/sample kernels not found by name"
 [ "$mangled" = False ] && ok "no mangled names left" || bad "some names are still mangled"
-check "summary" 0 python3 "$LLMQ_SOURCE_DIR/contrib/ktrace/ktrace_summary.py" "$tmp/t.csv" --last 32
+check "summary" 0 python3 "$LLMQ_SOURCE_DIR/contrib/lab/ktrace/ktrace_summary.py" "$tmp/t.csv" --last 32
 grep -qE "^[0-9]+ steps, 32 analysed" <<<"$out" && ok "decode steps found" || bad "summary: $out"
 grep -qE "^one layer \([0-9]+ kernels, averaged over 27 layers" <<<"$out" && ok "layers found" || bad "summary: $out"
 finish

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# contrib/overlap_probe on the GPU, scaled down: the serial line and one row per SM split, with times
+# contrib/lab/overlap_probe on the GPU, scaled down: the serial line and one row per SM split, with times
 # that are positive numbers, exit 0. Skips (77) without a GPU, in a build without CUDA, or where the
 # driver has no green contexts.
 . "$LLMQ_SOURCE_DIR/tests/cli/cli_lib.sh"
