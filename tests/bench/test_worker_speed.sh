@@ -9,7 +9,7 @@
 # below the targets (1,000 jobs/s, < 1 ms per step) so that a busy machine does not fail it, but a
 # broken path (a round trip per job, a transaction per row) does.
 # LLMQ_BENCH_JOBS=N changes N (default 20000).
-. "$(dirname "$0")/worker_lib.sh"
+. "$(dirname "$0")/../cli/worker_lib.sh"
 redis_start
 make_model
 write_config
