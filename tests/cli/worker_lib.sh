@@ -19,7 +19,7 @@
 set -u
 fail=0
 pass=0
-T=$(mktemp -d /tmp/llmq-wtest-XXXXXX)
+T=$(mktemp -d -t llmq-wtest-XXXXXX) # under $TMPDIR (/tmp where unset), as scratch_dir_make
 REDIS_PID=
 WORKER_PIDS=()
 LLMQ=${LLMQ_BIN:?run through ctest (LLMQ_BIN is not set)}
