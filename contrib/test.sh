@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds llmq with warnings as errors and runs the whole test suite (ctest).
 #   contrib/test.sh [extra cmake args...]     e.g. -DLLMQ_SANITIZE=address,undefined
-# BUILD_DIR (default build/) and CTEST_ARGS (e.g. "-L unit") are read from the environment.
+# BUILD_DIR (default build/) and CTEST_ARGS (e.g. "-L unit") are read from the environment. The speed
+# checks of tests/bench/ are not part of the suite: CTEST_ARGS="-C bench -L bench" runs them alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}

@@ -1,4 +1,4 @@
-/* A micro-benchmark of the queue path, for `llmq bench-queue` and tests/unit/test_rq_bench.c:
+/* A micro-benchmark of the queue path, for `llmq bench-queue` and tests/bench/test_rq_bench.c:
  * rounds of push N jobs -> fetch them (non-blocking) -> one progress update for all -> ack all,
  * timing each phase. It uses the queue `queue` of the handle's prefix; run it against a Redis
  * (or a prefix) that holds nothing else. */

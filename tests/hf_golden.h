@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_test.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -188,30 +189,13 @@ static inline struct engine_opts hf_golden_engine_opts(int block_size, int budge
 static inline double hf_golden_compare(struct hf_goldens *f, struct model *m, struct tok *tok,
                                        const struct engine_opts *o, int from, int to, const char *label)
 {
-    char err[512];
-    struct backend *be = backend_open("cpu", m, &o->be, err, sizeof err);
-    struct engine *e = be ? engine_open(m, tok, be, o, err, sizeof err) : NULL;
-    if (!e)
-        fail_msg("engine_open: %s", err);
+    struct engine *e = cpu_test_engine(m, tok, o);
     struct engine_seq **seqs = calloc((size_t)(to - from), sizeof *seqs);
     for (int i = from; i < to; i++) {
-        struct engine_request r = engine_request_default();
-        r.prompt = f->g[i].prompt;
-        r.n_prompt = f->g[i].n_prompt;
-        r.sp.temperature = 0;
-        r.sp.logprobs = f->ntop;
-        r.max_tokens = f->g[i].n_ids;
-        r.ignore_eos = true;
-        seqs[i - from] = engine_add(e, &r, err, sizeof err);
-        if (!seqs[i - from])
-            fail_msg("engine_add: %s", err);
+        struct engine_request r = cpu_test_request(f->g[i].prompt, f->g[i].n_prompt, f->g[i].n_ids, f->ntop);
+        seqs[i - from] = cpu_test_add(e, &r);
     }
-    while (engine_has_work(e)) {
-        struct engine_seq **changed;
-        int nc;
-        if (engine_step(e, &changed, &nc))
-            fail_msg("engine_step failed");
-    }
+    cpu_test_run(e);
     double worst = 0;
     for (int i = from; i < to; i++) {
         struct engine_seq *s = seqs[i - from];
@@ -247,7 +231,7 @@ static inline double hf_golden_compare(struct hf_goldens *f, struct model *m, st
 }
 
 /* The whole program: one cmocka test `test` per entry of models.json's array `key` (its state the
- * entry), in group `group`, with a temporary folder /tmp/llmq-<tag>-XXXXXX removed afterwards. With
+ * entry), in group `group`, with a temporary folder $TMPDIR/llmq-<tag>-XXXXXX removed afterwards. With
  * skip_missing, a missing <name>.jsonl or .sha256 skips the program (goldens not generated yet: they
  * come from transformers on the GPU machine); otherwise the test fails on it. */
 static inline int hf_golden_main(const char *group, const char *key, const char *tag, bool skip_missing,
@@ -290,10 +274,7 @@ static inline int hf_golden_main(const char *group, const char *key, const char 
         tests[i].initial_state = json_array_get(models, i);
     }
     int rc = _cmocka_run_group_tests(group, tests, n, NULL, NULL);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", hf_golden_tmpdir);
-    if (system(cmd)) {
-    }
+    test_remove_tree(hf_golden_tmpdir);
     free(tests);
     json_decref(spec);
     return rc;

@@ -260,9 +260,7 @@ static inline void redis_server_cleanup(struct redis_server *s)
 {
     redis_server_kill(s);
     if (s->dir[0]) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
-        if (system(cmd) != 0)
+        if (test_remove_tree(s->dir))
             fprintf(stderr, "could not remove %s\n", s->dir);
         s->dir[0] = 0;
     }

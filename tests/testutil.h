@@ -1,6 +1,7 @@
 /* Helpers for the C tests (header-only; each test is its own program). */
 #pragma once
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,19 @@ static inline const char *test_asset(const char *rel)
     snprintf(why, sizeof why, "asset %s missing: %s", rel, reason);
     test_skip(why);
     return NULL;
+}
+
+static inline int test_remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+/* Removes dir and everything below it, depth first, links not followed: a test's scratch folder with
+ * subfolders (engine/util/scratch_dir.h's scratch_dir_remove takes one level). Returns 0, or -1 when
+ * something could not be removed. */
+static inline int test_remove_tree(const char *dir)
+{
+    return nftw(dir, test_remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 /* $LLMQ_SOURCE_DIR/<rel> (committed fixtures); aborts if the variable is missing. */

@@ -184,7 +184,7 @@ else
 fi
 
 kill -TERM "$W_w1"
-worker_wait "$W_w1" 30 || bad "worker did not stop on SIGTERM"
+worker_wait w1
 
 # ---- the nightly cron script: a folder of documents, a template, drain, export
 mkdir -p "$T/inbox" "$T/exports"

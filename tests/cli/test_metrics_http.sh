@@ -105,24 +105,27 @@ N=25 # rows: 24 completed + 1 failed (dead-lettered)
 
 worker_start w1 --queues short
 port_logged() { grep -q "metrics: http://127.0.0.1:[0-9]*/metrics" "$T/w1.log"; }
-wait_for 30 port_logged && ok "the bound port is logged" || { bad "no metrics line in the log"; finish; }
+wait_until "the metrics line in the log" port_logged && ok "the bound port is logged" || finish
 MP=$(grep -o "metrics: http://127.0.0.1:[0-9]*" "$T/w1.log" | head -1 | sed 's/.*://')
 [ "$MP" -gt 0 ] 2>/dev/null && ok "port 0 became a real port ($MP)" || bad "port '$MP'"
 
 # while it works
 busy() { scrape "$T/busy.txt" && r=$(val "$T/busy.txt" 'llmq_num_requests_running{lane="short"}') && [ "${r:-0}" -gt 0 ]; }
-# until DEADLINE ($SECONDS) COMMAND...: like wait_for, for commands that take a while themselves
-until_s() { local end=$(($SECONDS + $1)); shift; while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.1; done; return 1; }
-until_s 30 busy && ok "running jobs show while the worker works" || bad "never saw running jobs"
+wait_until "running jobs in a scrape" busy && ok "running jobs show while the worker works"
 python3 "$T/check.py" "$T/busy.txt" >/dev/null && ok "format while busy" || bad "format while busy: $(python3 "$T/check.py" "$T/busy.txt" 2>&1 | tail -1)"
 eq "health while busy" "$(get /health | tr '\n' ' ')" "200 text/plain; charset=utf-8 ok "
 
-wait_rows $N 120 || bad "rows not written"
+wait_rows $N
 # the interval after the last job: its worker_metrics row and the queue depths are current
 interval_rows() { [ "$(sql "SELECT sum(jobs_done) FROM worker_metrics WHERE worker_id = 'w1'")" = "$N" ]; }
-wait_for 30 interval_rows || bad "worker_metrics rows do not add up to $N jobs"
-sleep 0.3 # the next publish (every 0.1 s) follows the row
-scrape "$T/after.txt" || bad "scrape after the jobs"
+wait_until "worker_metrics rows that add up to $N jobs" interval_rows
+# the publish that goes with that row: a scrape that counts every row
+current() {
+  scrape "$T/after.txt" &&
+    [ "$(val "$T/after.txt" 'llmq_jobs_total{status="completed"}')" = "$(sql "SELECT count(*) FROM jobs WHERE status = 'completed'")" ] &&
+    [ "$(val "$T/after.txt" 'llmq_jobs_total{status="failed"}')" = "$(sql "SELECT count(*) FROM jobs WHERE status = 'failed'")" ]
+}
+wait_until "a scrape that counts every row" current
 python3 "$T/check.py" "$T/after.txt" >/dev/null && ok "format after" || bad "format after: $(python3 "$T/check.py" "$T/after.txt" 2>&1 | tail -1)"
 eq "jobs_total completed = rows" "$(val "$T/after.txt" 'llmq_jobs_total{status="completed"}')" "$(sql "SELECT count(*) FROM jobs WHERE status = 'completed'")"
 eq "jobs_total failed = rows" "$(val "$T/after.txt" 'llmq_jobs_total{status="failed"}')" "$(sql "SELECT count(*) FROM jobs WHERE status = 'failed'")"
@@ -191,19 +194,21 @@ eq "HEAD /health" "$(get /health HEAD | head -1 | cut -d' ' -f1)" 200
 
 # ---- a second worker on the same port: a warning, and it works without metrics
 LLMQ_METRICS_PORT=$MP worker_start w2 --queues short --drain
-worker_wait "$W_w2" 30 || bad "w2 did not finish"
+worker_wait w2
 eq "w2 without metrics still runs (drain exit)" "$WRC" 0
 grep -q "cannot listen on 127.0.0.1 port $MP" "$T/w2.log" && ok "w2 says why it has no metrics" || bad "w2 log: $(grep -i metric "$T/w2.log" | head -3)"
 
 # ---- /health follows Redis
 redis_stop
 down() { o=$(get /health); [ "$(echo "$o" | head -1 | cut -d' ' -f1)" = 503 ] && echo "$o" | grep -q "^redis: "; }
-until_s 15 down && ok "503 naming redis while it is down" || bad "health with redis down: $(get /health | tr '\n' ' ')"
+wait_until "/health to answer 503 naming redis" down && ok "503 naming redis while it is down" ||
+  echo "  health with redis down: $(get /health | tr '\n' ' ')"
 scrape "$T/down.txt" && eq "healthy gauge 0" "$(val "$T/down.txt" llmq_worker_healthy)" 0 || bad "no scrape with redis down"
 redis_again || bad "redis did not come back"
 up() { [ "$(get /health | tail -1)" = ok ]; }
-until_s 20 up && ok "200 again once redis is back" || bad "health after redis came back: $(get /health | tr '\n' ' ')"
+wait_until "/health to answer 200 again" up && ok "200 again once redis is back" ||
+  echo "  health after redis came back: $(get /health | tr '\n' ' ')"
 
-kill -TERM "$W_w1"; worker_wait "$W_w1" 20; eq "w1 stops" "$WRC" 0
+kill -TERM "$W_w1"; worker_wait w1; eq "w1 stops" "$WRC" 0
 o=$(get /health); [ "$(echo "$o" | head -1 | cut -d' ' -f1)" = 0 ] && ok "the port is closed after exit" || bad "still answering: $o"
 finish

@@ -34,7 +34,7 @@ cat >"$T/r1.jsonl" <<'EOF2'
 EOF2
 push_file "$T/r1.jsonl"
 worker_start w1 --drain
-worker_wait "$W_w1" 60 || bad "round 1: worker did not exit"
+worker_wait w1
 eq "round 1 rows" "$(rows)" 6
 sleep 1.5
 # ---- round 2
@@ -45,7 +45,7 @@ cat >"$T/r2.jsonl" <<'EOF2'
 EOF2
 push_file "$T/r2.jsonl"
 worker_start w2 --drain
-worker_wait "$W_w2" 60 || bad "round 2: worker did not exit"
+worker_wait w2
 eq "round 2 rows" "$(rows)" 9
 eq "failed rows" "$(sql "SELECT group_concat(id) FROM (SELECT id FROM jobs WHERE status = 'failed' ORDER BY id)")" "a-bad,oa-bad"
 

@@ -21,18 +21,24 @@ EOF2
 "$LLMQ" enqueue -c "$CFG" "$T/jobs.jsonl" 2>/dev/null
 worker_start w1 --queues short
 running() { [ "$(rcli HGET llmq:job:long-1 completion_tokens)" -ge 20 ] 2>/dev/null; }
-wait_for 30 running && ok "the long job runs" || bad "the long job never ran"
+wait_until "the long job to run" running && ok "the long job runs"
 for i in 1 2 3; do echo "{\"id\": \"q-$i\", \"prompt\": \"waits\", \"max_tokens\": 2}"; done | "$LLMQ" enqueue -c "$CFG" --queue long - 2>/dev/null
 # a heartbeat sent while the job runs (one a second)
 hb() { [ "$(rcli HGET llmq:worker:w1 running)" = 1 ] && [ -n "$(rcli HGET llmq:worker:w1 kv_usage)" ]; }
-wait_for 5 hb && ok "the heartbeat has kv_usage" || bad "no kv_usage in the heartbeat: $(rcli HGETALL llmq:worker:w1 | tr '\n' ' ')"
+wait_until "a heartbeat with kv_usage" hb && ok "the heartbeat has kv_usage" ||
+  echo "  heartbeat: $(rcli HGETALL llmq:worker:w1 | tr '\n' ' ')"
 kv=$(rcli HGET llmq:worker:w1 kv_usage)
 python3 -c "import sys; v = float('$kv'); sys.exit(0 if 0 < v <= 1 else 1)" && ok "kv_usage in (0, 1] while a job runs ($kv)" || bad "kv_usage $kv"
 eq "heartbeat: running" "$(rcli HGET llmq:worker:w1 running)" 1
 
-# ---- stdout is a file: plain frames, SIGINT ends it with 0
-# (windows of 2 intervals and more: a loaded machine may take a second to start the command)
-timeout --preserve-status -s INT 3.5 "$LLMQ" status -c "$CFG" --watch --interval 1 >"$T/plain.out" 2>"$T/plain.err"
+# frames OUT N PATTERN: OUT holds at least N lines that match the grep pattern
+frames() { [ "$(grep -c -- "$3" "$1" 2>/dev/null)" -ge "$2" ]; }
+
+# ---- stdout is a file: plain frames, SIGINT ends it with 0 (sent once two frames are out)
+"$LLMQ" status -c "$CFG" --watch --interval 1 >"$T/plain.out" 2>"$T/plain.err" &
+pid=$!
+wait_until "two plain frames" frames "$T/plain.out" 2 "^queues:  short 0  long 3"
+interrupt "$pid"; wait "$pid"
 eq "--watch (file) exits 0 on SIGINT" "$?" 0
 n=$(grep -c "^queues:  short 0  long 3" "$T/plain.out")
 [ "$n" -ge 2 ] && ok "a frame per interval ($n)" || bad "$n frames: $(cat "$T/plain.out" "$T/plain.err")"
@@ -51,7 +57,10 @@ for l in open(sys.argv[1]):
         if abs(pct - want) > 1 or abs(full - round(20 * want / 100)) > 1:
             print(l, want); sys.exit(1)
 PY
-timeout --preserve-status -s INT 2.5 "$LLMQ" status -c "$CFG" -w -n 0.5 --json >"$T/json.out"
+"$LLMQ" status -c "$CFG" -w -n 0.5 --json >"$T/json.out" &
+pid=$!
+wait_until "two JSON frames" frames "$T/json.out" 2 "^{"
+interrupt "$pid"; wait "$pid"
 eq "--watch --json exits 0" "$?" 0
 python3 - "$T/json.out" <<'PY' && ok "--json frames carry kv_usage, running, waiting, progress" || bad "--json frames"
 import json, sys
@@ -66,7 +75,11 @@ PY
 
 # ---- a terminal (script's pseudo-terminal): in place, cursor hidden and given back
 if command -v script >/dev/null; then
-  script -qec "timeout --preserve-status -s INT 2 '$LLMQ' status -c '$CFG' --watch --interval 0.5" /dev/null >"$T/tty.out" 2>&1
+  script -qec "exec '$LLMQ' status -c '$CFG' --watch --interval 0.5" /dev/null >"$T/tty.out" 2>&1 &
+  pid=$!
+  wait_until "two frames on the terminal" frames "$T/tty.out" 2 "queues:  short 0  long 3"
+  read -r child _ <"/proc/$pid/task/$pid/children" # llmq itself: script's shell execs it
+  interrupt "$child"; wait "$pid"
   eq "--watch on a terminal exits 0 on Ctrl-C" "$?" 0
   grep -q $'\033\\[?25l' "$T/tty.out" && ok "cursor hidden" || bad "cursor not hidden"
   grep -q $'\033\\[?25h' "$T/tty.out" && ok "cursor given back" || bad "cursor not restored"
@@ -80,5 +93,5 @@ else
 fi
 
 "$LLMQ" cancel -c "$CFG" long-1 >/dev/null
-kill -TERM "$W_w1"; worker_wait "$W_w1" 20
+kill -TERM "$W_w1"; worker_wait w1
 finish

@@ -37,15 +37,13 @@ rcli LPUSH llmq:queue:short '{"id": "dead-1", "prompt": "x", "max_tokens": 99999
 w1=$!
 "$LLMQ" wait -c "$CFG" --timeout 60 dead-1 >"$T/w2.out" 2>"$T/w2.err" &
 w2=$!
-# the notice comes once wait has read the job hashes: up to 10 s on a loaded machine
-for _ in $(seq 100); do
-    grep -q "raw-1: not known to Redis yet" "$T/w1.err" && break
-    sleep 0.1
-done
+# the notice comes once wait has read the job hashes
+noticed() { grep -q "raw-1: not known to Redis yet" "$T/w1.err" || exited "$w1"; }
+wait_until "wait's notice for raw-1" noticed
 kill -0 "$w1" 2>/dev/null && ok "wait blocks while nothing runs" || bad "wait returned before the worker started: $(cat "$T/w1.err")"
 grep -q "raw-1: not known to Redis yet" "$T/w1.err" && ok "a job without a hash is announced" || bad "no notice for raw-1: $(cat "$T/w1.err")"
 worker_start w1 --drain
-worker_wait "$W_w1" 60 || bad "worker --drain did not exit"
+worker_wait w1
 wait "$w1"; eq "wait on jobs that complete: exit 0" "$?" 0
 wait "$w2"; eq "wait on a dead-lettered job: exit 1" "$?" 1
 eq "one line per job (duplicate id once)" "$(wc -l <"$T/w1.out")" 4
@@ -108,10 +106,11 @@ grep -q "^ok-1: completed" "$T/w3.out" && ok "the finished one printed anyway" |
 # ---- a job that ends while wait blocks, cancelled: exit 1
 "$LLMQ" wait -c "$CFG" --format json later >"$T/w4.out" 2>&1 &
 w4=$!
-sleep 0.5
+blocks() { rcli CLIENT LIST | grep -q " flags=b .*cmd=xread"; } # wait's XREAD BLOCK on the events
+wait_until "wait to block on the events stream" blocks
 "$LLMQ" cancel -c "$CFG" later >/dev/null
 worker_start w2 --drain
-worker_wait "$W_w2" 60 || bad "second worker did not exit"
+worker_wait w2
 wait "$w4"; eq "cancelled: exit 1" "$?" 1
 eq "cancelled status" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "$T/w4.out")" cancelled
 

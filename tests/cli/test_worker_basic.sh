@@ -35,7 +35,7 @@ cat >"$T/jobs.jsonl" <<'EOF'
 EOF
 push_file "$T/jobs.jsonl"
 worker_start w1 --drain
-worker_wait "$W_w1" 40 || bad "worker --drain did not exit"
+worker_wait w1
 eq "worker --drain exit status" "$WRC" 0
 eq "rows for redis-cli jobs" "$(rows)" 5
 eq "all completed" "$(sql "SELECT count(*) FROM jobs WHERE status = 'completed'")" 5
@@ -112,9 +112,9 @@ eq "status --json" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys
 
 "$LLMQ" status -c "$CFG" --watch --json >"$T/watch.out" 2>&1 &
 watch_pid=$!
-sleep 1.5
+printed() { [ "$(wc -l <"$T/watch.out")" -ge 1 ]; }
+wait_until "status --watch to print a frame" printed && ok "status --watch printed"
 interrupt "$watch_pid"; wait "$watch_pid"; eq "status --watch stops on Ctrl-C" "$?" 0
-[ "$(wc -l <"$T/watch.out")" -ge 1 ] && ok "status --watch printed" || bad "status --watch printed nothing"
 
 # ---- cancel a queued job, and a running one
 rcli DEL llmq:queue:short llmq:queue:long >/dev/null
@@ -124,10 +124,10 @@ eq "cancel output" "$out" "cq: cancel requested"
 echo '{"id": "cr", "prompt": "runs long", "max_tokens": 30000, "ignore_eos": true, "temperature": 0}' | "$LLMQ" enqueue -c "$CFG" - 2>/dev/null
 worker_start w2
 running() { [ "$(rcli HGET llmq:job:cr completion_tokens)" -ge 20 ] 2>/dev/null; }
-wait_for 30 running && ok "job cr is running" || bad "job cr never ran"
+wait_until "job cr to run" running && ok "job cr is running"
 out=$("$LLMQ" cancel -c "$CFG" cr)
 echo "$out" | grep -q "cr: cancel requested" && ok "cancel a running job" || bad "cancel: $out"
-wait_rows 7 20 || bad "cancelled rows not written"
+wait_rows 7
 eq "queued job cancelled" "$(sql "SELECT status, finish_reason, completion_tokens, output FROM jobs WHERE id = 'cq'")" "cancelled|cancelled|0|"
 r=$(sql "SELECT status, finish_reason, completion_tokens > 0 AND completion_tokens < 30000, length(output) > 0 FROM jobs WHERE id = 'cr'")
 eq "running job cancelled with partial output" "$r" "cancelled|cancelled|1|1"
@@ -139,9 +139,9 @@ eq "cancel of an ended job says so" "$out" "cr: already ended, left alone"
 # ---- dead letters and requeue-dead (the worker w2 is still running)
 rcli LPUSH llmq:queue:short '{"id": "d1", "prompt": "x", "max_tokens": 99999999}' >/dev/null
 dead_one() { [ "$(rcli LLEN llmq:dead)" = 1 ]; }
-wait_for 20 dead_one && ok "a job over max_model_len is dead-lettered" || bad "no dead letter"
+wait_until "a dead letter" dead_one && ok "a job over max_model_len is dead-lettered"
 eq "its row is failed with the reason" "$(sql "SELECT status, error LIKE '%max_model_len%' FROM jobs WHERE id = 'd1'")" "failed|1"
-kill -TERM "$W_w2"; worker_wait "$W_w2" 20; eq "worker stops on SIGTERM" "$WRC" 0
+kill -TERM "$W_w2"; worker_wait w2; eq "worker stops on SIGTERM" "$WRC" 0
 out=$("$LLMQ" requeue-dead -c "$CFG" d1); eq "requeue-dead ID" "$?" 0
 eq "requeue-dead output" "$out" "requeued 1 job"
 eq "back on its queue" "$(rcli LLEN llmq:queue:short)" 1
@@ -161,7 +161,7 @@ echo '{"id": "auth-1", "prompt": "hi", "max_tokens": 2}' | "$LLMQ" enqueue -c "$
 eq "enqueue as the ACL user into db 3" "$(acli -n 3 LLEN llmq:queue:short)" 1
 eq "db 0 untouched" "$(acli -n 0 EXISTS llmq:job:auth-1)" 0
 LLMQ_REDIS_USERNAME=worker LLMQ_REDIS_PASSWORD=wpass LLMQ_REDIS_DB=3 worker_start w3 --redis "redis://127.0.0.1:$PORT" --drain
-worker_wait "$W_w3" 30 || bad "the worker with a password did not finish"
+worker_wait w3
 eq "worker with ACL user from the environment" "$WRC" 0
 eq "its row" "$(sql "SELECT status, worker_id FROM jobs WHERE id = 'auth-1'")" "completed|w3"
 eq "its hash in db 3" "$(acli -n 3 HGET llmq:job:auth-1 status)" completed

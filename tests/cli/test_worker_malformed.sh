@@ -56,7 +56,7 @@ PY
 push_file "$T/jobs.bin"
 eq "500 jobs queued" "$(rcli LLEN llmq:queue:short)" 500
 worker_start w1 --drain
-worker_wait "$W_w1" 50 || bad "worker --drain did not finish in 50 s"
+worker_wait w1
 eq "worker exit status" "$WRC" 0
 eq "one row per job" "$(rows)" 500
 eq "450 completed" "$(sql "SELECT count(*) FROM jobs WHERE status = 'completed'")" 450

@@ -11,11 +11,8 @@ holds_poison() { [ "$(rcli HGET llmq:job:poison worker)" = "$1" ] && [ "$(rcli H
 for k in 1 2 3; do
   worker_start "p$k"
   pid_var="W_p$k"
-  if wait_for 20 holds_poison "p$k"; then
+  wait_until "worker p$k to run the poison job (delivery $k)" holds_poison "p$k" &&
     ok "delivery $k: worker p$k runs the job"
-  else
-    bad "delivery $k: worker p$k never took the job"
-  fi
   eq "delivery $k counted" "$(rcli HGET llmq:job:poison attempts)" "$k"
   kill -9 "${!pid_var}"
   wait "${!pid_var}" 2>/dev/null
@@ -25,9 +22,9 @@ jobs_file "$T/after.jsonl" 5 after- '{"max_tokens": 3}'
 push_file "$T/after.jsonl"
 # --drain waits for lapsed workers' lists, not for live ones: let p3's heartbeat lapse first
 p3_lapsed() { [ "$(rcli EXISTS llmq:worker:p3)" = 0 ]; }
-wait_for 10 p3_lapsed || bad "p3's heartbeat did not lapse"
+wait_until "p3's heartbeat to lapse" p3_lapsed
 worker_start p4 --drain
-worker_wait "$W_p4" 40 || bad "p4 --drain did not finish"
+worker_wait p4
 eq "p4 exit status" "$WRC" 0
 eq "the poison job is dead" "$(rcli LLEN llmq:dead)" 1
 entry=$(rcli LINDEX llmq:dead 0)

@@ -21,7 +21,7 @@ push_file "$T/jobs.jsonl"
 
 # a worker for the short queue only: the long jobs move to the long queue and stay there
 worker_start short-only --queues short --drain
-worker_wait "$W_short_only" 30 || bad "the short worker did not finish"
+worker_wait short-only
 eq "short worker exit status" "$WRC" 0
 eq "short jobs done" "$(sql "SELECT group_concat(id || ':' || queue, ' ') FROM (SELECT * FROM jobs ORDER BY id)")" "s1:short s2:short s3:short"
 eq "long jobs moved to the long queue" "$(rcli LLEN llmq:queue:long)" 3
@@ -32,7 +32,7 @@ rcli XRANGE llmq:events - + | grep -q route_long && ok "the move is an event" ||
 
 # a worker for the long queue runs them in its long lane
 worker_start long-only --queues long --drain
-worker_wait "$W_long_only" 30 || bad "the long worker did not finish"
+worker_wait long-only
 eq "long worker exit status" "$WRC" 0
 eq "long jobs done from the long queue" "$(sql "SELECT group_concat(id || ':' || queue || ':' || status || ':' || attempts, ' ') FROM (SELECT * FROM jobs WHERE id LIKE 'L%' ORDER BY id)")" "L1:long:completed:1 L2:long:completed:1 L3:long:completed:1"
 eq "L2 generated past the short lane's max_model_len" "$(sql "SELECT completion_tokens > 128 OR finish_reason = 'stop' FROM jobs WHERE id = 'L2'")" 1
@@ -40,7 +40,7 @@ eq "L2 generated past the short lane's max_model_len" "$(sql "SELECT completion_
 # a worker for both: the same in one go
 echo "{\"id\": \"L4\", \"prompt\": \"$long\", \"max_tokens\": 3}" | "$LLMQ" enqueue -c "$CFG" - 2>/dev/null
 worker_start both --drain
-worker_wait "$W_both" 30 || bad "the worker for both did not finish"
+worker_wait both
 eq "routed and run by one worker" "$(sql "SELECT queue, status, attempts FROM jobs WHERE id = 'L4'")" "long|completed|1"
 eq "all lists empty" "$(rcli LLEN llmq:queue:short)/$(rcli LLEN llmq:queue:long)/$(rcli LLEN llmq:dead)" "0/0/0"
 finish

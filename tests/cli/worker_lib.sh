@@ -6,16 +6,24 @@
 #   redis_start                     # $PORT, $URL; redis_start --appendonly yes for persistence
 #   make_model; write_config        # $M (model dir), $CFG (llmq.yaml), $DB (results database)
 #   worker_start w1 --drain         # pid in $W_w1 (log $T/w1.log)
-#   wait_rows 100 30 || bad "..."   # until 100 rows exist, at most 30 s
+#   wait_rows 100                   # until 100 rows exist (fails the test after $WAIT_S s)
+#   wait_until "what" COMMAND...    # until COMMAND succeeds (the same limit)
+#   worker_wait w1                  # until worker w1 exits; its status in $WRC
 #   interrupt "$pid"                # Ctrl-C to a background command once it listens for it
 #   finish                          # prints the tally, exits 1 if anything failed
+#
+# A test waits for the event it needs (a row, a log line, a Redis key, a process exit), never for a
+# fixed time: on a busy machine everything takes longer, and a window that fits an idle one fails
+# there although nothing is wrong. Each wait is bounded by WAIT_S seconds of wall-clock time (default
+# 120, far beyond what any of them needs), so a real hang still fails, naming what it waited for.
 set -u
 fail=0
 pass=0
-T=$(mktemp -d /tmp/llmq-wtest-XXXXXX)
+T=$(mktemp -d -t llmq-wtest-XXXXXX) # under $TMPDIR (/tmp where unset), as scratch_dir_make
 REDIS_PID=
 WORKER_PIDS=()
 LLMQ=${LLMQ_BIN:?run through ctest (LLMQ_BIN is not set)}
+WAIT_S=${WAIT_S:-120}
 
 cleanup() {
   for p in "${WORKER_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -41,6 +49,31 @@ finish() {
   exit 0
 }
 
+# poll SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds (returns 0) or SECONDS of
+# wall-clock time have passed (returns 1).
+poll() {
+  local end=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    [ "$SECONDS" -ge "$end" ] && return 1
+    sleep 0.1
+  done
+}
+# wait_until WHAT COMMAND...: poll with the limit of $WAIT_S seconds; when it runs out the test fails
+# with a line naming WHAT it waited for, and wait_until returns 1.
+wait_until() {
+  local what=$1
+  shift
+  poll "$WAIT_S" "$@" && return 0
+  bad "gave up after $WAIT_S s waiting for $what"
+  return 1
+}
+exited() { ! kill -0 "$1" 2>/dev/null; }
+# log_count NAME PATTERN: how many lines of worker NAME's log match the grep pattern
+log_count() { local n; n=$(grep -c -- "$2" "$T/$1.log" 2>/dev/null); echo "${n:-0}"; }
+# log_has NAME PATTERN: a line of worker NAME's log matches the grep pattern
+log_has() { grep -q -- "$2" "$T/$1.log" 2>/dev/null; }
+
 for prog in redis-server redis-cli sqlite3 python3; do
   command -v "$prog" >/dev/null || { echo "SKIPPED: $prog is not installed (contrib/install-deps.sh installs it)"; exit 77; }
 done
@@ -65,15 +98,15 @@ redis_again() {
   redis-server --port "$PORT" --bind 127.0.0.1 --dir "$T/redis" --logfile "$T/redis/redis.log" --save "" \
     --appendonly no "${REDIS_OPTS[@]}" >/dev/null 2>&1 &
   REDIS_PID=$!
-  local i
-  for i in $(seq 1 200); do
-    redis-cli -p "$PORT" ping 2>/dev/null | grep -q "PONG\|NOAUTH" && return 0
-    kill -0 "$REDIS_PID" 2>/dev/null || break
-    sleep 0.05
-  done
+  poll "$WAIT_S" redis_answers && kill -0 "$REDIS_PID" 2>/dev/null && return 0
   kill -9 "$REDIS_PID" 2>/dev/null
   REDIS_PID=
   return 1
+}
+# redis_answers: the server answers PING, or has exited (a port taken by another process: the caller
+# then tries another)
+redis_answers() {
+  redis-cli -p "$PORT" ping 2>/dev/null | grep -q "PONG\|NOAUTH" || ! kill -0 "$REDIS_PID" 2>/dev/null
 }
 redis_stop() { [ -n "$REDIS_PID" ] && { kill -TERM "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null; REDIS_PID=; }; }
 rcli() { redis-cli -p "$PORT" "$@"; }
@@ -127,46 +160,34 @@ worker_start() {
   WORKER_PIDS+=("$pid")
   printf -v "W_${name//-/_}" '%s' "$pid"
 }
-# worker_wait PID SECONDS: waits for the worker to exit; its status in $WRC (124 on timeout).
+# worker_wait NAME: until worker NAME (started by worker_start) exits; its status in $WRC (124, and
+# the test fails, when it has not exited after $WAIT_S s).
 worker_wait() {
-  local pid=$1 secs=$2 i
-  for i in $(seq 1 $((secs * 20))); do
-    if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; WRC=$?; return 0; fi
-    sleep 0.05
-  done
+  local var="W_${1//-/_}"
+  if wait_until "worker $1 to exit" exited "${!var}"; then
+    wait "${!var}"
+    WRC=$?
+    return 0
+  fi
   WRC=124
   return 1
 }
-
 sql() { sqlite3 -batch -noheader "$DB" "$@" 2>/dev/null; }
 rows() { local n; n=$(sql "SELECT count(*) FROM jobs" 2>/dev/null); echo "${n:-0}"; }
-# wait_rows N SECONDS: until the jobs table has at least N rows.
-wait_rows() {
-  local want=$1 secs=$2 i
-  for i in $(seq 1 $((secs * 10))); do
-    [ -f "$DB" ] && [ "$(rows)" -ge "$want" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
+rows_at_least() { [ -f "$DB" ] && [ "$(rows)" -ge "$1" ]; }
+# wait_rows N: until the jobs table has at least N rows.
+wait_rows() { wait_until "$1 rows in the jobs table" rows_at_least "$1"; }
 # interrupt PID: SIGINT to a command started in the background, once it catches SIGINT (bit 1 of
-# SigCgt in /proc; up to 10 s). A background job of a non-interactive shell starts with SIGINT
-# ignored, so a SIGINT sent before the command has installed its handler would be lost.
-interrupt() {
+# SigCgt in /proc). A background job of a non-interactive shell starts with SIGINT ignored, so a
+# SIGINT sent before the command has installed its handler would be lost.
+catches_sigint() {
   local cgt
-  for _ in $(seq 200); do
-    cgt=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null)
-    [ -n "$cgt" ] && (( 0x$cgt & 2 )) && break
-    sleep 0.05
-  done
-  kill -INT "$1"
+  cgt=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+  [ -n "$cgt" ] && (( 0x$cgt & 2 ))
 }
-
-# wait_for SECONDS COMMAND...: until the command succeeds.
-wait_for() {
-  local secs=$1 i; shift
-  for i in $(seq 1 $((secs * 20))); do "$@" && return 0; sleep 0.05; done
-  return 1
+interrupt() {
+  wait_until "process $1 to catch SIGINT" catches_sigint "$1"
+  kill -INT "$1"
 }
 
 # jobs_file FILE N PREFIX [json fields]: N llmq jobs {"id": "PREFIX<i>", "prompt": "...", fields}.

@@ -164,16 +164,6 @@ static void free_model(struct tmodel *t)
 
 /* ---- the naive reference: whole sequence, unpaged, double */
 
-static void ref_rmsnorm(double *out, const double *x, const float *w, int n, double eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += x[i] * x[i];
-    double r = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * r * w[i];
-}
-
 /* y[N] = W[N, K] x[K] (+ b) */
 static void ref_linear(double *y, const float *W, const float *b, const double *x, int N, int K)
 {
@@ -214,19 +204,19 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
             x[(size_t)p * C + i] = t->embed[(size_t)tok[p] * C + i];
     for (int l = 0; l < sh->L; l++) {
         for (int p = 0; p < n; p++) {
-            ref_rmsnorm(h, x + (size_t)p * C, t->l[l].attn_norm, C, eps);
+            cpu_test_rmsnorm(h, x + (size_t)p * C, t->l[l].attn_norm, C, eps);
             double *qp = q + (size_t)p * HD, *kp = k + (size_t)p * KVD, *vp = v + (size_t)p * KVD;
             ref_linear(qp, t->l[l].wq, t->l[l].bq, h, HD, C);
             ref_linear(kp, t->l[l].wk, t->l[l].bk, h, KVD, C);
             ref_linear(vp, t->l[l].wv, t->l[l].bv, h, KVD, C);
             for (int hh = 0; hh < H; hh++) {
                 if (t->l[l].q_norm)
-                    ref_rmsnorm(qp + hh * D, qp + hh * D, t->l[l].q_norm, D, eps);
+                    cpu_test_rmsnorm(qp + hh * D, qp + hh * D, t->l[l].q_norm, D, eps);
                 ref_rope(qp + hh * D, D, p, sh->theta);
             }
             for (int gg = 0; gg < KVH; gg++) {
                 if (t->l[l].k_norm)
-                    ref_rmsnorm(kp + gg * D, kp + gg * D, t->l[l].k_norm, D, eps);
+                    cpu_test_rmsnorm(kp + gg * D, kp + gg * D, t->l[l].k_norm, D, eps);
                 ref_rope(kp + gg * D, D, p, sh->theta);
             }
         }
@@ -256,7 +246,7 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
         }
         for (int p = 0; p < n; p++) {
             double *xp = x + (size_t)p * C;
-            ref_rmsnorm(h, xp, t->l[l].mlp_norm, C, eps);
+            cpu_test_rmsnorm(h, xp, t->l[l].mlp_norm, C, eps);
             ref_linear(g, t->l[l].w_gate, NULL, h, F, C);
             ref_linear(u, t->l[l].w_up, NULL, h, F, C);
             for (int i = 0; i < F; i++)
@@ -271,7 +261,7 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
     }
     for (int p = 0; p < n; p++) {
         double *row = lp + (size_t)p * V;
-        ref_rmsnorm(h, x + (size_t)p * C, t->final_norm, C, eps);
+        cpu_test_rmsnorm(h, x + (size_t)p * C, t->final_norm, C, eps);
         ref_linear(row, t->lm_head, NULL, h, V, C);
         cpu_test_log_softmax(row, V);
     }
@@ -284,15 +274,9 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
 static struct backend *open_cpu_lm(const struct tmodel *t, int block_size, int64_t kv_bytes,
                                    enum be_weights lm)
 {
-    struct backend_opts o = {0};
+    struct backend_opts o = cpu_test_opts(block_size, 8, 512, 256);
     o.lm_head_dtype = lm;
-    o.block_size = block_size;
-    o.max_num_seqs = 8;
-    o.max_num_batched_tokens = 512;
-    o.max_model_len = 256;
-    o.threads = 2;
     o.kv_cache_bytes = kv_bytes;
-    o.kv_dtype = DT_F32;
     struct backend *be = cpu_test_backend(&t->m, &o);
     assert_string_equal(backend_name(be), "cpu");
     assert_int_equal(be->block_size, block_size);

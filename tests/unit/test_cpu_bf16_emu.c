@@ -36,15 +36,10 @@
 #define NTOP SAMPLING_MAX_LOGPROBS
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rng(void)
-{
-    return cpu_test_splitmix(&rng_state);
-}
 
 static void random_tokens(int32_t *t, int n, int V)
 {
-    for (int i = 0; i < n; i++)
-        t[i] = (int32_t)(rng() % (uint64_t)V);
+    cpu_test_random_tokens(&rng_state, t, n, V);
 }
 
 /* The shapes of tests/gpu/test_cuda_backend.c, and a one-layer Qwen3 */
@@ -90,14 +85,8 @@ struct be_cfg {
 
 static struct backend *open_cpu(const struct model *m, struct be_cfg c)
 {
-    struct backend_opts o;
-    memset(&o, 0, sizeof o);
-    o.block_size = c.block_size ? c.block_size : 16;
-    o.max_num_seqs = 64;
-    o.max_num_batched_tokens = 4096;
-    o.max_model_len = c.max_len ? c.max_len : 2048;
-    o.threads = 2;
-    o.kv_dtype = DT_F32;
+    struct backend_opts o =
+        cpu_test_opts(c.block_size ? c.block_size : 16, 64, 4096, c.max_len ? c.max_len : 2048);
     o.cuda_graphs = c.graphs;
     o.emulate_cuda = c.emu;
     o.emulate_cuda_jitter = c.jitter;
@@ -127,58 +116,27 @@ static void run_steps(struct backend *be, const int32_t *tok, int n, const int *
 
 /* ---- differences between outputs */
 
-struct diff {
-    double max, sum;
-    long n;
-    int ids; /* greedy ids that differ */
-};
-
-static void diff_add(struct diff *d, double x)
-{
-    d->max = x > d->max ? x : d->max;
-    d->sum += x;
-    d->n++;
-}
-
-static double diff_mean(const struct diff *d)
-{
-    return d->n ? d->sum / (double)d->n : 0;
-}
-
 /* got against ref at one position: every id both top lists hold */
-static void diff_out(struct diff *d, const struct be_out *ref, const struct be_out *got)
+static void diff_out(struct cpu_test_diff *d, const struct be_out *ref, const struct be_out *got)
 {
     d->ids += got->token != ref->token;
-    for (int i = 0; i < ref->n_top; i++)
-        for (int k = 0; k < got->n_top; k++)
-            if (got->top_ids[k] == ref->top_ids[i])
-                diff_add(d, fabs((double)got->top_logprobs[k] - ref->top_logprobs[i]));
+    cpu_test_diff_tops(d, ref, got);
 }
 
 /* got's top list against a full row of reference logprobs */
-static void diff_row(struct diff *d, const double *row, int V, const struct be_out *got)
+static void diff_row(struct cpu_test_diff *d, const double *row, int V, const struct be_out *got)
 {
     int best = 0;
     for (int i = 1; i < V; i++)
         best = row[i] > row[best] ? i : best;
     d->ids += got->token != best;
     for (int k = 0; k < got->n_top; k++)
-        diff_add(d, fabs((double)got->top_logprobs[k] - row[got->top_ids[k]]));
-}
-
-static bool same_out(const struct be_out *a, const struct be_out *b)
-{
-    if (a->token != b->token || a->n_top != b->n_top || a->logprob != b->logprob)
-        return false;
-    for (int j = 0; j < a->n_top; j++)
-        if (a->top_ids[j] != b->top_ids[j] || a->top_logprobs[j] != b->top_logprobs[j])
-            return false;
-    return true;
+        cpu_test_diff_add(d, fabs((double)got->top_logprobs[k] - row[got->top_ids[k]]));
 }
 
 static void expect_same(const struct be_out *a, const struct be_out *b, const char *what, int p)
 {
-    if (!same_out(a, b)) {
+    if (!cpu_test_same_out(a, b)) {
         print_error(
             "%s: position %d: token %d logprob %.9g vs token %d logprob %.9g (expected bitwise equal)\n",
             what, p, a->token, (double)a->logprob, b->token, (double)b->logprob);
@@ -210,10 +168,7 @@ static float *wts_get(struct wts *w, const struct tensor_view *t, bool round)
     if (!t->data)
         return NULL;
     int64_t n = tensor_numel(t);
-    float *f = malloc((size_t)n * sizeof *f);
-    assert_non_null(f);
-    char err[256];
-    assert_int_equal(tensor_to_f32(t, f, err, sizeof err), 0);
+    float *f = cpu_test_f32(t);
     if (round)
         for (int64_t i = 0; i < n; i++)
             f[i] = (float)R16(f[i]);
@@ -259,16 +214,6 @@ static double R(double x)
     return R_on ? R16(x) : x;
 }
 
-static void ref_rmsnorm(double *out, const double *x, const float *w, int n, double eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += x[i] * x[i];
-    double r = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * r * w[i];
-}
-
 static void ref_linear(double *y, const float *W, const double *x, int N, int K)
 {
     for (int n = 0; n < N; n++) {
@@ -303,7 +248,7 @@ static double *ref_forward(const struct model *m, const struct wts *w, const int
             x[(size_t)p * C + i] = w->embed[(size_t)tok[p] * C + i];
     for (int l = 0; l < c->n_layers; l++) {
         for (int p = 0; p < n; p++) {
-            ref_rmsnorm(h, x + (size_t)p * C, w->l[l].attn_norm, C, eps);
+            cpu_test_rmsnorm(h, x + (size_t)p * C, w->l[l].attn_norm, C, eps);
             for (int i = 0; i < C; i++)
                 h[i] = R(h[i]);
             double *qp = q + (size_t)p * HD, *kp = k + (size_t)p * KVD, *vp = v + (size_t)p * KVD;
@@ -318,7 +263,7 @@ static double *ref_forward(const struct model *m, const struct wts *w, const int
                 double *u = hh < H ? qp + hh * D : kp + (hh - H) * D;
                 const float *nw = hh < H ? w->l[l].q_norm : w->l[l].k_norm;
                 if (nw)
-                    ref_rmsnorm(u, u, nw, D, eps);
+                    cpu_test_rmsnorm(u, u, nw, D, eps);
                 for (int i = 0; i < half; i++) {
                     double ang = (double)((float)p * inv_freq[i]);
                     double cs = cos(ang) * attn_scale, sn = sin(ang) * attn_scale;
@@ -365,7 +310,7 @@ static double *ref_forward(const struct model *m, const struct wts *w, const int
         }
         for (int p = 0; p < n; p++) {
             double *xp = x + (size_t)p * C;
-            ref_rmsnorm(h, xp, w->l[l].mlp_norm, C, eps);
+            cpu_test_rmsnorm(h, xp, w->l[l].mlp_norm, C, eps);
             for (int i = 0; i < C; i++)
                 h[i] = R(h[i]);
             ref_linear(g, w->l[l].w_gate, h, F, C);
@@ -379,7 +324,7 @@ static double *ref_forward(const struct model *m, const struct wts *w, const int
     }
     for (int p = 0; p < n; p++) {
         double *row = lp + (size_t)p * V;
-        ref_rmsnorm(h, x + (size_t)p * C, w->final_norm, C, eps);
+        cpu_test_rmsnorm(h, x + (size_t)p * C, w->final_norm, C, eps);
         for (int i = 0; i < C; i++)
             h[i] = R(h[i]);
         R_on = false; /* logits in fp32 */
@@ -438,14 +383,15 @@ static void against_reference(bool f16)
         be = open_cpu(fx.m, (struct be_cfg){0});
         run_prefixes(be, tok, N, f32);
         backend_free(be);
-        struct diff de = {0}, dc = {0}, df = {0};
+        struct cpu_test_diff de = {0}, dc = {0}, df = {0};
         for (int p = 1; p < N; p++) {
             diff_row(&de, ref_emu + (size_t)p * V, V, &emu[p]);
             diff_row(&dc, ref_emu + (size_t)p * V, V, &f32[p]);
             diff_row(&df, ref_f32 + (size_t)p * V, V, &f32[p]);
         }
         printf("  %-12s max %.4f mean %.5f          max %.4f mean %.5f          max %.6f mean %.7f\n", name,
-               de.max, diff_mean(&de), dc.max, diff_mean(&dc), df.max, diff_mean(&df));
+               de.max, cpu_test_diff_mean(&de), dc.max, cpu_test_diff_mean(&dc), df.max,
+               cpu_test_diff_mean(&df));
         /* the fp32 forward is stable: its reference agrees to fp32 precision */
         assert_true(df.max < 1e-3);
         /* the emulation reproduces the rounding: closer to the rounding reference than the plain
@@ -460,7 +406,8 @@ static void against_reference(bool f16)
         if (f16 && fx.m->cfg.n_layers > 1) {
             assert_true(de.max < 0.02);
         } else {
-            assert_true(diff_mean(&de) * (fx.m->cfg.n_layers == 1 ? (f16 ? 2.5 : 20) : 2) < diff_mean(&dc));
+            assert_true(cpu_test_diff_mean(&de) * (fx.m->cfg.n_layers == 1 ? (f16 ? 2.5 : 20) : 2) <
+                        cpu_test_diff_mean(&dc));
             assert_true(de.max < dc.max);
             assert_true(de.max < 0.1);
         }
@@ -493,7 +440,8 @@ static void test_against_reference_f16(void **state)
 /* Teacher-forced lockstep of sequences with prompts of lens[] (prefilled in one step) and n_new
  * sampled tokens each (then decoded together), fed be[0]'s tokens; d[k - 1] collects be[k] against
  * be[0]. */
-static void lockstep(struct backend **be, int nbe, const int *lens, int ns, int n_new, int V, struct diff *d)
+static void lockstep(struct backend **be, int nbe, const int *lens, int ns, int n_new, int V,
+                     struct cpu_test_diff *d)
 {
     enum { MAXS = 8, MAXT = 300 };
     assert_true(ns <= MAXS);
@@ -504,8 +452,7 @@ static void lockstep(struct backend **be, int nbe, const int *lens, int ns, int 
     uint64_t seed = 7; /* the prompts of the GPU test's direct/whole */
     for (int i = 0; i < ns; i++) {
         assert_true(lens[i] + n_new <= MAXT);
-        for (int j = 0; j < lens[i]; j++)
-            tok[i][j] = (int32_t)(cpu_test_splitmix(&seed) % (uint64_t)V);
+        cpu_test_random_tokens(&seed, tok[i], lens[i], V);
         nt[i] = lens[i], pos[i] = 0;
         contiguous(table[i], MAXT / 16 + 1, i * (MAXT / 16 + 1));
     }
@@ -541,14 +488,14 @@ static void test_fixture_sizes(void **state)
                                  open_cpu(fx.m, (struct be_cfg){0}),
                                  open_cpu(fx.m, (struct be_cfg){.emu = true, .jitter = 0x6a177e5}),
                                  open_cpu(fx.m, (struct be_cfg){.jitter = 0x6a177e5})};
-        struct diff d[3] = {{0}};
+        struct cpu_test_diff d[3] = {{0}};
         lockstep(be, 4, lens, 6, 12, fx.m->cfg.vocab, d);
         printf("  %-11s bf16 rounding (emu vs fp32) %.4f / %.4f, oracle spread (emu vs jittered emu) %.4f / "
                "%.4f\n",
-               name, d[0].max, diff_mean(&d[0]), d[1].max, diff_mean(&d[1]));
+               name, d[0].max, cpu_test_diff_mean(&d[0]), d[1].max, cpu_test_diff_mean(&d[1]));
         /* the size the H200 showed between CUDA and the fp32 oracle on these models (0.07-0.23) */
         assert_true(d[0].max > 0.03 && d[0].max < 0.4);
-        assert_true(diff_mean(&d[0]) > 0.005 && diff_mean(&d[0]) < 0.06);
+        assert_true(cpu_test_diff_mean(&d[0]) > 0.005 && cpu_test_diff_mean(&d[0]) < 0.06);
         /* the jitter moves the emulated forward, by a rounding-sized amount */
         assert_true(d[1].max > 0 && d[1].max < 0.4);
         /* and the plain fp32 forward ignores it (bitwise: the same differences from emu) */
@@ -639,7 +586,7 @@ static void test_layouts(void **state)
     contiguous(table, 8, 0);
     const int one[] = {1};
     struct be_out dec[N], pre[N];
-    struct diff d = {0};
+    struct cpu_test_diff d = {0};
     for (int emu = 1; emu >= 0; emu--) {
         struct backend *be = open_cpu(fx.m, (struct be_cfg){.emu = emu});
         run_steps(be, tok, N, one, 1, table, 8, dec);
@@ -649,13 +596,13 @@ static void test_layouts(void **state)
         for (int p = 1; p < N; p++) {
             if (emu)
                 diff_out(&d, &pre[p], &dec[p]);
-            equal += same_out(&dec[p], &pre[p]);
+            equal += cpu_test_same_out(&dec[p], &pre[p]);
         }
         if (emu) {
             printf("  decode rows vs prefill rows: %d of %d positions bitwise equal, max |dlogprob| %.4f "
                    "mean %.5f\n",
-                   equal, N - 1, d.max, diff_mean(&d));
-            assert_true(equal < N - 1 && d.max < 0.4 && diff_mean(&d) < 0.06);
+                   equal, N - 1, d.max, cpu_test_diff_mean(&d));
+            assert_true(equal < N - 1 && d.max < 0.4 && cpu_test_diff_mean(&d) < 0.06);
         } else {
             assert_int_equal(equal, N - 1);
         }
@@ -683,7 +630,7 @@ static void test_layouts(void **state)
     struct sampling_params sp = cpu_test_greedy(NTOP);
     struct be_out out[4][3];
     int same_graph = 0, same_beside = 0, same_beside_graph = 0, n_cmp = 0;
-    struct diff dg = {0}, db = {0}, dbg = {0};
+    struct cpu_test_diff dg = {0}, db = {0}, dbg = {0};
     for (int pos = 0; pos < LONG;) {
         int c = pos == 0 ? 1000 : 1;
         struct be_seq alone = cpu_test_seq(lt, pos, c, lt_tab, nb_l, &sp);
@@ -702,9 +649,10 @@ static void test_layouts(void **state)
         if (pos == 1000)
             continue;
         n_cmp++;
-        same_graph += same_out(&out[0][0], &out[2][0]), diff_out(&dg, &out[0][0], &out[2][0]);
-        same_beside += same_out(&out[0][0], &out[1][0]), diff_out(&db, &out[0][0], &out[1][0]);
-        same_beside_graph += same_out(&out[1][0], &out[3][0]), diff_out(&dbg, &out[1][0], &out[3][0]);
+        same_graph += cpu_test_same_out(&out[0][0], &out[2][0]), diff_out(&dg, &out[0][0], &out[2][0]);
+        same_beside += cpu_test_same_out(&out[0][0], &out[1][0]), diff_out(&db, &out[0][0], &out[1][0]);
+        same_beside_graph += cpu_test_same_out(&out[1][0], &out[3][0]),
+            diff_out(&dbg, &out[1][0], &out[3][0]);
     }
     printf(
         "  decode past 1000 keys: graph == eager alone at %d of %d contexts (max |dlogprob| %.4f); beside a "
@@ -727,10 +675,7 @@ static void *round_view(struct tensor_view *v, void **keep, int *nk)
     if (!v->data)
         return NULL;
     int64_t n = tensor_numel(v);
-    float *f = malloc((size_t)n * sizeof *f);
-    assert_non_null(f);
-    char err[256];
-    assert_int_equal(tensor_to_f32(v, f, err, sizeof err), 0);
+    float *f = cpu_test_f32(v);
     for (int64_t i = 0; i < n; i++)
         f[i] = bf16_to_f32(f32_to_bf16(f[i]));
     v->dtype = DT_F32;
@@ -783,7 +728,7 @@ static void test_weights_rounded_once(void **state)
         backend_free(be);
         int equal = 0;
         for (int p = 19; p < N; p++)
-            equal += same_out(&a[p], &b[p]);
+            equal += cpu_test_same_out(&a[p], &b[p]);
         if (emu)
             assert_int_equal(equal, N - 19);
         else

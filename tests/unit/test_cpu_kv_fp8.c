@@ -63,13 +63,7 @@ struct be_cfg {
 
 static struct backend *open_cpu(const struct model *m, struct be_cfg c)
 {
-    struct backend_opts o;
-    memset(&o, 0, sizeof o);
-    o.block_size = c.block_size ? c.block_size : 16;
-    o.max_num_seqs = 8;
-    o.max_num_batched_tokens = 1024;
-    o.max_model_len = 512;
-    o.threads = 2;
+    struct backend_opts o = cpu_test_opts(c.block_size ? c.block_size : 16, 8, 1024, 512);
     o.kv_cache_bytes = c.kv_bytes;
     o.kv_dtype = c.fp8 ? DT_F8_E4M3 : DT_F32;
     o.emulate_cuda = c.emu;
@@ -105,35 +99,21 @@ static void run(struct backend *be, const int32_t *tok, int chunk, bool shuffled
     }
 }
 
-struct diff {
-    double max, sum;
-    long n;
-    int ids, ids_clear; /* greedy ids that differ; ... where the reference's top-2 gap > CLEAR_GAP */
-};
-
-static void diff_out(struct diff *d, const struct be_out *ref, const struct be_out *got)
+/* got against ref at the positions that sample: |dlogprob| where the greedy ids agree, the ids that
+ * differ (.ids), and in *ids_clear those of them where the reference's top-2 gap > CLEAR_GAP. */
+static struct cpu_test_diff compare(const struct be_out *ref, const struct be_out *got, int *ids_clear)
 {
-    double gap = ref->top_logprobs[0] - ref->top_logprobs[1];
-    if (ref->token != got->token) {
-        d->ids++;
-        d->ids_clear += gap > CLEAR_GAP;
-        return;
+    struct cpu_test_diff d = {0};
+    *ids_clear = 0;
+    for (int p = PREFILL - 1; p < NTOK; p++) {
+        double gap = ref[p].top_logprobs[0] - ref[p].top_logprobs[1];
+        if (ref[p].token != got[p].token) {
+            d.ids++;
+            *ids_clear += gap > CLEAR_GAP;
+        } else {
+            cpu_test_diff_tops(&d, &ref[p], &got[p]);
+        }
     }
-    for (int i = 0; i < ref->n_top; i++)
-        for (int k = 0; k < got->n_top; k++)
-            if (ref->top_ids[i] == got->top_ids[k]) {
-                double x = fabs((double)ref->top_logprobs[i] - got->top_logprobs[k]);
-                d->max = x > d->max ? x : d->max;
-                d->sum += x;
-                d->n++;
-            }
-}
-
-static struct diff compare(const struct be_out *ref, const struct be_out *got)
-{
-    struct diff d = {0};
-    for (int p = PREFILL - 1; p < NTOK; p++)
-        diff_out(&d, &ref[p], &got[p]);
     return d;
 }
 
@@ -155,19 +135,19 @@ static void test_fp8_vs_fp32(void **state)
         const char *name;
         fixture_open(&f, shape, &name);
         int32_t tok[NTOK];
-        for (int i = 0; i < NTOK; i++)
-            tok[i] = (int32_t)(rng() % (uint64_t)f.m->cfg.vocab);
+        cpu_test_random_tokens(&rng_state, tok, NTOK, f.m->cfg.vocab);
         for (int emu = 0; emu < 2; emu++) {
             struct backend *a = open_cpu(f.m, (struct be_cfg){false, emu, 0, 16, 0});
             struct backend *b = open_cpu(f.m, (struct be_cfg){true, emu, 0, 16, 0});
             static struct be_out oa[NTOK], ob[NTOK];
             run(a, tok, 1, false, oa);
             run(b, tok, 1, false, ob);
-            struct diff d = compare(oa, ob);
-            double mean = d.n ? d.sum / (double)d.n : 0;
+            int ids_clear;
+            struct cpu_test_diff d = compare(oa, ob, &ids_clear);
+            double mean = cpu_test_diff_mean(&d);
             printf("  %s%s: fp8 vs fp32 KV: max |dlogprob| %.4f mean %.5f over %ld, %d greedy ids differ (%d "
                    "where the gap > %.1f)\n",
-                   name, emu ? " (bf16 emulation)" : "", d.max, mean, d.n, d.ids, d.ids_clear, CLEAR_GAP);
+                   name, emu ? " (bf16 emulation)" : "", d.max, mean, d.n, d.ids, ids_clear, CLEAR_GAP);
             /* nonzero: the pool really is quantized. Bounded: e4m3 moves each K and V element by up to
              * 2^-4 of itself (~2.5% rms), a score by ~2.5% of |q||k|/sqrt(D), about 6x the bf16
              * emulation's per-value error, whose mean effect on these chaotic random models is 0.02:
@@ -176,7 +156,7 @@ static void test_fp8_vs_fp32(void **state)
             assert_true(d.max > 1e-3);
             assert_true(d.max < 1.5);
             assert_true(mean < 0.3);
-            assert_int_equal(d.ids_clear, 0);
+            assert_int_equal(ids_clear, 0);
             backend_free(a);
             backend_free(b);
         }
@@ -191,8 +171,7 @@ static void test_invariance(void **state)
     const char *name;
     fixture_open(&f, 1, &name);
     int32_t tok[NTOK];
-    for (int i = 0; i < NTOK; i++)
-        tok[i] = (int32_t)(rng() % (uint64_t)f.m->cfg.vocab);
+    cpu_test_random_tokens(&rng_state, tok, NTOK, f.m->cfg.vocab);
     static struct be_out ref[NTOK], got[NTOK];
     struct backend *a = open_cpu(f.m, (struct be_cfg){true, false, 0, 16, 0});
     run(a, tok, 1, false, ref);
@@ -223,7 +202,8 @@ static void test_invariance(void **state)
     struct backend *j = open_cpu(f.m, (struct be_cfg){true, true, 0x6a177e5ull, 16, 0});
     run(e, tok, 1, false, ref);
     run(j, tok, 1, false, got);
-    struct diff d = compare(ref, got);
+    int ids_clear;
+    struct cpu_test_diff d = compare(ref, got, &ids_clear);
     printf("  %s: emu fp8 vs jittered emu fp8: max |dlogprob| %.4f, %d ids differ\n", name, d.max, d.ids);
     assert_false(same(ref, got));
     backend_free(e);

@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -33,11 +32,6 @@ static char dir[128];
 static char path[192]; /* the database file of each test */
 static char err[1024];
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     if (scratch_dir_make(getenv("TMPDIR"), "test-db", dir, sizeof dir))
@@ -49,7 +43,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    return nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return test_remove_tree(dir);
 }
 
 static struct db *open_ok(const struct db_opts *o)

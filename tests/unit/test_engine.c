@@ -24,8 +24,8 @@
 #include "engine/tokenizer.h"
 #include "engine/util/log.h"
 #include "engine/util/scratch_dir.h"
-#include "testutil.h"
-#include "worker/backends/backend_open.h"
+
+#include "cpu_test.h"
 
 #define MAXJ 40
 /* bytes of one KV block of the tiny model on the CPU backend: layers * (K, V) * kv_heads * block
@@ -58,28 +58,15 @@ static int setup(void **state)
     if (scratch_dir_make(getenv("TMPDIR"), "test-engine", g_dir, sizeof g_dir))
         return -1;
     struct tiny_opts o = fixture_opts(0);
-    if (tiny_model_write(g_dir, &o, err, sizeof err)) {
-        fprintf(stderr, "tiny_model_write: %s\n", err);
-        return -1;
-    }
+    cpu_test_write_model(g_dir, &o);
     /* again with the vocabulary the tokenizer has, so every id has text */
     struct tok *t = tok_load_dir(g_dir, err, sizeof err);
-    if (!t) {
-        fprintf(stderr, "tok_load_dir: %s\n", err);
-        return -1;
-    }
+    if (!t)
+        fail_msg("tok_load_dir: %s", err);
     o.vocab = tok_vocab_size(t);
     tok_free(t);
-    if (tiny_model_write(g_dir, &o, err, sizeof err)) {
-        fprintf(stderr, "tiny_model_write: %s\n", err);
-        return -1;
-    }
-    g_model = model_load(g_dir, err, sizeof err);
-    g_tok = tok_load_dir(g_dir, err, sizeof err);
-    if (!g_model || !g_tok) {
-        fprintf(stderr, "loading the tiny model: %s\n", err);
-        return -1;
-    }
+    cpu_test_write_model(g_dir, &o);
+    cpu_test_load_dir(g_dir, &g_model, &g_tok);
     return 0;
 }
 
@@ -128,14 +115,7 @@ static struct engine_opts base_opts(void)
 
 static struct engine *open_engine(const struct engine_opts *o)
 {
-    char err[512] = "";
-    struct backend *be = backend_open("cpu", g_model, &o->be, err, sizeof err);
-    struct engine *e = be ? engine_open(g_model, g_tok, be, o, err, sizeof err) : NULL;
-    if (!e) {
-        print_error("engine_open: %s\n", err);
-        fail();
-    }
-    return e;
+    return cpu_test_engine(g_model, g_tok, o);
 }
 
 static void job_init(struct job *j, int id, int n_prompt, int max_tokens)
@@ -147,12 +127,7 @@ static void job_init(struct job *j, int id, int n_prompt, int max_tokens)
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         j->prompt[i] = (int32_t)((x >> 33) % 256); /* byte tokens */
     }
-    j->r = engine_request_default();
-    j->r.prompt = j->prompt;
-    j->r.n_prompt = n_prompt;
-    j->r.sp.temperature = 0;
-    j->r.max_tokens = max_tokens;
-    j->r.ignore_eos = true;
+    j->r = cpu_test_request(j->prompt, n_prompt, max_tokens, -1);
 }
 
 static void take_result(struct result *res, const struct engine_seq *s)
@@ -944,17 +919,13 @@ static void test_nan_logits_fail_one_sequence(void **state)
     char dir[256], err[512];
     assert_int_equal(scratch_dir_make(getenv("TMPDIR"), "test-engine-nan", dir, sizeof dir), 0);
     struct tiny_opts o = fixture_opts(g_model->cfg.vocab);
-    if (tiny_model_write(dir, &o, err, sizeof err))
-        fail_msg("%s", err);
+    cpu_test_write_model(dir, &o);
     if (test_nan_row(dir, "model.embed_tokens.weight", bad_id, err, sizeof err))
         fail_msg("%s", err);
-    struct model *m = model_load(dir, err, sizeof err);
-    assert_non_null(m);
+    struct model *m = cpu_test_load_model(dir);
 
     struct engine_opts eo = base_opts();
-    struct backend *be = backend_open("cpu", m, &eo.be, err, sizeof err);
-    struct engine *e = be ? engine_open(m, g_tok, be, &eo, err, sizeof err) : NULL;
-    assert_non_null(e);
+    struct engine *e = cpu_test_engine(m, g_tok, &eo);
     struct job bad;
     job_init(&bad, 99, 12, 8);
     bad.prompt[5] = bad_id;

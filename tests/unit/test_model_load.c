@@ -20,6 +20,8 @@
 #include "engine/tiny_model.h"
 #include "engine/util/scratch_dir.h"
 
+#include "cpu_test.h"
+
 static char tmpdir[256];
 static char err[1024];
 
@@ -30,9 +32,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_remove_tree(tmpdir);
 }
 
 static const char *sub(const char *name)
@@ -55,20 +55,6 @@ static void sh(const char *fmt, ...)
         fail_msg("command failed: %s", cmd);
 }
 
-static void make(const char *dir, const struct tiny_opts *o)
-{
-    if (tiny_model_write(dir, o, err, sizeof err) != 0)
-        fail_msg("tiny_model_write %s: %s", dir, err);
-}
-
-static struct model *load_ok(const char *dir)
-{
-    struct model *m = model_load(dir, err, sizeof err);
-    if (!m)
-        fail_msg("model_load %s: %s", dir, err);
-    return m;
-}
-
 static void expect_load_error(const char *dir, const char *want)
 {
     struct model *m = model_load(dir, err, sizeof err);
@@ -78,15 +64,6 @@ static void expect_load_error(const char *dir, const char *want)
     }
     if (!strstr(err, want))
         fail_msg("error \"%s\" does not contain \"%s\"", err, want);
-}
-
-static float *to_f32(const struct tensor_view *v)
-{
-    float *f = malloc((size_t)tensor_numel(v) * sizeof *f);
-    assert_non_null(f);
-    if (tensor_to_f32(v, f, err, sizeof err) != 0)
-        fail_msg("tensor_to_f32 %s: %s", v->name, err);
-    return f;
 }
 
 static void check_view(const struct tensor_view *v, const char *name, enum dtype dt, int64_t d0, int64_t d1)
@@ -224,8 +201,8 @@ static void test_variants_load(void **state)
                     struct tiny_opts o = opts(archs[a], dts[d], tie, sh ? 3 : 1);
                     char name[64];
                     snprintf(name, sizeof name, "v%d%d%d%d", a, d, tie, sh);
-                    make(sub(name), &o);
-                    ms[sh] = load_ok(sub(name));
+                    cpu_test_write_model(sub(name), &o);
+                    ms[sh] = cpu_test_load_model(sub(name));
                     check_model(ms[sh], &o);
                     assert_int_equal(ms[sh]->files->n_files, sh ? 3 : 1);
                     count++;
@@ -250,7 +227,7 @@ static void compare_dtypes(const struct tensor_view *v32, const struct tensor_vi
     int64_t n = tensor_numel(v32);
     assert_int_equal(tensor_numel(v), n);
     const float *w = v32->data;
-    float *deq = to_f32(v);
+    float *deq = cpu_test_f32(v);
     if (dt == DT_BF16 || dt == DT_F16) {
         const uint16_t *h = v->data;
         for (int64_t i = 0; i < n; i++) {
@@ -292,13 +269,13 @@ static void test_dtypes_agree(void **state)
         o.heads = 5;
         o.kv_heads = 1;
         o.head_dim = 48;
-        make(sub("f32"), &o);
-        struct model *m32 = load_ok(sub("f32"));
+        cpu_test_write_model(sub("f32"), &o);
+        struct model *m32 = cpu_test_load_model(sub("f32"));
         static const enum dtype dts[] = {DT_BF16, DT_F16, DT_F8_E4M3};
         for (int d = 0; d < 3; d++) {
             o.dtype = dts[d];
-            make(sub("other"), &o);
-            struct model *m = load_ok(sub("other"));
+            cpu_test_write_model(sub("other"), &o);
+            struct model *m = cpu_test_load_model(sub("other"));
             check_model(m, &o);
             enum dtype other = dts[d] == DT_F8_E4M3 ? DT_BF16 : dts[d];
             compare_dtypes(&m32->embed, &m->embed, other);
@@ -322,7 +299,7 @@ static void test_dtypes_agree(void **state)
 
 static void stats(const struct tensor_view *v, double *mean, double *std)
 {
-    float *f = to_f32(v);
+    float *f = cpu_test_f32(v);
     int64_t n = tensor_numel(v);
     double s = 0, s2 = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -342,8 +319,8 @@ static void test_weight_scales(void **state)
     o.intermediate = 512;
     o.heads = 8;
     o.kv_heads = 4;
-    make(sub("scales"), &o);
-    struct model *m = load_ok(sub("scales"));
+    cpu_test_write_model(sub("scales"), &o);
+    struct model *m = cpu_test_load_model(sub("scales"));
     double mean, std;
     stats(&m->embed, &mean, &std);
     assert_true(fabs(mean) < 0.01 && fabs(std - 4 / 16.0) < 0.01);
@@ -362,8 +339,8 @@ static void test_weight_scales(void **state)
     stats(&m->layers[0].bk, &mean, &std);
     assert_true(fabs(mean) < 0.2 && fabs(std - 0.5) < 0.15);
     o.seed = 43;
-    make(sub("scales2"), &o);
-    struct model *m2 = load_ok(sub("scales2"));
+    cpu_test_write_model(sub("scales2"), &o);
+    struct model *m2 = cpu_test_load_model(sub("scales2"));
     assert_memory_not_equal(m->embed.data, m2->embed.data, 64);
     assert_memory_not_equal(m->layers[0].wq.data, m2->layers[0].wq.data, 64);
     model_free(m);
@@ -468,9 +445,9 @@ static void m_none(struct st_write *w, int *n, void *buf) {}
 static void test_broken_checkpoints(void **state)
 {
     struct tiny_opts o = opts(ARCH_QWEN3, DT_BF16, false, 1);
-    make(sub("good"), &o);
+    cpu_test_write_model(sub("good"), &o);
     rewrite(sub("good"), sub("bad"), m_none);
-    model_free(load_ok(sub("bad"))); /* the rewrite itself changes nothing */
+    model_free(cpu_test_load_model(sub("bad"))); /* the rewrite itself changes nothing */
 
     rewrite(sub("good"), sub("bad"), m_drop_up);
     expect_load_error(sub("bad"), "model.layers.1.mlp.up_proj.weight: missing (not in model.safetensors)");
@@ -493,14 +470,14 @@ static void test_broken_checkpoints(void **state)
 
     /* tied: a present lm_head.weight is used (and checked); without it lm_head is the embedding */
     o.tie = true;
-    make(sub("tied"), &o);
-    struct model *m = load_ok(sub("tied"));
+    cpu_test_write_model(sub("tied"), &o);
+    struct model *m = cpu_test_load_model(sub("tied"));
     assert_ptr_equal(m->lm_head.data, m->embed.data);
     model_free(m);
     o.tie = false;
-    make(sub("untied"), &o);
+    cpu_test_write_model(sub("untied"), &o);
     sh("cp '%s'/config.json '%s'/config.json", sub("tied"), sub("untied"));
-    m = load_ok(sub("untied"));
+    m = cpu_test_load_model(sub("untied"));
     assert_true(m->cfg.tie_embeddings);
     assert_string_equal(m->lm_head.name, "lm_head.weight");
     assert_ptr_not_equal(m->lm_head.data, m->embed.data);
@@ -515,13 +492,13 @@ static void test_broken_checkpoints(void **state)
 
     /* qwen2 biases */
     o = opts(ARCH_QWEN2, DT_BF16, true, 1);
-    make(sub("q2"), &o);
+    cpu_test_write_model(sub("q2"), &o);
     rewrite(sub("q2"), sub("bad"), m_drop_bias);
     expect_load_error(sub("bad"), "model.layers.0.self_attn.v_proj.bias: missing (not in model.safetensors)");
 
     /* fp8 block scales */
     o = opts(ARCH_QWEN3, DT_F8_E4M3, true, 1);
-    make(sub("fp8"), &o);
+    cpu_test_write_model(sub("fp8"), &o);
     rewrite(sub("fp8"), sub("bad"), m_drop_scale);
     expect_load_error(sub("bad"),
                       "model.layers.0.self_attn.q_proj.weight in model.safetensors: F8_E4M3 weight "
@@ -533,12 +510,12 @@ static void test_broken_checkpoints(void **state)
 
     /* shards: a missing one, and one cut short */
     o = opts(ARCH_LLAMA, DT_BF16, false, 3);
-    make(sub("sharded"), &o);
+    cpu_test_write_model(sub("sharded"), &o);
     sh("rm '%s'/model-00002-of-00003.safetensors", sub("sharded"));
     expect_load_error(sub("sharded"),
                       "model-00002-of-00003.safetensors: No such file or directory (a shard listed in "
                       "model.safetensors.index.json)");
-    make(sub("sharded"), &o);
+    cpu_test_write_model(sub("sharded"), &o);
     sh("truncate -s 20 '%s'/model-00003-of-00003.safetensors", sub("sharded"));
     expect_load_error(sub("sharded"), "model-00003-of-00003.safetensors: header length");
     /* no weights at all */
@@ -546,9 +523,9 @@ static void test_broken_checkpoints(void **state)
     expect_load_error(sub("sharded"), "no model.safetensors or model.safetensors.index.json");
     /* rewriting a folder with one file removes the old shards and index */
     o.shards = 1;
-    make(sub("sharded"), &o);
+    cpu_test_write_model(sub("sharded"), &o);
     sh("test ! -e '%s'/model.safetensors.index.json", sub("sharded"));
-    model_free(load_ok(sub("sharded")));
+    model_free(cpu_test_load_model(sub("sharded")));
     model_free(NULL);
 }
 
@@ -623,7 +600,7 @@ static json_t *parse(const char *s)
 static void test_config_errors(void **state)
 {
     struct tiny_opts o = opts(ARCH_QWEN3, DT_BF16, false, 1);
-    make(sub("good"), &o);
+    cpu_test_write_model(sub("good"), &o);
     expect_cfg_error(with(base_config(), "architectures", json_pack("[s]", "GPT2LMHeadModel")), NULL,
                      "config.json: architecture 'GPT2LMHeadModel' is not supported");
     expect_cfg_error(with(base_config(), "architectures", NULL), NULL,
@@ -700,7 +677,7 @@ static void test_config_errors(void **state)
 static void test_config_values(void **state)
 {
     struct tiny_opts o = opts(ARCH_QWEN3, DT_BF16, false, 1);
-    make(sub("good"), &o);
+    cpu_test_write_model(sub("good"), &o);
     /* the files themselves */
     struct model_config c;
     assert_int_equal(model_config_load(sub("nowhere"), &c, err, sizeof err), -1);

@@ -36,7 +36,6 @@ static char dir[256];
 
 static void run(bool caching, struct engine_stats *st)
 {
-    char err[512];
     struct model *m;
     struct tok *tok;
     cpu_test_load_dir(dir, &m, &tok);
@@ -49,10 +48,7 @@ static void run(bool caching, struct engine_stats *st)
     o.be.kv_cache_bytes = 20 * 2 * 2 * 2 * BS * 16 * 4;
     o.enable_prefix_caching = caching;
     o.num_lanes = 2;
-    struct backend *be = backend_open("cpu", m, &o.be, err, sizeof err);
-    struct engine *e = be ? engine_open(m, tok, be, &o, err, sizeof err) : NULL;
-    if (!e)
-        fail_msg("engine_open: %s", err);
+    struct engine *e = cpu_test_engine(m, tok, &o);
     int32_t prompts[NREQ][PROMPT];
     uint64_t s = 7;
     for (int i = 0; i < NREQ; i++)
@@ -61,15 +57,9 @@ static void run(bool caching, struct engine_stats *st)
             prompts[i][j] = i > 0 && j < SHARED ? prompts[0][j] : (int32_t)((s >> 33) % 512);
         }
     for (int i = 0; i < NREQ; i++) {
-        struct engine_request r = engine_request_default();
-        r.prompt = prompts[i];
-        r.n_prompt = PROMPT;
-        r.sp.temperature = 0;
-        r.max_tokens = OUT;
-        r.ignore_eos = true;
+        struct engine_request r = cpu_test_request(prompts[i], PROMPT, OUT, -1);
         r.lane = i % 2;
-        if (!engine_add(e, &r, err, sizeof err))
-            fail_msg("engine_add: %s", err);
+        cpu_test_add(e, &r);
     }
     while (engine_has_work(e)) {
         struct engine_seq **ch;
@@ -128,9 +118,6 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_counts)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
+    test_remove_tree(dir);
     return rc;
 }

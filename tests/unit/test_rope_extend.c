@@ -97,24 +97,16 @@ static void write_model(const char *dir, int max_position)
     struct tiny_opts o = tiny_opts_default();
     o.hidden = 64, o.intermediate = 128, o.layers = 2, o.heads = 4, o.kv_heads = 2, o.head_dim = 32;
     o.vocab = 512, o.max_position = max_position, o.seed = 5;
-    char err[512];
-    if (tiny_model_write(dir, &o, err, sizeof err))
-        fail_msg("tiny_model_write: %s", err);
+    cpu_test_write_model(dir, &o);
 }
 
 /* Replaces config.json's rope_scaling with yarn / factor / original. */
 static void set_yarn(const char *dir, double factor, int original)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t je;
-    json_t *c = json_load_file(path, 0, &je);
-    assert_non_null(c);
-    json_object_set_new(c, "rope_scaling",
-                        json_pack("{s:s, s:f, s:i}", "rope_type", "yarn", "factor", factor,
-                                  "original_max_position_embeddings", original));
-    assert_int_equal(json_dump_file(c, path, JSON_INDENT(2)), 0);
-    json_decref(c);
+    json_t *keys = json_pack("{s:{s:s, s:f, s:i}}", "rope_scaling", "rope_type", "yarn", "factor", factor,
+                             "original_max_position_embeddings", original);
+    cpu_test_set_config(dir, keys);
+    json_decref(keys);
 }
 
 static void test_rule_equals_config(void **state)
@@ -144,7 +136,6 @@ static void test_rule_equals_config(void **state)
 /* Greedy continuation of a 200-token prompt with top-5 logprobs, on the CPU backend. */
 static void run(const char *dir, int max_model_len, struct be_out *out, int32_t *ids, int n_new)
 {
-    char err[512];
     struct model *m;
     struct tok *tok;
     cpu_test_load_dir(dir, &m, &tok);
@@ -152,31 +143,16 @@ static void run(const char *dir, int max_model_len, struct be_out *out, int32_t 
     o.be.max_model_len = max_model_len;
     o.be.threads = 2;
     o.be.block_size = 16;
-    struct backend *be = backend_open("cpu", m, &o.be, err, sizeof err);
-    struct engine *e = be ? engine_open(m, tok, be, &o, err, sizeof err) : NULL;
-    if (!e)
-        fail_msg("engine_open: %s", err);
+    struct engine *e = cpu_test_engine(m, tok, &o);
     int32_t prompt[200];
     uint64_t s = 99;
     for (int i = 0; i < 200; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((s >> 33) % 512);
     }
-    struct engine_request r = engine_request_default();
-    r.prompt = prompt;
-    r.n_prompt = 200;
-    r.sp.temperature = 0;
-    r.sp.logprobs = 5;
-    r.max_tokens = n_new;
-    r.ignore_eos = true;
-    struct engine_seq *q = engine_add(e, &r, err, sizeof err);
-    if (!q)
-        fail_msg("engine_add: %s", err);
-    while (engine_has_work(e)) {
-        struct engine_seq **ch;
-        int nc;
-        assert_int_equal(engine_step(e, &ch, &nc), 0);
-    }
+    struct engine_request r = cpu_test_request(prompt, 200, n_new, 5);
+    struct engine_seq *q = cpu_test_add(e, &r);
+    cpu_test_run(e);
     assert_int_equal(q->n_output, n_new);
     memcpy(out, q->logprobs, (size_t)n_new * sizeof *out);
     memcpy(ids, q->tokens + 200, (size_t)n_new * sizeof *ids);
@@ -206,9 +182,7 @@ static void test_forward(void **state)
     assert_memory_equal(ia, ib, sizeof ia);
     double worst_plain = 0;
     for (int t = 0; t < N; t++) {
-        assert_true(a[t].logprob == b[t].logprob); /* the same arithmetic: bit for bit */
-        for (int k = 0; k < 5; k++)
-            assert_true(a[t].top_logprobs[k] == b[t].top_logprobs[k] && a[t].top_ids[k] == b[t].top_ids[k]);
+        assert_true(cpu_test_same_out(&a[t], &b[t])); /* the same arithmetic: bit for bit */
         worst_plain = fmax(worst_plain, fabs(a[t].top_logprobs[0] - c[t].top_logprobs[0]));
     }
     printf(
@@ -227,9 +201,6 @@ int main(void)
         cmocka_unit_test(test_forward),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd)) {
-    }
+    test_remove_tree(tmp);
     return rc;
 }

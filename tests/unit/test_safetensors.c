@@ -14,6 +14,7 @@
 
 #include "engine/safetensors.h"
 #include "engine/util/scratch_dir.h"
+#include "testutil.h"
 
 static char tmpdir[256];
 
@@ -81,9 +82,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_remove_tree(tmpdir);
 }
 
 /* Removes every file of tmpdir between tests. */

@@ -24,19 +24,6 @@
 #include "cpu_test.h"
 #include "hf_golden.h"
 
-/* Writes the keys of `overrides` into the checkpoint's config.json (as make_hf_fixtures.py does). */
-static void set_config(struct hf_goldens *f, json_t *overrides)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", f->dir);
-    json_error_t je;
-    json_t *c = json_load_file(path, 0, &je);
-    assert_non_null(c);
-    assert_int_equal(json_object_update(c, overrides), 0);
-    assert_int_equal(json_dump_file(c, path, JSON_INDENT(2)), 0);
-    json_decref(c);
-}
-
 static void run_and_compare(struct hf_goldens *f, const char *label, int block_size, int budget)
 {
     struct model *m;
@@ -59,10 +46,11 @@ static void test_entry(void **state)
 {
     struct hf_goldens f;
     hf_goldens_load(&f, *state);
-    set_config(&f, json_object_get(f.entry, "config"));
+    /* the keys of the entry's config written into config.json, as make_hf_fixtures.py does */
+    cpu_test_set_config(f.dir, json_object_get(f.entry, "config"));
     run_and_compare(&f, "config rope_scaling, batch", 16, 4096);
     run_and_compare(&f, "config rope_scaling, chunked", 8, 200);
-    set_config(&f, json_object_get(f.entry, "native_config"));
+    cpu_test_set_config(f.dir, json_object_get(f.entry, "native_config"));
     run_and_compare(&f, "by max_model_len, batch", 16, 4096);
     run_and_compare(&f, "by max_model_len, chunked", 8, 200);
     hf_goldens_free(&f);

@@ -9,7 +9,6 @@
 
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "engine/util/scratch_dir.h"
+#include "testutil.h"
 #include "worker/store/db.h"
 
 enum { BATCH = 256, BATCHES = 40, SINGLES = 300 };
@@ -25,11 +25,6 @@ enum { BATCH = 256, BATCHES = 40, SINGLES = 300 };
 struct rowbuf {
     char id[40], params[256], output[1600], metadata[80], result[2200];
 };
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(p);
-}
 
 static void fill(struct db_result *r, struct rowbuf *b, int i, double now)
 {
@@ -124,7 +119,7 @@ static void test_speed(void **state)
     db_close(db);
     free(rows);
     free(b);
-    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    test_remove_tree(dir);
 }
 
 int main(void)
