@@ -105,7 +105,7 @@ with open(path, "w") as f:
                                                    {"role": "user", "content": d4}], "enable_thinking": False}) + "\n")
     f.write(json.dumps({"prompt": "Summary of: " + d5 + "\nSummary:", "max_tokens": 16, "metadata": {"source": "enqueue"}}) + "\n")
     f.write(json.dumps({"custom_id": "batch-doc-6", "method": "POST", "url": "/v1/chat/completions",
-                        "body": {"model": "any", "messages": [{"role": "user", "content": "Summarize: " + d6}], "max_tokens": 20}}) + "\n")
+                        "body": {"messages": [{"role": "user", "content": "Summarize: " + d6}], "max_tokens": 20}}) + "\n")
 PY
 "$llmq" enqueue -c "$work/llmq.yaml" "$work/jobs.jsonl" --print-ids | sed 's/^/  id /'
 "$llmq" status -c "$work/llmq.yaml"

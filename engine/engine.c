@@ -4,7 +4,10 @@
  * Stopping, checked after each sampled token in vLLM's order: an EOS id (unless ignore_eos) or a
  * stop id -> "stop" (the id is kept in tokens but adds no text); then stop strings on the text
  * (once more than min_tokens tokens exist) -> "stop", text cut before the match; then max_tokens
- * -> "length". EOS and stop ids are banned from sampling until min_tokens tokens exist. */
+ * -> "length". EOS and stop ids are banned from sampling until min_tokens tokens exist.
+ *
+ * Deadlines: at the start of a step, a seq whose deadline has passed finishes with "timeout" and
+ * what it generated, like a cancel. */
 #include "engine/engine.h"
 
 #include <math.h>
@@ -33,6 +36,7 @@ struct eseq {
     int n_stop_ids;
     int32_t *banned; /* [n_banned]: EOS ids (unless ignore_eos) and stop ids, until min_tokens */
     int n_banned;
+    double deadline; /* engine_request.deadline; 0 = none */
     struct stop_matcher stop;
     struct tok_stream *ts;
     char *full; /* all text decoded so far (pub.text shows a prefix of it) */
@@ -66,7 +70,8 @@ struct engine {
     struct eseq **cancels;
     int n_cancels;
     size_t cancels_cap;
-    struct list live; /* every unreleased seq */
+    struct list live;     /* every unreleased seq */
+    double next_deadline; /* no unfinished seq has an earlier one (INFINITY: none has one) */
     struct engine_stats st;
 };
 
@@ -81,6 +86,8 @@ const char *finish_reason_name(enum finish_reason r)
         return "cancelled";
     case FINISH_ERROR:
         return "error";
+    case FINISH_TIMEOUT:
+        return "timeout";
     default:
         return NULL;
     }
@@ -105,6 +112,7 @@ struct engine_opts engine_opts_default(void)
     o.admission_reserve = 1.0;
     o.seed = 0;
     o.num_lanes = 1;
+    o.priority_aging_s = 60;
     return o;
 }
 
@@ -160,6 +168,7 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
     e->vocab = m->cfg.vocab;
     e->seed_ctr = o->seed;
     e->num_lanes = o->num_lanes ? o->num_lanes : 1;
+    e->next_deadline = INFINITY;
 
     struct backend_opts bo = o->be;
     if (bo.max_model_len <= 0)
@@ -187,6 +196,7 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
     so.max_model_len = mml;
     so.long_prefill_chunk = o->long_prefill_chunk;
     so.admission_reserve = o->admission_reserve;
+    so.priority_aging_s = o->priority_aging_s;
     so.num_lanes = e->num_lanes;
     for (int l = 0; l < o->num_lanes; l++) {
         so.lanes[l].max_num_seqs = o->lanes[l].max_num_seqs;
@@ -267,6 +277,11 @@ int engine_max_model_len(const struct engine *e, int lane)
         so->lanes[lane].max_model_len < mml)
         mml = so->lanes[lane].max_model_len;
     return mml;
+}
+
+double engine_now(const struct engine *e)
+{
+    return e->o.clock ? e->o.clock(e->o.clock_ctx) : llmq_mono_s();
 }
 
 bool engine_has_work(const struct engine *e)
@@ -378,6 +393,10 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
                      r->n_prompt, r->max_tokens, mml, mml - r->n_prompt);
         return NULL;
     }
+    if (!(r->deadline >= 0) || !isfinite(r->deadline)) {
+        snprintf(err, errlen, "deadline must be a time >= 0 (0 = none), got %g", r->deadline);
+        return NULL;
+    }
     if (r->n_stop < 0 || r->n_stop_ids < 0 || (r->n_stop_ids > 0 && !r->stop_ids)) {
         snprintf(err, errlen, "bad stop list");
         return NULL;
@@ -425,13 +444,16 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->pub.text[0] = 0;
     q->pub.user = r->user;
     q->pub.n_prompt = r->n_prompt;
-    q->pub.t_arrival = llmq_mono_s();
+    q->pub.t_arrival = engine_now(e);
+    q->deadline = r->deadline;
     if (sp.logprobs >= 0 && array_reserve(&q->pub.logprobs, &q->logprobs_cap, 4, sizeof *q->pub.logprobs, 16))
         goto oom;
     q->sq.tokens = q->pub.tokens;
     q->sq.n_tokens = r->n_prompt;
     q->sq.max_len = r->n_prompt + r->max_tokens;
     q->sq.lane = r->lane;
+    q->sq.priority = r->priority;
+    q->sq.t_arrival = q->pub.t_arrival;
     q->sq.user = q;
     q->spv = sp;
     /* per-seq lists of a step never need to grow inside engine_step */
@@ -445,6 +467,8 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
         return NULL;
     }
     list_push_front(&e->live, &q->live);
+    if (q->deadline > 0 && q->deadline < e->next_deadline)
+        e->next_deadline = q->deadline;
     e->st.prompt_tokens += (uint64_t)r->n_prompt;
     return &q->pub;
 oom:
@@ -529,7 +553,7 @@ static void finish(struct engine *e, struct eseq *q, enum finish_reason why, con
     q->pub.finish = why;
     if (msg)
         snprintf(q->pub.error, sizeof q->pub.error, "%s", msg);
-    q->pub.t_finished = llmq_mono_s();
+    q->pub.t_finished = engine_now(e);
     if (q->cancel) { /* finished otherwise before its cancel was seen */
         cancels_remove(e, q);
         q->cancel = false;
@@ -586,7 +610,7 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         e->prev[e->n_prev++] = q;
     }
     if (q->pub.t_first_token == 0)
-        q->pub.t_first_token = llmq_mono_s();
+        q->pub.t_first_token = engine_now(e);
     e->st.generated_tokens++;
     changed_add(e, q);
 
@@ -625,6 +649,26 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
 }
 
+/* Finishes every unfinished seq whose deadline is at or before now with FINISH_TIMEOUT and finds
+ * the next deadline. */
+static void expire(struct engine *e, double now)
+{
+    double next = INFINITY;
+    for (struct list_node *n = e->live.head; n; n = n->next) {
+        struct eseq *q = LIST_ITEM(n, struct eseq, live);
+        if (q->pub.finished || q->deadline <= 0)
+            continue;
+        if (now >= q->deadline) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "the deadline passed after %d generated tokens", q->pub.n_output);
+            finish(e, q, FINISH_TIMEOUT, msg, true);
+        } else if (q->deadline < next) {
+            next = q->deadline;
+        }
+    }
+    e->next_deadline = next;
+}
+
 int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
 {
     e->stamp++;
@@ -634,6 +678,11 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
 
     while (e->n_cancels > 0) /* finish() takes each off the list */
         finish(e, e->cancels[0], FINISH_CANCELLED, NULL, true);
+    if (e->next_deadline < INFINITY) { /* a released or finished seq's may be stale: expire finds out */
+        double now = engine_now(e);
+        if (now >= e->next_deadline)
+            expire(e, now);
+    }
 
     struct sched_out out;
     if (sched_schedule(e->s, &out))

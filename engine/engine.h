@@ -1,8 +1,9 @@
 /* The generation engine: requests in, tokens and text out, over any backend.
  *
- * It owns the scheduler (continuous batching, chunked prefill, admission by prompt-length
- * bucket, preemption by recompute), the paged KV block manager, stopping (EOS, stop ids, stop
- * strings across token boundaries, max_tokens, min_tokens) and incremental detokenization.
+ * It owns the scheduler (continuous batching, chunked prefill, admission by priority and
+ * prompt-length bucket, preemption by recompute), the paged KV block manager, stopping (EOS, stop
+ * ids, stop strings across token boundaries, max_tokens, min_tokens, deadlines) and incremental
+ * detokenization.
  * `llmq run`, the worker and `llmq bench` all drive it the same way:
  *
  *     engine_add(...) as requests arrive;
@@ -25,8 +26,15 @@ struct tok;
 
 #define ENGINE_MAX_LANES 4
 
-enum finish_reason { FINISH_NONE, FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR };
-/* "stop", "length", "cancelled", "error"; NULL for FINISH_NONE. */
+enum finish_reason {
+    FINISH_NONE,
+    FINISH_STOP,
+    FINISH_LENGTH,
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+    FINISH_TIMEOUT, /* its deadline passed (engine_request.deadline); the text so far is kept */
+};
+/* "stop", "length", "cancelled", "error", "timeout"; NULL for FINISH_NONE. */
 const char *finish_reason_name(enum finish_reason r);
 
 /* Caps of one lane (e.g. 0 = short jobs, 1 = long documents), inside the global ones; 0 = global. */
@@ -44,10 +52,16 @@ struct engine_opts {
     uint64_t seed;                /* base of the seeds drawn for requests without one */
     int num_lanes;                /* 0 or 1 = one lane with the global caps */
     struct engine_lane lanes[ENGINE_MAX_LANES];
+    double priority_aging_s; /* waiting this long raises a request's priority by 1 (sched_opts) */
+    /* The engine's clock in seconds (arrival, first token, finish, deadlines); NULL = CLOCK_MONOTONIC
+     * (llmq_mono_s). Tests pass their own to move time without sleeping. */
+    double (*clock)(void *ctx);
+    void *clock_ctx;
 };
 /* block_size 32, max_num_seqs 512, max_num_batched_tokens 16384, max_model_len 0 (= the model's),
  * gpu_memory_utilization 0.92, kv_dtype BF16 (the CPU backend keeps fp32),
- * cuda_graphs true up to batch 512, prefix caching on, admission_reserve 1, seed 0, one lane. */
+ * cuda_graphs true up to batch 512, prefix caching on, admission_reserve 1, seed 0, one lane,
+ * priority_aging_s 60, the monotonic clock. */
 struct engine_opts engine_opts_default(void);
 
 struct engine_request {
@@ -64,6 +78,9 @@ struct engine_request {
     int n_stop_ids;
     bool skip_special_tokens;     /* in the text (default true) */
     int lane;                     /* 0 .. num_lanes - 1 */
+    int priority;                 /* admission order in its lane, higher first (docs/SCHEDULER.md) */
+    double deadline;              /* engine_now() time from which it finishes with FINISH_TIMEOUT at
+                                     the next engine_step, keeping its text so far; 0 = none */
     void *user;                   /* returned untouched in engine_seq.user */
 };
 /* Zeroed, with sp = sampling_params_default(), max_tokens 16, skip_special_tokens true. */
@@ -81,8 +98,8 @@ struct engine_seq {
     struct be_out *logprobs;      /* [n_output] when sp.logprobs >= 0, else NULL */
     bool finished;
     enum finish_reason finish;
-    char error[256];              /* FINISH_ERROR: why */
-    double t_arrival, t_first_token, t_finished; /* CLOCK_MONOTONIC seconds; 0 until it happens */
+    char error[256];                             /* FINISH_ERROR, FINISH_TIMEOUT: why */
+    double t_arrival, t_first_token, t_finished; /* engine_now() seconds; 0 until it happens */
     int n_preemptions;
 };
 
@@ -125,13 +142,17 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
 int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed);
 
 /* Stops a queued or running seq: it finishes with FINISH_CANCELLED at the next engine_step (and
- * is listed in its *changed). */
+ * is listed in its *changed). A seq whose deadline has passed finishes the same way at the start of
+ * a step, with FINISH_TIMEOUT: one clock reading per step while any seq has a deadline, and a walk
+ * of the seqs only when the earliest deadline has passed. */
 void engine_cancel(struct engine *e, struct engine_seq *s);
 
 /* Frees a finished seq. */
 void engine_release(struct engine *e, struct engine_seq *s);
 
 bool engine_has_work(const struct engine *e);
+/* The engine's clock (engine_opts.clock), in seconds: the time base of deadlines. */
+double engine_now(const struct engine *e);
 void engine_get_stats(const struct engine *e, struct engine_stats *st);
 const char *engine_backend_name(const struct engine *e);
 /* The backend the engine steps (borrowed; for backend-specific figures such as GPU memory). */

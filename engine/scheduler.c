@@ -2,6 +2,7 @@
 #include "engine/scheduler.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,9 +10,20 @@
 #include "engine/util/array.h"
 #include "engine/util/list.h"
 
+/* The waiting sequences of one priority in a lane: the oldest first, preempted ones back at the
+ * front. */
+struct wait_queue {
+    int priority;
+    struct list wait;
+};
+
 struct lane {
     struct sched_lane_opts o; /* resolved: no zeros, never above the global caps */
-    struct list wait;         /* waiting sequences: the oldest first, preempted ones back at the front */
+    struct wait_queue *q;     /* [n_q] by priority, highest first; one per priority ever added, so a
+                                 preempted sequence always finds its own */
+    int n_q;
+    size_t q_cap;
+    int n_waiting;
     int n_running;
 };
 
@@ -20,7 +32,7 @@ struct sched {
     struct kv_pool *kv;
     int num_lanes, watermark;
     struct lane lanes[SCHED_MAX_LANES];
-    struct list run; /* running sequences, in arrival order */
+    struct list run; /* running sequences in running order (ranks_before: effective priority, arrival) */
     uint64_t next_arrival;
     /* admission_reserve: sequences finished after running, and the sum of their shares of max_tokens
      * generated */
@@ -32,6 +44,9 @@ struct sched {
     struct sched_seq **failed;
     size_t failed_cap;
     struct sched_out out;
+    /* the admission order's merge: the next sequence of each priority of a lane (struct walk) */
+    struct sched_seq **heap;
+    size_t heap_cap;
 };
 
 /* What is left of one step's caps while it is planned. */
@@ -116,6 +131,11 @@ struct sched *sched_create(const struct sched_opts *o, struct kv_pool *kv, char 
         sched_free(s);
         return NULL;
     }
+    if (!(o->priority_aging_s >= 0) || !isfinite(o->priority_aging_s)) {
+        snprintf(err, errlen, "scheduler: priority_aging_s %g is not a number >= 0", o->priority_aging_s);
+        sched_free(s);
+        return NULL;
+    }
     s->watermark = o->watermark_blocks >= 0 ? o->watermark_blocks : kv_num_blocks(kv) / 100;
     if (o->watermark_blocks < 0 && s->watermark < 1)
         s->watermark = 1;
@@ -136,6 +156,9 @@ void sched_free(struct sched *s)
     free(s->items);
     free(s->preempted);
     free(s->failed);
+    for (int l = 0; l < SCHED_MAX_LANES; l++)
+        free(s->lanes[l].q);
+    free(s->heap);
     free(s);
 }
 
@@ -152,10 +175,10 @@ int sched_num_running(const struct sched *s, int lane)
 int sched_num_waiting(const struct sched *s, int lane)
 {
     if (lane >= 0)
-        return lane < s->num_lanes ? s->lanes[lane].wait.n : 0;
+        return lane < s->num_lanes ? s->lanes[lane].n_waiting : 0;
     int n = 0;
     for (int l = 0; l < s->num_lanes; l++)
-        n += s->lanes[l].wait.n;
+        n += s->lanes[l].n_waiting;
     return n;
 }
 
@@ -171,19 +194,81 @@ static struct sched_seq *seq_of(struct list_node *n)
     return LIST_ITEM(n, struct sched_seq, link);
 }
 
-static void wait_unlink(struct sched *s, struct sched_seq *q)
+/* The index in L->q of `priority`'s queue, or where it would go (L->q is sorted, highest first). */
+static int queue_index(const struct lane *L, int priority)
 {
-    list_remove(&s->lanes[q->lane].wait, &q->link);
+    int lo = 0, hi = L->n_q;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (L->q[mid].priority > priority)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
+/* The waiting queue of q's priority in its lane; it exists once q was added (sched_add). */
+static struct list *wait_list(struct sched *s, const struct sched_seq *q)
+{
+    struct lane *L = &s->lanes[q->lane];
+    int i = queue_index(L, q->priority);
+    assert(i < L->n_q && L->q[i].priority == q->priority);
+    return &L->q[i].wait;
+}
+
+/* Makes sure q's lane has a queue for its priority (and the merge heap room for all of them).
+ * 0, or -1 when out of memory. */
+static int wait_queue_add(struct sched *s, const struct sched_seq *q)
+{
+    struct lane *L = &s->lanes[q->lane];
+    int i = queue_index(L, q->priority);
+    if (i < L->n_q && L->q[i].priority == q->priority)
+        return 0;
+    if (array_reserve(&L->q, &L->q_cap, (size_t)L->n_q + 1, sizeof *L->q, 4) ||
+        array_reserve(&s->heap, &s->heap_cap, (size_t)L->n_q + 1, sizeof *s->heap, 4))
+        return -1;
+    /* the lists' ends point at nodes, not at the queue records: moving the records is safe */
+    memmove(L->q + i + 1, L->q + i, (size_t)(L->n_q - i) * sizeof *L->q);
+    memset(&L->q[i], 0, sizeof L->q[i]);
+    L->q[i].priority = q->priority;
+    L->n_q++;
+    return 0;
+}
+
+static void wait_unlink(struct sched *s, struct sched_seq *q)
+{
+    list_remove(wait_list(s, q), &q->link);
+    s->lanes[q->lane].n_waiting--;
+}
+
+/* At the front or the back of its priority's queue. */
 static void wait_push(struct sched *s, struct sched_seq *q, bool front)
 {
-    struct list *w = &s->lanes[q->lane].wait;
+    struct list *w = wait_list(s, q);
     if (front)
         list_push_front(w, &q->link);
     else
         list_push_back(w, &q->link);
+    s->lanes[q->lane].n_waiting++;
     q->state = SCHED_WAITING;
+}
+
+/* Whether a goes before b, in admission order (the next waiting sequences of two priorities) and
+ * in running order (the last is preempted first): one priority, by arrival; two, by effective
+ * priority, priority + waited / aging. As every sequence ages at the same rate, that compares
+ * t_arrival - priority * aging (earlier first), a key that never changes; ties by arrival. */
+static bool ranks_before(const struct sched *s, const struct sched_seq *a, const struct sched_seq *b)
+{
+    if (a->priority != b->priority) {
+        const double aging = s->o.priority_aging_s;
+        if (!(aging > 0))
+            return a->priority > b->priority;
+        double va = a->t_arrival - a->priority * aging, vb = b->t_arrival - b->priority * aging;
+        if (va != vb)
+            return va < vb;
+    }
+    return a->arrival < b->arrival;
 }
 
 static void run_unlink(struct sched *s, struct sched_seq *q)
@@ -192,11 +277,11 @@ static void run_unlink(struct sched *s, struct sched_seq *q)
     s->lanes[q->lane].n_running--;
 }
 
-/* Inserts q in arrival order (from the tail: new admissions are usually the youngest). */
+/* Inserts q in running order (ranks_before; from the tail: new admissions usually rank last). */
 static void run_push(struct sched *s, struct sched_seq *q)
 {
     struct list_node *after = s->run.tail;
-    while (after && seq_of(after)->arrival > q->arrival)
+    while (after && ranks_before(s, q, seq_of(after)))
         after = after->prev;
     list_insert_after(&s->run, after, &q->link);
     s->lanes[q->lane].n_running++;
@@ -232,6 +317,10 @@ int sched_add(struct sched *s, struct sched_seq *q, char *err, size_t errlen)
     q->n_computed = q->n_cached = q->n_preemptions = 0;
     q->n_prompt = q->n_tokens;
     q->error[0] = 0;
+    if (wait_queue_add(s, q)) {
+        snprintf(err, errlen, "out of memory for priority %d", q->priority);
+        return -1;
+    }
     q->arrival = s->next_arrival++;
     kv_table_init(&q->kv);
     wait_push(s, q, false);
@@ -380,11 +469,17 @@ static int reserve_of(const struct sched *s, const struct sched_seq *q, double s
     return more > 0 ? more : 0;
 }
 
+/* Whether lane may admit anyone in this step: a running slot and tokens left, globally and in it. */
+static bool lane_has_room(const struct sched *s, const struct budget *b, int lane)
+{
+    const struct lane *L = &s->lanes[lane];
+    return s->run.n < s->o.max_num_seqs && L->n_running < L->o.max_num_seqs && b->tokens > 0 &&
+           b->lane_tokens[lane] > 0;
+}
+
 static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq *q, bool allow_chunk)
 {
-    struct lane *L = &s->lanes[q->lane];
-    if (s->run.n >= s->o.max_num_seqs || L->n_running >= L->o.max_num_seqs || b->tokens <= 0 ||
-        b->lane_tokens[q->lane] <= 0)
+    if (!lane_has_room(s, b, q->lane))
         return ADMIT_NO_ROOM;
     int room = min_i(b->tokens, b->lane_tokens[q->lane]);
     if (s->o.long_prefill_chunk > 0)
@@ -432,16 +527,65 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
     return ADMIT_OK;
 }
 
+static void heap_sift_down(const struct sched *s, struct sched_seq **h, int n, int i)
+{
+    struct sched_seq *x = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && ranks_before(s, h[c + 1], h[c]))
+            c++;
+        if (!ranks_before(s, h[c], x))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+/* A walk of a lane's waiting sequences in admission order (see scheduler.h), merged as it goes: a
+ * heap (s->heap) holds the next sequence of each priority. It survives the removal of the one at
+ * hand (admitted or failed): its successor is in the heap before the caller sees it. With one
+ * priority it is that queue's list in order, as the scheduler was before priorities. */
+struct walk {
+    struct sched *s;
+    int n; /* sequences in the heap */
+};
+
+static void walk_start(struct sched *s, const struct lane *L, struct walk *w)
+{
+    w->s = s;
+    w->n = 0;
+    for (int i = 0; i < L->n_q; i++) /* the heap has room for every queue (wait_queue_add) */
+        if (L->q[i].wait.head)
+            s->heap[w->n++] = seq_of(L->q[i].wait.head);
+    for (int i = w->n / 2 - 1; i >= 0; i--)
+        heap_sift_down(s, s->heap, w->n, i);
+}
+
+static struct sched_seq *walk_next(struct walk *w)
+{
+    if (w->n == 0)
+        return NULL;
+    struct sched_seq **h = w->s->heap, *top = h[0], *next = seq_of(top->link.next);
+    h[0] = next ? next : h[--w->n];
+    if (w->n > 1)
+        heap_sift_down(w->s, h, w->n, 0);
+    return top;
+}
+
 static int admit_lane(struct sched *s, struct budget *b, int lane)
 {
     struct lane *L = &s->lanes[lane];
-    /* 1. the oldest waiting sequence (a failed one makes way for the next) */
+    if (!L->n_waiting || !lane_has_room(s, b, lane))
+        return 0;
+    struct walk w;
+    walk_start(s, L, &w);
+    /* 1. the first in admission order (a failed one makes way for the next) */
     struct sched_seq *head;
-    enum admit r;
-    for (;;) {
-        head = seq_of(L->wait.head);
-        if (!head)
-            return 0;
+    enum admit r = ADMIT_NO_ROOM;
+    while ((head = walk_next(&w)) != NULL) {
         r = try_admit(s, b, head, true);
         if (r == ADMIT_OOM)
             return -2;
@@ -450,21 +594,27 @@ static int admit_lane(struct sched *s, struct budget *b, int lane)
     }
     if (r != ADMIT_OK)
         return 0;
-    /* 2. others from its bucket whose whole prefill fits; 3. the rest in arrival order */
+    /* 2. others of its priority from its bucket whose whole prefill fits */
     int bucket = sched_bucket(head->n_tokens);
-    for (int pass = 0; pass < 2; pass++) {
-        struct sched_seq *q = seq_of(L->wait.head);
-        while (q) {
-            struct sched_seq *next = seq_of(q->link.next);
-            if (pass == 1 || sched_bucket(q->n_tokens) == bucket) {
-                r = try_admit(s, b, q, pass == 1);
-                if (r == ADMIT_OOM)
-                    return -2;
-                if (r == ADMIT_NO_ROOM)
-                    break;
-            }
-            q = next;
-        }
+    struct sched_seq *q = seq_of(wait_list(s, head)->head), *next;
+    for (; q; q = next) {
+        next = seq_of(q->link.next);
+        if (sched_bucket(q->n_tokens) != bucket)
+            continue;
+        r = try_admit(s, b, q, false);
+        if (r == ADMIT_OOM)
+            return -2;
+        if (r == ADMIT_NO_ROOM)
+            break;
+    }
+    /* 3. the rest in admission order, chunked if need be */
+    walk_start(s, L, &w);
+    while ((q = walk_next(&w)) != NULL) {
+        r = try_admit(s, b, q, true);
+        if (r == ADMIT_OOM)
+            return -2;
+        if (r == ADMIT_NO_ROOM)
+            break;
     }
     return 0;
 }

@@ -1,22 +1,31 @@
 /* The continuous-batching scheduler (vLLM v1-like, token-budget based).
  *
  * Each step has a budget of max_num_batched_tokens new tokens and at most max_num_seqs running
- * sequences. Running sequences go first, in arrival order: a decode takes 1 token, a sequence still in
- * prefill its next chunk. Then, if nobody was preempted in this step, waiting sequences are
- * admitted, lane by lane: the oldest waiting one, then waiting ones from its prompt-length bucket
- * (power of two) whose whole prefill fits, then the others in arrival order. A prefill longer than
- * what is left of the budget runs in chunks over several steps; only the chunk that reaches the
- * end of the known tokens samples.
+ * sequences. Running sequences go first, in running order (the admission order below, by
+ * effective priority then arrival): a decode takes 1 token, a sequence still in prefill its next
+ * chunk. Then, if nobody was preempted in this step,
+ * waiting sequences are admitted, lane by lane, in admission order (below): the first one, then
+ * waiting ones of its priority from its prompt-length bucket (power of two) whose whole prefill
+ * fits, then the others in admission order. A prefill longer than what is left of the budget runs
+ * in chunks over several steps; only the chunk that reaches the end of the known tokens samples.
  *
- * Blocks: a running sequence that needs a new block when none is free preempts the youngest
- * running sequences (their blocks are freed, they go to the front of their lane's waiting queue
- * and are recomputed on readmission, generated tokens included), never one that arrived before
- * it, so the oldest running sequence always makes progress and a readmitted one is not the first
- * victim again. Admission needs the chunk's blocks plus a small watermark while others run, plus a
- * reserve for the growth of the running sequences (admission_reserve, docs/SCHEDULER.md). A
- * sequence that could not fit even alone in the pool is failed (sched_out.failed, with a message
- * in its error field). With prefix caching, admission starts a sequence after its longest cached
- * prefix of full blocks (at most n_tokens - 1, so that its last token is always run).
+ * Admission order: each priority keeps its own queue (arrival order, preempted sequences at its
+ * front); between priorities, the next sequence of each is compared by effective priority,
+ * priority + (time waited since t_arrival) / priority_aging_s, ties to the earlier arrival. As
+ * every sequence ages at the same rate, that is a fixed order: a sequence of priority p arriving
+ * at t ranks like one of priority p + 1 arriving priority_aging_s later. With aging 0, priority
+ * decides and arrival breaks ties. With one priority everywhere, the order is arrival (FIFO).
+ *
+ * Blocks: a running sequence that needs a new block when none is free preempts the last running
+ * sequences in running order, lowest effective priority and youngest first (their blocks are
+ * freed, they go to the front of their lane's queue of their priority and are recomputed on
+ * readmission, generated tokens included), never one that runs before it, so the first running
+ * sequence always makes progress and a readmitted one is not the first victim again.
+ * Admission needs the chunk's blocks plus a small watermark while others run, plus a reserve for
+ * the growth of the running sequences (admission_reserve, docs/SCHEDULER.md). A sequence that
+ * could not fit even alone in the pool is failed (sched_out.failed, with a message in its error
+ * field). With prefix caching, admission starts a sequence after its longest cached prefix of full
+ * blocks (at most n_tokens - 1, so that its last token is always run).
  *
  * Lookahead: after admission, a sampling item whose next step starts a new block gets that block
  * now when more than the watermark is free, so that the next step's K/V slot is known a step
@@ -60,9 +69,10 @@ struct sched_opts {
      * they generated takes over (a running mean that starts from this value, 8 sequences strong).
      * 0 = no reserve. */
     double admission_reserve;
+    double priority_aging_s; /* waiting this long raises the effective priority by 1; 0 = no aging */
 };
 /* max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 4096, one lane, watermark -1,
- * admission_reserve 1. */
+ * admission_reserve 1, priority_aging_s 0. */
 struct sched_opts sched_opts_default(void);
 
 enum sched_state { SCHED_NEW, SCHED_WAITING, SCHED_RUNNING, SCHED_DONE };
@@ -74,6 +84,9 @@ struct sched_seq {
     int n_tokens;          /* known tokens; the caller adds one after each sampled token */
     int max_len;           /* the most tokens it will reach (prompt + max_tokens) */
     int lane;
+    int priority;     /* higher first (admission, running order, preemption last); 0 = default */
+    double t_arrival; /* seconds on the caller's clock when it arrived (aging); any origin, never
+                         earlier than that of a sequence added before it */
     void *user;
     /* The scheduler's. */
     enum sched_state state;
@@ -83,7 +96,7 @@ struct sched_seq {
     int n_prompt;                  /* n_tokens at sched_add */
     uint64_t arrival;              /* order of sched_add */
     struct kv_table kv;            /* its blocks */
-    struct list_node link;         /* in its lane's waiting list, or the running list (by arrival) */
+    struct list_node link;         /* in its lane's queue of its priority, or the running list */
     char error[160];               /* why it failed (sched_out.failed) */
 };
 
@@ -113,8 +126,8 @@ struct sched;
 struct sched *sched_create(const struct sched_opts *o, struct kv_pool *kv, char *err, size_t errlen);
 void sched_free(struct sched *s);
 
-/* Queues q at the back of its lane's waiting list. Fails (-1 with err) for a bad lane, no
- * tokens, or max_len over the lane's max_model_len. */
+/* Queues q at the back of its lane's queue of its priority. Fails (-1 with err) for a bad lane, no
+ * tokens, max_len over the lane's max_model_len, or no memory for a new priority's queue. */
 int sched_add(struct sched *s, struct sched_seq *q, char *err, size_t errlen);
 
 /* Plans one step. Returns 0, or -2 when out of memory. */

@@ -47,10 +47,10 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             s[n++] = '"';
             s[n++] = '}';
             s[n] = 0;
-            items[i] = (struct rq_push_item){s, (size_t)n, ids[i]};
+            items[i] = (struct rq_push_item){s, (size_t)n, ids[i], NULL};
         }
         double t0 = llmq_mono_ms();
-        if (rq_push(q, queue, items, jobs)) {
+        if (rq_push(q, queue, NULL, RQ_PUSH_FORCE, items, jobs)) {
             rc = -1;
             break;
         }

@@ -3,8 +3,11 @@
 
 #include "queue/rq.h"
 
-int rq_dead(struct rq *q, const struct rq_job *job, const char *error)
+int rq_dead(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
+            long long *batch_done)
 {
+    if (batch_done)
+        *batch_done = 0;
     rq_stamp(q);
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
@@ -13,13 +16,19 @@ int rq_dead(struct rq *q, const struct rq_job *job, const char *error)
     rq_pipe_str(p, error ? error : "failed");
     rq_pipe_str(p, job->queue[0] ? job->queue : q->default_queue);
     rq_pipe_str(p, job->id);
+    rq_pipe_str(p, code ? code : "internal");
+    rq_pipe_str(p, result ? result : "");
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "dead-letter");
     const redisReply *r = p->reply[0];
     if (rq_reply_error(r, "dead-letter", q->err, sizeof q->err))
         return -1;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER)
+        return rq_fail(q, "dead-letter: unexpected reply from the dead script");
     rq_held_remove(q, job->raw, job->len);
-    return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    if (batch_done && r->element[1]->type == REDIS_REPLY_INTEGER)
+        *batch_done = r->element[1]->integer;
+    return r->element[0]->integer > 0;
 }
 
 int rq_dead_requeue(struct rq *q, const char *const *ids, int n)

@@ -1,21 +1,26 @@
 /* The dead-letter list <p>:dead: jobs that used up max_attempts, kept killing workers, or could
  * not be parsed or validated. Each entry is one JSON object (newest at the left):
  *
- *   {"id": "job-1" | null, "error": "...", "failed_at": 1764450901.123, "attempts": 3,
- *    "worker": "gpu1-4242", "queue": "short", "job": "<the job's JSON exactly as it was pushed>"}
+ *   {"id": "job-1" | null, "error": "...", "error_code": "invalid_request", "failed_at": 1764450901.123,
+ *    "attempts": 3, "worker": "gpu1-4242", "queue": "short",
+ *    "job": "<the job's JSON exactly as it was pushed>"}
  *
- * A job with an id also gets status failed and the error in its hash (expiring after
- * result_ttl). `llmq requeue-dead` puts entries back (rq_dead_requeue). */
+ * A job with an id also gets status failed, the error and its code in its hash (expiring after
+ * result_ttl), and its batch counts it failed. `llmq requeue-dead` puts entries back
+ * (rq_dead_requeue), the job still in its batch. */
 #pragma once
 
 #include "queue/fetch.h"
 
 struct rq;
 
-/* Dead-letters a held job with `error` (atomically: LREM from processing + LPUSH <p>:dead + hash
- * failed). Returns 1, 0 when the job was no longer in this worker's processing list (nothing
- * done), or -1 (rq_error; still held, try again). */
-int rq_dead(struct rq *q, const struct rq_job *job, const char *error);
+/* Dead-letters a held job with `error` and its `code` ("invalid_request", ...; NULL = "internal")
+ * atomically: LREM from processing + LPUSH <p>:dead + hash failed, with `result` as the hash's
+ * result field (NULL = none). Returns 1, 0 when the job was no longer in this worker's
+ * processing list (nothing done), or -1 (rq_error; still held, try again). batch_done (may be
+ * NULL) gets the job's batch's total when this completed the batch, else 0. */
+int rq_dead(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
+            long long *batch_done);
 
 /* Puts dead entries back at the end of the queue they failed on, oldest first, with a fresh
  * hash (status queued, attempts 0): those whose id is in ids[0..n), or every entry when n == 0

@@ -10,7 +10,7 @@
 #include "queue/jobid.h"
 #include "queue/rq.h"
 
-#define MAX_SOURCES 8
+#define MAX_SOURCES RQ_FETCH_MAX_SOURCES
 
 void rq_job_free(struct rq_job *j)
 {
@@ -56,18 +56,23 @@ static int wait_ready(struct rq_conn *c, int64_t deadline)
 
 /* Appends the fetch script for the sources with room; `minus` (or -1) is a source to take one
  * fewer from (a job already got from it by BLMOVE). Returns 0, or 1 when nothing can be asked. */
-static int add_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max,
-                     int minus, char keys[][RQ_KEY_MAX], int *map)
+static int add_fetch(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
+                     enum rq_order order, int max, int minus, char keys[][RQ_KEY_MAX], int *map)
 {
     const char *xk[MAX_SOURCES];
-    int caps[MAX_SOURCES], n = 0;
+    int caps[MAX_SOURCES], groups[MAX_SOURCES], n = 0;
+    bool grouped = false;
     for (int i = 0; i < nsrc; i++) {
-        int cap = src[i].max - (i == minus);
+        int g = group ? group[i] : 0;
+        bool same = i == minus || (minus >= 0 && g > 0 && g == group[minus]);
+        int cap = src[i].max - same;
         if (cap <= 0)
             continue;
         rq_key_queue(&q->keys, src[i].queue, keys[i], RQ_KEY_MAX);
         xk[n] = keys[i];
         caps[n] = cap;
+        groups[n] = g;
+        grouped |= g > 0;
         map[n] = i;
         n++;
     }
@@ -78,6 +83,8 @@ static int add_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum r
     rq_pipe_int(&q->pipe, max);
     for (int i = 0; i < n; i++)
         rq_pipe_int(&q->pipe, caps[i]);
+    for (int i = 0; grouped && i < n; i++) /* a source of no group gets one of its own */
+        rq_pipe_int(&q->pipe, groups[i] > 0 ? groups[i] : MAX_SOURCES + 1 + i);
     return 0;
 }
 
@@ -94,12 +101,30 @@ static int set_job(struct rq_job *j, const char *raw, size_t len, const char *qu
     return 0;
 }
 
+static void set_str(char *dst, size_t cap, const redisReply *r)
+{
+    if (r && r->type == REDIS_REPLY_STRING && r->len < cap) {
+        memcpy(dst, r->str, r->len);
+        dst[r->len] = 0;
+    }
+}
+
 static void set_id(struct rq_job *j, const redisReply *id)
 {
-    if (id && id->type == REDIS_REPLY_STRING && id->len <= RQ_ID_MAX) {
-        memcpy(j->id, id->str, id->len);
-        j->id[id->len] = 0;
-    }
+    set_str(j->id, sizeof j->id, id);
+}
+
+/* A duplicate the fetch or start script took out again: logged and counted. */
+static void duplicate(struct rq *q, const redisReply *id, const redisReply *status, const redisReply *holder)
+{
+    q->duplicates++;
+    char i[RQ_ID_MAX + 1] = "?", s[32] = "?", h[RQ_NAME_MAX + 1] = "";
+    set_str(i, sizeof i, id);
+    set_str(s, sizeof s, status);
+    set_str(h, sizeof h, holder);
+    log_warn("job %s arrived again while %s%s%s: a duplicate, not run (taken out of %s; its hash and row are "
+             "left as they are)",
+             i, s, h[0] ? " by " : "", h, q->proc_key);
 }
 
 /* The fetch script's reply into out[n..max). Returns the new count, or -1 (q->err). */
@@ -108,35 +133,51 @@ static int parse_fetch(struct rq *q, const redisReply *r, const struct rq_source
 {
     if (rq_reply_error(r, "fetch", q->err, sizeof q->err))
         return -1;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 5)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 6)
         return rq_fail(q, "fetch: unexpected reply from the fetch script");
-    for (size_t e = 0; e + 4 < r->elements && n < max; e += 5) {
+    for (size_t e = 0; e + 5 < r->elements; e += 6) {
         redisReply **f = r->element + e;
         if (f[0]->type != REDIS_REPLY_INTEGER || f[1]->type != REDIS_REPLY_STRING)
             return rq_fail(q, "fetch: unexpected reply from the fetch script");
+        if (f[0]->integer < 0) {
+            duplicate(q, f[2], f[3], f[4]);
+            continue;
+        }
+        if (n >= max)
+            continue;
         struct rq_job *j = &out[n];
         if (set_job(j, f[1]->str, f[1]->len, src[map[f[0]->integer]].queue))
             return rq_fail(q, "fetch: out of memory");
         set_id(j, f[2]);
         j->attempts = f[3]->type == REDIS_REPLY_INTEGER ? (int)f[3]->integer : 0;
         j->cancel_requested = f[4]->type == REDIS_REPLY_INTEGER && f[4]->integer;
+        set_str(j->batch_id, sizeof j->batch_id, f[5]);
         n++;
     }
     return n;
 }
 
-/* The start script's reply ({found, id, attempts, cancel}) into j. Returns found (0/1) or -1. */
+/* The start script's reply ({found, id, attempts, cancel, batch}) into j. Returns found (0/1),
+ * 2 for a duplicate (logged), or -1. */
 static int parse_start(struct rq *q, const redisReply *r, struct rq_job *j)
 {
     if (rq_reply_error(r, "fetch (start)", q->err, sizeof q->err))
         return -1;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
         return rq_fail(q, "fetch: unexpected reply from the start script");
-    if (!r->element[0]->integer)
+    long long found = r->element[0]->integer;
+    if (found == 0)
         return 0;
+    if (r->elements != (found < 0 ? 4u : 5u))
+        return rq_fail(q, "fetch: unexpected reply from the start script");
+    if (found < 0) {
+        duplicate(q, r->element[1], r->element[2], r->element[3]);
+        return 2;
+    }
     set_id(j, r->element[1]);
     j->attempts = r->element[2]->type == REDIS_REPLY_INTEGER ? (int)r->element[2]->integer : 0;
     j->cancel_requested = r->element[3]->type == REDIS_REPLY_INTEGER && r->element[3]->integer;
+    set_str(j->batch_id, sizeof j->batch_id, r->element[4]);
     return 1;
 }
 
@@ -217,8 +258,8 @@ static int assign_ids(struct rq *q, struct rq_job *out, int n)
 
 /* BLMOVE from one source after another (block_ms split between them), then the rest without
  * blocking. Returns the count, or -1. */
-static int fetch_blocking(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max,
-                          int block_ms, struct rq_job *out)
+static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
+                          enum rq_order order, int max, int block_ms, struct rq_job *out)
 {
     int active[MAX_SOURCES], na = 0;
     for (int i = 0; i < nsrc; i++)
@@ -267,28 +308,32 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, int nsrc, e
         add_start(q, &out[0], NULL, 0, NULL);
         char keys[MAX_SOURCES][RQ_KEY_MAX];
         int map[MAX_SOURCES];
-        int more = add_fetch(q, src, nsrc, order, max - 1, i, keys, map) == 0;
+        int more = add_fetch(q, src, group, nsrc, order, max - 1, i, keys, map) == 0;
         if (rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts)) {
             rq_job_free(&out[0]);
             q->need_reconcile = true;
             return rq_fail_conn(q, "fetch");
         }
         int found = parse_start(q, q->pipe.reply[0], &out[0]);
-        if (found != 1) {
+        if (found == 2) /* a duplicate, already taken out again: the slot is free */
+            rq_job_free(&out[0]);
+        else if (found != 1) {
             rq_job_free(&out[0]);
             q->need_reconcile = true;
             if (found == 0)
                 return rq_fail(q, "fetch: a job moved by BLMOVE was no longer in %s", q->proc_key);
             return -1;
         }
-        int n = 1;
+        int n = found == 1;
         if (more) {
-            n = parse_fetch(q, q->pipe.reply[1], src, map, out, 1, max);
-            if (n < 0) {
+            int got = parse_fetch(q, q->pipe.reply[1], src, map, out, n, max);
+            if (got < 0) {
                 q->need_reconcile = true;
-                rq_job_free(&out[0]);
+                if (n)
+                    rq_job_free(&out[0]);
                 return -1;
             }
+            n = got;
         }
         return n;
     }
@@ -298,10 +343,16 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, int nsrc, e
 int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max, int block_ms,
              struct rq_job *out)
 {
+    return rq_fetch_grouped(q, src, NULL, nsrc, order, max, block_ms, out);
+}
+
+int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
+                     enum rq_order order, int max, int block_ms, struct rq_job *out)
+{
     if (nsrc < 1 || nsrc > MAX_SOURCES)
         return rq_fail(q, "fetch: expected 1 to %d queues, got %d", MAX_SOURCES, nsrc);
     for (int i = 0; i < nsrc; i++)
-        if (!src[i].queue || !rq_valid_queue_name(src[i].queue))
+        if (!src[i].queue || !rq_valid_queue_ref(src[i].queue))
             return rq_fail(q, "fetch: \"%.40s\" is not a queue name", src[i].queue ? src[i].queue : "(null)");
     if (max <= 0)
         return 0;
@@ -318,7 +369,7 @@ int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order 
     rq_pipe_reset(&q->pipe);
     char keys[MAX_SOURCES][RQ_KEY_MAX];
     int map[MAX_SOURCES];
-    if (add_fetch(q, src, nsrc, order, max, -1, keys, map))
+    if (add_fetch(q, src, group, nsrc, order, max, -1, keys, map))
         return 0;
     if (rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts)) {
         q->need_reconcile = true;
@@ -334,7 +385,7 @@ int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order 
         return -1;
     }
     if (n == 0 && block_ms > 0)
-        n = fetch_blocking(q, src, nsrc, order, max, block_ms, out);
+        n = fetch_blocking(q, src, group, nsrc, order, max, block_ms, out);
     if (n <= 0)
         return n;
     n = assign_ids(q, out, n);

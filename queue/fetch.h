@@ -3,8 +3,14 @@
  * a crash of the worker (the reaper puts it back, queue/reaper.h).
  *
  * At fetch each job with an id is marked running in its hash (<p>:job:<id>: status running,
- * worker, queue, started_at, created_at if unset, attempts + 1), an event is added, and a
- * pending cancel is reported, all inside the same script as the move. A job in llmq's form
+ * worker, queue, started_at, created_at if unset, attempts + 1), its batch counts it running, an
+ * event is added, and a pending cancel is reported, all inside the same script as the move.
+ *
+ * A duplicate is not handed out: a job whose hash is final (completed, failed, cancelled), or
+ * running on this or another live worker (its heartbeat key exists), arrived again by a plain
+ * LPUSH (retries, the reaper, requeue-dead and `llmq enqueue --replace` set the hash to queued
+ * first). The same script takes it out of the processing list again and adds a `duplicate`
+ * event; its hash and row stay as they are, rq logs it and counts it in rq->duplicates. A job in llmq's form
  * without an id gets one (a UUIDv7): the entry in the processing list is replaced by the JSON
  * with the id (LPOS + LSET, atomically), so a replay after a crash keeps the same id.
  *
@@ -25,9 +31,10 @@ struct rq_job {
     size_t len;                   /* bytes of raw */
     char id[RQ_ID_MAX + 1];       /* its id (own or assigned); "" when it has none (not JSON ...) */
     bool id_assigned;             /* rq gave it the id at this fetch (raw includes it) */
-    char queue[RQ_QUEUE_MAX + 1]; /* the queue it came from */
+    char queue[RQ_QREF_MAX + 1];  /* the queue it came from: a reference ("short", "qwen3-8b:short") */
     int attempts;                 /* deliveries so far, this one included (0 without an id) */
     bool cancel_requested;        /* its id was in <p>:cancel at fetch */
+    char batch_id[RQ_BATCH_ID_MAX + 1]; /* the batch its hash counts it in; "" = none */
 };
 
 /* Frees what j owns and zeroes it. Accepts NULL. */
@@ -38,9 +45,11 @@ int rq_job_copy(struct rq_job *dst, const struct rq_job *src);
 /* One queue to fetch from and the most jobs to take from it in this call (0 = none now, e.g.
  * its lane is full). */
 struct rq_source {
-    const char *queue; /* "short", "long" */
+    const char *queue; /* a queue reference: "short", "long", "qwen3-8b:short" */
     int max;
 };
+
+#define RQ_FETCH_MAX_SOURCES 32
 
 enum rq_order {
     RQ_ORDER_PRIORITY,    /* empty the first source (up to its max) before looking at the next */
@@ -50,13 +59,17 @@ enum rq_order {
 /* block_ms: 0 never blocks; < 0 blocks up to the configured redis.block_timeout_ms. */
 #define RQ_BLOCK_DEFAULT (-1)
 
-/* Fetches up to `max` jobs from the sources (1..8) in `order` into out[0..max). Returns how many
- * (0 after block_ms with nothing to do) or -1 (rq_error). When Redis cannot be reached a
- * blocking fetch still waits out block_ms (sleeping) before it fails, so a worker loop does not
- * spin. The caller owns the jobs (rq_job_free) and must end each one with rq_ack, rq_retry,
- * rq_requeue or rq_dead. */
+/* Fetches up to `max` jobs from the sources (1..RQ_FETCH_MAX_SOURCES) in `order` into out[0..max). Returns
+ * how many (0 after block_ms with nothing to do) or -1 (rq_error). When Redis cannot be reached a blocking
+ * fetch still waits out block_ms (sleeping) before it fails, so a worker loop does not spin. The caller owns
+ * the jobs (rq_job_free) and must end each one with rq_ack, rq_retry, rq_requeue or rq_dead. */
 int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max, int block_ms,
              struct rq_job *out);
+/* rq_fetch where sources share budgets: sources with the same group[i] > 0 take at most their
+ * (equal) max together, e.g. a lane fed by its model queues and the unnamed queue. group NULL or
+ * group[i] 0: a source of its own. */
+int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
+                     enum rq_order order, int max, int block_ms, struct rq_job *out);
 
 /* Puts back every entry of this worker's processing list that rq does not hold (a fetch whose
  * replies were lost). Done by rq_fetch on its own after such a loss; exposed for tests.

@@ -24,6 +24,8 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     rq_pipe_str(p, info->gpu ? info->gpu : "");
     rq_pipe_str(p, "model");
     rq_pipe_str(p, info->model ? info->model : "");
+    rq_pipe_str(p, "models");
+    rq_pipe_str(p, info->models ? info->models : "");
     rq_pipe_str(p, "started_at");
     rq_pipe_fmt(p, "%.3f", q->started_at);
     rq_pipe_str(p, "jobs_done");
@@ -53,6 +55,22 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     if (rq_reply_error(ex, "heartbeat", q->err, sizeof q->err))
         return -1;
     return ex->type == REDIS_REPLY_ARRAY ? 0 : rq_fail(q, "heartbeat: the transaction was not executed");
+}
+
+struct redisReply *rq_workers(struct rq *q, const char *what)
+{
+    redisReply *m = rq_conn_command(&q->cmd, "SMEMBERS %s", q->keys.workers);
+    if (!m) {
+        rq_fail_conn(q, what);
+        return NULL;
+    }
+    if (rq_reply_error(m, what, q->err, sizeof q->err) || m->type != REDIS_REPLY_ARRAY) {
+        if (m->type != REDIS_REPLY_ERROR)
+            rq_fail(q, "%s: SMEMBERS answered with a reply of type %d", what, m->type);
+        freeReplyObject(m);
+        return NULL;
+    }
+    return m;
 }
 
 int rq_heartbeat_stop(struct rq *q)

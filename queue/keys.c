@@ -40,6 +40,12 @@ int rq_keys_init(struct rq_keys *k, const char *prefix, char *err, size_t errlen
     build(k->queue_stem, RQ_KEY_MAX, prefix, "queue:", "");
     build(k->worker_stem, RQ_KEY_MAX, prefix, "worker:", "");
     build(k->proc_stem, RQ_KEY_MAX, prefix, "processing:", "");
+    build(k->stream_stem, RQ_KEY_MAX, prefix, "stream:", "");
+    build(k->models, RQ_KEY_MAX, prefix, "models", "");
+    build(k->templates, RQ_KEY_MAX, prefix, "templates", "");
+    build(k->batch_stem, RQ_KEY_MAX, prefix, "batch:", "");
+    build(k->batches, RQ_KEY_MAX, prefix, "batches", "");
+    build(k->batch_done, RQ_KEY_MAX, prefix, "batch-done", "");
     return 0;
 }
 
@@ -63,6 +69,16 @@ int rq_key_job(const struct rq_keys *k, const char *id, char *buf, size_t len)
     return build(buf, len, k->prefix, "job:", id);
 }
 
+int rq_key_stream(const struct rq_keys *k, const char *id, char *buf, size_t len)
+{
+    return build(buf, len, k->prefix, "stream:", id);
+}
+
+int rq_key_batch(const struct rq_keys *k, const char *batch_id, char *buf, size_t len)
+{
+    return build(buf, len, k->prefix, "batch:", batch_id);
+}
+
 bool rq_valid_worker_id(const char *s)
 {
     size_t n = strlen(s);
@@ -81,6 +97,66 @@ bool rq_valid_queue_name(const char *s)
         return false;
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
+bool rq_valid_model_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > RQ_MODEL_MAX || !isalnum((unsigned char)s[0]))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-/", s[i]))
+            return false;
+    return true;
+}
+
+bool rq_valid_queue_ref(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon)
+        return rq_valid_queue_name(s);
+    char model[RQ_MODEL_MAX + 1];
+    size_t n = (size_t)(colon - s);
+    if (n > RQ_MODEL_MAX)
+        return false;
+    memcpy(model, s, n);
+    model[n] = 0;
+    return rq_valid_model_name(model) && rq_valid_queue_name(colon + 1);
+}
+
+int rq_queue_ref(const char *model, const char *queue, char *buf, size_t len)
+{
+    if (!rq_valid_queue_name(queue) || (model && model[0] && !rq_valid_model_name(model)))
+        return -1;
+    int n = model && model[0] ? snprintf(buf, len, "%s:%s", model, queue) : snprintf(buf, len, "%s", queue);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+const char *rq_queue_ref_queue(const char *ref)
+{
+    const char *colon = strrchr(ref, ':');
+    return colon ? colon + 1 : ref;
+}
+
+int rq_queue_ref_model(const char *ref, char *buf, size_t len)
+{
+    const char *colon = strrchr(ref, ':');
+    size_t n = colon ? (size_t)(colon - ref) : 0;
+    if (n >= len)
+        return -1;
+    memcpy(buf, ref, n);
+    buf[n] = 0;
+    return 0;
+}
+
+bool rq_valid_batch_id(const char *s, size_t n)
+{
+    if (n == 0 || n > RQ_BATCH_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
             return false;
     return true;
 }

@@ -196,3 +196,8 @@ bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t err
     snprintf(err, errlen, "%s: %.*s", what, (int)(r->len > 400 ? 400 : r->len), r->str);
     return true;
 }
+
+int64_t rq_reply_int(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+}

@@ -13,6 +13,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hiredis/hiredis.h>
 
@@ -64,3 +65,5 @@ int rq_pipe_exec(struct rq_pipe *p, struct rq_conn *c, struct rq_scripts *sc);
 
 /* Whether reply r is a Redis error; if so writes "<what>: <message>" into err. */
 bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t errlen);
+/* The integer of reply r; 0 when r is NULL or not an integer. */
+int64_t rq_reply_int(const redisReply *r);

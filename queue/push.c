@@ -2,56 +2,100 @@
 #include "queue/push.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "queue/rq.h"
 
-int rq_push(struct rq *q, const char *queue, const struct rq_push_item *items, int n)
+#define CHUNK 1000 /* jobs per script call */
+
+void rq_push_item_clear(struct rq_push_item *items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(items[i].refused);
+        items[i].refused = NULL;
+    }
+}
+
+int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_mode mode,
+            struct rq_push_item *items, int n)
 {
     if (n <= 0)
         return 0;
-    if (!rq_valid_queue_name(queue))
-        return rq_fail(q, "push: \"%.40s\" is not a queue name", queue);
+    if (!rq_valid_queue_ref(queue))
+        return rq_fail(q, "push: \"%.160s\" is not a queue name", queue);
+    if (batch_id && !rq_valid_batch_id(batch_id, strlen(batch_id)))
+        return rq_fail(q, "push: \"%.80s\" is not a batch id", batch_id);
+    static const char *const modes[] = {
+        [RQ_PUSH_NEW] = "new", [RQ_PUSH_REPLACE] = "replace", [RQ_PUSH_FORCE] = "force"};
     char qk[RQ_KEY_MAX];
     rq_key_queue(&q->keys, queue, qk, sizeof qk);
-    char(*hk)[RQ_KEY_MAX] = malloc((size_t)n * sizeof *hk);
-    if (!hk)
-        return rq_fail(q, "push: out of memory");
+    const char *xk[] = {qk};
     rq_stamp(q);
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
-    for (int i = 0; i < n; i++) {
-        const char *id = items[i].id;
-        if (!id || !id[0] || rq_key_job(&q->keys, id, hk[i], RQ_KEY_MAX))
-            continue;
-        rq_pipe_cmd(p, "DEL");
-        rq_pipe_str(p, hk[i]);
-        rq_pipe_cmd(p, "HSET");
-        rq_pipe_str(p, hk[i]);
-        rq_pipe_str(p, "status");
-        rq_pipe_str(p, "queued");
-        rq_pipe_str(p, "queue");
-        rq_pipe_str(p, queue);
-        rq_pipe_str(p, "created_at");
-        rq_pipe_str(p, q->now);
-        rq_pipe_str(p, "attempts");
-        rq_pipe_str(p, "0");
-        rq_event_cmd(q, p, id, "queued", "");
-        rq_pipe_str(p, "queue");
-        rq_pipe_str(p, queue);
-    }
-    for (int i = 0; i < n; i++) {
-        if (i % 1000 == 0) {
-            rq_pipe_cmd(p, "LPUSH");
-            rq_pipe_str(p, qk);
+    int first = rq_model_add_cmd(q, p, queue); /* 1 when it added an SADD first */
+    for (int base = 0; base < n; base += CHUNK) {
+        int m = n - base < CHUNK ? n - base : CHUNK;
+        rq_script_cmd(q, p, RQ_SCRIPT_PUSH, q->proc_key, xk, 1);
+        rq_pipe_str(p, batch_id ? batch_id : "");
+        rq_pipe_str(p, modes[mode]);
+        rq_pipe_int(p, m);
+        for (int i = base; i < base + m; i++) {
+            items[i].refused = NULL;
+            rq_pipe_arg(p, items[i].raw, items[i].len);
+            rq_pipe_str(p, items[i].id ? items[i].id : "");
         }
-        rq_pipe_arg(p, items[i].raw, items[i].len);
     }
-    int rc = rq_pipe_exec(p, &q->cmd, &q->scripts);
-    free(hk);
-    if (rc)
+    if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "push");
-    for (int i = 0; i < p->nreply; i++)
-        if (rq_reply_error(p->reply[i], "push", q->err, sizeof q->err))
+    int refused = 0;
+    for (int i = 0; i < first; i++)
+        if (rq_reply_error(p->reply[i], "push (SADD)", q->err, sizeof q->err))
             return -1;
+    for (int c = 0; c + first < p->nreply; c++) {
+        const redisReply *r = p->reply[c + first];
+        if (rq_reply_error(r, "push", q->err, sizeof q->err))
+            return -1;
+        int base = c * CHUNK, m = n - base < CHUNK ? n - base : CHUNK;
+        if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != m)
+            return rq_fail(q, "push: unexpected reply from the push script");
+        for (int i = 0; i < m; i++) {
+            const redisReply *x = r->element[i];
+            if (x->type == REDIS_REPLY_STRING && x->len > 0) {
+                items[base + i].refused = strndup(x->str, x->len);
+                refused++;
+            }
+        }
+    }
+    return refused;
+}
+
+int rq_job_statuses(struct rq *q, const char *const *ids, int n, char (*status)[16])
+{
+    if (n <= 0)
+        return 0;
+    struct rq_pipe *p = &q->pipe;
+    rq_pipe_reset(p);
+    for (int i = 0; i < n; i++) {
+        char hk[RQ_KEY_MAX];
+        if (rq_key_job(&q->keys, ids[i], hk, sizeof hk))
+            return rq_fail(q, "checking job ids: \"%.80s\" is too long for a key", ids[i]);
+        rq_pipe_cmd(p, "HGET");
+        rq_pipe_fmt(p, "%s", hk); /* a copy: hk is gone before the exec */
+        rq_pipe_str(p, "status");
+    }
+    if (rq_pipe_exec(p, &q->cmd, &q->scripts))
+        return rq_fail_conn(q, "checking job ids");
+    for (int i = 0; i < n; i++) {
+        const redisReply *r = p->reply[i];
+        if (rq_reply_error(r, "checking job ids", q->err, sizeof q->err))
+            return -1;
+        status[i][0] = 0;
+        if (r->type == REDIS_REPLY_STRING) {
+            size_t k = r->len < 15 ? r->len : 15;
+            memcpy(status[i], r->str, k);
+            status[i][k] = 0;
+        }
+    }
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/util/log.h"
+#include "queue/heartbeat.h"
 #include "queue/rq.h"
 
 /* Appends the reap script for `worker`. */
@@ -37,13 +38,9 @@ static int count(struct rq *q, const redisReply *r, struct rq_reap_result *res)
 int rq_reap(struct rq *q, struct rq_reap_result *res)
 {
     memset(res, 0, sizeof *res);
-    redisReply *m = rq_conn_command(&q->cmd, "SMEMBERS %s", q->keys.workers);
+    redisReply *m = rq_workers(q, "reaper");
     if (!m)
-        return rq_fail_conn(q, "reaper");
-    if (rq_reply_error(m, "reaper (SMEMBERS)", q->err, sizeof q->err) || m->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(m);
         return -1;
-    }
     int n = (int)m->elements, rc = 0;
     char(*keys)[2][RQ_KEY_MAX] = n ? malloc((size_t)n * sizeof *keys) : NULL;
     int *cand = n ? malloc((size_t)n * sizeof *cand) : NULL;

@@ -39,8 +39,11 @@ static double uniform(void)
     return rand_r(&seed) / ((double)RAND_MAX + 1);
 }
 
-int rq_retry(struct rq *q, const struct rq_job *job, const char *error, int64_t *delay_ms)
+int rq_retry(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
+             int64_t *delay_ms, long long *batch_done)
 {
+    if (batch_done)
+        *batch_done = 0;
     int64_t delay = rq_backoff_ms(q->o.retry_backoff_base_ms, q->o.retry_backoff_max_ms,
                                   job->attempts > 0 ? job->attempts : 1, uniform());
     if (delay_ms)
@@ -53,14 +56,18 @@ int rq_retry(struct rq *q, const struct rq_job *job, const char *error, int64_t 
     rq_pipe_arg(p, job->raw, job->len);
     rq_pipe_int(p, (long long)(now * 1000) + delay);
     rq_pipe_str(p, error ? error : "failed");
+    rq_pipe_str(p, code ? code : "internal");
+    rq_pipe_str(p, result ? result : "");
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "retry");
     const redisReply *r = p->reply[0];
     if (rq_reply_error(r, "retry", q->err, sizeof q->err))
         return -1;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_INTEGER)
         return rq_fail(q, "retry: unexpected reply from the retry script");
     rq_held_remove(q, job->raw, job->len);
+    if (batch_done && r->element[2]->type == REDIS_REPLY_INTEGER)
+        *batch_done = r->element[2]->integer;
     switch (r->element[0]->integer) {
     case 1:
         return RQ_RETRY_SCHEDULED;

@@ -23,10 +23,14 @@ enum rq_retry_outcome {
     RQ_RETRY_NOT_HELD = 2,  /* it was no longer in this worker's processing list: nothing done */
 };
 
-/* Schedules the held job for another delivery after its backoff, with `error` in its hash
- * (status queued, error, retry_at), or dead-letters it. Returns an enum rq_retry_outcome, or -1
- * (rq_error; the job is still held, try again). delay_ms (may be NULL) gets the delay. */
-int rq_retry(struct rq *q, const struct rq_job *job, const char *error, int64_t *delay_ms);
+/* Schedules the held job for another delivery after its backoff, with `error` and its `code`
+ * (NULL = "internal") in its hash (status queued, error, error_code, retry_at), or dead-letters
+ * it, then with `result` as the hash's result field (NULL = none). Returns an enum
+ * rq_retry_outcome, or -1 (rq_error; the job is still held, try again). delay_ms (may be NULL)
+ * gets the delay; batch_done (may be NULL) the job's batch's total when a dead-letter completed
+ * the batch, else 0. */
+int rq_retry(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
+             int64_t *delay_ms, long long *batch_done);
 
 /* Moves up to `max` retry entries that are due back to their queue (LPUSH, behind waiting
  * jobs), atomically. Returns how many moved, or -1. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/util/array.h"
@@ -25,6 +26,7 @@ void rq_opts_default(struct rq_opts *o)
     o->retry_backoff_max_ms = 60000;
     o->result_ttl_s = 86400;
     o->events_maxlen = 100000;
+    o->stream_maxlen = 10000;
     o->heartbeat_ttl_s = 30;
     o->heartbeat_interval_s = 5;
     o->reaper_interval_s = 10;
@@ -181,6 +183,43 @@ int rq_connect(struct rq *q)
     return 0;
 }
 
+/* Sleeps until `at` (monotonic ms) in slices short enough to notice *stop. */
+static void nap_until(int64_t at, const volatile sig_atomic_t *stop)
+{
+    for (int64_t now = rq_mono_ms(); now < at && !(stop && *stop); now = rq_mono_ms()) {
+        int64_t ms = at - now < 50 ? at - now : 50;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)ms * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *stop)
+{
+    int64_t deadline = rq_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+    bool quiet_cmd = q->cmd.quiet, quiet_blk = q->blk.quiet;
+    q->cmd.quiet = q->blk.quiet = true;
+    int rc = 0;
+    for (;;) {
+        bool last = rq_mono_ms() >= deadline; /* one more attempt each, whatever the backoff says */
+        struct rq_conn *c;
+        if (last)
+            c = rq_conn_connect_now(&q->cmd) ? &q->cmd : rq_conn_connect_now(&q->blk) ? &q->blk : NULL;
+        else
+            c = rq_conn_ready(&q->cmd) ? &q->cmd : rq_conn_ready(&q->blk) ? &q->blk : NULL;
+        if (!c)
+            break;
+        if (last || (stop && *stop)) {
+            rc = rq_fail(q, "%s", c->last_error[0] ? c->last_error : "cannot connect");
+            break;
+        }
+        int64_t next = rq_mono_ms() + rq_conn_retry_in_ms(c);
+        nap_until(next < deadline ? next : deadline, stop);
+    }
+    q->cmd.quiet = quiet_cmd;
+    q->blk.quiet = quiet_blk;
+    return rc;
+}
+
 int rq_held_count(const struct rq *q)
 {
     return q->nheld;
@@ -226,6 +265,9 @@ void rq_script_cmd(struct rq *q, struct rq_pipe *p, enum rq_script s, const char
     rq_pipe_str(p, q->default_queue);
     rq_pipe_str(p, q->maxbytes_s);
     rq_pipe_str(p, q->maxatt_s);
+    rq_pipe_str(p, q->keys.batch_stem);
+    rq_pipe_str(p, q->keys.batch_done);
+    rq_pipe_str(p, q->keys.worker_stem);
 }
 
 void rq_event_cmd(struct rq *q, struct rq_pipe *p, const char *id, const char *status, const char *worker)

@@ -19,6 +19,7 @@
  *
  * One thread uses a struct rq; a worker with several threads opens one per thread. */
 #pragma once
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +44,7 @@ struct rq_opts {
     int retry_backoff_base_ms, retry_backoff_max_ms;
     int result_ttl_s;         /* a finished job's hash expires after this; 0 = never */
     int events_maxlen;        /* XADD <p>:events MAXLEN ~ this */
+    int stream_maxlen;        /* XADD <p>:stream:<id> MAXLEN ~ this (queue/stream.h) */
     int heartbeat_ttl_s;      /* TTL of <p>:worker:<id> */
     int heartbeat_interval_s; /* rq_tick: heartbeat period */
     int reaper_interval_s;    /* rq_tick: reaper period */
@@ -86,6 +88,7 @@ struct rq {
     size_t capheld;
     bool need_reconcile;
     int rr_next; /* the source a blocking fetch starts with (rotates) */
+    int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
 
@@ -104,6 +107,12 @@ const char *rq_error(const struct rq *q);
 const char *rq_worker_id(const struct rq *q);
 /* Connects both connections now (ignoring the backoff). 0, or -1 with the reason. */
 int rq_connect(struct rq *q);
+/* Connects both connections, trying again with their backoff (up to reconnect_max_ms apart) until
+ * both are up, timeout_ms has passed (then one last attempt each is made; 0 = that attempt alone)
+ * or *stop is non-zero (stop may be NULL; it is checked every 50 ms). For a caller that must not
+ * go on without Redis: the failed attempts are not logged, the caller reports the outcome. 0, or
+ * -1 with the last attempt's reason in rq_error, without the address ("Connection refused"). */
+int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *stop);
 /* Number of jobs rq considers held by this worker. */
 int rq_held_count(const struct rq *q);
 
@@ -127,6 +136,11 @@ void rq_event_cmd(struct rq *q, struct rq_pipe *p, const char *id, const char *s
  * completion_tokens when >= 0, first_token_at when > 0 (the "leave as it is" convention of
  * struct rq_progress and struct rq_result). */
 void rq_job_counts(struct rq_pipe *p, int prompt_tokens, int completion_tokens, double first_token_at);
+
+/* Appends "SADD <p>:models <model>" to p when the queue reference names a model (every writer
+ * of a model queue does, so `llmq status` finds the model queues without KEYS). Returns the
+ * commands added (0 or 1). */
+int rq_model_add_cmd(struct rq *q, struct rq_pipe *p, const char *queue_ref);
 
 /* Held-job bookkeeping. */
 int rq_held_add(struct rq *q, const char *raw, size_t len);

@@ -1,5 +1,5 @@
 /* See scripts.h. The scripts share a prelude (PRELUDE) with the common KEYS/ARGV and helpers;
- * each body follows it. Job states written here match queue/ack.c and docs/QUEUE.md. */
+ * each body follows it. Job states written here match docs/QUEUE.md. */
 #include "queue/scripts.h"
 
 #include <stdio.h>
@@ -13,46 +13,126 @@
 "local JOB, QUEUE, WORKER, NOW = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n" \
 "local MAXLEN, TTL, DEFQ = ARGV[5], tonumber(ARGV[6]), ARGV[7]\n" \
 "local MAXBYTES, MAXATT = tonumber(ARGV[8]), tonumber(ARGV[9])\n" \
-"-- the job's id (or nil) and whether it is JSON at all (rq_job_id's rule)\n" \
+"local BATCH, BATCH_DONE, HB = ARGV[10], ARGV[11], ARGV[12]\n" \
+"local FINAL = {completed = true, failed = true, cancelled = true}\n" \
+"-- an enqueue that never sealed its batch (killed) holds it open at most this long\n" \
+"local ENQUEUE_LEASE_S = 3600\n" \
+"local function usable(v)\n" \
+"  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '%c')\n" \
+"end\n" \
+"-- the job's key (or nil) and whether it is JSON at all (rq_job_id's rule, queue/jobid.h)\n" \
 "local function job_id(raw)\n" \
 "  if MAXBYTES > 0 and #raw > MAXBYTES then return nil, true end\n" \
 "  local ok, j = pcall(cjson.decode, raw)\n" \
 "  if not ok then return nil, false end\n" \
 "  if type(j) ~= 'table' then return nil, true end\n" \
-"  local v\n" \
-"  if j.custom_id ~= nil or j.body ~= nil or j.url ~= nil or j.method ~= nil then v = j.custom_id else v = j.id end\n" \
-"  if type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '%c') then return v, true end\n" \
+"  if j.custom_id ~= nil or j.body ~= nil or j.url ~= nil or j.method ~= nil then\n" \
+"    if not usable(j.custom_id) then return nil, true end\n" \
+"    local b = j.batch_id\n" \
+"    if b == nil or b == cjson.null then return j.custom_id, true end\n" \
+"    if type(b) ~= 'string' or #b < 1 or #b > 64 or string.find(b, '[^%w._-]') then return nil, true end\n" \
+"    return b .. '/' .. j.custom_id, true\n" \
+"  end\n" \
+"  if usable(j.id) then return j.id, true end\n" \
 "  return nil, true\n" \
 "end\n" \
 "local function event(id, status, worker, ...)\n" \
 "  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'id', id or '', 'status', status, 'worker', worker, 'ts', NOW, ...)\n" \
 "end\n" \
-"local function dead_entry(raw, id, err, attempts, worker, queue)\n" \
-"  return '{\"id\":' .. (id and cjson.encode(id) or 'null') .. ',\"error\":' .. cjson.encode(err) ..\n" \
-"    ',\"failed_at\":' .. NOW .. ',\"attempts\":' .. tostring(tonumber(attempts) or 0) ..\n" \
-"    ',\"worker\":' .. cjson.encode(worker) .. ',\"queue\":' .. cjson.encode(queue) .. ',\"job\":' .. cjson.encode(raw) .. '}'\n" \
+"-- a batch's state from its counts. When every job is final (and no enqueue is still adding\n" \
+"-- jobs) the batch completes, once: state, finished_at, its TTL, an event and a PUBLISH; the\n" \
+"-- call returns its total then, else 0. A job that becomes not final again reopens it.\n" \
+"local function batch_check(bid)\n" \
+"  local bk = BATCH .. bid\n" \
+"  local b = redis.call('HMGET', bk, 'state', 'total', 'running', 'completed', 'failed', 'cancelled', 'enqueuing', 'finished_at', 'enqueue_until')\n" \
+"  if not b[1] then return 0 end\n" \
+"  local total, c, f, x = tonumber(b[2]) or 0, tonumber(b[4]) or 0, tonumber(b[5]) or 0, tonumber(b[6]) or 0\n" \
+"  local done = c + f + x\n" \
+"  local enqueuing = (tonumber(b[7]) or 0) > 0 and (tonumber(b[9]) or 0) >= tonumber(NOW)\n" \
+"  if total > 0 and done >= total and not enqueuing then\n" \
+"    if b[8] then\n" \
+"      if TTL > 0 and redis.call('TTL', bk) < 0 then redis.call('EXPIRE', bk, TTL) end\n" \
+"      return 0\n" \
+"    end\n" \
+"    redis.call('HSET', bk, 'finished_at', NOW)\n" \
+"    if b[1] ~= 'cancelled' then redis.call('HSET', bk, 'state', 'completed') end\n" \
+"    if TTL > 0 then redis.call('EXPIRE', bk, TTL) end\n" \
+"    event(nil, 'batch_completed', WORKER, 'batch_id', bid, 'total', total, 'completed', c, 'failed', f, 'cancelled', x)\n" \
+"    redis.call('PUBLISH', BATCH_DONE, bid)\n" \
+"    return total\n" \
+"  end\n" \
+"  if b[8] then\n" \
+"    redis.call('HDEL', bk, 'finished_at')\n" \
+"    redis.call('PERSIST', bk)\n" \
+"  end\n" \
+"  if b[1] == 'completed' or (b[1] == 'queued' and (done > 0 or (tonumber(b[3]) or 0) > 0)) then\n" \
+"    redis.call('HSET', bk, 'state', 'running')\n" \
+"  end\n" \
+"  return 0\n" \
 "end\n" \
-"local function to_dead(raw, id, err, attempts, worker, queue)\n" \
-"  redis.call('LPUSH', DEAD, dead_entry(raw, id, err, attempts, worker, queue))\n" \
+"-- moves one job of batch bid from status `from` to `to` in its counts; batch_check's answer\n" \
+"local function batch_move(bid, from, to)\n" \
+"  if not bid or not from or from == to then return 0 end\n" \
+"  local bk = BATCH .. bid\n" \
+"  if redis.call('EXISTS', bk) == 0 then return 0 end\n" \
+"  redis.call('HINCRBY', bk, from, -1)\n" \
+"  redis.call('HINCRBY', bk, to, 1)\n" \
+"  return batch_check(bid)\n" \
+"end\n" \
+"-- sets a job hash's status (and the fields that follow) and moves its batch's count with it:\n" \
+"-- every status change of a job hash goes through here. Returns the batch id (or nil) and\n" \
+"-- batch_check's answer.\n" \
+"local function set_status(hk, to, ...)\n" \
+"  local h = redis.call('HMGET', hk, 'status', 'batch_id')\n" \
+"  redis.call('HSET', hk, 'status', to, ...)\n" \
+"  return h[2], batch_move(h[2], h[1], to)\n" \
+"end\n" \
+"local function dead_entry(raw, id, code, err, attempts, worker, queue)\n" \
+"  return '{\"id\":' .. (id and cjson.encode(id) or 'null') .. ',\"error\":' .. cjson.encode(err) ..\n" \
+"    ',\"error_code\":' .. cjson.encode(code) .. ',\"failed_at\":' .. NOW .. ',\"attempts\":' ..\n" \
+"    tostring(tonumber(attempts) or 0) .. ',\"worker\":' .. cjson.encode(worker) .. ',\"queue\":' ..\n" \
+"    cjson.encode(queue) .. ',\"job\":' .. cjson.encode(raw) .. '}'\n" \
+"end\n" \
+"-- returns batch_check's answer for the job's batch\n" \
+"local function to_dead(raw, id, code, err, attempts, worker, queue)\n" \
+"  redis.call('LPUSH', DEAD, dead_entry(raw, id, code, err, attempts, worker, queue))\n" \
+"  local done = 0\n" \
 "  if id then\n" \
 "    local hk = JOB .. id\n" \
-"    redis.call('HSET', hk, 'status', 'failed', 'error', err, 'finished_at', NOW, 'worker', worker, 'queue', queue)\n" \
+"    local _\n" \
+"    _, done = set_status(hk, 'failed', 'error', err, 'error_code', code, 'finished_at', NOW, 'worker', worker, 'queue', queue)\n" \
 "    if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n" \
 "  end\n" \
-"  event(id, 'failed', worker, 'queue', queue, 'error', err)\n" \
+"  event(id, 'failed', worker, 'queue', queue, 'error', err, 'error_code', code)\n" \
+"  return done\n" \
 "end\n" \
-"-- marks a job running for the caller; returns its delivery count and whether a cancel is pending\n" \
+"-- whether a job arriving now is a copy of one that is final or held by a live worker (this one\n" \
+"-- included): its status and holder then, else nil. Retries, the reaper, requeue-dead and\n" \
+"-- `llmq enqueue --replace` set the hash to queued before a job comes back, so they pass.\n" \
+"local function duplicate(id)\n" \
+"  if not id then return nil end\n" \
+"  local h = redis.call('HMGET', JOB .. id, 'status', 'worker')\n" \
+"  if FINAL[h[1]] then return h[1], h[2] or '' end\n" \
+"  if h[1] == 'running' and h[2] and (h[2] == WORKER or redis.call('EXISTS', HB .. h[2]) == 1) then return h[1], h[2] end\n" \
+"  return nil\n" \
+"end\n" \
+"-- marks a job running for the caller; returns its delivery count, whether a cancel is pending\n" \
+"-- (its id is in the cancel set, or its batch is cancelled)\n" \
+"-- and its batch (false when none)\n" \
 "local function start(id, queue)\n" \
-"  if not id then return 0, 0 end\n" \
+"  if not id then return 0, 0, false end\n" \
 "  local hk = JOB .. id\n" \
-"  redis.call('HSET', hk, 'status', 'running', 'worker', WORKER, 'queue', queue, 'started_at', NOW,\n" \
-"             'progress', '0', 'completion_tokens', '0')\n" \
+"  local bid = set_status(hk, 'running', 'worker', WORKER, 'queue', queue, 'started_at', NOW,\n" \
+"                         'progress', '0', 'completion_tokens', '0')\n" \
 "  redis.call('HSETNX', hk, 'created_at', NOW)\n" \
+"  redis.call('HDEL', hk, 'result')\n" \
 "  redis.call('PERSIST', hk)\n" \
 "  local a = redis.call('HINCRBY', hk, 'attempts', 1)\n" \
 "  local c = redis.call('SISMEMBER', CANCEL, id)\n" \
+"  -- a job of a cancelled batch is cancelled when it is fetched, without running\n" \
+"  if c == 0 and bid and redis.call('HGET', BATCH .. bid, 'state') == 'cancelled' then c = 1 end\n" \
 "  event(id, 'running', WORKER, 'queue', queue, 'attempt', a)\n" \
-"  return a, c\n" \
+"  return a, c, bid or false\n" \
 "end\n" \
 "-- the queue a job came from: its hash's, else the default\n" \
 "local function origin(id)\n" \
@@ -63,116 +143,148 @@
 "  return DEFQ\n" \
 "end\n"
 
-/* KEYS[5..] source queues; ARGV[10] 'p' (priority) or 'r' (round robin), ARGV[11] max total,
- * ARGV[12..] per-source caps. Returns per job: source index (0-based), raw, id or nil, attempts,
- * cancel pending (0/1). */
+/* KEYS[5..] source queues; ARGV[13] 'p' (priority) or 'r' (round robin), ARGV[14] max total,
+ * ARGV[15..14+n] per-source caps, then optionally ARGV[15+n..14+2n] per-source group numbers:
+ * sources of one group share their cap (taken counts per group). Returns 6 values per job: source
+ * index (0-based), raw, id or false, attempts, cancel pending (0/1), batch id or false. A
+ * duplicate (see duplicate()) is taken out of the processing list again and answered as -1, '',
+ * id, its status, its holder, false. At most `max` duplicates are taken in one call. */
 static const char fetch_src[] = PRELUDE
 "local n = #KEYS - 4\n"
-"local rr, max = ARGV[10] == 'r', tonumber(ARGV[11])\n"
-"local cap, taken, empty = {}, {}, {}\n"
-"for i = 1, n do cap[i] = tonumber(ARGV[11 + i]); taken[i] = 0 end\n"
-"local out, total = {}, 0\n"
+"local rr, max = ARGV[13] == 'r', tonumber(ARGV[14])\n"
+"local cap, taken, empty, grp = {}, {}, {}, {}\n"
+"for i = 1, n do cap[i] = tonumber(ARGV[14 + i]); grp[i] = tonumber(ARGV[14 + n + i]) or i; taken[grp[i]] = 0 end\n"
+"local out, total, dups = {}, 0, 0\n"
+"local function put(...)\n"
+"  for _, v in ipairs({...}) do out[#out + 1] = v end\n"
+"end\n"
 "local function take(i)\n"
 "  local raw = redis.call('LMOVE', KEYS[4 + i], PROC, 'RIGHT', 'LEFT')\n"
 "  if not raw then empty[i] = true; return false end\n"
 "  local id = job_id(raw)\n"
-"  local a, c = start(id, string.sub(KEYS[4 + i], #QUEUE + 1))\n"
-"  out[#out + 1] = i - 1; out[#out + 1] = raw; out[#out + 1] = id or false\n"
-"  out[#out + 1] = a; out[#out + 1] = c\n"
-"  taken[i] = taken[i] + 1; total = total + 1\n"
+"  local q = string.sub(KEYS[4 + i], #QUEUE + 1)\n"
+"  local st, holder = duplicate(id)\n"
+"  if st then\n"
+"    redis.call('LPOP', PROC)\n"
+"    event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
+"    put(-1, '', id, st, holder, false)\n"
+"    dups = dups + 1\n"
+"    return true\n"
+"  end\n"
+"  local a, c, b = start(id, q)\n"
+"  put(i - 1, raw, id or false, a, c, b)\n"
+"  taken[grp[i]] = taken[grp[i]] + 1; total = total + 1\n"
 "  return true\n"
 "end\n"
 "if rr then\n"
 "  local moved = true\n"
-"  while moved and total < max do\n"
+"  while moved and total < max and dups < max do\n"
 "    moved = false\n"
 "    for i = 1, n do\n"
-"      if total < max and not empty[i] and taken[i] < cap[i] and take(i) then moved = true end\n"
+"      if total < max and dups < max and not empty[i] and taken[grp[i]] < cap[i] and take(i) then moved = true end\n"
 "    end\n"
 "  end\n"
 "else\n"
 "  for i = 1, n do\n"
-"    while total < max and not empty[i] and taken[i] < cap[i] do take(i) end\n"
+"    while total < max and dups < max and not empty[i] and taken[grp[i]] < cap[i] do take(i) end\n"
 "  end\n"
 "end\n"
 "return out\n";
 
-/* ARGV[10] queue, ARGV[11] raw as in the list, ARGV[12] raw with a new id ('' = keep),
- * ARGV[13] that id. Returns {found 0/1, id or nil, attempts, cancel pending}. */
+/* ARGV[13] queue, ARGV[14] raw as in the list, ARGV[15] raw with a new id ('' = keep),
+ * ARGV[16] that id. Returns {1, id or false, attempts, cancel pending, batch id or false}; {0}
+ * when the job was not in the processing list; {-1, id, status, holder} for a duplicate (then
+ * taken out of the processing list: the newest copy, the one just moved in). */
 static const char start_src[] = PRELUDE
-"local raw, id = ARGV[11], nil\n"
-"if ARGV[12] ~= '' then\n"
+"local raw, id = ARGV[14], nil\n"
+"if ARGV[15] ~= '' then\n"
 "  local i = redis.call('LPOS', PROC, raw)\n"
-"  if not i then return {0, false, 0, 0} end\n"
-"  redis.call('LSET', PROC, i, ARGV[12])\n"
-"  id = ARGV[13]\n"
+"  if not i then return {0} end\n"
+"  redis.call('LSET', PROC, i, ARGV[15])\n"
+"  id = ARGV[16]\n"
 "else\n"
-"  if not redis.call('LPOS', PROC, raw) then return {0, false, 0, 0} end\n"
+"  if not redis.call('LPOS', PROC, raw) then return {0} end\n"
 "  id = job_id(raw)\n"
+"  local st, holder = duplicate(id)\n"
+"  if st then\n"
+"    redis.call('LREM', PROC, 1, raw)\n"
+"    event(id, 'duplicate', WORKER, 'queue', ARGV[13], 'job_status', st, 'job_worker', holder)\n"
+"    return {-1, id, st, holder}\n"
+"  end\n"
 "end\n"
-"local a, c = start(id, ARGV[10])\n"
-"return {1, id or false, a, c}\n";
+"local a, c, b = start(id, ARGV[13])\n"
+"return {1, id or false, a, c, b}\n";
 
-/* ARGV[10] raw, ARGV[11] target queue ('' = where it came from), ARGV[12] '1' = this delivery
- * does not count (attempts - 1), ARGV[13] reason. Pushes to the RIGHT: fetched next.
+/* ARGV[13] raw, ARGV[14] target queue ('' = where it came from), ARGV[15] '1' = this delivery
+ * does not count (attempts - 1), ARGV[16] reason. Pushes to the RIGHT: fetched next. A job whose
+ * hash is final (someone finished it meanwhile) is dropped instead, with a duplicate event.
  * Returns 1, or 0 when the job was not in the processing list. */
 static const char requeue_src[] = PRELUDE
-"local raw = ARGV[10]\n"
+"local raw = ARGV[13]\n"
 "if redis.call('LREM', PROC, -1, raw) == 0 then return 0 end\n"
 "local id = job_id(raw)\n"
-"local q = ARGV[11]\n"
+"local q = ARGV[14]\n"
 "if q == '' then q = origin(id) end\n"
-"redis.call('RPUSH', QUEUE .. q, raw)\n"
 "if id then\n"
 "  local hk = JOB .. id\n"
-"  redis.call('HSET', hk, 'status', 'queued', 'queue', q)\n"
-"  if ARGV[12] == '1' and redis.call('HINCRBY', hk, 'attempts', -1) < 0 then redis.call('HSET', hk, 'attempts', 0) end\n"
+"  local st = redis.call('HGET', hk, 'status')\n"
+"  if FINAL[st] then\n"
+"    event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'reason', ARGV[16])\n"
+"    return 1\n"
+"  end\n"
+"  set_status(hk, 'queued', 'queue', q)\n"
+"  if ARGV[15] == '1' and redis.call('HINCRBY', hk, 'attempts', -1) < 0 then redis.call('HSET', hk, 'attempts', 0) end\n"
 "end\n"
-"event(id, 'queued', WORKER, 'queue', q, 'reason', ARGV[13])\n"
+"redis.call('RPUSH', QUEUE .. q, raw)\n"
+"event(id, 'queued', WORKER, 'queue', q, 'reason', ARGV[16])\n"
 "return 1\n";
 
 /* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key;
- * ARGV[10] its id, ARGV[11] '1' = only if the heartbeat key is gone (and SREM it from workers),
- * ARGV[12] the reason recorded on each job. Newest first to the RIGHT of its queue, so the
- * oldest is fetched first. Returns {1, requeued, dead}, or {-1, 0, 0} when the worker is alive. */
+ * ARGV[13] its id, ARGV[14] '1' = only if the heartbeat key is gone (and SREM it from workers),
+ * ARGV[15] the reason recorded on each job. Newest first to the RIGHT of its queue, so the
+ * oldest is fetched first; a job whose hash is final (finished: a copy) is dropped. Returns
+ * {1, requeued, dead}, or {-1, 0, 0} when the worker is alive. */
 static const char reap_src[] = PRELUDE
-"local victim, reason = ARGV[10], ARGV[12]\n"
-"if ARGV[11] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0} end\n"
+"local victim, reason = ARGV[13], ARGV[15]\n"
+"if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0} end\n"
 "local requeued, dead = 0, 0\n"
 "while true do\n"
 "  local raw = redis.call('LPOP', PROC)\n"
 "  if not raw then break end\n"
 "  local id, json = job_id(raw)\n"
 "  if not json then\n"
-"    to_dead(raw, nil, 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
+"    to_dead(raw, nil, 'invalid_json', 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
 "    dead = dead + 1\n"
 "  else\n"
-"    local q, a = DEFQ, 0\n"
+"    local q, a, st = DEFQ, 0, nil\n"
 "    if id then\n"
-"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts')\n"
+"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status')\n"
 "      if h[1] and h[1] ~= '' then q = h[1] end\n"
-"      a = tonumber(h[2]) or 0\n"
+"      a, st = tonumber(h[2]) or 0, h[3]\n"
 "    end\n"
-"    if id and a >= MAXATT then\n"
-"      to_dead(raw, id, reason .. '; delivered ' .. a .. ' times (max_attempts ' .. MAXATT .. ')', a, victim, q)\n"
+"    if FINAL[st] then\n"
+"      event(id, 'duplicate', victim, 'queue', q, 'job_status', st, 'reason', 'reaped')\n"
+"    elseif id and a >= MAXATT then\n"
+"      to_dead(raw, id, 'max_attempts_exceeded', reason .. '; delivered ' .. a .. ' times (max_attempts ' .. MAXATT .. ')', a, victim, q)\n"
 "      dead = dead + 1\n"
 "    else\n"
 "      redis.call('RPUSH', QUEUE .. q, raw)\n"
-"      if id then redis.call('HSET', JOB .. id, 'status', 'queued', 'queue', q, 'error', reason) end\n"
+"      if id then set_status(JOB .. id, 'queued', 'queue', q, 'error', reason) end\n"
 "      event(id, 'queued', victim, 'queue', q, 'reason', 'reaped')\n"
 "      requeued = requeued + 1\n"
 "    end\n"
 "  end\n"
 "end\n"
-"if ARGV[11] == '1' then redis.call('SREM', KEYS[5], victim) end\n"
+"if ARGV[14] == '1' then redis.call('SREM', KEYS[5], victim) end\n"
 "return {1, requeued, dead}\n";
 
-/* KEYS[5] <p>:retry; ARGV[10] raw, ARGV[11] due (unix ms), ARGV[12] error.
- * Returns {1, attempts} scheduled, {2, attempts} dead-lettered (out of attempts, or no id to
- * count them by), {0, 0} not in the processing list. */
+/* KEYS[5] <p>:retry; ARGV[13] raw, ARGV[14] due (unix ms), ARGV[15] error, ARGV[16] its code,
+ * ARGV[17] the hash's result field when it dead-letters ('' = none). Returns {1, attempts, 0}
+ * scheduled, {2, attempts, batch} dead-lettered (out of attempts, or no id to count them by;
+ * batch: its batch's total when this completed it, else 0), {0, 0, 0} not in the processing list. */
 static const char retry_src[] = PRELUDE
-"local raw, err = ARGV[10], ARGV[12]\n"
-"if redis.call('LREM', PROC, -1, raw) == 0 then return {0, 0} end\n"
+"local raw, err, code = ARGV[13], ARGV[15], ARGV[16]\n"
+"if redis.call('LREM', PROC, -1, raw) == 0 then return {0, 0, 0} end\n"
 "local id = job_id(raw)\n"
 "local q, a = DEFQ, 0\n"
 "if id then\n"
@@ -181,19 +293,20 @@ static const char retry_src[] = PRELUDE
 "  a = tonumber(h[2]) or 0\n"
 "end\n"
 "if not id or a >= MAXATT then\n"
-"  to_dead(raw, id, err, a, WORKER, q)\n"
-"  return {2, a}\n"
+"  local done = to_dead(raw, id, code, err, a, WORKER, q)\n"
+"  if id and ARGV[17] and ARGV[17] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[17]) end\n"
+"  return {2, a, done}\n"
 "end\n"
-"redis.call('ZADD', KEYS[5], ARGV[11], raw)\n"
-"local due = tostring(tonumber(ARGV[11]) / 1000)\n"
-"redis.call('HSET', JOB .. id, 'status', 'queued', 'error', err, 'retry_at', due)\n"
-"event(id, 'queued', WORKER, 'queue', q, 'reason', 'retry', 'error', err, 'retry_at', due)\n"
-"return {1, a}\n";
+"redis.call('ZADD', KEYS[5], ARGV[14], raw)\n"
+"local due = tostring(tonumber(ARGV[14]) / 1000)\n"
+"set_status(JOB .. id, 'queued', 'error', err, 'error_code', code, 'retry_at', due)\n"
+"event(id, 'queued', WORKER, 'queue', q, 'reason', 'retry', 'error', err, 'error_code', code, 'retry_at', due)\n"
+"return {1, a, 0}\n";
 
-/* KEYS[5] <p>:retry; ARGV[10] now (unix ms), ARGV[11] most to move. To the LEFT of its queue
+/* KEYS[5] <p>:retry; ARGV[13] now (unix ms), ARGV[14] most to move. To the LEFT of its queue
  * (behind what waits there). Returns how many moved. */
 static const char retry_due_src[] = PRELUDE
-"local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[10], 'LIMIT', 0, ARGV[11])\n"
+"local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[13], 'LIMIT', 0, ARGV[14])\n"
 "for _, raw in ipairs(due) do\n"
 "  redis.call('ZREM', KEYS[5], raw)\n"
 "  local id = job_id(raw)\n"
@@ -203,21 +316,25 @@ static const char retry_due_src[] = PRELUDE
 "end\n"
 "return #due\n";
 
-/* ARGV[10] raw, ARGV[11] error, ARGV[12] queue, ARGV[13] id ('' = none). Returns 1, or 0 when
- * the job was not in the processing list. */
+/* ARGV[13] raw, ARGV[14] error, ARGV[15] queue, ARGV[16] id ('' = none), ARGV[17] the error's
+ * code, ARGV[18] the hash's result field ('' = none). Returns {1, batch} (batch: its batch's total
+ * when this completed it, else 0), or {0, 0} when the job was not in the processing list. */
 static const char dead_src[] = PRELUDE
-"if redis.call('LREM', PROC, -1, ARGV[10]) == 0 then return 0 end\n"
-"local id = ARGV[13] ~= '' and ARGV[13] or nil\n"
+"if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
+"local id = ARGV[16] ~= '' and ARGV[16] or nil\n"
 "local a = 0\n"
 "if id then a = tonumber(redis.call('HGET', JOB .. id, 'attempts')) or 0 end\n"
-"to_dead(ARGV[10], id, ARGV[11], a, WORKER, ARGV[12])\n"
-"return 1\n";
+"local done = to_dead(ARGV[13], id, ARGV[17], ARGV[14], a, WORKER, ARGV[15])\n"
+"if id and ARGV[18] and ARGV[18] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[18]) end\n"
+"return {1, done}\n";
 
-/* ARGV[10] '1' = every entry, else ARGV[11..] the ids to requeue. Oldest entries first, each to
- * the LEFT of the queue it failed on, its hash reset (queued, attempts 0). Returns the count. */
+/* ARGV[13] '1' = every entry, else ARGV[14..] the ids to requeue. Oldest entries first, each to
+ * the LEFT of the queue it failed on, its hash reset (queued, attempts 0) and kept in its batch
+ * (whose count moves from the hash's status, or from failed when the hash has expired). Returns
+ * the count. */
 static const char dead_requeue_src[] = PRELUDE
-"local all, want = ARGV[10] == '1', {}\n"
-"for i = 11, #ARGV do want[ARGV[i]] = true end\n"
+"local all, want = ARGV[13] == '1', {}\n"
+"for i = 14, #ARGV do want[ARGV[i]] = true end\n"
 "local entries = redis.call('LRANGE', DEAD, 0, -1)\n"
 "local n = 0\n"
 "for i = #entries, 1, -1 do\n"
@@ -230,8 +347,19 @@ static const char dead_requeue_src[] = PRELUDE
 "      local q = (type(d.queue) == 'string' and d.queue ~= '') and d.queue or DEFQ\n"
 "      if id then\n"
 "        local hk = JOB .. id\n"
+"        local h = redis.call('HMGET', hk, 'status', 'batch_id')\n"
+"        local bid, from = h[2], h[1]\n"
+"        if not h[1] then\n"
+"          local okj, j = pcall(cjson.decode, d.job)\n"
+"          if okj and type(j) == 'table' and type(j.batch_id) == 'string' then bid, from = j.batch_id, 'failed' end\n"
+"        end\n"
+"        if bid and redis.call('EXISTS', BATCH .. bid) == 0 then bid = nil end\n"
 "        redis.call('DEL', hk)\n"
 "        redis.call('HSET', hk, 'status', 'queued', 'queue', q, 'created_at', NOW, 'attempts', 0)\n"
+"        if bid then\n"
+"          redis.call('HSET', hk, 'batch_id', bid)\n"
+"          batch_move(bid, from, 'queued')\n"
+"        end\n"
 "      end\n"
 "      redis.call('LPUSH', QUEUE .. q, d.job)\n"
 "      event(id, 'queued', WORKER, 'queue', q, 'reason', 'requeue_dead')\n"
@@ -241,13 +369,13 @@ static const char dead_requeue_src[] = PRELUDE
 "end\n"
 "return n\n";
 
-/* ARGV[10..] ids. Per id: 1 added to the cancel set, 0 its job already ended (completed,
+/* ARGV[13..] ids. Per id: 1 added to the cancel set, 0 its job already ended (completed,
  * failed or cancelled). */
 static const char cancel_src[] = PRELUDE
 "local out = {}\n"
-"for i = 10, #ARGV do\n"
+"for i = 13, #ARGV do\n"
 "  local s = redis.call('HGET', JOB .. ARGV[i], 'status')\n"
-"  if s == 'completed' or s == 'failed' or s == 'cancelled' then\n"
+"  if FINAL[s] then\n"
 "    out[#out + 1] = 0\n"
 "  else\n"
 "    redis.call('SADD', CANCEL, ARGV[i])\n"
@@ -256,6 +384,200 @@ static const char cancel_src[] = PRELUDE
 "  end\n"
 "end\n"
 "return out\n";
+
+/* ARGV[13] n, then 11 per job: raw, id ('' = none), status, queue, finish_reason, error, error
+ * code ('' = none for these three), prompt_tokens, completion_tokens, first_token_at ('' = leave
+ * as it is), result ('' = none). Per job, in one script for the batch: LREM from the processing
+ * list; the hash's final status, finished_at, counters, error and code (removed when none),
+ * result, its TTL; SREM from the cancel set; an event. Returns 2 values per job: 1 if it was still in the processing list (else 0), and
+ * its batch's total when this completed the batch (else 0). */
+static const char ack_src[] = PRELUDE
+"local n, out = tonumber(ARGV[13]), {}\n"
+"for i = 0, n - 1 do\n"
+"  local k = 14 + i * 11\n"
+"  local raw, id, st, q = ARGV[k], ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]\n"
+"  local fr, err, code = ARGV[k + 4], ARGV[k + 5], ARGV[k + 6]\n"
+"  local pt, ct, ft, res = ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10]\n"
+"  out[#out + 1] = redis.call('LREM', PROC, -1, raw)\n"
+"  local done = 0\n"
+"  if id ~= '' then\n"
+"    local hk = JOB .. id\n"
+"    local f = {'finished_at', NOW, 'worker', WORKER}\n"
+"    local function add(name, v) if v ~= '' then f[#f + 1] = name; f[#f + 1] = v end end\n"
+"    if st == 'completed' then add('progress', '1') end\n"
+"    add('prompt_tokens', pt); add('completion_tokens', ct); add('first_token_at', ft)\n"
+"    add('finish_reason', fr); add('error', err); add('error_code', code); add('result', res)\n"
+"    local _\n"
+"    _, done = set_status(hk, st, unpack(f))\n"
+"    if err == '' then redis.call('HDEL', hk, 'error') end\n"
+"    if code == '' then redis.call('HDEL', hk, 'error_code') end\n"
+"    if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n"
+"    redis.call('SREM', CANCEL, id)\n"
+"    local e = {'queue', q}\n"
+"    if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n"
+"    if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n"
+"    if code ~= '' then e[#e + 1] = 'error_code'; e[#e + 1] = code end\n"
+"    event(id, st, WORKER, unpack(e))\n"
+"  end\n"
+"  out[#out + 1] = done\n"
+"end\n"
+"return out\n";
+
+/* KEYS[5] the queue; ARGV[13] batch id ('' = none), ARGV[14] mode: 'new' refuses a job whose
+ * hash exists, 'replace' refuses one that is not final (queued or running) and resets a final
+ * one, 'force' resets whatever is there; ARGV[15] n, then 2 per job: raw, id ('' = none: no
+ * hash, and not allowed in a batch). Jobs are pushed in order (the first is fetched first), each
+ * with a fresh hash (status queued, queue, created_at, attempts 0, batch_id) and an event; a job
+ * new to the batch adds to its total and queued count, one already in it moves to queued.
+ * Returns per job '' (pushed) or the status that refused it. */
+static const char push_src[] = PRELUDE
+"local bid, mode, n = ARGV[13], ARGV[14], tonumber(ARGV[15])\n"
+"local q = string.sub(KEYS[5], #QUEUE + 1)\n"
+"if bid ~= '' and redis.call('EXISTS', BATCH .. bid) == 0 then return redis.error_reply('ERR no batch ' .. bid) end\n"
+"local out, added = {}, 0\n"
+"for i = 0, n - 1 do\n"
+"  local raw, id = ARGV[16 + 2 * i], ARGV[17 + 2 * i]\n"
+"  local st = nil\n"
+"  if id ~= '' then\n"
+"    local hk = JOB .. id\n"
+"    local h = redis.call('HMGET', hk, 'status', 'batch_id')\n"
+"    if h[1] and (mode == 'new' or (mode == 'replace' and not FINAL[h[1]])) then\n"
+"      st = h[1]\n"
+"    else\n"
+"      if bid ~= '' and h[1] and h[2] == bid then batch_move(bid, h[1], 'queued')\n"
+"      elseif bid ~= '' then added = added + 1 end\n"
+"      redis.call('DEL', hk)\n"
+"      redis.call('HSET', hk, 'status', 'queued', 'queue', q, 'created_at', NOW, 'attempts', 0)\n"
+"      if bid ~= '' then redis.call('HSET', hk, 'batch_id', bid) end\n"
+"      event(id, 'queued', '', 'queue', q)\n"
+"    end\n"
+"  elseif bid ~= '' then\n"
+"    return redis.error_reply('ERR a job of a batch needs an id')\n"
+"  end\n"
+"  if st then out[#out + 1] = st else\n"
+"    redis.call('LPUSH', KEYS[5], raw)\n"
+"    out[#out + 1] = ''\n"
+"  end\n"
+"end\n"
+"if added > 0 then\n"
+"  redis.call('HINCRBY', BATCH .. bid, 'total', added)\n"
+"  redis.call('HINCRBY', BATCH .. bid, 'queued', added)\n"
+"  batch_check(bid)\n"
+"end\n"
+"return out\n";
+
+/* KEYS[5] <p>:batches; ARGV[13] batch id, ARGV[14] input (the file name as given), ARGV[15] '1'
+ * = append to an existing batch. Creates the batch hash (id, input, created_at, total 0, counts
+ * 0, state queued) and its entry in <p>:batches, or reopens it for appending, and counts one
+ * enqueue in progress (`enqueuing`: the batch cannot complete until batch_seal, or until
+ * `enqueue_until`, ENQUEUE_LEASE_S after the last open, has passed: a killed enqueue does not
+ * hold it open for ever; a stale count is dropped at the next open). Returns 1
+ * created, 2 reopened, 0 it exists (and ARGV[15] is not '1'), -1 it is cancelled. */
+static const char batch_open_src[] = PRELUDE
+"local bid = ARGV[13]\n"
+"local bk = BATCH .. bid\n"
+"local state = redis.call('HGET', bk, 'state')\n"
+"local rc = 1\n"
+"if state then\n"
+"  if ARGV[15] ~= '1' then return 0 end\n"
+"  if state == 'cancelled' then return -1 end\n"
+"  rc = 2\n"
+"else\n"
+"  redis.call('DEL', bk)\n"
+"  redis.call('HSET', bk, 'id', bid, 'input', ARGV[14], 'created_at', NOW, 'total', 0, 'queued', 0,\n"
+"             'running', 0, 'completed', 0, 'failed', 0, 'cancelled', 0, 'state', 'queued')\n"
+"  redis.call('ZADD', KEYS[5], NOW, bid)\n"
+"end\n"
+"if (tonumber(redis.call('HGET', bk, 'enqueue_until')) or 0) < tonumber(NOW) then redis.call('HDEL', bk, 'enqueuing') end\n"
+"redis.call('HINCRBY', bk, 'enqueuing', 1)\n"
+"redis.call('HSET', bk, 'enqueue_until', tonumber(NOW) + ENQUEUE_LEASE_S)\n"
+"redis.call('PERSIST', bk)\n"
+"return rc\n";
+
+/* ARGV[13] batch id. Ends one enqueue of batch_open: the batch may complete from now on (at
+ * once when its jobs already are final). Returns the batch's total when this completed it, else 0. */
+static const char batch_seal_src[] = PRELUDE
+"local bk = BATCH .. ARGV[13]\n"
+"if redis.call('EXISTS', bk) == 0 then return 0 end\n"
+"if redis.call('HINCRBY', bk, 'enqueuing', -1) <= 0 then redis.call('HDEL', bk, 'enqueuing', 'enqueue_until') end\n"
+"return batch_check(ARGV[13])\n";
+/* KEYS[5] <p>:workers; ARGV[13] batch id, ARGV[14] <p>:processing:. Sets the batch's state to
+ * cancelled (jobs of it fetched from now on are cancelled at fetch without running: see start())
+ * and adds every job of it that is running in a worker's processing list to the cancel set (the
+ * worker stops it at its next engine step). Returns {1, asked, queued} (0 instead of 1 when it was
+ * cancelled already; asked: running jobs added to the cancel set; queued: the batch's queued
+ * count), {-1, 0, 0} no such batch, {-2, 0, 0} it has completed. */
+static const char batch_cancel_src[] = PRELUDE
+"local bid = ARGV[13]\n"
+"local bk = BATCH .. bid\n"
+"local b = redis.call('HMGET', bk, 'state', 'queued')\n"
+"if not b[1] then return {-1, 0, 0} end\n"
+"if b[1] == 'completed' then return {-2, 0, 0} end\n"
+"local rc = b[1] == 'cancelled' and 0 or 1\n"
+"redis.call('HSET', bk, 'state', 'cancelled')\n"
+"local asked = 0\n"
+"for _, w in ipairs(redis.call('SMEMBERS', KEYS[5])) do\n"
+"  for _, raw in ipairs(redis.call('LRANGE', ARGV[14] .. w, 0, -1)) do\n"
+"    local id = job_id(raw)\n"
+"    if id then\n"
+"      local h = redis.call('HMGET', JOB .. id, 'status', 'batch_id')\n"
+"      if h[1] == 'running' and h[2] == bid and redis.call('SADD', CANCEL, id) == 1 then\n"
+"        event(id, 'cancel_requested', WORKER)\n"
+"        asked = asked + 1\n"
+"      end\n"
+"    end\n"
+"  end\n"
+"end\n"
+"if rc == 1 then event(nil, 'batch_cancelled', WORKER, 'batch_id', bid) end\n"
+"batch_check(bid)\n"
+"return {rc, asked, tonumber(b[2]) or 0}\n";
+
+/* KEYS[5] <p>:batches, KEYS[6] <p>:models; ARGV[13] batch id; ARGV[14..19] the batch from SQLite,
+ * used only when its hash has expired: input, created_at, total, completed, failed, cancelled;
+ * ARGV[20] n, then 4 per job: raw (the stored request), id, queue reference, the status of its
+ * row. Runs the jobs again as new attempts of the same keys: refused as a whole ({'busy', id,
+ * status}) when one of them is not final, ({'other', id, batch}) when one's hash names another
+ * batch, ({'cancelling', queued + running}) for a cancelled batch whose jobs are not all final.
+ * Otherwise the batch hash is made again from ARGV[14..19] if it expired, a cancelled batch
+ * becomes running, and each job gets a fresh hash (queued, attempts 0, its batch), its batch
+ * count moves from its status (the hash's, else the row's) to queued, and it is pushed to the
+ * LEFT of its queue. Returns {'ok', n}. */
+static const char batch_requeue_src[] = PRELUDE
+"local bid = ARGV[13]\n"
+"local bk = BATCH .. bid\n"
+"local n = tonumber(ARGV[20])\n"
+"local from = {}\n"
+"for i = 0, n - 1 do\n"
+"  local id = ARGV[22 + 4 * i]\n"
+"  local h = redis.call('HMGET', JOB .. id, 'status', 'batch_id')\n"
+"  if h[1] and not FINAL[h[1]] then return {'busy', id, h[1]} end\n"
+"  if h[1] and h[2] and h[2] ~= bid then return {'other', id, h[2]} end\n"
+"  from[i] = h[1] or ARGV[24 + 4 * i]\n"
+"end\n"
+"local b = redis.call('HMGET', bk, 'state', 'queued', 'running')\n"
+"if b[1] == 'cancelled' then\n"
+"  local open = (tonumber(b[2]) or 0) + (tonumber(b[3]) or 0)\n"
+"  if open > 0 then return {'cancelling', open} end\n"
+"  redis.call('HSET', bk, 'state', 'running')\n"
+"elseif not b[1] then\n"
+"  redis.call('HSET', bk, 'id', bid, 'input', ARGV[14], 'created_at', ARGV[15], 'total', ARGV[16],\n"
+"             'queued', 0, 'running', 0, 'completed', ARGV[17], 'failed', ARGV[18], 'cancelled', ARGV[19],\n"
+"             'state', 'completed', 'finished_at', NOW)\n"
+"  redis.call('ZADD', KEYS[5], 'NX', ARGV[15], bid)\n"
+"end\n"
+"for i = 0, n - 1 do\n"
+"  local raw, id, q = ARGV[21 + 4 * i], ARGV[22 + 4 * i], ARGV[23 + 4 * i]\n"
+"  local hk = JOB .. id\n"
+"  redis.call('DEL', hk)\n"
+"  redis.call('HSET', hk, 'status', 'queued', 'queue', q, 'created_at', NOW, 'attempts', 0, 'batch_id', bid)\n"
+"  redis.call('SREM', CANCEL, id)\n"
+"  batch_move(bid, from[i], 'queued')\n"
+"  redis.call('LPUSH', QUEUE .. q, raw)\n"
+"  local m = string.match(q, '^(.+):[^:]+$')\n"
+"  if m then redis.call('SADD', KEYS[6], m) end\n"
+"  event(id, 'queued', WORKER, 'queue', q, 'reason', 'requeue_batch')\n"
+"end\n"
+"return {'ok', n}\n";
 /* clang-format on */
 
 static const struct {
@@ -270,6 +592,12 @@ static const struct {
     [RQ_SCRIPT_DEAD] = {"dead", dead_src},
     [RQ_SCRIPT_DEAD_REQUEUE] = {"dead_requeue", dead_requeue_src},
     [RQ_SCRIPT_CANCEL] = {"cancel", cancel_src},
+    [RQ_SCRIPT_ACK] = {"ack", ack_src},
+    [RQ_SCRIPT_PUSH] = {"push", push_src},
+    [RQ_SCRIPT_BATCH_OPEN] = {"batch_open", batch_open_src},
+    [RQ_SCRIPT_BATCH_SEAL] = {"batch_seal", batch_seal_src},
+    [RQ_SCRIPT_BATCH_CANCEL] = {"batch_cancel", batch_cancel_src},
+    [RQ_SCRIPT_BATCH_RERUN] = {"batch_requeue", batch_requeue_src},
 };
 
 const char *rq_script_name(enum rq_script s)
@@ -280,6 +608,11 @@ const char *rq_script_name(enum rq_script s)
 const char *rq_script_source(enum rq_script s)
 {
     return s < RQ_SCRIPT_COUNT ? scripts[s].src : NULL;
+}
+
+const char *rq_script_prelude(void)
+{
+    return PRELUDE;
 }
 
 int rq_scripts_load(struct rq_scripts *sc, struct rq_conn *c, int force)

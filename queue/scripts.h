@@ -9,11 +9,17 @@
  *   works on (the caller's, or a lapsed worker's for the reaper)
  *   ARGV[1] <p>:job:   ARGV[2] <p>:queue:   ARGV[3] the caller's worker id   ARGV[4] now (unix s)
  *   ARGV[5] events MAXLEN   ARGV[6] result TTL s (0 = none)   ARGV[7] default queue name
- *   ARGV[8] max job bytes (0 = no limit)   ARGV[9] max_attempts
+ *   ARGV[8] max job bytes (0 = no limit)   ARGV[9] max_attempts   ARGV[10] <p>:batch:
+ *   ARGV[11] <p>:batch-done (the channel)   ARGV[12] <p>:worker: (heartbeat keys)
  *
- * A job's id is read inside the scripts with the same rule as rq_job_id (queue/jobid.h): the
- * string "custom_id" of an OpenAI batch line, else the string "id", 1..256 bytes without control
- * characters. */
+ * A job's key is read inside the scripts with the same rule as rq_job_id (queue/jobid.h).
+ *
+ * Batch counts stay exact because every status change of a job hash happens in a script, through
+ * the prelude's set_status(), which moves the count of the batch named by the hash's batch_id
+ * (written at push) from the old status to the new one in the same atomic step; the step that
+ * makes the last job final completes the batch (state, finished_at, TTL, a batch_completed event,
+ * PUBLISH <p>:batch-done <id>). A hash without batch_id touches no batch. docs/QUEUE.md has the
+ * batch hash's fields. */
 #pragma once
 #include <stdint.h>
 
@@ -29,11 +35,17 @@ enum rq_script {
     RQ_SCRIPT_DEAD,         /* processing -> dead */
     RQ_SCRIPT_DEAD_REQUEUE, /* dead -> queues */
     RQ_SCRIPT_CANCEL,       /* add ids to the cancel set unless their job already ended */
+    RQ_SCRIPT_ACK,          /* processing -> done: the final status of a batch of jobs */
+    RQ_SCRIPT_PUSH,         /* client side: new jobs onto a queue, with their hashes and batch counts */
+    RQ_SCRIPT_BATCH_OPEN,   /* create (or reopen for appending) a batch */
+    RQ_SCRIPT_BATCH_SEAL,   /* end an enqueue: the batch may complete */
+    RQ_SCRIPT_BATCH_CANCEL, /* cancel a batch: its state, and its running jobs into the cancel set */
+    RQ_SCRIPT_BATCH_RERUN,  /* run a batch's finished jobs again from their stored requests */
     RQ_SCRIPT_COUNT
 };
 
 #define RQ_SCRIPT_COMMON_KEYS 4
-#define RQ_SCRIPT_COMMON_ARGS 9
+#define RQ_SCRIPT_COMMON_ARGS 12
 
 /* SHA1s of the loaded scripts and the connection epoch they were loaded in. */
 struct rq_scripts {
@@ -45,6 +57,9 @@ struct rq_scripts {
 const char *rq_script_name(enum rq_script s);
 /* The full Lua source (a static string). */
 const char *rq_script_source(enum rq_script s);
+/* The prelude every script starts with (a static string): its helpers, job_id() among them, for
+ * tests that run them on their own (tests/unit/test_rq_jobkey.c). */
+const char *rq_script_prelude(void);
 
 /* SCRIPT LOAD of every script in one round trip, unless already done on this connection
  * (force: regardless). 0, or -1 with the reason in c->err. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "queue/heartbeat.h"
 #include "queue/jobid.h"
 #include "queue/rq.h"
 
@@ -15,11 +16,6 @@ void rq_stats_free(struct rq_stats *s)
     free(s->workers);
     free(s->jobs);
     memset(s, 0, sizeof *s);
-}
-
-static int64_t int_of(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
 }
 
 static void copy_str(char *dst, size_t len, const redisReply *r)
@@ -47,15 +43,11 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
     if (nq < 0 || nq > RQ_STATS_MAX_QUEUES)
         return rq_fail(q, "status: at most %d queues", RQ_STATS_MAX_QUEUES);
     for (int i = 0; i < nq; i++)
-        if (!rq_valid_queue_name(queues[i]))
-            return rq_fail(q, "status: \"%.40s\" is not a queue name", queues[i]);
-    redisReply *m = rq_conn_command(&q->cmd, "SMEMBERS %s", q->keys.workers);
+        if (!rq_valid_queue_ref(queues[i]))
+            return rq_fail(q, "status: \"%.160s\" is not a queue name", queues[i]);
+    redisReply *m = rq_workers(q, "status");
     if (!m)
-        return rq_fail_conn(q, "status");
-    if (rq_reply_error(m, "status (SMEMBERS)", q->err, sizeof q->err) || m->type != REDIS_REPLY_ARRAY) {
-        freeReplyObject(m);
         return -1;
-    }
     int nw = (int)m->elements, rc = 0;
     char(*keys)[2][RQ_KEY_MAX] = malloc(((size_t)nw + 1) * sizeof *keys);
     char qkeys[RQ_STATS_MAX_QUEUES][RQ_KEY_MAX];
@@ -108,17 +100,17 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
     s->nqueues = nq;
     for (int i = 0; i < nq; i++) {
         snprintf(s->queues[i].name, sizeof s->queues[i].name, "%s", queues[i]);
-        s->queues[i].len = int_of(p->reply[k++]);
+        s->queues[i].len = rq_reply_int(p->reply[k++]);
     }
-    s->retry = int_of(p->reply[k++]);
-    s->dead = int_of(p->reply[k++]);
-    s->cancel = int_of(p->reply[k++]);
+    s->retry = rq_reply_int(p->reply[k++]);
+    s->dead = rq_reply_int(p->reply[k++]);
+    s->cancel = rq_reply_int(p->reply[k++]);
     for (int i = 0; i < nw; i++) {
         struct rq_worker_stat *w = &s->workers[i];
         copy_str(w->id, sizeof w->id, m->element[i]);
         const redisReply *h = p->reply[k++];
-        int64_t ttl = int_of(p->reply[k++]);
-        w->holding = int_of(p->reply[k++]);
+        int64_t ttl = rq_reply_int(p->reply[k++]);
+        w->holding = rq_reply_int(p->reply[k++]);
         w->alive = ttl != -2;
         w->ttl_s = ttl >= 0 ? (int)ttl : -1;
         if (h->type == REDIS_REPLY_ARRAY && h->elements == sizeof fields / sizeof fields[0]) {
@@ -224,23 +216,4 @@ out:
     free(keys);
     freeReplyObject(m);
     return rc;
-}
-
-int rq_drained(struct rq *q, const char *const *queues, int nq, bool *drained)
-{
-    *drained = false;
-    struct rq_stats s;
-    if (rq_stats(q, queues, nq, false, &s)) {
-        rq_stats_free(&s);
-        return -1;
-    }
-    bool empty = s.retry == 0;
-    for (int i = 0; i < s.nqueues; i++)
-        empty = empty && s.queues[i].len == 0;
-    for (int i = 0; i < s.nworkers; i++)
-        if (!s.workers[i].alive && strcmp(s.workers[i].id, q->worker))
-            empty = empty && s.workers[i].holding == 0;
-    rq_stats_free(&s);
-    *drained = empty;
-    return 0;
 }

@@ -1,6 +1,6 @@
-/* What `llmq status` shows and what `llmq worker --drain` waits for: queue depths, the retry
- * and dead counts, live and lapsed workers with their heartbeat fields and how many jobs each
- * holds, and the running jobs with their progress. */
+/* What `llmq status` shows: queue depths, the retry and dead counts, live and lapsed workers with
+ * their heartbeat fields and how many jobs each holds, and the running jobs with their progress.
+ * What `llmq worker --drain` waits for is queue/drain.h. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 
 struct rq;
 
-#define RQ_STATS_MAX_QUEUES 8
+#define RQ_STATS_MAX_QUEUES 32
 
 struct rq_worker_stat {
     char id[RQ_NAME_MAX + 1];
@@ -28,7 +28,7 @@ struct rq_worker_stat {
 struct rq_running_job {
     char id[RQ_ID_MAX + 1];
     char worker[RQ_NAME_MAX + 1];
-    char queue[RQ_QUEUE_MAX + 1];
+    char queue[RQ_QREF_MAX + 1];
     double progress; /* 0..1; -1 when unknown */
     int64_t prompt_tokens, completion_tokens;
     int attempts;
@@ -38,7 +38,7 @@ struct rq_running_job {
 struct rq_stats {
     int nqueues;
     struct {
-        char name[RQ_QUEUE_MAX + 1];
+        char name[RQ_QREF_MAX + 1]; /* a queue reference */
         int64_t len;
     } queues[RQ_STATS_MAX_QUEUES];
     int64_t retry;                  /* ZCARD <p>:retry */
@@ -57,8 +57,3 @@ struct rq_stats {
  * given to rq_stats_free either way. */
 int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, struct rq_stats *s);
 void rq_stats_free(struct rq_stats *s);
-
-/* Whether there is nothing left to do for a --drain worker: the queues are empty, the retry set
- * is empty, and no lapsed worker still holds jobs (the caller's own jobs are its business).
- * 0 with *drained set, or -1. */
-int rq_drained(struct rq *q, const char *const *queues, int nq, bool *drained);

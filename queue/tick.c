@@ -50,3 +50,10 @@ int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_resu
         memcpy(q->err, first, sizeof first);
     return rc;
 }
+
+void rq_tick_reap_in(struct rq *q, int64_t in_ms)
+{
+    int64_t at = rq_mono_ms() + (in_ms > 0 ? in_ms : 0);
+    if (at < q->next_reap_ms)
+        q->next_reap_ms = at;
+}

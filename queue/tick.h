@@ -4,6 +4,7 @@
  * retry_backoff_base_ms / 2 when that is shorter). */
 #pragma once
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "queue/heartbeat.h"
 #include "queue/reaper.h"
@@ -20,3 +21,7 @@ struct rq_tick_result {
 /* Does what is due. 0, or -1 with the first failure in rq_error (the other chores still ran;
  * a failed chore is tried again at the next call). res may be NULL. */
 int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_result *res);
+
+/* Brings the reaper's next run forward to in_ms from now (never later than it is scheduled): for a
+ * caller that knows when a heartbeat lapses (queue/drain.h) and wants its jobs back at once. */
+void rq_tick_reap_in(struct rq *q, int64_t in_ms);

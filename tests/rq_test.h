@@ -101,8 +101,8 @@ static inline struct rq *rq_test_open(const struct rq_opts *o)
 /* Pushes one job (raw JSON with the given id) onto queue; fails the test if rq_push fails. */
 static inline void rq_test_push(struct rq *q, const char *queue, const char *raw, const char *id)
 {
-    struct rq_push_item it = {raw, strlen(raw), id};
-    if (rq_push(q, queue, &it, 1))
+    struct rq_push_item it = {raw, strlen(raw), id, NULL};
+    if (rq_push(q, queue, NULL, RQ_PUSH_FORCE, &it, 1))
         fail_msg("push: %s", rq_error(q));
 }
 

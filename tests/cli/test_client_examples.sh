@@ -3,7 +3,8 @@
 #  - the client examples (redis-cli always; Python with redis-py, Node with the npm `redis`
 #    package, Go with go-redis when they can be had) push a job onto a real redis-server, a real
 #    worker on a tiny model runs it, and each example's printed result must match the worker's
-#    SQLite row (status, token counts, text);
+#    SQLite row (status, token counts, text; the text read from the job hash's result field, with
+#    no database named, and redis-cli's result line equal to the row's);
 #  - the nightly cron script enqueues a folder with a template, drains it with its own worker and
 #    exports the results with `llmq results`;
 #  - the systemd unit passes `systemd-analyze verify`; the Prometheus config and the Grafana
@@ -113,6 +114,16 @@ bash "$EX" -u "$URL" -n 8 -i cli-1 -d "$DB" -t 60 'Say "hello" \ back' >"$T/cli1
 check_result "redis-cli example" cli-1 "$T/cli1.out" $?
 bash "$EX" -u "$URL" -n 8 -i cli-2 -d "$DB" -t 60 -T summarize -V document=@"$T/doc.txt" >"$T/cli2.out" 2>"$T/cli2.out.err"
 check_result "redis-cli example (template)" cli-2 "$T/cli2.out" $?
+# without a database: the result line from the hash (HGET) is the row's
+bash "$EX" -u "$URL" -n 8 -i cli-4 -t 60 'No database here' >"$T/cli4.out" 2>"$T/cli4.out.err"
+rc=$?
+python3 - "$T/cli4.out" "$DB" <<'PY2' && [ $rc -eq 0 ] && ok "redis-cli example: the result line from the hash" || bad "redis-cli result line: rc $rc $(cat "$T/cli4.out" "$T/cli4.out.err")"
+import json, sqlite3, sys
+got = json.loads(open(sys.argv[1], encoding="utf-8").read().splitlines()[-1])
+res, out = sqlite3.connect(sys.argv[2]).execute("SELECT result, output FROM jobs WHERE id = 'cli-4'").fetchone()
+assert got["result"] == json.loads(res), (got["result"], res)
+assert got["result"]["text"] == out and got["text"] is None, got
+PY2
 # its result for a job that fails: exit 1 and the error
 bash "$EX" -u "$URL" -n 8 -i cli-3 -d "$DB" -t 60 -T nope -V document=x >"$T/cli3.out" 2>&1
 rc=$?
@@ -122,7 +133,7 @@ rc=$?
 # Python (redis-py)
 if python3 -c 'import redis' 2>/dev/null; then
   python3 "$K/clients/python/enqueue_wait.py" --redis "$URL" --template summarize --var document=@"$T/doc.txt" \
-    --max-tokens 8 --id py-1 --db "$DB" --timeout 60 >"$T/py.out" 2>"$T/py.out.err"
+    --max-tokens 8 --id py-1 --timeout 60 >"$T/py.out" 2>"$T/py.out.err" # the text from the hash
   check_result "python example" py-1 "$T/py.out" $?
 else
   skip "python example: the redis module is not importable by python3 (pip install redis)"
@@ -139,7 +150,7 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
       --max-tokens 8 --id node-1 --db "$DB" --timeout 60 >"$T/node.out" 2>"$T/node.out.err"
     check_result "node example" node-1 "$T/node.out" $?
     node "$NODE_DIR/enqueue_wait.js" --redis "$URL" --prompt "Hello from Node" --max-tokens 8 --id node-2 \
-      --db "$DB" --timeout 60 >"$T/node2.out" 2>"$T/node2.out.err"
+      --timeout 60 >"$T/node2.out" 2>"$T/node2.out.err" # no database: the text from the hash
     check_result "node example (prompt)" node-2 "$T/node2.out" $?
   else
     skip "node example: npm install failed (registry unreachable?): $(tail -2 "$T/npm.log" | tr '\n' ' ')"
@@ -154,7 +165,7 @@ if command -v go >/dev/null; then
   mkdir -p "$GO_DIR"
   cp "$K/clients/go/go.mod" "$K/clients/go/main.go" "$GO_DIR/"
   if (cd "$GO_DIR" && go mod tidy >"$T/go.log" 2>&1 && go build -o enqueue_wait . >>"$T/go.log" 2>&1); then
-    "$GO_DIR/enqueue_wait" -redis "$URL" -prompt "Hello from Go" -max-tokens 8 -id go-1 -db "$DB" -timeout 60s \
+    "$GO_DIR/enqueue_wait" -redis "$URL" -prompt "Hello from Go" -max-tokens 8 -id go-1 -timeout 60s \
       >"$T/go.out" 2>"$T/go.out.err"
     check_result "go example" go-1 "$T/go.out" $?
   else
@@ -212,4 +223,15 @@ for jid, r in mine.items():
 PY
 grep -q "3 documents queued" "$T/cron.log" && ok "cron log counts the documents" || bad "cron log: $(cat "$T/cron.log")"
 eq "the drain worker left nothing queued" "$(rcli LLEN llmq:queue:short)" 0
+eq "the night is one completed batch" "$(rcli HMGET "llmq:batch:nightly-$stamp" total completed state | tr '\n' ' ')" "3 3 completed "
+
+# ---- a document that fails (longer than the model's context): exit 1, the job named on stderr
+mkdir -p "$T/inbox2"
+python3 -c 'print("word " * 6000)' >"$T/inbox2/big.txt"
+printf 'A short one.\n' >"$T/inbox2/small.txt"
+LLMQ=$LLMQ LLMQ_METRICS_PORT=0 bash "$K/cron/nightly-summarize.sh" -c "$CFG" -o "$T/exports" -q short "$T/inbox2" >"$T/cron2.log" 2>&1
+eq "nightly-summarize.sh with a failed document exits 1" "$?" 1
+grep -q "nightly-summarize: failed: nightly-$stamp/big.txt (context_length_exceeded)" "$T/cron2.log" &&
+  ok "the failed job is named with its error code" || bad "cron2 log: $(tail -5 "$T/cron2.log")"
+eq "the export is exactly the night's batch" "$(wc -l <"$export_file")" 5
 finish

@@ -28,7 +28,7 @@ cat >"$T/r1.jsonl" <<'EOF2'
 {"id": "a-1", "prompt": "Hello, \"world\"", "max_tokens": 12, "temperature": 0.5, "seed": 1, "metadata": {"doc": "one, two"}}
 {"id": "a-2", "messages": [{"role": "user", "content": "Summarize: cats sleep a lot."}], "max_tokens": 6, "temperature": 0}
 {"id": "a-bad", "prompt": "x", "max_token": 3}
-{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}}
+{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}}
 {"custom_id": "oa-2", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once", "max_tokens": 4, "temperature": 0}}
 {"custom_id": "oa-bad", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "n": 2}}
 EOF2
@@ -94,7 +94,7 @@ else:
         errs.append("CSV lines do not end with CRLF")
     rd = list(csv.reader(open(path, newline="", encoding="utf-8")))
     header, body = rd[0], rd[1:]
-    want_cols = [c for c in cols if c != "result"]
+    want_cols = [c for c in cols if c not in ("result", "request")]
     if header != want_cols:
         errs.append(f"header {header}")
     if len(body) != len(rows):

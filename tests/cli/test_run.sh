@@ -90,9 +90,11 @@ want(a["usage"]["completion_tokens"] == 24 == len(a["token_ids"]), f"a usage: {a
 want(a["usage"]["prompt_tokens"] == len(a["prompt_token_ids"]) > 0, "a prompt ids")
 want(isinstance(a["text"], str) and "logprobs" not in a and "error" not in a, f"a fields: {sorted(a)}")
 # failures: not JSON (an id is assigned), empty prompt
-want(notjson["status"] == "failed" and "invalid JSON" in notjson["error"] and len(notjson["id"]) == 36,
+want(notjson["status"] == "failed" and "invalid JSON" in notjson["error"] and len(notjson["id"]) == 36
+     and notjson["error_code"] == "invalid_json",
      f"not json: {notjson}")
-want(empty == {"id": "c", "status": "failed", "error": "field 'prompt': must not be empty"}, f"empty: {empty}")
+want(empty == {"id": "c", "status": "failed", "error": "field 'prompt': must not be empty",
+              "error_code": "invalid_request"}, f"empty: {empty}")
 # an assigned id; logprobs with 3 alternatives; greedy picks the top one
 want(len(gen["id"]) == 36 and gen["id"][14] == "7", f"generated id: {gen['id']}")
 lp = gen["logprobs"]

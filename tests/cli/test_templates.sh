@@ -53,7 +53,7 @@ eq "queued" "$(rcli LLEN llmq:queue:short)" 10
 
 worker_start w1 --drain
 worker_wait w1
-eq "worker exit status" "$WRC" 0
+eq "worker exit status: jobs failed" "$WRC" 3
 eq "one row per job" "$(rows)" 10
 
 # the templated jobs against their hand-rendered references

@@ -25,15 +25,15 @@ write_config
 cat >"$T/enq.jsonl" <<'EOF2'
 {"id": "ok-1", "prompt": "Hello there", "max_tokens": 8, "temperature": 0, "ignore_eos": true}
 {"id": "ok-2", "messages": [{"role": "user", "content": "Summarize: cats sleep a lot."}], "max_tokens": 5, "temperature": 0}
-{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}}
+{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}}
 EOF2
-"$LLMQ" enqueue -c "$CFG" "$T/enq.jsonl" 2>/dev/null || bad "enqueue failed"
+"$LLMQ" enqueue -c "$CFG" --batch w "$T/enq.jsonl" >/dev/null 2>&1 || bad "enqueue failed"
 # pushed without a hash (a plain LPUSH): wait has to learn about it from the events
 rcli LPUSH llmq:queue:short '{"id": "raw-1", "prompt": "raw push", "max_tokens": 3, "temperature": 0}' >/dev/null
 # a job that is dead-lettered (over max_model_len): failed
 rcli LPUSH llmq:queue:short '{"id": "dead-1", "prompt": "x", "max_tokens": 99999999}' >/dev/null
 
-"$LLMQ" wait -c "$CFG" --format json --timeout 60 ok-1 ok-2 oa-1 raw-1 ok-1 >"$T/w1.out" 2>"$T/w1.err" &
+"$LLMQ" wait -c "$CFG" --format json --timeout 60 ok-1 ok-2 w/oa-1 raw-1 ok-1 >"$T/w1.out" 2>"$T/w1.err" &
 w1=$!
 "$LLMQ" wait -c "$CFG" --timeout 60 dead-1 >"$T/w2.out" 2>"$T/w2.err" &
 w2=$!
@@ -54,7 +54,7 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 db = sqlite3.connect(sys.argv[2])
 errs = []
 ids = sorted(l["id"] for l in lines)
-if ids != ["oa-1", "ok-1", "ok-2", "raw-1"]:
+if ids != ["ok-1", "ok-2", "raw-1", "w/oa-1"]:
     errs.append(f"ids {ids}")
 for l in lines:
     row = db.execute("SELECT status, result, prompt_tokens, completion_tokens, finish_reason, worker_id, attempts FROM jobs WHERE id = ?", (l["id"],)).fetchone()
@@ -89,7 +89,7 @@ rcli DEL llmq:job:ok-2 >/dev/null # as if result_ttl_s had passed
 out=$("$LLMQ" wait -c "$CFG" --format json ok-2); eq "hash expired: from SQLite, exit 0" "$?" 0
 eq "its status" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["status"], d["result"]["status"])')" "completed completed"
 out=$("$LLMQ" wait -c "$CFG" ok-1 dead-1 >/dev/null 2>&1); eq "one of two failed: exit 1" "$?" 1
-out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis "$URL" --db "$DB" --format json oa-1); eq "--redis and --db without a config" "$?" 0
+out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis "$URL" --db "$DB" --format json w/oa-1); eq "--redis and --db without a config" "$?" 0
 eq "openai result line" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["result"]["custom_id"], d["result"]["response"]["status_code"])')" "oa-1 200"
 
 # ---- timeouts: a job nobody runs, an id nobody knows

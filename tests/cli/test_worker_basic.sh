@@ -30,7 +30,7 @@ cat >"$T/jobs.jsonl" <<'EOF'
 {"id": "a", "prompt": "Hello there", "max_tokens": 12, "temperature": 0, "ignore_eos": true, "metadata": {"doc": 1}}
 {"id": "b", "messages": [{"role": "user", "content": "Summarize: cats sleep a lot."}], "max_tokens": 6, "temperature": 0, "enable_thinking": false}
 {"prompt": "no id here", "max_tokens": 3, "temperature": 0}
-{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "x", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}}
+{"custom_id": "oa-1", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}}
 {"custom_id": "oa-2", "method": "POST", "url": "/v1/completions", "body": {"prompt": "Once", "max_tokens": 4, "temperature": 0}}
 EOF
 push_file "$T/jobs.jsonl"
@@ -91,9 +91,14 @@ eq "enqueue with bad lines exits 1" "$rc" 1
 grep -q "line 4: invalid JSON" "$T/enq.err" && ok "bad line 4 reported" || bad "line 4 not reported: $(cat "$T/enq.err")"
 grep -q "line 5: unknown field 'max_token' (did you mean 'max_tokens'?)" "$T/enq.err" && ok "bad line 5 reported" || bad "line 5 not reported"
 grep -q "line 7: " "$T/enq.err" && ok "bad line 7 reported" || bad "line 7 not reported"
-grep -q "6 jobs read: 3 pushed" "$T/enq.err" && ok "enqueue summary" || bad "summary: $(tail -1 "$T/enq.err")"
+grep -q "6 jobs read, 3 with problems: nothing pushed" "$T/enq.err" && ok "enqueue summary" || bad "summary: $(tail -1 "$T/enq.err")"
+eq "a file with bad lines pushes nothing" "$(rcli LLEN llmq:queue:short) $(rcli ZCARD llmq:batches) $out" "0 0 "
+grep -v -e "not json" -e '"max_token":' -e '"prompt": ""' "$T/enq.jsonl" >"$T/enq-good.jsonl"
+out=$("$LLMQ" enqueue -c "$CFG" --batch enq-1 --print-ids "$T/enq-good.jsonl" 2>"$T/enq.err"); rc=$?
+eq "enqueue of the good lines" "$rc" 0
+grep -q "batch enq-1: 3 of 3 jobs pushed" "$T/enq.err" && ok "enqueue summary names the batch" || bad "summary: $(tail -1 "$T/enq.err")"
 eq "enqueue printed 3 ids" "$(echo "$out" | wc -l)" 3
-eq "ids in order" "$(echo "$out" | sed -n 2,3p | tr '\n' ' ')" "e-2 oa-e "
+eq "ids in order (an OpenAI line's is batch/custom_id)" "$(echo "$out" | sed -n 2,3p | tr '\n' ' ')" "e-2 enq-1/oa-e "
 id1=$(echo "$out" | head -1)
 eq "queued in order, the id written into the job" "$(rcli LINDEX llmq:queue:short -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')" "$id1"
 eq "hash created at enqueue" "$(rcli HGET "llmq:job:$id1" status)" queued

@@ -29,11 +29,8 @@ echo "killed w1 with $held jobs in its processing list and $before rows written"
 [ "$before" -lt "$N" ] && ok "killed mid-batch" || bad "w1 had finished everything"
 eq "w1's heartbeat is still there" "$(rcli EXISTS llmq:worker:w1)" 1
 
-# (not --drain: a drain worker may exit before w1's heartbeat has lapsed, leaving w1's jobs to
-# the next worker; this one waits for them)
-worker_start w2
-wait_rows "$N"
-kill -TERM "$W_w2"
+# a drain worker waits for w1's list, reaps it once the heartbeat has lapsed and runs the rest
+worker_start w2 --drain
 worker_wait w2
 eq "w2 exit status" "$WRC" 0
 eq "one row per job" "$(rows)" "$N"

@@ -57,7 +57,7 @@ push_file "$T/jobs.bin"
 eq "500 jobs queued" "$(rcli LLEN llmq:queue:short)" 500
 worker_start w1 --drain
 worker_wait w1
-eq "worker exit status" "$WRC" 0
+eq "worker exit status: jobs failed" "$WRC" 3
 eq "one row per job" "$(rows)" 500
 eq "450 completed" "$(sql "SELECT count(*) FROM jobs WHERE status = 'completed'")" 450
 eq "50 failed" "$(sql "SELECT count(*) FROM jobs WHERE status = 'failed'")" 50

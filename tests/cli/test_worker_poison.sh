@@ -20,12 +20,12 @@ done
 # jobs pushed meanwhile still run once the last worker's list is reaped
 jobs_file "$T/after.jsonl" 5 after- '{"max_tokens": 3}'
 push_file "$T/after.jsonl"
-# --drain waits for lapsed workers' lists, not for live ones: let p3's heartbeat lapse first
-p3_lapsed() { [ "$(rcli EXISTS llmq:worker:p3)" = 0 ]; }
-wait_until "p3's heartbeat to lapse" p3_lapsed
+# --drain waits for p3's list until p3's heartbeat lapses, then its reaper dead-letters the job
 worker_start p4 --drain
 worker_wait p4
-eq "p4 exit status" "$WRC" 0
+eq "p4 exit status: a job was dead-lettered" "$WRC" 3
+grep -q "dead-lettered (1 reaped from crashed workers)" "$T/p4.log" && ok "p4's summary counts it" ||
+  bad "p4's summary: $(grep "stopped after" "$T/p4.log")"
 eq "the poison job is dead" "$(rcli LLEN llmq:dead)" 1
 entry=$(rcli LINDEX llmq:dead 0)
 eq "dead entry names it, its attempts and the worker" "$(echo "$entry" | python3 -c 'import json,sys; e=json.load(sys.stdin); print(e["id"], e["attempts"], json.loads(e["job"])["id"], "p3" in e["error"] or e.get("worker") == "p3")')" "poison 3 poison True"

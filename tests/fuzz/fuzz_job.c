@@ -6,9 +6,10 @@
  *
  * Invariants, from worker/jobs/job.h and docs/JOBS.md:
  *   success: exactly one input of the form's kind; every sampling value inside its documented
- *            bounds; ids 1..256 bytes without control characters; stops and stop ids within their
- *            limits; a messages job renders through the chat template; the completed result line
- *            is JSON that carries the id and the metadata back.
+ *            bounds; ids and custom_ids 1..256 bytes without control characters; the job's key is
+ *            the one rq_job_id (queue/jobid.c) reads from the same bytes; stops and stop ids
+ *            within their limits; a messages job renders through the chat template; the completed
+ *            result line is JSON that carries the id (custom_id) and the metadata back.
  *   failure: JOB_ERR_JSON, _TOO_LARGE (exactly when the line is over the limit) or _INVALID, with a
  *            non-empty message; the failed result line is JSON in the job's shape with that message
  *            and error code.
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "engine/chat_template.h"
+#include "queue/jobid.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/result.h"
 
@@ -76,10 +78,10 @@ static const char *find_template(void *ctx, const char *name)
     return strcmp(name, TEMPLATE_NAME) == 0 ? TEMPLATE_TEXT : NULL;
 }
 
-static void check_id(const char *id)
+static void check_id(const char *id, size_t max)
 {
     size_t n = strlen(id);
-    CHECK(n >= 1 && n <= JOB_MAX_ID_BYTES, "id of %zu bytes", n);
+    CHECK(n >= 1 && n <= max, "id of %zu bytes", n);
     for (size_t i = 0; i < n; i++)
         CHECK((unsigned char)id[i] >= 0x20 && id[i] != 0x7f, "id with a control character at byte %zu", i);
 }
@@ -163,9 +165,11 @@ static void check_success(const struct job *j)
     CHECK(j->form == JOB_FORM_LLMQ || j->form == JOB_FORM_CHAT || j->form == JOB_FORM_COMPLETION, "form %d",
           (int)j->form);
     if (j->form != JOB_FORM_LLMQ)
-        CHECK(j->id, "an OpenAI line without custom_id");
+        CHECK(j->id && j->custom_id, "an OpenAI line without custom_id");
     if (j->id)
-        check_id(j->id);
+        check_id(j->id, j->form == JOB_FORM_LLMQ ? JOB_MAX_ID_BYTES : RQ_ID_MAX);
+    if (j->custom_id)
+        check_id(j->custom_id, JOB_MAX_ID_BYTES);
     CHECK(!j->id_generated, "id_generated before job_assign_id");
     check_input(j);
     check_sampling(j);
@@ -207,7 +211,8 @@ static void check_result(const struct job *j, int rc, const char *err)
         }
     } else {
         json_t *cid = json_object_get(r, "custom_id");
-        CHECK(j->id ? json_is_string(cid) && !strcmp(json_string_value(cid), j->id) : json_is_null(cid),
+        CHECK(j->custom_id ? json_is_string(cid) && !strcmp(json_string_value(cid), j->custom_id)
+                           : json_is_null(cid),
               "OpenAI result custom_id differs: %s", line);
         json_t *e = json_object_get(r, "error");
         if (rc) {
@@ -263,6 +268,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (rc == JOB_OK) {
         check_success(&j);
+        char key[RQ_ID_MAX + 1];
+        enum rq_idstate st = rq_job_id(line, size, MAX_JOB_BYTES, key);
+        CHECK(j.id ? st == RQ_ID_FOUND && !strcmp(key, j.id) : st == RQ_ID_MISSING,
+              "the parser's key '%s' and rq_job_id's '%s' (state %d) differ", j.id ? j.id : "(none)", key,
+              (int)st);
     } else {
         CHECK(rc == JOB_ERR_JSON || rc == JOB_ERR_TOO_LARGE || rc == JOB_ERR_INVALID, "job_parse returned %d",
               rc);
@@ -271,7 +281,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(j.form == JOB_FORM_LLMQ || j.form == JOB_FORM_CHAT || j.form == JOB_FORM_COMPLETION, "form %d",
               (int)j.form);
         if (j.id)
-            check_id(j.id);
+            check_id(j.id, RQ_ID_MAX);
     }
     CHECK((rc == JOB_ERR_TOO_LARGE) == (size > MAX_JOB_BYTES), "a %zu-byte line (limit %d) gave %d", size,
           MAX_JOB_BYTES, rc);

@@ -104,7 +104,7 @@ static int64_t count_jobs(struct db *db)
 /* ---- rows */
 
 struct rowbuf {
-    char id[48], custom_id[48], params[128], output[160], metadata[128], result[384];
+    char id[48], custom_id[48], params[128], output[160], metadata[128], result[384], request[128];
 };
 
 /* Row i: every column set, values derived from i (finished_at = t0 + i). */
@@ -142,6 +142,10 @@ static struct db_result make_row(struct rowbuf *b, int i, double t0)
     r.metadata = b->metadata;
     r.result = b->result;
     r.request_form = i % 2 ? DB_FORM_OPENAI : DB_FORM_LLMQ;
+    snprintf(b->request, sizeof b->request, "{\"id\":\"%s\",\"prompt\":\"p\",\"batch_id\":\"night-%d\"}",
+             b->id, i % 3);
+    r.batch_id = i % 3 ? (i % 3 == 1 ? "night-1" : "night-2") : NULL;
+    r.request = b->request;
     return r;
 }
 
@@ -186,6 +190,9 @@ static void assert_row_equal(const struct db_result *a, const struct db_result *
     assert_str_eq_null(a->metadata, b->metadata);
     assert_str_eq_null(a->result, b->result);
     assert_int_equal(a->request_form, b->request_form);
+    assert_str_eq_null(a->batch_id, b->batch_id);
+    assert_str_eq_null(a->request, b->request);
+    assert_str_eq_null(a->error_code, b->error_code);
 }
 
 /* Collects query results: compares each with expected[] in order, or just counts. */
@@ -226,6 +233,7 @@ static int copy_row(void *ctx, const struct db_result *row)
     o->r.error = row->error ? o->error : NULL;
     o->r.id = o->r.custom_id = o->r.queue = o->r.model = o->r.params = NULL;
     o->r.finish_reason = o->r.worker_id = o->r.metadata = o->r.result = NULL;
+    o->r.batch_id = o->r.request = o->r.error_code = NULL;
     return 0;
 }
 
@@ -279,8 +287,8 @@ static void test_open_creates_schema(void **state)
 static void test_columns_match_schema(void **state)
 {
     struct db *db = open_ok(NULL);
-    const char *tables[] = {"jobs", "worker_metrics"};
-    for (int t = 0; t < 2; t++) {
+    const char *tables[] = {"jobs", "worker_metrics", "batches"};
+    for (int t = 0; t < 3; t++) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT name FROM pragma_table_info('%s') ORDER BY cid", tables[t]);
         sqlite3_stmt *st;
@@ -302,6 +310,27 @@ static const char *const m002_sql = "ALTER TABLE jobs ADD COLUMN extra TEXT;\n"
                                     "CREATE TABLE notes (job_id TEXT NOT NULL, note TEXT) STRICT;\n"
                                     "INSERT INTO notes SELECT id, 'migrated' FROM jobs;\n";
 
+/* n rows as schema version 1 knows them (the columns of 001_init.sql), written with plain SQL:
+ * what an older llmq left in its database. */
+static void insert_v1_rows(sqlite3 *h, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char sql[1024];
+        snprintf(
+            sql, sizeof sql,
+            "INSERT INTO jobs (id, custom_id, queue, status, model, params, output, finish_reason, "
+            "prompt_tokens, completion_tokens, error, attempts, worker_id, created_at, started_at, "
+            "first_token_at, finished_at, ttft_ms, latency_ms, queue_ms, metadata, result, request_form) "
+            "VALUES ('old-%d', %s, 'short', '%s', 'tiny', '{\"max_tokens\":8}', %s, %s, 5, 3, %s, 1, "
+            "'w0', 1.7e9, 1.7e9 + 1, 1.7e9 + 1.5, 1.7e9 + 2 + %d, 500, 1000, 1000, NULL, "
+            "'{\"id\":\"old-%d\"}', '%s')",
+            i, i % 2 ? "'req-1'" : "NULL", i == 2 ? "failed" : "completed", i == 2 ? "NULL" : "'text'",
+            i == 2 ? "NULL" : "'stop'", i == 2 ? "'field ''x'': bad'" : "NULL", i, i,
+            i % 2 ? "openai" : "llmq");
+        raw_exec(h, sql);
+    }
+}
+
 static void test_migrate_from_v1(void **state)
 {
     struct db_migration list[2] = {db_migrations[0], {2, "002_test", m002_sql}};
@@ -310,11 +339,7 @@ static void test_migrate_from_v1(void **state)
     o.n_migrations = 1;
     struct db *db = open_ok(&o); /* a version-1 database */
     assert_int_equal(db_schema_version(db), 1);
-    struct rowbuf b[3];
-    struct db_result rows[3];
-    for (int i = 0; i < 3; i++)
-        rows[i] = make_row(&b[i], i, 1.7e9);
-    assert_int_equal(db_put_results(db, rows, 3, NULL), DB_OK);
+    insert_v1_rows(db_handle(db), 3);
     db_close(db);
 
     o.n_migrations = 2;
@@ -324,9 +349,6 @@ static void test_migrate_from_v1(void **state)
     assert_int_equal(raw_int(h, "PRAGMA user_version"), 2);
     assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE extra IS NULL"), 3); /* the new column */
     assert_int_equal(raw_int(h, "SELECT count(*) FROM notes"), 3);                    /* data migrated */
-    struct collect c = {.expected = rows};
-    assert_int_equal(db_query_results(db, NULL, collect_row, &c), 0);
-    assert_int_equal(c.n, 3);
     db_close(db);
 
     /* this binary (one migration fewer than the file) refuses it, naming path and versions */
@@ -336,6 +358,57 @@ static void test_migrate_from_v1(void **state)
     assert_null(db2);
     assert_non_null(strstr(err, path));
     assert_non_null(strstr(err, "schema version 2, newer than this llmq knows (1)"));
+}
+
+/* A database made by schema versions 1 and 2 (before batches), with rows, opened by this llmq:
+ * every row is kept with its values, the new columns are NULL there, and new rows carry them. */
+static void test_migrate_to_batches(void **state)
+{
+    struct db_opts o = db_opts_default();
+    o.n_migrations = 2;
+    o.migrations = db_migrations;
+    struct db *db = open_ok(&o);
+    assert_int_equal(db_schema_version(db), 2);
+    insert_v1_rows(db_handle(db), 4);
+    const char *before =
+        "SELECT group_concat(id || '|' || status || '|' || coalesce(custom_id, '-') || '|' || "
+        "coalesce(error, '-') || '|' || finished_at || '|' || result, ';') FROM "
+        "(SELECT * FROM jobs ORDER BY id)";
+    char want[4096];
+    snprintf(want, sizeof want, "%s", raw_text(db_handle(db), before));
+    db_close(db);
+
+    db = open_ok(NULL); /* every migration: 003 is applied */
+    assert_int_equal(db_schema_version(db), db_n_migrations);
+    sqlite3 *h = db_handle(db);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs"), 4);
+    assert_string_equal(raw_text(h, before), want);
+    assert_int_equal(
+        raw_int(
+            h, "SELECT count(*) FROM jobs WHERE batch_id IS NULL AND request IS NULL AND error_code IS NULL"),
+        4);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM batches"), 0);
+    /* the old rows are read back through db.c and the views see them */
+    struct collect c = {0};
+    assert_int_equal(db_query_results(db, NULL, collect_row, &c), 0);
+    assert_int_equal(c.n, 4);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM job_failures"), 1);
+    assert_int_equal(raw_int(h, "SELECT jobs FROM daily_model_usage"), 4);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM batch_summary"), 0);
+    /* a new row next to them, in a batch */
+    struct rowbuf b;
+    struct db_result r = make_row(&b, 1, 1.8e9);
+    struct db_batch batch = db_batch_empty();
+    batch.id = "night-1";
+    batch.input = "jobs.jsonl";
+    batch.created_at = 1.8e9 - 60;
+    batch.total = 1;
+    batch.state = "running";
+    r.batch = &batch;
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK);
+    assert_string_equal(raw_text(h, "SELECT batch_id || '|' || input || '|' || state FROM batch_summary"),
+                        "night-1|jobs.jsonl|running");
+    db_close(db);
 }
 
 static void test_failed_migration_rolls_back(void **state)
@@ -1094,15 +1167,29 @@ static void test_doc_queries(void **state)
     static struct rowbuf b[N];
     static struct db_result rows[N];
     double now = db_now();
+    /* two nights' batches (the queries name "nightly-2") */
+    struct db_batch nights[2] = {db_batch_empty(), db_batch_empty()};
+    nights[0].id = "nightly-1";
+    nights[1].id = "nightly-2";
+    for (int k = 0; k < 2; k++) {
+        nights[k].input = "requests.jsonl";
+        nights[k].created_at = now - 7300 + k * 3000;
+        nights[k].state = "running";
+    }
     for (int i = 0; i < N; i++) {
         rows[i] = make_row(&b[i], i, now - 7200 + i * 20);
+        rows[i].batch_id = nights[i >= N / 2].id;
+        rows[i].batch = &nights[i >= N / 2];
+        rows[i].request = "{\"prompt\":\"x\"}";
         if (i % 10 == 3) {
             rows[i].status = DB_FAILED;
             rows[i].error = "context_length_exceeded: prompt of 9000 tokens is over max_model_len 8192";
+            rows[i].error_code = "context_length_exceeded";
             rows[i].output = NULL;
         } else if (i % 10 == 7) {
             rows[i].status = DB_CANCELLED;
             rows[i].finish_reason = "cancelled";
+            rows[i].error_code = "cancelled";
         }
     }
     struct db *db = open_ok(NULL);
@@ -1162,6 +1249,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_creates_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_columns_match_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_to_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_ours, setup, teardown),

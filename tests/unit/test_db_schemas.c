@@ -118,7 +118,7 @@ static bool valid(json_t *root, json_t *schema, json_t *v, const char *where)
     {
         char sub[400];
         if (!strcmp(kw, "title") || !strcmp(kw, "description") || !strcmp(kw, "$schema") ||
-            !strcmp(kw, "$defs")) {
+            !strcmp(kw, "$id") || !strcmp(kw, "$defs")) {
             continue;
         } else if (!strcmp(kw, "$ref")) {
             if (!valid_ref(root, json_string_value(a), v, where))
@@ -288,6 +288,10 @@ static void test_result_shapes(void **state)
     length.finish = FINISH_LENGTH;
     struct res_output failed =
         res_failed(JOB_ERR_INVALID, "field 'max_tokens': expected an integer >= 1, got -3");
+    struct res_output timeout = done; /* failed, with what it generated */
+    timeout.finish = FINISH_TIMEOUT;
+    timeout.error = "timeout_s (2 s) passed after 3 generated tokens; the text so far is kept";
+    timeout.error_rc = JOB_ERR_TIMEOUT;
 
     struct job j;
     parse_or_fail("{\"id\": \"a\", \"prompt\": \"x\", \"return_token_ids\": true, \"logprobs\": 2, "
@@ -296,6 +300,7 @@ static void test_result_shapes(void **state)
     expect_shape(root, &j, &done, "llmq_completed");
     expect_shape(root, &j, &cancelled, "llmq_completed");
     expect_shape(root, &j, &failed, "llmq_failed");
+    expect_shape(root, &j, &timeout, "llmq_timeout");
     job_free(&j);
     parse_or_fail("{\"prompt\": \"x\"}", &j); /* no id, no extras */
     expect_shape(root, &j, &length, "llmq_completed");
@@ -315,12 +320,14 @@ static void test_result_shapes(void **state)
     expect_shape(root, &j, &done, "openai_ok");
     expect_shape(root, &j, &failed, "openai_error");
     expect_shape(root, &j, &cancelled, "openai_error");
+    expect_shape(root, &j, &timeout, "openai_timeout");
     job_free(&j);
     parse_or_fail("{\"custom_id\": \"r2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
                   "\"logprobs\": 2}}",
                   &j);
     expect_shape(root, &j, &done, "openai_ok");
     expect_shape(root, &j, &length, "openai_ok");
+    expect_shape(root, &j, &timeout, "openai_timeout");
     job_free(&j);
     parse_or_fail("{\"custom_id\": \"r3\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [1, 2]}}",
                   &j);
@@ -431,6 +438,9 @@ static void test_job_corpus(void **state)
         "\"content\": \"z\"}]}",
         "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"stop\": \"END\"}",
         "{\"prompt\": \"x\", \"max_tokens\": null, \"seed\": null}",
+        "{\"prompt\": \"x\", \"timeout_s\": 0.5, \"priority\": -1}",
+        "{\"custom_id\": \"r5\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
+        "\"timeout_s\": 604800, \"priority\": 1000}}",
         "{\"custom_id\": \"r1\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
         "{\"model\": \"m\", "
         "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_completion_tokens\": 9, \"n\": 1, "
@@ -465,6 +475,10 @@ static void test_job_corpus(void **state)
         "{\"prompt\": \"x\", \"stop_token_ids\": [-1]}",
         "{\"prompt\": \"x\", \"metadata\": [1]}",
         "{\"prompt\": \"x\", \"ignore_eos\": 1}",
+        "{\"prompt\": \"x\", \"timeout_s\": 0}",
+        "{\"prompt\": \"x\", \"timeout_s\": 604801}",
+        "{\"prompt\": \"x\", \"priority\": 1.5}",
+        "{\"prompt\": \"x\", \"priority\": -1001}",
         "{\"prompt\": \"x\", \"vars\": {\"a\": \"b\"}}",
         "{\"id\": \"\", \"prompt\": \"x\"}",
         "{\"id\": \"a\\nb\", \"prompt\": \"x\"}",

@@ -3,9 +3,9 @@
  * engine with roomy settings: greedy ids must be identical (and logprobs within 1e-4) when many
  * requests arrive staggered, when a tiny KV pool forces preemption, when a small token budget
  * forces chunked prefill, with and without prefix caching, and across lanes. Then the stop rules
- * (max_tokens, EOS and ignore_eos, stop ids, min_tokens, stop strings), cancellation, logprobs,
- * seeds, validation errors, a backend failure that the engine survives, and a sequence whose logits
- * are NaN failing alone. */
+ * (max_tokens, EOS and ignore_eos, stop ids, min_tokens, stop strings), cancellation, deadlines and
+ * priorities on an injected clock, logprobs, seeds, validation errors, a backend failure that the engine
+ * survives, and a sequence whose logits are NaN failing alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -684,6 +684,123 @@ static void test_cancel(void **state)
     engine_free(e);
 }
 
+/* The tests' clock: engine_opts.clock reading *ctx, moved by hand. */
+static double fake_clock(void *ctx)
+{
+    return *(const double *)ctx;
+}
+
+/* A running and a waiting seq whose deadline passes finish with "timeout" at the start of the next
+ * step: the running one with the tokens (and the text of them) it had, the waiting one with none;
+ * a seq without a deadline runs on, and takes the freed slot in that same step. */
+static void test_timeout(void **state)
+{
+    (void)state;
+    ensure_reference();
+    double now = 100;
+    struct engine_opts o = base_opts();
+    o.be.max_num_seqs = 1; /* b and c wait behind a */
+    o.clock = fake_clock;
+    o.clock_ctx = &now;
+    struct engine *e = open_engine(&o);
+    struct job a = g_jobs[1], b = g_jobs[2], c = g_jobs[3];
+    a.r.prompt = a.prompt;
+    b.r.prompt = b.prompt;
+    c.r.prompt = c.prompt;
+    a.r.deadline = b.r.deadline = 110;
+    struct engine_seq *sa = cpu_test_add(e, &a.r), *sb = cpu_test_add(e, &b.r), *sc = cpu_test_add(e, &c.r);
+    assert_true(sa->t_arrival == 100);
+    struct engine_seq **ch;
+    int nch;
+    for (int s = 0; s < 4; s++)
+        assert_int_equal(engine_step(e, &ch, &nch), 0);
+    now = 109.999; /* not yet */
+    assert_int_equal(engine_step(e, &ch, &nch), 0);
+    assert_false(sa->finished || sb->finished);
+    assert_int_equal(sa->n_output, 5);
+    now = 110;
+    assert_int_equal(engine_step(e, &ch, &nch), 0);
+    assert_true(sa->finished && sb->finished && !sc->finished);
+    assert_int_equal(sa->finish, FINISH_TIMEOUT);
+    assert_int_equal(sb->finish, FINISH_TIMEOUT);
+    assert_string_equal(finish_reason_name(sa->finish), "timeout");
+    assert_non_null(strstr(sa->error, "deadline passed after 5 generated tokens"));
+    assert_true(sa->t_finished == 110);
+    assert_int_equal(sa->n_output, 5); /* what it had: the reference's first 5 tokens, and their text */
+    assert_memory_equal(sa->tokens + sa->n_prompt, g_ref[1].out, 5 * sizeof(int32_t));
+    char *want = NULL, err[128];
+    size_t wl;
+    assert_int_equal(tok_decode(g_tok, g_ref[1].out, 5, true, &want, &wl, err, sizeof err), 0);
+    assert_true(wl > 0);
+    assert_int_equal(sa->text_len, wl);
+    assert_memory_equal(sa->text, want, wl);
+    free(want);
+    assert_int_equal(sb->n_output, 0);
+    assert_int_equal(sb->text_len, 0);
+    assert_int_equal(sc->n_output, 1); /* admitted in the step that expired a */
+    engine_release(e, sa);
+    engine_release(e, sb);
+    now = 1e9; /* no deadline: c is not touched by time */
+    cpu_test_run(e);
+    assert_int_equal(sc->finish, FINISH_LENGTH);
+    assert_int_equal(sc->n_output, g_ref[3].n_out);
+    assert_memory_equal(sc->tokens + sc->n_prompt, g_ref[3].out, (size_t)g_ref[3].n_out * sizeof(int32_t));
+    engine_release(e, sc);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* a deadline already passed at engine_add: it finishes at the next step, before it runs */
+    a.r.deadline = 50;
+    sa = cpu_test_add(e, &a.r);
+    assert_int_equal(engine_step(e, &ch, &nch), 0);
+    assert_int_equal(nch, 1);
+    assert_int_equal(sa->finish, FINISH_TIMEOUT);
+    assert_int_equal(sa->n_output, 0);
+    engine_release(e, sa);
+    a.r.deadline = NAN;
+    assert_null(engine_add(e, &a.r, err, sizeof err));
+    assert_non_null(strstr(err, "deadline"));
+    engine_free(e);
+}
+
+/* Priorities reach the scheduler, and arrival times come from the engine's clock: with one running
+ * slot, a later priority 0 request runs before an earlier priority -1 one, unless that one arrived
+ * more than priority_aging_s before it. */
+static void test_priority(void **state)
+{
+    (void)state;
+    ensure_reference();
+    for (int aged = 0; aged < 2; aged++) {
+        double now = 0;
+        struct engine_opts o = base_opts();
+        o.be.max_num_seqs = 1;
+        o.priority_aging_s = 60;
+        o.clock = fake_clock;
+        o.clock_ctx = &now;
+        struct engine *e = open_engine(&o);
+        struct job lo = g_jobs[1], hi = g_jobs[2];
+        lo.r.prompt = lo.prompt;
+        hi.r.prompt = hi.prompt;
+        lo.r.priority = -1;
+        struct engine_seq *sl = cpu_test_add(e, &lo.r);
+        now = aged ? 61 : 59;
+        struct engine_seq *sh = cpu_test_add(e, &hi.r);
+        struct engine_seq **ch;
+        int nch;
+        assert_int_equal(engine_step(e, &ch, &nch), 0);
+        assert_int_equal(nch, 1);
+        assert_ptr_equal(ch[0], aged ? sl : sh);
+        cpu_test_run(e);
+        assert_memory_equal(sl->tokens + sl->n_prompt, g_ref[1].out,
+                            (size_t)g_ref[1].n_out * sizeof(int32_t));
+        assert_memory_equal(sh->tokens + sh->n_prompt, g_ref[2].out,
+                            (size_t)g_ref[2].n_out * sizeof(int32_t));
+        engine_release(e, sl);
+        engine_release(e, sh);
+        engine_free(e);
+    }
+}
+
 static void test_seeds(void **state)
 {
     (void)state;
@@ -999,6 +1116,8 @@ int main(void)
         cmocka_unit_test(test_text_is_decode),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_priority),
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_backend_failure),

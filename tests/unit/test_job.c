@@ -19,6 +19,8 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
+#include "queue/scripts.h"
+#include "testutil.h"
 #include "worker/config/config.h"
 #include "worker/jobs/job.h"
 
@@ -126,6 +128,20 @@ static const struct bad_case bad_cases[] = {
     {"{\"prompt\": \"a\", \"logprobs\": 21}", JOB_ERR_INVALID,
      "field 'logprobs': expected an integer between 0 and 20, got 21"},
     {"{\"prompt\": \"a\", \"logprobs\": -1}", JOB_ERR_INVALID, "field 'logprobs'"},
+    /* deadline and priority */
+    {"{\"prompt\": \"a\", \"timeout_s\": 0}", JOB_ERR_INVALID,
+     "field 'timeout_s': expected a number in (0, 604800], got 0"},
+    {"{\"prompt\": \"a\", \"timeout_s\": -1}", JOB_ERR_INVALID, "field 'timeout_s'"},
+    {"{\"prompt\": \"a\", \"timeout_s\": 1e9}", JOB_ERR_INVALID, "field 'timeout_s'"},
+    {"{\"prompt\": \"a\", \"timeout_s\": \"30\"}", JOB_ERR_INVALID, "got \"30\""},
+    {"{\"prompt\": \"a\", \"timeout\": 30}", JOB_ERR_INVALID,
+     "unknown field 'timeout' (did you mean 'timeout_s'?)"},
+    {"{\"prompt\": \"a\", \"priority\": 0.5}", JOB_ERR_INVALID,
+     "field 'priority': expected an integer between -1000 and 1000, got 0.5"},
+    {"{\"prompt\": \"a\", \"priority\": 1001}", JOB_ERR_INVALID, "field 'priority'"},
+    {"{\"prompt\": \"a\", \"priority\": \"high\"}", JOB_ERR_INVALID, "got \"high\""},
+    {"{\"prompt\": \"a\", \"priorty\": 1}", JOB_ERR_INVALID,
+     "unknown field 'priorty' (did you mean 'priority'?)"},
     /* stop */
     {"{\"prompt\": \"a\", \"stop\": 5}", JOB_ERR_INVALID,
      "field 'stop': expected a string or a list of strings, got 5"},
@@ -179,7 +195,7 @@ static const struct bad_case bad_cases[] = {
      JOB_ERR_INVALID, "field 'body.tools': not supported by llmq"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
-     "\"content\": \"a\"}], \"stream\": true}}",
+     "\"content\": \"a\"}], \"stream\": \"yes\"}}",
      JOB_ERR_INVALID, "field 'body.stream'"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
@@ -244,6 +260,11 @@ static const struct bad_case bad_cases[] = {
      JOB_ERR_INVALID, "field 'body.logprobs'"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"a\", \"messages\": []}}",
      JOB_ERR_INVALID, "unknown field 'body.messages'"},
+    {"{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"a\", "
+     "\"priority\": -2000}}",
+     JOB_ERR_INVALID, "field 'body.priority': expected an integer between -1000 and 1000"},
+    {"{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"a\"}, \"priority\": 1}",
+     JOB_ERR_INVALID, "unknown field 'priority' (an OpenAI batch line has custom_id, method, url, body)"},
 };
 
 static void test_bad_lines(void **state)
@@ -537,6 +558,17 @@ static void test_openai_chat(void **state)
     assert_int_equal(parse(lp, &j, err, sizeof err), JOB_OK);
     assert_int_equal(j.sp.logprobs, 0);
     assert_false(j.max_tokens_given);
+    assert_false(j.stream); /* off unless asked */
+    job_free(&j);
+
+    /* stream: OpenAI's own field in the body, llmq's at the top */
+    const char *st = "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+                     "[{\"role\": \"user\", \"content\": \"a\"}], \"stream\": true}}";
+    assert_int_equal(parse(st, &j, err, sizeof err), JOB_OK);
+    assert_true(j.stream);
+    job_free(&j);
+    assert_int_equal(parse("{\"prompt\": \"a\", \"stream\": true}", &j, err, sizeof err), JOB_OK);
+    assert_true(j.stream);
     job_free(&j);
     const char *nolp = "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
                        "[{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": false, \"max_tokens\": 7}}";
@@ -705,13 +737,81 @@ static void test_ids(void **state)
     job_free(NULL);
 }
 
+/* timeout_s and priority in both forms (OpenAI: in the body), their params, the deadline and the
+ * timeout message. */
+static void test_scheduling_fields(void **state)
+{
+    struct job j;
+    char err[256];
+    assert_int_equal(parse("{\"prompt\": \"a\", \"timeout_s\": 2.5, \"priority\": -1}", &j, err, sizeof err),
+                     JOB_OK);
+    assert_true(j.timeout_s == 2.5);
+    assert_int_equal(j.priority, -1);
+    assert_true(job_deadline(&j, 100) == 102.5);
+    json_t *params = job_params_json(&j);
+    assert_true(json_real_value(json_object_get(params, "timeout_s")) == 2.5);
+    assert_int_equal(json_integer_value(json_object_get(params, "priority")), -1);
+    json_decref(params);
+    job_timeout_error(&j, 17, err, sizeof err);
+    assert_string_equal(err, "timeout_s (2.5 s) passed after 17 generated tokens; the text so far is kept");
+    job_free(&j);
+    /* absent: no deadline, priority 0, neither in params */
+    assert_int_equal(
+        parse("{\"prompt\": \"a\", \"timeout_s\": null, \"priority\": 7.0}", &j, err, sizeof err), JOB_OK);
+    assert_true(job_deadline(&j, 100) == 0);
+    assert_int_equal(j.priority, 7);
+    params = job_params_json(&j);
+    assert_null(json_object_get(params, "timeout_s"));
+    json_decref(params);
+    job_free(&j);
+    static const char *const openai[] = {
+        "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"a\"}], \"timeout_s\": 30, \"priority\": 2}}",
+        "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"a\", "
+        "\"timeout_s\": 30, \"priority\": 2}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(parse(openai[i], &j, err, sizeof err), JOB_OK);
+        assert_true(j.timeout_s == 30);
+        assert_int_equal(j.priority, 2);
+        job_free(&j);
+    }
+}
+
+/* The table of failure codes: every kind has its own code, the codes are the ones
+ * result.schema.json lists (no more, no fewer), and the codes the Lua scripts write are in it. */
 static void test_error_codes(void **state)
 {
+    assert_string_equal(job_error_code(JOB_OK), "");
     assert_string_equal(job_error_code(JOB_ERR_JSON), "invalid_json");
     assert_string_equal(job_error_code(JOB_ERR_TOO_LARGE), "job_too_large");
     assert_string_equal(job_error_code(JOB_ERR_INVALID), "invalid_request");
     assert_string_equal(job_error_code(JOB_ERR_CONTEXT), "context_length_exceeded");
     assert_string_equal(job_error_code(JOB_ERR_ENGINE), "engine_error");
+    assert_string_equal(job_error_code(JOB_ERR_TIMEOUT), "timeout");
+    assert_string_equal(job_error_code(JOB_ERR_CANCELLED), "cancelled");
+    assert_string_equal(job_error_code(JOB_ERR_INTERNAL), "internal");
+    assert_string_equal(job_error_code(JOB_ERR_ATTEMPTS), "max_attempts_exceeded");
+    assert_string_equal(job_error_code(-1000), "internal");
+    json_t *schema = json_load_file(test_source("schemas/result.schema.json"), 0, NULL);
+    assert_non_null(schema);
+    json_t *codes = json_object_get(json_object_get(json_object_get(schema, "$defs"), "error_code"), "enum");
+    assert_int_equal(json_array_size(codes), JOB_ERR_COUNT);
+    for (int k = 1; k <= JOB_ERR_COUNT; k++) {
+        const char *c = job_error_code(-k);
+        for (int m = 1; m < k; m++)
+            if (!strcmp(c, job_error_code(-m)))
+                fail_msg("kinds %d and %d share the code %s", -m, -k, c);
+        bool listed = false;
+        for (size_t i = 0; i < json_array_size(codes); i++)
+            listed |= !strcmp(json_string_value(json_array_get(codes, i)), c);
+        if (!listed)
+            fail_msg("code %s is not in result.schema.json's error_code", c);
+    }
+    json_decref(schema);
+    const char *reap = rq_script_source(RQ_SCRIPT_REAP);
+    assert_non_null(strstr(reap, "'max_attempts_exceeded'"));
+    assert_non_null(strstr(reap, "'invalid_json'"));
 }
 
 /* ---- job_prepare with the real Qwen3 tokenizer (skipped when the asset could not be fetched) */
@@ -756,7 +856,7 @@ static void test_prepare(void **state)
     assert_int_equal(
         parse("{\"prompt\": \"Hello world\", \"max_tokens\": 5, \"temperature\": 0, \"stop\": [\"x\"], "
               "\"stop_token_ids\": [3], \"seed\": 11, \"min_tokens\": 2, \"ignore_eos\": true, "
-              "\"logprobs\": 3, \"skip_special_tokens\": false}",
+              "\"logprobs\": 3, \"skip_special_tokens\": false, \"priority\": 3, \"timeout_s\": 9}",
               &j, err, sizeof err),
         JOB_OK);
     assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
@@ -772,6 +872,8 @@ static void test_prepare(void **state)
     assert_int_equal(in.req.sp.logprobs, 3);
     assert_float_equal(in.req.sp.temperature, 0, 0);
     assert_false(in.req.skip_special_tokens);
+    assert_int_equal(in.req.priority, 3);
+    assert_true(in.req.deadline == 0); /* the caller's: job_deadline */
     job_input_free(&in);
     job_free(&j);
 
@@ -837,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_openai_completion),
         cmocka_unit_test(test_defaults_precedence),
         cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_scheduling_fields),
         cmocka_unit_test(test_error_codes),
         cmocka_unit_test(test_prepare),
     };

@@ -190,6 +190,40 @@ static void test_llmq_failed(void **state)
     job_free(&j);
 }
 
+/* A timed-out job: failed with its error, and the text, finish_reason and usage of what it generated;
+ * OpenAI lines carry the partial body under status 408 beside the error "timeout". */
+static void test_timeout(void **state)
+{
+    struct job j;
+    parse_job("{\"id\": \"t1\", \"prompt\": \"x\", \"timeout_s\": 2}", &j);
+    struct res_output o = completed(NULL);
+    o.finish = FINISH_TIMEOUT;
+    o.error = "timeout_s (2 s) passed after 3 generated tokens; the text so far is kept";
+    o.error_rc = JOB_ERR_TIMEOUT;
+    json_t *r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "status"), "failed");
+    assert_string_equal(str(r, "error"), o.error);
+    assert_string_equal(str(r, "finish_reason"), "timeout");
+    assert_string_equal(str(r, "text"), "abc\xEF\xBF\xBD");
+    assert_int_equal(num(json_object_get(r, "usage"), "completion_tokens"), 3);
+    json_decref(r);
+    job_free(&j);
+
+    parse_job("{\"custom_id\": \"c1\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+              "[{\"role\": \"user\", \"content\": \"x\"}], \"timeout_s\": 2}}",
+              &j);
+    r = roundtrip(&j, &o, NULL);
+    json_t *resp = json_object_get(r, "response"), *err = json_object_get(r, "error");
+    assert_int_equal(num(resp, "status_code"), 408);
+    json_t *choice = json_array_get(json_object_get(json_object_get(resp, "body"), "choices"), 0);
+    assert_string_equal(str(choice, "finish_reason"), "timeout");
+    assert_string_equal(str(json_object_get(choice, "message"), "content"), "abc\xEF\xBF\xBD");
+    assert_string_equal(str(err, "code"), "timeout");
+    assert_string_equal(str(err, "message"), o.error);
+    json_decref(r);
+    job_free(&j);
+}
+
 static void check_batch_envelope(json_t *r, const char *custom_id)
 {
     assert_int_equal(strncmp(str(r, "id"), "batch_req_", 10), 0);
@@ -359,7 +393,7 @@ int main(void)
         cmocka_unit_test(test_llmq_completed),    cmocka_unit_test(test_llmq_minimal_and_cancelled),
         cmocka_unit_test(test_llmq_failed),       cmocka_unit_test(test_openai_chat),
         cmocka_unit_test(test_openai_completion), cmocka_unit_test(test_openai_errors),
-        cmocka_unit_test(test_random_ids),
+        cmocka_unit_test(test_random_ids),        cmocka_unit_test(test_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

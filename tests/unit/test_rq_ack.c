@@ -49,9 +49,9 @@ static void push_fetch(struct rq *q, const char *queue, const char *tag, int n, 
     for (int i = 0; i < n; i++) {
         snprintf(ids[i], sizeof ids[i], "%s%d", tag, i);
         snprintf(raw[i], sizeof raw[i], "{\"id\":\"%s\",\"prompt\":\"x\",\"max_tokens\":4}", ids[i]);
-        items[i] = (struct rq_push_item){raw[i], strlen(raw[i]), ids[i]};
+        items[i] = (struct rq_push_item){raw[i], strlen(raw[i]), ids[i], NULL};
     }
-    assert_int_equal(rq_push(q, queue, items, n), 0);
+    assert_int_equal(rq_push(q, queue, NULL, RQ_PUSH_FORCE, items, n), 0);
     struct rq_source src = {queue, n};
     int got = 0;
     while (got < n) {
@@ -119,7 +119,7 @@ static void test_progress_256_one_round_trip(void **state)
     assert_string_equal(sval("HGET llmq:job:%s completion_tokens", jobs[0].id), "99");
     assert_string_equal(sval("HGET llmq:job:%s prompt_tokens", jobs[0].id), "10");
 
-    /* ack all 256 in one transaction, one round trip */
+    /* ack all 256 in one script call, one round trip */
     struct rq_result *res = calloc(N, sizeof *res);
     for (int i = 0; i < N; i++)
         res[i] = (struct rq_result){.job = &jobs[i],
@@ -128,11 +128,10 @@ static void test_progress_256_one_round_trip(void **state)
                                     .completion_tokens = 4,
                                     .finish_reason = "length"};
     rt = q->cmd.round_trips;
-    long long multi = calls("multi"), exec = calls("exec");
+    long long evalsha = calls("evalsha");
     assert_int_equal(rq_ack(q, res, N), N);
     assert_int_equal(q->cmd.round_trips - rt, 1);
-    assert_int_equal(calls("multi") - multi, 1);
-    assert_int_equal(calls("exec") - exec, 1);
+    assert_int_equal(calls("evalsha") - evalsha, 1);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     assert_int_equal(rq_held_count(q), 0);
     for (int i = 0; i < N; i += 37) {

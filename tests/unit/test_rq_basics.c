@@ -17,6 +17,7 @@
 #include "queue/jobid.h"
 #include "queue/keys.h"
 #include "queue/retry.h"
+#include "queue/route.h"
 #include "queue/rq.h"
 #include "worker/jobs/job.h"
 
@@ -69,6 +70,62 @@ static void test_keys(void **state)
     assert_true(rq_valid_queue_name("batch_2-x"));
     assert_false(rq_valid_queue_name("a:b"));
     assert_false(rq_valid_queue_name(""));
+}
+
+/* The model-name rule and queue references (<model>:<queue>), joined and split only by keys.c. */
+static void test_model_names(void **state)
+{
+    (void)state;
+    assert_true(rq_valid_model_name("qwen3-8b"));
+    assert_true(rq_valid_model_name("Qwen/Qwen3-8B-Instruct_v1.5"));
+    assert_false(rq_valid_model_name(""));
+    assert_false(rq_valid_model_name("qwen3:8b")); /* ':' separates the model from the queue */
+    assert_false(rq_valid_model_name("a b"));
+    assert_false(rq_valid_model_name("-x"));
+    assert_false(rq_valid_model_name("/x"));
+    char longest[RQ_MODEL_MAX + 2];
+    memset(longest, 'm', sizeof longest);
+    longest[RQ_MODEL_MAX] = 0;
+    assert_true(rq_valid_model_name(longest));
+    longest[RQ_MODEL_MAX] = 'm';
+    longest[RQ_MODEL_MAX + 1] = 0;
+    assert_false(rq_valid_model_name(longest));
+
+    assert_true(rq_valid_queue_ref("short"));
+    assert_true(rq_valid_queue_ref("Qwen/Qwen3-8B:long"));
+    assert_false(rq_valid_queue_ref("a b:short"));
+    assert_false(rq_valid_queue_ref(":short"));
+    assert_false(rq_valid_queue_ref("m:"));
+    assert_false(rq_valid_queue_ref("a:b:short"));
+
+    char ref[RQ_QREF_MAX + 1], model[RQ_MODEL_MAX + 1];
+    assert_int_equal(rq_queue_ref("qwen3-8b", "short", ref, sizeof ref), 0);
+    assert_string_equal(ref, "qwen3-8b:short");
+    assert_int_equal(rq_queue_ref(NULL, "long", ref, sizeof ref), 0);
+    assert_string_equal(ref, "long");
+    assert_int_equal(rq_queue_ref("", "long", ref, sizeof ref), 0);
+    assert_string_equal(ref, "long");
+    assert_int_equal(rq_queue_ref("bad name", "long", ref, sizeof ref), -1);
+    assert_int_equal(rq_queue_ref("m", "bad:queue", ref, sizeof ref), -1);
+    assert_string_equal(rq_queue_ref_queue("Qwen/Qwen3-8B:long"), "long");
+    assert_string_equal(rq_queue_ref_queue("short"), "short");
+    assert_int_equal(rq_queue_ref_model("Qwen/Qwen3-8B:long", model, sizeof model), 0);
+    assert_string_equal(model, "Qwen/Qwen3-8B");
+    assert_int_equal(rq_queue_ref_model("short", model, sizeof model), 0);
+    assert_string_equal(model, "");
+
+    struct rq_keys k;
+    char err[256], key[RQ_KEY_MAX];
+    assert_int_equal(rq_keys_init(&k, "{llmq}", err, sizeof err), 0);
+    assert_int_equal(rq_key_queue(&k, "qwen3-8b:short", key, sizeof key), 0);
+    assert_string_equal(key, "{llmq}:queue:qwen3-8b:short");
+    assert_string_equal(k.models, "{llmq}:models");
+    assert_string_equal(k.templates, "{llmq}:templates");
+    assert_true(rq_models_has("tiny,other-8b", "other-8b"));
+    assert_true(rq_models_has("tiny", "tiny"));
+    assert_false(rq_models_has("tiny,other-8b", "other"));
+    assert_false(rq_models_has("", "tiny"));
+    assert_false(rq_models_has("Tiny", "tiny")); /* exact: case matters */
 }
 
 /* rq_job_id must find exactly the id the worker's parser finds, for every job it accepts. */
@@ -294,9 +351,13 @@ static void test_open_options(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_keys),          cmocka_unit_test(test_job_id_matches_parser),
-        cmocka_unit_test(test_job_id_states), cmocka_unit_test(test_add_id),
-        cmocka_unit_test(test_backoff),       cmocka_unit_test(test_open_options),
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_model_names),
+        cmocka_unit_test(test_job_id_matches_parser),
+        cmocka_unit_test(test_job_id_states),
+        cmocka_unit_test(test_add_id),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_open_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

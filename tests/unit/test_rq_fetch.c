@@ -91,9 +91,9 @@ static void test_batch_fifo(void **state)
     for (int i = 0; i < 50; i++) {
         snprintf(ids[i], sizeof ids[i], "j%02d", i);
         snprintf(raws[i], sizeof raws[i], "{\"id\":\"%.15s\",\"prompt\":\"p\"}", ids[i]);
-        items[i] = (struct rq_push_item){raws[i], strlen(raws[i]), ids[i]};
+        items[i] = (struct rq_push_item){raws[i], strlen(raws[i]), ids[i], NULL};
     }
-    assert_int_equal(rq_push(q, "short", items, 50), 0);
+    assert_int_equal(rq_push(q, "short", NULL, RQ_PUSH_FORCE, items, 50), 0);
     uint64_t rt = q->cmd.round_trips;
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 20, 0, j), 20);
     assert_int_equal(q->cmd.round_trips - rt, 1); /* the whole batch in one round trip */
@@ -145,8 +145,22 @@ static void test_priority_and_round_robin(void **state)
     assert_string_equal(j[1].id, "t1");
     assert_int_equal(ival("LLEN llmq:queue:long"), 1);
     ack_all(q, j, 2);
+    /* model queues: sources of one group share its budget (4 in all, not 4 each) */
+    run("FLUSHALL");
+    rq_test_push_n(q, "m-1:short", "m", 3);
+    rq_test_push_n(q, "short", "u", 3);
+    struct rq_source lane[2] = {{"m-1:short", 4}, {"short", 4}};
+    const int group[2] = {1, 1};
+    assert_int_equal(rq_fetch_grouped(q, lane, group, 2, RQ_ORDER_PRIORITY, 10, 0, j), 4);
+    const char *want_g[] = {"m0", "m1", "m2", "u0"};
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(j[i].id, want_g[i]);
+    assert_string_equal(j[0].queue, "m-1:short");
+    assert_string_equal(sval("HGET llmq:job:m0 queue"), "m-1:short");
+    assert_int_equal(ival("LLEN llmq:queue:short"), 2);
+    ack_all(q, j, 4);
     /* bad sources are refused */
-    struct rq_source bad = {"no:colons", 1};
+    struct rq_source bad = {"a b:short", 1};
     assert_int_equal(rq_fetch(q, &bad, 1, RQ_ORDER_PRIORITY, 1, 0, j), -1);
     assert_non_null(strstr(rq_error(q), "not a queue name"));
     rq_free(q);

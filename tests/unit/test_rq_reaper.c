@@ -202,8 +202,8 @@ static void test_poison_goes_dead(void **state)
 static void test_recover_own_list(void **state)
 {
     struct rq *w = open_rq("fixed", 30);
-    struct rq_push_item it[2] = {{"{\"id\":\"f1\"}", 11, "f1"}, {"{\"id\":\"f2\"}", 11, "f2"}};
-    assert_int_equal(rq_push(w, "long", it, 2), 0);
+    struct rq_push_item it[2] = {{"{\"id\":\"f1\"}", 11, "f1", NULL}, {"{\"id\":\"f2\"}", 11, "f2", NULL}};
+    assert_int_equal(rq_push(w, "long", NULL, RQ_PUSH_FORCE, it, 2), 0);
     assert_int_equal(rq_heartbeat(w, NULL), 0);
     struct rq_source src = {"long", 4};
     struct rq_job j[2];

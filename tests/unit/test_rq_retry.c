@@ -50,14 +50,17 @@ static void test_retry_backoff_then_dead(void **state)
             assert_string_equal(j.id, "other");
             struct rq_job o = j;
             assert_int_equal(fetch1(q, "long", &j), 1);
-            assert_int_equal(rq_dead(q, &o, "not this one's test"), 1);
+            assert_int_equal(rq_dead(q, &o, NULL, "not this one's test", NULL, NULL), 1);
             rq_job_free(&o);
         }
         assert_string_equal(j.id, "r1");
         assert_int_equal(j.attempts, attempt);
         double t0 = rq_wall_s();
         int64_t delay;
-        assert_int_equal(rq_retry(q, &j, "engine_error: transient", &delay), RQ_RETRY_SCHEDULED);
+        assert_int_equal(rq_retry(q, &j, "engine_error", "engine_error: transient", "{\"status\":\"failed\"}",
+                                  &delay, NULL),
+                         RQ_RETRY_SCHEDULED);
+        assert_int_equal(ival("HEXISTS llmq:job:r1 result"), 0); /* a result only when it is final */
         /* base 200 ms * 2^(attempt-1), +-25% */
         int64_t nominal = 200LL << (attempt - 1);
         assert_true(delay >= nominal * 3 / 4 && delay < nominal * 5 / 4 + 1);
@@ -92,7 +95,9 @@ static void test_retry_backoff_then_dead(void **state)
     /* third delivery fails too: max_attempts 3 reached, dead */
     assert_int_equal(fetch1(q, "long", &j), 1);
     assert_int_equal(j.attempts, 3);
-    assert_int_equal(rq_retry(q, &j, "engine_error: still broken", NULL), RQ_RETRY_DEAD);
+    const char *res = "{\"id\":\"r1\",\"status\":\"failed\",\"error\":\"engine_error: still broken\"}";
+    assert_int_equal(rq_retry(q, &j, "engine_error", "engine_error: still broken", res, NULL, NULL),
+                     RQ_RETRY_DEAD);
     assert_int_equal(ival("ZCARD llmq:retry"), 0);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     assert_int_equal(ival("LLEN llmq:dead"), 2);
@@ -107,14 +112,15 @@ static void test_retry_backoff_then_dead(void **state)
     json_decref(d);
     assert_string_equal(sval("HGET llmq:job:r1 status"), "failed");
     assert_string_equal(sval("HGET llmq:job:r1 error"), "engine_error: still broken");
+    assert_string_equal(sval("HGET llmq:job:r1 result"), res); /* set with the failed status */
     long long ttl = ival("TTL llmq:job:r1");
     assert_true(ttl > 0 && ttl <= 600);
     rq_job_free(&j);
 
     /* a retry of a job not held any more does nothing */
-    assert_int_equal(
-        rq_retry(q, &(struct rq_job){.raw = (char *)raw, .len = strlen(raw), .attempts = 1}, "x", NULL),
-        RQ_RETRY_NOT_HELD);
+    assert_int_equal(rq_retry(q, &(struct rq_job){.raw = (char *)raw, .len = strlen(raw), .attempts = 1},
+                              NULL, "x", NULL, NULL, NULL),
+                     RQ_RETRY_NOT_HELD);
     assert_int_equal(ival("ZCARD llmq:retry"), 0);
     rq_free(q);
 }
@@ -132,7 +138,10 @@ static void test_unparseable_dead_at_once(void **state)
     assert_int_equal(fetch1(q, "short", &j), 1);
     assert_string_equal(j.id, "");
     assert_int_equal(j.attempts, 0);
-    assert_int_equal(rq_dead(q, &j, "invalid_json: invalid JSON (line 1, column 1): '[' or '{' expected"), 1);
+    assert_int_equal(rq_dead(q, &j, "invalid_json",
+                             "invalid_json: invalid JSON (line 1, column 1): '[' or '{' expected", NULL,
+                             NULL),
+                     1);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     json_t *d = json_loads(sval("LINDEX llmq:dead 0"), 0, NULL);
     assert_non_null(d);
@@ -147,7 +156,9 @@ static void test_unparseable_dead_at_once(void **state)
     const char *bad = "{\"id\":\"v1\",\"prompt\":\"\",\"max_tokens\":-3}";
     rq_test_push(q, "short", bad, "v1");
     assert_int_equal(fetch1(q, "short", &j), 1);
-    assert_int_equal(rq_dead(q, &j, "invalid_request: field 'max_tokens': expected an integer >= 1, got -3"),
+    assert_int_equal(rq_dead(q, &j, "invalid_request",
+                             "invalid_request: field 'max_tokens': expected an integer >= 1, got -3", NULL,
+                             NULL),
                      1);
     assert_string_equal(sval("HGET llmq:job:v1 status"), "failed");
     assert_string_equal(sval("HGET llmq:job:v1 error"),
@@ -157,7 +168,8 @@ static void test_unparseable_dead_at_once(void **state)
     assert_int_equal(redis_cli(&srv, out, sizeof out, "LPUSH llmq:queue:short '[1,2,3]'"), 0);
     rq_job_free(&j);
     assert_int_equal(fetch1(q, "short", &j), 1);
-    assert_int_equal(rq_retry(q, &j, "invalid_json: a job is an object", NULL), RQ_RETRY_DEAD);
+    assert_int_equal(rq_retry(q, &j, "invalid_json", "invalid_json: a job is an object", NULL, NULL, NULL),
+                     RQ_RETRY_DEAD);
     assert_int_equal(ival("LLEN llmq:dead"), 3);
     rq_job_free(&j);
     rq_free(q);
@@ -173,13 +185,13 @@ static void test_requeue_dead(void **state)
         rq_test_push(q, i == 2 ? "long" : "short", raws[i], ids[i]);
         struct rq_job j;
         assert_int_equal(fetch1(q, i == 2 ? "long" : "short", &j), 1);
-        assert_int_equal(rq_dead(q, &j, "broken"), 1);
+        assert_int_equal(rq_dead(q, &j, NULL, "broken", NULL, NULL), 1);
         rq_job_free(&j);
     }
     run("LPUSH llmq:queue:short %s", "garbage");
     struct rq_job g;
     assert_int_equal(fetch1(q, "short", &g), 1);
-    assert_int_equal(rq_dead(q, &g, "invalid_json"), 1);
+    assert_int_equal(rq_dead(q, &g, "invalid_json", "invalid_json", NULL, NULL), 1);
     rq_job_free(&g);
     assert_int_equal(ival("LLEN llmq:dead"), 4);
     /* by id */

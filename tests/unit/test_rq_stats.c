@@ -1,5 +1,5 @@
-/* queue/stats.c, queue/cancel.c and queue/tick.c against a real redis-server: the numbers
- * `llmq status` shows (each one checked against what was set up), the --drain check, cancel
+/* queue/stats.c, queue/drain.c, queue/cancel.c and queue/tick.c against a real redis-server: the
+ * numbers `llmq status` shows (each one checked against what was set up), the --drain check, cancel
  * requests and checks, and the periodic chores. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +14,7 @@
 #include "queue/ack.h"
 #include "queue/cancel.h"
 #include "queue/dead.h"
+#include "queue/drain.h"
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
 #include "queue/progress.h"
@@ -35,13 +36,9 @@ static struct rq *open_rq(const char *worker)
 
 static const char *const queues[] = {"short", "long"};
 
-static void test_stats_and_drain(void **state)
+static void test_stats(void **state)
 {
     struct rq *a = open_rq("worker-a");
-    bool drained;
-    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
-    assert_true(drained); /* nothing anywhere */
-
     rq_test_push_n(a, "short", "s", 7);
     rq_test_push_n(a, "long", "l", 2);
     struct rq_worker_info info = {
@@ -54,8 +51,8 @@ static void test_stats_and_drain(void **state)
     assert_int_equal(rq_progress(a, pr, 2), 0);
     /* one job in retry, one dead */
     assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j + 2), 2);
-    assert_int_equal(rq_retry(a, &j[2], "transient", NULL), RQ_RETRY_SCHEDULED);
-    assert_int_equal(rq_dead(a, &j[3], "broken"), 1);
+    assert_int_equal(rq_retry(a, &j[2], NULL, "transient", NULL, NULL, NULL), RQ_RETRY_SCHEDULED);
+    assert_int_equal(rq_dead(a, &j[3], NULL, "broken", NULL, NULL), 1);
     /* a lapsed worker left a job behind; a cancel is pending */
     run("SADD llmq:workers ghost");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gj\"}");
@@ -108,23 +105,78 @@ static void test_stats_and_drain(void **state)
     rq_stats_free(&s);
     rq_stats_free(&s); /* harmless twice */
 
-    /* drain: not while queues, the retry set or a lapsed worker's list hold anything */
-    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
-    assert_false(drained);
-    run("DEL llmq:queue:short llmq:queue:long");
-    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
-    assert_false(drained); /* retry and ghost */
-    run("DEL llmq:retry");
-    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
-    assert_false(drained); /* ghost */
-    run("DEL llmq:processing:ghost");
-    assert_int_equal(rq_drained(a, queues, 2, &drained), 0);
-    assert_true(drained); /* our own two running jobs are our own business */
     rq_job_free(&j[2]);
     rq_job_free(&j[3]);
     rq_job_free(&j[0]);
     rq_job_free(&j[1]);
     rq_free(a);
+}
+
+/* rq_drain_check's figures, and rq_drain_done true only when they are all zero. */
+static void drain_is(struct rq *q, int64_t queued, int64_t retry, int64_t held, int nholders)
+{
+    struct rq_drain d;
+    assert_int_equal(rq_drain_check(q, queues, 2, &d), 0);
+    assert_int_equal(d.queued, queued);
+    assert_int_equal(d.retry, retry);
+    assert_int_equal(d.held, held);
+    assert_int_equal(d.nholders, nholders);
+    assert_int_equal(rq_drain_done(&d), queued == 0 && retry == 0 && held == 0);
+    rq_drain_free(&d);
+    rq_drain_free(&d); /* harmless twice */
+}
+
+/* The --drain rule: nothing in the queues, the retry set or any other worker's list, live or
+ * lapsed; the caller's own list is its own business. Each holder comes with its heartbeat's PTTL. */
+static void test_drain_check(void **state)
+{
+    struct rq *a = open_rq("worker-a");
+    struct rq *b = open_rq("worker-b");
+    drain_is(a, 0, 0, 0, 0); /* nothing anywhere */
+
+    rq_test_push_n(a, "short", "s", 3);
+    rq_test_push_n(a, "long", "l", 2);
+    struct rq_source src = {"short", 2};
+    struct rq_job j[3];
+    assert_int_equal(rq_heartbeat(a, NULL), 0);
+    assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2); /* a's own */
+    assert_int_equal(rq_heartbeat(b, NULL), 0);
+    assert_int_equal(rq_fetch(b, &src, 1, RQ_ORDER_PRIORITY, 1, 0, j + 2), 1); /* b is alive */
+    assert_int_equal(rq_retry(b, &j[2], NULL, "transient", NULL, NULL, NULL), RQ_RETRY_SCHEDULED);
+    run("SADD llmq:workers ghost");
+    run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gj\"}");
+    drain_is(a, 2, 1, 1, 1); /* long queue, retry, the lapsed ghost */
+
+    run("DEL llmq:queue:long llmq:retry");
+    assert_int_equal(rq_fetch(b, &src, 1, RQ_ORDER_PRIORITY, 1, 0, j + 2), 0); /* short is empty */
+    run("LPUSH llmq:processing:worker-b %s", "{\"id\":\"bj1\"}");
+    run("LPUSH llmq:processing:worker-b %s", "{\"id\":\"bj2\"}");
+    struct rq_drain d;
+    assert_int_equal(rq_drain_check(a, queues, 2, &d), 0);
+    assert_false(rq_drain_done(&d));
+    assert_int_equal(d.nholders, 2); /* sorted by id */
+    assert_string_equal(d.holders[0].id, "ghost");
+    assert_int_equal(d.holders[0].jobs, 1);
+    assert_int_equal(d.holders[0].lapse_ms, -2); /* lapsed: no heartbeat key */
+    assert_string_equal(d.holders[1].id, "worker-b");
+    assert_int_equal(d.holders[1].jobs, 2);
+    assert_true(d.holders[1].lapse_ms > 0 && d.holders[1].lapse_ms <= 30000); /* alive: its TTL */
+    rq_drain_free(&d);
+
+    run("DEL llmq:processing:ghost");
+    drain_is(a, 0, 0, 2, 1); /* a live worker's list keeps a drain waiting too */
+    drain_is(b, 0, 0, 2, 1); /* from b's side: a's two jobs */
+    run("DEL llmq:processing:worker-b");
+    drain_is(a, 0, 0, 0, 0); /* a's own two running jobs are its own business */
+    struct rq_drain bad;
+    const char *nope[] = {"no such queue"};
+    assert_int_equal(rq_drain_check(a, nope, 1, &bad), -1);
+    rq_drain_free(&bad);
+    rq_job_free(&j[0]);
+    rq_job_free(&j[1]);
+    rq_job_free(&j[2]);
+    rq_free(a);
+    rq_free(b);
 }
 
 static void test_cancel(void **state)
@@ -189,7 +241,7 @@ static void test_tick(void **state)
     struct rq_source src = {"short", 1};
     struct rq_job j;
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
-    assert_int_equal(rq_retry(q, &j, "transient", NULL), RQ_RETRY_SCHEDULED);
+    assert_int_equal(rq_retry(q, &j, NULL, "transient", NULL, NULL, NULL), RQ_RETRY_SCHEDULED);
     rq_job_free(&j);
     struct rq_worker_info info = {.model = "m"};
     struct rq_tick_result tr;
@@ -223,7 +275,8 @@ static void test_tick(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_stats_and_drain, rq_test_flush),
+        cmocka_unit_test_setup(test_stats, rq_test_flush),
+        cmocka_unit_test_setup(test_drain_check, rq_test_flush),
         cmocka_unit_test_setup(test_cancel, rq_test_flush),
         cmocka_unit_test_setup(test_tick, rq_test_flush),
     };

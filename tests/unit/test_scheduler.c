@@ -1,9 +1,11 @@
 /* engine/scheduler: token budgets and max_num_seqs, chunked prefill,
  * bucket grouping and arrival order, preemption by recompute and readmission, failure of a
- * sequence that can never fit, the block handed out a step early (lookahead), lanes, and a random
- * stress run that checks the invariants after every step (budgets, no block leaked or owned twice,
- * every K/V slot a step reads holds the token of its position, every sequence finishes). No backend: a step
- * "computes" by writing the tokens into a shadow of the KV pool. */
+ * sequence that can never fit, the block handed out a step early (lookahead), lanes, priorities
+ * (admission order, aging by the sequences' own arrival times, bucket mates, preemption with and
+ * without aging), and a random stress run that checks the invariants after every step (budgets, no
+ * block leaked or owned twice, every K/V slot a step reads holds the token of its position, every
+ * sequence finishes). No backend: a step "computes" by writing the tokens into a shadow of the KV
+ * pool. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -726,9 +728,172 @@ static void test_prefix_cache_admission(void **state)
     h_close(&h);
 }
 
-/* Random arrivals, lengths, budgets, tiny pools, prefix sharing and cancellations; the invariants
- * hold after every step and everything finishes. */
-static void stress(bool prefix, unsigned seed)
+/* ---- priorities */
+
+/* Admits one sequence per step (max_num_seqs 1; each finishes at its first token) and writes the ids
+ * in the order they ran into order[0 .. n). */
+static void admission_order(struct harness *h, struct tseq *t, int n, int *order)
+{
+    struct sched_out out;
+    int k = 0;
+    for (int s = 0; s < 4 * n && sched_has_work(h->s); s++) {
+        h_step(h, &out);
+        assert_true(out.n_items <= 1);
+        if (out.n_items)
+            order[k++] = ((struct tseq *)out.items[0].seq->user)->id;
+    }
+    assert_int_equal(k, n);
+    for (int i = 0; i < n; i++)
+        assert_true(t[i].finished);
+}
+
+/* Higher priority first, arrival between equals; aging (by t_arrival, no clock) lets an old
+ * low-priority sequence pass younger high ones once it has waited priority_aging_s per level. */
+static void test_priority_order(void **state)
+{
+    (void)state;
+    static const struct {
+        int priority;
+        double t; /* t_arrival */
+    } in[] = {{-1, 0}, {0, 5}, {-1, 6}, {1, 7}, {0, 10}, {0, 15}};
+    enum { N = sizeof in / sizeof in[0] };
+    static const int want_plain[N] = {3, 1, 4, 5, 0, 2};
+    /* aging 10 s: ranks by t - 10 * priority: -1:10, 0:5, -1:16, 1:-3, 0:10 (ties: 0 first, added
+     * before 4), 0:15 */
+    static const int want_aged[N] = {3, 1, 0, 4, 5, 2};
+    for (int aged = 0; aged < 2; aged++) {
+        struct harness h;
+        struct sched_opts o = opts(1, 100, 64);
+        o.priority_aging_s = aged ? 10 : 0;
+        h_open(&h, 64, 4, false, &o);
+        struct tseq t[N];
+        for (int i = 0; i < N; i++) {
+            seq_init(&t[i], i, 4, 5, 0);
+            t[i].q.priority = in[i].priority;
+            t[i].q.t_arrival = in[i].t;
+            add(&h, &t[i]);
+        }
+        int order[N];
+        admission_order(&h, t, N, order);
+        const int *want = aged ? want_aged : want_plain;
+        for (int i = 0; i < N; i++)
+            if (order[i] != want[i]) {
+                print_error("aging %d: position %d ran seq %d, expected %d\n", aged, i, order[i], want[i]);
+                fail();
+            }
+        h_close(&h);
+    }
+}
+
+/* Bucket grouping stays inside the first sequence's priority: a same-bucket sequence of a lower
+ * priority does not take the slot of a higher one from another bucket. */
+static void test_priority_bucket_mates(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(2, 1000, 512);
+    h_open(&h, 256, 4, false, &o);
+    struct tseq a, lo, b;
+    seq_init(&a, 0, 100, 102, 0);  /* bucket 64..127 */
+    seq_init(&lo, 1, 110, 112, 0); /* same bucket, priority -1 */
+    seq_init(&b, 2, 5, 7, 0);      /* bucket 4..7 */
+    lo.q.priority = -1;
+    add(&h, &a);
+    add(&h, &lo);
+    add(&h, &b);
+    struct sched_out out;
+    h_step(&h, &out);
+    assert_int_equal(out.n_items, 2);
+    assert_ptr_equal(out.items[0].seq, &a.q);
+    assert_ptr_equal(out.items[1].seq, &b.q);
+    assert_int_equal(lo.q.state, SCHED_WAITING);
+    h_close(&h);
+}
+
+/* Growth preempts the lowest priority first, even when it is the oldest, and the victim waits at
+ * the front of its priority only: a waiting higher one is readmitted first. */
+static void test_priority_preemption(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(8, 64, 256);
+    o.admission_reserve = 0;
+    h_open(&h, 10, 4, false, &o); /* 40 token slots */
+    struct tseq lo, b, c, d;
+    seq_init(&lo, 0, 12, 24, 0); /* 3 blocks, grows to 6 */
+    seq_init(&b, 1, 12, 24, 0);
+    seq_init(&c, 2, 12, 24, 0);
+    seq_init(&d, 3, 4, 8, 0);
+    lo.q.priority = -1;
+    add(&h, &lo);
+    add(&h, &b);
+    add(&h, &c);
+    struct sched_out out;
+    h_step(&h, &out); /* 9 of 10 blocks */
+    assert_int_equal(out.n_items, 3);
+    assert_ptr_equal(out.items[0].seq, &b.q); /* running order: priority, then arrival */
+    assert_ptr_equal(out.items[2].seq, &lo.q);
+    add(&h, &d); /* priority 0, waits behind nobody of its priority */
+    h_step(&h, &out);
+    assert_int_equal(out.n_preempted, 1);
+    assert_ptr_equal(out.preempted[0], &lo.q); /* by arrival it would have been c */
+    bool d_ran = false;
+    for (int s = 0; s < 300 && sched_has_work(h.s); s++) {
+        h_step(&h, &out);
+        d_ran = d_ran || item_of(&out, &d) >= 0;
+        if (item_of(&out, &lo) >= 0 && lo.q.n_preemptions == 1 && !d_ran) {
+            print_error("the preempted priority -1 sequence ran again before the waiting priority 0 one\n");
+            fail();
+        }
+        for (int i = 0; i < out.n_preempted; i++)
+            assert_ptr_not_equal(out.preempted[i], &b.q); /* the first running one always progresses */
+    }
+    assert_true(lo.finished && b.finished && c.finished && d.finished);
+    assert_int_equal(kv_num_free(h.kv), 10);
+    h_close(&h);
+}
+
+/* With aging the running order is the admission order: a priority -1 sequence that has waited past
+ * younger priority 0 ones runs first and is not their victim; the youngest is. */
+static void test_priority_preemption_aged(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(8, 64, 256);
+    o.admission_reserve = 0;
+    o.priority_aging_s = 10;
+    h_open(&h, 10, 4, false, &o); /* 40 token slots */
+    struct tseq lo, b, c;
+    seq_init(&lo, 0, 12, 24, 0); /* 3 blocks, grows to 6 */
+    seq_init(&b, 1, 12, 24, 0);
+    seq_init(&c, 2, 12, 24, 0);
+    lo.q.priority = -1;
+    lo.q.t_arrival = 0; /* ranks like a priority 0 sequence that arrived at 10 */
+    b.q.t_arrival = c.q.t_arrival = 100;
+    add(&h, &lo);
+    add(&h, &b);
+    add(&h, &c);
+    struct sched_out out;
+    h_step(&h, &out); /* 9 of 10 blocks */
+    assert_int_equal(out.n_items, 3);
+    assert_ptr_equal(out.items[0].seq, &lo.q);
+    h_step(&h, &out);
+    assert_int_equal(out.n_preempted, 1);
+    assert_ptr_equal(out.preempted[0], &c.q); /* without aging it would have been lo */
+    for (int s = 0; s < 300 && sched_has_work(h.s); s++) {
+        h_step(&h, &out);
+        for (int i = 0; i < out.n_preempted; i++)
+            assert_ptr_not_equal(out.preempted[i], &lo.q);
+    }
+    assert_true(lo.finished && b.finished && c.finished);
+    assert_int_equal(kv_num_free(h.kv), 10);
+    h_close(&h);
+}
+
+/* Random arrivals, lengths, budgets, tiny pools, prefix sharing and cancellations (and, with prio,
+ * priorities -1..1 with or without aging); the invariants hold after every step and everything
+ * finishes. */
+static void stress(bool prefix, bool prio, unsigned seed)
 {
     srand(seed);
     enum { N = 120 };
@@ -741,6 +906,7 @@ static void stress(bool prefix, unsigned seed)
     o.num_lanes = 1 + rand() % 2;
     o.lanes[1].max_num_seqs = rand() % 4;
     o.lanes[1].max_num_batched_tokens = rand() % 20;
+    o.priority_aging_s = prio ? (rand() % 3) * 2.5 : 0;
     struct harness h;
     h_open(&h, nb, bs, prefix, &o);
     struct tseq *t = calloc(N, sizeof *t);
@@ -754,6 +920,8 @@ static void stress(bool prefix, unsigned seed)
             int np = 1 + rand() % (cap / 2);
             int target = np + 1 + rand() % (cap - np);
             seq_init(&t[next], next, np, target, rand() % o.num_lanes);
+            t[next].q.priority = prio ? rand() % 3 - 1 : 0;
+            t[next].q.t_arrival = steps * 0.5; /* a step takes half a second */
             if (prefix && rand() % 2) /* share a family prefix */
                 for (int i = 0; i < np; i++)
                     t[next].toks[i] = (int32_t)(7 + (next % 3) * 1000 + (i < 3 * bs ? i : 100 + next + i));
@@ -768,11 +936,20 @@ static void stress(bool prefix, unsigned seed)
                 cancelled++;
             }
         }
-        int oldest_running = -1;
-        for (int i = 0; i < next; i++)
-            if (t[i].q.state == SCHED_RUNNING &&
-                (oldest_running < 0 || t[i].q.arrival < t[oldest_running].q.arrival))
-                oldest_running = i;
+        int first_running = -1; /* by effective priority (t_arrival - priority * aging), then arrival */
+        for (int i = 0; i < next; i++) {
+            const struct sched_seq *q = &t[i].q, *f = first_running < 0 ? NULL : &t[first_running].q;
+            if (q->state != SCHED_RUNNING)
+                continue;
+            double kq = q->t_arrival - q->priority * o.priority_aging_s;
+            double kf = f ? f->t_arrival - f->priority * o.priority_aging_s : 0;
+            bool before = !f || (q->priority == f->priority ? q->arrival < f->arrival
+                                 : o.priority_aging_s == 0  ? q->priority > f->priority
+                                 : kq != kf                 ? kq < kf
+                                                            : q->arrival < f->arrival);
+            if (before)
+                first_running = i;
+        }
         int running_before = sched_num_running(h.s, -1);
         h_step(&h, &out);
         /* budgets and caps */
@@ -790,9 +967,9 @@ static void stress(bool prefix, unsigned seed)
             assert_true(lt[1] <= o.lanes[1].max_num_batched_tokens);
         if (o.num_lanes > 1 && o.lanes[1].max_num_seqs)
             assert_true(sched_num_running(h.s, 1) <= o.lanes[1].max_num_seqs);
-        /* never the oldest running one */
+        /* never the first running one */
         for (int i = 0; i < out.n_preempted; i++)
-            assert_true(oldest_running < 0 || out.preempted[i] != &t[oldest_running].q);
+            assert_true(first_running < 0 || out.preempted[i] != &t[first_running].q);
         /* progress: a step with running sequences always runs something */
         if (running_before > 0)
             assert_true(out.n_items > 0 || out.n_failed > 0);
@@ -835,8 +1012,9 @@ static void test_stress(void **state)
 {
     (void)state;
     for (unsigned seed = 1; seed <= 30; seed++) {
-        stress(false, seed);
-        stress(true, 1000 + seed);
+        stress(false, false, seed);
+        stress(true, false, 1000 + seed);
+        stress(seed % 2, true, 2000 + seed);
     }
 }
 
@@ -856,6 +1034,10 @@ int main(void)
         cmocka_unit_test(test_lookahead),
         cmocka_unit_test(test_lanes),
         cmocka_unit_test(test_prefix_cache_admission),
+        cmocka_unit_test(test_priority_order),
+        cmocka_unit_test(test_priority_bucket_mates),
+        cmocka_unit_test(test_priority_preemption),
+        cmocka_unit_test(test_priority_preemption_aged),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,7 @@
 #include "worker/config/config.h"
 #include "worker/config/redis_cfg.h"
 
-enum { OWN_MAX = 8 };
+enum { OWN_MAX = 16 };
 
 int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_redis_spec *s,
                      struct cli_redis_args *a)

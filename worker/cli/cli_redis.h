@@ -1,6 +1,6 @@
-/* What the Redis client subcommands (enqueue, status, cancel, requeue-dead) share: the options
- * -c FILE / --redis URL / --help, the configuration from them, $LLMQ_CONFIG and the environment,
- * and a connected queue handle. */
+/* What the Redis client subcommands (enqueue, status, cancel, requeue-dead, batch, requeue)
+ * share: the options -c FILE / --redis URL / --help, the configuration from them, $LLMQ_CONFIG
+ * and the environment, and a connected queue handle. */
 #pragma once
 #include <stdio.h>
 
@@ -16,7 +16,7 @@ enum { CLI_REDIS_O_REDIS = 256, CLI_REDIS_O_OWN };
 struct cli_redis_spec {
     void (*usage)(FILE *f);        /* prints the --help text */
     const char *shortopts;         /* its own short options in getopt form ("q:"), or NULL */
-    const struct option *longopts; /* its own long options, NULL-terminated (at most 8), or NULL */
+    const struct option *longopts; /* its own long options, NULL-terminated (at most 16), or NULL */
     void (*on_opt)(int opt, const char *arg, void *ctx); /* called for each of its own options */
     void *ctx;                                           /* passed to on_opt */
 };

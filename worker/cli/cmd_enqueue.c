@@ -1,13 +1,17 @@
-/* `llmq enqueue`: validates a JSONL file of jobs and pushes the good ones onto a Redis queue. */
+/* `llmq enqueue`: validates a JSONL file of jobs as a whole and pushes it onto a Redis queue as
+ * one batch (queue/batch.h), or pushes nothing. docs/JOBS.md "Batches" is the user's side. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/array.h"
 #include "engine/util/buf.h"
+#include "queue/batch.h"
 #include "queue/jobid.h"
 #include "queue/push.h"
 #include "queue/rq.h"
@@ -16,27 +20,42 @@
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/jobs/job.h"
+#include "worker/jobs/tpl_source.h"
 
 static const char CMD[] = "enqueue";
 
-#define BATCH 1000        /* jobs per pipelined push */
-#define MAX_REPORTED 20   /* bad lines described on stderr; the rest are counted */
+#define CHUNK 1000        /* jobs per push (one script call each, all in one pipeline per lane) */
+#define MAX_REPORTED 20   /* problems described on stderr; the rest are counted */
 #define BYTES_PER_TOKEN 4 /* --queue auto: a rough estimate of English text */
 
 static void usage(FILE *f)
 {
     fprintf(
         f,
-        "Usage: llmq enqueue [-c FILE] [--redis URL] [--queue short|long|auto] [--print-ids] [IN.jsonl|-]\n"
-        "       llmq enqueue [-c FILE] [--redis URL] [--queue Q] [--print-ids] --template NAME\n"
-        "                    [--var NAME=TEXT | --var NAME=@FILE]... [--id ID] [--set FIELD=JSON]...\n"
+        "Usage: llmq enqueue [-c FILE] [--redis URL] [--queue short|long|auto] [--batch NAME [--append]]\n"
+        "                    [--no-batch] [--replace] [--print-ids] [IN.jsonl|-]\n"
+        "       llmq enqueue [options above] --template NAME [--var NAME=TEXT | --var NAME=@FILE]...\n"
+        "                    [--id ID] [--set FIELD=JSON]...\n"
         "\n"
         "Reads jobs, one JSON object per line (llmq's form or OpenAI Batch request lines; docs/JOBS.md),\n"
-        "from IN or stdin, checks each the way a worker will (fields, types, bounds, templates of the\n"
-        "config), gives llmq-form jobs without an \"id\" a new one (a UUIDv7, written into the job), and\n"
-        "pushes the good ones onto the queue in pipelined batches, in file order (the first line is\n"
-        "fetched first). Bad lines are reported with their line number and not pushed. Blank lines are\n"
-        "skipped. Checks that need the model (prompt length against max_model_len) happen in the worker.\n"
+        "from IN or stdin, and pushes them onto the queue as one batch, in file order (the first line is\n"
+        "fetched first). The whole file is checked first, the way a worker will (fields, types, bounds,\n"
+        "templates of the config), and nothing is pushed unless every line is good: bad lines and\n"
+        "duplicate ids are reported with their line numbers. Blank lines are skipped. Checks that need\n"
+        "the model (prompt length against max_model_len) happen in the worker.\n"
+        "\n"
+        "Batches: every line gets \"batch_id\" added (its text is kept otherwise). A job's id is its\n"
+        "\"id\" (llmq's form; one is added when missing, a UUIDv7) or, for OpenAI lines, BATCH/custom_id:\n"
+        "ids are unique within a batch, and the same custom_id in another batch is another job.\n"
+        "A new batch's id (batch_ and the 32 hex digits of a UUIDv7) is printed on stdout unless\n"
+        "--batch names it or --print-ids asks for the jobs' ids instead (the summary line on stderr\n"
+        "names it too). Follow it with `redis-cli HGETALL llmq:batch:ID` (counts by status, state),\n"
+        "or wait for its id on the channel llmq:batch-done.\n"
+        "\n"
+        "A job naming a model (\"model\"; OpenAI \"body.model\") goes to that model's queue\n"
+        "(llmq:queue:<model>:short|long), run only by workers serving that name (model.name,\n"
+        "model.aliases). A \"template\" must be in the config or published to Redis by a worker\n"
+        "(llmq:templates); an unknown one is a bad line.\n"
         "\n"
         "Options:\n"
         "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): redis, prefix, limits, templates\n"
@@ -44,7 +63,18 @@ static void usage(FILE *f)
         "  -q, --queue Q       short (default), long, or auto: long when the prompt's estimated length\n"
         "                      (its bytes / 4) is over queues.long_threshold_tokens, else short. A worker\n"
         "                      moves short-queue jobs that turn out longer to the long queue anyway\n"
-        "      --print-ids     print each pushed job's id on stdout, one per line (OpenAI lines: custom_id)\n"
+        "  -b, --batch NAME    the batch's id: 1 to 64 letters, digits, '.', '_' or '-' (refused when a\n"
+        "                      batch of that name exists, unless --append)\n"
+        "      --append        add the jobs to the existing batch --batch NAME (created if missing)\n"
+        "      --no-batch      push the jobs without a batch, as a plain Redis client would (OpenAI\n"
+        "                      lines are then known by their custom_id alone)\n"
+        "      --replace       run again jobs whose id is known and finished (completed, failed or\n"
+        "                      cancelled, within queues.result_ttl_s): their hash is reset to queued.\n"
+        "                      Their SQLite row is replaced when the new run ends at least as well\n"
+        "                      (completed > cancelled > failed; a failed re-run keeps a completed row).\n"
+        "                      Without it a known id refuses the file; a queued or running one always does\n"
+        "      --print-ids     print each pushed job's id on stdout, one per line (instead of the\n"
+        "                      batch id), for `xargs llmq wait`\n"
         "  -h, --help          this text\n"
         "\n"
         "One templated job from options instead of a file (the config must define the template):\n"
@@ -54,47 +84,33 @@ static void usage(FILE *f)
         "      --set F=JSON    any other job field, its value as JSON: --set max_tokens=128\n"
         "                      --set metadata='{\"file\": \"a.txt\"}' --set enable_thinking=false\n"
         "\n"
-        "A progress bar is drawn on stderr when it is a terminal; a summary line is always printed.\n"
-        "Exit status: 0 every line was pushed, 1 some lines were bad (the others were pushed) or Redis\n"
-        "failed, 2 the command line is wrong.\n");
+        "A progress bar is drawn on stderr while the file is checked when stderr is a terminal; a\n"
+        "summary line is always printed.\n"
+        "Exit status: 0 every job was pushed, 1 nothing was pushed (a bad line, a duplicate or known\n"
+        "id, an existing batch, Redis failed) or, after a Redis failure part way, not everything,\n"
+        "2 the command line is wrong.\n");
 }
 
-struct pending {
-    const char *queue;
-    struct rq_push_item *items;
-    char **owned; /* the lines (copies) */
-    int n;
+/* One good line, ready to push. */
+struct line {
+    char *raw; /* the job with its id and batch_id added (owned) */
+    size_t len;
+    char *key;   /* its id: the Redis hash and SQLite row it will have (owned) */
+    long lineno; /* 0 for the --template job */
+    int lane;    /* 0 short, 1 long */
+    char *model; /* the model it names (owned); NULL = none: the unnamed queues */
 };
 
 struct enq {
     struct rq *q;
-    bool print_ids;
-    struct pending p[2]; /* short, long */
-    long pushed[2], bad, reported;
+    const char *batch; /* NULL: --no-batch */
+    struct line *lines;
+    size_t n, cap;
+    const char **models; /* [nmodels] the distinct models lines name, in order of first use (borrowed) */
+    size_t nmodels, models_cap;
+    long bad, reported;
     struct progress *bar;
-    bool failed;
 };
-
-static void flush(struct enq *e, struct pending *p)
-{
-    if (p->n == 0 || e->failed)
-        return;
-    if (rq_push(e->q, p->queue, p->items, p->n)) {
-        progress_clear(e->bar);
-        fprintf(stderr, "llmq %s: pushing onto queue %s failed: %s\n", CMD, p->queue, rq_error(e->q));
-        e->failed = true;
-    } else {
-        e->pushed[p == &e->p[1]] += p->n;
-        if (e->print_ids)
-            for (int i = 0; i < p->n; i++)
-                printf("%s\n", p->items[i].id);
-    }
-    for (int i = 0; i < p->n; i++) {
-        free(p->owned[i]);
-        free((char *)p->items[i].id);
-    }
-    p->n = 0;
-}
 
 static size_t prompt_bytes(const struct job *j)
 {
@@ -108,67 +124,258 @@ static size_t prompt_bytes(const struct job *j)
     return n;
 }
 
-/* One line (lineno 0: the job built from --template): validate, give it an id, queue it for the
- * next push. */
-static void take(struct enq *e, const struct job_opts *jo, const struct cfg *c, int mode, char *line,
+/* A problem with line `lineno` (0: the --template job): counted, and described while fewer than
+ * MAX_REPORTED were. */
+static void problem(struct enq *e, long lineno, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void problem(struct enq *e, long lineno, const char *fmt, ...)
+{
+    e->bad++;
+    if (e->reported++ >= MAX_REPORTED)
+        return;
+    progress_clear(e->bar);
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (lineno)
+        fprintf(stderr, "llmq %s: line %ld: %s\n", CMD, lineno, msg);
+    else
+        fprintf(stderr, "llmq %s: the --template job: %s\n", CMD, msg);
+}
+
+/* One line: validate, give it an id and the batch, keep it for the push. */
+/* Adds `model` (NULL = none) to e->models when it is new there. 0, or -1 out of memory. */
+static int model_note(struct enq *e, const char *model)
+{
+    if (!model)
+        return 0;
+    for (size_t i = 0; i < e->nmodels; i++)
+        if (!strcmp(e->models[i], model))
+            return 0;
+    if (array_reserve(&e->models, &e->models_cap, e->nmodels + 1, sizeof *e->models, 4))
+        return -1;
+    e->models[e->nmodels++] = model;
+    return 0;
+}
+
+static void take(struct enq *e, const struct job_opts *jo, const struct cfg *c, int mode, const char *line,
                  size_t len, long lineno)
 {
     char err[1024];
     struct job j;
     int rc = job_parse(line, len, jo, &j, err, sizeof err);
+    if (rc == 0 && j.batch_id)
+        rc = JOB_ERR_INVALID, snprintf(err, sizeof err,
+                                       "field 'batch_id': set by llmq enqueue (--batch); "
+                                       "remove it from the line");
     if (rc) {
-        e->bad++;
-        if (e->reported++ < MAX_REPORTED) {
-            progress_clear(e->bar);
-            if (lineno)
-                fprintf(stderr, "llmq %s: line %ld: %s (not pushed)\n", CMD, lineno, err);
-            else
-                fprintf(stderr, "llmq %s: the --template job: %s (not pushed)\n", CMD, err);
-        }
+        problem(e, lineno, "%s", err);
         job_free(&j);
         return;
     }
-    char *raw = NULL, *id = NULL;
-    size_t rawlen = len;
-    if (!j.id) { /* llmq form without an id: give it one inside the JSON, so every copy has it */
+    int lane =
+        mode == 2 ? prompt_bytes(&j) / BYTES_PER_TOKEN > (size_t)c->queues.long_threshold_tokens : mode;
+    bool needs_id = !j.id;
+    char *model = j.model ? strdup(j.model) : NULL;
+    bool nomem = j.model && !model;
+    job_free(&j);
+    char *raw = NULL, *tmp = NULL;
+    size_t rawlen = 0, tmplen = 0;
+    int fail = 0;
+    if (needs_id) { /* llmq form without an id: give it one inside the JSON, so every copy has it */
         char nid[RQ_ID_MAX + 1];
         rq_new_id(nid);
-        id = strdup(nid);
-        if (!id || rq_job_add_id(line, len, nid, &raw, &rawlen)) {
-            free(id);
-            e->bad++;
-            fprintf(stderr, "llmq %s: line %ld: out of memory\n", CMD, lineno);
-            job_free(&j);
-            return;
-        }
-    } else {
-        id = strdup(j.id);
-        raw = malloc(len + 1);
-        if (raw) {
-            memcpy(raw, line, len);
-            raw[len] = 0;
-        }
+        fail = rq_job_add_id(line, len, nid, &tmp, &tmplen);
+        line = tmp, len = tmplen;
     }
-    int lane = mode;
-    if (mode == 2)
-        lane = prompt_bytes(&j) / BYTES_PER_TOKEN > (size_t)c->queues.long_threshold_tokens;
-    job_free(&j);
-    struct pending *p = &e->p[lane];
-    if (!raw || !id) {
-        free(raw);
-        free(id);
-        e->bad++;
-        fprintf(stderr, "llmq %s: line %ld: out of memory\n", CMD, lineno);
+    if (!fail && e->batch)
+        fail = rq_job_add_batch(line, len, e->batch, &raw, &rawlen);
+    else if (!fail)
+        raw = strndup(line, len), rawlen = len, fail = !raw;
+    free(tmp);
+    char key[RQ_ID_MAX + 1];
+    if (!fail && rq_job_id(raw, rawlen, 0, key) != RQ_ID_FOUND) /* cannot happen: the parser took it */
+        fail = -1;
+    struct line *l = NULL;
+    if (!fail && array_reserve(&e->lines, &e->cap, e->n + 1, sizeof *e->lines, 1024) == 0)
+        l = &e->lines[e->n];
+    if (l && !nomem && model_note(e, model) == 0 && (l->key = strdup(key)) != NULL) {
+        l->raw = raw;
+        l->len = rawlen;
+        l->lineno = lineno;
+        l->lane = lane;
+        l->model = model;
+        e->n++;
         return;
     }
-    p->owned[p->n] = raw;
-    p->items[p->n] = (struct rq_push_item){.raw = raw, .len = rawlen, .id = id};
-    p->n++;
-    if (p->n == BATCH)
-        flush(e, p);
+    free(raw);
+    free(model);
+    problem(e, lineno, "out of memory");
 }
 
-enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET };
+static int by_key(const void *a, const void *b)
+{
+    const struct line *x = *(const struct line *const *)a, *y = *(const struct line *const *)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->lineno > y->lineno) - (x->lineno < y->lineno);
+}
+
+/* Ids that occur more than once: each repeat is a problem naming the line it repeats. */
+static void check_unique(struct enq *e)
+{
+    struct line **s = malloc((e->n ? e->n : 1) * sizeof *s);
+    if (!s) {
+        problem(e, 0, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < e->n; i++)
+        s[i] = &e->lines[i];
+    qsort(s, e->n, sizeof *s, by_key);
+    for (size_t i = 1; i < e->n; i++) {
+        size_t first = i - 1;
+        while (i < e->n && !strcmp(s[i]->key, s[first]->key)) {
+            problem(e, s[i]->lineno, "id '%.300s' is already on line %ld (ids are unique within a batch)",
+                    s[i]->key, s[first]->lineno);
+            i++;
+        }
+    }
+    free(s);
+}
+
+/* A named batch that exists (without --append) or was cancelled refuses the file before its
+ * jobs are looked at (rq_batch_open checks again, atomically). 0, or 1 after printing why. */
+static int check_batch(struct enq *e, bool append)
+{
+    char state[16];
+    if (rq_batch_state(e->q, e->batch, state)) {
+        fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(e->q));
+        return 1;
+    }
+    if (!state[0] || (append && strcmp(state, "cancelled")))
+        return 0;
+    fprintf(stderr, "llmq %s: batch '%s' %s; nothing pushed\n", CMD, e->batch,
+            append ? "was cancelled: no jobs can be added to it"
+                   : "exists (use --append to add jobs to it, or another --batch name)");
+    return 1;
+}
+
+/* Ids Redis already knows: a problem each (finished ones are fine with --replace). */
+static int check_known(struct enq *e, bool replace)
+{
+    for (size_t base = 0; base < e->n; base += CHUNK) {
+        size_t m = e->n - base < CHUNK ? e->n - base : CHUNK;
+        const char *ids[CHUNK];
+        char st[CHUNK][16];
+        for (size_t i = 0; i < m; i++)
+            ids[i] = e->lines[base + i].key;
+        if (rq_job_statuses(e->q, ids, (int)m, st)) {
+            progress_clear(e->bar);
+            fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(e->q));
+            return -1;
+        }
+        for (size_t i = 0; i < m; i++) {
+            bool running = !strcmp(st[i], "queued") || !strcmp(st[i], "running");
+            if (!st[i][0] || (replace && !running))
+                continue;
+            problem(e, e->lines[base + i].lineno,
+                    running
+                        ? "job '%.300s' is already %s: it will run (cancel it, or wait for it)"
+                        : "job '%.300s' is already %s (within queues.result_ttl_s): use --replace to run it "
+                          "again",
+                    e->lines[base + i].key, st[i]);
+        }
+    }
+    return 0;
+}
+
+static bool same_model(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+/* Pushes the lines of one lane that name `model` (NULL = none) onto `queue` (that lane's queue
+ * reference), in file order. Returns how many were pushed, or -1 after a Redis failure (some may
+ * have been). */
+static long push_lane(struct enq *e, int lane, const char *model, const char *queue, enum rq_push_mode mode)
+{
+    struct rq_push_item *items = calloc(CHUNK, sizeof *items);
+    struct line **of = calloc(CHUNK, sizeof *of);
+    long pushed = 0;
+    size_t i = 0;
+    while (items && of && i < e->n) {
+        int m = 0;
+        for (; i < e->n && m < CHUNK; i++)
+            if (e->lines[i].lane == lane && same_model(e->lines[i].model, model)) {
+                of[m] = &e->lines[i];
+                items[m++] = (struct rq_push_item){e->lines[i].raw, e->lines[i].len, e->lines[i].key, NULL};
+            }
+        int refused = m ? rq_push(e->q, queue, e->batch, mode, items, m) : 0;
+        if (refused < 0) {
+            fprintf(stderr, "llmq %s: pushing onto queue %s failed: %s\n", CMD, queue, rq_error(e->q));
+            pushed = -1;
+            break;
+        }
+        for (int k = 0; k < m; k++)
+            if (items[k].refused)
+                problem(e, of[k]->lineno, "job '%.300s' became %s while the file was pushed: not pushed",
+                        of[k]->key, items[k].refused);
+        rq_push_item_clear(items, m);
+        pushed += m - refused;
+    }
+    if (!items || !of) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        pushed = -1;
+    }
+    free(items);
+    free(of);
+    return pushed;
+}
+
+/* Opens the batch, pushes both lanes of the unnamed queues (pushed[0], [1]) and of every model
+ * queue (pushed[2]), seals the batch. Returns 0, or 1 after printing why. */
+static int push_all(struct enq *e, const char *input, bool append, enum rq_push_mode mode, long pushed[3])
+{
+    if (e->batch) {
+        int rc = rq_batch_open(e->q, e->batch, input, append);
+        if (rc < 0 || rc == RQ_BATCH_EXISTS || rc == RQ_BATCH_CANCELLED) {
+            if (rc < 0)
+                fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(e->q));
+            else
+                fprintf(stderr, "llmq %s: batch '%s' %s; nothing pushed\n", CMD, e->batch,
+                        rc == RQ_BATCH_EXISTS
+                            ? "exists (use --append to add jobs to it, or another --batch name)"
+                            : "was cancelled: no jobs can be added to it");
+            return 1;
+        }
+    }
+    int rc = 0;
+    static const char *const queues[2] = {"short", "long"};
+    for (int lane = 0; lane < 2 && rc == 0; lane++)
+        if ((pushed[lane] = push_lane(e, lane, NULL, queues[lane], mode)) < 0) {
+            pushed[lane] = 0;
+            rc = 1;
+        }
+    for (size_t m = 0; m < e->nmodels && rc == 0; m++)
+        for (int lane = 0; lane < 2 && rc == 0; lane++) {
+            char ref[RQ_QREF_MAX + 1];
+            long k = rq_queue_ref(e->models[m], queues[lane], ref, sizeof ref)
+                         ? -1 /* cannot happen: job_parse checked the name */
+                         : push_lane(e, lane, e->models[m], ref, mode);
+            if (k < 0)
+                rc = 1;
+            else
+                pushed[2] += k;
+        }
+    if (e->batch && rq_batch_seal(e->q, e->batch) < 0) {
+        fprintf(stderr, "llmq %s: batch '%s': %s (it cannot complete until an enqueue with --append ends)\n",
+                CMD, e->batch, rq_error(e->q));
+        rc = 1;
+    }
+    return rc;
+}
+
+enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE };
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -182,6 +389,8 @@ struct enq_args {
     const char *sets[MAX_OPT_ITEMS]; /* --set F=JSON, in order */
     int n_vars, n_sets;
     bool too_many;
+    const char *batch;              /* -b/--batch */
+    bool append, no_batch, replace; /* --append, --no-batch, --replace */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -195,6 +404,14 @@ static void on_opt(int opt, const char *arg, void *ctx)
         ea->template_name = arg;
     else if (opt == O_ID)
         ea->id = arg;
+    else if (opt == 'b')
+        ea->batch = arg;
+    else if (opt == O_APPEND)
+        ea->append = true;
+    else if (opt == O_NO_BATCH)
+        ea->no_batch = true;
+    else if (opt == O_REPLACE)
+        ea->replace = true;
     else if (opt == O_VAR || opt == O_SET) {
         const char **list = opt == O_VAR ? ea->vars : ea->sets;
         int *n = opt == O_VAR ? &ea->n_vars : &ea->n_sets;
@@ -328,16 +545,19 @@ int cmd_enqueue(int argc, char **argv)
         {"var", required_argument, NULL, O_VAR},
         {"id", required_argument, NULL, O_ID},
         {"set", required_argument, NULL, O_SET},
+        {"batch", required_argument, NULL, 'b'},
+        {"append", no_argument, NULL, O_APPEND},
+        {"no-batch", no_argument, NULL, O_NO_BATCH},
+        {"replace", no_argument, NULL, O_REPLACE},
         {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};
     const struct cli_redis_spec spec = {
-        .usage = usage, .shortopts = "q:t:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
+        .usage = usage, .shortopts = "q:t:b:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
     struct cli_redis_args a;
     if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
         return a.exit;
     const char *queue = ea.queue;
-    bool print_ids = ea.print_ids;
     int mode = !strcmp(queue, "short") ? 0 : !strcmp(queue, "long") ? 1 : !strcmp(queue, "auto") ? 2 : -1;
     if (mode < 0)
         return cli_usage_error(CMD, "--queue: expected short, long or auto, got '%s'", queue);
@@ -350,6 +570,13 @@ int cmd_enqueue(int argc, char **argv)
             CMD, "unexpected argument '%s' (with --template the job comes from the options)", argv[optind]);
     if (argc - optind > 1)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind + 1]);
+    if (ea.batch && !rq_valid_batch_id(ea.batch, strlen(ea.batch)))
+        return cli_usage_error(CMD, "--batch '%.80s': expected 1 to %d letters, digits, '.', '_' or '-'",
+                               ea.batch, RQ_BATCH_ID_MAX);
+    if (ea.append && !ea.batch)
+        return cli_usage_error(CMD, "--append needs --batch NAME (the batch to add to)");
+    if (ea.no_batch && ea.batch)
+        return cli_usage_error(CMD, "--no-batch and --batch exclude each other");
     const char *input = optind < argc ? argv[optind] : "-";
 
     struct cfg c;
@@ -369,40 +596,37 @@ int cmd_enqueue(int argc, char **argv)
         cfg_free(&c);
         return 1;
     }
+    char new_batch[40], tinput[300];
+    if (!ea.batch && !ea.no_batch)
+        rq_new_batch_id(new_batch);
+    if (tjob)
+        snprintf(tinput, sizeof tinput, "(template %.200s)", ea.template_name);
     struct enq e;
     memset(&e, 0, sizeof e);
-    e.print_ids = print_ids;
-    e.p[0].queue = "short";
-    e.p[1].queue = "long";
-    for (int i = 0; i < 2; i++) {
-        e.p[i].items = calloc(BATCH, sizeof *e.p[i].items);
-        e.p[i].owned = calloc(BATCH, sizeof *e.p[i].owned);
-    }
-    rc = 0;
-    if (!e.p[0].items || !e.p[0].owned || !e.p[1].items || !e.p[1].owned) {
+    e.batch = ea.no_batch ? NULL : ea.batch ? ea.batch : new_batch;
+    rc = cli_redis_open(CMD, &c, &e.q);
+    struct tpl_source *ts = NULL;
+    if (rc == 0 && !(ts = tpl_source_new(&c, e.q))) {
         fprintf(stderr, "llmq %s: out of memory\n", CMD);
         rc = 1;
-    } else {
-        rc = cli_redis_open(CMD, &c, &e.q);
     }
+    long jobs = 0, lineno = 0, pushed[3] = {0, 0, 0};
     if (rc == 0) {
         struct job_opts jo = job_opts_default();
         job_defaults_from_cfg(&jo.defaults, &c.sampling);
         jo.max_bytes = c.queues.max_job_bytes;
-        if (c.n_templates) {
-            jo.template_find = cfg_template_lookup;
-            jo.template_ctx = &c;
-        }
+        jo.template_find = tpl_source_find; /* the config's, else those workers published */
+        jo.template_ctx = ts;
+        jo.template_where = "in the config or published in Redis";
         e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
-        char *line = NULL;
-        size_t cap = 0;
-        long lineno = 0, jobs = 0;
-        ssize_t n;
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
             jobs++;
         }
-        while (in && !e.failed && (n = getline(&line, &cap, in)) >= 0) {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        while (in && (n = getline(&line, &cap, in)) >= 0) {
             lineno++;
             size_t len = (size_t)n;
             while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
@@ -416,33 +640,55 @@ int cmd_enqueue(int argc, char **argv)
             jobs++;
             progress_update(e.bar, lineno, 0);
         }
-        if (in && ferror(in)) {
-            progress_clear(e.bar);
-            fprintf(stderr, "llmq %s: reading %s after line %ld: %s\n", CMD, input, lineno, strerror(errno));
-            e.failed = true;
-        }
         free(line);
-        flush(&e, &e.p[0]);
-        flush(&e, &e.p[1]);
         progress_update(e.bar, lineno, 0);
         progress_finish(e.bar);
-        if (e.reported > MAX_REPORTED)
-            fprintf(stderr, "llmq %s: ... and %ld more bad lines\n", CMD, e.reported - MAX_REPORTED);
-        fprintf(stderr,
-                "llmq %s: %ld job%s read: %ld pushed (%ld to %s%s, %ld to %s%s), %ld bad (not pushed)%s\n",
-                CMD, jobs, jobs == 1 ? "" : "s", e.pushed[0] + e.pushed[1], e.pushed[0], e.q->keys.queue_stem,
-                "short", e.pushed[1], e.q->keys.queue_stem, "long", e.bad,
-                e.failed ? "; stopped by the error above" : "");
-        rc = e.failed || e.bad ? 1 : 0;
-    }
-    for (int i = 0; i < 2; i++) {
-        for (int k = 0; k < e.p[i].n; k++) {
-            free(e.p[i].owned[k]);
-            free((char *)e.p[i].items[k].id);
+        if (in && ferror(in)) {
+            fprintf(stderr, "llmq %s: reading %s after line %ld: %s\n", CMD, input, lineno, strerror(errno));
+            rc = 1;
         }
-        free(e.p[i].items);
-        free(e.p[i].owned);
+        if (rc == 0 && jobs == 0) {
+            fprintf(stderr, "llmq %s: no jobs in %s: nothing pushed\n", CMD, input);
+            rc = 1;
+        }
+        if (rc == 0 && e.batch)
+            rc = check_batch(&e, ea.append);
+        if (rc == 0)
+            check_unique(&e);
+        if (rc == 0 && e.bad == 0 && check_known(&e, ea.replace))
+            rc = 1;
+        if (rc == 0 && e.bad == 0) {
+            enum rq_push_mode pm = ea.replace ? RQ_PUSH_REPLACE : RQ_PUSH_NEW;
+            rc = push_all(&e, tjob ? tinput : input, ea.append, pm, pushed);
+        }
+        if (e.reported > MAX_REPORTED)
+            fprintf(stderr, "llmq %s: ... and %ld more problems\n", CMD, e.reported - MAX_REPORTED);
+        long total = pushed[0] + pushed[1] + pushed[2];
+        if (total > 0 && e.batch && !ea.batch && !ea.print_ids)
+            printf("%s\n", e.batch);
+        for (size_t i = 0; ea.print_ids && total > 0 && i < e.n; i++)
+            printf("%s\n", e.lines[i].key);
+        if (total == 0)
+            fprintf(stderr, "llmq %s: %ld job%s read, %ld with problems: nothing pushed\n", CMD, jobs,
+                    jobs == 1 ? "" : "s", e.bad);
+        else
+            fprintf(
+                stderr,
+                "llmq %s: %s%s%s%ld of %ld job%s pushed (%ld to %s%s, %ld to %s%s, %ld to model queues)%s\n",
+                CMD, e.batch ? "batch " : "", e.batch ? e.batch : "", e.batch ? ": " : "", total, jobs,
+                jobs == 1 ? "" : "s", pushed[0], e.q->keys.queue_stem, "short", pushed[1],
+                e.q->keys.queue_stem, "long", pushed[2], total < jobs ? "; the others were not (above)" : "");
+        if (e.bad)
+            rc = 1;
     }
+    for (size_t i = 0; i < e.n; i++) {
+        free(e.lines[i].raw);
+        free(e.lines[i].key);
+        free(e.lines[i].model);
+    }
+    free(e.lines);
+    free(e.models);
+    tpl_source_free(ts);
     progress_free(e.bar);
     rq_free(e.q);
     if (in && in != stdin)

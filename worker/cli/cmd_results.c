@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,27 +17,32 @@
 #include "worker/cli/cli.h"
 #include "worker/config/config.h"
 #include "worker/store/db.h"
+#include "worker/store/result_line.h"
 
 static const char CMD[] = "results";
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: llmq results [-c FILE | --db PATH] [--status S] [--since T] [--until T]\n"
-            "                    [--format jsonl|csv|openai] [--output FILE] [--limit N]\n"
+            "Usage: llmq results [-c FILE | --db PATH] [--batch ID] [--status S] [--since T] [--until T]\n"
+            "                    [--format jsonl|csv|openai [--errors FILE]] [--output FILE] [--limit N]\n"
             "\n"
             "Exports finished jobs from the SQLite results database, oldest first (by finished_at).\n"
             "\n"
             "Formats:\n"
             "  jsonl    one result per line, as `llmq run` writes it: llmq's result object for jobs in\n"
             "           llmq's form, the OpenAI Batch output line for jobs that came as batch lines\n"
-            "  csv      RFC 4180 with a header row: every column of the jobs table but `result`\n"
-            "           (NULL is an empty field, an empty string is \"\")\n"
-            "  openai   an OpenAI Batch output file: only the jobs that came as OpenAI batch lines\n"
+            "  csv      RFC 4180 with a header row: every column of the jobs table but `result` and\n"
+            "           `request` (NULL is an empty field, an empty string is \"\")\n"
+            "  openai   an OpenAI Batch output file: only the jobs that came as OpenAI batch lines.\n"
+            "           With --errors FILE, as OpenAI splits them: the output holds the completed\n"
+            "           requests, FILE the failed and cancelled ones ({\"id\", \"custom_id\",\n"
+            "           \"response\": null, \"error\": {\"code\", \"message\"}} per line)\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): its sqlite.path names the database\n"
             "      --db PATH       the database file (overrides the config; default llmq.db)\n"
+            "  -b, --batch ID      only the jobs of batch ID (llmq enqueue's batch; `llmq batch list`)\n"
             "  -s, --status S      completed, failed or cancelled (default: all)\n"
             "      --since T       finished at or after T: ISO 8601 (2025-06-01, 2025-06-01T22:00:00Z,\n"
             "                      2025-06-01 22:00+02:00; no zone = local time), unix seconds, or an\n"
@@ -47,6 +51,8 @@ static void usage(FILE *f)
             "  -f, --format F      jsonl (default), csv or openai\n"
             "  -o, --output FILE   write FILE (complete or not at all: a temporary file is renamed at\n"
             "                      the end); default or '-': stdout\n"
+            "  -e, --errors FILE   with --format openai: the failed and cancelled requests go to FILE\n"
+            "                      (written the same way, also when empty), the output gets the rest\n"
             "  -n, --limit N       at most N rows\n"
             "  -h, --help          this text\n"
             "\n"
@@ -55,6 +61,8 @@ static void usage(FILE *f)
             "  llmq results --db llmq.db --status failed --format csv -o failed.csv\n"
             "  llmq results -c llmq.yaml --format openai --since 2025-06-01T00:00:00Z -o batch_output.jsonl\n"
             "  llmq results --db llmq.db --limit 5 | jq -r .text\n"
+            "  llmq results -c llmq.yaml --batch nightly-2025-06-01 --format openai -o out.jsonl -e "
+            "errors.jsonl\n"
             "\n"
             "Exit status: 0 (also when no row matches), 1 when the database cannot be read or the output\n"
             "not written, 2 when the command line is wrong.\n");
@@ -159,6 +167,8 @@ struct out {
     enum fmt fmt;
     int64_t rows;    /* written */
     int64_t skipped; /* openai: rows without a stored result line */
+    FILE *err;       /* openai --errors: where failed and cancelled rows go (NULL = with the rest) */
+    int64_t err_rows;
 };
 
 /* The shortest text that reads back as exactly v. */
@@ -206,11 +216,12 @@ static void put_csv_real(FILE *f, double v)
         put_real(f, v);
 }
 
-/* The columns, in the order of schemas/001_init.sql (result left out). */
+/* The columns, in the order of schemas/NNN_*.sql (result and request left out: the request is
+ * the job as received, for re-running it, not for a spreadsheet). */
 static const char CSV_HEADER[] =
     "id,custom_id,queue,status,model,params,output,finish_reason,prompt_tokens,"
     "completion_tokens,error,attempts,worker_id,created_at,started_at,"
-    "first_token_at,finished_at,ttft_ms,latency_ms,queue_ms,metadata,request_form";
+    "first_token_at,finished_at,ttft_ms,latency_ms,queue_ms,metadata,request_form,batch_id,error_code";
 
 static void put_csv_row(FILE *f, const struct db_result *r)
 {
@@ -243,37 +254,11 @@ static void put_csv_row(FILE *f, const struct db_result *r)
     put_csv_text(f, r->metadata);
     fputc(',', f);
     put_csv_text(f, r->request_form == DB_FORM_OPENAI ? "openai" : "llmq");
+    fputc(',', f);
+    put_csv_text(f, r->batch_id);
+    fputc(',', f);
+    put_csv_text(f, r->error_code);
     fputs("\r\n", f);
-}
-
-/* llmq's result object from the columns, for a row without a stored result line (written by an
- * llmq older than the result column). */
-static void put_built_result(FILE *f, const struct db_result *r)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(r->id));
-    json_object_set_new(o, "status", json_string(db_status_name(r->status)));
-    if (r->status == DB_FAILED) {
-        json_object_set_new(o, "error", json_string(r->error ? r->error : ""));
-    } else {
-        json_object_set_new(o, "text",
-                            r->output
-                                ? json_stringn(r->output, r->output_len ? r->output_len : strlen(r->output))
-                                : json_string(""));
-        json_object_set_new(o, "finish_reason",
-                            r->finish_reason ? json_string(r->finish_reason) : json_null());
-        json_object_set_new(o, "usage",
-                            json_pack("{s:I, s:I}", "prompt_tokens", (json_int_t)r->prompt_tokens,
-                                      "completion_tokens", (json_int_t)r->completion_tokens));
-    }
-    json_t *md = r->metadata ? json_loads(r->metadata, 0, NULL) : NULL;
-    if (md)
-        json_object_set_new(o, "metadata", md);
-    char *txt = json_dumps(o, JSON_COMPACT);
-    if (txt)
-        fprintf(f, "%s\n", txt);
-    free(txt);
-    json_decref(o);
 }
 
 static int on_row(void *ctx, const struct db_result *r)
@@ -288,14 +273,21 @@ static int on_row(void *ctx, const struct db_result *r)
             o->skipped++;
             return 0;
         }
+        if (o->err && r->status != DB_COMPLETED) { /* OpenAI's error file */
+            fprintf(o->err, "%s\n", r->result);
+            o->err_rows++;
+            return ferror(o->err) ? 1 : 0;
+        }
         fprintf(o->f, "%s\n", r->result);
         break;
-    case F_JSONL:
-        if (r->result)
-            fprintf(o->f, "%s\n", r->result);
-        else
-            put_built_result(o->f, r);
+    case F_JSONL: {
+        char *owned;
+        const char *line = db_result_line(r, &owned);
+        if (line)
+            fprintf(o->f, "%s\n", line);
+        free(owned);
         break;
+    }
     }
     o->rows++;
     return ferror(o->f) ? 1 : 0; /* a full disk or a closed pipe: stop */
@@ -304,6 +296,22 @@ static int on_row(void *ctx, const struct db_result *r)
 /* ---- the command */
 
 enum { O_DB = 256, O_SINCE, O_UNTIL };
+
+/* Commits (ok) or removes a --output / --errors file; 0, or 1 after saying why. */
+static int finish_file(struct atomic_file *af, bool ok, const char *path, int64_t rows)
+{
+    char err[1024];
+    if (!ok) {
+        atomic_file_abort(af);
+        return 1;
+    }
+    if (atomic_file_commit(af, err, sizeof err)) {
+        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        return 1;
+    }
+    fprintf(stderr, "llmq %s: %lld row%s written to %s\n", CMD, (long long)rows, rows == 1 ? "" : "s", path);
+    return 0;
+}
 
 int cmd_results(int argc, char **argv)
 {
@@ -316,10 +324,12 @@ int cmd_results(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},
         {"limit", required_argument, NULL, 'n'},
+        {"batch", required_argument, NULL, 'b'},
+        {"errors", required_argument, NULL, 'e'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *config = cfg_default_path(), *dbpath = NULL, *output = NULL;
+    const char *config = cfg_default_path(), *dbpath = NULL, *output = NULL, *errors = NULL;
     const char *since_s = NULL, *until_s = NULL;
     struct db_query dq = db_query_all();
     enum fmt fmt = F_JSONL;
@@ -327,7 +337,7 @@ int cmd_results(int argc, char **argv)
     int opt;
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:s:f:o:n:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:s:f:o:n:b:e:h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'h':
             usage(stdout);
@@ -363,6 +373,15 @@ int cmd_results(int argc, char **argv)
         case 'o':
             output = optarg;
             break;
+        case 'e':
+            errors = optarg;
+            break;
+        case 'b':
+            if (!*optarg || strlen(optarg) > 64)
+                return cli_usage_error(CMD, "--batch: expected a batch id (1 to 64 characters), got '%s'",
+                                       optarg);
+            dq.batch_id = optarg;
+            break;
         case 'n': {
             char *end;
             errno = 0;
@@ -385,6 +404,10 @@ int cmd_results(int argc, char **argv)
         return cli_usage_error(CMD, "--until: %s", err);
     if (fmt == F_OPENAI)
         dq.form = DB_FORM_OPENAI;
+    if (errors && fmt != F_OPENAI)
+        return cli_usage_error(CMD, "--errors is for --format openai (OpenAI's error file)");
+    if (errors && (!strcmp(errors, "-") || (output && !strcmp(output, errors))))
+        return cli_usage_error(CMD, "--errors: name a file other than the output");
 
     /* the database: --db, else the config's sqlite.path (file < environment) */
     struct cfg c;
@@ -424,6 +447,18 @@ int cmd_results(int argc, char **argv)
         }
         out.f = af.f;
     }
+    struct atomic_file ef = {0};
+    if (errors) {
+        if (atomic_file_open(&ef, errors, err, sizeof err)) {
+            fprintf(stderr, "llmq %s: %s\n", CMD, err);
+            if (to_file)
+                atomic_file_abort(&af);
+            db_close(db);
+            cfg_free(&c);
+            return 1;
+        }
+        out.err = ef.f;
+    }
     if (fmt == F_CSV)
         fprintf(out.f, "%s\r\n", CSV_HEADER);
     int rc = db_query_results(db, &dq, on_row, &out);
@@ -436,20 +471,14 @@ int cmd_results(int argc, char **argv)
         fprintf(stderr, "llmq %s: writing stdout: %s\n", CMD, strerror(errno));
         ret = 1;
     }
-    if (to_file) {
-        if (ret)
-            atomic_file_abort(&af);
-        else if (atomic_file_commit(&af, err, sizeof err)) {
-            fprintf(stderr, "llmq %s: %s\n", CMD, err);
-            ret = 1;
-        } else
-            fprintf(stderr, "llmq %s: %lld row%s written to %s\n", CMD, (long long)out.rows,
-                    out.rows == 1 ? "" : "s", output);
-    }
+    if (errors)
+        ret |= finish_file(&ef, ret == 0, errors, out.err_rows);
+    if (to_file)
+        ret |= finish_file(&af, ret == 0, output, out.rows);
     if (out.skipped)
         fprintf(stderr, "llmq %s: %lld OpenAI-form row%s without a stored result line left out\n", CMD,
                 (long long)out.skipped, out.skipped == 1 ? "" : "s");
-    if (!ret && fmt == F_OPENAI && out.rows == 0)
+    if (!ret && fmt == F_OPENAI && out.rows + out.err_rows == 0)
         fprintf(stderr, "llmq %s: no job that came as an OpenAI batch line matches\n", CMD);
     db_close(db);
     cfg_free(&c);

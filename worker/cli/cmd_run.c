@@ -115,7 +115,7 @@ static void finish_slot(struct run *r, struct slot *s, const struct res_output *
 {
     s->out = res_line(&s->job, o, token_bytes, r->tok);
     if (!s->out) { /* out of memory for a big result: still answer the line */
-        struct res_output f = res_failed(JOB_ERR_ENGINE, "out of memory while writing the result");
+        struct res_output f = res_failed(JOB_ERR_INTERNAL, "out of memory while writing the result");
         s->out = res_line(&s->job, &f, NULL, NULL);
     }
     s->done = true;
@@ -140,7 +140,7 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
     char err[1024];
     int rc = job_parse(line, len, &r->jopts, &s->job, err, sizeof err);
     if (s->job.form == JOB_FORM_LLMQ && job_assign_id(&s->job)) {
-        fail_slot(r, s, JOB_ERR_ENGINE, "out of memory");
+        fail_slot(r, s, JOB_ERR_INTERNAL, "out of memory");
         return;
     }
     if (rc) {
@@ -151,6 +151,7 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
     rc = job_prepare(&s->job, r->tok, r->max_model_len, &in, err, sizeof err);
     if (rc == 0) {
         in.req.user = s;
+        in.req.deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
         s->seq = engine_add(r->eng, &in.req, err, sizeof err);
         if (!s->seq)
             rc = JOB_ERR_ENGINE;
@@ -178,9 +179,15 @@ static void take_seq(struct run *r, struct engine_seq *q)
     };
     r->prompt_tokens += (uint64_t)q->n_prompt;
     r->generated_tokens += (uint64_t)q->n_output;
+    char why[160];
     if (q->finish == FINISH_ERROR) {
         o.error = q->error[0] ? q->error : "the engine failed";
         o.error_rc = JOB_ERR_ENGINE;
+        report_failure(r, s, o.error);
+    } else if (q->finish == FINISH_TIMEOUT) {
+        job_timeout_error(&s->job, q->n_output, why, sizeof why);
+        o.error = why;
+        o.error_rc = JOB_ERR_TIMEOUT;
         report_failure(r, s, o.error);
     } else {
         r->completed++;

@@ -14,10 +14,12 @@
 #include <unistd.h>
 
 #include "queue/conn.h"
+#include "queue/route.h"
 #include "queue/rq.h"
 #include "queue/stats.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/cli_redis.h"
+#include "worker/cli/status_models.h"
 #include "worker/config/config.h"
 
 static const char CMD[] = "status";
@@ -29,29 +31,33 @@ static const char CMD[] = "status";
 
 static void usage(FILE *f)
 {
-    fprintf(f, "Usage: llmq status [-c FILE] [--redis URL] [--json] [--watch [--interval S]]\n"
-               "\n"
-               "Shows the queue depths (llmq:queue:short, llmq:queue:long), how many jobs wait for a retry,\n"
-               "are dead-lettered or have a cancel request, the workers from their heartbeats (running and\n"
-               "waiting sequences, KV cache usage, tokens/s), and the running jobs with their progress.\n"
-               "\n"
-               "Options:\n"
-               "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): the redis section\n"
-               "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
-               "      --json          one JSON object instead of the table (all running jobs)\n"
-               "  -w, --watch         a live view, redrawn in place every interval until Ctrl-C; with\n"
-               "                      --json, or when stdout is not a terminal, one frame after another\n"
-               "  -n, --interval S    seconds between refreshes (default 1; 0.1 to 3600; implies --watch)\n"
-               "  -h, --help          this text\n"
-               "\n"
-               "Examples:\n"
-               "  llmq status -c /etc/llmq/llmq.yaml           # one look\n"
-               "  llmq status --watch                          # live view; Ctrl-C to leave\n"
-               "  llmq status -w -n 5 --json >> status.jsonl    # a JSON line every 5 s\n"
-               "  llmq status --json | jq '.queues.short'      # the short queue's depth\n"
-               "\n"
-               "Exit status: 0 (also when --watch is stopped with Ctrl-C), 1 when Redis cannot be reached,\n"
-               "2 when the command line is wrong.\n");
+    fprintf(f,
+            "Usage: llmq status [-c FILE] [--redis URL] [--json] [--watch [--interval S]]\n"
+            "\n"
+            "Shows the queue depths (llmq:queue:short, llmq:queue:long), how many jobs wait for a retry,\n"
+            "are dead-lettered or have a cancel request, the workers from their heartbeats (running and\n"
+            "waiting sequences, KV cache usage, tokens/s), and the running jobs with their progress.\n"
+            "Jobs that name a model wait in that model's queues (llmq:queue:<model>:short|long): each\n"
+            "model with jobs is listed, flagged when no live worker serves it (model.name, model.aliases).\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): the redis section\n"
+            "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
+            "      --json          one JSON object instead of the table (all running jobs)\n"
+            "  -w, --watch         a live view, redrawn in place every interval until Ctrl-C; with\n"
+            "                      --json, or when stdout is not a terminal, one frame after another\n"
+            "  -n, --interval S    seconds between refreshes (default 1; 0.1 to 3600; implies --watch)\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "Examples:\n"
+            "  llmq status -c /etc/llmq/llmq.yaml           # one look\n"
+            "  llmq status --watch                          # live view; Ctrl-C to leave\n"
+            "  llmq status -w -n 5 --json >> status.jsonl    # a JSON line every 5 s\n"
+            "  llmq status --json | jq '.queues.short'      # the short queue's depth\n"
+            "  llmq status --json | jq '.models'            # jobs waiting per model, and who serves it\n"
+            "\n"
+            "Exit status: 0 (also when --watch is stopped with Ctrl-C), 1 when Redis cannot be reached,\n"
+            "2 when the command line is wrong.\n");
 }
 
 static void fmt_age(double now, double t, char *buf, size_t len)
@@ -216,7 +222,8 @@ static void print_text(struct frame *fr, const struct rq_stats *s, const char *p
         line(fr, "  ... and %d more (--json lists them all)", s->njobs - shown);
 }
 
-static void print_json(FILE *f, const struct rq_stats *s, const char *prefix)
+static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_queue *mq, int nmq,
+                       const char *prefix)
 {
     json_t *o = json_object(), *qs = json_object(), *ws = json_array(), *js = json_array();
     for (int i = 0; i < s->nqueues; i++)
@@ -244,6 +251,7 @@ static void print_json(FILE *f, const struct rq_stats *s, const char *prefix)
     json_object_set_new(o, "time", json_real(rq_wall_s()));
     json_object_set_new(o, "prefix", json_string(prefix));
     json_object_set_new(o, "queues", qs);
+    json_object_set_new(o, "models", status_models_json(mq, nmq));
     json_object_set_new(o, "retry", json_integer(s->retry));
     json_object_set_new(o, "dead", json_integer(s->dead));
     json_object_set_new(o, "cancel", json_integer(s->cancel));
@@ -315,7 +323,11 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
         fputs("\033[?25l\033[2J", stdout); /* hide the cursor, clear the screen once */
     while (!cli_interrupted()) {
         struct rq_stats s;
+        struct rq_model_queue *mq = NULL;
+        int nmq = 0;
         int rc = rq_stats(q, queues, 2, true, &s);
+        if (rc == 0)
+            rc = rq_model_queues(q, &mq, &nmq);
         double now = rq_wall_s();
         char *buf = NULL;
         size_t len = 0;
@@ -325,13 +337,14 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
         struct frame fr = {.f = open_memstream(&buf, &len), .live = live, .cols = cols};
         if (!fr.f) {
             rq_stats_free(&s);
+            free(mq);
             break;
         }
         if (json) {
             if (rc)
                 fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(q));
             else
-                print_json(fr.f, &s, c->redis.prefix);
+                print_json(fr.f, &s, mq, nmq, c->redis.prefix);
         } else {
             char clock[64];
             time_t tt = (time_t)now;
@@ -354,6 +367,7 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
                 if (rows && max_jobs < 3)
                     max_jobs = 3;
                 print_text(&fr, &s, c->redis.prefix, max_jobs, &rate);
+                status_models_print(fr.f, mq, nmq);
             }
             if (live)
                 fputs("\033[J", fr.f); /* clear what the last frame left below */
@@ -365,6 +379,7 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
         fflush(stdout);
         free(buf);
         rq_stats_free(&s);
+        free(mq);
         pause_for(interval);
     }
     if (live)
@@ -411,16 +426,20 @@ int cmd_status(int argc, char **argv)
     } else {
         static const char *const queues[] = {"short", "long"};
         struct rq_stats s;
-        if (rq_stats(q, queues, 2, true, &s)) {
+        struct rq_model_queue *mq = NULL;
+        int nmq = 0;
+        if (rq_stats(q, queues, 2, true, &s) || rq_model_queues(q, &mq, &nmq)) {
             fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(q));
             rc = 1;
         } else if (st.json) {
-            print_json(stdout, &s, c.redis.prefix);
+            print_json(stdout, &s, mq, nmq, c.redis.prefix);
         } else {
             struct frame fr = {.f = stdout};
             print_text(&fr, &s, c.redis.prefix, -1, NULL);
+            status_models_print(stdout, mq, nmq);
         }
         rq_stats_free(&s);
+        free(mq);
     }
     rq_free(q);
     cfg_free(&c);

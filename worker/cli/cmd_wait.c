@@ -1,6 +1,7 @@
 /* `llmq wait ID...`: blocks until the named jobs reach a final status (completed, failed,
  * cancelled), following the events stream, and prints each result as it arrives: the job hash's
- * fields, and the stored result line and text from SQLite when the database is at hand.
+ * fields and its result line (the hash's `result` field), or the result line and text from SQLite
+ * when the hash has none (expired, or over redis.result_max_bytes) and the database is at hand.
  *
  * No event is missed between the first look and the first XREAD: the stream's last entry id is
  * read before the job hashes are, and XREAD starts after it (the fixed form of XREAD's "$"). The
@@ -45,20 +46,21 @@ static void usage(FILE *f)
             "(not pushed yet, or pushed without a hash) is waited for. The ids are llmq job ids, or the\n"
             "custom_id of OpenAI batch lines.\n"
             "\n"
-            "The result comes from the job's hash (llmq:job:<id>: status, tokens, error), and the text\n"
-            "and result line from the SQLite database when it is readable here (-c FILE's sqlite.path,\n"
-            "or --db PATH); it also answers for jobs whose hash has expired (redis.result_ttl_s).\n"
+            "The result comes from the job's hash (llmq:job:<id>: status, tokens, error, and the result\n"
+            "line with the text in its `result` field), so Redis alone is enough. A result too large for\n"
+            "the hash (redis.result_max_bytes), or a job whose hash has expired (queues.result_ttl_s), is\n"
+            "read from the SQLite database when it is readable here (-c FILE's sqlite.path, or --db PATH).\n"
             "\n"
             "Options:\n"
             "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): the redis and sqlite sections\n"
             "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
             "      --db PATH       the results database (sqlite.path); without it the configured one is\n"
-            "                      used when the file exists, and results are printed without their text\n"
-            "                      when it does not\n"
+            "                      used when the file exists; without one, a result that is in SQLite\n"
+            "                      only is printed without its text\n"
             "  -t, --timeout S     give up after S seconds (exit 124); default 0: wait as long as it takes\n"
             "  -f, --format F      text (default): a line per job, then its text indented by two spaces;\n"
-            "                      json: one JSON object per job and line, with the stored result line\n"
-            "                      under \"result\"\n"
+            "                      json: one JSON object per job and line, with its result line (as\n"
+            "                      `llmq results` exports it) under \"result\"\n"
             "  -h, --help          this text\n"
             "\n"
             "Examples:\n"
@@ -75,7 +77,7 @@ static void usage(FILE *f)
 /* The job hash fields read, in this order. */
 static const char *const FIELDS[] = {
     "status", "finish_reason", "error",      "prompt_tokens", "completion_tokens", "attempts",
-    "worker", "queue",         "created_at", "started_at",    "finished_at"};
+    "worker", "queue",         "created_at", "started_at",    "finished_at",       "result"};
 enum {
     F_STATUS,
     F_FINISH,
@@ -88,6 +90,7 @@ enum {
     F_CREATED,
     F_STARTED,
     F_FINISHED,
+    F_RESULT, /* not among the printed fields: the result line itself */
     NF
 };
 
@@ -134,6 +137,7 @@ static struct wjob *find_job(struct waiter *w, const char *id, size_t len)
 
 struct row {
     bool found;
+    bool in_sqlite; /* result is the hash's marker: the text is in SQLite only, not readable here */
     json_t *obj; /* the fields below as JSON, owned */
     char *output;
     char *result;
@@ -197,6 +201,45 @@ static void row_lookup(struct waiter *w, const char *id, struct row *x)
         fprintf(stderr, "llmq %s: %s\n", CMD, db_errmsg(w->db));
 }
 
+/* The text of a result line: llmq's "text", or an OpenAI body's message content or text. */
+static const char *result_text(json_t *res)
+{
+    json_t *t = json_object_get(res, "text");
+    if (json_is_string(t))
+        return json_string_value(t);
+    json_t *c0 = json_array_get(
+        json_object_get(json_object_get(json_object_get(res, "response"), "body"), "choices"), 0);
+    t = json_object_get(json_object_get(c0, "message"), "content");
+    if (!json_is_string(t))
+        t = json_object_get(c0, "text");
+    return json_string_value(t);
+}
+
+/* The row's result line and text from the hash's `result` field. false when there is none, or
+ * only the marker that it is in SQLite (then *marker is set to it: a new string, or NULL). */
+static bool row_from_hash(const redisReply *r, struct row *x, char **marker)
+{
+    memset(x, 0, sizeof *x);
+    *marker = NULL;
+    if (r->type != REDIS_REPLY_STRING)
+        return false;
+    json_t *res = json_loadb(r->str, r->len, 0, NULL);
+    if (!json_is_object(res)) {
+        json_decref(res);
+        return false;
+    }
+    if (json_is_true(json_object_get(res, "truncated"))) {
+        *marker = strndup(r->str, r->len);
+        json_decref(res);
+        return false;
+    }
+    const char *text = result_text(res);
+    x->result = strndup(r->str, r->len);
+    x->output = text ? strdup(text) : NULL;
+    json_decref(res);
+    return true;
+}
+
 static void row_free(struct row *x)
 {
     json_decref(x->obj);
@@ -211,7 +254,7 @@ static void row_free(struct row *x)
 static json_t *hash_obj(const redisReply *h)
 {
     json_t *o = json_object();
-    for (int i = 0; i < NF; i++) {
+    for (int i = 0; i < F_RESULT; i++) {
         const redisReply *e = h->element[i];
         json_t *v = json_null();
         if (e->type == REDIS_REPLY_STRING) {
@@ -264,6 +307,8 @@ static void print_job(struct waiter *w, const char *id, json_t *o, const struct 
         printf("\n");
         if (*ostr(o, "error"))
             printf("  error: %s\n", ostr(o, "error"));
+        if (x->in_sqlite)
+            printf("  (the result is in SQLite only: name the database with --db or -c)\n");
         if (x->output && strcmp(status, "failed")) {
             const char *p = x->output;
             while (*p) {
@@ -323,7 +368,17 @@ static int check_jobs(struct waiter *w, bool all, bool first)
         bool known = s->type == REDIS_REPLY_STRING;
         if (known && final_status(s->str)) {
             struct row x;
-            row_lookup(w, j->id, &x);
+            char *marker;
+            if (!row_from_hash(h->element[F_RESULT], &x, &marker)) {
+                row_lookup(w, j->id, &x);
+                if (!x.found && marker) { /* no database here: say where the result is */
+                    free(x.result);
+                    x.result = marker;
+                    marker = NULL;
+                    x.in_sqlite = true;
+                }
+            }
+            free(marker);
             finish(w, j, h, &x);
             row_free(&x);
         } else if (!known) { /* no hash: never seen, or expired after it ended */

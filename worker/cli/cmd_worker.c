@@ -33,8 +33,14 @@ static void usage(FILE *f)
         "                        A worker restarted with the same id takes back what it left behind\n"
         "      --queues LIST     short, long or short,long: the queues to fetch from, in priority order\n"
         "                        (worker.queues)\n"
-        "      --drain           exit 0 once the queues, the retry set and the lists of crashed workers\n"
-        "                        are empty and nothing runs (for cron)\n"
+        "      --drain           exit once nothing is left (for cron): the queues it serves, the retry\n"
+        "                        set and every other worker's processing list are empty and nothing\n"
+        "                        runs here. A live worker's jobs keep it waiting (that worker may still\n"
+        "                        die); a crashed worker's are reaped once its heartbeat lapses and run\n"
+        "                        here\n"
+        "      --connect-timeout S\n"
+        "                        with --drain: exit 1 when Redis cannot be reached for S seconds at the\n"
+        "                        start (redis.start_timeout_s, default 30; 0 = keep trying)\n"
         "      --threads N       CPU backend threads; 0 = all cores (engine.threads)\n"
         "      --device N        CUDA device index (engine.device; default 0). One worker per GPU: start\n"
         "                        one each with --device 0, 1, ... and its own --id and metrics.port\n"
@@ -47,13 +53,15 @@ static void usage(FILE *f)
         "worker.shutdown_timeout_s, hand the rest back to the front of their queue and exit 0; a second\n"
         "signal hands everything back at once.\n"
         "\n"
-        "Exit status: 0 after a clean stop, 1 when the worker cannot start (model, tokenizer, engine,\n"
-        "database), 2 when the command line is wrong.\n");
+        "Exit status: 0 after a clean stop (with --drain: and no job failed), 1 when the worker cannot\n"
+        "start (model, tokenizer, engine, database; with --drain, Redis unreachable), 2 when the command\n"
+        "line is wrong, 3 with --drain when jobs failed or were dead-lettered during the run (the last\n"
+        "log line counts them). Without --drain a worker keeps trying to reach Redis.\n");
 }
 
 int cmd_worker(int argc, char **argv)
 {
-    enum { O_REDIS = ENGINE_CFG_O_NEXT, O_DB, O_ID, O_QUEUES, O_DRAIN, O_LOG, O_STATS };
+    enum { O_REDIS = ENGINE_CFG_O_NEXT, O_DB, O_ID, O_QUEUES, O_DRAIN, O_CONNECT_TIMEOUT, O_LOG, O_STATS };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"redis", required_argument, NULL, O_REDIS},
@@ -62,6 +70,7 @@ int cmd_worker(int argc, char **argv)
         {"id", required_argument, NULL, O_ID},
         {"queues", required_argument, NULL, O_QUEUES},
         {"drain", no_argument, NULL, O_DRAIN},
+        {"connect-timeout", required_argument, NULL, O_CONNECT_TIMEOUT},
         {"log-level", required_argument, NULL, O_LOG},
         {"stats", no_argument, NULL, O_STATS},
         {"help", no_argument, NULL, 'h'},
@@ -70,7 +79,7 @@ int cmd_worker(int argc, char **argv)
     struct engine_cfg_flags flags = {0};
     const char *config = cfg_default_path();
     struct wk_opts o = {0};
-    bool seqs_flag = false;
+    bool seqs_flag = false, connect_timeout_flag = false;
     int opt;
     optind = 1;
     opterr = 0;
@@ -108,6 +117,10 @@ int cmd_worker(int argc, char **argv)
         case O_QUEUES:
             key = "worker.queues", flag = "--queues";
             break;
+        case O_CONNECT_TIMEOUT:
+            key = "redis.start_timeout_s", flag = "--connect-timeout";
+            connect_timeout_flag = true;
+            break;
         case O_LOG:
             key = "worker.log_level", flag = "--log-level";
             break;
@@ -119,6 +132,9 @@ int cmd_worker(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(CMD, "unexpected argument '%s'", argv[optind]);
+    if (connect_timeout_flag && !o.drain)
+        return cli_usage_error(CMD, "--connect-timeout goes with --drain (a worker without it keeps trying "
+                                    "to reach Redis)");
 
     struct cfg c;
     char err[1024];

@@ -8,16 +8,20 @@
 
 const struct cli_command cli_commands[] = {
     {"config", cmd_config, "print the effective configuration, list its keys, check a file"},
-    {"make-tiny-model", cmd_make_tiny_model, "write a random checkpoint in Hugging Face layout (tests, demos)"},
+    {"make-tiny-model", cmd_make_tiny_model,
+     "write a random checkpoint in Hugging Face layout (tests, demos)"},
     {"tokenize", cmd_tokenize, "text <-> token ids and chat prompts as JSON lines; tokenizer benchmark"},
     {"run", cmd_run, "run a JSONL file of jobs through the engine offline, results in input order"},
-    {"bench", cmd_bench, "a fixed workload through the engine: throughput, latency, roofline as one JSON line"},
+    {"bench", cmd_bench,
+     "a fixed workload through the engine: throughput, latency, roofline as one JSON line"},
     {"worker", cmd_worker, "take jobs from the Redis queues, run them, write results into SQLite"},
     {"enqueue", cmd_enqueue, "validate a JSONL file of jobs and push them onto a Redis queue"},
+    {"batch", cmd_batch, "batches of jobs: list, status, wait for one, cancel one"},
     {"status", cmd_status, "queue depths, retry and dead counts, live workers, running jobs"},
     {"results", cmd_results, "export results from SQLite: JSON lines, CSV or an OpenAI Batch output file"},
     {"wait", cmd_wait, "block until jobs finish and print their results"},
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
+    {"requeue", cmd_requeue, "run a batch's failed or cancelled jobs again from their stored requests"},
     {"requeue-dead", cmd_requeue_dead, "put dead-lettered jobs back on their queue"},
     {NULL, NULL, NULL},
 };

@@ -14,6 +14,7 @@
 
 #include "engine/util/errfmt.h"
 #include "engine/util/log.h"
+#include "queue/keys.h"
 #include "queue/redis_url.h"
 #include "worker/jobs/template.h"
 
@@ -91,6 +92,42 @@ static int check_queue_list(const void *v, char *msg, size_t len)
     return 0;
 }
 
+/* model.aliases: a comma list of model names (queue/keys.h's rule), each once, at most 7 */
+static int check_aliases(const void *v, char *msg, size_t len)
+{
+    const char *s = *(char *const *)v;
+    char names[8][RQ_MODEL_MAX + 1];
+    int n = 0;
+    for (const char *p = s; *p;) {
+        size_t k = strcspn(p, ","), b = 0, e = k;
+        while (b < e && p[b] == ' ')
+            b++;
+        while (e > b && p[e - 1] == ' ')
+            e--;
+        char name[RQ_MODEL_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(e - b), p + b);
+        if (e - b > RQ_MODEL_MAX || !rq_valid_model_name(name)) {
+            snprintf(msg, len,
+                     "\"%.*s\" is not a model name (1 to %d letters, digits, . _ - /, starting with a letter "
+                     "or digit)",
+                     (int)(e - b > 80 ? 80 : e - b), p + b, RQ_MODEL_MAX);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            if (!strcmp(names[i], name)) {
+                snprintf(msg, len, "\"%s\" is given twice", name);
+                return -1;
+            }
+        if (n == 7) {
+            snprintf(msg, len, "at most 7 aliases");
+            return -1;
+        }
+        memcpy(names[n++], name, strlen(name) + 1);
+        p += k + (p[k] == ',');
+    }
+    return 0;
+}
+
 /* templates.<name>: the template's syntax (braces balanced, placeholders are names) */
 static int check_template(const void *v, char *msg, size_t len)
 {
@@ -140,10 +177,20 @@ static const struct cfg_key keys[] = {
         "key prefix (llmq:queue:short ...); set \"{llmq}\" on Redis Cluster"),
     INT("redis", "connect_timeout_ms", redis.connect_timeout_ms, "2000", 100, 600000,
         "connect and command timeout"),
+    INT("redis", "start_timeout_s", redis.start_timeout_s, "30", 0, 86400,
+        "worker --drain (--connect-timeout): exit 1 when Redis cannot be reached this long at start; 0 = "
+        "keep trying"),
     INT("redis", "block_timeout_ms", redis.block_timeout_ms, "1000", 10, 60000,
         "longest blocking fetch; shutdown waits at most this long on idle queues"),
     INT("redis", "reconnect_max_ms", redis.reconnect_max_ms, "5000", 100, 300000,
         "ceiling of the exponential backoff between reconnect attempts"),
+    SIZE("redis", "result_max_bytes", redis.result_max_bytes, "1MiB", 0, 512 * MiB,
+         "largest result line stored in a finished job's hash (result field); a longer one is "
+         "replaced by a marker that it is in SQLite only; 0 = always the marker"),
+    INT("redis", "stream_maxlen", redis.stream_maxlen, "10000", 10, 100000000,
+        "approximate length cap of a streaming job's text stream (llmq:stream:<id>)"),
+    INT("redis", "stream_interval_ms", redis.stream_interval_ms, "100", 0, 60000,
+        "new text of streaming jobs goes to Redis at most this often (one round trip for all)"),
 
     INT("queues", "long_threshold_tokens", queues.long_threshold_tokens, "4096", 1, MAX_LEN,
         "a short-queue job whose prompt has more tokens moves to the long queue"),
@@ -173,7 +220,10 @@ static const struct cfg_key keys[] = {
         "approximate length cap of the events stream"),
 
     STR("model", "path", model.path, "", 0, NULL, "Hugging Face model folder; \"\" = none (give --model)"),
-    STR("model", "name", model.name, "", 0, NULL, "model name recorded in results; \"\" = the folder's name"),
+    STR("model", "name", model.name, "", 0, NULL,
+        "model name recorded in results and served to jobs naming a model; \"\" = the folder's name"),
+    STR("model", "aliases", model.aliases, "", 0, check_aliases,
+        "more model names this worker serves (comma list, up to 7): jobs naming one run here"),
     ENUM("model", "dtype", model.dtype, "auto", dtype_choices,
          "weight dtype on the backend; auto = the checkpoint's (fp32 on cpu); fp8 quantizes at load; fp16 "
          "= cuda's fp16 mode (weights, activations and KV cache in fp16: nearer fp32 than bf16; a weight "
@@ -221,6 +271,9 @@ static const struct cfg_key keys[] = {
     DBL("engine", "admission_reserve", engine.admission_reserve, "1.0", 0, 1, 0,
         "a job starts only when the KV cache also holds this share of its and the running jobs' "
         "max_tokens; learned from finished jobs after the first; 0 = admit, preempt later"),
+    INT("engine", "priority_aging_s", engine.priority_aging_s, "60", 0, 86400,
+        "a waiting job's priority rises by 1 for every this many seconds it waits, so low priorities "
+        "never starve; 0 = no aging (priority, then arrival)"),
     BOOL("engine", "cuda_graphs", engine.cuda_graphs, "true", "run decode steps as CUDA graphs"),
     INT("engine", "cuda_graph_max_batch", engine.cuda_graph_max_batch, "512", 1, 4096,
         "largest decode batch captured as a graph; larger ones run eagerly"),

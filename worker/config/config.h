@@ -58,8 +58,12 @@ struct cfg_redis {
     int db;                 /* -1 = the URL's (0 if it has none) */
     char *prefix;           /* key prefix: "llmq" -> llmq:queue:short; "{llmq}" on Redis Cluster */
     int connect_timeout_ms; /* TCP/unix connect and every non-blocking command */
+    int start_timeout_s;    /* --drain: exit 1 when Redis cannot be reached this long at start */
     int block_timeout_ms;   /* BLMOVE timeout: how long shutdown can wait on an idle queue */
     int reconnect_max_ms;   /* ceiling of the exponential reconnect backoff */
+    int64_t result_max_bytes; /* longest result line kept in a job hash; longer: a marker (0: always) */
+    int stream_maxlen;        /* XADD llmq:stream:<id> MAXLEN ~ this */
+    int stream_interval_ms;   /* streaming jobs' new text goes out at most this often */
 };
 
 struct cfg_queues {
@@ -81,6 +85,7 @@ struct cfg_queues {
 struct cfg_model {
     char *path;        /* Hugging Face model folder; "" = none (commands then need --model) */
     char *name;        /* name recorded in results; "" = the folder's basename */
+    char *aliases;     /* more model names the worker serves, comma-separated (model queues) */
     int dtype;         /* enum cfg_dtype */
     int lm_head_dtype; /* enum cfg_lm_dtype */
     int max_model_len; /* 0 = config.json's max_position_embeddings; more enables YaRN */
@@ -101,6 +106,7 @@ struct cfg_engine {
     int64_t cpu_kv_cache_bytes;    /* KV pool size of the CPU backend */
     bool enable_prefix_caching;
     double admission_reserve; /* share of max_tokens admission keeps KV blocks for */
+    int priority_aging_s;     /* waiting this long raises a job's priority by 1; 0 = no aging */
     bool cuda_graphs;         /* capture decode steps as CUDA graphs */
     int cuda_graph_max_batch; /* larger decode batches run without a graph */
     int threads;              /* CPU backend OpenMP threads; 0 = all cores */

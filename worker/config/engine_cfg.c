@@ -42,6 +42,7 @@ struct engine_opts engine_cfg_opts(const struct cfg *c)
                                                                  : BE_WEIGHTS_AUTO;
     o.enable_prefix_caching = c->engine.enable_prefix_caching;
     o.admission_reserve = c->engine.admission_reserve;
+    o.priority_aging_s = c->engine.priority_aging_s;
     o.seed = (uint64_t)c->engine.seed;
     return o;
 }

@@ -39,6 +39,7 @@ void cfg_rq_opts(struct rq_opts *o, const struct cfg *c)
     o->retry_backoff_max_ms = c->queues.retry_backoff_max_ms;
     o->result_ttl_s = c->queues.result_ttl_s;
     o->events_maxlen = c->queues.events_maxlen;
+    o->stream_maxlen = c->redis.stream_maxlen;
     o->heartbeat_ttl_s = c->worker.heartbeat_ttl_s;
     o->heartbeat_interval_s = c->worker.heartbeat_interval_s;
     o->reaper_interval_s = c->worker.reaper_interval_s;

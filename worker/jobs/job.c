@@ -19,28 +19,39 @@
 #include "engine/util/errfmt.h"
 #include "engine/util/jtype.h"
 #include "engine/util/uuid.h"
+#include "queue/jobid.h"
+#include "queue/keys.h"
 #include "worker/config/config.h"
 #include "worker/jobs/template.h"
 
 #define NONE ""         /* struct field.neutral: no value of this field is accepted */
 #define GREEDY_EPS 1e-5 /* temperatures below this are greedy (vLLM's _SAMPLING_EPS) */
 
+/* Every way a job ends without completing, by its code. One table: the parser, the worker loop
+ * (worker/loop/), `llmq run` and the results name failures only through it. */
+static const struct {
+    int rc;
+    const char *code;
+} error_codes[JOB_ERR_COUNT] = {
+    {JOB_ERR_JSON, "invalid_json"},
+    {JOB_ERR_TOO_LARGE, "job_too_large"},
+    {JOB_ERR_INVALID, "invalid_request"},
+    {JOB_ERR_CONTEXT, "context_length_exceeded"},
+    {JOB_ERR_ENGINE, "engine_error"},
+    {JOB_ERR_TIMEOUT, "timeout"},
+    {JOB_ERR_CANCELLED, "cancelled"},
+    {JOB_ERR_INTERNAL, "internal"},
+    {JOB_ERR_ATTEMPTS, "max_attempts_exceeded"},
+};
+
 const char *job_error_code(int rc)
 {
-    switch (rc) {
-    case JOB_OK:
+    if (rc == JOB_OK)
         return "";
-    case JOB_ERR_JSON:
-        return "invalid_json";
-    case JOB_ERR_TOO_LARGE:
-        return "job_too_large";
-    case JOB_ERR_INVALID:
-        return "invalid_request";
-    case JOB_ERR_CONTEXT:
-        return "context_length_exceeded";
-    default:
-        return "engine_error";
-    }
+    for (size_t i = 0; i < JOB_ERR_COUNT; i++)
+        if (error_codes[i].rc == rc)
+            return error_codes[i].code;
+    return "internal";
 }
 
 struct job_defaults job_defaults_builtin(void)
@@ -234,8 +245,8 @@ static char *dup_n(const char *s, size_t n)
     return p;
 }
 
-/* An id: 1..JOB_MAX_ID_BYTES bytes of UTF-8 without control characters. */
-static int read_id(struct pctx *c, const char *name, const json_t *v)
+/* An id: 1..JOB_MAX_ID_BYTES bytes of UTF-8 without control characters, into *dst. */
+static int read_id(struct pctx *c, const char *name, const json_t *v, char **dst)
 {
     if (!json_is_string(v))
         return bad(c, name, v, "expected a string");
@@ -246,9 +257,21 @@ static int read_id(struct pctx *c, const char *name, const json_t *v)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
             return bad(c, name, v, "must not contain control characters");
-    free(c->j->id);
-    c->j->id = dup_n(s, n);
-    return c->j->id ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    free(*dst);
+    *dst = dup_n(s, n);
+    return *dst ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+}
+
+/* "batch_id": a batch id (queue/keys.h: rq_valid_batch_id), or null for none. */
+static int read_batch_id(struct pctx *c, const json_t *v)
+{
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v) || !rq_valid_batch_id(json_string_value(v), json_string_length(v)))
+        return bad(c, "batch_id", v, "expected 1 to %d letters, digits, '.', '_' or '-'", RQ_BATCH_ID_MAX);
+    free(c->j->batch_id);
+    c->j->batch_id = dup_n(json_string_value(v), json_string_length(v));
+    return c->j->batch_id ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
 }
 
 /* ---- field handlers: int h(struct pctx *, const char *name, json_t *value) */
@@ -267,7 +290,12 @@ static int h_ignore_string(struct pctx *c, const char *name, json_t *v)
 
 static int h_id(struct pctx *c, const char *name, json_t *v)
 {
-    return read_id(c, name, v);
+    return read_id(c, name, v, &c->j->id);
+}
+
+static int h_batch_id(struct pctx *c, const char *name, json_t *v)
+{
+    return read_batch_id(c, v);
 }
 
 static int h_prompt(struct pctx *c, const char *name, json_t *v)
@@ -277,7 +305,7 @@ static int h_prompt(struct pctx *c, const char *name, json_t *v)
     if (json_string_length(v) == 0)
         return bad(c, name, NULL, "must not be empty");
     c->j->prompt = dup_n(json_string_value(v), json_string_length(v));
-    return c->j->prompt ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+    return c->j->prompt ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
 }
 
 /* Completions: a string, [string], token ids [int...] or [[int...]] (one prompt per job). */
@@ -300,7 +328,7 @@ static int h_completion_prompt(struct pctx *c, const char *name, json_t *v)
     size_t n = json_array_size(v);
     c->j->prompt_ids = malloc(n * sizeof(int32_t));
     if (!c->j->prompt_ids)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         long long id = 0;
         if (!as_int(json_array_get(v, i), &id) || id < 0 || id > INT32_MAX) {
@@ -348,7 +376,7 @@ static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
     }
     char *buf = malloc(total), *p = buf;
     if (!buf)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     for (size_t k = 0; k < json_array_size(parts); k++) {
         json_t *text = json_object_get(json_array_get(parts, k), "text");
         if (k)
@@ -360,7 +388,7 @@ static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
     json_t *s = json_stringn_nocheck(buf, (size_t)(p - buf));
     free(buf);
     if (!s || json_object_set_new(msg, "content", s))
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     return 0;
 }
 
@@ -370,7 +398,7 @@ static int h_messages(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, v, "expected a non-empty list of messages");
     json_t *copy = json_deep_copy(v);
     if (!copy)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     c->j->messages = copy;
     for (size_t i = 0; i < json_array_size(copy); i++) {
         json_t *m = json_array_get(copy, i);
@@ -472,7 +500,7 @@ static int add_stop(struct pctx *c, const char *field, json_t *s)
                    n);
     char *p = dup_n(json_string_value(s), n);
     if (!p)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     c->j->stop[c->j->n_stop++] = p;
     return 0;
 }
@@ -486,7 +514,7 @@ static int h_stop(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, NULL, "at most %d stop strings (%zu given)", JOB_MAX_STOP, n);
     c->j->stop = calloc(n ? n : 1, sizeof(char *));
     if (!c->j->stop)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     if (json_is_string(v))
         return add_stop(c, name, v);
     for (size_t i = 0; i < n; i++) {
@@ -507,7 +535,7 @@ static int h_stop_ids(struct pctx *c, const char *name, json_t *v)
         return bad(c, name, NULL, "at most %d stop token ids (%zu given)", JOB_MAX_STOP_IDS, n);
     c->j->stop_ids = malloc((n ? n : 1) * sizeof(int32_t));
     if (!c->j->stop_ids)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         long long id = 0;
         char field[64];
@@ -554,6 +582,11 @@ static int h_return_token_ids(struct pctx *c, const char *name, json_t *v)
     return read_bool(c, name, v, &c->j->return_token_ids);
 }
 
+static int h_stream(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->stream);
+}
+
 static int h_enable_thinking(struct pctx *c, const char *name, json_t *v)
 {
     return read_bool(c, name, v, &c->j->enable_thinking);
@@ -567,6 +600,20 @@ static int h_ignore_eos(struct pctx *c, const char *name, json_t *v)
 static int h_skip_special(struct pctx *c, const char *name, json_t *v)
 {
     return read_bool(c, name, v, &c->j->skip_special_tokens);
+}
+
+static int h_timeout(struct pctx *c, const char *name, json_t *v)
+{
+    return read_num(c, name, v, 0, true, JOB_MAX_TIMEOUT_S, false, &c->j->timeout_s);
+}
+
+static int h_priority(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (read_int(c, name, v, -JOB_MAX_PRIORITY, JOB_MAX_PRIORITY, &x))
+        return JOB_ERR_INVALID;
+    c->j->priority = (int)x;
+    return 0;
 }
 
 static int h_template(struct pctx *c, const char *name, json_t *v)
@@ -626,6 +673,7 @@ struct field {
 
 static const struct field fields[] = {
     {"id", F_LLMQ, h_id, NULL},
+    {"batch_id", F_LLMQ, h_batch_id, NULL},
     {"prompt", F_LLMQ, h_completion_prompt, NULL},
     {"prompt", F_COMPL, h_completion_prompt, NULL},
     {"messages", F_LLMQ | F_CHAT, h_messages, NULL},
@@ -653,8 +701,11 @@ static const struct field fields[] = {
     {"ignore_eos", F_ALL, h_ignore_eos, NULL},
     {"skip_special_tokens", F_ALL, h_skip_special, NULL},
     {"metadata", F_ALL, h_metadata, NULL},
+    {"stream", F_ALL, h_stream, NULL},
+    {"timeout_s", F_ALL, h_timeout, NULL}, /* in OpenAI bodies: llmq's extensions, like vLLM's */
+    {"priority", F_ALL, h_priority, NULL},
     /* OpenAI fields that change nothing here */
-    {"model", F_OPENAI, h_ignore_string, NULL},
+    {"model", F_ALL, h_ignore, NULL}, /* read first, by read_model */
     {"user", F_OPENAI, h_ignore_string, NULL},
     {"store", F_CHAT, h_ignore, NULL},
     {"service_tier", F_OPENAI, h_ignore, NULL},
@@ -666,7 +717,6 @@ static const struct field fields[] = {
     {"best_of", F_COMPL, NULL, "1"},
     {"echo", F_COMPL, NULL, "false"},
     {"suffix", F_COMPL, NULL, "\"\""},
-    {"stream", F_OPENAI, NULL, "false"},
     {"stream_options", F_OPENAI, NULL, "{}"},
     {"logit_bias", F_OPENAI, NULL, "{}"},
     {"tools", F_CHAT, NULL, "[]"},
@@ -788,7 +838,7 @@ static int render_template(struct pctx *c, const char *tname, const char *text, 
         return bad(c, field, json_object_get(vars, var), "expected a string or a number");
     }
     case TMPL_ERR_NOMEM:
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     default:
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "template '%s': %s", tname, msg);
     }
@@ -826,7 +876,8 @@ static int llmq_form(struct pctx *c, json_t *root)
         const char *text = c->o->template_find(c->o->template_ctx, name);
         if (!text)
             return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
-                             "field 'template': no template named '%.64s' in the config", name);
+                             "field 'template': no template named '%.64s' %s", name,
+                             c->o->template_where ? c->o->template_where : "in the config");
         /* The rendered text is one user message through the chat template. */
         rc = render_template(c, name, text, c->vars);
         if (rc)
@@ -835,7 +886,7 @@ static int llmq_form(struct pctx *c, json_t *root)
         free(j->prompt);
         j->prompt = NULL;
         if (!msgs)
-            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
         j->messages = msgs;
         char msg[512];
         if (chat_messages_from_json(msgs, &j->msgs, &j->n_msgs, msg, sizeof msg))
@@ -847,7 +898,7 @@ static int llmq_form(struct pctx *c, json_t *root)
 static int openai_form(struct pctx *c, json_t *root)
 {
     struct job *j = c->j;
-    static const char *const top[] = {"custom_id", "method", "url", "body", NULL};
+    static const char *const top[] = {"custom_id", "method", "url", "body", "batch_id", NULL};
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v)
@@ -870,7 +921,7 @@ static int openai_form(struct pctx *c, json_t *root)
     }
     json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
     json_t *body = json_object_get(root, "body");
-    if (!j->id)
+    if (!j->custom_id)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "missing field 'custom_id'");
     if (method && !(json_is_string(method) && !strcmp(json_string_value(method), "POST")))
         return bad(c, "method", method, "expected \"POST\"");
@@ -957,6 +1008,21 @@ static void job_init(struct job *j, const struct job_opts *o)
     j->skip_special_tokens = true;
 }
 
+/* "model" (llmq) or "body.model" (OpenAI) into j->model: a model name (queue/keys.h's rule), or
+ * absent, null or "" for none. */
+static int read_model(struct pctx *c, json_t *obj, const char *field)
+{
+    json_t *v = json_is_object(obj) ? json_object_get(obj, "model") : NULL;
+    if (!v || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0))
+        return 0;
+    if (!json_is_string(v) || json_string_length(v) > RQ_MODEL_MAX ||
+        !rq_valid_model_name(json_string_value(v)))
+        return bad(c, field, v, "expected a model name (1 to %d letters, digits, '.', '_', '-', '/')",
+                   RQ_MODEL_MAX);
+    c->j->model = strdup(json_string_value(v));
+    return c->j->model ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "out of memory");
+}
+
 int job_parse(const char *line, size_t len, const struct job_opts *o, struct job *j, char *err, size_t errlen)
 {
     struct job_opts def;
@@ -1000,12 +1066,24 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
                json_object_get(root, "url") || json_object_get(root, "method")) {
         j->form = JOB_FORM_CHAT;
         json_t *cid = json_object_get(root, "custom_id");
-        rc = cid && !json_is_null(cid) ? read_id(&c, "custom_id", cid) : 0;
+        rc = cid && !json_is_null(cid) ? read_id(&c, "custom_id", cid, &j->custom_id) : 0;
+        if (rc == 0)
+            rc = read_batch_id(&c, json_object_get(root, "batch_id"));
+        if (rc == 0 && j->custom_id) { /* the key: queue/jobid.h's rule */
+            char key[RQ_ID_MAX + 1];
+            rq_openai_key(j->batch_id, j->custom_id, key);
+            j->id = strdup(key);
+            rc = j->id ? 0 : errfmt_rc(err, errlen, JOB_ERR_INTERNAL, "out of memory");
+        }
+        if (rc == 0)
+            rc = read_model(&c, json_object_get(root, "body"), "body.model");
         if (rc == 0)
             rc = openai_form(&c, root);
     } else {
         json_t *id = json_object_get(root, "id");
-        rc = id && !json_is_null(id) ? read_id(&c, "id", id) : 0;
+        rc = id && !json_is_null(id) ? read_id(&c, "id", id, &j->id) : 0;
+        if (rc == 0)
+            rc = read_model(&c, root, "model");
         if (rc == 0)
             rc = llmq_form(&c, root);
     }
@@ -1027,6 +1105,9 @@ void job_free(struct job *j)
     if (!j)
         return;
     free(j->id);
+    free(j->model);
+    free(j->custom_id);
+    free(j->batch_id);
     free(j->prompt);
     free(j->prompt_ids);
     free(j->msgs);
@@ -1066,7 +1147,7 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
         in->tokens = malloc(n * sizeof(int32_t));
         if (!in->tokens) {
             errfmt(err, errlen, "out of memory");
-            return JOB_ERR_ENGINE;
+            return JOB_ERR_INTERNAL;
         }
         memcpy(in->tokens, j->prompt_ids, n * sizeof(int32_t));
     } else if (j->msgs) {
@@ -1129,7 +1210,19 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
     r->stop_ids = j->stop_ids;
     r->n_stop_ids = j->n_stop_ids;
     r->skip_special_tokens = j->skip_special_tokens;
+    r->priority = j->priority;
     return JOB_OK;
+}
+
+double job_deadline(const struct job *j, double taken)
+{
+    return j->timeout_s > 0 ? taken + j->timeout_s : 0;
+}
+
+void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len)
+{
+    errfmt(buf, len, "timeout_s (%g s) passed after %d generated token%s; the text so far is kept",
+           j->timeout_s, n_tokens, n_tokens == 1 ? "" : "s");
 }
 
 void job_input_free(struct job_input *in)
@@ -1181,5 +1274,11 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "enable_thinking", json_boolean(j->enable_thinking));
     if (j->return_token_ids)
         json_object_set_new(o, "return_token_ids", json_true());
+    if (j->stream)
+        json_object_set_new(o, "stream", json_true());
+    if (j->timeout_s > 0)
+        json_object_set_new(o, "timeout_s", json_real(j->timeout_s));
+    if (j->priority)
+        json_object_set_new(o, "priority", json_integer(j->priority));
     return o;
 }

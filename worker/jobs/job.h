@@ -35,24 +35,35 @@ struct model_config;
 struct tok;
 
 #define JOB_MAX_DEPTH 32         /* nesting of arrays and objects in a job's JSON */
-#define JOB_MAX_ID_BYTES 256     /* "id" / "custom_id" */
+#define JOB_MAX_ID_BYTES 256     /* "id" / "custom_id" (RQ_OWN_ID_MAX) */
 #define JOB_MAX_STOP 16          /* stop strings per job */
 #define JOB_MAX_STOP_BYTES 1024  /* bytes per stop string */
 #define JOB_MAX_STOP_IDS 64      /* stop_token_ids per job */
 #define JOB_ID_LEN UUID_TEXT_LEN /* a generated id: a UUIDv7 in its 36-character text form */
+#define JOB_MAX_TIMEOUT_S 604800 /* "timeout_s": at most a week */
+#define JOB_MAX_PRIORITY 1000    /* "priority": -1000 .. 1000 */
 
-/* Failure kinds: what job_parse / job_prepare return. job_error_code() names them for OpenAI's
- * error.code and for SQLite. */
+/* Failure kinds: what job_parse / job_prepare return, and what the worker records for every way
+ * a job can end without completing. job_error_code() names each for OpenAI's error.code, the
+ * SQLite row's error_code and the Redis hash's; the table of codes is in job.c (docs/JOBS.md
+ * "Error codes" lists which failure gives which). */
 enum job_error {
     JOB_OK = 0,
     JOB_ERR_JSON = -1,      /* "invalid_json": not JSON, bad UTF-8 or escape, too deep, not an object */
     JOB_ERR_TOO_LARGE = -2, /* "job_too_large": over queues.max_job_bytes */
     JOB_ERR_INVALID =
         -3, /* "invalid_request": a field is missing, unknown, of the wrong type or out of range */
-    JOB_ERR_CONTEXT = -4, /* "context_length_exceeded": prompt (+ max_tokens) over max_model_len */
-    JOB_ERR_ENGINE = -5,  /* "engine_error": the engine refused or failed the job */
+    JOB_ERR_CONTEXT = -4,   /* "context_length_exceeded": prompt (+ max_tokens) over max_model_len */
+    JOB_ERR_ENGINE = -5,    /* "engine_error": the engine refused or failed the job */
+    JOB_ERR_TIMEOUT = -6,   /* "timeout": the job's timeout_s passed */
+    JOB_ERR_CANCELLED = -7, /* "cancelled": stopped by a cancel request (status cancelled) */
+    JOB_ERR_INTERNAL = -8,  /* "internal": the worker failed it (out of memory, ...) */
+    /* "max_attempts_exceeded": delivered max_attempts times to workers that died before finishing
+     * it (a poison job); written by the reaper's script (queue/scripts.c), never by job_parse */
+    JOB_ERR_ATTEMPTS = -9,
 };
-/* "invalid_json", ...; "" for JOB_OK. */
+#define JOB_ERR_COUNT 9 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_ATTEMPTS */
+/* "invalid_json", ...; "" for JOB_OK, "internal" for a value out of range. */
 const char *job_error_code(int rc);
 
 enum job_form {
@@ -86,14 +97,21 @@ struct job_opts {
     int64_t max_bytes;             /* longest job JSON in bytes; 0 = no limit (queues.max_job_bytes) */
     job_template_fn template_find; /* NULL: no templates are configured */
     void *template_ctx;
+    const char *template_where; /* where an unknown template was looked for, for its error message;
+                                   NULL = "in the config" */
 };
 /* Built-in defaults, no size limit, no templates. */
 struct job_opts job_opts_default(void);
 
 struct job {
     enum job_form form;
-    char *id;          /* llmq "id" or OpenAI "custom_id" (owned); NULL when the job has none */
+    /* The job's key (owned; NULL when it has none), by queue/jobid.h's rule: llmq's "id", an
+     * OpenAI line's "custom_id", or "<batch_id>/<custom_id>" for an OpenAI line in a batch. */
+    char *id;
+    char *model;       /* llmq "model" or OpenAI "body.model" (owned); NULL when it names none (or "") */
     bool id_generated; /* id came from job_assign_id */
+    char *custom_id;   /* an OpenAI line's "custom_id" (owned); NULL in llmq's form */
+    char *batch_id;    /* "batch_id" (owned): the batch `llmq enqueue` put it in; NULL = none */
 
     /* The input: exactly one of prompt, prompt_ids, messages is set after a successful parse. */
     char *prompt;        /* text sent as is (llmq "prompt", a rendered template, completions "prompt") */
@@ -117,16 +135,23 @@ struct job {
     int32_t *stop_ids; /* [n_stop_ids] owned */
     int n_stop_ids;
 
+    /* Scheduling. */
+    double timeout_s; /* seconds from when a worker takes it (llmq run: reads it); 0 = none */
+    int priority;     /* admission order within its lane, higher first; default 0 */
+
     /* Output. */
     bool return_token_ids;
+    bool stream;             /* "stream": the text goes to <p>:stream:<id> as it comes */
     struct json_t *metadata; /* owned reference to the job's "metadata" object, or NULL */
 };
 
 /* Parses and validates one job from `len` bytes of JSON (need not be NUL-terminated). *j is
- * always initialised, even on failure, and must be given to job_free. On failure j->form and
- * j->id are set as far as the line could be read (a line that is not JSON is taken for an OpenAI
- * line when it contains the text "custom_id"), so the caller can answer in the right shape.
- * Returns JOB_OK or a negative enum job_error with the message in err. */
+ * always initialised, even on failure, and must be given to job_free. The model is read before
+ * any other field: a job whose only fault is one a worker serving its model may not have (a
+ * template) still has j->model. On failure j->form, j->id, j->custom_id, j->batch_id and
+ * j->model are set as far as the line could be read (a line that is not JSON is taken for an
+ * OpenAI line when it contains the text "custom_id"), so the caller can answer in the right
+ * shape. Returns JOB_OK or a negative enum job_error with the message in err. */
 int job_parse(const char *line, size_t len, const struct job_opts *o, struct job *j, char *err,
               size_t errlen);
 
@@ -144,16 +169,24 @@ struct job_input {
     struct engine_request req; /* borrows from the job and from tokens; user is NULL */
 };
 
-/* Renders (chat template) and tokenizes the job's input and fills in->req. A prompt of
- * max_model_len tokens or more, or a prompt plus an explicit max_tokens over max_model_len, is
- * JOB_ERR_CONTEXT; a default max_tokens is clamped to what fits. tok is borrowed. Returns
- * JOB_OK, or a negative enum job_error with err; *in is always initialised (job_input_free). */
+/* Renders (chat template) and tokenizes the job's input and fills in->req (its priority too; the
+ * deadline is the caller's: job_deadline). A prompt of max_model_len tokens or more, or a prompt
+ * plus an explicit max_tokens over max_model_len, is JOB_ERR_CONTEXT; a default max_tokens is
+ * clamped to what fits. tok is borrowed. Returns JOB_OK, or a negative enum job_error with err;
+ * *in is always initialised (job_input_free). */
 int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, struct job_input *in,
                 char *err, size_t errlen);
 void job_input_free(struct job_input *in);
 
+/* The engine_request.deadline of a job taken at `taken` (engine_now seconds): taken + timeout_s,
+ * or 0 (none) when the job has no timeout_s. */
+double job_deadline(const struct job *j, double taken);
+/* The message of a job that timed out (FINISH_TIMEOUT) after n_tokens generated tokens. */
+void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len);
+
 /* The job's effective parameters as a new JSON object (for SQLite's params column):
  * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
- * min_tokens, ignore_eos, skip_special_tokens, enable_thinking (messages only), return_token_ids.
+ * min_tokens, ignore_eos, skip_special_tokens, enable_thinking (messages only), return_token_ids,
+ * stream, timeout_s and priority (when set).
  * NULL when out of memory. */
 struct json_t *job_params_json(const struct job *j);

@@ -86,6 +86,12 @@ static bool failed(const struct res_output *o)
     return o->error || o->finish == FINISH_ERROR;
 }
 
+/* A job with output: completed, cancelled, or failed by its timeout (with what it generated). */
+static bool has_output(const struct res_output *o)
+{
+    return !failed(o) || o->finish == FINISH_TIMEOUT;
+}
+
 /* ---- llmq's shape */
 
 static json_t *llmq_logprobs(const struct res_output *o)
@@ -109,13 +115,19 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
     if (!r)
         return NULL;
     json_object_set_new(r, "id", str_lossy(j->id, j->id ? strlen(j->id) : 0));
+    if (j->batch_id)
+        json_object_set_new(r, "batch_id", json_string(j->batch_id));
     if (failed(o)) {
         json_object_set_new(r, "status", json_string("failed"));
         json_object_set_new(
             r, "error", str_lossy(o->error ? o->error : "failed", strlen(o->error ? o->error : "failed")));
+        json_object_set_new(r, "error_code",
+                            json_string(job_error_code(o->error_rc ? o->error_rc : JOB_ERR_ENGINE)));
     } else {
         json_object_set_new(r, "status",
                             json_string(o->finish == FINISH_CANCELLED ? "cancelled" : "completed"));
+    }
+    if (has_output(o)) {
         json_object_set_new(r, "text", str_lossy(o->text ? o->text : "", o->text ? o->text_len : 0));
         const char *fr = finish_reason_name(o->finish);
         json_object_set_new(r, "finish_reason", fr ? json_string(fr) : json_null());
@@ -130,6 +142,8 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
         }
         if (j->sp.logprobs >= 0 && o->logprobs)
             json_object_set_new(r, "logprobs", llmq_logprobs(o));
+        if (o->finish == FINISH_CANCELLED)
+            json_object_set_new(r, "error_code", json_string(job_error_code(JOB_ERR_CANCELLED)));
     }
     if (j->metadata)
         json_object_set(r, "metadata", j->metadata);
@@ -201,10 +215,10 @@ static json_t *openai_json(const struct job *j, const struct res_output *o, res_
 {
     char id[64], req[64], body_id[64];
     res_random_id("batch_req_", id, sizeof id);
-    json_t *custom = j->id ? str_lossy(j->id, strlen(j->id)) : json_null();
-    if (failed(o) || o->finish == FINISH_CANCELLED) {
+    json_t *custom = j->custom_id ? str_lossy(j->custom_id, strlen(j->custom_id)) : json_null();
+    if (!has_output(o) || o->finish == FINISH_CANCELLED) {
         const char *code =
-            failed(o) ? job_error_code(o->error_rc ? o->error_rc : JOB_ERR_ENGINE) : "cancelled";
+            job_error_code(failed(o) ? (o->error_rc ? o->error_rc : JOB_ERR_ENGINE) : JOB_ERR_CANCELLED);
         const char *msg = o->error ? o->error : failed(o) ? "failed" : "the job was cancelled";
         return json_pack("{s:s, s:o, s:n, s:{s:s, s:o}}", "id", id, "custom_id", custom, "response", "error",
                          "code", code, "message", str_lossy(msg, strlen(msg)));
@@ -228,8 +242,14 @@ static json_t *openai_json(const struct job *j, const struct res_output *o, res_
                              "model", o->model ? o->model : "llmq", "choices", choice, "usage",
                              "prompt_tokens", o->prompt_tokens, "completion_tokens", o->completion_tokens,
                              "total_tokens", o->prompt_tokens + o->completion_tokens);
-    return json_pack("{s:s, s:o, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", custom, "response",
-                     "status_code", 200, "request_id", req, "body", body, "error");
+    if (o->finish != FINISH_TIMEOUT)
+        return json_pack("{s:s, s:o, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", custom, "response",
+                         "status_code", 200, "request_id", req, "body", body, "error");
+    /* timed out: the partial body under HTTP 408 (Request Timeout), and the error as for a failure */
+    const char *msg = o->error ? o->error : "the job's timeout_s passed";
+    return json_pack("{s:s, s:o, s:{s:i, s:s, s:o}, s:{s:s, s:o}}", "id", id, "custom_id", custom, "response",
+                     "status_code", 408, "request_id", req, "body", body, "error", "code",
+                     job_error_code(JOB_ERR_TIMEOUT), "message", str_lossy(msg, strlen(msg)));
 }
 
 json_t *res_json(const struct job *j, const struct res_output *o, res_token_fn token_fn, const void *ctx)

@@ -1,12 +1,17 @@
 /* A finished job as JSON: llmq's own result shape, or an OpenAI Batch output line for jobs that
  * came in that form. docs/JOBS.md shows both.
  *
- *   llmq:   {"id", "status": "completed"|"cancelled"|"failed", "text", "finish_reason",
+ *   llmq:   {"id", "batch_id"?, "status": "completed"|"cancelled"|"failed", "text", "finish_reason",
  *            "usage": {"prompt_tokens", "completion_tokens"}, "prompt_token_ids"?, "token_ids"?,
- *            "logprobs"?, "metadata"?}            failed: {"id", "status": "failed", "error", "metadata"?}
+ *            "logprobs"?, "error_code"? (cancelled), "metadata"?}
+ *           failed: {"id", "batch_id"?, "status": "failed", "error", "error_code", "metadata"?}
+ *           timed out: failed, with "error", "error_code" and the fields of a completed result
+ *            (finish_reason "timeout")
  *   OpenAI: {"id": "batch_req_...", "custom_id", "response": {"status_code": 200, "request_id",
  *            "body": chat.completion | text_completion}, "error": null}
  *           failed or cancelled: {"id", "custom_id", "response": null, "error": {"code", "message"}}
+ *           timed out: "response" with status_code 408 and the partial body (finish_reason "timeout"),
+ *           and "error": {"code": "timeout", "message"}
  *
  * Strings that are not valid UTF-8 (a cut error message, a token's partial character) are written
  * with U+FFFD in place of the bad bytes, so every line is valid JSON. */
@@ -22,7 +27,8 @@ struct json_t; /* jansson */
 
 /* How a job ended. Pointers are borrowed for the call. */
 struct res_output {
-    enum finish_reason finish; /* STOP, LENGTH, CANCELLED; ERROR (or error set) means failed */
+    enum finish_reason finish; /* STOP, LENGTH, CANCELLED; ERROR (or error set) means failed; TIMEOUT
+                                  is failed with the output (set error and error_rc JOB_ERR_TIMEOUT) */
     const char *text;          /* generated text (NULL = "") */
     size_t text_len;
     int prompt_tokens, completion_tokens;

@@ -3,11 +3,13 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/tokenizer.h"
 #include "worker/jobs/result.h"
+#include "worker/store/result_line.h"
 
 struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
 {
@@ -23,6 +25,7 @@ struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
     j->first_token_at = NAN;
     j->ttft_ms = j->latency_ms = NAN;
     j->status = RQ_STATUS_FAILED;
+    j->batch = db_batch_empty();
     return j;
 }
 
@@ -37,6 +40,10 @@ void wk_job_free(struct wk_job *j)
     free(j->params);
     free(j->metadata);
     free(j->result);
+    free(j->hash_result);
+    free((char *)j->batch.id);
+    free((char *)j->batch.input);
+    free((char *)j->batch.state);
     free(j);
 }
 
@@ -136,9 +143,18 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         wk_job_finish_failed(j, c, JOB_ERR_ENGINE, why, j->finished_at);
         return 0;
     }
-    j->status = s->finish == FINISH_CANCELLED ? RQ_STATUS_CANCELLED : RQ_STATUS_COMPLETED;
+    /* a timeout is final (another attempt would take as long): failed, acknowledged, not
+     * dead-lettered, with its text so far */
+    j->status = s->finish == FINISH_CANCELLED ? RQ_STATUS_CANCELLED
+                : s->finish == FINISH_TIMEOUT ? RQ_STATUS_FAILED
+                                              : RQ_STATUS_COMPLETED;
     j->finish_reason = finish_reason_name(s->finish);
     j->after = WK_AFTER_ACK;
+    if (s->finish == FINISH_TIMEOUT) {
+        char why[160];
+        job_timeout_error(&j->job, s->n_output, why, sizeof why);
+        set_error(j, JOB_ERR_TIMEOUT, why);
+    }
     j->output = malloc(s->text_len + 1);
     if (j->output) {
         memcpy(j->output, s->text ? s->text : "", s->text_len);
@@ -154,15 +170,39 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         .prompt_ids = s->tokens,
         .token_ids = s->tokens + s->n_prompt,
         .logprobs = s->logprobs,
+        .error = j->error,
+        .error_rc = j->error_rc,
         .model = c->model_name,
         .created = (int64_t)now_wall,
     };
     j->result = res_line(&j->job, &o, c->tok ? token_bytes : NULL, c->tok);
-    if (!j->output || !j->result) {
-        wk_job_finish_failed(j, c, JOB_ERR_ENGINE, "out of memory while storing the result", j->finished_at);
+    if (!j->output || !j->result || (s->finish == FINISH_TIMEOUT && !j->error)) {
+        wk_job_finish_failed(j, c, JOB_ERR_INTERNAL, "out of memory while storing the result",
+                             j->finished_at);
         return -1;
     }
     return 0;
+}
+
+const char *wk_job_error_code(const struct wk_job *j)
+{
+    if (j->status == RQ_STATUS_COMPLETED)
+        return NULL;
+    if (j->status == RQ_STATUS_CANCELLED)
+        return job_error_code(JOB_ERR_CANCELLED);
+    return job_error_code(j->error_rc ? j->error_rc : JOB_ERR_ENGINE);
+}
+
+int wk_job_set_batch(struct wk_job *j, const struct db_batch *b)
+{
+    free((char *)j->batch.id);
+    free((char *)j->batch.input);
+    free((char *)j->batch.state);
+    j->batch = *b;
+    j->batch.id = b->id ? strdup(b->id) : NULL;
+    j->batch.input = b->input ? strdup(b->input) : NULL;
+    j->batch.state = b->state ? strdup(b->state) : NULL;
+    return (b->id && !j->batch.id) || (b->input && !j->batch.input) || (b->state && !j->batch.state) ? -1 : 0;
 }
 
 void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result *r)
@@ -170,7 +210,13 @@ void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result
     *r = db_result_empty();
     r->id = wk_job_id(j);
     bool openai = j->job.form != JOB_FORM_LLMQ;
-    r->custom_id = openai ? j->job.id : NULL;
+    r->custom_id = openai ? j->job.custom_id : NULL;
+    r->batch_id = j->job.batch_id ? j->job.batch_id : j->rj.batch_id[0] ? j->rj.batch_id : NULL;
+    if (r->batch_id && j->batch.id && !strcmp(j->batch.id, r->batch_id))
+        r->batch = &j->batch;
+    r->request = j->rj.raw;
+    r->request_len = j->rj.len;
+    r->error_code = wk_job_error_code(j);
     r->request_form = openai ? DB_FORM_OPENAI : DB_FORM_LLMQ;
     r->queue = j->rj.queue[0] ? j->rj.queue : NULL;
     r->status = j->status == RQ_STATUS_COMPLETED   ? DB_COMPLETED
@@ -205,4 +251,26 @@ void wk_job_degrade(struct wk_job *j)
     free(j->result);
     j->params = j->metadata = j->result = NULL;
     j->degraded = true;
+}
+
+const char *wk_job_hash_result(struct wk_job *j, const struct wk_ctx *c, int64_t max_bytes)
+{
+    free(j->hash_result);
+    j->hash_result = NULL;
+    struct db_result row;
+    wk_job_row(j, c, &row);
+    char *built;
+    const char *line = db_result_line(&row, &built);
+    if (!line)
+        return NULL;
+    size_t n = strlen(line);
+    if ((int64_t)n <= max_bytes) {
+        j->hash_result = built; /* NULL when the line is j->result itself */
+        return line;
+    }
+    free(built);
+    char marker[96];
+    snprintf(marker, sizeof marker, "{\"truncated\":true,\"in\":\"sqlite\",\"bytes\":%zu}", n);
+    j->hash_result = strdup(marker);
+    return j->hash_result;
 }

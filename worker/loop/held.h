@@ -5,7 +5,9 @@
  *   PENDING     finished: its SQLite row waits for the next transaction
  *   COMMITTING  its row is in the transaction the writer thread runs now
  *   COMMITTED   its row is committed: it waits for the Redis side (ack, or the dead list)
- *   ROUTE       a short-queue job too long for the short lane: to be moved to the long queue
+ *   ROUTE       to be moved to another queue (route says which): a short-queue job too long for
+ *               the short lane, a job naming a model this worker does not serve, or a job handed
+ *               back because its template could not be read from Redis
  *   RETRY       the engine failed it: to be scheduled for another attempt (rq_retry)
  *
  * A job leaves the worker (wk_job_free) only after Redis confirmed the last step, so a crash at
@@ -25,6 +27,13 @@ struct tok;
 
 enum wk_state { WK_RUNNING, WK_PENDING, WK_COMMITTING, WK_COMMITTED, WK_ROUTE, WK_RETRY, WK_NSTATES };
 
+/* Where a ROUTE job goes. */
+enum wk_to {
+    WK_TO_LONG,   /* the long queue (of its model queue's model, if it came from one) */
+    WK_TO_MODEL,  /* the queue of the model it names, same lane */
+    WK_TO_ORIGIN, /* back where it came from */
+};
+
 /* What the Redis side does once the row is committed. */
 enum wk_after {
     WK_AFTER_ACK,  /* rq_ack with the job's status */
@@ -40,6 +49,7 @@ struct wk_job {
     bool parsed;                /* job_parse succeeded */
     struct engine_seq *seq;     /* RUNNING: borrowed from the engine until engine_release */
     int lane;                   /* engine lane */
+    enum wk_to route;           /* ROUTE: where to */
     int max_tokens;             /* of the engine request (progress = tokens / max_tokens) */
     int prompt_tokens;
     double fetched_mono;                           /* monotonic seconds at fetch (the engine's clock) */
@@ -52,10 +62,10 @@ struct wk_job {
 
     /* once finished */
     enum wk_after after;
-    enum rq_status status;     /* completed, failed, cancelled */
+    enum rq_status status;     /* completed, failed (a timeout too), cancelled */
     const char *finish_reason; /* static string or NULL */
     int completion_tokens;
-    char *output; /* owned; NULL for failed */
+    char *output; /* owned; NULL for failed (a timeout keeps its text so far) */
     size_t output_len;
     char *error;                      /* owned; NULL unless failed */
     int error_rc;                     /* enum job_error of a failure */
@@ -64,6 +74,12 @@ struct wk_job {
     double ttft_ms, latency_ms;       /* NAN = unknown */
     bool degraded;                    /* the row was rejected once; now written without its JSON columns */
     char row_id[JOB_ID_LEN + 1];      /* the row's id when the job has none of its own (not JSON, ...) */
+    char *hash_result;                /* wk_job_hash_result's string when it made one (owned) */
+
+    size_t stream_sent; /* bytes of the output sent to <p>:stream:<id> (worker/loop/stream.h) */
+    /* its batch as Redis had it at fetch (rj.batch_id's hash), for the `batches` row; batch.id NULL =
+     * none. The strings are owned. */
+    struct db_batch batch;
 };
 
 /* What finishing a job needs from the worker. */
@@ -87,8 +103,9 @@ void wk_job_free(struct wk_job *j);
 /* The id of the job's row and Redis hash: its own id, the one rq gave it, or a new one. */
 const char *wk_job_id(const struct wk_job *j);
 
-/* Finishes a job from its finished engine seq (completed, cancelled, or failed for
- * FINISH_ERROR): copies the text and counters, builds the result line. The seq is not released.
+/* Finishes a job from its finished engine seq (completed, cancelled, failed for FINISH_ERROR, or
+ * failed with its text so far for FINISH_TIMEOUT): copies the text and counters, builds the result
+ * line. The seq is not released.
  * 0, or -1 out of memory (the job is then failed with that message). */
 int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
                       double now_wall);
@@ -97,8 +114,21 @@ int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const
 /* Finishes a job cancelled before it ran (status cancelled, empty output). */
 int wk_job_finish_cancelled(struct wk_job *j, const struct wk_ctx *c, double now_wall);
 
+/* The code of how the job ended (job_error_code): NULL when completed, "cancelled", or its
+ * failure's code. */
+const char *wk_job_error_code(const struct wk_job *j);
+
+/* Sets the job's batch (copies of id, input and state; the rest as given). 0, or -1 out of memory. */
+int wk_job_set_batch(struct wk_job *j, const struct db_batch *b);
+
 /* The job's SQLite row (borrowing from j and c). */
 void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result *r);
+
+/* The job hash's `result` field (docs/QUEUE.md): the line `llmq results` exports for the job's
+ * row (worker/store/result_line.h), or, when that is longer than max_bytes, the marker
+ * {"truncated":true,"in":"sqlite","bytes":N} (N: the line's length). Borrowed from j (valid until
+ * it is freed or finished again); NULL when out of memory. */
+const char *wk_job_hash_result(struct wk_job *j, const struct wk_ctx *c, int64_t max_bytes);
 
 /* After SQLite rejected the row: drops the JSON columns (params, metadata, result) so the rest
  * can be written. */

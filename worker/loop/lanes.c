@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "queue/keys.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
 #include "worker/jobs/job.h"
@@ -20,7 +21,7 @@ const char *wk_lane_queue(int lane)
 
 int wk_lane_of_queue(const char *queue)
 {
-    return queue && !strcmp(queue, "long") ? WK_LANE_LONG : WK_LANE_SHORT;
+    return queue && !strcmp(rq_queue_ref_queue(queue), "long") ? WK_LANE_LONG : WK_LANE_SHORT;
 }
 
 static int with_headroom(int n)

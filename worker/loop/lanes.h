@@ -33,7 +33,8 @@ struct wk_lanes {
 
 /* "short", "long". */
 const char *wk_lane_queue(int lane);
-/* The lane of a queue name (anything but "long" is the short lane). */
+/* The lane of a queue reference ("long" and "<model>:long" are the long lane, anything else the
+ * short lane). */
 int wk_lane_of_queue(const char *queue);
 
 /* From worker.queues and the queues section; max_model_len from the opened engine. Each lane

@@ -22,9 +22,11 @@
 #include "queue/ack.h"
 #include "queue/cancel.h"
 #include "queue/dead.h"
+#include "queue/drain.h"
 #include "queue/fetch.h"
 #include "queue/progress.h"
 #include "queue/reaper.h"
+#include "queue/redis_url.h"
 #include "queue/requeue.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
@@ -35,8 +37,11 @@
 #include "worker/config/engine_cfg.h"
 #include "worker/config/redis_cfg.h"
 #include "worker/jobs/job.h"
+#include "worker/jobs/tpl_source.h"
 #include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
+#include "worker/loop/stream.h"
+#include "worker/loop/models.h"
 #include "worker/metrics/http.h"
 #include "worker/metrics/metrics.h"
 #include "worker/store/db.h"
@@ -44,6 +49,7 @@
 
 #define MAX_BATCH 4096         /* rows in one transaction */
 #define MAX_METRICS 64         /* metrics rows kept while SQLite is unavailable */
+#define MAX_BATCH_ROWS 64      /* completed batches whose `batches` row waits for SQLite */
 #define FLUSH_S 10.0           /* after the run: time to hand jobs back and write the last rows */
 #define EMPTY_FETCH_S 0.02     /* after an empty fetch while busy, no new fetch for this long ... */
 #define EMPTY_FETCH_MAX_S 0.16 /* ... doubling up to this while the queues stay empty */
@@ -128,6 +134,10 @@ struct wk_store {
     struct db_metrics metrics[MAX_METRICS]; /* metrics rows waiting to be written, oldest first */
     int n_metrics;
     int n_metrics_sent; /* the first n_metrics_sent of them are in the batch in flight */
+    struct db_batch
+        batch_rows[MAX_BATCH_ROWS]; /* batches this worker completed, for their rows (strings owned) */
+    int n_batch_rows;
+    int n_batch_rows_sent; /* the first n_batch_rows_sent of them are in the batch in flight */
     bool want_touch;    /* the workers row's jobs_done and last_seen are due */
     bool touch_sent;    /* ... and in the batch in flight */
     bool stopped_touch; /* the row is marked stopped */
@@ -143,8 +153,16 @@ struct wk_stats {
     double last_tokens_per_s;    /* generation rate of the last metrics row (the heartbeat's) */
     int64_t done, completed, failed, cancelled; /* jobs whose rows are committed, by status */
     int64_t dead, retried, routed, requeued;    /* dead-lettered, retried, moved long, handed back */
+    int64_t reaped_dead; /* of dead: by this worker's reaper or its start-up recovery (no row) */
+    int64_t routed_model;                       /* moved to the queue of the model they name */
     int64_t interval_done, interval_failed, interval_cancelled; /* since the last info line */
     struct timing run_timing, interval_timing; /* whole run, and the current metrics interval (--stats) */
+};
+
+/* --drain: the other workers whose lists it has waited for (each is logged once). */
+struct wk_drain {
+    char (*told)[RQ_NAME_MAX + 1];
+    size_t ntold, cap;
 };
 
 struct wk {
@@ -155,6 +173,10 @@ struct wk {
     struct tok *tok;
     struct engine *eng;
     struct wk_lanes lanes; /* which queue feeds which engine lane, and their room */
+    struct wk_models models; /* the model names it serves and their queues (models.h) */
+    struct tpl_source *tpl;  /* templates: the config's, else the published ones (tpl_source.h) */
+    bool tpl_published;      /* the config's templates are published (before the first fetch) */
+    int exit_code;
     struct job_opts jopts; /* how a job is parsed: defaults, size limit, templates */
     struct wk_ctx ctx;     /* what finishing a job needs (held.h) */
     int64_t gpu_mem_bytes; /* device memory the backend allocated, -1 = not a GPU backend */
@@ -167,6 +189,8 @@ struct wk {
     struct wk_scratch scratch;
     struct wk_store store;
     struct wk_stats stats;
+    struct wk_drain drain;
+    struct wk_stream stream; /* text streaming of the jobs that ask for it */
 
     bool stopping;        /* a signal came: no more fetching */
     double stop_deadline; /* running jobs are handed back from this monotonic time */
@@ -289,12 +313,26 @@ static void admit(struct wk *w, struct wk_job *j)
     char err[1024];
     int rc = job_parse(j->rj.raw, j->rj.len, &w->jopts, &j->job, err, sizeof err);
     j->parsed = rc == JOB_OK;
+    if (j->job.model && !wk_models_serves(&w->models, j->job.model)) {
+        log_debug("job %s names model %s, which this worker does not serve: moving it to that model's queue",
+                  wk_job_id(j), j->job.model);
+        j->route = WK_TO_MODEL;
+        move(w, j, WK_ROUTE);
+        return;
+    }
+    if (rc && tpl_source_failed(w->tpl)) { /* not the job's fault: hand it back, try again later */
+        log_warn("job %s: reading its template from Redis failed (%s); handing it back", wk_job_id(j),
+                 tpl_source_error(w->tpl));
+        j->route = WK_TO_ORIGIN;
+        move(w, j, WK_ROUTE);
+        return;
+    }
     if (rc) {
         fail_job(w, j, rc, err);
         return;
     }
     if (!j->job.id && j->job.form == JOB_FORM_LLMQ && job_assign_id(&j->job)) {
-        fail_job(w, j, JOB_ERR_ENGINE, "out of memory");
+        fail_job(w, j, JOB_ERR_INTERNAL, "out of memory");
         return;
     }
     if (j->rj.cancel_requested) {
@@ -311,6 +349,7 @@ static void admit(struct wk *w, struct wk_job *j)
         log_debug(
             "job %s: %d prompt tokens, over queues.long_threshold_tokens (%d): moving it to the long queue",
             wk_job_id(j), in.n_tokens, w->lanes.long_threshold);
+        j->route = WK_TO_LONG;
         move(w, j, WK_ROUTE);
         break;
     case WK_ROUTE_FAIL:
@@ -319,20 +358,42 @@ static void admit(struct wk *w, struct wk_job *j)
     case WK_ROUTE_HERE:
         in.req.lane = lane;
         in.req.user = j;
+        in.req.deadline = job_deadline(&j->job, j->fetched_mono); /* the engine's clock is monotonic */
         j->lane = lane;
         j->max_tokens = in.req.max_tokens;
         j->prompt_tokens = in.n_tokens;
         j->seq = engine_add(w->eng, &in.req, err, sizeof err);
-        if (!j->seq)
+        if (!j->seq) {
             fail_job(w, j, JOB_ERR_ENGINE, err);
-        else
+        } else {
             move(w, j, WK_RUNNING);
+            wk_stream_admit(&w->stream, j);
+        }
         break;
     }
     job_input_free(&in);
 }
 
-/* created_at of the fetched jobs from their hashes, in one round trip (NAN when unknown). */
+static double reply_num(const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_STRING)
+        return NAN;
+    char *end;
+    double v = strtod(r->str, &end);
+    return end != r->str ? v : NAN;
+}
+
+/* The first job of jobs[0..i) in the same batch as jobs[i], or -1. */
+static int same_batch_before(struct wk_job **jobs, int i)
+{
+    for (int k = 0; k < i; k++)
+        if (!strcmp(jobs[k]->rj.batch_id, jobs[i]->rj.batch_id))
+            return k;
+    return -1;
+}
+
+/* created_at of the fetched jobs from their hashes (NAN when unknown), and their batches' hashes
+ * for the `batches` rows (once per batch), in one round trip. */
 static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
 {
     struct rq_pipe *p = &w->fetch.pipe;
@@ -347,6 +408,16 @@ static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
         rq_pipe_str(p, w->fetch.hash_keys[i]);
         rq_pipe_str(p, "created_at");
         asked++;
+        char bk[RQ_KEY_MAX];
+        if (jobs[i]->rj.batch_id[0] && same_batch_before(jobs, i) < 0 &&
+            rq_key_batch(&w->rq->keys, jobs[i]->rj.batch_id, bk, sizeof bk) == 0) {
+            rq_pipe_cmd(p, "HMGET");
+            rq_pipe_fmt(p, "%s", bk); /* a copy: bk is gone before the exec */
+            rq_pipe_str(p, "input");
+            rq_pipe_str(p, "created_at");
+            rq_pipe_str(p, "total");
+            rq_pipe_str(p, "state");
+        }
     }
     if (!asked || rq_pipe_exec(p, &w->rq->cmd, &w->rq->scripts))
         return;
@@ -354,14 +425,71 @@ static void fetch_created(struct wk *w, struct wk_job **jobs, int n)
     for (int i = 0; i < n && k < p->nreply; i++) {
         if (!w->scratch.flags[i])
             continue;
-        const redisReply *r = p->reply[k++];
-        if (r && r->type == REDIS_REPLY_STRING) {
-            char *end;
-            double v = strtod(r->str, &end);
-            if (end != r->str && v > 0) /* Redis stamps in milliseconds: never after our own start */
-                jobs[i]->created_at = v < jobs[i]->started_at ? v : jobs[i]->started_at;
+        double v = reply_num(p->reply[k++]);
+        if (v > 0) /* Redis stamps in milliseconds: never after our own start */
+            jobs[i]->created_at = v < jobs[i]->started_at ? v : jobs[i]->started_at;
+        if (!jobs[i]->rj.batch_id[0])
+            continue;
+        int first = same_batch_before(jobs, i);
+        if (first >= 0) { /* asked for an earlier job of the same batch */
+            if (jobs[first]->batch.id)
+                wk_job_set_batch(jobs[i], &jobs[first]->batch);
+            continue;
         }
+        const redisReply *b = k < p->nreply ? p->reply[k++] : NULL;
+        if (!b || b->type != REDIS_REPLY_ARRAY || b->elements != 4 ||
+            b->element[3]->type != REDIS_REPLY_STRING)
+            continue; /* the batch hash is gone (expired): no batches row from this job */
+        struct db_batch row = db_batch_empty();
+        row.id = jobs[i]->rj.batch_id;
+        row.input = b->element[0]->type == REDIS_REPLY_STRING ? b->element[0]->str : NULL;
+        row.created_at = reply_num(b->element[1]);
+        double total = reply_num(b->element[2]);
+        row.total = isnan(total) ? -1 : (int64_t)total;
+        row.state = b->element[3]->str;
+        wk_job_set_batch(jobs[i], &row);
     }
+}
+
+/* A batch this worker's Redis step completed: its `batches` row gets state, finished_at and
+ * total with the next SQLite write. */
+static void batch_completed(struct wk *w, const struct wk_job *j, long long total)
+{
+    const char *id = j->batch.id ? j->batch.id : j->rj.batch_id;
+    if (total <= 0 || !id[0])
+        return;
+    log_info("batch %s completed: all %lld jobs are final", id, total);
+    struct wk_store *st = &w->store;
+    if (st->n_batch_rows == MAX_BATCH_ROWS &&
+        st->n_batch_rows_sent == 0) { /* SQLite away long: drop the oldest */
+        free((char *)st->batch_rows[0].id);
+        free((char *)st->batch_rows[0].input);
+        memmove(st->batch_rows, st->batch_rows + 1, (MAX_BATCH_ROWS - 1) * sizeof *st->batch_rows);
+        st->n_batch_rows--;
+    }
+    if (st->n_batch_rows == MAX_BATCH_ROWS)
+        return;
+    struct db_batch *b = &st->batch_rows[st->n_batch_rows];
+    *b = db_batch_empty();
+    b->id = strdup(id);
+    b->input = j->batch.input ? strdup(j->batch.input) : NULL;
+    b->created_at = j->batch.created_at;
+    b->total = total;
+    b->state = "completed";
+    b->finished_at = strtod(w->rq->now, NULL);
+    if (b->id)
+        st->n_batch_rows++;
+}
+
+/* Forgets the first n pending batch rows (written, or refused for good). */
+static void batch_rows_drop(struct wk_store *st, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free((char *)st->batch_rows[i].id);
+        free((char *)st->batch_rows[i].input);
+    }
+    memmove(st->batch_rows, st->batch_rows + n, (size_t)(st->n_batch_rows - n) * sizeof *st->batch_rows);
+    st->n_batch_rows -= n;
 }
 
 /* ---- the Redis side of held jobs */
@@ -370,16 +498,19 @@ static void redis_committed(struct wk *w)
 {
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
     if (n) {
+        int64_t max_bytes = w->cfg->redis.result_max_bytes;
         for (int i = 0; i < n; i++) {
-            const struct wk_job *j = w->scratch.jobs[i];
+            struct wk_job *j = w->scratch.jobs[i];
             w->scratch.results[i] = (struct rq_result){
                 .job = &j->rj,
                 .status = j->status,
                 .error = j->error,
+                .error_code = wk_job_error_code(j),
                 .finish_reason = j->finish_reason,
                 .prompt_tokens = j->prompt_tokens,
                 .completion_tokens = j->completion_tokens,
                 .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
+                .result = wk_job_hash_result(j, &w->ctx, max_bytes),
             };
         }
         int removed = rq_ack(w->rq, w->scratch.results, n);
@@ -392,18 +523,25 @@ static void redis_committed(struct wk *w)
             log_info("redis: %d of %d acknowledged jobs were no longer in %s (reaped while this worker was "
                      "unreachable, or lost in a Redis restart); their rows are written",
                      n - removed, n, w->rq->proc_key);
-        for (int i = 0; i < n; i++)
+        wk_stream_end(&w->stream, w->rq, w->scratch.jobs, n);
+        for (int i = 0; i < n; i++) {
+            batch_completed(w, w->scratch.jobs[i], w->scratch.results[i].batch_done);
             drop(w, w->scratch.jobs[i]);
+        }
     }
     n = jobs_of(w, WK_COMMITTED, WK_AFTER_DEAD);
     for (int i = 0; i < n; i++) {
         struct wk_job *j = w->scratch.jobs[i];
-        int r = rq_dead(w->rq, &j->rj, j->error);
+        long long done = 0;
+        int r = rq_dead(w->rq, &j->rj, wk_job_error_code(j), j->error,
+                        wk_job_hash_result(j, &w->ctx, w->cfg->redis.result_max_bytes), &done);
         if (r < 0) {
             redis_trouble(w, "dead-lettering");
             return;
         }
         redis_ok(w);
+        wk_stream_end(&w->stream, w->rq, &j, 1);
+        batch_completed(w, j, done);
         w->stats.dead++;
         wk_metrics_dead(&w->stats.metrics);
         log_warn("job %s failed: %s; dead-lettered", wk_job_id(j), j->error ? j->error : "?");
@@ -414,24 +552,62 @@ static void redis_committed(struct wk *w)
         drop(w, w->scratch.jobs[i]);
 }
 
+/* Where a WK_ROUTE job goes: the long queue of its model (or the unnamed one), the queue of the
+ * model it names, or back where it came from (NULL). 0, or -1 when no reference can be built. */
+static int route_target(const struct wk_job *j, char *buf, size_t len, const char **out)
+{
+    char model[RQ_MODEL_MAX + 1];
+    *out = buf;
+    switch (j->route) {
+    case WK_TO_LONG:
+        if (rq_queue_ref_model(j->rj.queue, model, sizeof model))
+            return -1;
+        return rq_queue_ref(model, "long", buf, len);
+    case WK_TO_MODEL:
+        return rq_queue_ref(j->job.model, rq_queue_ref_queue(j->rj.queue), buf, len);
+    default:
+        *out = NULL;
+        return 0;
+    }
+}
+
+/* Moves the jobs to route, one rq_requeue per run of jobs with the same target. */
 static void redis_route(struct wk *w)
 {
+    static const char *const reasons[] = {
+        [WK_TO_LONG] = "route_long", [WK_TO_MODEL] = "route_model", [WK_TO_ORIGIN] = "template_lookup"};
     int n = jobs_of(w, WK_ROUTE, -1);
-    if (!n)
-        return;
-    for (int i = 0; i < n; i++)
-        w->scratch.rjobs[i] = &w->scratch.jobs[i]->rj;
-    int moved = rq_requeue(w->rq, w->scratch.rjobs, n, "long", "route_long");
-    if (moved < 0) {
-        redis_trouble(w, "moving long jobs to the long queue");
-        return;
+    for (int i = 0; i < n;) {
+        struct wk_job *first = w->scratch.jobs[i];
+        char tbuf[RQ_QREF_MAX + 1], obuf[RQ_QREF_MAX + 1];
+        const char *target, *other;
+        if (route_target(first, tbuf, sizeof tbuf, &target))
+            target = NULL; /* cannot happen for a valid reference: back where it came from */
+        int k = 0;
+        for (int m = i; m < n; m++) {
+            struct wk_job *j = w->scratch.jobs[m];
+            if (j->route != first->route || route_target(j, obuf, sizeof obuf, &other) ||
+                (target ? !other || strcmp(other, target) : other != NULL))
+                break;
+            w->scratch.rjobs[k++] = &j->rj;
+        }
+        int moved = rq_requeue(w->rq, w->scratch.rjobs, k, target, reasons[first->route]);
+        if (moved < 0) {
+            redis_trouble(w, "moving jobs to another queue");
+            return;
+        }
+        redis_ok(w);
+        if (first->route == WK_TO_LONG) {
+            w->stats.routed += moved;
+            wk_metrics_routed(&w->stats.metrics, moved);
+        } else if (first->route == WK_TO_MODEL) {
+            w->stats.routed_model += moved;
+        }
+        log_debug("moved %d job%s to %s", moved, moved == 1 ? "" : "s", target ? target : "their queue");
+        for (int m = 0; m < k; m++)
+            drop(w, w->scratch.jobs[i + m]);
+        i += k;
     }
-    redis_ok(w);
-    w->stats.routed += moved;
-    wk_metrics_routed(&w->stats.metrics, moved);
-    log_debug("moved %d job%s to the long queue", moved, moved == 1 ? "" : "s");
-    for (int i = 0; i < n; i++)
-        drop(w, w->scratch.jobs[i]);
 }
 
 static void redis_retry(struct wk *w)
@@ -440,12 +616,16 @@ static void redis_retry(struct wk *w)
     for (int i = 0; i < n; i++) {
         struct wk_job *j = w->scratch.jobs[i];
         int64_t delay = 0;
-        int r = rq_retry(w->rq, &j->rj, j->error, &delay);
+        long long done = 0;
+        /* the result goes with it in case Redis dead-letters it (out of attempts) */
+        int r = rq_retry(w->rq, &j->rj, wk_job_error_code(j), j->error,
+                         wk_job_hash_result(j, &w->ctx, w->cfg->redis.result_max_bytes), &delay, &done);
         if (r < 0) {
             redis_trouble(w, "scheduling a retry");
             return;
         }
         redis_ok(w);
+        batch_completed(w, j, done);
         if (r == RQ_RETRY_SCHEDULED) {
             w->stats.retried++;
             count_finish(w, j, true);
@@ -458,6 +638,7 @@ static void redis_retry(struct wk *w)
             wk_metrics_dead(&w->stats.metrics);
             log_warn("job %s failed in the engine (%s) and is out of attempts; dead-lettered", wk_job_id(j),
                      j->error);
+            wk_stream_end(&w->stream, w->rq, &j, 1);
             j->after = WK_AFTER_NONE;
             move(w, j, WK_PENDING);
         } else {
@@ -519,6 +700,14 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         }
         store->n_metrics_sent = 0;
     }
+    if (store->n_batch_rows_sent) {
+        if (b->rc_batches == DB_ERR) /* refused for what it is: retrying will not help */
+            log_warn("sqlite: %d batch row%s dropped: %s", store->n_batch_rows_sent,
+                     store->n_batch_rows_sent == 1 ? "" : "s", b->err);
+        if (b->rc_batches != DB_BUSY)
+            batch_rows_drop(store, store->n_batch_rows_sent);
+        store->n_batch_rows_sent = 0;
+    }
     if (store->touch_sent && b->rc_touch == DB_OK) {
         store->want_touch = false;
         if (b->stopped)
@@ -560,7 +749,8 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         }
         store->oldest_pending = 0;
     }
-    bool failed = !results_ok || worker_row_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY;
+    bool failed = !results_ok || worker_row_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY ||
+                  b->rc_batches == DB_BUSY;
     if (failed) {
         store->backoff_ms = store->backoff_ms ? 2 * store->backoff_ms : 100;
         if (store->backoff_ms > 2000)
@@ -588,7 +778,7 @@ static bool commit_due(struct wk *w, double now)
               (now - store->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
               !engine_has_work(w->eng) || w->stopping))
         return true;
-    return !store->worker_row_done || store->n_metrics > 0 || store->want_touch;
+    return !store->worker_row_done || store->n_metrics > 0 || store->want_touch || store->n_batch_rows > 0;
 }
 
 static void commit_submit(struct wk *w, bool stopped)
@@ -618,6 +808,9 @@ static void commit_submit(struct wk *w, bool stopped)
     b->metrics = store->metrics;
     b->nmetrics = (size_t)store->n_metrics;
     store->n_metrics_sent = store->n_metrics;
+    b->batches = store->batch_rows;
+    b->nbatches = (size_t)store->n_batch_rows;
+    store->n_batch_rows_sent = store->n_batch_rows;
     if (store->want_touch || stopped) {
         b->touch_id = w->worker_id;
         b->touch_now = db_now();
@@ -631,6 +824,7 @@ static void commit_submit(struct wk *w, bool stopped)
             move(w, store->row_jobs[i], WK_PENDING);
         store->n_rows = 0;
         store->n_metrics_sent = 0;
+        store->n_batch_rows_sent = 0;
         store->worker_row_sent = store->touch_sent = false;
     }
 }
@@ -782,13 +976,33 @@ static void phase_fetch(struct wk *w, bool *blocked)
     if (w->fetch.paused)
         log_info("worker: fetching again");
     w->fetch.paused = false;
+    if (!w->tpl_published) { /* the config's templates go to Redis before the first job is taken */
+        char err[1024];
+        int rc = tpl_source_publish(w->tpl, w->worker_id, err, sizeof err);
+        if (rc == -1) {
+            redis_trouble(w, "publishing the templates");
+            return;
+        }
+        if (rc == -2) {
+            log_error("%s", err);
+            w->exit_code = 1;
+            w->stopping = true;
+            return;
+        }
+        w->tpl_published = true;
+        if (w->cfg->n_templates)
+            log_info("templates: %zu published to %s", w->cfg->n_templates, w->rq->keys.templates);
+    }
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
-    struct rq_source src[WK_NLANES];
+    struct rq_source lanes[WK_NLANES];
     int total = 0;
-    int nsrc = wk_lanes_sources(&w->lanes, &st, src, &total);
+    int nlanes = wk_lanes_sources(&w->lanes, &st, lanes, &total);
     if (total <= 0)
         return;
+    struct rq_source src[WK_NLANES * (WK_MAX_SERVED + 1)];
+    int group[WK_NLANES * (WK_MAX_SERVED + 1)];
+    int nsrc = wk_models_sources(&w->models, lanes, nlanes, src, group);
     bool idle = !engine_has_work(w->eng) && held_count(w) == 0;
     double now = llmq_mono_s();
     if (!idle && w->fetch.last_empty > 0 && now - w->fetch.last_empty < w->fetch.empty_wait)
@@ -801,7 +1015,7 @@ static void phase_fetch(struct wk *w, bool *blocked)
     }
     int block = idle ? RQ_BLOCK_DEFAULT : 0;
     *blocked = idle;
-    int n = rq_fetch(w->rq, src, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetch.jobs);
+    int n = rq_fetch_grouped(w->rq, src, group, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetch.jobs);
     if (n < 0) {
         redis_trouble(w, "fetch");
         return;
@@ -918,6 +1132,7 @@ static void phase_step(struct wk *w, double *ph)
         if (np && rq_progress(w->rq, w->scratch.progress, np))
             redis_trouble(w, "progress");
     }
+    wk_stream_flush(&w->stream, w->rq, &w->held[WK_RUNNING], t1); /* a no-op while no job streams */
     double t2 = llmq_mono_s();
     ph[PH_PROGRESS] += t2 - t1;
     /* finished */
@@ -930,7 +1145,8 @@ static void phase_step(struct wk *w, double *ph)
         wk_job_finish_seq(j, &w->ctx, s, t2, nw);
         engine_release(w->eng, s);
         j->seq = NULL;
-        if (j->status == RQ_STATUS_FAILED && j->error_rc == JOB_ERR_ENGINE && j->rj.id[0] &&
+        if (j->status == RQ_STATUS_FAILED &&
+            (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) && j->rj.id[0] &&
             j->rj.attempts < w->cfg->queues.max_attempts) {
             move(w, j, WK_RETRY); /* counted once redis_retry knows whether it is retried or dead */
         } else {
@@ -950,6 +1166,7 @@ static void redis_chores(struct wk *w)
     struct rq_worker_info info = {
         .gpu = w->gpu,
         .model = w->model_name,
+        .models = w->models.csv,
         .jobs_done = w->stats.done,
         .tokens_per_s = isnan(w->stats.last_tokens_per_s) ? 0 : w->stats.last_tokens_per_s,
         .running = w->held[WK_RUNNING].n,
@@ -958,7 +1175,10 @@ static void redis_chores(struct wk *w)
         .kv_blocks_total = hb.kv_blocks_total,
     };
     struct rq_tick_result tr;
-    if (rq_tick(w->rq, &info, &tr))
+    int rc = rq_tick(w->rq, &info, &tr);
+    w->stats.reaped_dead += tr.reap.dead; /* what was done also when another chore failed */
+    w->stats.dead += tr.reap.dead;
+    if (rc)
         redis_trouble(w, "heartbeat/reaper/retries");
     else if (tr.reaped && (tr.reap.requeued || tr.reap.dead))
         log_info("reaper: %d lapsed worker%s: %d job%s back on their queue, %d dead-lettered",
@@ -968,6 +1188,8 @@ static void redis_chores(struct wk *w)
         struct rq_reap_result rr = {0};
         if (rq_recover(w->rq, &rr) == 0) {
             w->fetch.recovered = true;
+            w->stats.reaped_dead += rr.dead;
+            w->stats.dead += rr.dead;
             if (rr.requeued || rr.dead)
                 log_info("worker: took back what an earlier run under this id left: %d job%s requeued, %d "
                          "dead-lettered",
@@ -1120,10 +1342,58 @@ static void finish_run(struct wk *w, bool hard)
 
 /* ---- set-up */
 
+/* The first connection to Redis. A --drain worker (a cron job) can do nothing without Redis and
+ * must not wait for it forever: it tries for redis.start_timeout_s (--connect-timeout), then gives
+ * up with one line and exit 1. A service worker starts anyway and keeps trying with backoff, as
+ * after a lost connection: systemd would restart it only to do the same, and it is ready the
+ * moment Redis is. 0, or -1 (after the log line). */
+static int redis_start(struct wk *w)
+{
+    const struct cfg *c = w->cfg;
+    if (!w->opts.drain || c->redis.start_timeout_s == 0) {
+        if (rq_connect(w->rq))
+            log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
+        return 0;
+    }
+    double t0 = llmq_mono_s();
+    if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
+        if (llmq_mono_s() - t0 >= 1)
+            log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
+        return 0;
+    }
+    char url[600];
+    rq_url_redact(c->redis.url, url, sizeof url);
+    if (g_signals)
+        log_error("redis %s cannot be reached (%s) and a signal came: exiting", url, rq_error(w->rq));
+    else
+        log_error("redis %s cannot be reached: %s (for %.0f s; --connect-timeout, redis.start_timeout_s): a "
+                  "--drain worker does not start without it",
+                  url, rq_error(w->rq), llmq_mono_s() - t0);
+    return -1;
+}
+
 static int setup(struct wk *w)
 {
     const struct cfg *c = w->cfg;
     char err[1024];
+    /* Redis first: a cron job without Redis fails before it loads a model */
+    struct rq_opts ro;
+    cfg_rq_opts(&ro, c);
+    if (rq_open(&ro, &w->rq, err, sizeof err)) {
+        log_error("redis: %s", err);
+        return -1;
+    }
+    snprintf(w->worker_id, sizeof w->worker_id, "%s", rq_worker_id(w->rq));
+    w->tpl = tpl_source_new(c, w->rq);
+    if (!w->tpl) {
+        log_error("out of memory");
+        return -1;
+    }
+    rq_pipe_init(&w->fetch.pipe);
+    wk_stream_init(&w->stream, c->redis.stream_interval_ms);
+    if (redis_start(w))
+        return -1;
+
     w->model = model_load(c->model.path, err, sizeof err);
     if (!w->model) {
         log_error("model %s: %s", c->model.path, err);
@@ -1148,6 +1418,9 @@ static int setup(struct wk *w)
         return -1;
     }
     engine_cfg_model_name(c, w->model_name, sizeof w->model_name);
+    wk_models_init(&w->models, w->model_name, c->model.aliases, err, sizeof err);
+    if (err[0])
+        log_warn("%s", err);
     const char *backend = engine_backend_name(w->eng);
     if (!strcmp(backend, "cpu") || gpu_describe(w->gpu, sizeof w->gpu))
         snprintf(w->gpu, sizeof w->gpu, "cpu");
@@ -1157,10 +1430,9 @@ static int setup(struct wk *w)
     if (c->sampling.use_generation_config)
         job_defaults_from_model(&w->jopts.defaults, &w->model->cfg, w->model->dir);
     w->jopts.max_bytes = c->queues.max_job_bytes;
-    if (c->n_templates) {
-        w->jopts.template_find = cfg_template_lookup;
-        w->jopts.template_ctx = (void *)c;
-    }
+    w->jopts.template_find = tpl_source_find;
+    w->jopts.template_ctx = w->tpl;
+    w->jopts.template_where = "in the config or published in Redis";
 
     struct db_opts dbo = db_opts_default();
     dbo.busy_timeout_ms = c->sqlite.busy_timeout_ms;
@@ -1174,17 +1446,6 @@ static int setup(struct wk *w)
         log_error("%s", err);
         return -1;
     }
-
-    struct rq_opts ro;
-    cfg_rq_opts(&ro, c);
-    if (rq_open(&ro, &w->rq, err, sizeof err)) {
-        log_error("redis: %s", err);
-        return -1;
-    }
-    snprintf(w->worker_id, sizeof w->worker_id, "%s", rq_worker_id(w->rq));
-    rq_pipe_init(&w->fetch.pipe);
-    if (rq_connect(w->rq))
-        log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
 
     w->store.rows = calloc(MAX_BATCH, sizeof *w->store.rows);
     w->store.row_rc = calloc(MAX_BATCH, sizeof *w->store.row_rc);
@@ -1215,12 +1476,13 @@ static int setup(struct wk *w)
     w->fetch.empty_wait = EMPTY_FETCH_S;
     char where[300];
     rq_conn_describe(&w->rq->cmd, where, sizeof where);
-    log_info(
-        "worker %s: model %s (%s backend), queues %s (short lane %d seqs, long lane %d seqs, long threshold "
-        "%d tokens), redis %s prefix %s, sqlite %s%s",
-        w->worker_id, w->model_name, backend, c->worker.queues, c->queues.short_max_num_seqs,
-        c->queues.long_max_num_seqs, c->queues.long_threshold_tokens, where, c->redis.prefix, c->sqlite.path,
-        w->opts.drain ? ", drain mode" : "");
+    log_info("worker %s: model %s (%s backend, serves %s), queues %s (short lane %d seqs, long lane %d seqs, "
+             "long threshold "
+             "%d tokens), redis %s prefix %s, sqlite %s%s",
+             w->worker_id, w->model_name, backend, w->models.n ? w->models.csv : "no model queue",
+             c->worker.queues, c->queues.short_max_num_seqs, c->queues.long_max_num_seqs,
+             c->queues.long_threshold_tokens, where, c->redis.prefix, c->sqlite.path,
+             w->opts.drain ? ", drain mode" : "");
     w->gpu_mem_bytes = -1; /* not on the CPU backend (docs/METRICS.md) */
 #ifdef LLMQ_HAVE_CUDA_BACKEND
     struct cuda_backend_stats cs; /* allocated once at open: weights, KV pool, activations, workspaces */
@@ -1264,6 +1526,8 @@ static void teardown(struct wk *w)
             drop(w, wk_job_of(w->held[s].head));
         }
     rq_pipe_free(&w->fetch.pipe);
+    wk_stream_free(&w->stream);
+    tpl_source_free(w->tpl);
     rq_free(w->rq);
     engine_free(w->eng);
     tok_free(w->tok);
@@ -1279,26 +1543,62 @@ static void teardown(struct wk *w)
     free(w->scratch.flags);
     free(w->scratch.progress);
     free(w->scratch.rjobs);
+    free(w->drain.told);
     if (!stuck) {
         free(w->store.rows);
         free(w->store.row_rc);
         free(w->store.row_jobs);
+        batch_rows_drop(&w->store, w->store.n_batch_rows);
     }
 }
 
-/* --drain: whether there is nothing left anywhere (one round trip). */
+/* --drain: logs once per worker what the drain waits for in its list. */
+static void drain_tell(struct wk *w, const struct rq_drain_holder *h)
+{
+    struct wk_drain *d = &w->drain;
+    for (size_t i = 0; i < d->ntold; i++)
+        if (!strcmp(d->told[i], h->id))
+            return;
+    if (array_reserve(&d->told, &d->cap, d->ntold + 1, sizeof *d->told, 8) == 0)
+        snprintf(d->told[d->ntold++], sizeof *d->told, "%s", h->id);
+    char proc[RQ_KEY_MAX];
+    rq_key_processing(&w->rq->keys, h->id, proc, sizeof proc);
+    if (h->lapse_ms >= 0)
+        log_info("drain: waiting for worker %s: %lld job%s in %s; it may still finish them, and if it has "
+                 "died its heartbeat lapses within %.1f s, then they are reaped and run here",
+                 h->id, (long long)h->jobs, h->jobs == 1 ? "" : "s", proc, h->lapse_ms / 1e3);
+    else if (h->lapse_ms == -1)
+        log_warn(
+            "drain: waiting for worker %s: %lld job%s in %s, and its heartbeat has no TTL (set by hand?): "
+            "it never lapses, so only that worker can finish them",
+            h->id, (long long)h->jobs, h->jobs == 1 ? "" : "s", proc);
+}
+
+/* --drain: whether there is nothing left anywhere (two round trips). Jobs in another worker's list
+ * keep it waiting, whether that worker is alive (it may die with them) or lapsed (the reaper puts
+ * them back); the reaper runs as soon as the first holder's heartbeat can have lapsed. */
 static bool drained(struct wk *w)
 {
-    const char *queues[WK_NLANES];
-    int nq = 0;
-    for (int k = 0; k < WK_NLANES; k++)
-        if (w->lanes.order[k] >= 0)
-            queues[nq++] = wk_lane_queue(w->lanes.order[k]);
-    bool done = false;
-    if (rq_drained(w->rq, queues, nq, &done)) {
+    const char *queues[WK_NLANES * (WK_MAX_SERVED + 1)];
+    int nq = wk_models_queues(&w->models, &w->lanes, queues);
+    struct rq_drain d;
+    if (rq_drain_check(w->rq, queues, nq, &d)) {
+        rq_drain_free(&d);
         redis_trouble(w, "checking the queues");
         return false;
     }
+    bool done = rq_drain_done(&d);
+    int64_t reap_in = -1;
+    for (int i = 0; i < d.nholders; i++) {
+        const struct rq_drain_holder *h = &d.holders[i];
+        drain_tell(w, h);
+        int64_t in = h->lapse_ms == -2 ? 0 : h->lapse_ms + 10; /* a key is gone once its PTTL ran out */
+        if (h->lapse_ms != -1 && (reap_in < 0 || in < reap_in))
+            reap_in = in;
+    }
+    if (reap_in >= 0)
+        rq_tick_reap_in(w->rq, reap_in);
+    rq_drain_free(&d);
     return done;
 }
 
@@ -1358,7 +1658,7 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         iterate(w);
         if (w->opts.drain && !w->stopping && held_count(w) == 0 && !engine_has_work(w->eng) &&
             w->fetch.recovered && w->fetch.last_empty > 0 && drained(w)) {
-            log_info("drain: the queues, the retry set and lapsed workers' lists are empty and nothing runs: "
+            log_info("drain: the queues, the retry set and every worker's list are empty and nothing runs: "
                      "exiting");
             break;
         }
@@ -1366,15 +1666,25 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
     finish_run(w, hard);
     double dt = llmq_mono_s() - t_start;
     timing_line("worker stats", &w->stats.run_timing);
+    /* a cron job learns from the status that jobs failed; a service is only told how it stopped */
+    int status = w->exit_code                                       ? w->exit_code
+                 : w->opts.drain && (w->stats.failed || w->stats.dead) ? WK_EXIT_JOBS_FAILED
+                                                                       : 0;
+    char tail[96] = "";
+    if (w->opts.drain)
+        snprintf(tail, sizeof tail, "; exit status %d%s", status,
+                 status ? " (jobs failed or were dead-lettered)" : "");
     log_info(
         "worker %s stopped after %.1f s: %lld jobs done (%lld completed, %lld failed, %lld cancelled), %lld "
-        "dead-lettered, %lld retried, %lld moved to the long queue, %lld handed back",
+        "dead-lettered (%lld reaped from crashed workers), %lld retried, %lld moved to the long queue, %lld "
+        "moved to their model's queue, %lld handed back%s",
         w->worker_id, dt, (long long)w->stats.done, (long long)w->stats.completed, (long long)w->stats.failed,
-        (long long)w->stats.cancelled, (long long)w->stats.dead, (long long)w->stats.retried,
-        (long long)w->stats.routed, (long long)w->stats.requeued);
+        (long long)w->stats.cancelled, (long long)w->stats.dead, (long long)w->stats.reaped_dead,
+        (long long)w->stats.retried, (long long)w->stats.routed, (long long)w->stats.routed_model,
+        (long long)w->stats.requeued, tail);
     teardown(w);
     free(w);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
-    return 0;
+    return status;
 }

@@ -22,11 +22,15 @@
 struct cfg;
 
 struct wk_opts {
-    bool drain; /* exit 0 once the queues, the retry set and lapsed workers' lists are empty */
+    bool drain; /* exit once the queues, the retry set and every worker's list are empty */
     bool stats; /* log a per-phase timing line every metrics interval (always once at exit) */
 };
 
+#define WK_EXIT_JOBS_FAILED 3 /* --drain: jobs failed or were dead-lettered during the run */
+
 /* Runs the worker until a signal (SIGTERM/SIGINT) or, with drain, until there is nothing left.
  * c must be validated; it is borrowed for the run. Returns the exit status: 0 after a clean stop,
- * 1 when the worker could not start (model, tokenizer, engine, database or options). */
+ * 1 when the worker could not start (model, tokenizer, engine, database, options, or with drain
+ * Redis unreachable for redis.start_timeout_s), WK_EXIT_JOBS_FAILED with drain when any job
+ * finished failed or was dead-lettered (by this worker or its reaper). */
 int wk_run(const struct cfg *c, const struct wk_opts *o);

@@ -51,7 +51,8 @@ static const struct col job_cols[] = {
     JCOL(finished_at, C_REAL),  JCOL(ttft_ms, C_REAL),
     JCOL(latency_ms, C_REAL),   JCOL(queue_ms, C_REAL),
     JCOL(metadata, C_TEXT),     JCOL(result, C_TEXT),
-    JCOL(request_form, C_FORM),
+    JCOL(request_form, C_FORM), JCOL(batch_id, C_TEXT),
+    JCOL(request, C_OUTPUT),    JCOL(error_code, C_TEXT),
 };
 #define N_JOB_COLS (sizeof job_cols / sizeof job_cols[0])
 
@@ -95,6 +96,16 @@ static const struct col metric_cols[] = {
 };
 #define N_METRIC_COLS (sizeof metric_cols / sizeof metric_cols[0])
 
+#define BCOL(f, k)                                                                                           \
+    {                                                                                                        \
+#f, k, offsetof(struct db_batch, f)                                                                  \
+    }
+static const struct col batch_cols[] = {
+    BCOL(id, C_TEXT),       BCOL(input, C_TEXT), BCOL(created_at, C_REAL),
+    BCOL(total, C_INT_OPT), BCOL(state, C_TEXT), BCOL(finished_at, C_REAL),
+};
+#define N_BATCH_COLS (sizeof batch_cols / sizeof batch_cols[0])
+
 /* For the test that compares these tables with the schema: the column names of `table`, in
  * order, or NULL for a table without one. Not in db.h: only tests declare it. */
 const char *db_test_column(const char *table, size_t i);
@@ -104,6 +115,8 @@ const char *db_test_column(const char *table, size_t i)
         return i < N_JOB_COLS ? job_cols[i].name : NULL;
     if (!strcmp(table, "worker_metrics"))
         return i < N_METRIC_COLS ? metric_cols[i].name : NULL;
+    if (!strcmp(table, "batches"))
+        return i < N_BATCH_COLS ? batch_cols[i].name : NULL;
     return NULL;
 }
 
@@ -121,7 +134,9 @@ enum {
     ST_JOB_ATTEMPTS, /* the kept row of a lower-ranked replay still counts its attempt */
     ST_WORKER,
     ST_TOUCH,
-    ST_METRICS, /* built from metric_cols */
+    ST_METRICS,   /* built from metric_cols */
+    ST_BATCH_NEW, /* a job's batch, unless it is there (only its unknown columns are filled in) */
+    ST_BATCH,     /* a batch's state (db_put_batches) */
     ST_COUNT
 };
 
@@ -139,6 +154,19 @@ static const char *const fixed_sql[ST_COUNT] = {
         "jobs_done = 0",
     [ST_TOUCH] = "UPDATE workers SET last_seen_at = ?2, jobs_done = ?3, "
                  "stopped_at = CASE WHEN ?4 THEN ?2 ELSE stopped_at END WHERE id = ?1",
+    [ST_BATCH_NEW] = "INSERT INTO batches (id, input, created_at, total, state, finished_at) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO UPDATE SET "
+                     "input = coalesce(batches.input, excluded.input), "
+                     "created_at = coalesce(batches.created_at, excluded.created_at), "
+                     "total = coalesce(batches.total, excluded.total), "
+                     "state = coalesce(batches.state, excluded.state)",
+    [ST_BATCH] = "INSERT INTO batches (id, input, created_at, total, state, finished_at) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO UPDATE SET "
+                 "input = coalesce(batches.input, excluded.input), "
+                 "created_at = coalesce(batches.created_at, excluded.created_at), "
+                 "total = coalesce(excluded.total, batches.total), "
+                 "state = coalesce(excluded.state, batches.state), "
+                 "finished_at = coalesce(excluded.finished_at, batches.finished_at)",
 };
 
 struct db {
@@ -163,6 +191,12 @@ struct db_result db_result_empty(void)
     r.created_at = r.started_at = r.first_token_at = r.finished_at = NAN;
     r.ttft_ms = r.latency_ms = r.queue_ms = NAN;
     return r;
+}
+
+struct db_batch db_batch_empty(void)
+{
+    struct db_batch b = {.total = -1, .created_at = NAN, .finished_at = NAN};
+    return b;
 }
 
 struct db_metrics db_metrics_empty(void)
@@ -493,13 +527,22 @@ static int put_results_body(struct db *db, void *arg)
 {
     struct put_results *p = arg;
     sqlite3_stmt *up = stmt(db, ST_JOB_UPSERT), *att = stmt(db, ST_JOB_ATTEMPTS);
-    if (!up || !att)
+    sqlite3_stmt *bn = stmt(db, ST_BATCH_NEW);
+    if (!up || !att || !bn)
         return SQLITE_ERROR;
     p->rejected = 0;
     for (size_t i = 0; i < p->n; i++) {
         const struct db_result *r = &p->rows[i];
         const char *problem = row_problem(r);
         int rc = SQLITE_CONSTRAINT;
+        if (!problem && r->batch && r->batch->id) {
+            rc = bind_cols(bn, batch_cols, N_BATCH_COLS, r->batch);
+            rc = rc == SQLITE_OK ? step_reset(bn) : rc;
+            sqlite3_clear_bindings(bn);
+            if (rc != SQLITE_DONE && !is_row_error(rc))
+                return rc; /* busy, I/O, full: the whole transaction. A refused batch row only loses itself */
+            rc = SQLITE_CONSTRAINT;
+        }
         if (!problem) {
             rc = bind_cols(up, job_cols, N_JOB_COLS, r);
             if (rc == SQLITE_OK)
@@ -545,6 +588,46 @@ int db_put_results(struct db *db, const struct db_result *rows, size_t n, int *r
     return DB_ERR_ROW;
 }
 
+/* Rows of one table, each written with statement `which` from its column table. */
+struct put_rows {
+    int which;
+    const struct col *cols;
+    size_t ncols;
+    const void *rows; /* n structs of `size` bytes */
+    size_t size, n;
+};
+
+static int put_rows_body(struct db *db, void *arg)
+{
+    const struct put_rows *p = arg;
+    sqlite3_stmt *st = stmt(db, p->which);
+    if (!st)
+        return SQLITE_ERROR;
+    for (size_t i = 0; i < p->n; i++) {
+        int rc = bind_cols(st, p->cols, p->ncols, (const char *)p->rows + i * p->size);
+        rc = rc == SQLITE_OK ? step_reset(st) : rc;
+        if (rc != SQLITE_DONE)
+            return rc;
+    }
+    return SQLITE_OK;
+}
+
+int db_put_batches(struct db *db, const struct db_batch *rows, size_t n)
+{
+    assert(db && (rows || n == 0));
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].id || !rows[i].id[0]) {
+            set_err(db, "writing batches: row %zu has no id", i + 1);
+            return DB_ERR;
+        }
+    if (n == 0)
+        return DB_OK;
+    struct put_rows p = {ST_BATCH, batch_cols, N_BATCH_COLS, rows, sizeof *rows, n};
+    char what[64];
+    snprintf(what, sizeof what, "writing %zu batch row%s", n, n == 1 ? "" : "s");
+    return write_txn(db, what, put_rows_body, &p);
+}
+
 int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void *ctx)
 {
     assert(db && fn);
@@ -567,6 +650,8 @@ int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void
         len += (size_t)snprintf(sql + len, sizeof sql - len, " AND id = :id");
     if (q->custom_id)
         len += (size_t)snprintf(sql + len, sizeof sql - len, " AND custom_id = :custom_id");
+    if (q->batch_id)
+        len += (size_t)snprintf(sql + len, sizeof sql - len, " AND batch_id = :batch_id");
     if (q->form >= 0)
         len += (size_t)snprintf(sql + len, sizeof sql - len, " AND request_form = :form");
     len += (size_t)snprintf(sql + len, sizeof sql - len, " ORDER BY finished_at, id");
@@ -591,6 +676,8 @@ int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void
     if (q->custom_id)
         sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":custom_id"), q->custom_id, -1,
                           SQLITE_STATIC);
+    if (q->batch_id)
+        sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":batch_id"), q->batch_id, -1, SQLITE_STATIC);
     if (q->form >= 0)
         sqlite3_bind_text(st, sqlite3_bind_parameter_index(st, ":form"),
                           q->form == DB_FORM_OPENAI ? "openai" : "llmq", -1, SQLITE_STATIC);
@@ -685,26 +772,6 @@ int db_touch_worker(struct db *db, const char *id, double now, int64_t jobs_done
     return rc;
 }
 
-struct put_metrics {
-    const struct db_metrics *rows;
-    size_t n;
-};
-
-static int put_metrics_body(struct db *db, void *arg)
-{
-    struct put_metrics *p = arg;
-    sqlite3_stmt *st = stmt(db, ST_METRICS);
-    if (!st)
-        return SQLITE_ERROR;
-    for (size_t i = 0; i < p->n; i++) {
-        int rc = bind_cols(st, metric_cols, N_METRIC_COLS, &p->rows[i]);
-        rc = rc == SQLITE_OK ? step_reset(st) : rc;
-        if (rc != SQLITE_DONE)
-            return rc;
-    }
-    return SQLITE_OK;
-}
-
 int db_put_metrics(struct db *db, const struct db_metrics *rows, size_t n)
 {
     assert(db && (rows || n == 0));
@@ -718,10 +785,10 @@ int db_put_metrics(struct db *db, const struct db_metrics *rows, size_t n)
         }
     if (n == 0)
         return DB_OK;
-    struct put_metrics p = {rows, n};
+    struct put_rows p = {ST_METRICS, metric_cols, N_METRIC_COLS, rows, sizeof *rows, n};
     char what[64];
     snprintf(what, sizeof what, "writing %zu metrics row%s", n, n == 1 ? "" : "s");
-    return write_txn(db, what, put_metrics_body, &p);
+    return write_txn(db, what, put_rows_body, &p);
 }
 
 /* ---- opening and migrating */

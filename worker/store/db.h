@@ -102,7 +102,20 @@ int db_status_from_name(const char *name);
 
 enum db_form { DB_FORM_LLMQ, DB_FORM_OPENAI };
 
-/* One row of `jobs` (docs/SQLITE.md and schemas/001_init.sql say what each column means).
+/* One row of `batches` (schemas/003_batches.sql). Strings are borrowed: NULL is SQL NULL (and,
+ * in db_put_batches, leaves the column as it is); reals: NAN; total: < 0. */
+struct db_batch {
+    const char *id; /* required */
+    const char *input;
+    double created_at;
+    int64_t total;
+    const char *state; /* "queued", "running", "completed", "cancelled" */
+    double finished_at;
+};
+/* Every string NULL, every real NAN, total -1. */
+struct db_batch db_batch_empty(void);
+
+/* One row of `jobs` (docs/SQLITE.md and schemas/NNN_*.sql say what each column means).
  * Strings are borrowed: NULL is SQL NULL. Reals: NAN is SQL NULL. */
 struct db_result {
     const char *id; /* required */
@@ -123,17 +136,30 @@ struct db_result {
     const char *metadata; /* JSON text */
     const char *result;   /* the result line (JSON) */
     enum db_form request_form;
+    /* schemas/003_batches.sql */
+    const char *batch_id;
+    const char *request; /* the job as received: request_len bytes (0 = up to the NUL) */
+    size_t request_len;
+    const char *error_code; /* NULL for completed */
+    /* not a column: the row's batch, inserted into `batches` unless it is there (NULL = none) */
+    const struct db_batch *batch;
 };
 /* A row with every string NULL, every real NAN, counts 0, attempts 1, status completed, form llmq. */
 struct db_result db_result_empty(void);
 
 /* Writes rows[0..n) in one transaction (BEGIN IMMEDIATE ... COMMIT), each as the upsert described
- * at the top of this file. A row is rejected, and the others still written, when it breaks a rule
- * of the schema (no id, bad status, finished_at missing, JSON that does not parse, ...); row_rc
- * (NULL, or n entries) then says which: 0 written, DB_ERR_ROW rejected, and db_errmsg names the
- * first one. Returns DB_OK, DB_ERR_ROW, DB_BUSY (locked past the retries: nothing written) or
- * DB_ERR (nothing written). n == 0 is a no-op. */
+ * at the top of this file, with its `batch` inserted first when `batches` has no row for it (a
+ * row that is there only gets the columns it lacks; a batch row SQLite refuses is left out). A row is
+ * rejected, and the others still written, when it breaks a rule of the schema (no id, bad status, finished_at
+ * missing, JSON that does not parse, ...); row_rc (NULL, or n entries) then says which: 0 written, DB_ERR_ROW
+ * rejected, and db_errmsg names the first one. Returns DB_OK, DB_ERR_ROW, DB_BUSY (locked past the retries:
+ * nothing written) or DB_ERR (nothing written). n == 0 is a no-op. */
 int db_put_results(struct db *db, const struct db_result *rows, size_t n, int *row_rc);
+
+/* Writes batch rows in one transaction: a new id is inserted, a known one gets the columns that
+ * are given (state, finished_at and total; input and created_at only where they are NULL).
+ * Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a row without an id fails the call). */
+int db_put_batches(struct db *db, const struct db_batch *rows, size_t n);
 
 /* Which rows db_query_results returns, in order of finished_at, then id. */
 struct db_query {
@@ -141,6 +167,7 @@ struct db_query {
     double since, until;   /* finished_at >= since, < until; NAN = unbounded */
     const char *id;        /* only this job id (NULL = any) */
     const char *custom_id; /* only this custom_id (NULL = any) */
+    const char *batch_id;  /* only this batch (NULL = any) */
     int form;              /* an enum db_form, or -1 for all */
     int64_t limit;         /* at most this many rows; 0 = all */
 };

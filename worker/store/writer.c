@@ -31,7 +31,7 @@ static void first_err(struct wk_batch *b, const char *what, const char *msg)
 static void run_batch(struct db *db, struct wk_batch *b)
 {
     double t0 = db_now();
-    b->rc_worker = b->rc_results = b->rc_metrics = b->rc_touch = DB_OK;
+    b->rc_worker = b->rc_results = b->rc_metrics = b->rc_touch = b->rc_batches = DB_OK;
     b->err[0] = 0;
     if (b->worker_row) {
         b->rc_worker = db_put_worker(db, b->worker_row);
@@ -45,6 +45,13 @@ static void run_batch(struct db *db, struct wk_batch *b)
     }
     /* a database that is locked for results is locked for the rest too: do not wait twice */
     bool busy = b->rc_results == DB_BUSY || b->rc_worker == DB_BUSY;
+    if (b->nbatches && !busy) {
+        b->rc_batches = db_put_batches(db, b->batches, b->nbatches);
+        if (b->rc_batches)
+            first_err(b, "batches", db_errmsg(db));
+    } else if (b->nbatches) {
+        b->rc_batches = DB_BUSY;
+    }
     if (b->nmetrics && !busy && b->rc_worker == DB_OK) {
         b->rc_metrics = db_put_metrics(db, b->metrics, b->nmetrics);
         if (b->rc_metrics)

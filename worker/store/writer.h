@@ -9,6 +9,7 @@
  *     if (wk_writer_poll(w) == &b) ... b.rc_results, b.row_rc[i] ...
  *     wk_writer_stop(w, 5000);                   // waits for the batch in flight, closes db
  *
+ * (Here a "batch" is one round of writes; the jobs' batches of `llmq enqueue` are `batches` rows.)
  * One batch is in flight at a time; the caller collects what finishes meanwhile and sends it in
  * the next one (bigger transactions when the database is slow). Everything but the writes runs
  * on the caller's thread. */
@@ -31,12 +32,14 @@ struct wk_batch {
     int *row_rc;                      /* [nrows]: per-row outcome (db_put_results) */
     const struct db_metrics *metrics; /* db_put_metrics */
     size_t nmetrics;
+    const struct db_batch *batches; /* db_put_batches (after the results) */
+    size_t nbatches;
     const char *touch_id; /* db_touch_worker(touch_id, touch_now, jobs_done, stopped); NULL = none */
     double touch_now;
     int64_t jobs_done;
     bool stopped;
     /* outputs: DB_OK, or the db_* code of that call (DB_OK when there was nothing to do) */
-    int rc_worker, rc_results, rc_metrics, rc_touch;
+    int rc_worker, rc_results, rc_metrics, rc_touch, rc_batches;
     char err[512];   /* the first failure's message */
     double write_ms; /* time spent in SQLite */
 };

@@ -6,10 +6,12 @@
 //	go run . -template summarize -var document=@report.txt -db /var/lib/llmq/llmq.db
 //
 // It prints one JSON line: {"id", "status", "finish_reason", "prompt_tokens",
-// "completion_tokens", "error", "text"}. The generated text lives in SQLite (jobs.output), not in
-// Redis: with -db it is read through the sqlite3 shell (so the example needs no SQLite driver;
-// a program of your own would use database/sql with one). Exit status 0 when the job completed,
-// 1 when it failed or was cancelled, 2 on a timeout or a usage error.
+// "completion_tokens", "error", "text"}. The text comes from the job hash's `result` field (the
+// result line `llmq results` exports); a result over the worker's redis.result_max_bytes is in
+// SQLite only (the field then holds {"truncated": true, ...}) and is read with -db through the
+// sqlite3 shell (so the example needs no SQLite driver; a program of your own would use
+// database/sql with one). Exit status 0 when the job completed, 1 when it failed or was
+// cancelled, 2 on a timeout or a usage error.
 //
 // How it waits (docs/QUEUE.md): remember the newest entry of the events stream llmq:events, push
 // the job, then XREAD from that entry on; an entry with the job's id and a final status ends the
@@ -204,7 +206,13 @@ func run() int {
 	}
 	res.PromptTokens, _ = strconv.Atoi(h["prompt_tokens"])
 	res.CompletionTokens, _ = strconv.Atoi(h["completion_tokens"])
-	if *db != "" {
+	var line struct { // the result line: llmq's result object
+		Text      *string `json:"text"`
+		Truncated bool    `json:"truncated"`
+	}
+	if json.Unmarshal([]byte(h["result"]), &line) == nil && !line.Truncated {
+		res.Text = line.Text
+	} else if *db != "" {
 		out, e, err := readRow(*db, *id)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "enqueue_wait:", err)
@@ -215,8 +223,8 @@ func run() int {
 			res.Error = e
 		}
 	}
-	line, _ := json.Marshal(res)
-	fmt.Println(string(line))
+	printed, _ := json.Marshal(res)
+	fmt.Println(string(printed))
 	if res.Status == "completed" {
 		return 0
 	}

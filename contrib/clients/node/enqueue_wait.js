@@ -6,9 +6,11 @@
 //   node enqueue_wait.js --template summarize --var document=@report.txt --db /var/lib/llmq/llmq.db
 //
 // Prints one JSON line: {"id", "status", "finish_reason", "prompt_tokens", "completion_tokens",
-// "error", "text"}. The generated text lives in SQLite (jobs.output), not in Redis: with --db it
-// is read with node:sqlite (Node >= 22.5) or else the sqlite3 shell. Exit status 0 when the job
-// completed, 1 when it failed or was cancelled, 2 on a timeout or a usage error.
+// "error", "text"}. The text comes from the job hash's `result` field (the result line `llmq
+// results` exports); a result over the worker's redis.result_max_bytes is in SQLite only (the
+// field then holds {"truncated": true, ...}) and is read with --db, with node:sqlite (Node >= 22.5)
+// or else the sqlite3 shell. Exit status 0 when the job completed, 1 when it failed or was
+// cancelled, 2 on a timeout or a usage error.
 //
 // How it waits (docs/QUEUE.md): remember the newest entry of the events stream llmq:events, push
 // the job, then XREAD from that entry on; an entry with the job's id and a final status ends the
@@ -122,7 +124,10 @@ async function main() {
     const out = { id, status: h.status || status, finish_reason: h.finish_reason ?? null,
                   prompt_tokens: Number(h.prompt_tokens || 0), completion_tokens: Number(h.completion_tokens || 0),
                   error: h.error ?? null, text: null };
-    if (a.db) {
+    const result = h.result ? JSON.parse(h.result) : { truncated: true };
+    if (!result.truncated) {
+      out.text = result.text ?? null; // llmq's result object
+    } else if (a.db) {
       const row = readRow(a.db, id);
       if (row) {
         out.text = row.output;

@@ -6,9 +6,11 @@
     python3 enqueue_wait.py --template summarize --var document=@report.txt --db /var/lib/llmq/llmq.db
 
 Prints one JSON line: {"id", "status", "finish_reason", "prompt_tokens", "completion_tokens",
-"error", "text"}. The generated text lives in SQLite (jobs.output), not in Redis: it is read
-from --db when given (Python's own sqlite3 module). Exit status 0 when the job completed, 1 when
-it failed or was cancelled, 2 on a timeout or a usage error.
+"error", "text"}. The text comes from the job hash's `result` field (the result line `llmq
+results` exports); a result over the worker's redis.result_max_bytes is in SQLite only (the field
+then holds {"truncated": true, ...}) and is read from --db when given (Python's own sqlite3
+module). Exit status 0 when the job completed, 1 when it failed or was cancelled, 2 on a timeout
+or a usage error.
 
 How it waits (docs/QUEUE.md): remember the newest entry of the events stream llmq:events, push
 the job, then XREAD from that entry on; an entry with the job's id and a final status
@@ -97,7 +99,10 @@ def main():
     out = {"id": jid, "status": h.get("status", status), "finish_reason": h.get("finish_reason"),
            "prompt_tokens": int(h.get("prompt_tokens", 0)), "completion_tokens": int(h.get("completion_tokens", 0)),
            "error": h.get("error"), "text": None}
-    if a.db:
+    result = json.loads(h["result"]) if h.get("result") else {"truncated": True}
+    if not result.get("truncated"):
+        out["text"] = result.get("text")  # llmq's result object
+    elif a.db:
         db = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True, timeout=10)
         row = db.execute("SELECT output, error FROM jobs WHERE id = ?", (jid,)).fetchone()
         if row:

@@ -7,9 +7,11 @@
 #   enqueue_wait.sh -T TEMPLATE -V NAME=@FILE|NAME=TEXT [-V ...] [options]     (a templated job)
 #
 # Prints one JSON line: {"id", "status", "finish_reason", "prompt_tokens", "completion_tokens",
-# "error", "text"}; text (jobs.output) comes from SQLite with -d, as the generated text is not in
-# Redis. Exit status 0 when the job completed, 1 when it failed or was cancelled, 2 on a timeout
-# or a usage error.
+# "error", "text", "result"}: result is the job hash's `result` field (HGET), the result line
+# `llmq results` exports, with the text in it; text (jobs.output) comes from SQLite with -d, for
+# a result over the worker's redis.result_max_bytes (then result is {"truncated": true, ...}).
+# Exit status 0 when the job completed, 1 when it failed or was cancelled, 2 on a timeout or a
+# usage error.
 #
 # How it waits (docs/QUEUE.md): XREAD BLOCK on the events stream llmq:events wakes it whenever
 # anything happens, and after each wake-up it reads the job hash's status; a job that ends while
@@ -88,6 +90,7 @@ done
 field() { r HGET "$hkey" "$1"; }
 opt_str() { if [ -n "$1" ]; then json_str "$1"; else printf null; fi; }
 finish=$(field finish_reason) err=$(field error) pt=$(field prompt_tokens) ct=$(field completion_tokens)
+result=$(field result) # a JSON object already
 text=null
 if [ -n "$db" ]; then
   q="SELECT output FROM jobs WHERE id = '${id//\'/\'\'}'"
@@ -97,5 +100,5 @@ if [ -n "$db" ]; then
   [ "$out" != "<NULL>" ] && [ -n "$(sqlite3 -readonly "$db" "SELECT 1 FROM jobs WHERE id = '${id//\'/\'\'}'")" ] &&
     text=$(json_str "$out")
 fi
-echo "{\"id\": $(json_str "$id"), \"status\": \"$status\", \"finish_reason\": $(opt_str "$finish"), \"prompt_tokens\": ${pt:-0}, \"completion_tokens\": ${ct:-0}, \"error\": $(opt_str "$err"), \"text\": $text}"
+echo "{\"id\": $(json_str "$id"), \"status\": \"$status\", \"finish_reason\": $(opt_str "$finish"), \"prompt_tokens\": ${pt:-0}, \"completion_tokens\": ${ct:-0}, \"error\": $(opt_str "$err"), \"text\": $text, \"result\": ${result:-null}}"
 [ "$status" = completed ]

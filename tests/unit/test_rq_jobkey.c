@@ -1,0 +1,168 @@
+/* A job's key has one rule in three places (queue/jobid.h): rq_job_id in C, job_id() in the Lua
+ * prelude every script starts with (queue/scripts.c), and the worker's parser (job_parse's
+ * j->id). One table of job texts goes through all three against a real redis-server (EVAL of the
+ * prelude); they must agree on every line, and on the lines the parser accepts it must name the
+ * same key. Plus rq_job_add_batch: the text kept byte for byte, the key it gives. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "queue/jobid.h"
+#include "queue/scripts.h"
+#include "rq_test.h"
+#include "worker/jobs/job.h"
+
+#define OA(rest) "{\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"p\"}" rest "}"
+
+struct row {
+    const char *raw;
+    size_t max_bytes; /* 0 = no limit */
+    const char *key;  /* the expected key; NULL = none */
+};
+
+static char long_id[RQ_OWN_ID_MAX + 1], batch64[RQ_BATCH_ID_MAX + 1];
+static char big_line[1024], longest[1024], too_long_cid[1024], batch65_line[512], longest_key[RQ_ID_MAX + 8];
+
+/* The Lua rule's answer for raw: its key, or NULL (into buf). */
+static const char *lua_key(const char *raw, size_t max_bytes, char *buf, size_t len)
+{
+    static char script[16384];
+    snprintf(script, sizeof script,
+             "%s\nlocal id, json = job_id(ARGV[13])\nreturn {id or false, json and 1 or 0}\n",
+             rq_script_prelude());
+    char maxb[32];
+    snprintf(maxb, sizeof maxb, "%zu", max_bytes);
+    const char *argv[] = {
+        "EVAL", script, "4", "e",     "d",  "c", "p",           "llmq:job:",       "llmq:queue:",  "w1",
+        "0",    "100",  "0", "short", maxb, "3", "llmq:batch:", "llmq:batch-done", "llmq:worker:", raw};
+    enum { N = sizeof argv / sizeof argv[0] };
+    size_t lens[N];
+    for (int i = 0; i < N; i++)
+        lens[i] = strlen(argv[i]);
+    redisReply *r = redisCommandArgv(adm, N, argv, lens);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        fail_msg("EVAL of job_id() for %s: %s", raw,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    const char *out = NULL;
+    if (r->element[0]->type == REDIS_REPLY_STRING) {
+        snprintf(buf, len, "%.*s", (int)r->element[0]->len, r->element[0]->str);
+        out = buf;
+    }
+    freeReplyObject(r);
+    return out;
+}
+
+static void fill(void)
+{
+    memset(long_id, 'i', RQ_OWN_ID_MAX);
+    long_id[RQ_OWN_ID_MAX] = 0;
+    memset(batch64, 'b', RQ_BATCH_ID_MAX);
+    batch64[RQ_BATCH_ID_MAX] = 0;
+    snprintf(big_line, sizeof big_line, "{\"id\":\"big\",\"prompt\":\"%0200d\"}", 0);
+    snprintf(longest, sizeof longest, OA(",\"custom_id\":\"%s\",\"batch_id\":\"%s\""), long_id, batch64);
+    snprintf(longest_key, sizeof longest_key, "%s/%s", batch64, long_id);
+    snprintf(too_long_cid, sizeof too_long_cid, OA(",\"custom_id\":\"%si\"") "", long_id);
+    snprintf(batch65_line, sizeof batch65_line, OA(",\"custom_id\":\"r\",\"batch_id\":\"%sb\""), batch64);
+}
+
+static void test_c_lua_parser_agree(void **state)
+{
+    (void)state;
+    fill();
+    const struct row rows[] = {
+        {"{\"id\":\"a\",\"prompt\":\"x\"}", 0, "a"},
+        {"{\"prompt\":\"x\"}", 0, NULL},
+        {"{\"id\":null,\"prompt\":\"x\"}", 0, NULL},
+        {"{\"id\":7,\"prompt\":\"x\"}", 0, NULL},
+        {"{\"id\":\"\",\"prompt\":\"x\"}", 0, NULL},
+        {"{\"id\":\"a\\u0001b\",\"prompt\":\"x\"}", 0, NULL},
+        {"{\"id\":\"a/b\",\"batch_id\":\"night-1\",\"prompt\":\"x\"}", 0, "a/b"}, /* llmq: batch not in key */
+        {"{\"id\":\"\\u00e9t\\u00e9\",\"prompt\":\"x\"}", 0, "\xc3\xa9t\xc3\xa9"},
+        {OA(",\"custom_id\":\"r-1\""), 0, "r-1"},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":\"night-1\""), 0, "night-1/r-1"},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":null"), 0, "r-1"},
+        {OA(",\"custom_id\":\"x/y\",\"batch_id\":\"b.2_c-3\""), 0, "b.2_c-3/x/y"},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":\"a/b\""), 0, NULL},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":\"\""), 0, NULL},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":12"), 0, NULL},
+        {OA(",\"custom_id\":\"r-1\",\"batch_id\":\"sp ace\""), 0, NULL},
+        {OA(",\"custom_id\":5"), 0, NULL},
+        {OA(""), 0, NULL}, /* no custom_id */
+        {longest, 0, longest_key},
+        {too_long_cid, 0, NULL},
+        {batch65_line, 0, NULL},
+        {big_line, 100, NULL}, /* over max_bytes: not read */
+        {big_line, 0, "big"},
+        {"not json", 0, NULL},
+        {"[1,2]", 0, NULL},
+        {"\"id\"", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const struct row *r = &rows[i];
+        size_t len = strlen(r->raw);
+        char c[RQ_ID_MAX + 1], l[RQ_ID_MAX + 64];
+        enum rq_idstate st = rq_job_id(r->raw, len, r->max_bytes, c);
+        const char *ck = st == RQ_ID_FOUND ? c : NULL;
+        const char *lk = lua_key(r->raw, r->max_bytes, l, sizeof l);
+        if (!r->key) {
+            if (ck || lk)
+                fail_msg("row %zu (%.80s): want no key, C '%s', Lua '%s'", i, r->raw, ck ? ck : "-",
+                         lk ? lk : "-");
+            continue;
+        }
+        if (!ck || !lk || strcmp(ck, r->key) || strcmp(lk, r->key))
+            fail_msg("row %zu (%.80s): want '%s', C '%s', Lua '%s'", i, r->raw, r->key, ck ? ck : "-",
+                     lk ? lk : "-");
+        struct job j;
+        char err[512];
+        struct job_opts o = job_opts_default();
+        o.max_bytes = (int64_t)r->max_bytes;
+        int rc = job_parse(r->raw, len, &o, &j, err, sizeof err);
+        if (rc)
+            fail_msg("row %zu: job_parse refused a line with a key: %s", i, err);
+        if (!j.id || strcmp(j.id, r->key))
+            fail_msg("row %zu: the parser's key '%s', want '%s'", i, j.id ? j.id : "(none)", r->key);
+        job_free(&j);
+    }
+}
+
+/* "batch_id" goes in before the closing brace, the rest of the text unchanged; the key follows. */
+static void test_add_batch(void **state)
+{
+    (void)state;
+    const char *line = "{\"custom_id\": \"r-1\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                       "\"body\": {\"prompt\": \"p\"}}  ";
+    char *out;
+    size_t n;
+    assert_int_equal(rq_job_add_batch(line, strlen(line), "night-1", &out, &n), 0);
+    assert_string_equal(out, "{\"custom_id\": \"r-1\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                             "\"body\": {\"prompt\": \"p\"},\"batch_id\":\"night-1\"}  ");
+    assert_int_equal(n, strlen(out));
+    char key[RQ_ID_MAX + 1];
+    assert_int_equal(rq_job_id(out, n, 0, key), RQ_ID_FOUND);
+    assert_string_equal(key, "night-1/r-1");
+    free(out);
+    assert_int_equal(rq_job_add_batch("{}", 2, "b", &out, &n), 0);
+    assert_string_equal(out, "{\"batch_id\":\"b\"}");
+    free(out);
+    /* refused: a line that has one, not an object, a bad batch id */
+    assert_int_equal(rq_job_add_batch(out = "{\"batch_id\":\"x\"}", 16, "b", &out, &n), -1);
+    assert_null(out);
+    assert_int_equal(rq_job_add_batch("[1]", 3, "b", &out, &n), -1);
+    assert_int_equal(rq_job_add_batch("{}", 2, "a/b", &out, &n), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_c_lua_parser_agree),
+        cmocka_unit_test(test_add_batch),
+    };
+    return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
+}
