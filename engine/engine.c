@@ -44,6 +44,7 @@ struct eseq {
     size_t tokens_cap, logprobs_cap;
     bool cancel;                /* cancelled, finish not yet reported */
     bool admitted;              /* running since its last admission (for the cached-token count) */
+    bool started;               /* a step has run it (once true, stays true: preemption included) */
     int prev_idx;               /* index in engine.prev while n_new_output is 1, else -1 */
     uint64_t changed_stamp;     /* the step in whose *changed it is listed */
     struct list_node live;      /* in engine.live */
@@ -63,6 +64,9 @@ struct engine {
     struct be_out *bout;
     struct engine_seq **changed;
     int n_changed;
+    struct engine_seq **starting; /* [max_num_seqs]: the seqs a step runs for the first time */
+    engine_start_fn on_start;
+    void *on_start_ctx;
     size_t changed_cap;
     struct eseq **prev; /* seqs whose n_new_output is set */
     int n_prev;
@@ -207,8 +211,9 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
     if (!e->s)
         goto fail;
     e->bseq = calloc((size_t)bo.max_num_seqs, sizeof *e->bseq);
+    e->starting = calloc((size_t)bo.max_num_seqs, sizeof *e->starting);
     e->bout = calloc((size_t)bo.max_num_seqs, sizeof *e->bout);
-    if (!e->bseq || !e->bout) {
+    if (!e->bseq || !e->bout || !e->starting) {
         snprintf(err, errlen, "engine: out of memory");
         goto fail;
     }
@@ -252,6 +257,7 @@ void engine_free(struct engine *e)
     kv_pool_free(e->kv);
     backend_free(e->be);
     free(e->bseq);
+    free(e->starting);
     free(e->bout);
     free(e->changed);
     free(e->prev);
@@ -728,6 +734,18 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
             }
         }
     }
+    if (e->on_start) { /* before the backend runs them: a crash in this step is theirs too */
+        int n = 0;
+        for (int i = 0; i < out.n_items; i++) {
+            struct eseq *q = out.items[i].seq->user;
+            if (!q->started) {
+                q->started = true;
+                e->starting[n++] = &q->pub;
+            }
+        }
+        if (n)
+            e->on_start(e->on_start_ctx, e->starting, n);
+    }
     e->st.steps++;
     if (backend_step(e->be, e->bseq, out.n_items, e->bout)) {
         char msg[sizeof e->be->err + 64];
@@ -749,6 +767,12 @@ done:
     *changed = e->changed;
     *n_changed = e->n_changed;
     return ret;
+}
+
+void engine_set_on_start(struct engine *e, engine_start_fn fn, void *ctx)
+{
+    e->on_start = fn;
+    e->on_start_ctx = ctx;
 }
 
 void engine_cancel(struct engine *e, struct engine_seq *s)

@@ -141,6 +141,13 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
  * sequences are then finished with FINISH_ERROR (listed in *changed) and the engine stays usable. */
 int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed);
 
+/* Called by engine_step with the seqs it is about to run for the first time (their first prefill
+ * chunk), before the backend runs the step; seqs[0..n) are borrowed for the call. A seq is listed
+ * once in its life (not again after a preemption). */
+typedef void (*engine_start_fn)(void *ctx, struct engine_seq *const *seqs, int n);
+/* Sets (fn NULL: clears) the start callback; ctx is passed to it. */
+void engine_set_on_start(struct engine *e, engine_start_fn fn, void *ctx);
+
 /* Stops a queued or running seq: it finishes with FINISH_CANCELLED at the next engine_step (and
  * is listed in its *changed). A seq whose deadline has passed finishes the same way at the start of
  * a step, with FINISH_TIMEOUT: one clock reading per step while any seq has a deadline, and a walk

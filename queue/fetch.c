@@ -436,7 +436,7 @@ int rq_reconcile(struct rq *q)
         rq_script_cmd(q, &q->pipe, RQ_SCRIPT_REQUEUE, q->proc_key, NULL, 0);
         rq_pipe_arg(&q->pipe, x->str, x->len);
         rq_pipe_str(&q->pipe, "");
-        rq_pipe_str(&q->pipe, "1");
+        rq_pipe_str(&q->pipe, "0"); /* never handed out, so never counted (queue/attempt.h) */
         rq_pipe_str(&q->pipe, "fetch_lost");
         orphans++;
     }

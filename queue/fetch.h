@@ -3,7 +3,8 @@
  * a crash of the worker (the reaper puts it back, queue/reaper.h).
  *
  * At fetch each job with an id is marked running in its hash (<p>:job:<id>: status running,
- * worker, queue, started_at, created_at if unset, attempts + 1), its batch counts it running, an
+ * worker, queue, started_at, created_at if unset; the delivery is counted in `attempts` only when
+ * the job starts running, queue/attempt.h), its batch counts it running, an
  * event is added, and a pending cancel is reported, all inside the same script as the move.
  *
  * A duplicate is not handed out: a job whose hash is final (completed, failed, cancelled), or
@@ -32,7 +33,9 @@ struct rq_job {
     char id[RQ_ID_MAX + 1];       /* its id (own or assigned); "" when it has none (not JSON ...) */
     bool id_assigned;             /* rq gave it the id at this fetch (raw includes it) */
     char queue[RQ_QREF_MAX + 1];  /* the queue it came from: a reference ("short", "qwen3-8b:short") */
-    int attempts;                 /* deliveries so far, this one included (0 without an id) */
+    int attempts;                 /* deliveries so far, this one included (0 without an id); counted in
+                                     Redis only once it runs (rq_attempt) */
+    bool counted;                 /* rq_attempt counted this delivery in its hash */
     bool cancel_requested;        /* its id was in <p>:cancel at fetch */
     char batch_id[RQ_BATCH_ID_MAX + 1]; /* the batch its hash counts it in; "" = none */
 };

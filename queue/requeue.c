@@ -18,7 +18,7 @@ int rq_requeue(struct rq *q, const struct rq_job *const *jobs, int n, const char
         rq_script_cmd(q, p, RQ_SCRIPT_REQUEUE, q->proc_key, NULL, 0);
         rq_pipe_arg(p, jobs[i]->raw, jobs[i]->len);
         rq_pipe_str(p, to_queue ? to_queue : "");
-        rq_pipe_str(p, "1");
+        rq_pipe_str(p, jobs[i]->counted ? "1" : "0");
         rq_pipe_str(p, reason ? reason : "requeued");
     }
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))

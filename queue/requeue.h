@@ -2,7 +2,7 @@
  * time go back to the FRONT of their queue (RPUSH: fetched next), and a short-queue job whose
  * prompt is over long_threshold_tokens moves to the long queue the same way. Atomic per job
  * (a Lua script: LREM from processing + RPUSH + hash status queued). The delivery is not
- * counted: attempts goes back down by one. */
+ * counted: attempts goes back down by one for a job whose delivery rq_attempt counted. */
 #pragma once
 
 #include "queue/fetch.h"

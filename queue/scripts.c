@@ -116,7 +116,8 @@
 "  if h[1] == 'running' and h[2] and (h[2] == WORKER or redis.call('EXISTS', HB .. h[2]) == 1) then return h[1], h[2] end\n" \
 "  return nil\n" \
 "end\n" \
-"-- marks a job running for the caller; returns its delivery count, whether a cancel is pending\n" \
+"-- marks a job running for the caller; returns the delivery this is (attempts + 1: counted only\n" \
+"-- once it runs, by the attempt script), whether a cancel is pending\n" \
 "-- (its id is in the cancel set, or its batch is cancelled)\n" \
 "-- and its batch (false when none)\n" \
 "local function start(id, queue)\n" \
@@ -127,7 +128,8 @@
 "  redis.call('HSETNX', hk, 'created_at', NOW)\n" \
 "  redis.call('HDEL', hk, 'result')\n" \
 "  redis.call('PERSIST', hk)\n" \
-"  local a = redis.call('HINCRBY', hk, 'attempts', 1)\n" \
+"  redis.call('HSETNX', hk, 'attempts', 0)\n" \
+"  local a = (tonumber(redis.call('HGET', hk, 'attempts')) or 0) + 1\n" \
 "  local c = redis.call('SISMEMBER', CANCEL, id)\n" \
 "  -- a job of a cancelled batch is cancelled when it is fetched, without running\n" \
 "  if c == 0 and bid and redis.call('HGET', BATCH .. bid, 'state') == 'cancelled' then c = 1 end\n" \
@@ -327,6 +329,22 @@ static const char dead_src[] = PRELUDE
 "local done = to_dead(ARGV[13], id, ARGV[17], ARGV[14], a, WORKER, ARGV[15])\n"
 "if id and ARGV[18] and ARGV[18] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[18]) end\n"
 "return {1, done}\n";
+
+/* ARGV[13..] ids of jobs this worker starts running. Per id: its attempts after counting this
+ * delivery (HINCRBY 1), or -1 when its hash is not running on this worker (reaped meanwhile,
+ * or final): then nothing is counted. */
+static const char attempt_src[] = PRELUDE
+"local out = {}\n"
+"for i = 13, #ARGV do\n"
+"  local hk = JOB .. ARGV[i]\n"
+"  local h = redis.call('HMGET', hk, 'status', 'worker')\n"
+"  if h[1] == 'running' and h[2] == WORKER then\n"
+"    out[#out + 1] = redis.call('HINCRBY', hk, 'attempts', 1)\n"
+"  else\n"
+"    out[#out + 1] = -1\n"
+"  end\n"
+"end\n"
+"return out\n";
 
 /* ARGV[13] '1' = every entry, else ARGV[14..] the ids to requeue. Oldest entries first, each to
  * the LEFT of the queue it failed on, its hash reset (queued, attempts 0) and kept in its batch
@@ -598,6 +616,7 @@ static const struct {
     [RQ_SCRIPT_BATCH_SEAL] = {"batch_seal", batch_seal_src},
     [RQ_SCRIPT_BATCH_CANCEL] = {"batch_cancel", batch_cancel_src},
     [RQ_SCRIPT_BATCH_RERUN] = {"batch_requeue", batch_requeue_src},
+    [RQ_SCRIPT_ATTEMPT] = {"attempt", attempt_src},
 };
 
 const char *rq_script_name(enum rq_script s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Retry, then dead letter: a job that kills every worker holding it (here: kill -9 while it runs)
+# Retry, then dead letter: a job that kills every worker running it (here: kill -9 while it runs)
 # is put back by the reaper with its delivery counted, and after queues.max_attempts (3)
 # deliveries the reaper moves it to llmq:dead instead; other jobs are not held back.
 . "$(dirname "$0")/worker_lib.sh"
@@ -13,7 +13,9 @@ for k in 1 2 3; do
   pid_var="W_p$k"
   wait_until "worker p$k to run the poison job (delivery $k)" holds_poison "p$k" &&
     ok "delivery $k: worker p$k runs the job"
-  eq "delivery $k counted" "$(rcli HGET llmq:job:poison attempts)" "$k"
+  # the delivery counts once the engine starts running it (just before its first step)
+  counted() { [ "$(rcli HGET llmq:job:poison attempts)" = "$k" ]; }
+  wait_until "delivery $k to be counted" counted && ok "delivery $k counted"
   kill -9 "${!pid_var}"
   wait "${!pid_var}" 2>/dev/null
 done

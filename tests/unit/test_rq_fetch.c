@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "queue/ack.h"
+#include "queue/attempt.h"
 #include "queue/fetch.h"
 #include "queue/jobid.h"
 #include "queue/push.h"
@@ -61,7 +62,9 @@ static void test_fetch_one(void **state)
     assert_string_equal(sval("HGET llmq:job:a1 status"), "running");
     assert_string_equal(sval("HGET llmq:job:a1 worker"), "w1");
     assert_string_equal(sval("HGET llmq:job:a1 queue"), "short");
-    assert_string_equal(sval("HGET llmq:job:a1 attempts"), "1");
+    /* the delivery is counted once it runs (rq_attempt), not at fetch */
+    assert_string_equal(sval("HGET llmq:job:a1 attempts"), "0");
+    assert_false(j[0].counted);
     const char *started = sval("HGET llmq:job:a1 started_at");
     assert_true(fabs(strtod(started, NULL) - rq_wall_s()) < 5);
     assert_int_equal(ival("HEXISTS llmq:job:a1 created_at"), 1);
@@ -236,6 +239,9 @@ static void test_id_assigned_and_kept_across_crash(void **state)
     assert_string_equal(inlist, j[0].raw);
     assert_int_equal(ival("LLEN llmq:processing:crashy"), 1);
     assert_string_equal(sval("HGET llmq:job:%s status", j[0].id), "running");
+    assert_string_equal(sval("HGET llmq:job:%s attempts", j[0].id), "0"); /* not counted at fetch */
+    struct rq_job *run1 = &j[0];
+    assert_int_equal(rq_attempt(q, &run1, 1), 0); /* it runs: this delivery counts */
     assert_string_equal(sval("HGET llmq:job:%s attempts", j[0].id), "1");
     char first_id[RQ_ID_MAX + 1];
     strcpy(first_id, j[0].id);
@@ -341,7 +347,6 @@ static void test_reconcile_lost_fetch(void **state)
     /* as if a fetch had moved r1 and the reply never came */
     redisReply *r = cmd("LMOVE llmq:queue:short llmq:processing:w1 RIGHT LEFT");
     freeReplyObject(r);
-    run("HINCRBY llmq:job:r1 attempts 1");
     q->need_reconcile = true;
     assert_int_equal(ival("LLEN llmq:processing:w1"), 2);
     /* the next fetch first puts r1 back at the front, then fetches it properly */

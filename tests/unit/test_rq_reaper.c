@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "queue/ack.h"
+#include "queue/attempt.h"
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
 #include "queue/push.h"
@@ -164,6 +165,10 @@ static void test_poison_goes_dead(void **state)
         assert_int_equal(rq_fetch(w, &src, 1, RQ_ORDER_PRIORITY, 4, 0, &j), 1);
         assert_string_equal(j.id, "poison");
         assert_int_equal(j.attempts, round);
+        struct rq_job *running = &j;
+        assert_int_equal(rq_attempt(w, &running, 1), 0); /* it runs: the delivery counts */
+        assert_int_equal(j.attempts, round);
+        assert_string_equal(sval("HGET llmq:job:poison attempts"), round == 1 ? "1" : round == 2 ? "2" : "3");
         rq_job_free(&j);
         rq_free(w);                      /* the worker dies with it */
         run("DEL llmq:worker:%s", name); /* its heartbeat lapses */
@@ -208,6 +213,8 @@ static void test_recover_own_list(void **state)
     struct rq_source src = {"long", 4};
     struct rq_job j[2];
     assert_int_equal(rq_fetch(w, &src, 1, RQ_ORDER_PRIORITY, 4, 0, j), 2);
+    struct rq_job *first = &j[0];
+    assert_int_equal(rq_attempt(w, &first, 1), 0); /* f1 runs, f2 only waits */
     /* recover is refused while jobs are held by this process */
     struct rq_reap_result rr;
     assert_int_equal(rq_recover(w, &rr), -1);
@@ -223,7 +230,9 @@ static void test_recover_own_list(void **state)
     assert_int_equal(rq_fetch(again, &src, 1, RQ_ORDER_PRIORITY, 4, 0, j), 2);
     assert_string_equal(j[0].id, "f1"); /* same order as before */
     assert_string_equal(j[1].id, "f2");
-    assert_int_equal(j[0].attempts, 2);
+    assert_int_equal(j[0].attempts, 2); /* it ran in the crash */
+    assert_int_equal(j[1].attempts, 1); /* it did not: the same delivery number again */
+    assert_string_equal(sval("HGET llmq:job:f2 attempts"), "0");
     /* a clean exit while still holding jobs keeps the worker listed, so the reaper takes them */
     assert_int_equal(rq_heartbeat_stop(again), 0);
     assert_int_equal(ival("EXISTS llmq:worker:fixed"), 0);

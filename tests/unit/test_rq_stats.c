@@ -15,6 +15,7 @@
 #include "queue/cancel.h"
 #include "queue/dead.h"
 #include "queue/drain.h"
+#include "queue/attempt.h"
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
 #include "queue/progress.h"
@@ -47,6 +48,8 @@ static void test_stats(void **state)
     struct rq_source src = {"short", 2};
     struct rq_job j[4];
     assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2);
+    struct rq_job *running[2] = {&j[0], &j[1]};
+    assert_int_equal(rq_attempt(a, running, 2), 0); /* they run: their deliveries count */
     struct rq_progress pr[2] = {{j[0].id, 0.25, 10, 4, 0}, {j[1].id, 0.75, 10, 12, 0}};
     assert_int_equal(rq_progress(a, pr, 2), 0);
     /* one job in retry, one dead */

@@ -59,6 +59,7 @@ struct wk_job {
                            in lockstep report on different steps */
     bool cancel_sent;   /* engine_cancel was called */
     bool progress_due;  /* a progress update waits for the next flush */
+    bool count_due;     /* it started running; its delivery is not yet counted in Redis (rq_attempt) */
 
     /* once finished */
     enum wk_after after;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "engine/util/mono.h"
 #include "llmq_version.h"
 #include "queue/ack.h"
+#include "queue/attempt.h"
 #include "queue/cancel.h"
 #include "queue/dead.h"
 #include "queue/drain.h"
@@ -192,6 +194,10 @@ struct wk {
     struct wk_drain drain;
     struct wk_stream stream; /* text streaming of the jobs that ask for it */
 
+    struct rq_job **counting; /* redis_count: the jobs whose delivery it counts */
+    size_t counting_cap;
+    int count_due;            /* jobs with count_due set */
+
     bool stopping;        /* a signal came: no more fetching */
     double stop_deadline; /* running jobs are handed back from this monotonic time */
 };
@@ -225,6 +231,8 @@ static void move(struct wk *w, struct wk_job *j, int state)
 
 static void drop(struct wk *w, struct wk_job *j)
 {
+    if (j->count_due)
+        w->count_due--;
     move(w, j, -1);
     wk_job_free(j);
 }
@@ -647,10 +655,50 @@ static void redis_retry(struct wk *w)
     }
 }
 
+/* Counts a delivery (rq_attempt) for the jobs that started running and are not counted yet, in
+ * one round trip. When Redis fails they stay due and the next call tries again. */
+static void redis_count(struct wk *w)
+{
+    if (w->count_due <= 0)
+        return;
+    if (array_reserve(&w->counting, &w->counting_cap, (size_t)w->count_due, sizeof *w->counting, 64))
+        return;
+    int n = 0;
+    for (int s = 0; s < WK_NSTATES && n < w->count_due; s++)
+        for (struct wk_job *j = wk_job_of(w->held[s].head); j && n < w->count_due; j = wk_job_of(j->link.next))
+            if (j->count_due)
+                w->counting[n++] = &j->rj;
+    if (rq_attempt(w->rq, w->counting, n)) {
+        redis_trouble(w, "counting the delivery of jobs that start running");
+        return;
+    }
+    redis_ok(w);
+    for (int i = 0; i < n; i++) /* the wk_job around each rq_job */
+        ((struct wk_job *)((char *)w->counting[i] - offsetof(struct wk_job, rj)))->count_due = false;
+    w->count_due = 0;
+}
+
+/* The engine is about to run these jobs for the first time: their delivery counts from now on
+ * (docs/QUEUE.md, "attempts"), before the step that runs them, so a job that crashes the worker
+ * in that step has it counted. */
+static void on_start(void *ctx, struct engine_seq *const *seqs, int n)
+{
+    struct wk *w = ctx;
+    for (int i = 0; i < n; i++) {
+        struct wk_job *j = seqs[i]->user;
+        if (j && j->rj.id[0] && !j->rj.counted && !j->count_due) {
+            j->count_due = true;
+            w->count_due++;
+        }
+    }
+    redis_count(w);
+}
+
 /* The Redis side of held jobs whose rows are committed (ack, dead list), of jobs to move to the long
  * queue and of jobs to retry. */
 static void redis_settle(struct wk *w)
 {
+    redis_count(w);
     redis_committed(w);
     redis_route(w);
     redis_retry(w);
@@ -1413,6 +1461,7 @@ static int setup(struct wk *w)
         log_error("engine: %s", err);
         return -1;
     }
+    engine_set_on_start(w->eng, on_start, w);
     if (wk_lanes_init(&w->lanes, c, w->eng, err, sizeof err)) {
         log_error("%s", err);
         return -1;
@@ -1539,6 +1588,7 @@ static void teardown(struct wk *w)
     free(w->fetch.hash_keys);
     free(w->scratch.results);
     free(w->scratch.jobs);
+    free(w->counting);
     free(w->scratch.ids);
     free(w->scratch.flags);
     free(w->scratch.progress);
