@@ -14,7 +14,35 @@ struct rq_reap_result {
     int workers;  /* lapsed workers cleaned up */
     int requeued; /* jobs put back on a queue */
     int dead;     /* jobs dead-lettered */
+    int acked;    /* jobs whose row was committed: acknowledged (rq_reap_set_lookup) */
 };
+
+/* A job's committed row as the caller's database has it: what the worker that wrote it would
+ * have acknowledged. Strings are owned (malloc) by the struct: rq_done_clear frees them. */
+struct rq_done {
+    char *worker;          /* the row's worker_id */
+    double started_at;     /* the row's started_at (unix s): when that worker fetched it */
+    int status;            /* an enum rq_status (queue/ack.h): completed, failed or cancelled */
+    char *finish_reason;   /* NULL = none */
+    char *error, *error_code;
+    int prompt_tokens, completion_tokens;
+    double first_token_at; /* 0 = unknown */
+    char *result;          /* the hash's `result` field (the result line, or its marker); NULL = none */
+};
+/* Frees d's strings and zeroes it. */
+void rq_done_clear(struct rq_done *d);
+
+/* Looks up job `id` in the caller's store: 1 and *out filled when it has a committed row (the
+ * caller owns nothing of out afterwards), 0 when it has none (or cannot tell). */
+typedef int (*rq_done_fn)(void *ctx, const char *id, struct rq_done *out);
+
+/* Makes rq_reap and rq_recover ask fn (NULL: nobody) about each job of the list they take back:
+ * a job whose row is committed for the very delivery the lapsed worker held (the row's worker is
+ * the one the hash names, and it was fetched no later than the row says) is acknowledged with
+ * the row's status and result, atomically in the reap script, instead of being put back or
+ * dead-lettered. Rows the caller cannot see (another host's database) are not found: those jobs
+ * are handled as before. */
+void rq_reap_set_lookup(struct rq *q, rq_done_fn fn, void *ctx);
 
 /* Reaps every lapsed worker other than this one. 0, or -1 (res holds what was done). */
 int rq_reap(struct rq *q, struct rq_reap_result *res);

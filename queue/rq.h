@@ -29,6 +29,8 @@
 #include "queue/pipe.h"
 #include "queue/scripts.h"
 
+struct rq_done;
+
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
     const char *username; /* ACL user; NULL or "" = the URL's */
@@ -91,6 +93,8 @@ struct rq {
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
+    int (*done_fn)(void *ctx, const char *id, struct rq_done *out); /* rq_reap_set_lookup */
+    void *done_ctx;
 
     char *owned[6]; /* copies of the option strings */
     char err[1024];

@@ -106,6 +106,28 @@
 "  event(id, 'failed', worker, 'queue', queue, 'error', err, 'error_code', code)\n" \
 "  return done\n" \
 "end\n" \
+"-- a job's final status from its result: the hash's status, finished_at, worker, counters, error\n" \
+"-- and code (removed when none), result; its TTL; its id out of the cancel set; an event. '' =\n" \
+"-- none for fr, err, code, pt, ct, ft, res. Returns batch_check's answer for the job's batch.\n" \
+"local function ack_job(id, st, q, fr, err, code, pt, ct, ft, res, worker)\n" \
+"  local hk = JOB .. id\n" \
+"  local f = {'finished_at', NOW, 'worker', worker}\n" \
+"  local function add(name, v) if v ~= '' then f[#f + 1] = name; f[#f + 1] = v end end\n" \
+"  if st == 'completed' then add('progress', '1') end\n" \
+"  add('prompt_tokens', pt); add('completion_tokens', ct); add('first_token_at', ft)\n" \
+"  add('finish_reason', fr); add('error', err); add('error_code', code); add('result', res)\n" \
+"  local _, done = set_status(hk, st, unpack(f))\n" \
+"  if err == '' then redis.call('HDEL', hk, 'error') end\n" \
+"  if code == '' then redis.call('HDEL', hk, 'error_code') end\n" \
+"  if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n" \
+"  redis.call('SREM', CANCEL, id)\n" \
+"  local e = {'queue', q}\n" \
+"  if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n" \
+"  if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n" \
+"  if code ~= '' then e[#e + 1] = 'error_code'; e[#e + 1] = code end\n" \
+"  event(id, st, worker, unpack(e))\n" \
+"  return done\n" \
+"end\n" \
 "-- whether a job arriving now is a copy of one that is final or held by a live worker (this one\n" \
 "-- included): its status and holder then, else nil. Retries, the reaper, requeue-dead and\n" \
 "-- `llmq enqueue --replace` set the hash to queued before a job comes back, so they pass.\n" \
@@ -243,13 +265,23 @@ static const char requeue_src[] = PRELUDE
 
 /* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key;
  * ARGV[13] its id, ARGV[14] '1' = only if the heartbeat key is gone (and SREM it from workers),
- * ARGV[15] the reason recorded on each job. Newest first to the RIGHT of its queue, so the
- * oldest is fetched first; a job whose hash is final (finished: a copy) is dropped. Returns
- * {1, requeued, dead}, or {-1, 0, 0} when the worker is alive. */
+ * ARGV[15] the reason recorded on each job; ARGV[16] n, then 11 per job whose row the caller
+ * found committed: id, the row's worker, its started_at, status, finish_reason, error, error
+ * code, prompt_tokens, completion_tokens, first_token_at, result ('' = none, as for ack). Newest
+ * first to the RIGHT of its queue, so the oldest is fetched first; a job whose hash is final
+ * (finished: a copy) is dropped; a job whose row is committed for this very delivery (the row's
+ * worker is the hash's and its started_at is not before the hash's: the fetch) is acknowledged
+ * with it instead, as the worker's own ack would have. Returns {1, requeued, dead, acked}, or
+ * {-1, 0, 0, 0} when the worker is alive. */
 static const char reap_src[] = PRELUDE
 "local victim, reason = ARGV[13], ARGV[15]\n"
-"if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0} end\n"
-"local requeued, dead = 0, 0\n"
+"if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0, 0} end\n"
+"local committed = {}\n"
+"for i = 0, (tonumber(ARGV[16]) or 0) - 1 do\n"
+"  local k = 17 + i * 11\n"
+"  committed[ARGV[k]] = k\n"
+"end\n"
+"local requeued, dead, acked = 0, 0, 0\n"
 "while true do\n"
 "  local raw = redis.call('LPOP', PROC)\n"
 "  if not raw then break end\n"
@@ -258,14 +290,19 @@ static const char reap_src[] = PRELUDE
 "    to_dead(raw, nil, 'invalid_json', 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
 "    dead = dead + 1\n"
 "  else\n"
-"    local q, a, st = DEFQ, 0, nil\n"
+"    local q, a, st, k = DEFQ, 0, nil, nil\n"
 "    if id then\n"
-"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status')\n"
+"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status', 'worker', 'started_at')\n"
 "      if h[1] and h[1] ~= '' then q = h[1] end\n"
 "      a, st = tonumber(h[2]) or 0, h[3]\n"
+"      k = committed[id]\n"
+"      if k and not (h[4] == ARGV[k + 1] and tonumber(h[5]) and tonumber(h[5]) <= tonumber(ARGV[k + 2]) + 0.002) then k = nil end\n"
 "    end\n"
 "    if FINAL[st] then\n"
 "      event(id, 'duplicate', victim, 'queue', q, 'job_status', st, 'reason', 'reaped')\n"
+"    elseif k then\n"
+"      ack_job(id, ARGV[k + 3], q, ARGV[k + 4], ARGV[k + 5], ARGV[k + 6], ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10], ARGV[k + 1])\n"
+"      acked = acked + 1\n"
 "    elseif id and a >= MAXATT then\n"
 "      to_dead(raw, id, 'max_attempts_exceeded', reason .. '; delivered ' .. a .. ' times (max_attempts ' .. MAXATT .. ')', a, victim, q)\n"
 "      dead = dead + 1\n"
@@ -278,7 +315,7 @@ static const char reap_src[] = PRELUDE
 "  end\n"
 "end\n"
 "if ARGV[14] == '1' then redis.call('SREM', KEYS[5], victim) end\n"
-"return {1, requeued, dead}\n";
+"return {1, requeued, dead, acked}\n";
 
 /* KEYS[5] <p>:retry; ARGV[13] raw, ARGV[14] due (unix ms), ARGV[15] error, ARGV[16] its code,
  * ARGV[17] the hash's result field when it dead-letters ('' = none). Returns {1, attempts, 0}
@@ -418,25 +455,7 @@ static const char ack_src[] = PRELUDE
 "  local pt, ct, ft, res = ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10]\n"
 "  out[#out + 1] = redis.call('LREM', PROC, -1, raw)\n"
 "  local done = 0\n"
-"  if id ~= '' then\n"
-"    local hk = JOB .. id\n"
-"    local f = {'finished_at', NOW, 'worker', WORKER}\n"
-"    local function add(name, v) if v ~= '' then f[#f + 1] = name; f[#f + 1] = v end end\n"
-"    if st == 'completed' then add('progress', '1') end\n"
-"    add('prompt_tokens', pt); add('completion_tokens', ct); add('first_token_at', ft)\n"
-"    add('finish_reason', fr); add('error', err); add('error_code', code); add('result', res)\n"
-"    local _\n"
-"    _, done = set_status(hk, st, unpack(f))\n"
-"    if err == '' then redis.call('HDEL', hk, 'error') end\n"
-"    if code == '' then redis.call('HDEL', hk, 'error_code') end\n"
-"    if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n"
-"    redis.call('SREM', CANCEL, id)\n"
-"    local e = {'queue', q}\n"
-"    if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n"
-"    if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n"
-"    if code ~= '' then e[#e + 1] = 'error_code'; e[#e + 1] = code end\n"
-"    event(id, st, WORKER, unpack(e))\n"
-"  end\n"
+"  if id ~= '' then done = ack_job(id, st, q, fr, err, code, pt, ct, ft, res, WORKER) end\n"
 "  out[#out + 1] = done\n"
 "end\n"
 "return out\n";

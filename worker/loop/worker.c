@@ -40,6 +40,7 @@
 #include "worker/config/redis_cfg.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/tpl_source.h"
+#include "worker/loop/committed.h"
 #include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
 #include "worker/loop/stream.h"
@@ -119,6 +120,7 @@ struct wk_scratch {
  * next one. */
 struct wk_store {
     struct wk_writer *writer;
+    struct wk_committed *committed; /* read-only: the reaper's lookup of committed rows */
     struct wk_batch batch;                  /* the batch in flight */
     struct db_result *rows;                 /* [MAX_BATCH]: its job rows */
     int *row_rc;                            /* [MAX_BATCH]: each row's outcome */
@@ -1228,20 +1230,21 @@ static void redis_chores(struct wk *w)
     w->stats.dead += tr.reap.dead;
     if (rc)
         redis_trouble(w, "heartbeat/reaper/retries");
-    else if (tr.reaped && (tr.reap.requeued || tr.reap.dead))
-        log_info("reaper: %d lapsed worker%s: %d job%s back on their queue, %d dead-lettered",
+    else if (tr.reaped && (tr.reap.requeued || tr.reap.dead || tr.reap.acked))
+        log_info("reaper: %d lapsed worker%s: %d job%s back on their queue, %d dead-lettered, %d acknowledged "
+                 "with their committed row",
                  tr.reap.workers, tr.reap.workers == 1 ? "" : "s", tr.reap.requeued,
-                 tr.reap.requeued == 1 ? "" : "s", tr.reap.dead);
+                 tr.reap.requeued == 1 ? "" : "s", tr.reap.dead, tr.reap.acked);
     if (!w->fetch.recovered && held_count(w) == 0) {
         struct rq_reap_result rr = {0};
         if (rq_recover(w->rq, &rr) == 0) {
             w->fetch.recovered = true;
             w->stats.reaped_dead += rr.dead;
             w->stats.dead += rr.dead;
-            if (rr.requeued || rr.dead)
+            if (rr.requeued || rr.dead || rr.acked)
                 log_info("worker: took back what an earlier run under this id left: %d job%s requeued, %d "
-                         "dead-lettered",
-                         rr.requeued, rr.requeued == 1 ? "" : "s", rr.dead);
+                         "dead-lettered, %d acknowledged with their committed row",
+                         rr.requeued, rr.requeued == 1 ? "" : "s", rr.dead, rr.acked);
         } else {
             redis_trouble(w, "recovering this worker's processing list");
         }
@@ -1495,6 +1498,15 @@ static int setup(struct wk *w)
         log_error("%s", err);
         return -1;
     }
+    /* jobs a lapsed worker (or this id's previous run) committed but did not acknowledge */
+    w->store.committed = wk_committed_open(c->sqlite.path, c->sqlite.busy_timeout_ms,
+                                           c->redis.result_max_bytes, err, sizeof err);
+    if (w->store.committed)
+        rq_reap_set_lookup(w->rq, wk_committed_lookup, w->store.committed);
+    else
+        log_warn("sqlite: %s (read-only); the reaper cannot see committed rows: jobs committed but not "
+                 "acknowledged by a crashed worker are run again",
+                 err);
 
     w->store.rows = calloc(MAX_BATCH, sizeof *w->store.rows);
     w->store.row_rc = calloc(MAX_BATCH, sizeof *w->store.row_rc);
@@ -1566,6 +1578,10 @@ static void teardown(struct wk *w)
     if (stuck)
         log_warn("sqlite: the last write is still waiting for a lock; exiting without it (its jobs were "
                  "handed back)");
+    if (w->rq)
+        rq_reap_set_lookup(w->rq, NULL, NULL);
+    wk_committed_close(w->store.committed);
+    w->store.committed = NULL;
     for (int s = 0; s < WK_NSTATES; s++)
         while (w->held[s].head) {
             if (stuck && s == WK_COMMITTING) {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# A worker killed (kill -9) after its rows are committed and before it acknowledged them in
+# Redis (queues.max_attempts 1): the worker that takes its list back, a restart under the same id
+# (recovery) or another worker on the same database file (reaper), finds the committed rows and
+# acknowledges the jobs with them: every job completed once, its hash completed with its result,
+# nothing dead-lettered, nothing run again. The crash between commit and ack is made certain: the
+# jobs finish while SQLite is locked by another process (no row, so no ack), redis-server is
+# frozen (SIGSTOP), the lock is released: the rows are committed while every Redis step fails,
+# and then the worker is killed.
+. "$(dirname "$0")/worker_lib.sh"
+redis_start
+make_model
+write_config
+export LLMQ_QUEUES_MAX_ATTEMPTS=1 LLMQ_REDIS_CONNECT_TIMEOUT_MS=200
+N=10
+trap 'kill -CONT "$REDIS_PID" 2>/dev/null; cleanup' EXIT
+
+counted() { [ "$(rcli HGET "llmq:job:$1$2" attempts)" = 1 ] && [ "$(rcli HGET "llmq:job:$1$2" worker)" = "$3" ]; }
+all_running() { # PREFIX WORKER: all N jobs fetched by WORKER and running in its engine
+  [ "$(rcli LLEN "llmq:processing:$2")" = "$N" ] || return 1
+  local i
+  for i in $(seq 0 $((N - 1))); do counted "$1" "$i" "$2" || return 1; done
+}
+rows_of() { sql "SELECT count(*) FROM jobs WHERE id LIKE '$1%'"; }
+rows_are() { [ "$(rows_of "$1")" = "$2" ]; }
+has_worker_row() { [ "$(sql "SELECT count(*) FROM workers WHERE id = '$1'")" = 1 ]; }
+no_heartbeat() { [ "$(rcli EXISTS "llmq:worker:$1")" = 0 ]; }
+# commit_then_crash PREFIX WORKER: N jobs run on WORKER while another process holds the SQLite
+# write lock, so their rows cannot be committed (nor, therefore, acknowledged); redis is frozen,
+# then the lock released: the rows are committed and the ack cannot happen. WORKER is killed
+# once the N rows exist, and redis thawed.
+commit_then_crash() {
+  worker_start "$2"
+  local pid_var="W_$2"
+  wait_until "$2's workers row" has_worker_row "$2" || return 1
+  python3 - "$DB" "$T/locked-$1" "$T/unlock-$1" <<'PY' &
+import os, sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("BEGIN IMMEDIATE")
+open(sys.argv[2], "w").close()
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.05)
+c.execute("COMMIT")
+PY
+  WORKER_PIDS+=("$!")
+  wait_until "the SQLite lock" test -f "$T/locked-$1" || return 1
+  jobs_file "$T/$1.jsonl" "$N" "$1" '{"max_tokens": 3}'
+  push_file "$T/$1.jsonl"
+  wait_until "$2 to run the $N jobs" all_running "$1" "$2" || return 1
+  kill -STOP "$REDIS_PID"
+  touch "$T/unlock-$1"
+  eq "$1: no row before redis froze (so no ack either)" "$(rows_of "$1")" 0
+  wait_until "$2 to commit the $N rows with redis frozen" rows_are "$1" "$N"
+  kill -9 "${!pid_var}"
+  wait "${!pid_var}" 2>/dev/null
+  kill -CONT "$REDIS_PID"
+  eq "$1: the killed worker's list still holds the jobs" "$(rcli LLEN "llmq:processing:$2")" "$N"
+  sql "SELECT id, started_at FROM jobs WHERE id LIKE '$1%' ORDER BY id" >"$T/$1.rows"
+}
+# settled PREFIX WORKER: WORKER's list is empty and every job's hash is final
+settled() {
+  [ "$(rcli LLEN "llmq:processing:$2")" = 0 ] || return 1
+  local i s
+  for i in $(seq 0 $((N - 1))); do
+    s=$(rcli HGET "llmq:job:$1$i" status)
+    [ "$s" = completed ] || [ "$s" = failed ] || return 1
+  done
+}
+check_acked() { # PREFIX WORKER(the one that crashed)
+  local i st res bad_hash=
+  for i in $(seq 0 $((N - 1))); do
+    st=$(rcli HGET "llmq:job:$1$i" status)
+    res=$(rcli HGET "llmq:job:$1$i" result | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["id"], r["status"])' 2>/dev/null)
+    [ "$st" = completed ] && [ "$res" = "$1$i completed" ] || bad_hash="$bad_hash $1$i:$st/$res"
+  done
+  eq "$1: every hash completed with its result" "${bad_hash# }" ""
+  eq "$1: nothing dead-lettered" "$(rcli LLEN llmq:dead)" 0
+  eq "$1: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
+  eq "$1: one completed row per job" "$(sql "SELECT count(*) FROM jobs WHERE id LIKE '$1%' AND status = 'completed'")" "$N"
+  sql "SELECT id, started_at FROM jobs WHERE id LIKE '$1%' ORDER BY id" >"$T/$1.after"
+  cmp -s "$T/$1.rows" "$T/$1.after" && ok "$1: no job ran again (rows unchanged)" || bad "$1: rows changed"
+  [ "$(python3 - "$PORT" "$1" <<'PY'
+import subprocess, sys
+out = subprocess.run(["redis-cli", "-p", sys.argv[1], "XRANGE", "llmq:events", "-", "+"], capture_output=True, text=True).stdout.split("\n")
+done = [out[i + 1] for i in range(len(out) - 3) if out[i] == "id" and out[i + 1].startswith(sys.argv[2]) and out[i + 3] == "completed"]
+print(len(done), len(set(done)))
+PY
+)" = "$N $N" ] && ok "$1: one completed event per job" || bad "$1: completed events"
+}
+
+# 1. a restart under the same id takes back its list (recovery) and acknowledges the jobs
+commit_then_crash a- w1
+wait_until "w1's heartbeat to lapse" no_heartbeat w1
+worker_start w1
+wait_until "w1's list to be settled after its restart" settled a- w1
+log_has w1 "acknowledged with the row it had committed" && ok "recovery says so in the log" ||
+  bad "no recovery log line"
+check_acked a- w1
+interrupt "$W_w1"
+worker_wait w1
+
+# 2. another worker on the same database file reaps the list and acknowledges the jobs
+commit_then_crash b- w2
+worker_start w3
+wait_until "w2's list to be settled by w3's reaper" settled b- w2
+log_has w3 "had a committed row in this worker's database" && ok "the reaper says so in the log" ||
+  bad "no reaper log line"
+check_acked b- w2
+finish
