@@ -305,6 +305,20 @@ static void test_batch_equals_alone(void **state)
     engine_free(e);
 }
 
+/* engine_set_on_start's callback: counts the calls per job (ctx: the jobs array); a seq is
+ * listed before anything of it ran. */
+static int g_starts[MAXJ];
+static void count_starts(void *ctx, struct engine_seq *const *seqs, int n)
+{
+    struct job *jobs = ctx;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(seqs[i]->n_output, 0);
+        assert_false(seqs[i]->finished);
+        g_starts[(struct job *)seqs[i]->user - jobs]++;
+    }
+}
+
+/* Also: the start callback lists each seq once, before its first step, preempted or not. */
 static void test_preemption_equals_alone(void **state)
 {
     (void)state;
@@ -317,9 +331,13 @@ static void test_preemption_equals_alone(void **state)
         o.be.kv_cache_bytes = 70 * BLOCK_BYTES;
         o.admission_reserve = 0; /* admit, then preempt as the jobs grow */
         struct engine *e = open_engine(&o);
+        memset(g_starts, 0, sizeof g_starts);
+        engine_set_on_start(e, count_starts, g_jobs);
         struct result got[MAXJ];
         struct engine_stats st;
         run_jobs(e, g_jobs, g_n, got, &st);
+        for (int i = 0; i < g_n; i++)
+            assert_int_equal(g_starts[i], 1);
         assert_int_equal(st.kv_blocks_total, 70);
         expect_same(g_ref, got, g_n, prefix ? "preemption + prefix cache" : "preemption");
         assert_true(st.preemptions > 0);
