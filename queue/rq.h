@@ -29,6 +29,8 @@
 #include "queue/pipe.h"
 #include "queue/scripts.h"
 
+#define RQ_BADKEY_MEMORY 64
+
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
     const char *username; /* ACL user; NULL or "" = the URL's */
@@ -89,6 +91,8 @@ struct rq {
     bool need_reconcile;
     int rr_next; /* the source a blocking fetch starts with (rotates) */
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
+    uint64_t badkeys[RQ_BADKEY_MEMORY]; /* keys of the wrong type reported (queue/badkey.h) */
+    int nbadkeys;
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
 

@@ -8,6 +8,57 @@
 #include "queue/conn.h"
 
 /* clang-format off */
+
+/* Keys of the wrong type (docs/QUEUE.md, "Keys of the wrong type"). A key a script writes must be
+ * absent or of the type llmq gives it. Each script checks the keys it will write with need()
+ * before its first write, so a wrong-typed key fails it with nothing written and an error
+ * "BADKEY <key> is a <type>, not a <type>" that names the key. Keys that only inform are
+ * skipped instead: the events stream (event() writes nothing while it is not a stream) and the
+ * cancel set for reads and removals (a non-set cancels nothing). */
+#define KEYTYPES \
+"-- the key's type when it is neither absent nor `want`, else nil\n" \
+"local function wrong(k, want)\n" \
+"  local t = redis.call('TYPE', k).ok\n" \
+"  if t ~= 'none' and t ~= want then return t end\n" \
+"  return nil\n" \
+"end\n" \
+"-- need(key, type, key, type, ...): fails the script naming the first key of the wrong type\n" \
+"local function need(...)\n" \
+"  local a = {...}\n" \
+"  for i = 1, #a, 2 do\n" \
+"    local t = wrong(a[i], a[i + 1])\n" \
+"    if t then error({err = 'BADKEY ' .. a[i] .. ' is a ' .. t .. ', not a ' .. a[i + 1]}) end\n" \
+"  end\n" \
+"end\n"
+
+/* A job whose own hash, or the hash of the batch its hash names, has the wrong type is handled as
+ * a job without an id in Redis: no script reads or writes those keys for it (they are left as
+ * they are for the operator), it still runs and is acknowledged, retried or dead-lettered like
+ * any job without an id. */
+#define JOBREF \
+"-- the key that keeps job `id` out of its Redis bookkeeping, and its type: its hash, or its\n" \
+"-- batch's hash, when of the wrong type; else nil\n" \
+"local function badkey(id)\n" \
+"  if not id then return nil end\n" \
+"  local hk = JOB .. id\n" \
+"  local t = wrong(hk, 'hash')\n" \
+"  if t then return hk, t end\n" \
+"  local bid = redis.call('HGET', hk, 'batch_id')\n" \
+"  if bid then\n" \
+"    t = wrong(BATCH .. bid, 'hash')\n" \
+"    if t then return BATCH .. bid, t end\n" \
+"  end\n" \
+"  return nil\n" \
+"end\n" \
+"-- job_id() for a script that writes the job's keys: no key when badkey() objects (then the\n" \
+"-- bad key and its type follow)\n" \
+"local function job_ref(raw)\n" \
+"  local id, json = job_id(raw)\n" \
+"  local bk, bt = badkey(id)\n" \
+"  if bk then return nil, json, bk, bt end\n" \
+"  return id, json\n" \
+"end\n"
+
 #define PRELUDE \
 "local EVENTS, DEAD, CANCEL, PROC = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n" \
 "local JOB, QUEUE, WORKER, NOW = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n" \
@@ -17,6 +68,7 @@
 "local FINAL = {completed = true, failed = true, cancelled = true}\n" \
 "-- an enqueue that never sealed its batch (killed) holds it open at most this long\n" \
 "local ENQUEUE_LEASE_S = 3600\n" \
+KEYTYPES \
 "local function usable(v)\n" \
 "  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '%c')\n" \
 "end\n" \
@@ -36,7 +88,11 @@
 "  if usable(j.id) then return j.id, true end\n" \
 "  return nil, true\n" \
 "end\n" \
+JOBREF \
+"local events_ok = nil\n" \
 "local function event(id, status, worker, ...)\n" \
+"  if events_ok == nil then events_ok = not wrong(EVENTS, 'stream') end\n" \
+"  if not events_ok then return end\n" \
 "  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'id', id or '', 'status', status, 'worker', worker, 'ts', NOW, ...)\n" \
 "end\n" \
 "-- a batch's state from its counts. When every job is final (and no enqueue is still adding\n" \
@@ -128,7 +184,7 @@
 "  redis.call('HDEL', hk, 'result')\n" \
 "  redis.call('PERSIST', hk)\n" \
 "  local a = redis.call('HINCRBY', hk, 'attempts', 1)\n" \
-"  local c = redis.call('SISMEMBER', CANCEL, id)\n" \
+"  local c = wrong(CANCEL, 'set') and 0 or redis.call('SISMEMBER', CANCEL, id)\n" \
 "  -- a job of a cancelled batch is cancelled when it is fetched, without running\n" \
 "  if c == 0 and bid and redis.call('HGET', BATCH .. bid, 'state') == 'cancelled' then c = 1 end\n" \
 "  event(id, 'running', WORKER, 'queue', queue, 'attempt', a)\n" \
@@ -158,10 +214,16 @@ static const char fetch_src[] = PRELUDE
 "local function put(...)\n"
 "  for _, v in ipairs({...}) do out[#out + 1] = v end\n"
 "end\n"
+"need(PROC, 'list')\n"
+"for i = 1, n do\n"
+"  local t = wrong(KEYS[4 + i], 'list')\n"
+"  if t then empty[i] = true; put(-2, '', KEYS[4 + i], t, 'list', false) end\n"
+"end\n"
 "local function take(i)\n"
 "  local raw = redis.call('LMOVE', KEYS[4 + i], PROC, 'RIGHT', 'LEFT')\n"
 "  if not raw then empty[i] = true; return false end\n"
-"  local id = job_id(raw)\n"
+"  local id, _, bk, bt = job_ref(raw)\n"
+"  if bk then put(-2, '', bk, bt, 'hash', false) end\n"
 "  local q = string.sub(KEYS[4 + i], #QUEUE + 1)\n"
 "  local st, holder = duplicate(id)\n"
 "  if st then\n"
@@ -196,7 +258,8 @@ static const char fetch_src[] = PRELUDE
  * when the job was not in the processing list; {-1, id, status, holder} for a duplicate (then
  * taken out of the processing list: the newest copy, the one just moved in). */
 static const char start_src[] = PRELUDE
-"local raw, id = ARGV[14], nil\n"
+"need(PROC, 'list')\n"
+"local raw, id, bk, bt, _ = ARGV[14], nil, nil, nil, nil\n"
 "if ARGV[15] ~= '' then\n"
 "  local i = redis.call('LPOS', PROC, raw)\n"
 "  if not i then return {0} end\n"
@@ -204,7 +267,7 @@ static const char start_src[] = PRELUDE
 "  id = ARGV[16]\n"
 "else\n"
 "  if not redis.call('LPOS', PROC, raw) then return {0} end\n"
-"  id = job_id(raw)\n"
+"  id, _, bk, bt = job_ref(raw)\n"
 "  local st, holder = duplicate(id)\n"
 "  if st then\n"
 "    redis.call('LREM', PROC, 1, raw)\n"
@@ -213,6 +276,7 @@ static const char start_src[] = PRELUDE
 "  end\n"
 "end\n"
 "local a, c, b = start(id, ARGV[13])\n"
+"if bk then return {1, false, a, c, b, bk, bt, 'hash'} end\n"
 "return {1, id or false, a, c, b}\n";
 
 /* ARGV[13] raw, ARGV[14] target queue ('' = where it came from), ARGV[15] '1' = this delivery
@@ -221,10 +285,12 @@ static const char start_src[] = PRELUDE
  * Returns 1, or 0 when the job was not in the processing list. */
 static const char requeue_src[] = PRELUDE
 "local raw = ARGV[13]\n"
-"if redis.call('LREM', PROC, -1, raw) == 0 then return 0 end\n"
-"local id = job_id(raw)\n"
+"need(PROC, 'list')\n"
+"local id = job_ref(raw)\n"
 "local q = ARGV[14]\n"
 "if q == '' then q = origin(id) end\n"
+"need(QUEUE .. q, 'list')\n"
+"if redis.call('LREM', PROC, -1, raw) == 0 then return 0 end\n"
 "if id then\n"
 "  local hk = JOB .. id\n"
 "  local st = redis.call('HGET', hk, 'status')\n"
@@ -247,11 +313,13 @@ static const char requeue_src[] = PRELUDE
 static const char reap_src[] = PRELUDE
 "local victim, reason = ARGV[13], ARGV[15]\n"
 "if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0} end\n"
+"need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
+"for _, raw in ipairs(redis.call('LRANGE', PROC, 0, -1)) do need(QUEUE .. origin((job_ref(raw))), 'list') end\n"
 "local requeued, dead = 0, 0\n"
 "while true do\n"
 "  local raw = redis.call('LPOP', PROC)\n"
 "  if not raw then break end\n"
-"  local id, json = job_id(raw)\n"
+"  local id, json = job_ref(raw)\n"
 "  if not json then\n"
 "    to_dead(raw, nil, 'invalid_json', 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
 "    dead = dead + 1\n"
@@ -284,8 +352,9 @@ static const char reap_src[] = PRELUDE
  * batch: its batch's total when this completed it, else 0), {0, 0, 0} not in the processing list. */
 static const char retry_src[] = PRELUDE
 "local raw, err, code = ARGV[13], ARGV[15], ARGV[16]\n"
+"need(PROC, 'list', KEYS[5], 'zset', DEAD, 'list')\n"
+"local id = job_ref(raw)\n"
 "if redis.call('LREM', PROC, -1, raw) == 0 then return {0, 0, 0} end\n"
-"local id = job_id(raw)\n"
 "local q, a = DEFQ, 0\n"
 "if id then\n"
 "  local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts')\n"
@@ -306,10 +375,12 @@ static const char retry_src[] = PRELUDE
 /* KEYS[5] <p>:retry; ARGV[13] now (unix ms), ARGV[14] most to move. To the LEFT of its queue
  * (behind what waits there). Returns how many moved. */
 static const char retry_due_src[] = PRELUDE
+"need(KEYS[5], 'zset')\n"
 "local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[13], 'LIMIT', 0, ARGV[14])\n"
+"for _, raw in ipairs(due) do need(QUEUE .. origin((job_ref(raw))), 'list') end\n"
 "for _, raw in ipairs(due) do\n"
 "  redis.call('ZREM', KEYS[5], raw)\n"
-"  local id = job_id(raw)\n"
+"  local id = job_ref(raw)\n"
 "  local q = origin(id)\n"
 "  redis.call('LPUSH', QUEUE .. q, raw)\n"
 "  event(id, 'queued', WORKER, 'queue', q, 'reason', 'retry_due')\n"
@@ -320,8 +391,10 @@ static const char retry_due_src[] = PRELUDE
  * code, ARGV[18] the hash's result field ('' = none). Returns {1, batch} (batch: its batch's total
  * when this completed it, else 0), or {0, 0} when the job was not in the processing list. */
 static const char dead_src[] = PRELUDE
-"if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
+"need(PROC, 'list', DEAD, 'list')\n"
 "local id = ARGV[16] ~= '' and ARGV[16] or nil\n"
+"if badkey(id) then id = nil end\n"
+"if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
 "local a = 0\n"
 "if id then a = tonumber(redis.call('HGET', JOB .. id, 'attempts')) or 0 end\n"
 "local done = to_dead(ARGV[13], id, ARGV[17], ARGV[14], a, WORKER, ARGV[15])\n"
@@ -335,7 +408,21 @@ static const char dead_src[] = PRELUDE
 static const char dead_requeue_src[] = PRELUDE
 "local all, want = ARGV[13] == '1', {}\n"
 "for i = 14, #ARGV do want[ARGV[i]] = true end\n"
+"need(DEAD, 'list')\n"
 "local entries = redis.call('LRANGE', DEAD, 0, -1)\n"
+"for _, e in ipairs(entries) do\n"
+"  local ok, d = pcall(cjson.decode, e)\n"
+"  local id = ok and type(d) == 'table' and type(d.id) == 'string' and d.id or nil\n"
+"  if ok and type(d) == 'table' and type(d.job) == 'string' and (all or (id and want[id])) then\n"
+"    need(QUEUE .. ((type(d.queue) == 'string' and d.queue ~= '') and d.queue or DEFQ), 'list')\n"
+"    if id then\n"
+"      need(JOB .. id, 'hash')\n"
+"      local okj, j = pcall(cjson.decode, d.job)\n"
+"      local bid = redis.call('HGET', JOB .. id, 'batch_id') or (okj and type(j) == 'table' and type(j.batch_id) == 'string' and j.batch_id)\n"
+"      if bid then need(BATCH .. bid, 'hash') end\n"
+"    end\n"
+"  end\n"
+"end\n"
 "local n = 0\n"
 "for i = #entries, 1, -1 do\n"
 "  local e = entries[i]\n"
@@ -372,6 +459,8 @@ static const char dead_requeue_src[] = PRELUDE
 /* ARGV[13..] ids. Per id: 1 added to the cancel set, 0 its job already ended (completed,
  * failed or cancelled). */
 static const char cancel_src[] = PRELUDE
+"need(CANCEL, 'set')\n"
+"for i = 13, #ARGV do need(JOB .. ARGV[i], 'hash') end\n"
 "local out = {}\n"
 "for i = 13, #ARGV do\n"
 "  local s = redis.call('HGET', JOB .. ARGV[i], 'status')\n"
@@ -392,13 +481,16 @@ static const char cancel_src[] = PRELUDE
  * result, its TTL; SREM from the cancel set; an event. Returns 2 values per job: 1 if it was still in the processing list (else 0), and
  * its batch's total when this completed the batch (else 0). */
 static const char ack_src[] = PRELUDE
+"need(PROC, 'list')\n"
 "local n, out = tonumber(ARGV[13]), {}\n"
+"local cancel_ok = not wrong(CANCEL, 'set')\n"
 "for i = 0, n - 1 do\n"
 "  local k = 14 + i * 11\n"
 "  local raw, id, st, q = ARGV[k], ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]\n"
 "  local fr, err, code = ARGV[k + 4], ARGV[k + 5], ARGV[k + 6]\n"
 "  local pt, ct, ft, res = ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10]\n"
 "  out[#out + 1] = redis.call('LREM', PROC, -1, raw)\n"
+"  if id ~= '' and badkey(id) then id = '' end\n"
 "  local done = 0\n"
 "  if id ~= '' then\n"
 "    local hk = JOB .. id\n"
@@ -412,7 +504,7 @@ static const char ack_src[] = PRELUDE
 "    if err == '' then redis.call('HDEL', hk, 'error') end\n"
 "    if code == '' then redis.call('HDEL', hk, 'error_code') end\n"
 "    if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n"
-"    redis.call('SREM', CANCEL, id)\n"
+"    if cancel_ok then redis.call('SREM', CANCEL, id) end\n"
 "    local e = {'queue', q}\n"
 "    if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n"
 "    if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n"
@@ -433,6 +525,16 @@ static const char ack_src[] = PRELUDE
 static const char push_src[] = PRELUDE
 "local bid, mode, n = ARGV[13], ARGV[14], tonumber(ARGV[15])\n"
 "local q = string.sub(KEYS[5], #QUEUE + 1)\n"
+"need(KEYS[5], 'list')\n"
+"if bid ~= '' then need(BATCH .. bid, 'hash') end\n"
+"for i = 0, n - 1 do\n"
+"  local id = ARGV[17 + 2 * i]\n"
+"  if id ~= '' then\n"
+"    need(JOB .. id, 'hash')\n"
+"    local b = redis.call('HGET', JOB .. id, 'batch_id')\n"
+"    if b then need(BATCH .. b, 'hash') end\n"
+"  end\n"
+"end\n"
 "if bid ~= '' and redis.call('EXISTS', BATCH .. bid) == 0 then return redis.error_reply('ERR no batch ' .. bid) end\n"
 "local out, added = {}, 0\n"
 "for i = 0, n - 1 do\n"
@@ -476,6 +578,7 @@ static const char push_src[] = PRELUDE
 static const char batch_open_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
+"need(bk, 'hash', KEYS[5], 'zset')\n"
 "local state = redis.call('HGET', bk, 'state')\n"
 "local rc = 1\n"
 "if state then\n"
@@ -498,6 +601,7 @@ static const char batch_open_src[] = PRELUDE
  * once when its jobs already are final). Returns the batch's total when this completed it, else 0. */
 static const char batch_seal_src[] = PRELUDE
 "local bk = BATCH .. ARGV[13]\n"
+"need(bk, 'hash')\n"
 "if redis.call('EXISTS', bk) == 0 then return 0 end\n"
 "if redis.call('HINCRBY', bk, 'enqueuing', -1) <= 0 then redis.call('HDEL', bk, 'enqueuing', 'enqueue_until') end\n"
 "return batch_check(ARGV[13])\n";
@@ -510,6 +614,7 @@ static const char batch_seal_src[] = PRELUDE
 static const char batch_cancel_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
+"need(bk, 'hash', KEYS[5], 'set', CANCEL, 'set')\n"
 "local b = redis.call('HMGET', bk, 'state', 'queued')\n"
 "if not b[1] then return {-1, 0, 0} end\n"
 "if b[1] == 'completed' then return {-2, 0, 0} end\n"
@@ -517,8 +622,9 @@ static const char batch_cancel_src[] = PRELUDE
 "redis.call('HSET', bk, 'state', 'cancelled')\n"
 "local asked = 0\n"
 "for _, w in ipairs(redis.call('SMEMBERS', KEYS[5])) do\n"
-"  for _, raw in ipairs(redis.call('LRANGE', ARGV[14] .. w, 0, -1)) do\n"
-"    local id = job_id(raw)\n"
+"  local pk = ARGV[14] .. w\n"
+"  for _, raw in ipairs(wrong(pk, 'list') and {} or redis.call('LRANGE', pk, 0, -1)) do\n"
+"    local id = job_ref(raw)\n"
 "    if id then\n"
 "      local h = redis.call('HMGET', JOB .. id, 'status', 'batch_id')\n"
 "      if h[1] == 'running' and h[2] == bid and redis.call('SADD', CANCEL, id) == 1 then\n"
@@ -546,6 +652,9 @@ static const char batch_requeue_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
 "local n = tonumber(ARGV[20])\n"
+"need(bk, 'hash', KEYS[5], 'zset', KEYS[6], 'set')\n"
+"for i = 0, n - 1 do need(JOB .. ARGV[22 + 4 * i], 'hash', QUEUE .. ARGV[23 + 4 * i], 'list') end\n"
+"local cancel_ok = not wrong(CANCEL, 'set')\n"
 "local from = {}\n"
 "for i = 0, n - 1 do\n"
 "  local id = ARGV[22 + 4 * i]\n"
@@ -570,7 +679,7 @@ static const char batch_requeue_src[] = PRELUDE
 "  local hk = JOB .. id\n"
 "  redis.call('DEL', hk)\n"
 "  redis.call('HSET', hk, 'status', 'queued', 'queue', q, 'created_at', NOW, 'attempts', 0, 'batch_id', bid)\n"
-"  redis.call('SREM', CANCEL, id)\n"
+"  if cancel_ok then redis.call('SREM', CANCEL, id) end\n"
 "  batch_move(bid, from[i], 'queued')\n"
 "  redis.call('LPUSH', QUEUE .. q, raw)\n"
 "  local m = string.match(q, '^(.+):[^:]+$')\n"
