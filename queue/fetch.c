@@ -402,6 +402,10 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
         return -1;
     }
     int n = parse_fetch(q, q->pipe.reply[0], src, map, out, 0, max);
+    if (n < 0 && rq_badkey_error(q)) { /* the script moved nothing; wait like a blocking call */
+        sleep_ms(t0 + block_ms - rq_mono_ms());
+        return -1;
+    }
     if (n < 0) {
         q->need_reconcile = true;
         return -1;
