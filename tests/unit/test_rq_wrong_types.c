@@ -1,6 +1,6 @@
 /* Keys of the wrong type (queue/badkey.h) against a real redis-server, one test per script
  * family: fetch and start, ack, retry and the retry mover, dead and requeue-dead, the reaper,
- * requeue, cancel, push and the batch scripts. Each plants keys of the wrong type where llmq
+ * requeue, cancel, push and the batch scripts, and the heartbeat. Each plants keys of the wrong type where llmq
  * keeps a hash, list, set, zset or stream, and checks that the script either goes on without a
  * job's own bad key or fails naming the key with nothing written, and that no job is lost: every
  * job is in exactly one of the lists where it was or where it should go, and the planted keys are
@@ -23,6 +23,7 @@
 #include "queue/cancel.h"
 #include "queue/dead.h"
 #include "queue/fetch.h"
+#include "queue/heartbeat.h"
 #include "queue/push.h"
 #include "queue/reaper.h"
 #include "queue/requeue.h"
@@ -371,6 +372,25 @@ static void test_push_and_batches(void **state)
     rq_free(q);
 }
 
+/* The heartbeat names its own key or the workers set of the wrong type, and the events stream,
+ * which the scripts skip while it is of the wrong type (noted once, not a failure). */
+static void test_heartbeat(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    run("SET llmq:events x");
+    assert_int_equal(rq_heartbeat(q, NULL), 0);
+    assert_false(rq_badkey_first(q, "BADKEY llmq:events is a string, not a stream")); /* noted already */
+    run("SET llmq:worker:w1 x");
+    assert_int_equal(rq_heartbeat(q, NULL), -1);
+    assert_badkey(q, "llmq:worker:w1");
+    run("DEL llmq:worker:w1");
+    run("SET llmq:workers x");
+    assert_int_equal(rq_heartbeat(q, NULL), -1);
+    assert_badkey(q, "llmq:workers");
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +402,7 @@ int main(void)
         cmocka_unit_test_setup(test_requeue, rq_test_flush),
         cmocka_unit_test_setup(test_cancel, rq_test_flush),
         cmocka_unit_test_setup(test_push_and_batches, rq_test_flush),
+        cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
