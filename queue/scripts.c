@@ -69,13 +69,31 @@
 "-- an enqueue that never sealed its batch (killed) holds it open at most this long\n" \
 "local ENQUEUE_LEASE_S = 3600\n" \
 KEYTYPES \
-"local function usable(v)\n" \
-"  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '%c')\n" \
+"-- whether s is UTF-8 without stray or missing continuation bytes, overlong forms, surrogates or\n" \
+"-- code points over U+10FFFF (what jansson reads)\n" \
+"local function utf8_ok(s)\n" \
+"  if not string.find(s, '[\\128-\\255]') then return true end\n" \
+"  local ok = true\n" \
+"  string.gsub(s, '[\\128-\\255][\\128-\\191]*', function(m)\n" \
+"    local b, c, n = string.byte(m, 1), string.byte(m, 2) or 0, #m\n" \
+"    if b >= 194 and b <= 223 then ok = ok and n == 2\n" \
+"    elseif b >= 224 and b <= 239 then ok = ok and n == 3 and not (b == 224 and c < 160) and not (b == 237 and c > 159)\n" \
+"    elseif b >= 240 and b <= 244 then ok = ok and n == 4 and not (b == 240 and c < 144) and not (b == 244 and c > 143)\n" \
+"    else ok = false end\n" \
+"  end)\n" \
+"  return ok\n" \
 "end\n" \
+"-- an id or custom_id: 1..256 bytes of UTF-8 without C0 controls or DEL (queue/jobid.h)\n" \
+"local function usable(v)\n" \
+"  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '[%z\\1-\\31\\127]') and utf8_ok(v)\n" \
+"end\n" \
+"-- cjson with numbers as JSON writes them (no NaN, Infinity, hex, leading zeros or '+'), as jansson\n" \
+"local JSON = nil\n" \
 "-- the job's key (or nil) and whether it is JSON at all (rq_job_id's rule, queue/jobid.h)\n" \
 "local function job_id(raw)\n" \
 "  if MAXBYTES > 0 and #raw > MAXBYTES then return nil, true end\n" \
-"  local ok, j = pcall(cjson.decode, raw)\n" \
+"  if not JSON then JSON = cjson.new(); JSON.decode_invalid_numbers(false) end\n" \
+"  local ok, j = pcall(JSON.decode, raw)\n" \
 "  if not ok then return nil, false end\n" \
 "  if type(j) ~= 'table' then return nil, true end\n" \
 "  if j.custom_id ~= nil or j.body ~= nil or j.url ~= nil or j.method ~= nil then\n" \
