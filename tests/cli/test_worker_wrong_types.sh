@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A running worker meets keys of the wrong type, one after another: a job whose hash is a string,
 # a dead list that is a string while a job must be dead-lettered, a cancel set that is a string,
-# the worker's own processing list as a string.
+# the worker's own processing list as a string, the published templates as a string.
 # No job disappears (each gets exactly one row, the bad job stays held until its key is fixed
 # and is then dead-lettered), the other jobs keep flowing, the planted keys are left as they were,
 # and the log names each key once instead of at every round.
@@ -73,9 +73,22 @@ eq "the jobs wait in their queue" "$(rcli LLEN llmq:queue:short)" 2
 rcli DEL llmq:processing:w1 >/dev/null
 wait_rows 16
 
+# 5. the published templates are a string: a job naming a template that is not in the config
+#    fails with its reason (not handed back and fetched again for ever); the others flow
+rcli SET llmq:templates x >/dev/null
+printf '{"id":"t1","template":"nope","vars":{"document":"x"}}\n' >"$T/tpl.jsonl"
+push_file "$T/tpl.jsonl"
+push_ids e0
+wait_rows 18
+eq "the templated job failed with its reason" \
+  "$(sql "SELECT status || ': ' || error FROM jobs WHERE id = 't1'" | grep -c "failed: .*template")" 1
+dead_two() { [ "$(rcli LLEN llmq:dead)" = 2 ]; }
+wait_until "the templated job dead-lettered" dead_two
+eq "the templates key is left as it was" "$(rcli GET llmq:templates)" x
+
 # every job exactly once, nothing stranded
 wait_until "the processing list to empty" proc_empty
-eq "one row per job" "$(sql "SELECT count(DISTINCT id) || '/' || count(*) FROM jobs")" "16/16"
+eq "one row per job" "$(sql "SELECT count(DISTINCT id) || '/' || count(*) FROM jobs")" "18/18"
 eq "nothing left in the queue or the processing list" \
   "$(rcli LLEN llmq:queue:short)/$(rcli LLEN llmq:processing:w1)" "0/0"
 # each key named once, not at every round (the worker kept running meanwhile)
@@ -83,6 +96,7 @@ eq "llmq:job:evil named once" "$(warns llmq:job:evil)" 1
 eq "llmq:dead named once" "$(warns llmq:dead)" 1
 eq "llmq:cancel named once" "$(warns llmq:cancel)" 1
 eq "llmq:processing:w1 named once" "$(warns llmq:processing:w1)" 1
+eq "llmq:templates named once" "$(warns llmq:templates)" 1
 check "the worker is still running" kill -0 "$W_w1"
 interrupt "$W_w1"
 worker_wait w1

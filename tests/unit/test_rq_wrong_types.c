@@ -1,6 +1,6 @@
 /* Keys of the wrong type (queue/badkey.h) against a real redis-server, one test per script
  * family: fetch and start, ack, retry and the retry mover, dead and requeue-dead, the reaper,
- * requeue, cancel, push and the batch scripts, and the heartbeat. Each plants keys of the wrong type where llmq
+ * requeue, cancel, push and the batch scripts; and the heartbeat and the published templates. Each plants keys of the wrong type where llmq
  * keeps a hash, list, set, zset or stream, and checks that the script either goes on without a
  * job's own bad key or fails naming the key with nothing written, and that no job is lost: every
  * job is in exactly one of the lists where it was or where it should go, and the planted keys are
@@ -29,6 +29,7 @@
 #include "queue/requeue.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
+#include "queue/templates.h"
 #include "rq_test.h"
 
 #define EVIL "{\"id\":\"evil\",\"prompt\":\"x\"}"
@@ -391,6 +392,23 @@ static void test_heartbeat(void **state)
     rq_free(q);
 }
 
+/* Published templates of the wrong type: reading and publishing fail naming the key (the worker
+ * then fails the jobs that need such a template instead of handing them back for ever). */
+static void test_templates(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    run("SET llmq:templates x");
+    char *v = NULL;
+    assert_int_equal(rq_template_get(q, "t", &v), -1);
+    assert_badkey(q, "llmq:templates");
+    assert_null(v);
+    assert_int_equal(rq_template_publish(q, "t", "{}", &v), -1);
+    assert_badkey(q, "llmq:templates");
+    assert_string_equal(sval("GET llmq:templates"), "x");
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +421,7 @@ int main(void)
         cmocka_unit_test_setup(test_cancel, rq_test_flush),
         cmocka_unit_test_setup(test_push_and_batches, rq_test_flush),
         cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
+        cmocka_unit_test_setup(test_templates, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
