@@ -1,6 +1,6 @@
 /* Keys of the wrong type (queue/badkey.h) against a real redis-server, one test per script
  * family: fetch and start, ack, retry and the retry mover, dead and requeue-dead, the reaper,
- * requeue, cancel, push and the batch scripts; and the heartbeat and the published templates. Each plants keys of the wrong type where llmq
+ * requeue, cancel, push and the batch scripts; and the heartbeat, progress and the published templates. Each plants keys of the wrong type where llmq
  * keeps a hash, list, set, zset or stream, and checks that the script either goes on without a
  * job's own bad key or fails naming the key with nothing written, and that no job is lost: every
  * job is in exactly one of the lists where it was or where it should go, and the planted keys are
@@ -24,6 +24,7 @@
 #include "queue/dead.h"
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
+#include "queue/progress.h"
 #include "queue/push.h"
 #include "queue/reaper.h"
 #include "queue/requeue.h"
@@ -409,6 +410,24 @@ static void test_templates(void **state)
     rq_free(q);
 }
 
+/* Progress (plain commands, not a script) names a job hash or an events stream of the wrong type;
+ * the other writes of the pipeline are done. */
+static void test_progress(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    run("HSET llmq:job:p0 status running");
+    run("SET llmq:job:p1 x");
+    struct rq_progress pr[2] = {{"p0", 0.5, -1, 3, 0}, {"p1", 0.5, -1, 3, 0}};
+    assert_int_equal(rq_progress(q, pr, 2), -1);
+    assert_badkey(q, "llmq:job:p1");
+    assert_string_equal(sval("HGET llmq:job:p0 completion_tokens"), "3");
+    run("SET llmq:events x");
+    assert_int_equal(rq_progress(q, pr, 1), -1);
+    assert_badkey(q, "llmq:events");
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +441,7 @@ int main(void)
         cmocka_unit_test_setup(test_push_and_batches, rq_test_flush),
         cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
         cmocka_unit_test_setup(test_templates, rq_test_flush),
+        cmocka_unit_test_setup(test_progress, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
