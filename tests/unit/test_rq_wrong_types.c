@@ -1,6 +1,6 @@
 /* Keys of the wrong type (queue/badkey.h) against a real redis-server, one test per script
  * family: fetch and start, ack, retry and the retry mover, dead and requeue-dead, the reaper,
- * requeue, cancel, push and the batch scripts; and the heartbeat, progress and the published templates. Each plants keys of the wrong type where llmq
+ * requeue, cancel, push and the batch scripts; and the heartbeat, progress, the published templates and the --drain check. Each plants keys of the wrong type where llmq
  * keeps a hash, list, set, zset or stream, and checks that the script either goes on without a
  * job's own bad key or fails naming the key with nothing written, and that no job is lost: every
  * job is in exactly one of the lists where it was or where it should go, and the planted keys are
@@ -22,6 +22,7 @@
 #include "queue/batch_admin.h"
 #include "queue/cancel.h"
 #include "queue/dead.h"
+#include "queue/drain.h"
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
 #include "queue/progress.h"
@@ -428,6 +429,27 @@ static void test_progress(void **state)
     rq_free(q);
 }
 
+/* The --drain check counts a queue, retry set or another worker's processing list of the wrong
+ * type as empty (they hold no job), so a draining worker can still finish. */
+static void test_drain(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    run("SET llmq:queue:short x");
+    run("SET llmq:retry x");
+    run("SADD llmq:workers w2");
+    run("SET llmq:processing:w2 x");
+    rq_test_push_id(q, "long", "l0");
+    const char *queues[] = {"short", "long"};
+    struct rq_drain d;
+    assert_int_equal(rq_drain_check(q, queues, 2, &d), 0);
+    assert_int_equal(d.queued, 1);
+    assert_int_equal(d.retry, 0);
+    assert_int_equal(d.held, 0);
+    rq_drain_free(&d);
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +464,7 @@ int main(void)
         cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
         cmocka_unit_test_setup(test_templates, rq_test_flush),
         cmocka_unit_test_setup(test_progress, rq_test_flush),
+        cmocka_unit_test_setup(test_drain, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
