@@ -345,6 +345,14 @@ static void test_push_and_batches(void **state)
     assert_badkey(q, "llmq:queue:long");
     assert_int_equal(ival("EXISTS llmq:job:p0"), 0);
 
+    /* the model queues' index is a string: the job is pushed all the same */
+    run("SET llmq:models x");
+    struct rq_push_item mj = {"{\"id\":\"m0\"}", 11, "m0", NULL};
+    assert_int_equal(rq_push(q, "qwen:short", NULL, RQ_PUSH_FORCE, &mj, 1), 0);
+    assert_int_equal(ival("LLEN llmq:queue:qwen:short"), 1);
+    assert_string_equal(sval("GET llmq:models"), "x");
+    run("DEL llmq:models");
+
     run("SET llmq:batch:b1 x");
     assert_int_equal(rq_batch_open(q, "b1", "in.jsonl", false), -1);
     assert_badkey(q, "llmq:batch:b1");
