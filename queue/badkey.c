@@ -27,6 +27,6 @@ void rq_badkey_note(struct rq *q, const char *key, const char *type, const char 
     char text[RQ_KEY_MAX + 64];
     snprintf(text, sizeof text, "BADKEY %s is a %s, not a %s", key, type, want);
     if (rq_badkey_first(q, text))
-        log_warn("redis: key %s is a %s, not a %s: %s (the key is left as it is; delete or rename it)", key, type,
-                 want, doing);
+        log_warn("redis: key %s is a %s, not a %s: %s (the key is left as it is; delete or rename it)", key,
+                 type, want, doing);
 }

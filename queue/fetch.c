@@ -138,9 +138,9 @@ static void bad_key(struct rq *q, const redisReply *key, const redisReply *type,
     set_str(t, sizeof t, type);
     set_str(w, sizeof w, want);
     rq_badkey_note(q, k, t, w,
-                   strcmp(w, "list") == 0
-                       ? "the queue is not fetched from"
-                       : "its job runs without it (not counted, tracked or retried in Redis; a failure dead-letters it)");
+                   strcmp(w, "list") == 0 ? "the queue is not fetched from"
+                                          : "its job runs without it (not counted, tracked or retried in "
+                                            "Redis; a failure dead-letters it)");
 }
 
 /* The fetch script's reply into out[n..max). Returns the new count, or -1 (q->err). */

@@ -67,7 +67,8 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     static const char *const want[] = {"hash", NULL, "set"}; /* HSET, EXPIRE, SADD */
     const char *key[] = {q->hb_key, NULL, q->keys.workers};
     for (size_t i = 0; i < ex->elements && i < 3; i++)
-        if (ex->element[i]->type == REDIS_REPLY_ERROR && want[i] && !strncmp(ex->element[i]->str, "WRONGTYPE", 9))
+        if (ex->element[i]->type == REDIS_REPLY_ERROR && want[i] &&
+            !strncmp(ex->element[i]->str, "WRONGTYPE", 9))
             return rq_fail(q, "heartbeat: BADKEY %s is not a %s", key[i], want[i]);
     return 0;
 }

@@ -22,8 +22,9 @@
  * control characters (U+0000..U+001F) or DEL (U+007F); every other character is allowed, '/'
  * and spaces included. A batch id is 1..RQ_BATCH_ID_MAX letters, digits, '.', '_' and '-'
  * (rq_valid_batch_id); "batch_id": null is no batch. A job in llmq's form without "id" (or with
- * "id": null) can be given one; everything else (not JSON, not an object, an OpenAI line without custom_id or with a bad batch_id, an id
- * of the wrong type) has none, and the worker's parser reports why when it dead-letters it. */
+ * "id": null) can be given one; everything else (not JSON, not an object, an OpenAI line without custom_id or
+ * with a bad batch_id, an id of the wrong type) has none, and the worker's parser reports why when it
+ * dead-letters it. */
 #pragma once
 #include <stddef.h>
 

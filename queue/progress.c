@@ -52,9 +52,13 @@ int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
             /* two commands per job: HSET of its hash, XADD to the events */
             int k = -1;
             for (int j = 0, c = 0; j < n && k < 0; j++)
-                if (pr[j].id && pr[j].id[0] && rq_key_job(&q->keys, pr[j].id, hk0, RQ_KEY_MAX) == 0 && c++ == i / 2)
+                if (pr[j].id && pr[j].id[0] && rq_key_job(&q->keys, pr[j].id, hk0, RQ_KEY_MAX) == 0 &&
+                    c++ == i / 2)
                     k = j;
-            return rq_fail(q, "progress: BADKEY %s is not a %s", i % 2 ? q->keys.events : k >= 0 ? hk0 : "?",
+            return rq_fail(q, "progress: BADKEY %s is not a %s",
+                           i % 2    ? q->keys.events
+                           : k >= 0 ? hk0
+                                    : "?",
                            i % 2 ? "stream" : "hash");
         }
         if (rq_reply_error(r, "progress", q->err, sizeof q->err))

@@ -56,9 +56,10 @@ int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_
         if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
             /* the index of model queues only: the jobs are pushed all the same */
             if (rq_badkey_first(q, "BADKEY models (push)"))
-                log_warn("redis: %s is not a set: this model's queue is not listed (by `llmq status`) until the "
-                         "key is deleted or renamed",
-                         q->keys.models);
+                log_warn(
+                    "redis: %s is not a set: this model's queue is not listed (by `llmq status`) until the "
+                    "key is deleted or renamed",
+                    q->keys.models);
         } else if (rq_reply_error(r, "push (SADD)", q->err, sizeof q->err)) {
             return -1;
         }

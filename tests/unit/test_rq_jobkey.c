@@ -29,7 +29,8 @@ struct row {
 
 static char long_id[RQ_OWN_ID_MAX + 1], batch64[RQ_BATCH_ID_MAX + 1];
 static char id256_line[512], id257_line[512], e256[RQ_OWN_ID_MAX + 1], e256_line[512], eur258_line[512];
-static char deep_ok[2200], deep_over[2200], big_int_ok[128], big_int_over[128], neg_int_ok[128], neg_int_over[128];
+static char deep_ok[2200], deep_over[2200], big_int_ok[128], big_int_over[128], neg_int_ok[128],
+    neg_int_over[128];
 static char big_line[1024], longest[1024], too_long_cid[1024], batch65_line[512], longest_key[RQ_ID_MAX + 8];
 
 /* The Lua rule's answer for raw: its key, or NULL (into buf). */
@@ -112,8 +113,8 @@ static int check_rows(const struct row *rows, size_t n, bool lax)
         const char *lk = lua_key(r->raw, r->max_bytes, l, sizeof l);
         if (!r->key) {
             if (ck || lk) {
-                print_error("row %zu (%.80s): want no key, C '%.40s', Lua '%.40s'\n", i, r->raw, ck ? ck : "-",
-                            lk ? lk : "-");
+                print_error("row %zu (%.80s): want no key, C '%.40s', Lua '%.40s'\n", i, r->raw,
+                            ck ? ck : "-", lk ? lk : "-");
                 bad++;
             }
             continue;
@@ -190,23 +191,23 @@ static void test_id_bytes_agree(void **state)
         /* the bytes of an id: 1..256 of valid UTF-8 without C0 controls or DEL */
         {id256_line, 0, long_id},
         {id257_line, 0, NULL},
-        {e256_line, 0, e256},  /* 256 bytes, 128 characters */
+        {e256_line, 0, e256},   /* 256 bytes, 128 characters */
         {eur258_line, 0, NULL}, /* 86 characters, 258 bytes */
         {"{\"id\":\"\xf0\x9f\x98\x80 \xe2\x82\xac/x\"}", 0, "\xf0\x9f\x98\x80 \xe2\x82\xac/x"},
         {"{\"id\":\"\\ud83d\\ude00\"}", 0, "\xf0\x9f\x98\x80"}, /* an escaped surrogate pair */
-        {"{\"id\":\"a\xc2\x85\"}", 0, "a\xc2\x85"},                 /* U+0085, a C1 control: allowed */
-        {"{\"id\":\"a\xff\"}", 0, NULL},                             /* not UTF-8 */
-        {"{\"id\":\"a\xc3\"}", 0, NULL},                             /* cut short */
+        {"{\"id\":\"a\xc2\x85\"}", 0, "a\xc2\x85"},             /* U+0085, a C1 control: allowed */
+        {"{\"id\":\"a\xff\"}", 0, NULL},                        /* not UTF-8 */
+        {"{\"id\":\"a\xc3\"}", 0, NULL},                        /* cut short */
         {"{\"id\":\"a\xe2\x82\"}", 0, NULL},
-        {"{\"id\":\"a\x80\"}", 0, NULL},                             /* a stray continuation byte */
-        {"{\"id\":\"\xc3\xa9\xa9\"}", 0, NULL},                      /* one continuation too many */
-        {"{\"id\":\"\xc0\xaf\"}", 0, NULL},                           /* overlong '/' */
-        {"{\"id\":\"\xe0\x80\xaf\"}", 0, NULL},                       /* overlong, 3 bytes */
-        {"{\"id\":\"\xf0\x80\x80\xaf\"}", 0, NULL},                   /* overlong, 4 bytes */
-        {"{\"id\":\"\xed\xa0\x80\"}", 0, NULL},                       /* a surrogate in UTF-8 */
-        {"{\"id\":\"\xf4\x90\x80\x80\"}", 0, NULL},                   /* over U+10FFFF */
-        {"{\"id\":\"\xf8\x88\x80\x80\x80\"}", 0, NULL},               /* a 5-byte form */
-        {"{\"id\":\"\\ud800\"}", 0, NULL},                            /* a lone surrogate escape */
+        {"{\"id\":\"a\x80\"}", 0, NULL},                /* a stray continuation byte */
+        {"{\"id\":\"\xc3\xa9\xa9\"}", 0, NULL},         /* one continuation too many */
+        {"{\"id\":\"\xc0\xaf\"}", 0, NULL},             /* overlong '/' */
+        {"{\"id\":\"\xe0\x80\xaf\"}", 0, NULL},         /* overlong, 3 bytes */
+        {"{\"id\":\"\xf0\x80\x80\xaf\"}", 0, NULL},     /* overlong, 4 bytes */
+        {"{\"id\":\"\xed\xa0\x80\"}", 0, NULL},         /* a surrogate in UTF-8 */
+        {"{\"id\":\"\xf4\x90\x80\x80\"}", 0, NULL},     /* over U+10FFFF */
+        {"{\"id\":\"\xf8\x88\x80\x80\x80\"}", 0, NULL}, /* a 5-byte form */
+        {"{\"id\":\"\\ud800\"}", 0, NULL},              /* a lone surrogate escape */
         {"{\"id\":\"a\\u0000\"}", 0, NULL},
         {"{\"id\":\"a\tb\"}", 0, NULL},  /* a raw control character in the string */
         {"{\"id\":\"a\\tb\"}", 0, NULL}, /* an escaped one */
@@ -274,7 +275,6 @@ static void test_id_bytes_agree(void **state)
     }
     assert_int_equal(bad, 0);
 }
-
 
 /* "batch_id" goes in before the closing brace, the rest of the text unchanged; the key follows. */
 static void test_add_batch(void **state)

@@ -1,10 +1,10 @@
 /* Keys of the wrong type (queue/badkey.h) against a real redis-server, one test per script
  * family: fetch and start, ack, retry and the retry mover, dead and requeue-dead, the reaper,
- * requeue, cancel, push and the batch scripts; and the heartbeat, progress, the published templates and the --drain check. Each plants keys of the wrong type where llmq
- * keeps a hash, list, set, zset or stream, and checks that the script either goes on without a
- * job's own bad key or fails naming the key with nothing written, and that no job is lost: every
- * job is in exactly one of the lists where it was or where it should go, and the planted keys are
- * left as they were. */
+ * requeue, cancel, push and the batch scripts; and the heartbeat, progress, the published templates, the
+ * --drain check and `llmq status`. Each plants keys of the wrong type where llmq keeps a hash, list, set,
+ * zset or stream, and checks that the script either goes on without a job's own bad key or fails naming the
+ * key with nothing written, and that no job is lost: every job is in exactly one of the lists where it was or
+ * where it should go, and the planted keys are left as they were. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +31,7 @@
 #include "queue/requeue.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
+#include "queue/stats.h"
 #include "queue/templates.h"
 #include "rq_test.h"
 
@@ -100,8 +101,8 @@ static void test_fetch_and_start(void **state)
     assert_string_equal(sval("HGET llmq:job:g0 status"), "running");
     struct rq_result res[4];
     for (int i = 0; i < 4; i++)
-        res[i] = (struct rq_result){.job = &j[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1,
-                                    .completion_tokens = -1};
+        res[i] = (struct rq_result){
+            .job = &j[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, res, 4), 4);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     assert_string_equal(sval("GET llmq:job:evil"), "x");
@@ -116,8 +117,8 @@ static void test_fetch_and_start(void **state)
     assert_string_equal(j[0].raw, EVIL);
     assert_true(in_list("llmq:processing:w1", EVIL));
     assert_string_equal(sval("GET llmq:job:evil"), "x");
-    res[0] = (struct rq_result){.job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1,
-                                .completion_tokens = -1};
+    res[0] = (struct rq_result){
+        .job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, res, 1), 1);
     rq_job_free(&j[0]);
 
@@ -145,8 +146,8 @@ static void test_ack(void **state)
     run("SET llmq:events x");
     struct rq_result res[2];
     for (int i = 0; i < 2; i++)
-        res[i] = (struct rq_result){.job = &j[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1,
-                                    .completion_tokens = -1};
+        res[i] = (struct rq_result){
+            .job = &j[i], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, res, 2), 2);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     assert_string_equal(sval("GET llmq:job:a0"), "x");
@@ -458,6 +459,26 @@ static void test_drain(void **state)
     rq_free(q);
 }
 
+/* `llmq status` names a key of the wrong type instead of Redis's bare WRONGTYPE. */
+static void test_stats(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    const char *queues[] = {"short"};
+    struct rq_stats st;
+    run("SET llmq:dead x");
+    assert_int_equal(rq_stats(q, queues, 1, false, &st), -1);
+    assert_badkey(q, "llmq:dead");
+    rq_stats_free(&st);
+    run("DEL llmq:dead");
+    run("SADD llmq:workers w2");
+    run("SET llmq:processing:w2 x");
+    assert_int_equal(rq_stats(q, queues, 1, false, &st), -1);
+    assert_badkey(q, "llmq:processing:w2");
+    rq_stats_free(&st);
+    rq_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -473,6 +494,7 @@ int main(void)
         cmocka_unit_test_setup(test_templates, rq_test_flush),
         cmocka_unit_test_setup(test_progress, rq_test_flush),
         cmocka_unit_test_setup(test_drain, rq_test_flush),
+        cmocka_unit_test_setup(test_stats, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -107,9 +107,10 @@ const char *tpl_source_find(void *ctx, const char *name)
         const char *bad = rq_badkey_error(s->q);
         if (bad) { /* not transient: the job is judged without Redis's templates; the key named once */
             if (rq_badkey_first(s->q, bad))
-                log_warn("redis: reading a template failed: %s; jobs naming a template that is not in the config "
-                         "fail until the key is deleted or renamed",
-                         bad + strlen("BADKEY "));
+                log_warn(
+                    "redis: reading a template failed: %s; jobs naming a template that is not in the config "
+                    "fail until the key is deleted or renamed",
+                    bad + strlen("BADKEY "));
             return e ? e->text : NULL;
         }
         s->failed = !(e && e->text);
