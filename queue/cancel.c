@@ -1,6 +1,8 @@
 /* See cancel.h. */
 #include "queue/cancel.h"
 
+#include <string.h>
+
 #include "queue/rq.h"
 
 int rq_cancel(struct rq *q, const char *const *ids, int n, bool *accepted)
@@ -43,6 +45,8 @@ int rq_cancel_check(struct rq *q, const char *const *ids, int n, bool *out)
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "cancel check");
     const redisReply *r = p->reply[0];
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "WRONGTYPE", 9) == 0)
+        return rq_fail(q, "cancel check: BADKEY %s is not a set", q->keys.cancel);
     if (rq_reply_error(r, "cancel check (SMISMEMBER)", q->err, sizeof q->err))
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n)

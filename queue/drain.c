@@ -1,9 +1,12 @@
 /* See drain.h. */
 #include "queue/drain.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/log.h"
+#include "queue/badkey.h"
 #include "queue/heartbeat.h"
 #include "queue/rq.h"
 
@@ -71,11 +74,28 @@ int rq_drain_check(struct rq *q, const char *const *queues, int nq, struct rq_dr
         rc = rq_fail_conn(q, "drain check");
         goto out;
     }
-    for (int i = 0; i < p->nreply; i++)
-        if (rq_reply_error(p->reply[i], "drain check", q->err, sizeof q->err)) {
+    for (int i = 0; i < p->nreply; i++) {
+        const redisReply *r = p->reply[i];
+        if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
+            /* a queue, the retry set or a processing list of the wrong type holds no job: empty */
+            if (i < nq)
+                rq_key_queue(&q->keys, queues[i], key, sizeof key);
+            else if (i == nq)
+                snprintf(key, sizeof key, "%s", q->keys.retry);
+            else
+                rq_key_processing(&q->keys, m->element[who[(i - nq - 1) / 2]]->str, key, sizeof key);
+            char text[RQ_KEY_MAX + 32];
+            snprintf(text, sizeof text, "BADKEY %s (drain)", key);
+            if (rq_badkey_first(q, text))
+                log_warn("redis: %s is not a %s: --drain counts it as empty (delete or rename the key)", key,
+                         i == nq ? "sorted set" : "list");
+            continue;
+        }
+        if (rq_reply_error(r, "drain check", q->err, sizeof q->err)) {
             rc = -1;
             goto out;
         }
+    }
     int k = 0;
     for (int i = 0; i < nq; i++)
         d->queued += rq_reply_int(p->reply[k++]);

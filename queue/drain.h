@@ -36,7 +36,9 @@ struct rq_drain {
 /* Reads what keeps a drain from ending, for the queues in queues[0..nq) (nq <=
  * RQ_DRAIN_MAX_QUEUES): two round trips (SMEMBERS of the workers set, then one pipeline of LLEN,
  * ZCARD and PTTL). The caller's own list is not counted: what it holds is its own business.
- * 0, or -1 with rq_error. d must be given to rq_drain_free either way. */
+ * A queue, retry set or processing list of the wrong type holds no job: it counts as empty
+ * (logged once, queue/badkey.h). 0, or -1 with rq_error. d must be given to rq_drain_free either
+ * way. */
 int rq_drain_check(struct rq *q, const char *const *queues, int nq, struct rq_drain *d);
 /* Frees d's holders. Accepts NULL and a zeroed or freed d. */
 void rq_drain_free(struct rq_drain *d);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "engine/util/log.h"
+#include "queue/badkey.h"
 #include "queue/jobid.h"
 #include "queue/rq.h"
 
@@ -127,6 +128,21 @@ static void duplicate(struct rq *q, const redisReply *id, const redisReply *stat
              i, s, h[0] ? " by " : "", h, q->proc_key);
 }
 
+/* A note of the fetch or start script: `key` is a `type`, not a `want`. A source queue is skipped
+ * by that fetch; a job's hash (or its batch's) is left alone and the job is handed out without
+ * an id in Redis (queue/badkey.h). Logged once per key. */
+static void bad_key(struct rq *q, const redisReply *key, const redisReply *type, const redisReply *want)
+{
+    char k[RQ_KEY_MAX] = "?", t[32] = "?", w[32] = "?";
+    set_str(k, sizeof k, key);
+    set_str(t, sizeof t, type);
+    set_str(w, sizeof w, want);
+    rq_badkey_note(q, k, t, w,
+                   strcmp(w, "list") == 0 ? "the queue is not fetched from"
+                                          : "its job runs without it (not counted, tracked or retried in "
+                                            "Redis; a failure dead-letters it)");
+}
+
 /* The fetch script's reply into out[n..max). Returns the new count, or -1 (q->err). */
 static int parse_fetch(struct rq *q, const redisReply *r, const struct rq_source *src, const int *map,
                        struct rq_job *out, int n, int max)
@@ -139,6 +155,10 @@ static int parse_fetch(struct rq *q, const redisReply *r, const struct rq_source
         redisReply **f = r->element + e;
         if (f[0]->type != REDIS_REPLY_INTEGER || f[1]->type != REDIS_REPLY_STRING)
             return rq_fail(q, "fetch: unexpected reply from the fetch script");
+        if (f[0]->integer == -2) {
+            bad_key(q, f[2], f[3], f[4]);
+            continue;
+        }
         if (f[0]->integer < 0) {
             duplicate(q, f[2], f[3], f[4]);
             continue;
@@ -168,8 +188,10 @@ static int parse_start(struct rq *q, const redisReply *r, struct rq_job *j)
     long long found = r->element[0]->integer;
     if (found == 0)
         return 0;
-    if (r->elements != (found < 0 ? 4u : 5u))
+    if (r->elements != (found < 0 ? 4u : 5u) && !(found == 1 && r->elements == 8))
         return rq_fail(q, "fetch: unexpected reply from the start script");
+    if (r->elements == 8)
+        bad_key(q, r->element[5], r->element[6], r->element[7]);
     if (found < 0) {
         duplicate(q, r->element[1], r->element[2], r->element[3]);
         return 2;
@@ -380,6 +402,10 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
         return -1;
     }
     int n = parse_fetch(q, q->pipe.reply[0], src, map, out, 0, max);
+    if (n < 0 && rq_badkey_error(q)) { /* the script moved nothing; wait like a blocking call */
+        sleep_ms(t0 + block_ms - rq_mono_ms());
+        return -1;
+    }
     if (n < 0) {
         q->need_reconcile = true;
         return -1;

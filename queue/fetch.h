@@ -15,6 +15,11 @@
  * without an id gets one (a UUIDv7): the entry in the processing list is replaced by the JSON
  * with the id (LPOS + LSET, atomically), so a replay after a crash keeps the same id.
  *
+ * A job whose hash, or its batch's hash, is of the wrong type (queue/badkey.h) is handed out
+ * without an id (rq_job.id ""), its keys left alone: it runs and is acknowledged like a job
+ * without an id; rq logs the key once. A source queue of the wrong type is not fetched from
+ * (logged once).
+ *
  * Waiting jobs are taken without blocking, as many as allowed, in one round trip; the call blocks
  * (BLMOVE on the dedicated blocking connection, at most block_ms in all) only when every queue
  * is empty. */

@@ -1,8 +1,10 @@
 /* See heartbeat.h. */
 #include "queue/heartbeat.h"
 
+#include <string.h>
 #include <unistd.h>
 
+#include "queue/badkey.h"
 #include "queue/rq.h"
 
 int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
@@ -49,12 +51,26 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     rq_pipe_str(p, q->keys.workers);
     rq_pipe_str(p, q->worker);
     rq_pipe_cmd(p, "EXEC");
+    /* the events stream, which the scripts skip while it is of the wrong type: named here */
+    rq_pipe_cmd(p, "TYPE");
+    rq_pipe_str(p, q->keys.events);
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "heartbeat");
-    const redisReply *ex = p->reply[p->ncmd - 1];
+    const redisReply *t = p->reply[p->ncmd - 1];
+    if (t && t->type == REDIS_REPLY_STATUS && strcmp(t->str, "stream") && strcmp(t->str, "none"))
+        rq_badkey_note(q, q->keys.events, t->str, "stream", "no events are added while it is not a stream");
+    const redisReply *ex = p->reply[p->ncmd - 2];
     if (rq_reply_error(ex, "heartbeat", q->err, sizeof q->err))
         return -1;
-    return ex->type == REDIS_REPLY_ARRAY ? 0 : rq_fail(q, "heartbeat: the transaction was not executed");
+    if (ex->type != REDIS_REPLY_ARRAY)
+        return rq_fail(q, "heartbeat: the transaction was not executed");
+    static const char *const want[] = {"hash", NULL, "set"}; /* HSET, EXPIRE, SADD */
+    const char *key[] = {q->hb_key, NULL, q->keys.workers};
+    for (size_t i = 0; i < ex->elements && i < 3; i++)
+        if (ex->element[i]->type == REDIS_REPLY_ERROR && want[i] &&
+            !strncmp(ex->element[i]->str, "WRONGTYPE", 9))
+            return rq_fail(q, "heartbeat: BADKEY %s is not a %s", key[i], want[i]);
+    return 0;
 }
 
 struct redisReply *rq_workers(struct rq *q, const char *what)

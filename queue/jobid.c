@@ -52,12 +52,37 @@ static enum rq_idstate state_of(const json_t *root, char id[RQ_ID_MAX + 1])
     return !v || json_is_null(v) ? RQ_ID_MISSING : RQ_ID_NONE;
 }
 
+/* Whether raw nests arrays and objects deeper than RQ_JSON_MAX_DEPTH (the Lua side's cjson does
+ * not read those, jansson does). */
+static bool too_deep(const char *raw, size_t len)
+{
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = raw[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > RQ_JSON_MAX_DEPTH)
+                return true;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return false;
+}
+
 enum rq_idstate rq_job_id(const char *raw, size_t len, size_t max_bytes, char id[RQ_ID_MAX + 1])
 {
     id[0] = 0;
-    if (max_bytes > 0 && len > max_bytes)
+    if ((max_bytes > 0 && len > max_bytes) || too_deep(raw, len))
         return RQ_ID_NONE;
-    json_t *root = json_loadb(raw, len, 0, NULL);
+    json_t *root = json_loadb(raw, len, JSON_ALLOW_NUL, NULL); /* cjson reads "\u0000" too */
     if (!root)
         return RQ_ID_NONE;
     enum rq_idstate st = state_of(root, id);
@@ -128,7 +153,7 @@ int rq_job_add_id(const char *raw, size_t len, const char *id, char **out, size_
 {
     *out = NULL;
     *outlen = 0;
-    json_t *root = json_loadb(raw, len, 0, NULL);
+    json_t *root = json_loadb(raw, len, JSON_ALLOW_NUL, NULL);
     char old[RQ_ID_MAX + 1];
     char *enc = root && state_of(root, old) == RQ_ID_MISSING ? encode(id) : NULL;
     int rc = -1;

@@ -10,15 +10,28 @@
  *     jobs;
  *   - any other object (llmq's form) by its string "id" ("batch_id" does not enter its key).
  *
- * A usable id or custom_id has 1..RQ_OWN_ID_MAX bytes and no control characters; a batch id
- * 1..RQ_BATCH_ID_MAX letters, digits, '.', '_' and '-' (rq_valid_batch_id); "batch_id": null is
- * no batch. A job in llmq's form without "id" (or with "id": null) can be given one; everything
- * else (not JSON, not an object, an OpenAI line without custom_id or with a bad batch_id, an id
- * of the wrong type) has none, and the worker's parser reports why when it dead-letters it. */
+ * The line must be JSON that both decoders read: cjson inside Redis reads NaN, Infinity, hex and
+ * leading zeros only when told to (the scripts tell it not to), jansson reads "\u0000" only when
+ * told to (rq_job_id does), and neither reads arrays and objects nested deeper than
+ * RQ_JSON_MAX_DEPTH. What is left is documented in docs/QUEUE.md ("A job's key"): a line with
+ * invalid UTF-8 or a raw control character outside its key's strings, or a number JSON cannot
+ * hold, has a key for the scripts and none for rq_job_id, and the worker's parser fails it as
+ * invalid JSON under the scripts' key.
+ *
+ * A usable id or custom_id is 1..RQ_OWN_ID_MAX bytes (not characters) of UTF-8 without C0
+ * control characters (U+0000..U+001F) or DEL (U+007F); every other character is allowed, '/'
+ * and spaces included. A batch id is 1..RQ_BATCH_ID_MAX letters, digits, '.', '_' and '-'
+ * (rq_valid_batch_id); "batch_id": null is no batch. A job in llmq's form without "id" (or with
+ * "id": null) can be given one; everything else (not JSON, not an object, an OpenAI line without custom_id or
+ * with a bad batch_id, an id of the wrong type) has none, and the worker's parser reports why when it
+ * dead-letters it. */
 #pragma once
 #include <stddef.h>
 
 #include "queue/keys.h"
+
+/* Arrays and objects nested deeper than this: not read (cjson's limit inside Redis). */
+#define RQ_JSON_MAX_DEPTH 1000
 
 enum rq_idstate {
     RQ_ID_FOUND = 0,   /* id holds the job's key */

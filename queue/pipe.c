@@ -193,7 +193,13 @@ bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t err
     }
     if (r->type != REDIS_REPLY_ERROR)
         return false;
-    snprintf(err, errlen, "%s: %.*s", what, (int)(r->len > 400 ? 400 : r->len), r->str);
+    size_t len = r->len > 400 ? 400 : r->len;
+    if (strncmp(r->str, "BADKEY ", 7) == 0) { /* a script's own error: without Redis's " script: <sha>..." */
+        const char *tail = strstr(r->str, " script: ");
+        if (tail && (size_t)(tail - r->str) < len)
+            len = (size_t)(tail - r->str);
+    }
+    snprintf(err, errlen, "%s: %.*s", what, (int)len, r->str);
     return true;
 }
 

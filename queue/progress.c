@@ -2,6 +2,7 @@
 #include "queue/progress.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "queue/rq.h"
 
@@ -42,10 +43,26 @@ int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
     }
     int rc = rq_pipe_exec(p, &q->cmd, &q->scripts);
     free(hk);
+    char hk0[RQ_KEY_MAX];
     if (rc)
         return rq_fail_conn(q, "progress");
-    for (int i = 0; i < p->nreply; i++)
-        if (rq_reply_error(p->reply[i], "progress", q->err, sizeof q->err))
+    for (int i = 0; i < p->nreply; i++) {
+        const redisReply *r = p->reply[i];
+        if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
+            /* two commands per job: HSET of its hash, XADD to the events */
+            int k = -1;
+            for (int j = 0, c = 0; j < n && k < 0; j++)
+                if (pr[j].id && pr[j].id[0] && rq_key_job(&q->keys, pr[j].id, hk0, RQ_KEY_MAX) == 0 &&
+                    c++ == i / 2)
+                    k = j;
+            return rq_fail(q, "progress: BADKEY %s is not a %s",
+                           i % 2    ? q->keys.events
+                           : k >= 0 ? hk0
+                                    : "?",
+                           i % 2 ? "stream" : "hash");
+        }
+        if (rq_reply_error(r, "progress", q->err, sizeof q->err))
             return -1;
+    }
     return 0;
 }

@@ -15,5 +15,6 @@ struct rq_progress {
 
 /* Writes p[0..n): per job one HSET and one XADD (MAXLEN ~ events_maxlen), all in one pipeline.
  * 0, or -1 (rq_error): the connection failed (nothing is known to be written), or some reply
- * was an error (the others were written). */
+ * was an error (the others were written; a job hash or events stream of the wrong type is named
+ * in a BADKEY error, queue/badkey.h). */
 int rq_progress(struct rq *q, const struct rq_progress *p, int n);

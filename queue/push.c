@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/log.h"
+#include "queue/badkey.h"
 #include "queue/rq.h"
 
 #define CHUNK 1000 /* jobs per script call */
@@ -49,9 +51,19 @@ int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "push");
     int refused = 0;
-    for (int i = 0; i < first; i++)
-        if (rq_reply_error(p->reply[i], "push (SADD)", q->err, sizeof q->err))
+    for (int i = 0; i < first; i++) {
+        const redisReply *r = p->reply[i];
+        if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
+            /* the index of model queues only: the jobs are pushed all the same */
+            if (rq_badkey_first(q, "BADKEY models (push)"))
+                log_warn(
+                    "redis: %s is not a set: this model's queue is not listed (by `llmq status`) until the "
+                    "key is deleted or renamed",
+                    q->keys.models);
+        } else if (rq_reply_error(r, "push (SADD)", q->err, sizeof q->err)) {
             return -1;
+        }
+    }
     for (int c = 0; c + first < p->nreply; c++) {
         const redisReply *r = p->reply[c + first];
         if (rq_reply_error(r, "push", q->err, sizeof q->err))

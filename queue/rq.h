@@ -30,6 +30,7 @@
 #include "queue/scripts.h"
 
 struct rq_done;
+#define RQ_BADKEY_MEMORY 64
 
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
@@ -91,6 +92,8 @@ struct rq {
     bool need_reconcile;
     int rr_next; /* the source a blocking fetch starts with (rotates) */
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
+    uint64_t badkeys[RQ_BADKEY_MEMORY]; /* keys of the wrong type reported (queue/badkey.h) */
+    int nbadkeys;
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
     int (*done_fn)(void *ctx, const char *id, struct rq_done *out); /* rq_reap_set_lookup */

@@ -8,6 +8,57 @@
 #include "queue/conn.h"
 
 /* clang-format off */
+
+/* Keys of the wrong type (docs/QUEUE.md, "Keys of the wrong type"). A key a script writes must be
+ * absent or of the type llmq gives it. Each script checks the keys it will write with need()
+ * before its first write, so a wrong-typed key fails it with nothing written and an error
+ * "BADKEY <key> is a <type>, not a <type>" that names the key. Keys that only inform are
+ * skipped instead: the events stream (event() writes nothing while it is not a stream) and the
+ * cancel set for reads and removals (a non-set cancels nothing). */
+#define KEYTYPES \
+"-- the key's type when it is neither absent nor `want`, else nil\n" \
+"local function wrong(k, want)\n" \
+"  local t = redis.call('TYPE', k).ok\n" \
+"  if t ~= 'none' and t ~= want then return t end\n" \
+"  return nil\n" \
+"end\n" \
+"-- need(key, type, key, type, ...): fails the script naming the first key of the wrong type\n" \
+"local function need(...)\n" \
+"  local a = {...}\n" \
+"  for i = 1, #a, 2 do\n" \
+"    local t = wrong(a[i], a[i + 1])\n" \
+"    if t then error({err = 'BADKEY ' .. a[i] .. ' is a ' .. t .. ', not a ' .. a[i + 1]}) end\n" \
+"  end\n" \
+"end\n"
+
+/* A job whose own hash, or the hash of the batch its hash names, has the wrong type is handled as
+ * a job without an id in Redis: no script reads or writes those keys for it (they are left as
+ * they are for the operator), it still runs and is acknowledged, retried or dead-lettered like
+ * any job without an id. */
+#define JOBREF \
+"-- the key that keeps job `id` out of its Redis bookkeeping, and its type: its hash, or its\n" \
+"-- batch's hash, when of the wrong type; else nil\n" \
+"local function badkey(id)\n" \
+"  if not id then return nil end\n" \
+"  local hk = JOB .. id\n" \
+"  local t = wrong(hk, 'hash')\n" \
+"  if t then return hk, t end\n" \
+"  local bid = redis.call('HGET', hk, 'batch_id')\n" \
+"  if bid then\n" \
+"    t = wrong(BATCH .. bid, 'hash')\n" \
+"    if t then return BATCH .. bid, t end\n" \
+"  end\n" \
+"  return nil\n" \
+"end\n" \
+"-- job_id() for a script that writes the job's keys: no key when badkey() objects (then the\n" \
+"-- bad key and its type follow)\n" \
+"local function job_ref(raw)\n" \
+"  local id, json = job_id(raw)\n" \
+"  local bk, bt = badkey(id)\n" \
+"  if bk then return nil, json, bk, bt end\n" \
+"  return id, json\n" \
+"end\n"
+
 #define PRELUDE \
 "local EVENTS, DEAD, CANCEL, PROC = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n" \
 "local JOB, QUEUE, WORKER, NOW = ARGV[1], ARGV[2], ARGV[3], ARGV[4]\n" \
@@ -17,13 +68,32 @@
 "local FINAL = {completed = true, failed = true, cancelled = true}\n" \
 "-- an enqueue that never sealed its batch (killed) holds it open at most this long\n" \
 "local ENQUEUE_LEASE_S = 3600\n" \
-"local function usable(v)\n" \
-"  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '%c')\n" \
+KEYTYPES \
+"-- whether s is UTF-8 without stray or missing continuation bytes, overlong forms, surrogates or\n" \
+"-- code points over U+10FFFF (what jansson reads)\n" \
+"local function utf8_ok(s)\n" \
+"  if not string.find(s, '[\\128-\\255]') then return true end\n" \
+"  local ok = true\n" \
+"  string.gsub(s, '[\\128-\\255][\\128-\\191]*', function(m)\n" \
+"    local b, c, n = string.byte(m, 1), string.byte(m, 2) or 0, #m\n" \
+"    if b >= 194 and b <= 223 then ok = ok and n == 2\n" \
+"    elseif b >= 224 and b <= 239 then ok = ok and n == 3 and not (b == 224 and c < 160) and not (b == 237 and c > 159)\n" \
+"    elseif b >= 240 and b <= 244 then ok = ok and n == 4 and not (b == 240 and c < 144) and not (b == 244 and c > 143)\n" \
+"    else ok = false end\n" \
+"  end)\n" \
+"  return ok\n" \
 "end\n" \
+"-- an id or custom_id: 1..256 bytes of UTF-8 without C0 controls or DEL (queue/jobid.h)\n" \
+"local function usable(v)\n" \
+"  return type(v) == 'string' and #v > 0 and #v <= 256 and not string.find(v, '[%z\\1-\\31\\127]') and utf8_ok(v)\n" \
+"end\n" \
+"-- cjson with numbers as JSON writes them (no NaN, Infinity, hex, leading zeros or '+'), as jansson\n" \
+"local JSON = nil\n" \
 "-- the job's key (or nil) and whether it is JSON at all (rq_job_id's rule, queue/jobid.h)\n" \
 "local function job_id(raw)\n" \
 "  if MAXBYTES > 0 and #raw > MAXBYTES then return nil, true end\n" \
-"  local ok, j = pcall(cjson.decode, raw)\n" \
+"  if not JSON then JSON = cjson.new(); JSON.decode_invalid_numbers(false) end\n" \
+"  local ok, j = pcall(JSON.decode, raw)\n" \
 "  if not ok then return nil, false end\n" \
 "  if type(j) ~= 'table' then return nil, true end\n" \
 "  if j.custom_id ~= nil or j.body ~= nil or j.url ~= nil or j.method ~= nil then\n" \
@@ -36,7 +106,11 @@
 "  if usable(j.id) then return j.id, true end\n" \
 "  return nil, true\n" \
 "end\n" \
+JOBREF \
+"local events_ok = nil\n" \
 "local function event(id, status, worker, ...)\n" \
+"  if events_ok == nil then events_ok = not wrong(EVENTS, 'stream') end\n" \
+"  if not events_ok then return end\n" \
 "  redis.call('XADD', EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'id', id or '', 'status', status, 'worker', worker, 'ts', NOW, ...)\n" \
 "end\n" \
 "-- a batch's state from its counts. When every job is final (and no enqueue is still adding\n" \
@@ -120,7 +194,7 @@
 "  if err == '' then redis.call('HDEL', hk, 'error') end\n" \
 "  if code == '' then redis.call('HDEL', hk, 'error_code') end\n" \
 "  if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n" \
-"  redis.call('SREM', CANCEL, id)\n" \
+"  if not wrong(CANCEL, 'set') then redis.call('SREM', CANCEL, id) end\n" \
 "  local e = {'queue', q}\n" \
 "  if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n" \
 "  if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n" \
@@ -152,7 +226,7 @@
 "  redis.call('PERSIST', hk)\n" \
 "  redis.call('HSETNX', hk, 'attempts', 0)\n" \
 "  local a = (tonumber(redis.call('HGET', hk, 'attempts')) or 0) + 1\n" \
-"  local c = redis.call('SISMEMBER', CANCEL, id)\n" \
+"  local c = wrong(CANCEL, 'set') and 0 or redis.call('SISMEMBER', CANCEL, id)\n" \
 "  -- a job of a cancelled batch is cancelled when it is fetched, without running\n" \
 "  if c == 0 and bid and redis.call('HGET', BATCH .. bid, 'state') == 'cancelled' then c = 1 end\n" \
 "  event(id, 'running', WORKER, 'queue', queue, 'attempt', a)\n" \
@@ -182,10 +256,16 @@ static const char fetch_src[] = PRELUDE
 "local function put(...)\n"
 "  for _, v in ipairs({...}) do out[#out + 1] = v end\n"
 "end\n"
+"need(PROC, 'list')\n"
+"for i = 1, n do\n"
+"  local t = wrong(KEYS[4 + i], 'list')\n"
+"  if t then empty[i] = true; put(-2, '', KEYS[4 + i], t, 'list', false) end\n"
+"end\n"
 "local function take(i)\n"
 "  local raw = redis.call('LMOVE', KEYS[4 + i], PROC, 'RIGHT', 'LEFT')\n"
 "  if not raw then empty[i] = true; return false end\n"
-"  local id = job_id(raw)\n"
+"  local id, _, bk, bt = job_ref(raw)\n"
+"  if bk then put(-2, '', bk, bt, 'hash', false) end\n"
 "  local q = string.sub(KEYS[4 + i], #QUEUE + 1)\n"
 "  local st, holder = duplicate(id)\n"
 "  if st then\n"
@@ -220,7 +300,8 @@ static const char fetch_src[] = PRELUDE
  * when the job was not in the processing list; {-1, id, status, holder} for a duplicate (then
  * taken out of the processing list: the newest copy, the one just moved in). */
 static const char start_src[] = PRELUDE
-"local raw, id = ARGV[14], nil\n"
+"need(PROC, 'list')\n"
+"local raw, id, bk, bt, _ = ARGV[14], nil, nil, nil, nil\n"
 "if ARGV[15] ~= '' then\n"
 "  local i = redis.call('LPOS', PROC, raw)\n"
 "  if not i then return {0} end\n"
@@ -228,7 +309,7 @@ static const char start_src[] = PRELUDE
 "  id = ARGV[16]\n"
 "else\n"
 "  if not redis.call('LPOS', PROC, raw) then return {0} end\n"
-"  id = job_id(raw)\n"
+"  id, _, bk, bt = job_ref(raw)\n"
 "  local st, holder = duplicate(id)\n"
 "  if st then\n"
 "    redis.call('LREM', PROC, 1, raw)\n"
@@ -237,6 +318,7 @@ static const char start_src[] = PRELUDE
 "  end\n"
 "end\n"
 "local a, c, b = start(id, ARGV[13])\n"
+"if bk then return {1, false, a, c, b, bk, bt, 'hash'} end\n"
 "return {1, id or false, a, c, b}\n";
 
 /* ARGV[13] raw, ARGV[14] target queue ('' = where it came from), ARGV[15] '1' = this delivery
@@ -245,10 +327,12 @@ static const char start_src[] = PRELUDE
  * Returns 1, or 0 when the job was not in the processing list. */
 static const char requeue_src[] = PRELUDE
 "local raw = ARGV[13]\n"
-"if redis.call('LREM', PROC, -1, raw) == 0 then return 0 end\n"
-"local id = job_id(raw)\n"
+"need(PROC, 'list')\n"
+"local id = job_ref(raw)\n"
 "local q = ARGV[14]\n"
 "if q == '' then q = origin(id) end\n"
+"need(QUEUE .. q, 'list')\n"
+"if redis.call('LREM', PROC, -1, raw) == 0 then return 0 end\n"
 "if id then\n"
 "  local hk = JOB .. id\n"
 "  local st = redis.call('HGET', hk, 'status')\n"
@@ -276,32 +360,40 @@ static const char requeue_src[] = PRELUDE
 static const char reap_src[] = PRELUDE
 "local victim, reason = ARGV[13], ARGV[15]\n"
 "if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0, 0} end\n"
+"need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
 "local committed = {}\n"
 "for i = 0, (tonumber(ARGV[16]) or 0) - 1 do\n"
-"  local k = 17 + i * 11\n"
-"  committed[ARGV[k]] = k\n"
+"  local c = 17 + i * 11\n"
+"  committed[ARGV[c]] = c\n"
+"end\n"
+"local ref, k = {}, 0\n"
+"for i, raw in ipairs(redis.call('LRANGE', PROC, 0, -1)) do\n"
+"  local id, json = job_ref(raw)\n"
+"  ref[i] = {id, json}\n"
+"  need(QUEUE .. origin(id), 'list')\n"
 "end\n"
 "local requeued, dead, acked = 0, 0, 0\n"
 "while true do\n"
 "  local raw = redis.call('LPOP', PROC)\n"
 "  if not raw then break end\n"
-"  local id, json = job_id(raw)\n"
+"  k = k + 1\n"
+"  local id, json = ref[k][1], ref[k][2]\n"
 "  if not json then\n"
 "    to_dead(raw, nil, 'invalid_json', 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
 "    dead = dead + 1\n"
 "  else\n"
-"    local q, a, st, k = DEFQ, 0, nil, nil\n"
+"    local q, a, st, ck = DEFQ, 0, nil, nil\n"
 "    if id then\n"
 "      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status', 'worker', 'started_at')\n"
 "      if h[1] and h[1] ~= '' then q = h[1] end\n"
 "      a, st = tonumber(h[2]) or 0, h[3]\n"
-"      k = committed[id]\n"
-"      if k and not (h[4] == ARGV[k + 1] and tonumber(h[5]) and tonumber(h[5]) <= tonumber(ARGV[k + 2]) + 0.002) then k = nil end\n"
+"      ck = committed[id]\n"
+"      if ck and not (h[4] == ARGV[ck + 1] and tonumber(h[5]) and tonumber(h[5]) <= tonumber(ARGV[ck + 2]) + 0.002) then ck = nil end\n"
 "    end\n"
 "    if FINAL[st] then\n"
 "      event(id, 'duplicate', victim, 'queue', q, 'job_status', st, 'reason', 'reaped')\n"
-"    elseif k then\n"
-"      ack_job(id, ARGV[k + 3], q, ARGV[k + 4], ARGV[k + 5], ARGV[k + 6], ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10], ARGV[k + 1])\n"
+"    elseif ck then\n"
+"      ack_job(id, ARGV[ck + 3], q, ARGV[ck + 4], ARGV[ck + 5], ARGV[ck + 6], ARGV[ck + 7], ARGV[ck + 8], ARGV[ck + 9], ARGV[ck + 10], ARGV[ck + 1])\n"
 "      acked = acked + 1\n"
 "    elseif id and a >= MAXATT then\n"
 "      to_dead(raw, id, 'max_attempts_exceeded', reason .. '; delivered ' .. a .. ' times (max_attempts ' .. MAXATT .. ')', a, victim, q)\n"
@@ -323,8 +415,9 @@ static const char reap_src[] = PRELUDE
  * batch: its batch's total when this completed it, else 0), {0, 0, 0} not in the processing list. */
 static const char retry_src[] = PRELUDE
 "local raw, err, code = ARGV[13], ARGV[15], ARGV[16]\n"
+"need(PROC, 'list', KEYS[5], 'zset', DEAD, 'list')\n"
+"local id = job_ref(raw)\n"
 "if redis.call('LREM', PROC, -1, raw) == 0 then return {0, 0, 0} end\n"
-"local id = job_id(raw)\n"
 "local q, a = DEFQ, 0\n"
 "if id then\n"
 "  local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts')\n"
@@ -345,10 +438,13 @@ static const char retry_src[] = PRELUDE
 /* KEYS[5] <p>:retry; ARGV[13] now (unix ms), ARGV[14] most to move. To the LEFT of its queue
  * (behind what waits there). Returns how many moved. */
 static const char retry_due_src[] = PRELUDE
+"need(KEYS[5], 'zset')\n"
 "local due = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[13], 'LIMIT', 0, ARGV[14])\n"
-"for _, raw in ipairs(due) do\n"
+"local ids = {}\n"
+"for i, raw in ipairs(due) do ids[i] = job_ref(raw) or false; need(QUEUE .. origin(ids[i] or nil), 'list') end\n"
+"for i, raw in ipairs(due) do\n"
 "  redis.call('ZREM', KEYS[5], raw)\n"
-"  local id = job_id(raw)\n"
+"  local id = ids[i] or nil\n"
 "  local q = origin(id)\n"
 "  redis.call('LPUSH', QUEUE .. q, raw)\n"
 "  event(id, 'queued', WORKER, 'queue', q, 'reason', 'retry_due')\n"
@@ -359,8 +455,10 @@ static const char retry_due_src[] = PRELUDE
  * code, ARGV[18] the hash's result field ('' = none). Returns {1, batch} (batch: its batch's total
  * when this completed it, else 0), or {0, 0} when the job was not in the processing list. */
 static const char dead_src[] = PRELUDE
-"if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
+"need(PROC, 'list', DEAD, 'list')\n"
 "local id = ARGV[16] ~= '' and ARGV[16] or nil\n"
+"if badkey(id) then id = nil end\n"
+"if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
 "local a = 0\n"
 "if id then a = tonumber(redis.call('HGET', JOB .. id, 'attempts')) or 0 end\n"
 "local done = to_dead(ARGV[13], id, ARGV[17], ARGV[14], a, WORKER, ARGV[15])\n"
@@ -374,7 +472,7 @@ static const char attempt_src[] = PRELUDE
 "local out = {}\n"
 "for i = 13, #ARGV do\n"
 "  local hk = JOB .. ARGV[i]\n"
-"  local h = redis.call('HMGET', hk, 'status', 'worker')\n"
+"  local h = wrong(hk, 'hash') and {} or redis.call('HMGET', hk, 'status', 'worker')\n"
 "  if h[1] == 'running' and h[2] == WORKER then\n"
 "    out[#out + 1] = redis.call('HINCRBY', hk, 'attempts', 1)\n"
 "  else\n"
@@ -390,7 +488,21 @@ static const char attempt_src[] = PRELUDE
 static const char dead_requeue_src[] = PRELUDE
 "local all, want = ARGV[13] == '1', {}\n"
 "for i = 14, #ARGV do want[ARGV[i]] = true end\n"
+"need(DEAD, 'list')\n"
 "local entries = redis.call('LRANGE', DEAD, 0, -1)\n"
+"for _, e in ipairs(entries) do\n"
+"  local ok, d = pcall(cjson.decode, e)\n"
+"  local id = ok and type(d) == 'table' and type(d.id) == 'string' and d.id or nil\n"
+"  if ok and type(d) == 'table' and type(d.job) == 'string' and (all or (id and want[id])) then\n"
+"    need(QUEUE .. ((type(d.queue) == 'string' and d.queue ~= '') and d.queue or DEFQ), 'list')\n"
+"    if id then\n"
+"      need(JOB .. id, 'hash')\n"
+"      local okj, j = pcall(cjson.decode, d.job)\n"
+"      local bid = redis.call('HGET', JOB .. id, 'batch_id') or (okj and type(j) == 'table' and type(j.batch_id) == 'string' and j.batch_id)\n"
+"      if bid then need(BATCH .. bid, 'hash') end\n"
+"    end\n"
+"  end\n"
+"end\n"
 "local n = 0\n"
 "for i = #entries, 1, -1 do\n"
 "  local e = entries[i]\n"
@@ -427,6 +539,8 @@ static const char dead_requeue_src[] = PRELUDE
 /* ARGV[13..] ids. Per id: 1 added to the cancel set, 0 its job already ended (completed,
  * failed or cancelled). */
 static const char cancel_src[] = PRELUDE
+"need(CANCEL, 'set')\n"
+"for i = 13, #ARGV do need(JOB .. ARGV[i], 'hash') end\n"
 "local out = {}\n"
 "for i = 13, #ARGV do\n"
 "  local s = redis.call('HGET', JOB .. ARGV[i], 'status')\n"
@@ -447,13 +561,16 @@ static const char cancel_src[] = PRELUDE
  * result, its TTL; SREM from the cancel set; an event. Returns 2 values per job: 1 if it was still in the processing list (else 0), and
  * its batch's total when this completed the batch (else 0). */
 static const char ack_src[] = PRELUDE
+"need(PROC, 'list')\n"
 "local n, out = tonumber(ARGV[13]), {}\n"
+"local cancel_ok = not wrong(CANCEL, 'set')\n"
 "for i = 0, n - 1 do\n"
 "  local k = 14 + i * 11\n"
 "  local raw, id, st, q = ARGV[k], ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]\n"
 "  local fr, err, code = ARGV[k + 4], ARGV[k + 5], ARGV[k + 6]\n"
 "  local pt, ct, ft, res = ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10]\n"
 "  out[#out + 1] = redis.call('LREM', PROC, -1, raw)\n"
+"  if id ~= '' and badkey(id) then id = '' end\n"
 "  local done = 0\n"
 "  if id ~= '' then done = ack_job(id, st, q, fr, err, code, pt, ct, ft, res, WORKER) end\n"
 "  out[#out + 1] = done\n"
@@ -470,6 +587,9 @@ static const char ack_src[] = PRELUDE
 static const char push_src[] = PRELUDE
 "local bid, mode, n = ARGV[13], ARGV[14], tonumber(ARGV[15])\n"
 "local q = string.sub(KEYS[5], #QUEUE + 1)\n"
+"need(KEYS[5], 'list')\n"
+"if bid ~= '' then need(BATCH .. bid, 'hash') end\n"
+"for i = 0, n - 1 do if ARGV[17 + 2 * i] ~= '' then need(JOB .. ARGV[17 + 2 * i], 'hash') end end\n"
 "if bid ~= '' and redis.call('EXISTS', BATCH .. bid) == 0 then return redis.error_reply('ERR no batch ' .. bid) end\n"
 "local out, added = {}, 0\n"
 "for i = 0, n - 1 do\n"
@@ -513,6 +633,7 @@ static const char push_src[] = PRELUDE
 static const char batch_open_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
+"need(bk, 'hash', KEYS[5], 'zset')\n"
 "local state = redis.call('HGET', bk, 'state')\n"
 "local rc = 1\n"
 "if state then\n"
@@ -535,6 +656,7 @@ static const char batch_open_src[] = PRELUDE
  * once when its jobs already are final). Returns the batch's total when this completed it, else 0. */
 static const char batch_seal_src[] = PRELUDE
 "local bk = BATCH .. ARGV[13]\n"
+"need(bk, 'hash')\n"
 "if redis.call('EXISTS', bk) == 0 then return 0 end\n"
 "if redis.call('HINCRBY', bk, 'enqueuing', -1) <= 0 then redis.call('HDEL', bk, 'enqueuing', 'enqueue_until') end\n"
 "return batch_check(ARGV[13])\n";
@@ -547,6 +669,7 @@ static const char batch_seal_src[] = PRELUDE
 static const char batch_cancel_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
+"need(bk, 'hash', KEYS[5], 'set', CANCEL, 'set')\n"
 "local b = redis.call('HMGET', bk, 'state', 'queued')\n"
 "if not b[1] then return {-1, 0, 0} end\n"
 "if b[1] == 'completed' then return {-2, 0, 0} end\n"
@@ -554,8 +677,9 @@ static const char batch_cancel_src[] = PRELUDE
 "redis.call('HSET', bk, 'state', 'cancelled')\n"
 "local asked = 0\n"
 "for _, w in ipairs(redis.call('SMEMBERS', KEYS[5])) do\n"
-"  for _, raw in ipairs(redis.call('LRANGE', ARGV[14] .. w, 0, -1)) do\n"
-"    local id = job_id(raw)\n"
+"  local pk = ARGV[14] .. w\n"
+"  for _, raw in ipairs(wrong(pk, 'list') and {} or redis.call('LRANGE', pk, 0, -1)) do\n"
+"    local id = job_ref(raw)\n"
 "    if id then\n"
 "      local h = redis.call('HMGET', JOB .. id, 'status', 'batch_id')\n"
 "      if h[1] == 'running' and h[2] == bid and redis.call('SADD', CANCEL, id) == 1 then\n"
@@ -583,6 +707,9 @@ static const char batch_requeue_src[] = PRELUDE
 "local bid = ARGV[13]\n"
 "local bk = BATCH .. bid\n"
 "local n = tonumber(ARGV[20])\n"
+"need(bk, 'hash', KEYS[5], 'zset', KEYS[6], 'set')\n"
+"for i = 0, n - 1 do need(JOB .. ARGV[22 + 4 * i], 'hash', QUEUE .. ARGV[23 + 4 * i], 'list') end\n"
+"local cancel_ok = not wrong(CANCEL, 'set')\n"
 "local from = {}\n"
 "for i = 0, n - 1 do\n"
 "  local id = ARGV[22 + 4 * i]\n"
@@ -607,7 +734,7 @@ static const char batch_requeue_src[] = PRELUDE
 "  local hk = JOB .. id\n"
 "  redis.call('DEL', hk)\n"
 "  redis.call('HSET', hk, 'status', 'queued', 'queue', q, 'created_at', NOW, 'attempts', 0, 'batch_id', bid)\n"
-"  redis.call('SREM', CANCEL, id)\n"
+"  if cancel_ok then redis.call('SREM', CANCEL, id) end\n"
 "  batch_move(bid, from[i], 'queued')\n"
 "  redis.call('LPUSH', QUEUE .. q, raw)\n"
 "  local m = string.match(q, '^(.+):[^:]+$')\n"

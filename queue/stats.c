@@ -91,11 +91,25 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
         rc = rq_fail_conn(q, "status");
         goto out;
     }
-    for (int i = 0; i < p->nreply; i++)
-        if (rq_reply_error(p->reply[i], "status", q->err, sizeof q->err)) {
+    for (int i = 0; i < p->nreply; i++) {
+        const redisReply *r = p->reply[i];
+        if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) { /* name the key */
+            static const char *const what[] = {"sorted set", "list", "set"};
+            int w = i - nq - 3;
+            const char *key = i < nq        ? qkeys[i]
+                              : i == nq     ? q->keys.retry
+                              : i == nq + 1 ? q->keys.dead
+                              : i == nq + 2 ? q->keys.cancel
+                                            : keys[w / 3][w % 3 == 2];
+            const char *type = i < nq ? "list" : i <= nq + 2 ? what[i - nq] : w % 3 == 2 ? "list" : "hash";
+            rc = rq_fail(q, "status: BADKEY %s is not a %s", key, type);
+            goto out;
+        }
+        if (rq_reply_error(r, "status", q->err, sizeof q->err)) {
             rc = -1;
             goto out;
         }
+    }
     int k = 0;
     s->nqueues = nq;
     for (int i = 0; i < nq; i++) {

@@ -5,6 +5,7 @@
  * same key. Plus rq_job_add_batch: the text kept byte for byte, the key it gives. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,9 @@ struct row {
 };
 
 static char long_id[RQ_OWN_ID_MAX + 1], batch64[RQ_BATCH_ID_MAX + 1];
+static char id256_line[512], id257_line[512], e256[RQ_OWN_ID_MAX + 1], e256_line[512], eur258_line[512];
+static char deep_ok[2200], deep_over[2200], big_int_ok[128], big_int_over[128], neg_int_ok[128],
+    neg_int_over[128];
 static char big_line[1024], longest[1024], too_long_cid[1024], batch65_line[512], longest_key[RQ_ID_MAX + 8];
 
 /* The Lua rule's answer for raw: its key, or NULL (into buf). */
@@ -69,6 +73,77 @@ static void fill(void)
     snprintf(longest_key, sizeof longest_key, "%s/%s", batch64, long_id);
     snprintf(too_long_cid, sizeof too_long_cid, OA(",\"custom_id\":\"%si\"") "", long_id);
     snprintf(batch65_line, sizeof batch65_line, OA(",\"custom_id\":\"r\",\"batch_id\":\"%sb\""), batch64);
+    snprintf(id256_line, sizeof id256_line, "{\"id\":\"%s\"}", long_id);
+    snprintf(id257_line, sizeof id257_line, "{\"id\":\"%si\"}", long_id);
+    for (int i = 0; i < RQ_OWN_ID_MAX / 2; i++) /* 128 x U+00E9: 256 bytes */
+        memcpy(e256 + 2 * i, "\xc3\xa9", 2);
+    e256[RQ_OWN_ID_MAX] = 0;
+    snprintf(e256_line, sizeof e256_line, "{\"id\":\"%s\"}", e256);
+    int o = snprintf(eur258_line, sizeof eur258_line, "{\"id\":\""); /* 86 x U+20AC: 258 bytes */
+    for (int i = 0; i < 86; i++)
+        o += snprintf(eur258_line + o, sizeof eur258_line - (size_t)o, "\xe2\x82\xac");
+    snprintf(eur258_line + o, sizeof eur258_line - (size_t)o, "\"}");
+    /* nesting: the id at depth 1, a value nested to 1000 levels in all (the most both read), 1001 */
+    for (int k = 0; k < 2; k++) {
+        char *d = k ? deep_over : deep_ok;
+        int levels = k ? 1000 : 999;
+        int n = snprintf(d, 64, "{\"id\":\"deep\",\"x\":");
+        memset(d + n, '[', (size_t)levels);
+        memset(d + n + levels, ']', (size_t)levels);
+        strcpy(d + n + 2 * levels, "}");
+    }
+    snprintf(big_int_ok, sizeof big_int_ok, "{\"id\":\"i\",\"x\":9223372036854775807}");
+    snprintf(big_int_over, sizeof big_int_over, "{\"id\":\"i\",\"x\":9223372036854775808}");
+    snprintf(neg_int_ok, sizeof neg_int_ok, "{\"id\":\"i\",\"x\":-9223372036854775808}");
+    snprintf(neg_int_over, sizeof neg_int_over, "{\"id\":\"i\",\"x\":-9223372036854775809}");
+}
+
+/* Runs rows through rq_job_id, the Lua job_id() and (for a line with a key) the worker's parser,
+ * printing each row where they disagree; returns their count. lax: the parser may refuse a line
+ * with a key (but where it accepts one, its key must be the same). */
+static int check_rows(const struct row *rows, size_t n, bool lax)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct row *r = &rows[i];
+        size_t len = strlen(r->raw);
+        char c[RQ_ID_MAX + 1], l[RQ_ID_MAX + 64];
+        enum rq_idstate st = rq_job_id(r->raw, len, r->max_bytes, c);
+        const char *ck = st == RQ_ID_FOUND ? c : NULL;
+        const char *lk = lua_key(r->raw, r->max_bytes, l, sizeof l);
+        if (!r->key) {
+            if (ck || lk) {
+                print_error("row %zu (%.80s): want no key, C '%.40s', Lua '%.40s'\n", i, r->raw,
+                            ck ? ck : "-", lk ? lk : "-");
+                bad++;
+            }
+            continue;
+        }
+        if (!ck || !lk || strcmp(ck, r->key) || strcmp(lk, r->key)) {
+            print_error("row %zu (%.80s): want '%.40s', C '%.40s', Lua '%.40s'\n", i, r->raw, r->key,
+                        ck ? ck : "-", lk ? lk : "-");
+            bad++;
+            continue;
+        }
+        struct job j;
+        char err[512];
+        struct job_opts o = job_opts_default();
+        o.max_bytes = (int64_t)r->max_bytes;
+        int rc = job_parse(r->raw, len, &o, &j, err, sizeof err);
+        if (rc) {
+            if (!lax) {
+                print_error("row %zu: job_parse refused a line with a key: %s\n", i, err);
+                bad++;
+            }
+            continue;
+        }
+        if (!j.id || strcmp(j.id, r->key)) {
+            print_error("row %zu: the parser's key '%s', want '%s'\n", i, j.id ? j.id : "(none)", r->key);
+            bad++;
+        }
+        job_free(&j);
+    }
+    return bad;
 }
 
 static void test_c_lua_parser_agree(void **state)
@@ -103,33 +178,102 @@ static void test_c_lua_parser_agree(void **state)
         {"[1,2]", 0, NULL},
         {"\"id\"", 0, NULL},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        const struct row *r = &rows[i];
+    assert_int_equal(check_rows(rows, sizeof rows / sizeof rows[0], false), 0);
+}
+
+/* The bytes of an id, and lines that are JSON to the Lua decoder but not to the C one, each
+ * with a few members only (the parser may refuse them: no prompt). */
+static void test_id_bytes_agree(void **state)
+{
+    (void)state;
+    fill();
+    const struct row rows[] = {
+        /* the bytes of an id: 1..256 of valid UTF-8 without C0 controls or DEL */
+        {id256_line, 0, long_id},
+        {id257_line, 0, NULL},
+        {e256_line, 0, e256},   /* 256 bytes, 128 characters */
+        {eur258_line, 0, NULL}, /* 86 characters, 258 bytes */
+        {"{\"id\":\"\xf0\x9f\x98\x80 \xe2\x82\xac/x\"}", 0, "\xf0\x9f\x98\x80 \xe2\x82\xac/x"},
+        {"{\"id\":\"\\ud83d\\ude00\"}", 0, "\xf0\x9f\x98\x80"}, /* an escaped surrogate pair */
+        {"{\"id\":\"a\xc2\x85\"}", 0, "a\xc2\x85"},             /* U+0085, a C1 control: allowed */
+        {"{\"id\":\"a\xff\"}", 0, NULL},                        /* not UTF-8 */
+        {"{\"id\":\"a\xc3\"}", 0, NULL},                        /* cut short */
+        {"{\"id\":\"a\xe2\x82\"}", 0, NULL},
+        {"{\"id\":\"a\x80\"}", 0, NULL},                /* a stray continuation byte */
+        {"{\"id\":\"\xc3\xa9\xa9\"}", 0, NULL},         /* one continuation too many */
+        {"{\"id\":\"\xc0\xaf\"}", 0, NULL},             /* overlong '/' */
+        {"{\"id\":\"\xe0\x80\xaf\"}", 0, NULL},         /* overlong, 3 bytes */
+        {"{\"id\":\"\xf0\x80\x80\xaf\"}", 0, NULL},     /* overlong, 4 bytes */
+        {"{\"id\":\"\xed\xa0\x80\"}", 0, NULL},         /* a surrogate in UTF-8 */
+        {"{\"id\":\"\xf4\x90\x80\x80\"}", 0, NULL},     /* over U+10FFFF */
+        {"{\"id\":\"\xf8\x88\x80\x80\x80\"}", 0, NULL}, /* a 5-byte form */
+        {"{\"id\":\"\\ud800\"}", 0, NULL},              /* a lone surrogate escape */
+        {"{\"id\":\"a\\u0000\"}", 0, NULL},
+        {"{\"id\":\"a\tb\"}", 0, NULL},  /* a raw control character in the string */
+        {"{\"id\":\"a\\tb\"}", 0, NULL}, /* an escaped one */
+        {"{\"id\":\"a\\u001fb\"}", 0, NULL},
+        {"{\"id\":\"a\x7f\"}", 0, NULL},
+        {"{\"id\":\"a\\u007f\"}", 0, NULL},
+        {"{\"id\":\" \"}", 0, " "},
+        {"{\"id\":\"a\",\"id\":\"b\"}", 0, "b"}, /* a repeated member: the last */
+        /* "\u0000" outside the key: read by both (the parser refuses it) */
+        {"{\"id\":\"a\",\"p\":\"x\\u0000\"}", 0, "a"},
+        {"{\"id\":\"a\",\"p\":\"x\\\\u0000\"}", 0, "a"}, /* an escaped backslash, then text */
+        {"{\"id\":\"a\",\"p\":\"x\\\\\\u0000\"}", 0, "a"},
+        {"{\"id\":\"a\",\"p\":\"q\\\"\\ttab\"}", 0, "a"},
+        {"{\n\t\"id\" :\r\n \"a\" }\n", 0, "a"},
+        /* numbers as JSON writes them: what only a lax decoder reads has no key */
+        {"{\"id\":\"a\",\"x\":NaN}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":-Infinity}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":0x10}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":01}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":-01}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":+1}", 0, NULL},
+        {"{\"id\":\"a\",\"x\":[0,-0,0.5,-0.0e-05,1E+5,1e005,10,100.001,1e-400]}", 0, "a"},
+        {"{\"id\":\"a\",\"x\":[true,false,null],\"e\":\"e+01 NaN 0x\"}", 0, "a"},
+        {big_int_ok, 0, "i"},
+        {neg_int_ok, 0, "i"},
+        {"{\"id\":\"i\",\"x\":123456789012345678901234567890.5}", 0, "i"},
+        {deep_ok, 0, "deep"},
+        {deep_over, 0, NULL},
+        {"\xef\xbb\xbf{\"id\":\"a\"}", 0, NULL}, /* a byte order mark */
+        {"{\"id\":\"a\"} x", 0, NULL},
+        {"", 0, NULL},
+    };
+    assert_int_equal(check_rows(rows, sizeof rows / sizeof rows[0], true), 0);
+    /* JSON to cjson and not to jansson, outside the key's strings: the scripts find the key,
+     * rq_job_id does not, and the worker's parser refuses the line (it fails the job as invalid
+     * JSON under the scripts' key: docs/QUEUE.md, "A job's key") */
+    const struct row lua_only[] = {
+        {"{\"id\":\"a\",\"p\":\"\xff\"}", 0, "a"},
+        {"{\"id\":\"a\",\"p\":\"\xed\xbf\xbf\"}", 0, "a"},
+        {"{\"id\":\"a\",\"p\":\"tab\there\"}", 0, "a"},
+        {"{\"id\":\"a\",\"p\":\"nl\nhere\"}", 0, "a"},
+        {"{\"id\":\"a\",\"x\":1.}", 0, "a"},
+        {"{\"id\":\"a\",\"x\":-.5}", 0, "a"},
+        {"{\"id\":\"a\",\"x\":1e400}", 0, "a"},
+        {"{\"id\":\"a\",\"x\":-1E+400}", 0, "a"},
+        {big_int_over, 0, "i"},
+        {neg_int_over, 0, "i"},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof lua_only / sizeof lua_only[0]; i++) {
+        const struct row *r = &lua_only[i];
         size_t len = strlen(r->raw);
-        char c[RQ_ID_MAX + 1], l[RQ_ID_MAX + 64];
-        enum rq_idstate st = rq_job_id(r->raw, len, r->max_bytes, c);
-        const char *ck = st == RQ_ID_FOUND ? c : NULL;
-        const char *lk = lua_key(r->raw, r->max_bytes, l, sizeof l);
-        if (!r->key) {
-            if (ck || lk)
-                fail_msg("row %zu (%.80s): want no key, C '%s', Lua '%s'", i, r->raw, ck ? ck : "-",
-                         lk ? lk : "-");
-            continue;
-        }
-        if (!ck || !lk || strcmp(ck, r->key) || strcmp(lk, r->key))
-            fail_msg("row %zu (%.80s): want '%s', C '%s', Lua '%s'", i, r->raw, r->key, ck ? ck : "-",
-                     lk ? lk : "-");
+        char c[RQ_ID_MAX + 1], l[RQ_ID_MAX + 64], err[512];
+        const char *lk = lua_key(r->raw, 0, l, sizeof l);
         struct job j;
-        char err[512];
         struct job_opts o = job_opts_default();
-        o.max_bytes = (int64_t)r->max_bytes;
-        int rc = job_parse(r->raw, len, &o, &j, err, sizeof err);
-        if (rc)
-            fail_msg("row %zu: job_parse refused a line with a key: %s", i, err);
-        if (!j.id || strcmp(j.id, r->key))
-            fail_msg("row %zu: the parser's key '%s', want '%s'", i, j.id ? j.id : "(none)", r->key);
-        job_free(&j);
+        int parsed = job_parse(r->raw, len, &o, &j, err, sizeof err) == 0;
+        if (parsed)
+            job_free(&j);
+        if (rq_job_id(r->raw, len, 0, c) == RQ_ID_FOUND || !lk || strcmp(lk, r->key) || parsed) {
+            print_error("lua_only row %zu (%.80s): C '%s', Lua '%s', parser %s\n", i, r->raw, c[0] ? c : "-",
+                        lk ? lk : "-", parsed ? "accepts" : "refuses");
+            bad++;
+        }
     }
+    assert_int_equal(bad, 0);
 }
 
 /* "batch_id" goes in before the closing brace, the rest of the text unchanged; the key follows. */
@@ -162,6 +306,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_c_lua_parser_agree),
+        cmocka_unit_test(test_id_bytes_agree),
         cmocka_unit_test(test_add_batch),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "engine/util/hash.h"
+#include "engine/util/log.h"
 #include "engine/util/mono.h"
+#include "queue/badkey.h"
 #include "queue/rq.h"
 #include "queue/templates.h"
 #include "worker/config/config.h"
@@ -102,6 +104,15 @@ const char *tpl_source_find(void *ctx, const char *name)
     int rc = rq_template_get(s->q, name, &value);
     if (rc < 0) { /* keep serving what is cached; with nothing cached the caller hands the job back */
         snprintf(s->err, sizeof s->err, "%s", rq_error(s->q));
+        const char *bad = rq_badkey_error(s->q);
+        if (bad) { /* not transient: the job is judged without Redis's templates; the key named once */
+            if (rq_badkey_first(s->q, bad))
+                log_warn(
+                    "redis: reading a template failed: %s; jobs naming a template that is not in the config "
+                    "fail until the key is deleted or renamed",
+                    bad + strlen("BADKEY "));
+            return e ? e->text : NULL;
+        }
         s->failed = !(e && e->text);
         return e ? e->text : NULL;
     }

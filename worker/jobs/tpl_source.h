@@ -37,7 +37,9 @@ struct tpl_source *tpl_source_new(const struct cfg *c, struct rq *q);
 void tpl_source_free(struct tpl_source *s);
 
 /* The shape of job_opts.template_find (ctx: the tpl_source). The text of template `name`, or NULL
- * when neither the config nor Redis has it, or Redis could not be asked (tpl_source_failed).
+ * when neither the config nor Redis has it, or Redis could not be asked (tpl_source_failed). A
+ * <p>:templates of the wrong type (queue/badkey.h) counts as Redis not having it: it is logged
+ * once, and the jobs naming such a template fail instead of going back and forth.
  * The text is valid until the next call. */
 const char *tpl_source_find(void *ctx, const char *name);
 /* Whether the last tpl_source_find returned NULL because Redis could not be asked. */

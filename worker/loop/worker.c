@@ -22,6 +22,7 @@
 #include "llmq_version.h"
 #include "queue/ack.h"
 #include "queue/attempt.h"
+#include "queue/badkey.h"
 #include "queue/cancel.h"
 #include "queue/dead.h"
 #include "queue/drain.h"
@@ -255,9 +256,19 @@ static int grow_scratch(struct wk *w, int n)
     return 0;
 }
 
-/* A Redis step failed: log it (at most every TROUBLE_LOG_S while it keeps failing). */
+/* A Redis step failed: log it (at most every TROUBLE_LOG_S while it keeps failing). A key of the
+ * wrong type (queue/badkey.h) is no trouble of Redis: it is logged once, by name, and the step
+ * is tried again with the next round while everything else goes on. */
 static void redis_trouble(struct wk *w, const char *what)
 {
+    const char *bad = rq_badkey_error(w->rq);
+    if (bad) {
+        if (rq_badkey_first(w->rq, bad))
+            log_warn("redis: %s failed: %s; nothing was written and the jobs concerned stay where they were (%d "
+                     "held): the worker goes on with the others and tries again (delete or rename the key)",
+                     what, bad + strlen("BADKEY "), held_count(w));
+        return;
+    }
     double now = llmq_mono_s();
     if (w->redis.trouble_since == 0)
         w->redis.trouble_since = now;
