@@ -1346,23 +1346,33 @@ static void finish_run(struct wk *w, bool hard)
  * must not wait for it forever: it tries for redis.start_timeout_s (--connect-timeout), then gives
  * up with one line and exit 1. A service worker starts anyway and keeps trying with backoff, as
  * after a lost connection: systemd would restart it only to do the same, and it is ready the
- * moment Redis is. 0, or -1 (after the log line). */
+ * moment Redis is. A server that refuses the credentials (a wrong password, or none given) fails
+ * the start of both with one line: the same password would be refused forever. 0, or -1 (after
+ * the log line). */
 static int redis_start(struct wk *w)
 {
     const struct cfg *c = w->cfg;
-    if (!w->opts.drain || c->redis.start_timeout_s == 0) {
-        if (rq_connect(w->rq))
-            log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
-        return 0;
-    }
-    double t0 = llmq_mono_s();
-    if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
-        if (llmq_mono_s() - t0 >= 1)
-            log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
-        return 0;
-    }
     char url[600];
     rq_url_redact(c->redis.url, url, sizeof url);
+    double t0 = llmq_mono_s();
+    if (!w->opts.drain || c->redis.start_timeout_s == 0) {
+        if (rq_connect(w->rq) && !rq_auth_refused(w->rq))
+            log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
+    } else {
+        if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
+            if (llmq_mono_s() - t0 >= 1)
+                log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
+            return 0;
+        }
+    }
+    if (rq_auth_refused(w->rq)) { /* the same password would be refused forever */
+        log_error(
+            "redis %s refused the credentials: %s (redis.password, redis.url): the worker does not start",
+            url, rq_error(w->rq));
+        return -1;
+    }
+    if (!w->opts.drain || c->redis.start_timeout_s == 0)
+        return 0;
     if (g_signals)
         log_error("redis %s cannot be reached (%s) and a signal came: exiting", url, rq_error(w->rq));
     else
