@@ -571,6 +571,22 @@ static void test_file_moved_reopen(void **state)
     db_close(db);
 }
 
+/* The write db_open makes to check the file does not wait for another writer's lock: the file
+ * takes writes, and the worker starts as it did before that check. */
+static void test_open_while_locked(void **state)
+{
+    struct db *db = open_ok(NULL);
+    db_close(db);
+    sqlite3 *h = raw_open();
+    raw_exec(h, "BEGIN IMMEDIATE");
+    double t0 = db_now();
+    db = open_ok(NULL); /* busy_timeout 5000 */
+    assert_true(db_now() - t0 < 2.0);
+    raw_exec(h, "COMMIT");
+    sqlite3_close(h);
+    db_close(db);
+}
+
 /* ---- writing jobs */
 
 /* Writes one row for `id` with this status, output and attempts. */
@@ -1321,6 +1337,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_not_ours, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readonly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_moved_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_while_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upsert_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_1000, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejected_rows, setup, teardown),

@@ -1048,7 +1048,16 @@ static int open_conn(struct db *db)
     }
     if ((rc = set_wal(db)) != DB_OK || (rc = migrate(db)) != DB_OK)
         return rc;
+    /* Locked by another writer: the file takes writes, and what is written later waits for the
+     * lock as any write does; the open does not wait for it (a migration it needed has run). */
+    int retries = db->o.busy_retries;
+    db->o.busy_retries = 0;
+    sqlite3_busy_timeout(db->h, 0);
     rc = write_txn(db, "checking that the database can be written", probe_body, NULL);
+    sqlite3_busy_timeout(db->h, db->o.busy_timeout_ms);
+    db->o.busy_retries = retries;
+    if (rc == DB_BUSY)
+        rc = DB_OK;
     if (rc == DB_OK)
         note_files(db);
     return rc;
