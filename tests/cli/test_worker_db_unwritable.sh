@@ -79,5 +79,12 @@ sort -o "$T/acked.txt" "$T/acked.txt"
 completed=$(wc -l <"$T/acked.txt")
 eq "nothing acknowledged after the deletion" "$(comm -23 "$T/acked.txt" "$T/before.txt" | wc -l)" 0
 eq "the rest is back in the queue" "$(rcli LLEN llmq:queue:short)" $((N - completed))
+# the hand-back events (reason sqlite_unwritable) and the rest of Redis match schemas/redis-*.schema.json
+if python3 -c 'import jsonschema' 2>/dev/null; then
+  python3 "$(dirname "$0")/../tools/redis_schemas/redis_schemas.py" "$(dirname "$0")/../../schemas" --port "$PORT" \
+    >"$T/schemas.json" 2>"$T/schemas.err"
+  eq "redis matches its schemas" "$?/$(head -3 "$T/schemas.err")" "0/"
+  grep -q '"sqlite_unwritable"' "$T/schemas.json" && ok "hand-back events say sqlite_unwritable" || bad "no such event"
+fi
 chmod 755 "$T/db"
 finish
