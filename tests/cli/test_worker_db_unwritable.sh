@@ -5,7 +5,9 @@
 #    live heartbeat, and a --drain worker never exited.
 #  - During a run (the file deleted and its directory made read-only, so no new file can be made):
 #    the worker stops fetching, hands back what it holds to the front of the queue, acknowledges
-#    nothing it could not write, and a --drain worker exits 1 after sqlite.unwritable_timeout_s.
+#    nothing it could not write, and a --drain worker exits 1 after sqlite.unwritable_timeout_s;
+#    a service worker waits holding nothing, and creates the database and fetches again once the
+#    directory is writable again.
 # Permissions do not bind root, so as root the workers run as nobody (setpriv).
 . "$(dirname "$0")/worker_lib.sh"
 AS_USER=() # the command prefix that runs a worker without privileges (setpriv execs it: same pid)
@@ -79,6 +81,33 @@ sort -o "$T/acked.txt" "$T/acked.txt"
 completed=$(wc -l <"$T/acked.txt")
 eq "nothing acknowledged after the deletion" "$(comm -23 "$T/acked.txt" "$T/before.txt" | wc -l)" 0
 eq "the rest is back in the queue" "$(rcli LLEN llmq:queue:short)" $((N - completed))
+# ---- a service worker in the same fault waits without holding anything, and carries on once it can write
+chmod 755 "$T/db"
+user_start w3 --max-num-seqs 2
+has_rows() { [ -f "$DB" ] && [ "$(rows)" -ge 4 ]; }
+wait_until "w3's first rows" has_rows
+kill -STOP "$W_w3"
+sql "SELECT id FROM jobs" | sort >"$T/before3.txt"
+rm "$DB" "$DB-wal" "$DB-shm" && chmod 555 "$T/db"
+kill -CONT "$W_w3"
+handed_back() { log_has w3 "cannot be written: not fetching" && [ "$(rcli LLEN llmq:processing:w3)" = 0 ]; }
+wait_until "w3 to hand everything back" handed_back && ok "service: nothing held while it cannot write"
+kill -0 "$W_w3" && ok "service: still running" || bad "service: exited"
+chmod 755 "$T/db"
+resumed() { log_has w3 "sqlite: writing again after .*; fetching again"; }
+wait_until "w3 to write again" resumed && ok "service: writes and fetches again once it can"
+all_done() { [ "$(rcli LLEN llmq:queue:short)" = 0 ] && [ "$(rcli LLEN llmq:processing:w3)" = 0 ]; }
+wait_until "w3 to finish the queue" all_done
+kill -TERM "$W_w3"; worker_wait w3; eq "service: exit status" "$WRC" 0
+: >"$T/acked3.txt"
+for i in $(seq 0 $((N - 1))); do
+  [ "$(rcli HGET "llmq:job:u-$i" status)" = completed ] && echo "u-$i" >>"$T/acked3.txt"
+done
+eq "service: every job completed" "$(wc -l <"$T/acked3.txt")" "$N"
+sql "SELECT id FROM jobs" | sort >"$T/after3.txt"
+eq "service: every job has a surviving row or was acked before a deletion" \
+  "$(sort -u "$T/acked.txt" "$T/before3.txt" "$T/after3.txt" | wc -l)" "$N"
+
 # the hand-back events (reason sqlite_unwritable) and the rest of Redis match schemas/redis-*.schema.json
 if python3 -c 'import jsonschema' 2>/dev/null; then
   python3 "$(dirname "$0")/../tools/redis_schemas/redis_schemas.py" "$(dirname "$0")/../../schemas" --port "$PORT" \
