@@ -11,16 +11,17 @@ redis_start
 make_model
 write_config
 export LLMQ_SQLITE_COMMIT_MAX_ROWS=8
-worker_start w1 --max-num-seqs 8
-N=120
-jobs_file "$T/jobs.jsonl" "$N" d- '{"max_tokens": 8, "temperature": 0}'
+worker_start w1 --max-num-seqs 4
+N=400
+jobs_file "$T/jobs.jsonl" "$N" d- '{"max_tokens": 16, "temperature": 0}'
 push_file "$T/jobs.jsonl"
 wait_rows 10
 
 kill -STOP "$W_w1"
 sql "SELECT id FROM jobs" | sort >"$T/before.txt" # committed before the deletion (acked or not)
 before=$(wc -l <"$T/before.txt")
-rm "$DB" "$DB-wal" "$DB-shm" && ok "deleted the database ($before rows) while the worker is stopped" || bad "rm failed"
+[ "$before" -lt "$N" ] && ok "stopped mid-run ($before of $N rows)" || bad "all done before the deletion"
+rm "$DB" "$DB-wal" "$DB-shm" && ok "deleted the database while the worker is stopped" || bad "rm failed"
 kill -CONT "$W_w1"
 
 logged() { log_has w1 "ERROR sqlite: $DB: the file was deleted while the database was open"; }
@@ -49,10 +50,8 @@ wait_until "every job done" all_done
 kill -TERM "$W_w1"; worker_wait w1; eq "exit status" "$WRC" 0
 
 # every job completed in Redis, and each has a row that survives: before the deletion, or in the new file
-completed=0
-for i in $(seq 0 $((N - 1))); do
-  [ "$(rcli HGET "llmq:job:d-$i" status)" = completed ] && completed=$((completed + 1))
-done
+completed=$(rcli EVAL "local n = 0 for i = 0, tonumber(ARGV[1]) - 1 do
+  if redis.call('HGET', 'llmq:job:d-' .. i, 'status') == 'completed' then n = n + 1 end end return n" 0 "$N")
 eq "every job completed in redis" "$completed" "$N"
 [ -f "$DB" ] && ok "a database exists at the path again" || bad "no database at $DB"
 sql "SELECT id FROM jobs" | sort >"$T/after.txt"
