@@ -81,7 +81,8 @@ static void ctx_error(const struct rq_conn *c, const redisContext *ctx, int time
         snprintf(buf, len, "%s", ctx->errstr[0] ? ctx->errstr : "connection error");
 }
 
-/* One command during the handshake; 0, or -1 with the reason in msg. */
+/* One command during the handshake; 0, -1 with the reason in msg, or -2 when the server answered
+ * with an error (the reason in msg too). */
 static int handshake(redisContext *ctx, char *msg, size_t len, const char *what, int argc, const char **argv)
 {
     redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
@@ -92,7 +93,7 @@ static int handshake(redisContext *ctx, char *msg, size_t len, const char *what,
     int rc = 0;
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(msg, len, "%s failed: %.*s", what, (int)r->len, r->str);
-        rc = -1;
+        rc = -2;
     }
     freeReplyObject(r);
     return rc;
@@ -115,6 +116,7 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
     redisSetTimeout(ctx, tv);
     if (!c->addr.unix_path[0])
         redisEnableKeepAlive(ctx);
+    c->auth_refused = false;
     int rc = 0;
     if (c->addr.user[0]) {
         const char *argv[] = {"AUTH", c->addr.user, c->addr.password};
@@ -123,6 +125,7 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
         const char *argv[] = {"AUTH", c->addr.password};
         rc = handshake(ctx, msg, len, "AUTH", 2, argv);
     }
+    c->auth_refused = rc == -2; /* WRONGPASS, or a password given to a server that has none */
     if (rc == 0 && c->addr.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", c->addr.db);
@@ -132,9 +135,11 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
     if (rc == 0) { /* a server that wants a password answers NOAUTH here */
         const char *argv[] = {"PING"};
         rc = handshake(ctx, msg, len, "PING", 1, argv);
-        if (rc && strstr(msg, "NOAUTH"))
+        if (rc && strstr(msg, "NOAUTH")) {
             snprintf(msg, len,
                      "the server requires a password (NOAUTH): set redis.password or put it in redis.url");
+            c->auth_refused = true;
+        }
     }
     if (rc == 0) { /* LMOVE, BLMOVE, LPOS and SMISMEMBER need 6.2 (skipped if an ACL forbids INFO) */
         redisReply *r = redisCommand(ctx, "INFO server");

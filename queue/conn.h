@@ -45,6 +45,9 @@ struct rq_conn {
     int pending;           /* replies still to be read */
     unsigned seed;         /* rand_r state for the backoff jitter */
     bool unflushed;        /* commands appended since the last read */
+    bool auth_refused;     /* the last connect attempt reached the server, which refused the
+                              credentials: AUTH answered an error (WRONGPASS, a password given to a
+                              server without one), or PING answered NOAUTH (none given) */
 
     uint64_t commands;    /* commands sent */
     uint64_t round_trips; /* flushes followed by reads: one per pipeline */

@@ -208,7 +208,7 @@ int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *s
             c = rq_conn_ready(&q->cmd) ? &q->cmd : rq_conn_ready(&q->blk) ? &q->blk : NULL;
         if (!c)
             break;
-        if (last || (stop && *stop)) {
+        if (last || (stop && *stop) || c->auth_refused) { /* a wrong password stays wrong */
             rc = rq_fail(q, "%s", c->last_error[0] ? c->last_error : "cannot connect");
             break;
         }
@@ -218,6 +218,11 @@ int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *s
     q->cmd.quiet = quiet_cmd;
     q->blk.quiet = quiet_blk;
     return rc;
+}
+
+bool rq_auth_refused(const struct rq *q)
+{
+    return q->cmd.auth_refused || q->blk.auth_refused;
 }
 
 int rq_held_count(const struct rq *q)

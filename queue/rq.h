@@ -115,11 +115,16 @@ const char *rq_worker_id(const struct rq *q);
 /* Connects both connections now (ignoring the backoff). 0, or -1 with the reason. */
 int rq_connect(struct rq *q);
 /* Connects both connections, trying again with their backoff (up to reconnect_max_ms apart) until
- * both are up, timeout_ms has passed (then one last attempt each is made; 0 = that attempt alone)
- * or *stop is non-zero (stop may be NULL; it is checked every 50 ms). For a caller that must not
+ * both are up, timeout_ms has passed (then one last attempt each is made; 0 = that attempt alone),
+ * the server refuses the credentials (rq_auth_refused: trying again would not help) or *stop is
+ * non-zero (stop may be NULL; it is checked every 50 ms). For a caller that must not
  * go on without Redis: the failed attempts are not logged, the caller reports the outcome. 0, or
  * -1 with the last attempt's reason in rq_error, without the address ("Connection refused"). */
 int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *stop);
+/* Whether the last connect attempt of either connection reached the server and it refused the
+ * credentials (a wrong password or user, a password the server does not have, or none given to a
+ * server that wants one): a fault of the configuration, not of the network. */
+bool rq_auth_refused(const struct rq *q);
 /* Number of jobs rq considers held by this worker. */
 int rq_held_count(const struct rq *q);
 

@@ -505,6 +505,88 @@ static void test_readonly(void **state)
     db_close(db);
 }
 
+/* The path's files deleted, or another database renamed over the path, while a handle is open:
+ * SQLite goes on committing into the old inode; db_file_moved notices and db_reopen makes a new
+ * database at the path that the next write goes into. */
+static void unlink_db_files(void)
+{
+    char name[256];
+    const char *const suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s%s", path, suffix[i]);
+        unlink(name);
+    }
+}
+
+static void test_file_moved_reopen(void **state)
+{
+    struct db *db = open_ok(NULL);
+    struct rowbuf b;
+    struct db_result r = make_row(&b, 1, 1.7e9);
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK);
+    assert_false(db_file_moved(db));
+
+    unlink_db_files();
+    assert_true(db_file_moved(db));
+    assert_non_null(strstr(db_errmsg(db), "deleted"));
+    assert_non_null(strstr(db_errmsg(db), path));
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK); /* into the unlinked file */
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(db_reopen(db), DB_OK);
+    assert_false(db_file_moved(db));
+    assert_int_equal(count_jobs(db), 0); /* a new database, with its schema */
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK);
+    db_close(db);
+    db = open_ok(NULL);
+    assert_int_equal(count_jobs(db), 1); /* the row is in the file at the path */
+
+    /* only the -wal deleted: noticed too */
+    char wal[256];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    assert_int_equal(unlink(wal), 0);
+    assert_true(db_file_moved(db));
+    assert_non_null(strstr(db_errmsg(db), "-wal was deleted"));
+    assert_int_equal(db_reopen(db), DB_OK);
+    assert_int_equal(count_jobs(db), 1); /* the main file kept its row */
+    db_close(db);
+
+    /* another database renamed over the path */
+    db = open_ok(NULL);
+    char other[256];
+    snprintf(other, sizeof other, "%s/other.db", dir);
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open(other, &h), SQLITE_OK);
+    raw_exec(h, "CREATE TABLE t (x)");
+    sqlite3_close(h);
+    assert_int_equal(rename(other, path), 0);
+    assert_true(db_file_moved(db));
+    assert_non_null(strstr(db_errmsg(db), "replaced"));
+    assert_int_equal(db_reopen(db), DB_UNWRITABLE); /* not an llmq database: nothing to write into */
+    assert_non_null(strstr(db_errmsg(db), "not an llmq database"));
+    assert_true(db_file_moved(db));
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_UNWRITABLE);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(db_reopen(db), DB_OK);
+    assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK);
+    db_close(db);
+}
+
+/* The write db_open makes to check the file does not wait for another writer's lock: the file
+ * takes writes, and the worker starts as it did before that check. */
+static void test_open_while_locked(void **state)
+{
+    struct db *db = open_ok(NULL);
+    db_close(db);
+    sqlite3 *h = raw_open();
+    raw_exec(h, "BEGIN IMMEDIATE");
+    double t0 = db_now();
+    db = open_ok(NULL); /* busy_timeout 5000 */
+    assert_true(db_now() - t0 < 2.0);
+    raw_exec(h, "COMMIT");
+    sqlite3_close(h);
+    db_close(db);
+}
+
 /* ---- writing jobs */
 
 /* Writes one row for `id` with this status, output and attempts. */
@@ -1254,6 +1336,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_ours, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readonly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_moved_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_while_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upsert_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_1000, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rejected_rows, setup, teardown),

@@ -289,6 +289,9 @@ static const struct cfg_key keys[] = {
         "a finished result waits at most this long for its transaction"),
     INT("sqlite", "commit_max_rows", sqlite.commit_max_rows, "256", 1, 100000,
         "... or until this many results are pending"),
+    INT("sqlite", "unwritable_timeout_s", sqlite.unwritable_timeout_s, "60", 0, 86400,
+        "--drain: exit 1 when the database cannot be written (read-only, no permission, I/O errors) this "
+        "long"),
 
     STR("worker", "id", worker.id, "", 0, check_worker_id,
         "worker name in Redis keys; \"\" = <hostname>-<pid>"),

@@ -118,6 +118,8 @@ struct cfg_sqlite {
     int busy_timeout_ms;    /* PRAGMA busy_timeout */
     int commit_interval_ms; /* finished results wait at most this long for their transaction */
     int commit_max_rows;    /* ... or until this many are pending */
+    /* --drain: exit 1 when the database cannot be written this long */
+    int unwritable_timeout_s;
 };
 
 struct cfg_worker {

@@ -146,6 +146,11 @@ struct wk_store {
     bool want_touch;    /* the workers row's jobs_done and last_seen are due */
     bool touch_sent;    /* ... and in the batch in flight */
     bool stopped_touch; /* the row is marked stopped */
+
+    /* when the database became unwritable (DB_UNWRITABLE); 0 while it is not */
+    double unwritable_since;
+    /* the database file was deleted or replaced and created anew: why (for GET /health) */
+    char replaced[600];
 };
 
 /* What the worker counts and reports: metrics rows, GET /metrics, the log lines. */
@@ -735,11 +740,47 @@ static void db_trouble(struct wk *w, const char *msg)
     }
 }
 
+static void requeue_state(struct wk *w, int state, const char *why);
+
+/* The database cannot be written (DB_UNWRITABLE): waiting will not mend it soon, and jobs held
+ * meanwhile would sit out of every other worker's reach behind a live heartbeat. Stops fetching
+ * (phase_fetch), hands the jobs still to run or to write back to the front of their queues, and
+ * keeps trying the workers row (with the write backoff) until a write succeeds; a --drain worker
+ * gives up after sqlite.unwritable_timeout_s (store_and_report). */
+static void store_unwritable(struct wk *w, const char *why)
+{
+    struct wk_store *st = &w->store;
+    if (st->unwritable_since == 0) {
+        st->unwritable_since = llmq_mono_s();
+        int n = w->held[WK_RUNNING].n + w->held[WK_PENDING].n;
+        char tail[160];
+        if (w->opts.drain)
+            snprintf(tail, sizeof tail,
+                     "; --drain gives up with exit status 1 unless it can write within %d s "
+                     "(sqlite.unwritable_timeout_s)",
+                     w->cfg->sqlite.unwritable_timeout_s);
+        else
+            snprintf(tail, sizeof tail, "; trying again, and fetching again once it can write");
+        log_error(
+            "sqlite: %s; the database cannot be written: not fetching, %d job%s handed back to the front "
+            "of their queues%s",
+            why, n, n == 1 ? "" : "s", tail);
+    }
+    requeue_state(w, WK_RUNNING, "sqlite_unwritable");
+    requeue_state(w, WK_PENDING, "sqlite_unwritable");
+    st->want_touch = true;
+}
+
 static void commit_done(struct wk *w, struct wk_batch *b)
 {
     struct wk_store *store = &w->store;
     double now = llmq_mono_s();
     bool results_ok = b->rc_results == DB_OK || b->rc_results == DB_ERR_ROW;
+    if (b->moved[0]) {
+        log_error("sqlite: %s", b->moved);
+        if (results_ok)
+            snprintf(store->replaced, sizeof store->replaced, "%.590s", b->moved);
+    }
     log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", store->n_rows,
               (size_t)store->n_metrics_sent, b->write_ms, b->rc_results);
     bool worker_row_failed = store->worker_row_sent && b->rc_worker != DB_OK;
@@ -765,7 +806,7 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         if (b->rc_batches == DB_ERR) /* refused for what it is: retrying will not help */
             log_warn("sqlite: %d batch row%s dropped: %s", store->n_batch_rows_sent,
                      store->n_batch_rows_sent == 1 ? "" : "s", b->err);
-        if (b->rc_batches != DB_BUSY)
+        if (b->rc_batches != DB_BUSY && b->rc_batches != DB_UNWRITABLE)
             batch_rows_drop(store, store->n_batch_rows_sent);
         store->n_batch_rows_sent = 0;
     }
@@ -810,8 +851,13 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         }
         store->oldest_pending = 0;
     }
+    bool unwritable = b->rc_results == DB_UNWRITABLE || b->rc_worker == DB_UNWRITABLE ||
+                      b->rc_metrics == DB_UNWRITABLE || b->rc_touch == DB_UNWRITABLE ||
+                      b->rc_batches == DB_UNWRITABLE;
     bool failed = !results_ok || worker_row_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY ||
-                  b->rc_batches == DB_BUSY;
+                  b->rc_batches == DB_BUSY || unwritable;
+    if (unwritable)
+        store_unwritable(w, b->err[0] ? b->err : "the database cannot be written");
     if (failed) {
         store->backoff_ms = store->backoff_ms ? 2 * store->backoff_ms : 100;
         if (store->backoff_ms > 2000)
@@ -820,8 +866,9 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         db_trouble(w, b->err[0] ? b->err : "the write failed");
     } else {
         if (store->trouble_since > 0)
-            log_info("sqlite: writing again after %.1f s (%zu rows committed)", now - store->trouble_since,
-                     store->n_rows);
+            log_info("sqlite: writing again after %.1f s (%zu rows committed)%s", now - store->trouble_since,
+                     store->n_rows, store->unwritable_since > 0 ? "; fetching again" : "");
+        store->unwritable_since = 0;
         store->trouble_since = 0;
         store->next_log = 0;
         store->backoff_ms = 0;
@@ -925,9 +972,9 @@ static void publish(struct wk *w, double now)
     s->redis_ok = w->redis.trouble_since == 0 && w->rq->cmd.ctx != NULL;
     snprintf(s->redis_err, sizeof s->redis_err, "%.*s", (int)sizeof s->redis_err - 1,
              s->redis_ok ? "" : rq_error(w->rq));
-    s->sqlite_ok = w->store.trouble_since == 0;
+    s->sqlite_ok = w->store.trouble_since == 0 && !w->store.replaced[0];
     snprintf(s->sqlite_err, sizeof s->sqlite_err, "%.*s", (int)sizeof s->sqlite_err - 1,
-             s->sqlite_ok ? "" : w->store.err);
+             w->store.trouble_since > 0 ? w->store.err : w->store.replaced);
     wk_http_publish(w->stats.http, s);
 }
 
@@ -1021,7 +1068,7 @@ static void timing_reset(struct timing *t)
 static void phase_fetch(struct wk *w, bool *blocked)
 {
     *blocked = false;
-    if (w->stopping || !w->fetch.recovered)
+    if (w->stopping || !w->fetch.recovered || w->store.unwritable_since > 0)
         return;
     int waiting_rows = w->held[WK_PENDING].n + w->held[WK_COMMITTING].n + w->held[WK_COMMITTED].n;
     int bound = 4 * w->cfg->sqlite.commit_max_rows; /* finished jobs kept in memory at most (about) */
@@ -1164,7 +1211,7 @@ static void phase_step(struct wk *w, double *ph)
     for (int i = 0; i < n; i++) {
         struct engine_seq *s = changed[i];
         struct wk_job *j = s->user;
-        if (s->finished || !j->rj.id[0])
+        if (s->finished || !j || !j->rj.id[0])
             continue;
         if (s->t_first_token > 0 && isnan(j->first_token_at)) {
             j->first_token_at = nw - (t1 - s->t_first_token);
@@ -1203,6 +1250,10 @@ static void phase_step(struct wk *w, double *ph)
         if (!s->finished)
             continue;
         struct wk_job *j = s->user;
+        if (!j) { /* handed back while it ran (requeue_state): only the seq is left */
+            engine_release(w->eng, s);
+            continue;
+        }
         wk_job_finish_seq(j, &w->ctx, s, t2, nw);
         engine_release(w->eng, s);
         j->seq = NULL;
@@ -1269,6 +1320,16 @@ static void store_and_report(struct wk *w, double now)
     struct wk_batch *b = wk_writer_poll(w->store.writer);
     if (b)
         commit_done(w, b);
+    if (w->opts.drain && w->store.unwritable_since > 0 && !w->stopping &&
+        now - w->store.unwritable_since >= w->cfg->sqlite.unwritable_timeout_s) {
+        log_error(
+            "sqlite: the database could not be written for %d s (sqlite.unwritable_timeout_s): a --drain "
+            "worker gives up; exit status 1",
+            w->cfg->sqlite.unwritable_timeout_s);
+        w->exit_code = 1;
+        w->stopping = true;
+        w->stop_deadline = now;
+    }
     if (now >= w->stats.next_row) {
         add_metrics_row(w, now);
         w->stats.next_row = now + w->cfg->metrics.interval_s;
@@ -1384,7 +1445,7 @@ static void finish_run(struct wk *w, bool hard)
             (w->held[WK_PENDING].n || !w->store.stopped_touch))
             commit_submit(w, true);
         redis_settle(w);
-        if (held_count(w) == 0 && (w->store.stopped_touch || hard))
+        if (held_count(w) == 0 && (w->store.stopped_touch || hard || w->store.unwritable_since > 0))
             break;
         if (now >= until) { /* rows that could not be written: their jobs run again elsewhere */
             requeue_state(w, WK_PENDING, "shutdown");
@@ -1408,23 +1469,33 @@ static void finish_run(struct wk *w, bool hard)
  * must not wait for it forever: it tries for redis.start_timeout_s (--connect-timeout), then gives
  * up with one line and exit 1. A service worker starts anyway and keeps trying with backoff, as
  * after a lost connection: systemd would restart it only to do the same, and it is ready the
- * moment Redis is. 0, or -1 (after the log line). */
+ * moment Redis is. A server that refuses the credentials (a wrong password, or none given) fails
+ * the start of both with one line: the same password would be refused forever. 0, or -1 (after
+ * the log line). */
 static int redis_start(struct wk *w)
 {
     const struct cfg *c = w->cfg;
-    if (!w->opts.drain || c->redis.start_timeout_s == 0) {
-        if (rq_connect(w->rq))
-            log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
-        return 0;
-    }
-    double t0 = llmq_mono_s();
-    if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
-        if (llmq_mono_s() - t0 >= 1)
-            log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
-        return 0;
-    }
     char url[600];
     rq_url_redact(c->redis.url, url, sizeof url);
+    double t0 = llmq_mono_s();
+    if (!w->opts.drain || c->redis.start_timeout_s == 0) {
+        if (rq_connect(w->rq) && !rq_auth_refused(w->rq))
+            log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
+    } else {
+        if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
+            if (llmq_mono_s() - t0 >= 1)
+                log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
+            return 0;
+        }
+    }
+    if (rq_auth_refused(w->rq)) { /* the same password would be refused forever */
+        log_error(
+            "redis %s refused the credentials: %s (redis.password, redis.url): the worker does not start",
+            url, rq_error(w->rq));
+        return -1;
+    }
+    if (!w->opts.drain || c->redis.start_timeout_s == 0)
+        return 0;
     if (g_signals)
         log_error("redis %s cannot be reached (%s) and a signal came: exiting", url, rq_error(w->rq));
     else

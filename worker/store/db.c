@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,9 +170,19 @@ static const char *const fixed_sql[ST_COUNT] = {
                  "finished_at = coalesce(excluded.finished_at, batches.finished_at)",
 };
 
+/* Which file a path named when the connection opened it: the database, its -wal and its -shm. */
+enum { F_MAIN, F_WAL, F_SHM, F_COUNT };
+static const char *const file_suffix[F_COUNT] = {"", "-wal", "-shm"};
+struct file_id {
+    bool known; /* the file existed at open (not for an in-memory database) */
+    dev_t dev;
+    ino_t ino;
+};
+
 struct db {
-    sqlite3 *h;
+    sqlite3 *h; /* NULL after a db_reopen that failed */
     char *path;
+    struct file_id files[F_COUNT];
     struct db_opts o;
     int version;
     sqlite3_stmt *st[ST_COUNT];
@@ -274,6 +285,15 @@ static void set_err(struct db *db, const char *fmt, ...)
 static bool is_busy(int rc)
 {
     return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+}
+
+/* A failure that retrying soon will not mend: a read-only file, directory or file system, no
+ * permission, a file that cannot be opened or created, an I/O error. */
+static bool is_unwritable(int rc)
+{
+    int p = rc & 0xff;
+    return p == SQLITE_READONLY || p == SQLITE_CANTOPEN || p == SQLITE_PERM || p == SQLITE_IOERR ||
+           p == SQLITE_AUTH;
 }
 
 /* A failure of one row that leaves the transaction usable: the row breaks a rule of the schema. */
@@ -467,6 +487,10 @@ static int write_txn(struct db *db, const char *what, txn_body body, void *arg)
         set_err(db, "%s: the database was opened read-only", what);
         return DB_ERR;
     }
+    if (!db->h) {
+        set_err(db, "%s: the database is not open (it could not be opened again)", what);
+        return DB_UNWRITABLE;
+    }
     double t0 = db_now();
     for (int attempt = 0;; attempt++) {
         sqlite3_stmt *begin = stmt(db, ST_BEGIN), *commit = stmt(db, ST_COMMIT);
@@ -489,7 +513,7 @@ static int write_txn(struct db *db, const char *what, txn_body body, void *arg)
         }
         if (!is_busy(rc)) {
             set_err(db, "%s: %s", what, msg);
-            return DB_ERR;
+            return is_unwritable(rc) ? DB_UNWRITABLE : DB_ERR;
         }
         if (attempt >= db->o.busy_retries) {
             set_err(db, "%s: %s (gave up after %d tries in %.1f s, busy_timeout %d ms); nothing was written",
@@ -660,6 +684,10 @@ int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void
     assert(len < sizeof sql);
 
     sqlite3_stmt *st = NULL;
+    if (!db->h) {
+        set_err(db, "reading results: the database is not open");
+        return DB_ERR;
+    }
     if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
         set_err(db, "reading results: %s", sqlite3_errmsg(db->h));
         return DB_ERR;
@@ -975,6 +1003,66 @@ static int set_wal_once(struct db *db)
     return DB_OK;
 }
 
+/* A real write, so that a database this process cannot write is found at open and not with the
+ * first results: PRAGMA user_version rewritten with its value, inside a write transaction. */
+static int probe_body(struct db *db, void *arg)
+{
+    (void)arg;
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", db->version);
+    return sqlite3_exec(db->h, sql, NULL, NULL, NULL);
+}
+
+/* Notes which files the path and its -wal and -shm name now (after a read-write open, when the
+ * connection has all three open). */
+static void note_files(struct db *db)
+{
+    for (int i = 0; i < F_COUNT; i++) {
+        char name[4096];
+        struct stat st;
+        db->files[i].known =
+            snprintf(name, sizeof name, "%s%s", db->path, file_suffix[i]) < (int)sizeof name &&
+            stat(name, &st) == 0;
+        db->files[i].dev = db->files[i].known ? st.st_dev : 0;
+        db->files[i].ino = db->files[i].known ? st.st_ino : 0;
+    }
+}
+
+/* Opens db->path with db->o into db->h: the connection, its settings, the schema; for a read-write
+ * open also a write to prove it can write, and the files it opened. DB_OK or the code with db->err. */
+static int open_conn(struct db *db)
+{
+    int flags = db->o.readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    db->version = 0;
+    int rc = sqlite3_open_v2(db->path, &db->h, flags, NULL);
+    if (rc != SQLITE_OK) {
+        set_err(db, "cannot open: %s", db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+        return DB_ERR;
+    }
+    if ((rc = configure(db)) != DB_OK || (rc = check_schema(db)) != DB_OK || db->o.readonly)
+        return rc;
+    if (sqlite3_db_readonly(db->h, "main") == 1) { /* SQLite fell back to reading */
+        set_err(db, "cannot write: the file is read-only for this process (its permissions, or a read-only "
+                    "file system)");
+        return DB_UNWRITABLE;
+    }
+    if ((rc = set_wal(db)) != DB_OK || (rc = migrate(db)) != DB_OK)
+        return rc;
+    /* Locked by another writer: the file takes writes, and what is written later waits for the
+     * lock as any write does; the open does not wait for it (a migration it needed has run). */
+    int retries = db->o.busy_retries;
+    db->o.busy_retries = 0;
+    sqlite3_busy_timeout(db->h, 0);
+    rc = write_txn(db, "checking that the database can be written", probe_body, NULL);
+    sqlite3_busy_timeout(db->h, db->o.busy_timeout_ms);
+    db->o.busy_retries = retries;
+    if (rc == DB_BUSY)
+        rc = DB_OK;
+    if (rc == DB_OK)
+        note_files(db);
+    return rc;
+}
+
 int db_open(const char *path, const struct db_opts *o, struct db **out, char *err, size_t errlen)
 {
     assert(path && out);
@@ -998,15 +1086,7 @@ int db_open(const char *path, const struct db_opts *o, struct db **out, char *er
     }
     db->rng = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16) ^ (unsigned)(uintptr_t)db) | 1u;
 
-    int flags = db->o.readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    int rc = sqlite3_open_v2(path, &db->h, flags, NULL);
-    if (rc != SQLITE_OK) {
-        set_err(db, "cannot open: %s", db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
-        rc = DB_ERR;
-    } else if ((rc = configure(db)) == DB_OK && (rc = check_schema(db)) == DB_OK && !db->o.readonly &&
-               (rc = set_wal(db)) == DB_OK) {
-        rc = migrate(db);
-    }
+    int rc = open_conn(db);
     if (rc != DB_OK) {
         snprintf(err, errlen, "%s", db->err);
         db_close(db);
@@ -1017,13 +1097,89 @@ int db_open(const char *path, const struct db_opts *o, struct db **out, char *er
     return DB_OK;
 }
 
+/* The name of file i of the database (the path with its suffix) into name[4096]. */
+static void file_name(const struct db *db, int i, char *name)
+{
+    snprintf(name, 4096, "%s%s", db->path, file_suffix[i]);
+}
+
+/* 1 when file i is what the path names now, 0 when the path names another file, -1 when nothing. */
+static int same_file(const struct db *db, int i)
+{
+    char name[4096];
+    struct stat st;
+    file_name(db, i, name);
+    if (stat(name, &st) != 0)
+        return -1;
+    return st.st_dev == db->files[i].dev && st.st_ino == db->files[i].ino;
+}
+
+bool db_file_moved(struct db *db)
+{
+    assert(db);
+    if (!db->h) {
+        set_err(db, "the database is not open: opening it again failed");
+        return true;
+    }
+    for (int i = 0; i < F_COUNT; i++) {
+        int same = db->files[i].known ? same_file(db, i) : 1;
+        if (same == 1)
+            continue;
+        char name[4096];
+        file_name(db, i, name);
+        set_err(db,
+                "%s%s was %s while the database was open (what is written goes into the old file, which "
+                "nobody sees again)",
+                i == F_MAIN ? "the file" : "its file ", i == F_MAIN ? "" : name,
+                same < 0 ? "deleted" : "replaced");
+        return true;
+    }
+    return false;
+}
+
+/* Closes the connection without touching the files at the path that are another's by now. */
+static void close_conn(struct db *db)
+{
+    for (int i = 0; i < ST_COUNT; i++) {
+        sqlite3_finalize(db->st[i]);
+        db->st[i] = NULL;
+    }
+    bool main_moved = db->files[F_MAIN].known && same_file(db, F_MAIN) != 1;
+    if (db->h) { /* closing would otherwise delete <path>-wal and -shm: maybe the new database's */
+        int keep = 1;
+        sqlite3_file_control(db->h, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
+        sqlite3_close_v2(db->h);
+    }
+    db->h = NULL;
+    /* SQLite does not checkpoint a database whose file has moved, so when its -wal is still at the
+     * path, it holds frames that a new file there would take for its own: remove it and its -shm */
+    for (int i = F_WAL; main_moved && i < F_COUNT; i++)
+        if (db->files[i].known && same_file(db, i) == 1) {
+            char name[4096];
+            file_name(db, i, name);
+            unlink(name);
+        }
+    memset(db->files, 0, sizeof db->files);
+}
+
+int db_reopen(struct db *db)
+{
+    assert(db && !db->o.readonly);
+    close_conn(db);
+    int rc = open_conn(db);
+    if (rc == DB_OK)
+        return DB_OK;
+    close_conn(db);
+    return rc == DB_BUSY ? DB_BUSY : DB_UNWRITABLE;
+}
+
 void db_close(struct db *db)
 {
     if (!db)
         return;
     for (int i = 0; i < ST_COUNT; i++)
         sqlite3_finalize(db->st[i]);
-    sqlite3_close_v2(db->h);
+    sqlite3_close_v2(db->h); /* a no-op on NULL */
     free(db->path);
     free(db);
 }

@@ -15,6 +15,7 @@
  *     int rc = db_put_results(db, r, n, row_rc); // one transaction
  *     if (rc == DB_BUSY)  keep the jobs in the processing list, try again later (nothing written)
  *     else if (rc == DB_ERR) log(db_errmsg(db)); nothing written; the same
+ *     else if (rc == DB_UNWRITABLE) nothing written, and waiting will not mend it: hand the jobs back
  *     else ack every job; rows with row_rc[i] == DB_ERR_ROW were rejected (rc was DB_ERR_ROW)
  *     db_close(db);
  *
@@ -41,11 +42,14 @@ struct sqlite3;
 /* Return codes (0 = ok). */
 enum {
     DB_OK = 0,
-    DB_ERR = -1,      /* failed; nothing of this call was written */
-    DB_BUSY = -2,     /* the database stayed locked by another connection past every retry of this
-                         call; nothing was written, try again later */
-    DB_ERR_ROW = -3,  /* db_put_results: some rows were rejected (row_rc), the others committed */
-    DB_ERR_NEWER = -4 /* db_open: the database's schema is newer than this binary knows */
+    DB_ERR = -1,       /* failed; nothing of this call was written */
+    DB_BUSY = -2,      /* the database stayed locked by another connection past every retry of this
+                          call; nothing was written, try again later */
+    DB_ERR_ROW = -3,   /* db_put_results: some rows were rejected (row_rc), the others committed */
+    DB_ERR_NEWER = -4, /* db_open: the database's schema is newer than this binary knows */
+    DB_UNWRITABLE = -5 /* the database cannot be written and retrying soon will not mend it: a
+                          read-only file, directory or file system, no permission, an I/O error,
+                          a file that cannot be opened or created; nothing was written */
 };
 
 /* One embedded migration; db_migrations[i].version == i + 1. */
@@ -70,12 +74,27 @@ struct db_opts {
 struct db_opts db_opts_default(void);
 
 /* Opens (creating if needed, unless readonly) the database at `path` and brings its schema up to
- * date: each missing migration runs in its own transaction. Fails on a database whose schema is
- * newer than this binary's (DB_ERR_NEWER), a file that is not a SQLite database, or a database of
- * another program (tables, but no llmq schema). o may be NULL (defaults). On success *out is the
- * handle (the caller owns it: db_close); on failure *out is NULL, err says why and the return
- * value is DB_ERR, DB_BUSY or DB_ERR_NEWER. */
+ * date: each missing migration runs in its own transaction. A read-write open then writes once
+ * (a transaction that rewrites PRAGMA user_version) so that a database this process cannot write
+ * fails here (DB_UNWRITABLE), and notes which files the path, its -wal and its -shm are (for
+ * db_file_moved). Fails on a database whose schema is newer than this binary's (DB_ERR_NEWER), a
+ * file that is not a SQLite database, or a database of another program (tables, but no llmq
+ * schema). o may be NULL (defaults). On success *out is the handle (the caller owns it:
+ * db_close); on failure *out is NULL, err says why (it starts with the path) and the return value
+ * is DB_ERR, DB_BUSY, DB_ERR_NEWER or DB_UNWRITABLE. */
 int db_open(const char *path, const struct db_opts *o, struct db **out, char *err, size_t errlen);
+
+/* Read-write handles: whether the path (or its -wal or -shm) no longer names the file the
+ * connection writes: deleted or replaced since db_open / db_reopen. Such a connection still
+ * commits, into a file nobody will see again. True (with db_errmsg naming the file) also for a
+ * handle whose db_reopen failed; false for a file that could not be noted (in memory). */
+bool db_file_moved(struct db *db);
+
+/* Read-write handles: closes the connection, leaving the files at the path as they are (SQLite
+ * would otherwise delete <path>-wal and -shm at close), and opens the path again as db_open does
+ * (creating the file and its schema). DB_OK; or DB_UNWRITABLE / DB_BUSY with db_errmsg, the
+ * handle then left closed: every write fails with DB_UNWRITABLE until a db_reopen succeeds. */
+int db_reopen(struct db *db);
 
 /* Finalizes the cached statements and closes the connection. Accepts NULL. */
 void db_close(struct db *db);

@@ -20,6 +20,9 @@ struct wk_writer {
     struct wk_batch *done;    /* finished, not yet polled */
     bool inflight;            /* submitted and not yet polled */
     bool quit;
+    /* the worker's row, written again into a database created anew at the path (borrowed) */
+    const struct db_worker *worker_row;
+    bool need_worker_row; /* the database was created anew and has no workers row yet */
 };
 
 static void first_err(struct wk_batch *b, const char *what, const char *msg)
@@ -28,43 +31,106 @@ static void first_err(struct wk_batch *b, const char *what, const char *msg)
         snprintf(b->err, sizeof b->err, "%s: %s", what, msg);
 }
 
-static void run_batch(struct db *db, struct wk_batch *b)
+/* The writes of one batch, in order, on w->db. */
+static void write_all(struct wk_writer *w, struct wk_batch *b)
 {
-    double t0 = db_now();
+    struct db *db = w->db;
     b->rc_worker = b->rc_results = b->rc_metrics = b->rc_touch = b->rc_batches = DB_OK;
     b->err[0] = 0;
-    if (b->worker_row) {
-        b->rc_worker = db_put_worker(db, b->worker_row);
-        if (b->rc_worker)
+    const struct db_worker *row = b->worker_row ? b->worker_row : w->need_worker_row ? w->worker_row : NULL;
+    if (row) {
+        int rc = db_put_worker(db, row);
+        if (rc)
             first_err(b, "workers row", db_errmsg(db));
+        else
+            w->need_worker_row = false;
+        if (b->worker_row || rc == DB_BUSY || rc == DB_UNWRITABLE)
+            b->rc_worker = rc; /* the touch and the metrics below need the row */
     }
     if (b->nrows) {
         b->rc_results = db_put_results(db, b->rows, b->nrows, b->row_rc);
         if (b->rc_results)
             first_err(b, "results", db_errmsg(db));
     }
-    /* a database that is locked for results is locked for the rest too: do not wait twice */
-    bool busy = b->rc_results == DB_BUSY || b->rc_worker == DB_BUSY;
-    if (b->nbatches && !busy) {
+    /* a database that is locked (or unwritable) for results is so for the rest too: do not wait
+     * twice; the rest is kept for the next batch */
+    int halt = b->rc_results == DB_BUSY || b->rc_results == DB_UNWRITABLE ? b->rc_results
+               : b->rc_worker == DB_BUSY || b->rc_worker == DB_UNWRITABLE ? b->rc_worker
+                                                                          : DB_OK;
+    if (b->nbatches && !halt) {
         b->rc_batches = db_put_batches(db, b->batches, b->nbatches);
         if (b->rc_batches)
             first_err(b, "batches", db_errmsg(db));
     } else if (b->nbatches) {
-        b->rc_batches = DB_BUSY;
+        b->rc_batches = halt;
     }
-    if (b->nmetrics && !busy && b->rc_worker == DB_OK) {
+    if (b->nmetrics && !halt && b->rc_worker == DB_OK) {
         b->rc_metrics = db_put_metrics(db, b->metrics, b->nmetrics);
         if (b->rc_metrics)
             first_err(b, "metrics", db_errmsg(db));
     } else if (b->nmetrics) {
-        b->rc_metrics = busy ? DB_BUSY : DB_ERR;
+        b->rc_metrics = halt ? halt : DB_ERR;
     }
-    if (b->touch_id && !busy && b->rc_worker == DB_OK) {
+    if (b->touch_id && !halt && b->rc_worker == DB_OK) {
         b->rc_touch = db_touch_worker(db, b->touch_id, b->touch_now, b->jobs_done, b->stopped);
         if (b->rc_touch)
             first_err(b, "workers row", db_errmsg(db));
     } else if (b->touch_id) {
-        b->rc_touch = busy ? DB_BUSY : DB_ERR;
+        b->rc_touch = halt ? halt : DB_ERR;
+    }
+}
+
+/* Every write of b failed with DB_UNWRITABLE (why). */
+static void all_unwritable(struct wk_batch *b, const char *why)
+{
+    b->rc_worker = b->worker_row ? DB_UNWRITABLE : DB_OK;
+    b->rc_results = b->nrows ? DB_UNWRITABLE : DB_OK;
+    b->rc_metrics = b->nmetrics ? DB_UNWRITABLE : DB_OK;
+    b->rc_batches = b->nbatches ? DB_UNWRITABLE : DB_OK;
+    b->rc_touch = b->touch_id ? DB_UNWRITABLE : DB_OK;
+    snprintf(b->err, sizeof b->err, "%s", why);
+}
+
+/* The path no longer names the open database (db_file_moved): opens it again. When the
+ * connection was open until now, b->moved says what happened. DB_OK or db_reopen's code. */
+static int reopen(struct wk_writer *w, struct wk_batch *b)
+{
+    bool was_open = db_handle(w->db) != NULL;
+    char why[512];
+    snprintf(why, sizeof why, "%s", db_errmsg(w->db));
+    int rc = db_reopen(w->db);
+    if (rc == DB_OK)
+        w->need_worker_row = true;
+    if (was_open && rc == DB_OK)
+        snprintf(b->moved, sizeof b->moved,
+                 "%s; a new database was created at %.300s and the rows of this "
+                 "batch were written into it",
+                 why, db_path(w->db));
+    else if (was_open)
+        snprintf(b->moved, sizeof b->moved, "%s; creating it again failed: %.600s", why, db_errmsg(w->db));
+    return rc;
+}
+
+/* A batch: its writes, and again into a new database when the path turns out to name another file
+ * (deleted or replaced), so that nothing counts as written that is not in the file at the path. */
+static void run_batch(struct wk_writer *w, struct wk_batch *b)
+{
+    double t0 = db_now();
+    b->moved[0] = 0;
+    if (b->worker_row)
+        w->worker_row = b->worker_row;
+    for (int round = 0;; round++) {
+        if (round == 3) { /* replaced again at every try */
+            all_unwritable(b, db_errmsg(w->db));
+            break;
+        }
+        if (db_file_moved(w->db) && reopen(w, b) != DB_OK) {
+            all_unwritable(b, db_errmsg(w->db));
+            break;
+        }
+        write_all(w, b);
+        if (!db_file_moved(w->db))
+            break;
     }
     b->write_ms = (db_now() - t0) * 1e3;
 }
@@ -82,7 +148,7 @@ static void *thread_main(void *arg)
         w->todo = NULL;
         w->running = b;
         pthread_mutex_unlock(&w->mu);
-        run_batch(w->db, b);
+        run_batch(w, b);
         pthread_mutex_lock(&w->mu);
         w->running = NULL;
         w->done = b;

@@ -6,7 +6,7 @@
  *     wk_writer_start(db, &w, err, sizeof err);   // takes over db
  *     b.rows = rows; b.nrows = n; ...            // b and what it points to stay untouched ...
  *     wk_writer_submit(w, &b);                   // ... until it comes back:
- *     if (wk_writer_poll(w) == &b) ... b.rc_results, b.row_rc[i] ...
+ *     if (wk_writer_poll(w) == &b) ... b.rc_results, b.row_rc[i], b.moved ...
  *     wk_writer_stop(w, 5000);                   // waits for the batch in flight, closes db
  *
  * (Here a "batch" is one round of writes; the jobs' batches of `llmq enqueue` are `batches` rows.)
@@ -40,12 +40,22 @@ struct wk_batch {
     bool stopped;
     /* outputs: DB_OK, or the db_* code of that call (DB_OK when there was nothing to do) */
     int rc_worker, rc_results, rc_metrics, rc_touch, rc_batches;
-    char err[512];   /* the first failure's message */
-    double write_ms; /* time spent in SQLite */
+    char err[512];    /* the first failure's message */
+    char moved[1200]; /* "" or, once, why the path no longer named the open database (deleted or
+                         replaced) and whether a new one was created there; the batch was then
+                         written into the new one (or failed with DB_UNWRITABLE) */
+    double write_ms;  /* time spent in SQLite */
 };
 
 /* Starts the thread; it owns db from now on (closed by wk_writer_stop). 0, or -1 with err (db is
- * then still the caller's). */
+ * then still the caller's).
+ *
+ * Before and after each batch the thread checks that db's path still names the file it writes
+ * (db_file_moved). When it does not (the file was deleted or replaced), it opens the path again
+ * (db_reopen: a new database with its schema), writes the last worker_row it was given there (so
+ * that pointer and its strings must stay valid until wk_writer_stop) and then the whole batch, so
+ * a batch reported written is in the file at the path. A path that cannot be opened again fails
+ * this and every later batch with DB_UNWRITABLE, each trying again first. */
 int wk_writer_start(struct db *db, struct wk_writer **out, char *err, size_t errlen);
 
 /* Hands b to the thread. -1 when a batch is still in flight (nothing done). */
