@@ -193,7 +193,10 @@ bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t err
     }
     if (r->type != REDIS_REPLY_ERROR)
         return false;
-    snprintf(err, errlen, "%s: %.*s", what, (int)(r->len > 400 ? 400 : r->len), r->str);
+    /* "OOM command not allowed ...", also inside a script's error (older servers) */
+    bool oom = r->str && memmem(r->str, r->len, "OOM command not allowed", 23) != NULL;
+    snprintf(err, errlen, "%s: %.*s%s", what, (int)(r->len > 400 ? 400 : r->len), r->str,
+             oom ? " (Redis is out of memory: maxmemory is reached and it refuses writes)" : "");
     return true;
 }
 
