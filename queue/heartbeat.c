@@ -13,15 +13,13 @@
 #include "queue/rq.h"
 
 /* Whether the instance holding our id is provably a dead earlier run on this machine: the hash
- * names this host and a pid that is gone, or our own pid (a container restarted under the same
- * hostname starts with the same pid). */
+ * names this host and a pid that no longer exists. (Our own pid proves nothing: another handle of
+ * this process, or a container elsewhere with the same hostname, may hold it.) */
 static bool holder_gone(const struct rq *q)
 {
     const struct rq_hb_holder *h = &q->holder;
-    if (strcmp(h->host, q->host) != 0 || h->pid <= 0)
+    if (strcmp(h->host, q->host) != 0 || h->pid <= 0 || h->pid == (long long)getpid())
         return false;
-    if (h->pid == (long long)getpid())
-        return true;
     return kill((pid_t)h->pid, 0) == -1 && errno == ESRCH;
 }
 
