@@ -122,6 +122,23 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     return RQ_HB_TAKEN;
 }
 
+int rq_heartbeat_check(struct rq *q)
+{
+    redisReply *r = rq_conn_command(&q->cmd, "HGET %s instance", q->hb_key);
+    if (!r)
+        return rq_fail_conn(q, "heartbeat check");
+    bool other = r->type == REDIS_REPLY_STRING &&
+                 (r->len != strlen(q->instance) || memcmp(r->str, q->instance, r->len) != 0);
+    bool err = rq_reply_error(r, "heartbeat check", q->err, sizeof q->err);
+    freeReplyObject(r);
+    if (err)
+        return -1;
+    if (!other)
+        return 0;
+    q->claimed = true; /* a plain heartbeat: it writes nothing and tells who holds the id */
+    return rq_heartbeat(q, NULL);
+}
+
 struct redisReply *rq_workers(struct rq *q, const char *what)
 {
     redisReply *m = rq_conn_command(&q->cmd, "SMEMBERS %s", q->keys.workers);

@@ -45,6 +45,11 @@ struct rq_hb_holder {
  * failure. */
 int rq_heartbeat(struct rq *q, const struct rq_worker_info *info);
 
+/* Whether this instance still holds its id, in one HGET (for a step that acts on the processing
+ * list as its owner, such as acknowledging). 0 when the hash is this instance's or absent;
+ * RQ_HB_TAKEN (as rq_heartbeat, "taken over") when another instance's; -1 on a Redis failure. */
+int rq_heartbeat_check(struct rq *q);
+
 /* SMEMBERS <p>:workers: every known worker id, live or lapsed, as an array reply the caller
  * frees (freeReplyObject); NULL with "<what>: <why>" in rq_error. */
 struct redisReply *rq_workers(struct rq *q, const char *what);

@@ -76,4 +76,27 @@ eq "the heartbeat names the new run" "$(rcli HGET llmq:worker:re pid)" "$W_re"
 kill -TERM "$W_re"
 worker_wait re
 eq "the restarted worker stops cleanly" "$WRC" 0
+
+# 5. the takeover is noticed at the next acknowledgement, not only at the next heartbeat: g beats
+# every 30 s, acks every few ms while it works through short jobs
+G=300
+jobs_file "$T/g.jsonl" "$G" g- '{"max_tokens": 24, "ignore_eos": true}'
+push_file "$T/g.jsonl"
+LLMQ_WORKER_HEARTBEAT_INTERVAL_S=30 LLMQ_WORKER_HEARTBEAT_TTL_S=60 worker_start g --max-num-seqs 8
+g_rows() { [ "$(sql "SELECT count(*) FROM jobs WHERE id LIKE 'g-%'")" -ge 8 ]; }
+wait_until "g to write rows" g_rows
+t0=$SECONDS
+worker_start g2 --id g --force-id --queues long # takes g's list back onto the short queue, runs nothing
+worker_wait g
+eq "g's exit status after losing its id" "$WRC" 1
+log_has g "worker id g was taken over" && ok "g noticed within $((SECONDS - t0)) s (heartbeat every 30 s)" ||
+  bad "g did not say it was taken over: $(tail -2 "$T/g.log")"
+[ $((SECONDS - t0)) -lt 20 ] && ok "before its next heartbeat" || bad "g took $((SECONDS - t0)) s"
+kill -TERM "$W_g2"
+worker_wait g2
+worker_start g3 --drain
+worker_wait g3
+eq "g3 drains the rest" "$WRC" 0
+eq "one row per g job" "$(sql "SELECT count(DISTINCT id) || '/' || count(*) FROM jobs WHERE id LIKE 'g-%'")" "$G/$G"
+eq "nothing left over" "$(rcli LLEN llmq:processing:g)/$(rcli LLEN llmq:queue:short)/$(rcli LLEN llmq:dead)" "0/0/0"
 finish

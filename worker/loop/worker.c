@@ -489,10 +489,28 @@ static void batch_rows_drop(struct wk_store *st, int n)
 
 /* ---- the Redis side of held jobs */
 
+/* Another instance took this worker id over (--force-id): the processing list is its now, so this
+ * one acknowledges and hands back nothing more and stops (exit 1). */
+static void lost_id(struct wk *w)
+{
+    log_error("%s; stopping without acknowledging or handing back anything (exit 1)", rq_error(w->rq));
+    w->id_lost = true;
+    w->exit_code = 1;
+}
+
 static void redis_committed(struct wk *w)
 {
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
     if (n) {
+        int own = rq_heartbeat_check(w->rq); /* acks only while the list is ours */
+        if (own == RQ_HB_TAKEN) {
+            lost_id(w);
+            return;
+        }
+        if (own < 0) {
+            redis_trouble(w, "ack");
+            return;
+        }
         int64_t max_bytes = w->cfg->redis.result_max_bytes;
         for (int i = 0; i < n; i++) {
             struct wk_job *j = w->scratch.jobs[i];
@@ -647,6 +665,8 @@ static void redis_retry(struct wk *w)
 static void redis_settle(struct wk *w)
 {
     redis_committed(w);
+    if (w->id_lost)
+        return;
     redis_route(w);
     redis_retry(w);
 }
@@ -1173,10 +1193,8 @@ static void redis_chores(struct wk *w)
     int rc = rq_tick(w->rq, &info, &tr);
     w->stats.reaped_dead += tr.reap.dead; /* what was done also when another chore failed */
     w->stats.dead += tr.reap.dead;
-    if (tr.id_taken) { /* the list is another instance's now: no ack, no hand-back */
-        log_error("%s; stopping without acknowledging or handing back anything (exit 1)", rq_error(w->rq));
-        w->id_lost = true;
-        w->exit_code = 1;
+    if (tr.id_taken) {
+        lost_id(w);
         return;
     }
     if (rc)
@@ -1241,6 +1259,8 @@ static void iterate(struct wk *w)
         return;
     lap(&ph[PH_TICK], &t);
     redis_settle(w); /* 1. acknowledgements and the rest of the Redis side of held jobs */
+    if (w->id_lost)
+        return;
     lap(&ph[PH_REDIS], &t);
     bool blocked = false;
     phase_fetch(w, &blocked); /* 2. fetch, parse, route, add to the engine */
