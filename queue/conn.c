@@ -2,6 +2,7 @@
 #include "queue/conn.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,49 @@
 #include "engine/util/log.h"
 
 #define BACKOFF_MIN_MS 100
+#define TROUBLE_LOG_MS 10000 /* the WARN lines of all connections together: at most one per this */
+
+/* One limiter for the whole process: a worker has two connections (and a tool may have more), and
+ * each failed attempt of each would otherwise log its own line. A connection that is back ends the
+ * window, so that the next outage is logged the moment it starts. */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_log_next_ms; /* monotonic: no connection WARN line before this */
+static int g_log_suppressed;  /* lines not shown since the last one */
+
+/* Whether a connection WARN line may be logged now; if so, *held is how many were not shown
+ * since the last one (and the count starts again), else the line is counted as not shown. */
+static bool trouble_log_due(int *held)
+{
+    int64_t now = rq_mono_ms();
+    pthread_mutex_lock(&g_log_mu);
+    bool due = now >= g_log_next_ms;
+    if (due) {
+        *held = g_log_suppressed;
+        g_log_suppressed = 0;
+        g_log_next_ms = now + TROUBLE_LOG_MS;
+    } else {
+        g_log_suppressed++;
+    }
+    pthread_mutex_unlock(&g_log_mu);
+    return due;
+}
+
+static void trouble_log_reset(void)
+{
+    pthread_mutex_lock(&g_log_mu);
+    g_log_next_ms = 0;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+/* " (N more such lines in the last 10 s not shown)" into buf, or "". */
+static const char *held_note(int held, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (held > 0)
+        snprintf(buf, len, " (%d more such line%s in the last %d s not shown)", held, held == 1 ? "" : "s",
+                 TROUBLE_LOG_MS / 1000);
+    return buf;
+}
 
 int64_t rq_mono_ms(void)
 {
@@ -192,6 +236,8 @@ static int attempt(struct rq_conn *c)
             else
                 log_debug("redis %s (%s connection): connected", addr, c->name);
         }
+        if (c->failures > 0 || c->down_since_ms)
+            trouble_log_reset();
         c->was_up = true;
         c->failures = 0;
         c->backoff_ms = BACKOFF_MIN_MS;
@@ -214,9 +260,11 @@ static int attempt(struct rq_conn *c)
     c->backoff_ms = c->backoff_ms * 2 > c->reconnect_max_ms ? c->reconnect_max_ms : c->backoff_ms * 2;
     snprintf(c->err, sizeof c->err, "redis %s: %s", addr, msg);
     snprintf(c->last_error, sizeof c->last_error, "%s", msg);
-    if (!c->quiet)
-        log_warn("redis %s (%s connection): cannot connect: %s; next attempt in %d ms", addr, c->name, msg,
-                 delay);
+    int held;
+    char note[96];
+    if (!c->quiet && trouble_log_due(&held))
+        log_warn("redis %s (%s connection): cannot connect: %s; next attempt in %d ms%s", addr, c->name, msg,
+                 delay, held_note(held, note, sizeof note));
     return -1;
 }
 
@@ -251,8 +299,11 @@ void rq_conn_drop(struct rq_conn *c, const char *why)
     snprintf(c->err, sizeof c->err, "redis %s: %s", addr, why);
     snprintf(c->last_error, sizeof c->last_error, "%s", why);
     if (was_connected) {
-        if (!c->quiet)
-            log_warn("redis %s (%s connection): connection lost: %s; reconnecting", addr, c->name, why);
+        int held;
+        char note[96];
+        if (!c->quiet && trouble_log_due(&held))
+            log_warn("redis %s (%s connection): connection lost: %s; reconnecting%s", addr, c->name, why,
+                     held_note(held, note, sizeof note));
         c->down_since_ms = rq_mono_ms();
         c->retry_at_ms = 0; /* first attempt at once: a restarted server is usually back */
     }

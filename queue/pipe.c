@@ -199,7 +199,10 @@ bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t err
         if (tail && (size_t)(tail - r->str) < len)
             len = (size_t)(tail - r->str);
     }
-    snprintf(err, errlen, "%s: %.*s", what, (int)len, r->str);
+    /* "OOM command not allowed ...", also inside a script's error (older servers) */
+    bool oom = r->str && memmem(r->str, r->len, "OOM command not allowed", 23) != NULL;
+    snprintf(err, errlen, "%s: %.*s%s", what, (int)len, r->str,
+             oom ? " (Redis is out of memory: maxmemory is reached and it refuses writes)" : "");
     return true;
 }
 

@@ -64,7 +64,8 @@ void rq_pipe_int(struct rq_pipe *p, long long v);
 int rq_pipe_exec(struct rq_pipe *p, struct rq_conn *c, struct rq_scripts *sc);
 
 /* Whether reply r is a Redis error; if so writes "<what>: <message>" into err (a script's
- * "BADKEY ..." error without the script's name and line that Redis appends). */
+ * "BADKEY ..." error without the script's name and line that Redis appends; an OOM refusal gets
+ * a note that Redis reached maxmemory). */
 bool rq_reply_error(const redisReply *r, const char *what, char *err, size_t errlen);
 /* The integer of reply r; 0 when r is NULL or not an integer. */
 int64_t rq_reply_int(const redisReply *r);

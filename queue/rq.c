@@ -33,6 +33,24 @@ void rq_opts_default(struct rq_opts *o)
     o->max_job_bytes = 4 << 20;
 }
 
+/* 16 hex digits from /dev/urandom (the clock and pid mixed where it cannot be read): a token that
+ * tells this run apart from any other run under the same worker id. */
+static void new_instance(char *buf, size_t len)
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        char seed[64];
+        int n = snprintf(seed, sizeof seed, "%lld.%ld.%ld", (long long)ts.tv_sec, ts.tv_nsec, (long)getpid());
+        v = rq_hash(seed, (size_t)n);
+    }
+    if (f)
+        fclose(f);
+    snprintf(buf, len, "%016llx", (unsigned long long)v);
+}
+
 static char *dup_or(const char *s, const char *def)
 {
     return strdup(s && *s ? s : def);
@@ -98,6 +116,7 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
     snprintf(q->default_queue, sizeof q->default_queue, "%s", dq);
     rq_key_processing(&q->keys, q->worker, q->proc_key, sizeof q->proc_key);
     rq_key_worker(&q->keys, q->worker, q->hb_key, sizeof q->hb_key);
+    new_instance(q->instance, sizeof q->instance);
 
     /* copies of the option strings the handle keeps using */
     q->owned[0] = dup_or(o->url, "redis://127.0.0.1:6379/0");

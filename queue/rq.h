@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "queue/conn.h"
+#include "queue/heartbeat.h"
 #include "queue/keys.h"
 #include "queue/pipe.h"
 #include "queue/scripts.h"
@@ -53,6 +54,7 @@ struct rq_opts {
     int reaper_interval_s;    /* rq_tick: reaper period */
     int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
     bool quiet;               /* no log lines from the connections (tests) */
+    bool force_id;            /* the first heartbeat takes the id over even from a live instance */
 };
 
 /* The defaults of conf/llmq.yaml (redis://127.0.0.1:6379/0, prefix llmq, ...). */
@@ -90,7 +92,7 @@ struct rq {
     int nheld;
     size_t capheld;
     bool need_reconcile;
-    int rr_next; /* the source a blocking fetch starts with (rotates) */
+    int rr_next;        /* the source a blocking fetch starts with (rotates) */
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
     uint64_t badkeys[RQ_BADKEY_MEMORY]; /* keys of the wrong type reported (queue/badkey.h) */
     int nbadkeys;
@@ -100,6 +102,13 @@ struct rq {
     void *done_ctx;
 
     char *owned[6]; /* copies of the option strings */
+    /* The heartbeat hash carries this run's random token (field `instance`): a second process
+     * started under the same id sees that the id is in use (queue/heartbeat.h). */
+    char instance[24];
+    bool claimed;               /* a heartbeat of this instance succeeded (the id is ours) */
+    bool id_taken;              /* the last heartbeat found the hash held by another instance */
+    struct rq_hb_holder holder; /* that instance, when id_taken */
+
     char err[1024];
 };
 

@@ -742,6 +742,32 @@ static const char batch_requeue_src[] = PRELUDE
 "  event(id, 'queued', WORKER, 'queue', q, 'reason', 'requeue_batch')\n"
 "end\n"
 "return {'ok', n}\n";
+
+/* KEYS[5] the heartbeat hash, KEYS[6] <p>:workers; ARGV[13] this instance's token, ARGV[14] whose
+ * hash it may replace: '' none but its own, '*' any, '(none)' one without a token, else the
+ * instance with that token; ARGV[15] TTL s; ARGV[16..] field, value pairs. Checks and writes in
+ * one step, so of two instances starting at once one wins. Returns {'ok'} ({'ok', token, host,
+ * pid, -2} when it replaced another instance's hash), or {'taken', token ('(none)' when the hash
+ * has none), host, pid, PTTL ms} and writes nothing. */
+static const char heartbeat_src[] = PRELUDE
+"local HBK, TOKEN, REPLACE = KEYS[5], ARGV[13], ARGV[14]\n"
+"need(HBK, 'hash', KEYS[6], 'set')\n"
+"local prev = {'ok'}\n"
+"if redis.call('EXISTS', HBK) == 1 then\n"
+"  local cur = redis.call('HMGET', HBK, 'instance', 'host', 'pid')\n"
+"  local seen = cur[1] or '(none)'\n"
+"  if seen ~= TOKEN then\n"
+"    if REPLACE ~= '*' and REPLACE ~= seen then\n"
+"      return {'taken', seen, cur[2] or '', cur[3] or '', redis.call('PTTL', HBK)}\n"
+"    end\n"
+"    redis.call('DEL', HBK)\n"
+"    prev = {'ok', seen, cur[2] or '', cur[3] or '', -2}\n"
+"  end\n"
+"end\n"
+"redis.call('HSET', HBK, 'instance', TOKEN, unpack(ARGV, 16, #ARGV))\n"
+"redis.call('EXPIRE', HBK, ARGV[15])\n"
+"redis.call('SADD', KEYS[6], WORKER)\n"
+"return prev\n";
 /* clang-format on */
 
 static const struct {
@@ -763,6 +789,7 @@ static const struct {
     [RQ_SCRIPT_BATCH_CANCEL] = {"batch_cancel", batch_cancel_src},
     [RQ_SCRIPT_BATCH_RERUN] = {"batch_requeue", batch_requeue_src},
     [RQ_SCRIPT_ATTEMPT] = {"attempt", attempt_src},
+    [RQ_SCRIPT_HEARTBEAT] = {"heartbeat", heartbeat_src},
 };
 
 const char *rq_script_name(enum rq_script s)

@@ -42,6 +42,7 @@ enum rq_script {
     RQ_SCRIPT_BATCH_CANCEL, /* cancel a batch: its state, and its running jobs into the cancel set */
     RQ_SCRIPT_BATCH_RERUN,  /* run a batch's finished jobs again from their stored requests */
     RQ_SCRIPT_ATTEMPT,      /* count a delivery of jobs that start running */
+    RQ_SCRIPT_HEARTBEAT,    /* a worker's heartbeat, unless another instance holds its id */
     RQ_SCRIPT_COUNT
 };
 

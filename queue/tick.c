@@ -16,10 +16,12 @@ int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_resu
     int rc = 0;
     char first[sizeof q->err] = "";
     if (now >= q->next_heartbeat_ms) {
-        if (rq_heartbeat(q, info) == 0) {
+        int hb = rq_heartbeat(q, info);
+        if (hb == 0) {
             res->heartbeat = true;
             q->next_heartbeat_ms = now + 1000LL * q->o.heartbeat_interval_s;
         } else {
+            res->id_taken = hb == RQ_HB_TAKEN;
             rc = -1;
             memcpy(first, q->err, sizeof first);
         }

@@ -16,6 +16,7 @@ struct rq_tick_result {
     bool reaped;                /* the reaper ran */
     struct rq_reap_result reap; /* what it did */
     int retried;                /* retry entries moved back to their queue */
+    bool id_taken;              /* the heartbeat found another instance holding this worker id */
 };
 
 /* Does what is due. 0, or -1 with the first failure in rq_error (the other chores still ran;

@@ -7,6 +7,7 @@
 #include "worker/cli/cli.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
+#include "worker/loop/signals.h"
 #include "worker/loop/worker.h"
 
 static const char CMD[] = "worker";
@@ -30,7 +31,12 @@ static void usage(FILE *f)
         "  -m, --model DIR       Hugging Face model folder (model.path)\n"
         "      --backend B       auto | cpu | cuda (engine.backend)\n"
         "      --id NAME         this worker's id in Redis keys (worker.id; default <hostname>-<pid>).\n"
-        "                        A worker restarted with the same id takes back what it left behind\n"
+        "                        A worker restarted with the same id takes back what it left behind.\n"
+        "                        An id whose heartbeat is held by another live worker is refused (exit\n"
+        "                        1, saying when that heartbeat lapses): both would run the same jobs\n"
+        "      --force-id        take the id over even so, for when that worker is known to be gone\n"
+        "                        (a frozen VM, a partitioned host); a worker that finds its id taken\n"
+        "                        over stops with exit 1 without acknowledging anything more\n"
         "      --queues LIST     short, long or short,long: the queues to fetch from, in priority order\n"
         "                        (worker.queues)\n"
         "      --drain           exit once nothing is left (for cron): the queues it serves, the retry\n"
@@ -49,25 +55,39 @@ static void usage(FILE *f)
         "      --stats           log the loop's per-phase timings every metrics interval (always at exit)\n"
         "  -h, --help            this text\n"
         "\n"
-        "Signals: SIGTERM or SIGINT stop fetching, let running jobs finish for up to\n"
+        "Signals: SIGTERM, SIGINT or SIGHUP stop fetching, let running jobs finish for up to\n"
         "worker.shutdown_timeout_s, hand the rest back to the front of their queue and exit 0; a second\n"
-        "signal hands everything back at once.\n"
+        "signal hands everything back at once. One during start-up exits 0 before the next step (model\n"
+        "load, engine, database). SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are ignored.\n"
         "\n"
         "Exit status: 0 after a clean stop (with --drain: and no job failed), 1 when the worker cannot\n"
-        "start (model, tokenizer, engine, database; with --drain, Redis unreachable), 2 when the command\n"
+        "start (model, tokenizer, engine, database, its id in use; with --drain, Redis unreachable) or\n"
+        "its id was taken over, 2 when the command\n"
         "line is wrong, 3 with --drain when jobs failed or were dead-lettered during the run (the last\n"
         "log line counts them). Without --drain a worker keeps trying to reach Redis.\n");
 }
 
 int cmd_worker(int argc, char **argv)
 {
-    enum { O_REDIS = ENGINE_CFG_O_NEXT, O_DB, O_ID, O_QUEUES, O_DRAIN, O_CONNECT_TIMEOUT, O_LOG, O_STATS };
+    wk_signals_catch(); /* first: a SIGTERM while the config is read is a clean stop too */
+    enum {
+        O_REDIS = ENGINE_CFG_O_NEXT,
+        O_DB,
+        O_ID,
+        O_QUEUES,
+        O_DRAIN,
+        O_CONNECT_TIMEOUT,
+        O_LOG,
+        O_STATS,
+        O_FORCE_ID
+    };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"redis", required_argument, NULL, O_REDIS},
         {"db", required_argument, NULL, O_DB},
         ENGINE_CFG_LONGOPTS, /* --model, --backend, --threads, --device, --max-num-seqs */
         {"id", required_argument, NULL, O_ID},
+        {"force-id", no_argument, NULL, O_FORCE_ID},
         {"queues", required_argument, NULL, O_QUEUES},
         {"drain", no_argument, NULL, O_DRAIN},
         {"connect-timeout", required_argument, NULL, O_CONNECT_TIMEOUT},
@@ -104,6 +124,9 @@ int cmd_worker(int argc, char **argv)
             continue;
         case O_STATS:
             o.stats = true;
+            continue;
+        case O_FORCE_ID:
+            o.force_id = true;
             continue;
         case O_REDIS:
             key = "redis.url", flag = "--redis";

@@ -46,6 +46,7 @@
 #include "worker/loop/lanes.h"
 #include "worker/loop/stream.h"
 #include "worker/loop/models.h"
+#include "worker/loop/signals.h"
 #include "worker/metrics/http.h"
 #include "worker/metrics/metrics.h"
 #include "worker/store/db.h"
@@ -76,14 +77,6 @@ struct timing {
     double full_sum;       /* overhead at full batch (running == engine.max_num_seqs) */
     uint64_t full_n;
 };
-
-static volatile sig_atomic_t g_signals, g_signo;
-
-static void on_signal(int s)
-{
-    g_signo = s;
-    g_signals++;
-}
 
 /* Fetching: what one rq_fetch brings and when the next may run. */
 struct wk_fetch {
@@ -207,6 +200,8 @@ struct wk {
     int count_due;            /* jobs with count_due set */
 
     bool stopping;        /* a signal came: no more fetching */
+    bool id_lost;         /* another instance took this worker id over: no more Redis writes */
+    bool start_stopped;   /* a stop signal came during set-up: a clean exit */
     double stop_deadline; /* running jobs are handed back from this monotonic time */
 };
 
@@ -520,10 +515,28 @@ static void batch_rows_drop(struct wk_store *st, int n)
 
 /* ---- the Redis side of held jobs */
 
+/* Another instance took this worker id over (--force-id): the processing list is its now, so this
+ * one acknowledges and hands back nothing more and stops (exit 1). */
+static void lost_id(struct wk *w)
+{
+    log_error("%s; stopping without acknowledging or handing back anything (exit 1)", rq_error(w->rq));
+    w->id_lost = true;
+    w->exit_code = 1;
+}
+
 static void redis_committed(struct wk *w)
 {
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
     if (n) {
+        int own = rq_heartbeat_check(w->rq); /* acks only while the list is ours */
+        if (own == RQ_HB_TAKEN) {
+            lost_id(w);
+            return;
+        }
+        if (own < 0) {
+            redis_trouble(w, "ack");
+            return;
+        }
         int64_t max_bytes = w->cfg->redis.result_max_bytes;
         for (int i = 0; i < n; i++) {
             struct wk_job *j = w->scratch.jobs[i];
@@ -718,6 +731,8 @@ static void redis_settle(struct wk *w)
 {
     redis_count(w);
     redis_committed(w);
+    if (w->id_lost)
+        return;
     redis_route(w);
     redis_retry(w);
 }
@@ -1290,6 +1305,10 @@ static void redis_chores(struct wk *w)
     int rc = rq_tick(w->rq, &info, &tr);
     w->stats.reaped_dead += tr.reap.dead; /* what was done also when another chore failed */
     w->stats.dead += tr.reap.dead;
+    if (tr.id_taken) {
+        lost_id(w);
+        return;
+    }
     if (rc)
         redis_trouble(w, "heartbeat/reaper/retries");
     else if (tr.reaped && (tr.reap.requeued || tr.reap.dead || tr.reap.acked))
@@ -1297,7 +1316,7 @@ static void redis_chores(struct wk *w)
                  "with their committed row",
                  tr.reap.workers, tr.reap.workers == 1 ? "" : "s", tr.reap.requeued,
                  tr.reap.requeued == 1 ? "" : "s", tr.reap.dead, tr.reap.acked);
-    if (!w->fetch.recovered && held_count(w) == 0) {
+    if (!w->fetch.recovered && held_count(w) == 0 && w->rq->claimed) {
         struct rq_reap_result rr = {0};
         if (rq_recover(w->rq, &rr) == 0) {
             w->fetch.recovered = true;
@@ -1359,8 +1378,12 @@ static void iterate(struct wk *w)
     double ph[PH_N] = {0};
     double t = llmq_mono_s();
     redis_chores(w); /* 1. heartbeat, reaper, retries */
+    if (w->id_lost)
+        return;
     lap(&ph[PH_TICK], &t);
     redis_settle(w); /* 1. acknowledgements and the rest of the Redis side of held jobs */
+    if (w->id_lost)
+        return;
     lap(&ph[PH_REDIS], &t);
     bool blocked = false;
     phase_fetch(w, &blocked); /* 2. fetch, parse, route, add to the engine */
@@ -1482,7 +1505,7 @@ static int redis_start(struct wk *w)
         if (rq_connect(w->rq) && !rq_auth_refused(w->rq))
             log_warn("redis: %s; the worker starts anyway and keeps trying with backoff", rq_error(w->rq));
     } else {
-        if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, &g_signals) == 0) {
+        if (rq_connect_wait(w->rq, 1000 * c->redis.start_timeout_s, wk_signals_counter()) == 0) {
             if (llmq_mono_s() - t0 >= 1)
                 log_info("redis: connected after %.1f s", llmq_mono_s() - t0);
             return 0;
@@ -1496,13 +1519,43 @@ static int redis_start(struct wk *w)
     }
     if (!w->opts.drain || c->redis.start_timeout_s == 0)
         return 0;
-    if (g_signals)
-        log_error("redis %s cannot be reached (%s) and a signal came: exiting", url, rq_error(w->rq));
-    else
+    if (wk_signals_count()) {
+        log_info("redis %s cannot be reached (%s) and %s came: exiting", url, rq_error(w->rq), wk_signals_last());
+        w->start_stopped = true; /* a stop asked for: exit 0 */
+    } else
         log_error("redis %s cannot be reached: %s (for %.0f s; --connect-timeout, redis.start_timeout_s): a "
                   "--drain worker does not start without it",
                   url, rq_error(w->rq), llmq_mono_s() - t0);
     return -1;
+}
+
+/* Claims this worker id in Redis at start (the first heartbeat, queue/heartbeat.h): refused while
+ * another live instance holds it, unless --force-id. Without Redis yet, the first heartbeat of the
+ * loop claims it instead (and a refusal then stops the worker the same way). 0, or -1 (logged). */
+static int claim_id(struct wk *w)
+{
+    if (!w->rq->cmd.ctx)
+        return 0;
+    int rc = rq_heartbeat(w->rq, NULL);
+    if (rc == RQ_HB_TAKEN) {
+        log_error("%s", rq_error(w->rq));
+        return -1;
+    }
+    if (rc == 0 && w->rq->holder.instance[0])
+        log_warn("worker %s: took the id over from host %s pid %lld", w->worker_id, w->rq->holder.host,
+                 w->rq->holder.pid);
+    return 0;
+}
+
+/* Whether a stop signal came during set-up: then the worker exits 0 before `next` (a model load can
+ * take minutes). */
+static bool start_stop(struct wk *w, const char *next)
+{
+    if (!wk_signals_count())
+        return false;
+    log_info("received %s while starting: exiting before %s", wk_signals_last(), next);
+    w->start_stopped = true;
+    return true;
 }
 
 static int setup(struct wk *w)
@@ -1512,6 +1565,7 @@ static int setup(struct wk *w)
     /* Redis first: a cron job without Redis fails before it loads a model */
     struct rq_opts ro;
     cfg_rq_opts(&ro, c);
+    ro.force_id = w->opts.force_id;
     if (rq_open(&ro, &w->rq, err, sizeof err)) {
         log_error("redis: %s", err);
         return -1;
@@ -1524,7 +1578,7 @@ static int setup(struct wk *w)
     }
     rq_pipe_init(&w->fetch.pipe);
     wk_stream_init(&w->stream, c->redis.stream_interval_ms);
-    if (redis_start(w))
+    if (redis_start(w) || claim_id(w) || start_stop(w, "loading the model"))
         return -1;
 
     w->model = model_load(c->model.path, err, sizeof err);
@@ -1547,6 +1601,8 @@ static int setup(struct wk *w)
         return -1;
     }
     engine_set_on_start(w->eng, on_start, w);
+    if (start_stop(w, "opening the database"))
+        return -1;
     if (wk_lanes_init(&w->lanes, c, w->eng, err, sizeof err)) {
         log_error("%s", err);
         return -1;
@@ -1763,29 +1819,25 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         memset(&w->held[s], 0, sizeof w->held[s]);
     log_set_level((enum log_level)c->worker.log_level);
 
-    struct sigaction sa, old_term, old_int;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGINT, &sa, &old_int);
-    signal(SIGPIPE, SIG_IGN);
-    g_signals = 0;
+    wk_signals_catch(); /* cmd_worker did already, before reading the config */
 
     if (setup(w)) {
+        /* nothing was fetched: the heartbeat goes, and an earlier run's list to the reaper */
+        if (w->rq && w->rq->claimed && rq_heartbeat_stop(w->rq))
+            log_warn("redis: removing the heartbeat failed: %s", rq_error(w->rq));
+        int rc = w->start_stopped ? 0 : 1;
         teardown(w);
         free(w);
-        sigaction(SIGTERM, &old_term, NULL);
-        sigaction(SIGINT, &old_int, NULL);
-        return 1;
+        return rc;
     }
     double t_start = llmq_mono_s();
     bool hard = false;
     for (;;) {
-        int sigs = g_signals;
+        if (w->id_lost)
+            break;
+        int sigs = wk_signals_count();
         if (sigs >= 2) {
-            log_warn("received %s again: handing everything back now",
-                     g_signo == SIGINT ? "SIGINT" : "SIGTERM");
+            log_warn("received %s again: handing everything back now", wk_signals_last());
             hard = true;
             break;
         }
@@ -1795,7 +1847,7 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
             log_info(
                 "received %s: not fetching any more; finishing %d running job%s (up to %d s), then handing "
                 "back the rest (send it again to stop at once)",
-                g_signo == SIGINT ? "SIGINT" : "SIGTERM", w->held[WK_RUNNING].n,
+                wk_signals_last(), w->held[WK_RUNNING].n,
                 w->held[WK_RUNNING].n == 1 ? "" : "s", c->worker.shutdown_timeout_s);
         }
         if (w->stopping && (!engine_has_work(w->eng) || llmq_mono_s() >= w->stop_deadline)) {
@@ -1811,7 +1863,8 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
             break;
         }
     }
-    finish_run(w, hard);
+    if (!w->id_lost)
+        finish_run(w, hard);
     double dt = llmq_mono_s() - t_start;
     timing_line("worker stats", &w->stats.run_timing);
     /* a cron job learns from the status that jobs failed; a service is only told how it stopped */
@@ -1832,7 +1885,5 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         (long long)w->stats.requeued, tail);
     teardown(w);
     free(w);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGINT, &old_int, NULL);
     return status;
 }

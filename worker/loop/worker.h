@@ -22,15 +22,18 @@
 struct cfg;
 
 struct wk_opts {
-    bool drain; /* exit once the queues, the retry set and every worker's list are empty */
-    bool stats; /* log a per-phase timing line every metrics interval (always once at exit) */
+    bool drain;    /* exit once the queues, the retry set and every worker's list are empty */
+    bool stats;    /* log a per-phase timing line every metrics interval (always once at exit) */
+    bool force_id; /* take the worker id over even while another live worker holds it */
 };
 
 #define WK_EXIT_JOBS_FAILED 3 /* --drain: jobs failed or were dead-lettered during the run */
 
-/* Runs the worker until a signal (SIGTERM/SIGINT) or, with drain, until there is nothing left.
- * c must be validated; it is borrowed for the run. Returns the exit status: 0 after a clean stop,
- * 1 when the worker could not start (model, tokenizer, engine, database, options, or with drain
- * Redis unreachable for redis.start_timeout_s), WK_EXIT_JOBS_FAILED with drain when any job
- * finished failed or was dead-lettered (by this worker or its reaper). */
+/* Runs the worker until a stop signal (worker/loop/signals.h) or, with drain, until there is
+ * nothing left. c must be validated; it is borrowed for the run. Returns the exit status: 0 after a
+ * clean stop (also when the signal came during set-up), 1 when the worker could not start (model,
+ * tokenizer, engine, database, options, its id held by another live worker, or with drain Redis
+ * unreachable for redis.start_timeout_s) or when another instance took its id over while it ran,
+ * WK_EXIT_JOBS_FAILED with drain when any job finished failed or was dead-lettered (by this worker or its
+ * reaper). */
 int wk_run(const struct cfg *c, const struct wk_opts *o);

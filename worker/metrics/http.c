@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "engine/util/log.h"
 
@@ -20,16 +21,45 @@ struct wk_http {
     int published;          /* a snapshot is there */
     struct wk_snapshot *s;  /* the last published (owned) */
     struct wk_snapshot *rd; /* the handler's copy (owned; one request at a time: one thread) */
+    double next_log;        /* monotonic: no libmicrohttpd line before this */
+    int suppressed;         /* its lines not shown since the last one */
 };
 
+/* Connections: far more than scrapers and probes need, so that a few dozen idle or slow ones (a
+ * port scan, a slowloris client) leave room for /health; each is closed after IDLE_S without a
+ * byte. The server polls (not select), so descriptors past FD_SETSIZE are no problem. */
+#define MAX_CONNECTIONS 256u
+#define IDLE_S 3u
+#define LOG_EVERY_S 10.0 /* libmicrohttpd's lines (a refused connection each): at most one per this */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Runs on the server's thread only. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    struct wk_http *h = cls;
+    double now = mono_s();
+    if (now < h->next_log) {
+        h->suppressed++;
+        return;
+    }
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = 0;
-    log_warn("metrics http: %s", msg);
+    if (h->suppressed)
+        log_warn("metrics http: %s (%d more such line%s in the last %.0f s not shown)", msg, h->suppressed,
+                 h->suppressed == 1 ? "" : "s", LOG_EVERY_S);
+    else
+        log_warn("metrics http: %s", msg);
+    h->suppressed = 0;
+    h->next_log = now + LOG_EVERY_S;
 }
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type, char *body,
@@ -139,7 +169,7 @@ int wk_http_start(const char *address, int port, struct wk_http **out, char *err
         return -1;
     }
     pthread_mutex_init(&h->mu, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     /* the server's thread inherits this mask: signals go to the worker loop */
@@ -147,10 +177,11 @@ int wk_http_start(const char *address, int port, struct wk_http **out, char *err
     sigemptyset(&block);
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     h->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-                            32u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+                            mhd_log, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+                            MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, IDLE_S, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     freeaddrinfo(ai);
     if (!h->d) {
@@ -184,6 +215,9 @@ void wk_http_stop(struct wk_http *h)
         return;
     if (h->d)
         MHD_stop_daemon(h->d);
+    if (h->suppressed) /* the server's thread has ended */
+        log_warn("metrics http: %d more line%s (refused or broken connections) in the last %.0f s not shown",
+                 h->suppressed, h->suppressed == 1 ? "" : "s", LOG_EVERY_S);
     pthread_mutex_destroy(&h->mu);
     free(h->s);
     free(h->rd);
