@@ -465,6 +465,35 @@ static void test_duplicates_in_a_batch(void **state)
     rq_free(q);
 }
 
+/* A worker killed between the two steps of a fetch (jobs moved, not yet marked running): its
+ * jobs are in its processing list with their hashes still queued; the reaper puts them back
+ * without counting a delivery, and the next fetch runs them as first deliveries. */
+static void test_crash_between_steps(void **state)
+{
+    struct rq *q = open_rq("survivor");
+    rq_test_push_n(q, "short", "k", 2);
+    redisReply *r = cmd("LMOVE llmq:queue:short llmq:processing:gone RIGHT LEFT");
+    freeReplyObject(r);
+    r = cmd("LMOVE llmq:queue:short llmq:processing:gone RIGHT LEFT");
+    freeReplyObject(r);
+    run("SADD llmq:workers gone"); /* no heartbeat: it has lapsed */
+    struct rq_reap_result rr;
+    assert_int_equal(rq_reap(q, &rr), 0);
+    assert_int_equal(rr.requeued, 2);
+    assert_int_equal(rr.dead, 0);
+    assert_int_equal(ival("LLEN llmq:processing:gone"), 0);
+    assert_string_equal(sval("HGET llmq:job:k0 status"), "queued");
+    assert_string_equal(sval("HGET llmq:job:k0 attempts"), "0");
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 2);
+    assert_string_equal(j[0].id, "k0"); /* in their order */
+    assert_int_equal(j[0].attempts, 1);
+    assert_int_equal(j[1].attempts, 1);
+    ack_all(q, j, 2);
+    rq_free(q);
+}
+
 /* Two workers fetching concurrently never get the same job. */
 static void test_two_workers_disjoint(void **state)
 {
@@ -506,6 +535,7 @@ int main(void)
         cmocka_unit_test_setup(test_reconcile_lost_fetch, rq_test_flush),
         cmocka_unit_test_setup(test_byte_bound, rq_test_flush),
         cmocka_unit_test_setup(test_duplicates_in_a_batch, rq_test_flush),
+        cmocka_unit_test_setup(test_crash_between_steps, rq_test_flush),
         cmocka_unit_test_setup(test_two_workers_disjoint, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
