@@ -1135,6 +1135,23 @@ void job_drop_input(struct job *j)
     j->messages = NULL;
 }
 
+json_t *job_metadata_of(const char *line, size_t len)
+{
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    const json_t *from = root;
+    if (json_object_get(root, "custom_id") || json_object_get(root, "body") || json_object_get(root, "url") ||
+        json_object_get(root, "method"))
+        from = json_object_get(root, "body");
+    json_t *m = json_object_get(from, "metadata");
+    m = json_is_object(m) ? json_incref(m) : NULL;
+    json_decref(root);
+    return m;
+}
+
 /* ---- ids */
 
 int job_assign_id(struct job *j)

@@ -66,9 +66,21 @@ static char *dump(const json_t *v)
     return v ? json_dumps(v, JSON_COMPACT) : NULL;
 }
 
+void wk_job_admitted(struct wk_job *j)
+{
+    job_drop_input(&j->job);
+    if (j->job.metadata && j->rj.len > WK_BIG_JOB_BYTES) {
+        json_decref(j->job.metadata);
+        j->job.metadata = NULL;
+        j->metadata_dropped = true;
+    }
+}
+
 /* What every finished job records: an id to write under, params, metadata. */
 static void common(struct wk_job *j, double now_wall)
 {
+    if (j->metadata_dropped && !j->job.metadata) /* for the row and the result line */
+        j->job.metadata = job_metadata_of(j->rj.raw, j->rj.len);
     if (!j->job.id && !j->rj.id[0] && !j->row_id[0]) {
         uuid7(j->row_id);
         if (j->job.form == JOB_FORM_LLMQ && (j->job.id = strdup(j->row_id)) != NULL) /* the result names it */

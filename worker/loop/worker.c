@@ -366,7 +366,7 @@ static void admit(struct wk *w, struct wk_job *j)
         if (!j->seq) {
             fail_job(w, j, JOB_ERR_ENGINE, err);
         } else {
-            job_drop_input(&j->job); /* the engine has the tokens */
+            wk_job_admitted(j); /* the engine has the tokens */
             move(w, j, WK_RUNNING);
             wk_stream_admit(&w->stream, j);
         }
