@@ -266,7 +266,8 @@ static int top(struct scan *c, struct member m[NMEMBERS])
             if ((rc = value(c, 1)) != OK)
                 return rc;
             if (which >= 0)
-                m[which] = (struct member){c->p - v == 4 && !memcmp(v, "null", 4) ? K_NULL : K_OTHER, NULL, 0};
+                m[which] =
+                    (struct member){c->p - v == 4 && !memcmp(v, "null", 4) ? K_NULL : K_OTHER, NULL, 0};
         }
         ws(c);
         if (c->p >= c->end)

@@ -49,7 +49,7 @@ struct rq_opts {
     int heartbeat_interval_s; /* rq_tick: heartbeat period */
     int reaper_interval_s;    /* rq_tick: reaper period */
     int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
-    int64_t fetch_max_bytes;  /* bytes of job JSON one fetch moves at most (the first job always; 0 = no limit) */
+    int64_t fetch_max_bytes;  /* job JSON one fetch moves at most (one job always; 0 = no limit) */
     bool quiet;               /* no log lines from the connections (tests) */
 };
 

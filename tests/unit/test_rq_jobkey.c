@@ -167,11 +167,12 @@ static int agree(const char *raw, size_t len)
     char a[RQ_ID_MAX + 1], b[RQ_ID_MAX + 1];
     int sc = rq_job_scan(raw, len, a);
     enum rq_idstate ref = rq_job_id_parsed(raw, len, b);
-    if (sc >= 0 && (sc != (int)ref || strcmp(a, b)))
-    {
+    if (sc >= 0 && (sc != (int)ref || strcmp(a, b))) {
         char hex[1024] = "";
         for (size_t i = 0; i < len && i < 200; i++)
-            snprintf(hex + strlen(hex), sizeof hex - strlen(hex), (unsigned char)raw[i] < 0x20 || (unsigned char)raw[i] >= 0x7f ? "<%02x>" : "%c", (unsigned char)raw[i]);
+            snprintf(hex + strlen(hex), sizeof hex - strlen(hex),
+                     (unsigned char)raw[i] < 0x20 || (unsigned char)raw[i] >= 0x7f ? "<%02x>" : "%c",
+                     (unsigned char)raw[i]);
         fail_msg("scan %d '%s', parse %d '%s' for %s", sc, a, (int)ref, b, hex);
     }
     return sc;
@@ -183,7 +184,8 @@ static void test_scan_agrees_with_parse(void **state)
     fill();
     const char *seeds[] = {
         "{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":12,\"temperature\":0.5,\"stop\":[\"\\n\",\"q\"]}",
-        " {\"prompt\" : \"tab\\there \\\"q\\\" \\u00e9 \\ud83d\\ude00 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\", \"id\" : null} ",
+        " {\"prompt\" : \"tab\\there \\\"q\\\" \\u00e9 \\ud83d\\ude00 \xc3\xa9 \xe2\x82\xac "
+        "\xf0\x9f\x98\x80\", \"id\" : null} ",
         "{\"id\":\"x\",\"id\":\"y\",\"n\":[true,false,null,-0,1.25,{\"a\":{}}],\"o\":{\"id\":5}}",
         "{\"custom_id\":\"r\",\"batch_id\":\"b-1\",\"method\":\"POST\",\"url\":\"/v1\",\"body\":{\"x\":[]}}",
         "{\"url\":null,\"custom_id\":\"c\\u0041\"}",
@@ -202,13 +204,15 @@ static void test_scan_agrees_with_parse(void **state)
         "{\"id\":\"\x7f\"}",
         "{}",
         "[{\"id\":\"a\"}]",
-        "{\"id\":\"a\",\"n\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+        "{\"id\":\"a\",\"n\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]"
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
         longest,
         batch65_line,
         too_long_cid,
     };
-    static const char subst[] = {'"', '\\', '{', '}', '[', ']', ',', ':', ' ', '0', '1', '-', '.', 'e',
-                                 'u', 'n', 'a', '\n', '\x01', '\x7f', (char)0x80, (char)0xc3, (char)0xed, 0};
+    static const char subst[] = {'"', '\\', '{',    '}',    '[',        ']',        ',',        ':',
+                                 ' ', '0',  '1',    '-',    '.',        'e',        'u',        'n',
+                                 'a', '\n', '\x01', '\x7f', (char)0x80, (char)0xc3, (char)0xed, 0};
     char buf[2048];
     int decided = 0, total = 0;
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {

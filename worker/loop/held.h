@@ -47,7 +47,7 @@ struct wk_job {
     struct rq_job rj;           /* as held in Redis (owned) */
     struct job job;             /* parsed (job_parse always initialises it; owned) */
     bool parsed;                /* job_parse succeeded */
-    bool metadata_dropped;      /* its parsed metadata was let go while it runs (wk_job_admitted) */
+    bool metadata_dropped;      /* parsed metadata let go while it runs (wk_job_admitted) */
     struct engine_seq *seq;     /* RUNNING: borrowed from the engine until engine_release */
     int lane;                   /* engine lane */
     enum wk_to route;           /* ROUTE: where to */

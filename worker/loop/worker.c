@@ -1021,8 +1021,8 @@ static void phase_fetch(struct wk *w, bool *blocked)
     }
     int block = idle ? RQ_BLOCK_DEFAULT : 0;
     *blocked = idle;
-    int n = rq_fetch_grouped(w->rq, src, group, nsrc, RQ_ORDER_PRIORITY, total, budget > 0 ? budget : 1, block,
-                             w->fetch.jobs);
+    int n = rq_fetch_grouped(w->rq, src, group, nsrc, RQ_ORDER_PRIORITY, total, budget > 0 ? budget : 1,
+                             block, w->fetch.jobs);
     if (n < 0) {
         redis_trouble(w, "fetch");
         return;
