@@ -56,9 +56,11 @@ static int wait_ready(struct rq_conn *c, int64_t deadline)
 }
 
 /* Appends the fetch script for the sources with room; `minus` (or -1) is a source to take one
- * fewer from (a job already got from it by BLMOVE). Returns 0, or 1 when nothing can be asked. */
+ * fewer from (a job already got from it by BLMOVE, `pre` bytes). Returns 0, or 1 when nothing
+ * can be asked. */
 static int add_fetch(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
-                     enum rq_order order, int max, int minus, char keys[][RQ_KEY_MAX], int *map)
+                     enum rq_order order, int max, int64_t max_bytes, int minus, size_t pre,
+                     char keys[][RQ_KEY_MAX], int *map)
 {
     const char *xk[MAX_SOURCES];
     int caps[MAX_SOURCES], groups[MAX_SOURCES], n = 0;
@@ -77,11 +79,13 @@ static int add_fetch(struct rq *q, const struct rq_source *src, const int *group
         map[n] = i;
         n++;
     }
-    if (n == 0 || max <= 0)
+    if (n == 0 || max <= 0 || (pre > 0 && max_bytes > 0 && (int64_t)pre >= max_bytes))
         return 1;
     rq_script_cmd(q, &q->pipe, RQ_SCRIPT_FETCH, q->proc_key, xk, n);
     rq_pipe_str(&q->pipe, order == RQ_ORDER_ROUND_ROBIN ? "r" : "p");
     rq_pipe_int(&q->pipe, max);
+    rq_pipe_int(&q->pipe, max_bytes > 0 ? max_bytes : 0);
+    rq_pipe_int(&q->pipe, (long long)pre);
     for (int i = 0; i < n; i++)
         rq_pipe_int(&q->pipe, caps[i]);
     for (int i = 0; grouped && i < n; i++) /* a source of no group gets one of its own */
@@ -89,17 +93,16 @@ static int add_fetch(struct rq *q, const struct rq_source *src, const int *group
     return 0;
 }
 
-static int set_job(struct rq_job *j, const char *raw, size_t len, const char *queue)
+/* Makes j the job in reply string r, taking r's buffer over (hiredis allocates it with malloc and
+ * ends it with a NUL): a job of megabytes is not copied. */
+static void take_job(struct rq_job *j, redisReply *r, const char *queue)
 {
     memset(j, 0, sizeof *j);
-    j->raw = malloc(len + 1);
-    if (!j->raw)
-        return -1;
-    memcpy(j->raw, raw, len);
-    j->raw[len] = 0;
-    j->len = len;
+    j->raw = r->str;
+    j->len = r->len;
+    r->str = NULL;
+    r->len = 0;
     snprintf(j->queue, sizeof j->queue, "%s", queue);
-    return 0;
 }
 
 static void set_str(char *dst, size_t cap, const redisReply *r)
@@ -110,178 +113,147 @@ static void set_str(char *dst, size_t cap, const redisReply *r)
     }
 }
 
-static void set_id(struct rq_job *j, const redisReply *id)
-{
-    set_str(j->id, sizeof j->id, id);
-}
-
-/* A duplicate the fetch or start script took out again: logged and counted. */
-static void duplicate(struct rq *q, const redisReply *id, const redisReply *status, const redisReply *holder)
+/* A duplicate the start script took out again: logged and counted. */
+static void duplicate(struct rq *q, const char *id, const redisReply *status, const redisReply *holder)
 {
     q->duplicates++;
-    char i[RQ_ID_MAX + 1] = "?", s[32] = "?", h[RQ_NAME_MAX + 1] = "";
-    set_str(i, sizeof i, id);
+    char s[32] = "?", h[RQ_NAME_MAX + 1] = "";
     set_str(s, sizeof s, status);
     set_str(h, sizeof h, holder);
     log_warn("job %s arrived again while %s%s%s: a duplicate, not run (taken out of %s; its hash and row are "
              "left as they are)",
-             i, s, h[0] ? " by " : "", h, q->proc_key);
+             id[0] ? id : "?", s, h[0] ? " by " : "", h, q->proc_key);
 }
 
-/* A note of the fetch or start script: `key` is a `type`, not a `want`. A source queue is skipped
+/* A note of the fetch or start script: "<key>\n<type>", not a `want`. A source queue is skipped
  * by that fetch; a job's hash (or its batch's) is left alone and the job is handed out without
  * an id in Redis (queue/badkey.h). Logged once per key. */
-static void bad_key(struct rq *q, const redisReply *key, const redisReply *type, const redisReply *want)
+static void bad_key(struct rq *q, const char *key_type, const char *want)
 {
-    char k[RQ_KEY_MAX] = "?", t[32] = "?", w[32] = "?";
-    set_str(k, sizeof k, key);
-    set_str(t, sizeof t, type);
-    set_str(w, sizeof w, want);
-    rq_badkey_note(q, k, t, w,
-                   strcmp(w, "list") == 0 ? "the queue is not fetched from"
-                                          : "its job runs without it (not counted, tracked or retried in "
-                                            "Redis; a failure dead-letters it)");
+    char k[RQ_KEY_MAX] = "?";
+    const char *nl = strchr(key_type, '\n');
+    size_t kl = nl ? (size_t)(nl - key_type) : strlen(key_type);
+    snprintf(k, sizeof k, "%.*s", (int)(kl < sizeof k ? kl : sizeof k - 1), key_type);
+    rq_badkey_note(q, k, nl ? nl + 1 : "?", want,
+                   strcmp(want, "list") == 0 ? "the queue is not fetched from"
+                                             : "its job runs without it (not counted, tracked or retried in "
+                                               "Redis; a failure dead-letters it)");
 }
 
-/* The fetch script's reply into out[n..max). Returns the new count, or -1 (q->err). */
-static int parse_fetch(struct rq *q, const redisReply *r, const struct rq_source *src, const int *map,
+/* The fetch script's reply into out[n..max) (the raws taken over from r). Returns the new
+ * count, or -1 (q->err). */
+static int parse_fetch(struct rq *q, redisReply *r, const struct rq_source *src, const int *map,
                        struct rq_job *out, int n, int max)
 {
     if (rq_reply_error(r, "fetch", q->err, sizeof q->err))
         return -1;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements % 6)
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2)
         return rq_fail(q, "fetch: unexpected reply from the fetch script");
-    for (size_t e = 0; e + 5 < r->elements; e += 6) {
+    for (size_t e = 0; e + 1 < r->elements; e += 2) {
         redisReply **f = r->element + e;
-        if (f[0]->type != REDIS_REPLY_INTEGER || f[1]->type != REDIS_REPLY_STRING)
+        if (f[0]->type != REDIS_REPLY_INTEGER || f[1]->type != REDIS_REPLY_STRING || f[0]->integer < -2 ||
+            f[0]->integer == -1 || f[0]->integer >= MAX_SOURCES)
             return rq_fail(q, "fetch: unexpected reply from the fetch script");
-        if (f[0]->integer == -2) {
-            bad_key(q, f[2], f[3], f[4]);
-            continue;
-        }
-        if (f[0]->integer < 0) {
-            duplicate(q, f[2], f[3], f[4]);
-            continue;
-        }
-        if (n >= max)
-            continue;
-        struct rq_job *j = &out[n];
-        if (set_job(j, f[1]->str, f[1]->len, src[map[f[0]->integer]].queue))
-            return rq_fail(q, "fetch: out of memory");
-        set_id(j, f[2]);
-        j->attempts = f[3]->type == REDIS_REPLY_INTEGER ? (int)f[3]->integer : 0;
-        j->cancel_requested = f[4]->type == REDIS_REPLY_INTEGER && f[4]->integer;
-        set_str(j->batch_id, sizeof j->batch_id, f[5]);
-        n++;
+    }
+    for (size_t e = 0; e + 1 < r->elements; e += 2) {
+        if (r->element[e]->integer == -2) /* a source queue of the wrong type: "<key>\n<type>" */
+            bad_key(q, r->element[e + 1]->str, "list");
+        else if (n < max)
+            take_job(&out[n++], r->element[e + 1], src[map[r->element[e]->integer]].queue);
     }
     return n;
 }
 
-/* The start script's reply ({found, id, attempts, cancel, batch}) into j. Returns found (0/1),
- * 2 for a duplicate (logged), or -1. */
-static int parse_start(struct rq *q, const redisReply *r, struct rq_job *j)
+/* Marks the jobs out[0..n), just moved into the processing list in that order (so out[k] is at
+ * index n - 1 - k), running: reads each one's id here (Redis never decodes a job), gives an id
+ * to a job in llmq's form that has none, and runs the start script for all of them in one round
+ * trip. Duplicates and jobs no longer in the list are dropped from out (keeping the order of
+ * the rest). Returns how many remain, or -1 (every job freed; the next fetch reconciles). */
+static int start_jobs(struct rq *q, struct rq_job *out, int n)
 {
-    if (rq_reply_error(r, "fetch (start)", q->err, sizeof q->err))
-        return -1;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_INTEGER)
-        return rq_fail(q, "fetch: unexpected reply from the start script");
-    long long found = r->element[0]->integer;
-    if (found == 0)
-        return 0;
-    if (r->elements != (found < 0 ? 4u : 5u) && !(found == 1 && r->elements == 8))
-        return rq_fail(q, "fetch: unexpected reply from the start script");
-    if (r->elements == 8)
-        bad_key(q, r->element[5], r->element[6], r->element[7]);
-    if (found < 0) {
-        duplicate(q, r->element[1], r->element[2], r->element[3]);
-        return 2;
+    char **raws = calloc((size_t)n, sizeof *raws);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    if (!raws || !lens) {
+        free(raws);
+        free(lens);
+        for (int i = 0; i < n; i++)
+            rq_job_free(&out[i]);
+        q->need_reconcile = true;
+        return rq_fail(q, "fetch: out of memory");
     }
-    set_id(j, r->element[1]);
-    j->attempts = r->element[2]->type == REDIS_REPLY_INTEGER ? (int)r->element[2]->integer : 0;
-    j->cancel_requested = r->element[3]->type == REDIS_REPLY_INTEGER && r->element[3]->integer;
-    set_str(j->batch_id, sizeof j->batch_id, r->element[4]);
-    return 1;
-}
-
-static void add_start(struct rq *q, const struct rq_job *j, const char *raw_new, size_t new_len,
-                      const char *id)
-{
+    char mark[RQ_NAME_MAX + 64];
+    int ml = snprintf(mark, sizeof mark, "%cllmq duplicate %s %s", 1, q->worker, q->now);
+    rq_pipe_reset(&q->pipe);
     rq_script_cmd(q, &q->pipe, RQ_SCRIPT_START, q->proc_key, NULL, 0);
-    rq_pipe_str(&q->pipe, j->queue);
-    rq_pipe_arg(&q->pipe, j->raw, j->len);
-    rq_pipe_arg(&q->pipe, raw_new ? raw_new : "", raw_new ? new_len : 0);
-    rq_pipe_str(&q->pipe, id ? id : "");
-}
-
-/* Gives the jobs in out[0..n) that lack an id and can take one their id. Returns the count of
- * jobs still returned, or -1. */
-static int assign_ids(struct rq *q, struct rq_job *out, int n)
-{
-    enum { BATCH = 64 };
-    int need[BATCH], nn = 0;
-    char *raws[BATCH];
-    size_t lens[BATCH];
-    char ids[BATCH][RQ_ID_MAX + 1];
-    for (int base = 0; base < n; base += nn) {
-        nn = 0;
-        rq_pipe_reset(&q->pipe);
-        for (int i = base; i < n && nn < BATCH; i++, nn++) {
-            need[nn] = -1;
-            char tmp[RQ_ID_MAX + 1];
-            if (out[i].id[0] ||
-                rq_job_id(out[i].raw, out[i].len, (size_t)q->o.max_job_bytes, tmp) != RQ_ID_MISSING)
-                continue;
-            rq_new_id(ids[nn]);
-            if (rq_job_add_id(out[i].raw, out[i].len, ids[nn], &raws[nn], &lens[nn]))
-                continue; /* out of memory: it stays without an id */
-            need[nn] = i;
-            add_start(q, &out[i], raws[nn], lens[nn], ids[nn]);
-        }
-        if (q->pipe.ncmd == 0)
-            continue;
-        int rc = rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts);
-        int c = 0;
-        for (int k = 0; k < nn; k++) {
-            if (need[k] < 0)
-                continue;
-            struct rq_job *j = &out[need[k]];
-            int found = rc ? -1 : parse_start(q, q->pipe.reply[c], j);
-            c++;
-            if (found == 1) {
-                free(j->raw);
-                j->raw = raws[k];
-                j->len = lens[k];
-                j->id_assigned = true;
-            } else {
-                free(raws[k]);
-                free(j->raw); /* not returned; reconcile puts it back. Mark it for the sweep below. */
-                j->raw = NULL;
-            }
-        }
-        if (rc) {
-            rq_fail_conn(q, "fetch (giving ids)");
-            q->need_reconcile = true;
-        }
-    }
-    int kept = 0; /* drop the jobs marked above, keeping the order of the rest */
+    rq_pipe_int(&q->pipe, n);
+    rq_pipe_arg(&q->pipe, mark, (size_t)(ml < (int)sizeof mark ? ml : (int)sizeof mark - 1));
     for (int i = 0; i < n; i++) {
-        if (!out[i].raw) {
-            q->need_reconcile = true;
+        struct rq_job *j = &out[i];
+        enum rq_idstate st = rq_job_id(j->raw, j->len, (size_t)q->o.max_job_bytes, j->id);
+        if (st == RQ_ID_MISSING) {
+            char id[RQ_ID_MAX + 1];
+            rq_new_id(id);
+            if (rq_job_add_id(j->raw, j->len, id, &raws[i], &lens[i]) == 0) /* else it stays without */
+                memcpy(j->id, id, sizeof id);
+        }
+        rq_pipe_str(&q->pipe, j->queue);
+        rq_pipe_int(&q->pipe, n - 1 - i);
+        rq_pipe_int(&q->pipe, (long long)j->len);
+        rq_pipe_str(&q->pipe, j->id);
+        rq_pipe_arg(&q->pipe, raws[i] ? raws[i] : "", raws[i] ? lens[i] : 0);
+    }
+    int rc = rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts);
+    const redisReply *r = rc ? NULL : q->pipe.reply[0];
+    if (rc)
+        rq_fail_conn(q, "fetch (marking the jobs running)");
+    else if (rq_reply_error(r, "fetch (start)", q->err, sizeof q->err))
+        rc = -1;
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 * (size_t)n) {
+        rq_fail(q, "fetch: unexpected reply from the start script");
+        rc = -1;
+    }
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        struct rq_job *j = &out[i];
+        redisReply **f = rc ? NULL : r->element + 5 * i;
+        long long code = f && f[0]->type == REDIS_REPLY_INTEGER ? f[0]->integer : 0;
+        if (code == 1) {
+            if (raws[i]) {
+                free(j->raw);
+                j->raw = raws[i];
+                j->len = lens[i];
+                j->id_assigned = true;
+            }
+            j->attempts = f[1]->type == REDIS_REPLY_INTEGER ? (int)f[1]->integer : 0;
+            j->cancel_requested = f[2]->type == REDIS_REPLY_INTEGER && f[2]->integer;
+            set_str(j->batch_id, sizeof j->batch_id, f[3]);
+            if (f[4]->type == REDIS_REPLY_STRING && f[4]->len > 0) { /* its hash is of the wrong type */
+                bad_key(q, f[4]->str, "hash");
+                j->id[0] = 0;
+            }
+            if (kept != i) {
+                out[kept] = *j;
+                memset(j, 0, sizeof *j);
+            }
+            kept++;
             continue;
         }
-        if (kept != i)
-            out[kept] = out[i];
-        kept++;
+        if (code == -1)
+            duplicate(q, j->id, f[1], f[2]);
+        else /* not where it was moved to (or no answer): the next fetch reconciles */
+            q->need_reconcile = true;
+        free(raws[i]);
+        rq_job_free(j);
     }
-    for (int i = kept; i < n; i++)
-        memset(&out[i], 0, sizeof out[i]);
-    return kept;
+    free(raws);
+    free(lens);
+    return rc ? -1 : kept;
 }
 
 /* BLMOVE from one source after another (block_ms split between them), then the rest without
- * blocking. Returns the count, or -1. */
+ * blocking. Returns the count of jobs moved (not started yet), or -1. */
 static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
-                          enum rq_order order, int max, int block_ms, struct rq_job *out)
+                          enum rq_order order, int max, int64_t max_bytes, int block_ms, struct rq_job *out)
 {
     int active[MAX_SOURCES], na = 0;
     for (int i = 0; i < nsrc; i++)
@@ -320,42 +292,24 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *
             return -1;
         }
         q->rr_next = (q->rr_next + k + 1) % na;
-        int rc = set_job(&out[0], r->str, r->len, src[i].queue);
+        take_job(&out[0], r, src[i].queue);
         freeReplyObject(r);
-        if (rc)
-            return rq_fail(q, "fetch: out of memory");
-        /* mark it running and fill the batch in one round trip */
+        /* the rest that is waiting now, in one more round trip */
         rq_stamp(q);
         rq_pipe_reset(&q->pipe);
-        add_start(q, &out[0], NULL, 0, NULL);
         char keys[MAX_SOURCES][RQ_KEY_MAX];
         int map[MAX_SOURCES];
-        int more = add_fetch(q, src, group, nsrc, order, max - 1, i, keys, map) == 0;
+        if (add_fetch(q, src, group, nsrc, order, max - 1, max_bytes, i, out[0].len, keys, map))
+            return 1;
         if (rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts)) {
             rq_job_free(&out[0]);
             q->need_reconcile = true;
             return rq_fail_conn(q, "fetch");
         }
-        int found = parse_start(q, q->pipe.reply[0], &out[0]);
-        if (found == 2) /* a duplicate, already taken out again: the slot is free */
-            rq_job_free(&out[0]);
-        else if (found != 1) {
+        int n = parse_fetch(q, q->pipe.reply[0], src, map, out, 1, max);
+        if (n < 0) {
             rq_job_free(&out[0]);
             q->need_reconcile = true;
-            if (found == 0)
-                return rq_fail(q, "fetch: a job moved by BLMOVE was no longer in %s", q->proc_key);
-            return -1;
-        }
-        int n = found == 1;
-        if (more) {
-            int got = parse_fetch(q, q->pipe.reply[1], src, map, out, n, max);
-            if (got < 0) {
-                q->need_reconcile = true;
-                if (n)
-                    rq_job_free(&out[0]);
-                return -1;
-            }
-            n = got;
         }
         return n;
     }
@@ -365,11 +319,11 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *
 int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order order, int max, int block_ms,
              struct rq_job *out)
 {
-    return rq_fetch_grouped(q, src, NULL, nsrc, order, max, block_ms, out);
+    return rq_fetch_grouped(q, src, NULL, nsrc, order, max, 0, block_ms, out);
 }
 
 int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
-                     enum rq_order order, int max, int block_ms, struct rq_job *out)
+                     enum rq_order order, int max, int64_t max_bytes, int block_ms, struct rq_job *out)
 {
     if (nsrc < 1 || nsrc > MAX_SOURCES)
         return rq_fail(q, "fetch: expected 1 to %d queues, got %d", MAX_SOURCES, nsrc);
@@ -380,6 +334,8 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
         return 0;
     if (block_ms < 0)
         block_ms = q->o.block_timeout_ms;
+    if (max_bytes <= 0)
+        max_bytes = q->o.fetch_max_bytes;
     int64_t t0 = rq_mono_ms();
     if (q->need_reconcile && rq_reconcile(q) < 0) {
         if (block_ms > 0 &&
@@ -391,7 +347,7 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
     rq_pipe_reset(&q->pipe);
     char keys[MAX_SOURCES][RQ_KEY_MAX];
     int map[MAX_SOURCES];
-    if (add_fetch(q, src, group, nsrc, order, max, -1, keys, map))
+    if (add_fetch(q, src, group, nsrc, order, max, max_bytes, -1, 0, keys, map))
         return 0;
     if (rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts)) {
         q->need_reconcile = true;
@@ -411,10 +367,13 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
         return -1;
     }
     if (n == 0 && block_ms > 0)
-        n = fetch_blocking(q, src, group, nsrc, order, max, block_ms, out);
+        n = fetch_blocking(q, src, group, nsrc, order, max, max_bytes, block_ms, out);
     if (n <= 0)
         return n;
-    n = assign_ids(q, out, n);
+    rq_stamp(q);
+    n = start_jobs(q, out, n);
+    if (n <= 0)
+        return n;
     for (int i = 0; i < n; i++)
         if (rq_held_add(q, out[i].raw, out[i].len)) {
             for (int k = 0; k < n; k++)

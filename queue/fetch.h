@@ -2,30 +2,40 @@
  * atomically (LMOVE/BLMOVE ... RIGHT LEFT), so a job is always in exactly one list and survives
  * a crash of the worker (the reaper puts it back, queue/reaper.h).
  *
- * At fetch each job with an id is marked running in its hash (<p>:job:<id>: status running,
- * worker, queue, started_at, created_at if unset; the delivery is counted in `attempts` only when
- * the job starts running, queue/attempt.h), its batch counts it running, an
- * event is added, and a pending cancel is reported, all inside the same script as the move.
+ * A fetch is two steps, neither of which decodes a job inside Redis (a script that parsed
+ * megabytes of JSON would hold Redis for seconds):
+ *   1. the fetch script moves waiting jobs, up to a count and a byte bound (it stops once the
+ *      bound is reached: the first job always moves, so a single large job still does), and
+ *      returns them as they are;
+ *   2. rq reads each job's id (rq_job_id), gives one to a job in llmq's form that has none, and
+ *      the start script marks each job running in its hash (<p>:job:<id>: status running,
+ *      worker, queue, started_at, created_at if unset; the delivery is counted in `attempts`
+ *      only when the job starts running, queue/attempt.h), counts it running in its
+ *      batch, adds an event and reports a pending cancel.
+ * A crash between the steps leaves the moved jobs in the processing list with their hashes
+ * still queued: the reaper puts them back without counting a delivery. A reply lost between
+ * them makes the next fetch put them back first (rq_reconcile).
  *
  * A duplicate is not handed out: a job whose hash is final (completed, failed, cancelled), or
  * running on this or another live worker (its heartbeat key exists), arrived again by a plain
  * LPUSH (retries, the reaper, requeue-dead and `llmq enqueue --replace` set the hash to queued
- * first). The same script takes it out of the processing list again and adds a `duplicate`
+ * first). The start script takes it out of the processing list again and adds a `duplicate`
  * event; its hash and row stay as they are, rq logs it and counts it in rq->duplicates. A job in llmq's form
  * without an id gets one (a UUIDv7): the entry in the processing list is replaced by the JSON
- * with the id (LPOS + LSET, atomically), so a replay after a crash keeps the same id.
+ * with the id (LSET, in the start script), so a replay after a crash keeps the same id.
  *
  * A job whose hash, or its batch's hash, is of the wrong type (queue/badkey.h) is handed out
  * without an id (rq_job.id ""), its keys left alone: it runs and is acknowledged like a job
  * without an id; rq logs the key once. A source queue of the wrong type is not fetched from
  * (logged once).
  *
- * Waiting jobs are taken without blocking, as many as allowed, in one round trip; the call blocks
- * (BLMOVE on the dedicated blocking connection, at most block_ms in all) only when every queue
- * is empty. */
+ * Waiting jobs are taken without blocking, as many as allowed, in one round trip (then one more
+ * for step 2); the call blocks (BLMOVE on the dedicated blocking connection, at most block_ms in
+ * all) only when every queue is empty. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "queue/keys.h"
 
@@ -75,9 +85,12 @@ int rq_fetch(struct rq *q, const struct rq_source *src, int nsrc, enum rq_order 
              struct rq_job *out);
 /* rq_fetch where sources share budgets: sources with the same group[i] > 0 take at most their
  * (equal) max together, e.g. a lane fed by its model queues and the unnamed queue. group NULL or
- * group[i] 0: a source of its own. */
+ * group[i] 0: a source of its own. max_bytes bounds the bytes of job JSON this call moves: jobs
+ * are taken while fewer bytes than that have been, so the first job always moves whatever its
+ * size, and a call moves at most max_bytes plus one job; <= 0: rq_opts.fetch_max_bytes (what
+ * rq_fetch uses). */
 int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group, int nsrc,
-                     enum rq_order order, int max, int block_ms, struct rq_job *out);
+                     enum rq_order order, int max, int64_t max_bytes, int block_ms, struct rq_job *out);
 
 /* Puts back every entry of this worker's processing list that rq does not hold (a fetch whose
  * replies were lost). Done by rq_fetch on its own after such a loss; exposed for tests.

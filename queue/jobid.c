@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/util/uuid.h"
+#include "queue/jobscan.h"
 
 static bool usable(const json_t *v)
 {
@@ -82,6 +83,13 @@ enum rq_idstate rq_job_id(const char *raw, size_t len, size_t max_bytes, char id
     id[0] = 0;
     if ((max_bytes > 0 && len > max_bytes) || too_deep(raw, len))
         return RQ_ID_NONE;
+    int st = rq_job_scan(raw, len, id);
+    return st >= 0 ? (enum rq_idstate)st : rq_job_id_parsed(raw, len, id);
+}
+
+enum rq_idstate rq_job_id_parsed(const char *raw, size_t len, char id[RQ_ID_MAX + 1])
+{
+    id[0] = 0;
     json_t *root = json_loadb(raw, len, JSON_ALLOW_NUL, NULL); /* cjson reads "\u0000" too */
     if (!root)
         return RQ_ID_NONE;

@@ -42,6 +42,9 @@ enum rq_idstate {
 /* Reads the key of raw[0..len). max_bytes > 0: a longer job is RQ_ID_NONE without being parsed
  * (the worker fails it as too large). id is "" unless RQ_ID_FOUND. */
 enum rq_idstate rq_job_id(const char *raw, size_t len, size_t max_bytes, char id[RQ_ID_MAX + 1]);
+/* rq_job_id without the size bound, always through a full jansson parse: the reference that
+ * rq_job_id's one-pass reading (queue/jobscan.h) falls back to and is tested against. */
+enum rq_idstate rq_job_id_parsed(const char *raw, size_t len, char id[RQ_ID_MAX + 1]);
 
 /* The key of an OpenAI line: "<batch_id>/<custom_id>", or custom_id when batch_id is NULL or "".
  * Both are taken as valid (the caller checked them). */

@@ -31,6 +31,7 @@ void rq_opts_default(struct rq_opts *o)
     o->heartbeat_interval_s = 5;
     o->reaper_interval_s = 10;
     o->max_job_bytes = 4 << 20;
+    o->fetch_max_bytes = 8 << 20;
 }
 
 /* 16 hex digits from /dev/urandom (the clock and pid mixed where it cannot be read): a token that
@@ -249,6 +250,11 @@ int rq_held_count(const struct rq *q)
     return q->nheld;
 }
 
+size_t rq_held_bytes(const struct rq *q)
+{
+    return q->held_bytes;
+}
+
 int rq_fail(struct rq *q, const char *fmt, ...)
 {
     va_list ap;
@@ -338,6 +344,7 @@ int rq_held_add(struct rq *q, const char *raw, size_t len)
     if (array_reserve(&q->held, &q->capheld, (size_t)q->nheld + 1, sizeof *q->held, 256))
         return -1;
     q->held[q->nheld++] = (struct rq_held){rq_hash(raw, len), len};
+    q->held_bytes += len;
     return 0;
 }
 
@@ -347,6 +354,7 @@ void rq_held_remove(struct rq *q, const char *raw, size_t len)
     for (int i = 0; i < q->nheld; i++)
         if (q->held[i].hash == h && q->held[i].len == len) {
             q->held[i] = q->held[--q->nheld];
+            q->held_bytes -= len;
             return;
         }
 }

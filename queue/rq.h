@@ -53,6 +53,7 @@ struct rq_opts {
     int heartbeat_interval_s; /* rq_tick: heartbeat period */
     int reaper_interval_s;    /* rq_tick: reaper period */
     int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
+    int64_t fetch_max_bytes;  /* job JSON one fetch moves at most (one job always; 0 = no limit) */
     bool quiet;               /* no log lines from the connections (tests) */
     bool force_id;            /* the first heartbeat takes the id over even from a live instance */
 };
@@ -90,6 +91,7 @@ struct rq {
      * was moved by Redis without our knowing and is put back (see fetch.c). */
     struct rq_held *held;
     int nheld;
+    size_t held_bytes; /* the sum of held[].len */
     size_t capheld;
     bool need_reconcile;
     int rr_next;        /* the source a blocking fetch starts with (rotates) */
@@ -136,6 +138,8 @@ int rq_connect_wait(struct rq *q, int timeout_ms, const volatile sig_atomic_t *s
 bool rq_auth_refused(const struct rq *q);
 /* Number of jobs rq considers held by this worker. */
 int rq_held_count(const struct rq *q);
+/* Bytes of JSON of the jobs rq considers held by this worker. */
+size_t rq_held_bytes(const struct rq *q);
 
 /* ---- for the files of queue/ */
 

@@ -242,87 +242,95 @@ JOBREF \
 "end\n"
 
 /* KEYS[5..] source queues; ARGV[13] 'p' (priority) or 'r' (round robin), ARGV[14] max total,
- * ARGV[15..14+n] per-source caps, then optionally ARGV[15+n..14+2n] per-source group numbers:
- * sources of one group share their cap (taken counts per group). Returns 6 values per job: source
- * index (0-based), raw, id or false, attempts, cancel pending (0/1), batch id or false. A
- * duplicate (see duplicate()) is taken out of the processing list again and answered as -1, '',
- * id, its status, its holder, false. At most `max` duplicates are taken in one call. */
+ * ARGV[15] max bytes (0 = no bound), ARGV[16] bytes the caller took already (by BLMOVE),
+ * ARGV[17..16+n] per-source caps, then optionally ARGV[17+n..16+2n] per-source group numbers:
+ * sources of one group share their cap (taken counts per group). Only moves: the jobs are not
+ * decoded and their hashes are not touched (the start script does that once the caller has read
+ * their ids). Jobs are taken while the bytes taken (ARGV[16] included) are under the bound: the
+ * first one always (when ARGV[16] is under it), so a call moves at most the bound plus one job.
+ * Returns 2 values per job, in the order moved (so the last one moved is at index 0 of the
+ * processing list): source index (0-based), raw; and -2, "<key>\n<type>" for a source queue of
+ * the wrong type (not fetched from). */
 static const char fetch_src[] = PRELUDE
 "local n = #KEYS - 4\n"
-"local rr, max = ARGV[13] == 'r', tonumber(ARGV[14])\n"
+"local rr, max, maxb, bytes = ARGV[13] == 'r', tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])\n"
 "local cap, taken, empty, grp = {}, {}, {}, {}\n"
-"for i = 1, n do cap[i] = tonumber(ARGV[14 + i]); grp[i] = tonumber(ARGV[14 + n + i]) or i; taken[grp[i]] = 0 end\n"
-"local out, total, dups = {}, 0, 0\n"
-"local function put(...)\n"
-"  for _, v in ipairs({...}) do out[#out + 1] = v end\n"
-"end\n"
+"for i = 1, n do cap[i] = tonumber(ARGV[16 + i]); grp[i] = tonumber(ARGV[16 + n + i]) or i; taken[grp[i]] = 0 end\n"
+"local out, total, full = {}, 0, false\n"
 "need(PROC, 'list')\n"
 "for i = 1, n do\n"
 "  local t = wrong(KEYS[4 + i], 'list')\n"
-"  if t then empty[i] = true; put(-2, '', KEYS[4 + i], t, 'list', false) end\n"
+"  if t then empty[i] = true; out[#out + 1] = -2; out[#out + 1] = KEYS[4 + i] .. '\\n' .. t end\n"
 "end\n"
 "local function take(i)\n"
+"  if maxb > 0 and bytes >= maxb then full = true; return false end\n"
 "  local raw = redis.call('LMOVE', KEYS[4 + i], PROC, 'RIGHT', 'LEFT')\n"
 "  if not raw then empty[i] = true; return false end\n"
-"  local id, _, bk, bt = job_ref(raw)\n"
-"  if bk then put(-2, '', bk, bt, 'hash', false) end\n"
-"  local q = string.sub(KEYS[4 + i], #QUEUE + 1)\n"
-"  local st, holder = duplicate(id)\n"
-"  if st then\n"
-"    redis.call('LPOP', PROC)\n"
-"    event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
-"    put(-1, '', id, st, holder, false)\n"
-"    dups = dups + 1\n"
-"    return true\n"
-"  end\n"
-"  local a, c, b = start(id, q)\n"
-"  put(i - 1, raw, id or false, a, c, b)\n"
-"  taken[grp[i]] = taken[grp[i]] + 1; total = total + 1\n"
+"  out[#out + 1] = i - 1; out[#out + 1] = raw\n"
+"  taken[grp[i]] = taken[grp[i]] + 1; total = total + 1; bytes = bytes + #raw\n"
 "  return true\n"
 "end\n"
 "if rr then\n"
 "  local moved = true\n"
-"  while moved and total < max and dups < max do\n"
+"  while moved and total < max and not full do\n"
 "    moved = false\n"
 "    for i = 1, n do\n"
-"      if total < max and dups < max and not empty[i] and taken[grp[i]] < cap[i] and take(i) then moved = true end\n"
+"      if total < max and not full and not empty[i] and taken[grp[i]] < cap[i] and take(i) then moved = true end\n"
 "    end\n"
 "  end\n"
 "else\n"
 "  for i = 1, n do\n"
-"    while total < max and dups < max and not empty[i] and taken[grp[i]] < cap[i] do take(i) end\n"
+"    while total < max and not full and not empty[i] and taken[grp[i]] < cap[i] do take(i) end\n"
 "  end\n"
 "end\n"
 "return out\n";
 
-/* ARGV[13] queue, ARGV[14] raw as in the list, ARGV[15] raw with a new id ('' = keep),
- * ARGV[16] that id. Returns {1, id or false, attempts, cancel pending, batch id or false}; {0}
- * when the job was not in the processing list; {-1, id, status, holder} for a duplicate (then
- * taken out of the processing list: the newest copy, the one just moved in). */
+/* ARGV[13] n, ARGV[14] a marker no job equals, then 5 per job: queue, its index in the
+ * processing list, its length in bytes, its id ('' = none), its JSON with that id added ('' =
+ * keep: the id is its own). For jobs just moved there by the fetch script or BLMOVE (their ids
+ * read by the caller): each is checked at its index (by length), given its new JSON (LSET), and
+ * marked running (start()). A duplicate (see duplicate()) is taken out of the processing list
+ * again with a duplicate event. A job whose hash (or its batch's) is of the wrong type is started
+ * without its id (badkey()). Returns 5 values per job: 1, attempts, cancel pending (0/1), batch id
+ * or false, '' or "<key>\n<type>" when started without its id (started); -1, its status, its
+ * holder, false, '' (a duplicate); 0, false, false, false, '' (not at that index: not ours any
+ * more). */
 static const char start_src[] = PRELUDE
 "need(PROC, 'list')\n"
-"local raw, id, bk, bt, _ = ARGV[14], nil, nil, nil, nil\n"
-"if ARGV[15] ~= '' then\n"
-"  local i = redis.call('LPOS', PROC, raw)\n"
-"  if not i then return {0} end\n"
-"  redis.call('LSET', PROC, i, ARGV[15])\n"
-"  id = ARGV[16]\n"
-"else\n"
-"  if not redis.call('LPOS', PROC, raw) then return {0} end\n"
-"  id, _, bk, bt = job_ref(raw)\n"
-"  local st, holder = duplicate(id)\n"
-"  if st then\n"
-"    redis.call('LREM', PROC, 1, raw)\n"
-"    event(id, 'duplicate', WORKER, 'queue', ARGV[13], 'job_status', st, 'job_worker', holder)\n"
-"    return {-1, id, st, holder}\n"
+"local n, mark, out, dups = tonumber(ARGV[13]), ARGV[14], {}, 0\n"
+"for i = 0, n - 1 do\n"
+"  local k = 15 + i * 5\n"
+"  local q, pos, len, id, new = ARGV[k], tonumber(ARGV[k + 1]), tonumber(ARGV[k + 2]), ARGV[k + 3], ARGV[k + 4]\n"
+"  local raw = redis.call('LINDEX', PROC, pos)\n"
+"  if id == '' then id = nil end\n"
+"  local st, holder, bad = nil, nil, ''\n"
+"  if not raw or #raw ~= len then\n"
+"    out[#out + 1] = 0; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = ''\n"
+"  else\n"
+"    local bk, bt = badkey(id)\n"
+"    if bk then id = nil; bad = bk .. '\\n' .. bt end\n"
+"    if new ~= '' then\n"
+"      redis.call('LSET', PROC, pos, new)\n"
+"    else\n"
+"      st, holder = duplicate(id)\n"
+"    end\n"
+"    if st then\n"
+"      redis.call('LSET', PROC, pos, mark)\n"
+"      dups = dups + 1\n"
+"      event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
+"      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''\n"
+"    else\n"
+"      local a, c, b = start(id, q)\n"
+"      out[#out + 1] = 1; out[#out + 1] = a; out[#out + 1] = c; out[#out + 1] = b; out[#out + 1] = bad\n"
+"    end\n"
 "  end\n"
 "end\n"
-"local a, c, b = start(id, ARGV[13])\n"
-"if bk then return {1, false, a, c, b, bk, bt, 'hash'} end\n"
-"return {1, id or false, a, c, b}\n";
+"if dups > 0 then redis.call('LREM', PROC, dups, mark) end\n"
+"return out\n";
 
 /* ARGV[13] raw, ARGV[14] target queue ('' = where it came from), ARGV[15] '1' = this delivery
- * does not count (attempts - 1), ARGV[16] reason. Pushes to the RIGHT: fetched next. A job whose
+ * does not count (attempts - 1, when the hash says running: a job moved by a fetch that never
+ * got to mark it counted none), ARGV[16] reason. Pushes to the RIGHT: fetched next. A job whose
  * hash is final (someone finished it meanwhile) is dropped instead, with a duplicate event.
  * Returns 1, or 0 when the job was not in the processing list. */
 static const char requeue_src[] = PRELUDE
@@ -341,7 +349,7 @@ static const char requeue_src[] = PRELUDE
 "    return 1\n"
 "  end\n"
 "  set_status(hk, 'queued', 'queue', q)\n"
-"  if ARGV[15] == '1' and redis.call('HINCRBY', hk, 'attempts', -1) < 0 then redis.call('HSET', hk, 'attempts', 0) end\n"
+"  if ARGV[15] == '1' and st == 'running' and redis.call('HINCRBY', hk, 'attempts', -1) < 0 then redis.call('HSET', hk, 'attempts', 0) end\n"
 "end\n"
 "redis.call('RPUSH', QUEUE .. q, raw)\n"
 "event(id, 'queued', WORKER, 'queue', q, 'reason', ARGV[16])\n"

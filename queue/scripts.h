@@ -12,7 +12,9 @@
  *   ARGV[8] max job bytes (0 = no limit)   ARGV[9] max_attempts   ARGV[10] <p>:batch:
  *   ARGV[11] <p>:batch-done (the channel)   ARGV[12] <p>:worker: (heartbeat keys)
  *
- * A job's key is read inside the scripts with the same rule as rq_job_id (queue/jobid.h).
+ * A job's key is read inside the scripts with the same rule as rq_job_id (queue/jobid.h), except
+ * on the fetch path: fetch and start never decode a job (its size is bounded only by
+ * queues.max_job_bytes), the worker reads the ids and passes them to start.
  *
  * Batch counts stay exact because every status change of a job hash happens in a script, through
  * the prelude's set_status(), which moves the count of the batch named by the hash's batch_id
@@ -26,8 +28,8 @@
 struct rq_conn;
 
 enum rq_script {
-    RQ_SCRIPT_FETCH,        /* move up to N jobs from queues into processing, mark them running */
-    RQ_SCRIPT_START,        /* mark a job already in processing running (after BLMOVE / giving it an id) */
+    RQ_SCRIPT_FETCH,        /* move up to N jobs (and a byte bound) from queues into processing, undecoded */
+    RQ_SCRIPT_START,        /* mark jobs just moved into processing running, by the ids the caller read */
     RQ_SCRIPT_REQUEUE,      /* processing -> the front of a queue */
     RQ_SCRIPT_REAP,         /* a lapsed worker's processing list -> queues (or dead) */
     RQ_SCRIPT_RETRY,        /* processing -> retry zset (or dead when out of attempts) */

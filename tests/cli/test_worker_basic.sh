@@ -49,6 +49,7 @@ gen=$(sql "SELECT id FROM jobs WHERE id NOT IN ('a', 'b', 'oa-1', 'oa-2')")
 eq "its hash is completed" "$(rcli HGET "llmq:job:$gen" status)" completed
 eq "hash a" "$(rcli HMGET llmq:job:a status completion_tokens worker | tr '\n' ' ')" "completed 12 w1 "
 eq "params stored" "$(sql "SELECT json_extract(params, '$.max_tokens'), json_extract(params, '$.temperature') FROM jobs WHERE id = 'a'")" "12|0.0"
+eq "a chat job's params keep enable_thinking" "$(sql "SELECT json_extract(params, '$.enable_thinking') FROM jobs WHERE id = 'b'")" "0"
 eq "result column is the result line" "$(sql "SELECT json_extract(result, '$.custom_id'), json_extract(result, '$.response.status_code') FROM jobs WHERE id = 'oa-1'")" "oa-1|200"
 
 # the same jobs through `llmq run` (the offline path, same engine): same texts

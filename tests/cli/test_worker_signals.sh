@@ -60,8 +60,14 @@ except subprocess.TimeoutExpired:
 PY
 )
 eq "exit status after a SIGTERM during start-up" "$early_rc" 0
-log_has early "received SIGTERM while starting: exiting before" && ok "the start-up stop is logged" ||
-  bad "no start-up stop line: $(tail -3 "$T/early.log")"
+# on a busy machine the signal can land just after set-up: then the ordinary stop line, same outcome
+if log_has early "received SIGTERM while starting: exiting before"; then
+  ok "the start-up stop is logged"
+elif log_has early "received SIGTERM: not fetching any more"; then
+  ok "the stop is logged (the signal came just after set-up)"
+else
+  bad "no stop line: $(tail -3 "$T/early.log")"
+fi
 eq "no heartbeat, not in the workers set" "$(rcli EXISTS llmq:worker:early)/$(rcli SISMEMBER llmq:workers early)" "0/0"
 eq "the queue untouched" "$(rcli LLEN llmq:queue:short)" "$queued"
 finish

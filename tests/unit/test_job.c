@@ -925,6 +925,38 @@ static void test_prepare(void **state)
     tok_free(t);
 }
 
+/* After the engine has the tokens the input goes; what the row and result need stays, and the
+ * metadata can be read again from the text (llmq's form and an OpenAI body alike). */
+static void test_drop_input_and_metadata_of(void **state)
+{
+    (void)state;
+    const char *chat = "{\"id\": \"c\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                       "\"enable_thinking\": false, \"metadata\": {\"k\": [1, \"two\"]}}";
+    struct job j;
+    char err[256];
+    assert_int_equal(parse(chat, &j, err, sizeof err), JOB_OK);
+    assert_non_null(j.messages);
+    job_drop_input(&j);
+    assert_null(j.messages);
+    assert_null(j.msgs);
+    assert_null(j.prompt);
+    assert_string_equal(j.id, "c");
+    json_t *p = job_params_json(&j);
+    assert_true(json_is_false(json_object_get(p, "enable_thinking"))); /* still a chat job's params */
+    json_decref(p);
+    json_t *m = job_metadata_of(chat, strlen(chat));
+    assert_true(json_equal(m, j.metadata));
+    json_decref(m);
+    job_free(&j);
+    const char *oa = "{\"custom_id\": \"r\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                     "\"body\": {\"prompt\": \"p\", \"metadata\": {\"x\": 1}}}";
+    m = job_metadata_of(oa, strlen(oa));
+    assert_int_equal(json_integer_value(json_object_get(m, "x")), 1);
+    json_decref(m);
+    assert_null(job_metadata_of("{\"prompt\": \"p\"}", 15));
+    assert_null(job_metadata_of("not json", 8));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -942,6 +974,7 @@ int main(void)
         cmocka_unit_test(test_scheduling_fields),
         cmocka_unit_test(test_error_codes),
         cmocka_unit_test(test_prepare),
+        cmocka_unit_test(test_drop_input_and_metadata_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

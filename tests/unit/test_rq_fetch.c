@@ -99,7 +99,7 @@ static void test_batch_fifo(void **state)
     assert_int_equal(rq_push(q, "short", NULL, RQ_PUSH_FORCE, items, 50), 0);
     uint64_t rt = q->cmd.round_trips;
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 20, 0, j), 20);
-    assert_int_equal(q->cmd.round_trips - rt, 1); /* the whole batch in one round trip */
+    assert_int_equal(q->cmd.round_trips - rt, 2); /* the whole batch: moved, then marked running */
     for (int i = 0; i < 20; i++)                  /* first pushed, first fetched */
         assert_string_equal(j[i].id, ids[i]);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 20);
@@ -154,7 +154,7 @@ static void test_priority_and_round_robin(void **state)
     rq_test_push_n(q, "short", "u", 3);
     struct rq_source lane[2] = {{"m-1:short", 4}, {"short", 4}};
     const int group[2] = {1, 1};
-    assert_int_equal(rq_fetch_grouped(q, lane, group, 2, RQ_ORDER_PRIORITY, 10, 0, j), 4);
+    assert_int_equal(rq_fetch_grouped(q, lane, group, 2, RQ_ORDER_PRIORITY, 10, 0, 0, j), 4);
     const char *want_g[] = {"m0", "m1", "m2", "u0"};
     for (int i = 0; i < 4; i++)
         assert_string_equal(j[i].id, want_g[i]);
@@ -336,30 +336,166 @@ static void test_cancel_seen_at_fetch(void **state)
 }
 
 /* A fetch whose reply was lost (the connection died after Redis moved the jobs) leaves jobs in
- * the processing list that rq does not know about; the next fetch puts them back first. */
+ * the processing list that rq does not know about; the next fetch puts them back first. A job
+ * whose start step ran (its hash says running) gets that delivery back; one only moved (its
+ * hash still queued) counted none, so nothing is taken off. */
 static void test_reconcile_lost_fetch(void **state)
 {
     struct rq *q = open_rq("w1");
-    rq_test_push_n(q, "short", "r", 3);
+    rq_test_push_n(q, "short", "r", 4);
+    run("HSET llmq:job:r2 attempts 1"); /* r2 was delivered once before */
     struct rq_source src = {"short", 8};
     struct rq_job j[8];
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, j), 1); /* r0: really held */
-    /* as if a fetch had moved r1 and the reply never came */
+    /* as if a fetch had moved r1 and marked it running, and the reply never came */
     redisReply *r = cmd("LMOVE llmq:queue:short llmq:processing:w1 RIGHT LEFT");
     freeReplyObject(r);
+    run("HSET llmq:job:r1 status running worker w1"); /* marked running: not counted yet */
+    /* and one that moved r2 and lost its reply before the start step */
+    r = cmd("LMOVE llmq:queue:short llmq:processing:w1 RIGHT LEFT");
+    freeReplyObject(r);
     q->need_reconcile = true;
-    assert_int_equal(ival("LLEN llmq:processing:w1"), 2);
-    /* the next fetch first puts r1 back at the front, then fetches it properly */
-    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j + 1), 2);
-    assert_false(q->need_reconcile);
-    assert_string_equal(j[1].id, "r1");
-    assert_int_equal(j[1].attempts, 1); /* the lost delivery was not counted */
-    assert_string_equal(j[2].id, "r2");
     assert_int_equal(ival("LLEN llmq:processing:w1"), 3);
+    /* the next fetch first puts r1 and r2 back at the front, then fetches them properly */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j + 1), 3);
+    assert_false(q->need_reconcile);
+    int seen = 0;
+    for (int i = 1; i < 4; i++) {
+        if (!strcmp(j[i].id, "r1")) {
+            assert_int_equal(j[i].attempts, 1); /* the lost delivery was not counted */
+            seen |= 1;
+        } else if (!strcmp(j[i].id, "r2")) {
+            assert_int_equal(j[i].attempts, 2); /* the one before still counts */
+            seen |= 2;
+        } else {
+            assert_string_equal(j[i].id, "r3");
+            seen |= 4;
+        }
+    }
+    assert_int_equal(seen, 7);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 4);
     /* with nothing unknown, reconcile does nothing */
     assert_int_equal(rq_reconcile(q), 0);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 4);
+    ack_all(q, j, 4);
+    rq_free(q);
+}
+
+/* Pushes n jobs of exactly `bytes` bytes each (ids <prefix>0..), in fetch order. */
+static void push_sized(struct rq *q, const char *prefix, int n, size_t bytes)
+{
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        char *raw = malloc(bytes + 1);
+        assert_non_null(raw);
+        int h = snprintf(raw, bytes + 1, "{\"id\":\"%s\",\"prompt\":\"", id);
+        assert_true(h > 0 && (size_t)h + 2 < bytes);
+        memset(raw + h, 'x', bytes - (size_t)h - 2);
+        memcpy(raw + bytes - 2, "\"}", 3);
+        rq_test_push(q, "short", raw, id);
+        free(raw);
+    }
+}
+
+/* One fetch takes jobs while it has moved fewer than fetch_max_bytes: at most the bound plus
+ * one job, and always one, so a job larger than the bound still moves. What it leaves stays
+ * queued, untouched, in order. */
+static void test_byte_bound(void **state)
+{
+    struct rq_opts o = rq_test_opts(srv.url, "w1");
+    o.fetch_max_bytes = 3000;
+    struct rq *q = rq_test_open(&o);
+    push_sized(q, "s", 5, 1000);
+    push_sized(q, "b", 1, 5000);
+    push_sized(q, "t", 1, 1000);
+    struct rq_source src = {"short", 100};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 100, 0, j), 3); /* 3000 bytes */
+    assert_string_equal(j[0].id, "s0");
+    assert_string_equal(j[2].id, "s2");
+    assert_int_equal(rq_held_bytes(q), 3000);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 3);
+    assert_string_equal(sval("HGET llmq:job:s3 status"), "queued"); /* untouched */
+    assert_int_equal(ival("LLEN llmq:queue:short"), 4);
     ack_all(q, j, 3);
+    assert_int_equal(rq_held_bytes(q), 0);
+    /* s3, s4 (2000 bytes, under the bound), then the big one crosses it: the last taken */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 100, 0, j), 3);
+    assert_string_equal(j[1].id, "s4");
+    assert_string_equal(j[2].id, "b0");
+    assert_int_equal(j[2].len, 5000);
+    assert_int_equal(j[2].attempts, 1);
+    assert_string_equal(sval("HGET llmq:job:b0 status"), "running");
+    assert_int_equal(rq_held_bytes(q), 7000);
+    ack_all(q, j, 3);
+    /* a caller's budget binds too; a job over it moves when it is the first */
+    push_sized(q, "u", 3, 1000);
+    assert_int_equal(rq_fetch_grouped(q, &src, NULL, 1, RQ_ORDER_PRIORITY, 100, 500, 0, j), 1);
+    assert_string_equal(j[0].id, "t0");
+    ack_all(q, j, 1);
+    assert_int_equal(rq_fetch_grouped(q, &src, NULL, 1, RQ_ORDER_PRIORITY, 100, 2000, 0, j), 2);
+    assert_string_equal(j[1].id, "u1");
+    ack_all(q, j, 2);
+    assert_int_equal(rq_fetch_grouped(q, &src, NULL, 1, RQ_ORDER_PRIORITY, 100, 2000, 0, j), 1);
+    assert_string_equal(j[0].id, "u2");
+    ack_all(q, j, 1);
+    rq_free(q);
+}
+
+/* Duplicates among the jobs of one fetch are taken out at their own places: the jobs around
+ * them stay in the processing list and are handed out in order. */
+static void test_duplicates_in_a_batch(void **state)
+{
+    struct rq *q = open_rq("w1");
+    rq_test_push_n(q, "short", "e", 5);
+    run("HSET llmq:job:e1 status completed");
+    run("HSET llmq:job:e3 status running worker w1");
+    run("LPUSH llmq:queue:short {\"prompt\":\"noid\"}");
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 4);
+    assert_string_equal(j[0].id, "e0");
+    assert_string_equal(j[1].id, "e2");
+    assert_string_equal(j[2].id, "e4");
+    assert_true(j[3].id_assigned);
+    assert_int_equal(q->duplicates, 2);
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 4);
+    for (int i = 0; i < 4; i++) { /* the list holds exactly what was handed out (the new id included) */
+        const char *s = sval("LINDEX llmq:processing:w1 %d", 3 - i);
+        assert_string_equal(s, j[i].raw);
+    }
+    assert_string_equal(sval("HGET llmq:job:e1 status"), "completed");
+    ack_all(q, j, 4);
+    rq_free(q);
+}
+
+/* A worker killed between the two steps of a fetch (jobs moved, not yet marked running): its
+ * jobs are in its processing list with their hashes still queued; the reaper puts them back
+ * without counting a delivery, and the next fetch runs them as first deliveries. */
+static void test_crash_between_steps(void **state)
+{
+    struct rq *q = open_rq("survivor");
+    rq_test_push_n(q, "short", "k", 2);
+    redisReply *r = cmd("LMOVE llmq:queue:short llmq:processing:gone RIGHT LEFT");
+    freeReplyObject(r);
+    r = cmd("LMOVE llmq:queue:short llmq:processing:gone RIGHT LEFT");
+    freeReplyObject(r);
+    run("SADD llmq:workers gone"); /* no heartbeat: it has lapsed */
+    struct rq_reap_result rr;
+    assert_int_equal(rq_reap(q, &rr), 0);
+    assert_int_equal(rr.requeued, 2);
+    assert_int_equal(rr.dead, 0);
+    assert_int_equal(ival("LLEN llmq:processing:gone"), 0);
+    assert_string_equal(sval("HGET llmq:job:k0 status"), "queued");
+    assert_string_equal(sval("HGET llmq:job:k0 attempts"), "0");
+    struct rq_source src = {"short", 8};
+    struct rq_job j[8];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 8, 0, j), 2);
+    assert_string_equal(j[0].id, "k0"); /* in their order */
+    assert_int_equal(j[0].attempts, 1);
+    assert_int_equal(j[1].attempts, 1);
+    ack_all(q, j, 2);
     rq_free(q);
 }
 
@@ -402,6 +538,9 @@ int main(void)
         cmocka_unit_test_setup(test_jobs_without_usable_id, rq_test_flush),
         cmocka_unit_test_setup(test_cancel_seen_at_fetch, rq_test_flush),
         cmocka_unit_test_setup(test_reconcile_lost_fetch, rq_test_flush),
+        cmocka_unit_test_setup(test_byte_bound, rq_test_flush),
+        cmocka_unit_test_setup(test_duplicates_in_a_batch, rq_test_flush),
+        cmocka_unit_test_setup(test_crash_between_steps, rq_test_flush),
         cmocka_unit_test_setup(test_two_workers_disjoint, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);

@@ -2,7 +2,9 @@
  * prelude every script starts with (queue/scripts.c), and the worker's parser (job_parse's
  * j->id). One table of job texts goes through all three against a real redis-server (EVAL of the
  * prelude); they must agree on every line, and on the lines the parser accepts it must name the
- * same key. Plus rq_job_add_batch: the text kept byte for byte, the key it gives. */
+ * same key. Plus rq_job_add_batch: the text kept byte for byte, the key it gives; and the
+ * one-pass reading rq_job_id tries first (queue/jobscan.h) against a full jansson parse on
+ * tricky texts and every one-byte change of them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,6 +17,7 @@
 #include <cmocka.h>
 
 #include "queue/jobid.h"
+#include "queue/jobscan.h"
 #include "queue/scripts.h"
 #include "rq_test.h"
 #include "worker/jobs/job.h"
@@ -302,12 +305,98 @@ static void test_add_batch(void **state)
     assert_int_equal(rq_job_add_batch("{}", 2, "a/b", &out, &n), -1);
 }
 
+/* The scan and the parse agree on raw[0..len) (the scan may pass: -1); returns the scan's answer. */
+static int agree(const char *raw, size_t len)
+{
+    char a[RQ_ID_MAX + 1], b[RQ_ID_MAX + 1];
+    int sc = rq_job_scan(raw, len, a);
+    enum rq_idstate ref = rq_job_id_parsed(raw, len, b);
+    if (sc >= 0 && (sc != (int)ref || strcmp(a, b))) {
+        char hex[1024] = "";
+        for (size_t i = 0; i < len && i < 200; i++)
+            snprintf(hex + strlen(hex), sizeof hex - strlen(hex),
+                     (unsigned char)raw[i] < 0x20 || (unsigned char)raw[i] >= 0x7f ? "<%02x>" : "%c",
+                     (unsigned char)raw[i]);
+        fail_msg("scan %d '%s', parse %d '%s' for %s", sc, a, (int)ref, b, hex);
+    }
+    return sc;
+}
+
+static void test_scan_agrees_with_parse(void **state)
+{
+    (void)state;
+    fill();
+    const char *seeds[] = {
+        "{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":12,\"temperature\":0.5,\"stop\":[\"\\n\",\"q\"]}",
+        " {\"prompt\" : \"tab\\there \\\"q\\\" \\u00e9 \\ud83d\\ude00 \xc3\xa9 \xe2\x82\xac "
+        "\xf0\x9f\x98\x80\", \"id\" : null} ",
+        "{\"id\":\"x\",\"id\":\"y\",\"n\":[true,false,null,-0,1.25,{\"a\":{}}],\"o\":{\"id\":5}}",
+        "{\"custom_id\":\"r\",\"batch_id\":\"b-1\",\"method\":\"POST\",\"url\":\"/v1\",\"body\":{\"x\":[]}}",
+        "{\"url\":null,\"custom_id\":\"c\\u0041\"}",
+        "{\"\\u0069d\":\"k\"}",
+        "{\"id\":\"a\",\"n\":1e5}",
+        "{\"id\":\"a\",\"n\":12345678901234567890}",
+        "{\"id\":\"\\ud800\"}",
+        "{\"id\":\"a\",\"p\":\"\\udc00\"}",
+        "{\"id\":\"a\",\"p\":\"\\u0000\"}",
+        "{\"id\":\"a\",\"p\":\"\xc0\xaf\"}",
+        "{\"id\":\"a\",\"p\":\"\xed\xa0\x80\"}",
+        "{\"id\":\"a\",\"p\":\"\xf4\x90\x80\x80\"}",
+        "{\"id\":\"a\",\"n\":01}",
+        "{\"id\":\"a\",}",
+        "{\"id\":\"a\"} x",
+        "{\"id\":\"\x7f\"}",
+        "{}",
+        "[{\"id\":\"a\"}]",
+        "{\"id\":\"a\",\"n\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]"
+        "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+        longest,
+        batch65_line,
+        too_long_cid,
+    };
+    static const char subst[] = {'"', '\\', '{',    '}',    '[',        ']',        ',',        ':',
+                                 ' ', '0',  '1',    '-',    '.',        'e',        'u',        'n',
+                                 'a', '\n', '\x01', '\x7f', (char)0x80, (char)0xc3, (char)0xed, 0};
+    char buf[2048];
+    int decided = 0, total = 0;
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        size_t n = strlen(seeds[i]);
+        assert_true(n + 1 < sizeof buf);
+        decided += agree(seeds[i], n) >= 0;
+        total++;
+        for (size_t at = 0; at < n; at++) {
+            for (size_t k = 0; k < sizeof subst; k++) { /* one byte replaced */
+                memcpy(buf, seeds[i], n);
+                buf[at] = subst[k];
+                decided += agree(buf, n) >= 0;
+                total++;
+            }
+            memcpy(buf, seeds[i], at); /* one byte left out */
+            memcpy(buf + at, seeds[i] + at + 1, n - at - 1);
+            decided += agree(buf, n - 1) >= 0;
+            memcpy(buf, seeds[i], at); /* one byte added */
+            buf[at] = '"';
+            memcpy(buf + at + 1, seeds[i] + at, n - at);
+            decided += agree(buf, n + 1) >= 0;
+            total += 2;
+        }
+    }
+    printf("the scan decided %d of %d texts\n", decided, total);
+    /* it decides ordinary jobs itself (else rq_job_id is as slow as a full parse) */
+    char id[RQ_ID_MAX + 1];
+    assert_int_equal(rq_job_scan(seeds[1], strlen(seeds[1]), id), RQ_ID_MISSING);
+    assert_int_equal(rq_job_scan(seeds[0], strlen(seeds[0]), id), RQ_ID_FOUND);
+    assert_int_equal(rq_job_scan(seeds[3], strlen(seeds[3]), id), RQ_ID_FOUND);
+    assert_string_equal(id, "b-1/r");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_c_lua_parser_agree),
         cmocka_unit_test(test_id_bytes_agree),
         cmocka_unit_test(test_add_batch),
+        cmocka_unit_test(test_scan_agrees_with_parse),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -208,6 +208,8 @@ static const struct cfg_key keys[] = {
         "long lane: prompt + output tokens; 0 = model.max_model_len"),
     SIZE("queues", "max_job_bytes", queues.max_job_bytes, "4MiB", KiB, GiB,
          "a job's JSON larger than this is dead-lettered without parsing"),
+    SIZE("queues", "fetch_max_bytes", queues.fetch_max_bytes, "8MiB", KiB, GiB,
+         "job JSON one fetch moves, and a worker holds, at most (one job always)"),
     INT("queues", "max_attempts", queues.max_attempts, "3", 1, 100,
         "deliveries (first + retries) before a job goes to the dead list"),
     INT("queues", "retry_backoff_base_ms", queues.retry_backoff_base_ms, "1000", 0, 3600000,

@@ -75,6 +75,7 @@ struct cfg_queues {
     int long_max_num_batched_tokens;  /* long lane: tokens per engine step (prefill chunk budget) */
     int long_max_model_len;           /* long lane: prompt + output; 0 = model.max_model_len */
     int64_t max_job_bytes;            /* a job's JSON longer than this is dead-lettered unparsed */
+    int64_t fetch_max_bytes;          /* job JSON one fetch moves, a worker holds, at most */
     int max_attempts;                 /* deliveries before a job goes to the dead list */
     int retry_backoff_base_ms;        /* first retry delay; doubles per attempt, with jitter */
     int retry_backoff_max_ms;         /* ceiling of the retry delay */

@@ -44,4 +44,5 @@ void cfg_rq_opts(struct rq_opts *o, const struct cfg *c)
     o->heartbeat_interval_s = c->worker.heartbeat_interval_s;
     o->reaper_interval_s = c->worker.reaper_interval_s;
     o->max_job_bytes = c->queues.max_job_bytes;
+    o->fetch_max_bytes = c->queues.fetch_max_bytes;
 }

@@ -1120,6 +1120,38 @@ void job_free(struct job *j)
     memset(j, 0, sizeof *j);
 }
 
+void job_drop_input(struct job *j)
+{
+    j->chat = j->chat || j->messages;
+    free(j->prompt);
+    free(j->prompt_ids);
+    free(j->msgs);
+    json_decref(j->messages);
+    j->prompt = NULL;
+    j->prompt_ids = NULL;
+    j->n_prompt_ids = 0;
+    j->msgs = NULL;
+    j->n_msgs = 0;
+    j->messages = NULL;
+}
+
+json_t *job_metadata_of(const char *line, size_t len)
+{
+    json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    const json_t *from = root;
+    if (json_object_get(root, "custom_id") || json_object_get(root, "body") || json_object_get(root, "url") ||
+        json_object_get(root, "method"))
+        from = json_object_get(root, "body");
+    json_t *m = json_object_get(from, "metadata");
+    m = json_is_object(m) ? json_incref(m) : NULL;
+    json_decref(root);
+    return m;
+}
+
 /* ---- ids */
 
 int job_assign_id(struct job *j)
@@ -1270,7 +1302,7 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "ignore_eos", json_true());
     if (!j->skip_special_tokens)
         json_object_set_new(o, "skip_special_tokens", json_false());
-    if (j->messages)
+    if (j->messages || j->chat)
         json_object_set_new(o, "enable_thinking", json_boolean(j->enable_thinking));
     if (j->return_token_ids)
         json_object_set_new(o, "return_token_ids", json_true());

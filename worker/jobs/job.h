@@ -120,6 +120,7 @@ struct job {
     struct json_t *messages;   /* owned reference to the (normalised) messages array */
     struct chat_message *msgs; /* [n_msgs], borrowing from messages */
     size_t n_msgs;
+    bool chat;            /* the input was messages (still true after job_drop_input) */
     bool enable_thinking; /* chat template option for messages */
 
     /* Generation. */
@@ -157,6 +158,14 @@ int job_parse(const char *line, size_t len, const struct job_opts *o, struct job
 
 /* Frees what the job owns and zeroes it. Accepts NULL. */
 void job_free(struct job *j);
+/* Frees the input (prompt, prompt_ids, messages) once job_prepare has turned it into tokens and
+ * the engine holds them: a job of megabytes is not kept twice while it runs. Everything else
+ * (ids, generation parameters, metadata) stays; job_prepare must not be called again. */
+void job_drop_input(struct job *j);
+/* The "metadata" object of a job (llmq's "metadata", an OpenAI line's "body.metadata") read again
+ * from the `len` bytes of JSON job_parse accepted: a new reference, or NULL when it has none (or
+ * out of memory). For a worker that let a large job's parsed metadata go while it ran. */
+struct json_t *job_metadata_of(const char *line, size_t len);
 
 /* Gives a job without an id a new one (a UUIDv7, engine/util/uuid.h) and sets id_generated. Returns 0, or -1
  * when out of memory. */

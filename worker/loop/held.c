@@ -66,9 +66,21 @@ static char *dump(const json_t *v)
     return v ? json_dumps(v, JSON_COMPACT) : NULL;
 }
 
+void wk_job_admitted(struct wk_job *j)
+{
+    job_drop_input(&j->job);
+    if (j->job.metadata && j->rj.len > WK_BIG_JOB_BYTES) {
+        json_decref(j->job.metadata);
+        j->job.metadata = NULL;
+        j->metadata_dropped = true;
+    }
+}
+
 /* What every finished job records: an id to write under, params, metadata. */
 static void common(struct wk_job *j, double now_wall)
 {
+    if (j->metadata_dropped && !j->job.metadata) /* for the row and the result line */
+        j->job.metadata = job_metadata_of(j->rj.raw, j->rj.len);
     if (!j->job.id && !j->rj.id[0] && !j->row_id[0]) {
         uuid7(j->row_id);
         if (j->job.form == JOB_FORM_LLMQ && (j->job.id = strdup(j->row_id)) != NULL) /* the result names it */
@@ -82,6 +94,16 @@ static void common(struct wk_job *j, double now_wall)
     if (j->job.metadata && !j->metadata)
         j->metadata = dump(j->job.metadata);
     j->finished_at = now_wall;
+}
+
+/* Once the row's metadata text and the result line are made, the job's parsed metadata is not
+ * read again: a job with megabytes of metadata does not keep a third copy until its ack. */
+static void drop_metadata(struct wk_job *j)
+{
+    if (j->metadata && j->result) {
+        json_decref(j->job.metadata);
+        j->job.metadata = NULL;
+    }
 }
 
 static void set_error(struct wk_job *j, int rc, const char *err)
@@ -106,6 +128,7 @@ int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const
     o.prompt_tokens = j->prompt_tokens;
     free(j->result);
     j->result = res_line(&j->job, &o, NULL, NULL);
+    drop_metadata(j);
     if (isnan(j->latency_ms))
         j->latency_ms = (now_wall - j->started_at) * 1e3;
     return j->error ? 0 : -1;
@@ -121,6 +144,7 @@ int wk_job_finish_cancelled(struct wk_job *j, const struct wk_ctx *c, double now
     j->output_len = 0;
     struct res_output o = {.finish = FINISH_CANCELLED, .text = "", .model = c->model_name};
     j->result = res_line(&j->job, &o, NULL, NULL);
+    drop_metadata(j);
     j->latency_ms = (now_wall - j->started_at) * 1e3;
     return j->output ? 0 : -1;
 }
@@ -181,6 +205,7 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
                              j->finished_at);
         return -1;
     }
+    drop_metadata(j);
     return 0;
 }
 

@@ -47,6 +47,7 @@ struct wk_job {
     struct rq_job rj;           /* as held in Redis (owned) */
     struct job job;             /* parsed (job_parse always initialises it; owned) */
     bool parsed;                /* job_parse succeeded */
+    bool metadata_dropped;      /* parsed metadata let go while it runs (wk_job_admitted) */
     struct engine_seq *seq;     /* RUNNING: borrowed from the engine until engine_release */
     int lane;                   /* engine lane */
     enum wk_to route;           /* ROUTE: where to */
@@ -100,6 +101,12 @@ static inline struct wk_job *wk_job_of(struct list_node *n)
 struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall);
 /* Frees the record and everything it owns (not the engine seq). Accepts NULL. */
 void wk_job_free(struct wk_job *j);
+
+/* The job is in the engine (which holds its tokens): frees its parsed input, and for a large
+ * job (over WK_BIG_JOB_BYTES of JSON) its parsed metadata too, read again from its text when it
+ * finishes. A held job then keeps about its text alone while it runs. */
+void wk_job_admitted(struct wk_job *j);
+#define WK_BIG_JOB_BYTES (64 * 1024)
 
 /* The id of the job's row and Redis hash: its own id, the one rq gave it, or a new one. */
 const char *wk_job_id(const struct wk_job *j);

@@ -387,6 +387,7 @@ static void admit(struct wk *w, struct wk_job *j)
         if (!j->seq) {
             fail_job(w, j, JOB_ERR_ENGINE, err);
         } else {
+            wk_job_admitted(j); /* the engine has the tokens */
             move(w, j, WK_RUNNING);
             wk_stream_admit(&w->stream, j);
         }
@@ -1130,6 +1131,11 @@ static void phase_fetch(struct wk *w, bool *blocked)
     double now = llmq_mono_s();
     if (!idle && w->fetch.last_empty > 0 && now - w->fetch.last_empty < w->fetch.empty_wait)
         return;
+    /* jobs held take memory until they are acknowledged: a few large jobs fill the budget, and
+     * the next ones wait in Redis for a worker with room */
+    int64_t budget = w->cfg->queues.fetch_max_bytes - (int64_t)rq_held_bytes(w->rq);
+    if (budget <= 0 && rq_held_count(w->rq) > 0)
+        return;
     if ((size_t)total > w->fetch.cap) { /* exactly what this fetch may bring */
         if (array_resize(&w->fetch.jobs, (size_t)total, sizeof *w->fetch.jobs) ||
             array_resize(&w->fetch.hash_keys, (size_t)total, sizeof *w->fetch.hash_keys))
@@ -1138,7 +1144,8 @@ static void phase_fetch(struct wk *w, bool *blocked)
     }
     int block = idle ? RQ_BLOCK_DEFAULT : 0;
     *blocked = idle;
-    int n = rq_fetch_grouped(w->rq, src, group, nsrc, RQ_ORDER_PRIORITY, total, block, w->fetch.jobs);
+    int n = rq_fetch_grouped(w->rq, src, group, nsrc, RQ_ORDER_PRIORITY, total, budget > 0 ? budget : 1,
+                             block, w->fetch.jobs);
     if (n < 0) {
         redis_trouble(w, "fetch");
         return;
