@@ -48,6 +48,11 @@ int rq_heartbeat(struct rq *q, const struct rq_worker_info *info)
     rq_pipe_cmd(p, "SADD");
     rq_pipe_str(p, q->keys.workers);
     rq_pipe_str(p, q->worker);
+    char mark[RQ_KEY_MAX]; /* a reaper that found the heartbeat lapsed waits no longer (reaper.h) */
+    if (rq_key_lapsed(&q->keys, q->worker, mark, sizeof mark) == 0) {
+        rq_pipe_cmd(p, "DEL");
+        rq_pipe_fmt(p, "%s", mark);
+    }
     rq_pipe_cmd(p, "EXEC");
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "heartbeat");

@@ -20,7 +20,8 @@ struct rq_worker_info {
     int kv_blocks_used, kv_blocks_total; /* KV cache blocks; total 0 = unknown (kv_usage not written) */
 };
 
-/* HSET + EXPIRE + SADD in one MULTI/EXEC. 0, or -1. */
+/* HSET + EXPIRE + SADD in one MULTI/EXEC, with a DEL of <p>:lapsed:<id> (a reaper's mark that
+ * the heartbeat had lapsed: the worker is back, queue/reaper.h). 0, or -1. */
 int rq_heartbeat(struct rq *q, const struct rq_worker_info *info);
 
 /* SMEMBERS <p>:workers: every known worker id, live or lapsed, as an array reply the caller

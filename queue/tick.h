@@ -18,8 +18,9 @@ struct rq_tick_result {
     int retried;                /* retry entries moved back to their queue */
 };
 
-/* Does what is due. 0, or -1 with the first failure in rq_error (the other chores still ran;
- * a failed chore is tried again at the next call). res may be NULL. */
+/* Does what is due. 0, or -1 with the first failure in rq_error (the other chores still ran,
+ * unless the failure dropped the connection: a server that does not answer would make each of
+ * them wait for its timeout; a failed chore is tried again at the next call). res may be NULL. */
 int rq_tick(struct rq *q, const struct rq_worker_info *info, struct rq_tick_result *res);
 
 /* Brings the reaper's next run forward to in_ms from now (never later than it is scheduled): for a

@@ -244,6 +244,7 @@ static void test_id_assigned_and_kept_across_crash(void **state)
     rq_job_free(&j[0]);
     rq_free(q); /* "crash": no ack, no heartbeat (so the reaper sees it lapsed) */
     run("SADD llmq:workers crashy");
+    run("SET llmq:lapsed:crashy 1 PX 1000"); /* lapsed long ago: its grace is over (reaper.h) */
 
     struct rq *q2 = open_rq("survivor");
     struct rq_reap_result rr;
