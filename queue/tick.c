@@ -58,6 +58,11 @@ out:
     return rc;
 }
 
+void rq_tick_heartbeat_now(struct rq *q)
+{
+    q->next_heartbeat_ms = 0;
+}
+
 void rq_tick_reap_in(struct rq *q, int64_t in_ms)
 {
     int64_t at = rq_mono_ms() + (in_ms > 0 ? in_ms : 0);

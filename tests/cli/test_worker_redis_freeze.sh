@@ -54,7 +54,9 @@ push_file "$T/b.jsonl"
 # wb1 has the default reconnect backoff (up to 5 s), so wb2 is back first once Redis answers.
 LLMQ_REDIS_RECONNECT_MAX_MS=5000 worker_start wb1 --max-num-seqs 32
 wait_until "wb1 to hold the $N jobs" holds wb1 "$N"
-LLMQ_SQLITE_PATH=$T/wb2.db worker_start wb2 --max-num-seqs 32
+# wb2's reaper waits one heartbeat interval (2 s here) past a lapsed heartbeat before it reaps
+LLMQ_SQLITE_PATH=$T/wb2.db LLMQ_WORKER_HEARTBEAT_INTERVAL_S=2 LLMQ_WORKER_HEARTBEAT_TTL_S=4 \
+  worker_start wb2 --max-num-seqs 32
 beats() { [ "$(rcli EXISTS "llmq:worker:$1")" = 1 ]; }
 wait_until "wb2 to heartbeat" beats wb2
 freeze
@@ -62,7 +64,7 @@ r0=$(rows)
 [ "$r0" -lt "$N" ] && ok "frozen with wb1's jobs running ($r0 of $N rows)" || bad "wb1 was done before the freeze (too fast?)"
 lapsed() { log_has wb1 "redis: .*failed" && log_has wb2 "redis: .*failed"; }
 poll 10 lapsed || bad "the workers did not notice the freeze"
-# frozen for well past the heartbeat TTL (2 s) and the reaper's grace (1 s)
+# frozen for well past wb1's heartbeat TTL (2 s)
 sleep 5
 thaw
 wait_until "both workers to settle" settled wb1 wb2 && ok "queue and processing lists empty"

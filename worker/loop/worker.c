@@ -296,7 +296,7 @@ static bool redis_up(struct wk *w)
         return false;
     }
     wk_gate_reopen(g);
-    w->rq->next_heartbeat_ms = 0;
+    rq_tick_heartbeat_now(w->rq);
     return true;
 }
 
@@ -826,9 +826,10 @@ static bool rows_leased(struct wk *w, double now)
 {
     bool ok = wk_gate_leased(&w->redis.gate, now);
     if (!ok && !w->redis.unleased && w->held[WK_PENDING].n) {
-        log_warn("worker: no heartbeat for %d s (worker.heartbeat_ttl_s): %d finished job%s wait, not written, "
-                 "until Redis confirms they are still this worker's",
-                 w->cfg->worker.heartbeat_ttl_s, w->held[WK_PENDING].n, w->held[WK_PENDING].n == 1 ? "" : "s");
+        log_warn(
+            "worker: no heartbeat for %d s (worker.heartbeat_ttl_s): %d finished job%s wait, not written, "
+            "until Redis confirms they are still this worker's",
+            w->cfg->worker.heartbeat_ttl_s, w->held[WK_PENDING].n, w->held[WK_PENDING].n == 1 ? "" : "s");
         w->redis.unleased = true;
     }
     if (ok)
@@ -1275,8 +1276,9 @@ static int redis_reclaim(struct wk *w)
         lost++;
     }
     if (n)
-        log_info("redis: the heartbeat is renewed after it had lapsed; %d of %d held job%s still this worker's%s",
-                 n - lost, n, n == 1 ? "" : "s", lost ? ", the others were reaped and are dropped here" : "");
+        log_info(
+            "redis: the heartbeat is renewed after it had lapsed; %d of %d held job%s still this worker's%s",
+            n - lost, n, n == 1 ? "" : "s", lost ? ", the others were reaped and are dropped here" : "");
     return 0;
 }
 
@@ -1462,8 +1464,9 @@ static void finish_run(struct wk *w, bool hard)
             break;
         bool rows_done = w->store.stopped_touch && !wk_writer_busy(w->store.writer) &&
                          (w->held[WK_PENDING].n == 0 || !wk_gate_leased(&w->redis.gate, now));
+        /* Redis does not answer: what is held stays in the processing list */
         if (!redis_open(w) && now >= redis_wait && (rows_done || hard))
-            break; /* Redis does not answer: what is held stays in the processing list */
+            break;
         if (now >= until) { /* rows that could not be written: their jobs run again elsewhere */
             if (redis_open(w))
                 requeue_state(w, WK_PENDING, "shutdown");
