@@ -26,10 +26,12 @@ static bool holder_gone(const struct rq *q)
 
 static int heartbeat_once(struct rq *q, const struct rq_worker_info *info, const char *replace)
 {
-    const char *xkeys[] = {q->hb_key, q->keys.workers};
+    char mark[RQ_KEY_MAX]; /* a reaper that found the heartbeat lapsed waits no longer (reaper.h) */
+    bool marked = rq_key_lapsed(&q->keys, q->worker, mark, sizeof mark) == 0;
+    const char *xkeys[] = {q->hb_key, q->keys.workers, mark};
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
-    rq_script_cmd(q, p, RQ_SCRIPT_HEARTBEAT, q->proc_key, xkeys, 2);
+    rq_script_cmd(q, p, RQ_SCRIPT_HEARTBEAT, q->proc_key, xkeys, marked ? 3 : 2);
     rq_pipe_str(p, q->instance);
     rq_pipe_str(p, replace);
     rq_pipe_int(p, q->o.heartbeat_ttl_s);

@@ -37,7 +37,9 @@ struct rq_hb_holder {
 
 #define RQ_HB_TAKEN 1 /* rq_heartbeat: another instance holds this worker id */
 
-/* HSET + EXPIRE + SADD in one script, unless the hash is held by another instance. Until one
+/* HSET + EXPIRE + SADD in one script, with a DEL of <p>:lapsed:<id> (a reaper's mark that the
+ * heartbeat had lapsed: the worker is back, queue/reaper.h), unless the hash is held by another
+ * instance. Until one
  * heartbeat of this instance has succeeded (q->claimed) it claims the id: with opts.force_id from
  * anyone, else only when the hash is absent or its holder is provably gone (an earlier run on this
  * host whose pid no longer exists). 0; RQ_HB_TAKEN with q->holder set, q->id_taken true and the

@@ -64,6 +64,11 @@ int rq_key_worker(const struct rq_keys *k, const char *worker, char *buf, size_t
     return build(buf, len, k->prefix, "worker:", worker);
 }
 
+int rq_key_lapsed(const struct rq_keys *k, const char *worker, char *buf, size_t len)
+{
+    return build(buf, len, k->prefix, "lapsed:", worker);
+}
+
 int rq_key_job(const struct rq_keys *k, const char *id, char *buf, size_t len)
 {
     return build(buf, len, k->prefix, "job:", id);

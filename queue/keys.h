@@ -69,6 +69,8 @@ int rq_keys_init(struct rq_keys *k, const char *prefix, char *err, size_t errlen
 int rq_key_queue(const struct rq_keys *k, const char *queue, char *buf, size_t len); /* queue: a reference */
 int rq_key_processing(const struct rq_keys *k, const char *worker, char *buf, size_t len);
 int rq_key_worker(const struct rq_keys *k, const char *worker, char *buf, size_t len);
+/* <p>:lapsed:<worker>: a reaper's mark that the worker's heartbeat was found lapsed (queue/reaper.h) */
+int rq_key_lapsed(const struct rq_keys *k, const char *worker, char *buf, size_t len);
 int rq_key_job(const struct rq_keys *k, const char *id, char *buf, size_t len);
 int rq_key_stream(const struct rq_keys *k, const char *id, char *buf, size_t len);
 int rq_key_batch(const struct rq_keys *k, const char *batch_id, char *buf, size_t len);

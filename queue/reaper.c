@@ -71,18 +71,22 @@ static int find_rows(struct rq *q, const redisReply *r, struct found *f)
     return 0;
 }
 
-/* Appends the reap script for `worker`, with the committed rows f (NULL: none). */
-static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, bool check, const char *reason,
-                     const struct found *f)
+/* Appends the reap script for `worker`, with the committed rows f (NULL: none); `check`: only
+ * once its heartbeat has stayed lapsed for the grace (one heartbeat interval). mark: room for its
+ * lapse mark's key. */
+static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, char *mark, bool check,
+                     const char *reason, const struct found *f)
 {
     rq_key_processing(&q->keys, worker, proc, RQ_KEY_MAX);
     rq_key_worker(&q->keys, worker, hb, RQ_KEY_MAX);
-    const char *xk[] = {q->keys.workers, hb};
+    rq_key_lapsed(&q->keys, worker, mark, RQ_KEY_MAX);
+    const char *xk[] = {q->keys.workers, hb, mark};
     struct rq_pipe *p = &q->pipe;
-    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 2);
+    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 3);
     rq_pipe_str(p, worker);
     rq_pipe_str(p, check ? "1" : "0");
     rq_pipe_str(p, reason);
+    rq_pipe_int(p, check ? 1000LL * q->o.heartbeat_interval_s : 0);
     rq_pipe_int(p, f ? (long long)f->n : 0);
     for (size_t i = 0; f && i < f->n; i++) {
         const struct rq_done *d = &f->rows[i].d;
@@ -127,13 +131,21 @@ static int find_all(struct rq *q, const char *const *workers, int n, struct foun
     return 0;
 }
 
-/* Adds one reap reply to res; returns 1 if the worker was reaped, 0 if alive, -1 on error. */
+/* Adds one reap reply to res; returns 1 if the worker was reaped, 0 if alive or in its grace, -1
+ * on error. */
 static int count(struct rq *q, const redisReply *r, struct rq_reap_result *res)
 {
     if (rq_reply_error(r, "reaper", q->err, sizeof q->err))
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_INTEGER)
         return rq_fail(q, "reaper: unexpected reply from the reap script");
+    if (r->element[0]->integer == -2 && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        int64_t left = r->element[1]->integer > 0 ? r->element[1]->integer : 1;
+        if (res->grace_ms == 0 || left < res->grace_ms)
+            res->grace_ms = left;
+        res->graced++;
+        return 0;
+    }
     if (r->element[0]->integer < 0)
         return 0;
     res->requeued += (int)r->element[1]->integer;
@@ -149,7 +161,7 @@ int rq_reap(struct rq *q, struct rq_reap_result *res)
     if (!m)
         return -1;
     int n = (int)m->elements, rc = 0;
-    char(*keys)[2][RQ_KEY_MAX] = n ? malloc((size_t)n * sizeof *keys) : NULL;
+    char(*keys)[3][RQ_KEY_MAX] = n ? malloc((size_t)n * sizeof *keys) : NULL;
     int *cand = n ? malloc((size_t)n * sizeof *cand) : NULL;
     int *lapsed = n ? malloc((size_t)n * sizeof *lapsed) : NULL;
     char(*reasons)[RQ_NAME_MAX + 96] = n ? malloc((size_t)n * sizeof *reasons) : NULL;
@@ -197,7 +209,8 @@ int rq_reap(struct rq *q, struct rq_reap_result *res)
     rq_pipe_reset(p);
     for (int k = 0; k < nl; k++) {
         snprintf(reasons[k], sizeof reasons[k], "worker %s stopped while running it (heartbeat lapsed)", names[k]);
-        add_reap(q, names[k], keys[lapsed[k]][0], keys[lapsed[k]][1], true, reasons[k], &found[k]);
+        add_reap(q, names[k], keys[lapsed[k]][0], keys[lapsed[k]][1], keys[lapsed[k]][2], true, reasons[k],
+                 &found[k]);
     }
     if (rq_pipe_exec(p, &q->cmd, &q->scripts)) {
         rc = rq_fail_conn(q, "reaper");
@@ -245,9 +258,9 @@ int rq_recover(struct rq *q, struct rq_reap_result *res)
     }
     rq_stamp(q);
     rq_pipe_reset(&q->pipe);
-    char proc[RQ_KEY_MAX], hb[RQ_KEY_MAX], reason[RQ_NAME_MAX + 96];
+    char proc[RQ_KEY_MAX], hb[RQ_KEY_MAX], mark[RQ_KEY_MAX], reason[RQ_NAME_MAX + 96];
     snprintf(reason, sizeof reason, "worker %s restarted while running it", q->worker);
-    add_reap(q, q->worker, proc, hb, false, reason, &f);
+    add_reap(q, q->worker, proc, hb, mark, false, reason, &f);
     int rc = rq_pipe_exec(&q->pipe, &q->cmd, &q->scripts);
     found_free(&f);
     if (rc)

@@ -7,14 +7,17 @@
  * ran (queue/attempt.h): a job that keeps killing the workers that run it counts up, one that was
  * only held when its worker died keeps its count. */
 #pragma once
+#include <stdint.h>
 
 struct rq;
 
 struct rq_reap_result {
-    int workers;  /* lapsed workers cleaned up */
-    int requeued; /* jobs put back on a queue */
-    int dead;     /* jobs dead-lettered */
-    int acked;    /* jobs whose row was committed: acknowledged (rq_reap_set_lookup) */
+    int workers;      /* lapsed workers cleaned up */
+    int requeued;     /* jobs put back on a queue */
+    int dead;         /* jobs dead-lettered */
+    int acked;        /* jobs whose row was committed: acknowledged (rq_reap_set_lookup) */
+    int graced;       /* lapsed workers still in their grace (not reaped yet) */
+    int64_t grace_ms; /* the shortest grace left of those (0 = none) */
 };
 
 /* A job's committed row as the caller's database has it: what the worker that wrote it would
@@ -44,7 +47,12 @@ typedef int (*rq_done_fn)(void *ctx, const char *id, struct rq_done *out);
  * are handled as before. */
 void rq_reap_set_lookup(struct rq *q, rq_done_fn fn, void *ctx);
 
-/* Reaps every lapsed worker other than this one. 0, or -1 (res holds what was done). */
+/* Reaps every lapsed worker other than this one. A worker is reaped only once its heartbeat has
+ * stayed gone for one heartbeat_interval_s more, counted by Redis from when a reaper first found
+ * it lapsed (the <p>:lapsed:<id> mark, which the worker's heartbeat deletes): a worker that could
+ * not reach Redis (a frozen or partitioned server) heartbeats as soon as Redis answers again and
+ * keeps its jobs, as the heartbeats of every worker lapse together while the server is frozen.
+ * 0, or -1 (res holds what was done). */
 int rq_reap(struct rq *q, struct rq_reap_result *res);
 
 /* At start-up, before the first fetch: a worker that restarts with a fixed id (--id) takes back

@@ -355,23 +355,40 @@ static const char requeue_src[] = PRELUDE
 "event(id, 'queued', WORKER, 'queue', q, 'reason', ARGV[16])\n"
 "return 1\n";
 
-/* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key;
- * ARGV[13] its id, ARGV[14] '1' = only if the heartbeat key is gone (and SREM it from workers),
- * ARGV[15] the reason recorded on each job; ARGV[16] n, then 11 per job whose row the caller
- * found committed: id, the row's worker, its started_at, status, finish_reason, error, error
- * code, prompt_tokens, completion_tokens, first_token_at, result ('' = none, as for ack). Newest
- * first to the RIGHT of its queue, so the oldest is fetched first; a job whose hash is final
- * (finished: a copy) is dropped; a job whose row is committed for this very delivery (the row's
- * worker is the hash's and its started_at is not before the hash's: the fetch) is acknowledged
- * with it instead, as the worker's own ack would have. Returns {1, requeued, dead, acked}, or
- * {-1, 0, 0, 0} when the worker is alive. */
+/* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key,
+ * KEYS[7] its lapse mark (<p>:lapsed:<id>); ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
+ * key is gone (and SREM it from workers), ARGV[15] the reason recorded on each job, ARGV[16] the
+ * grace in ms; ARGV[17] n, then 11 per job whose row the caller found committed: id, the row's
+ * worker, its started_at, status, finish_reason, error, error code, prompt_tokens,
+ * completion_tokens, first_token_at, result ('' = none, as for ack). With ARGV[14] '1' a worker
+ * is reaped only once its heartbeat has stayed gone for the grace as Redis counts it: the first
+ * call marks it (the mark's PTTL is the clock; the worker's next heartbeat deletes the mark), so a
+ * worker that could not reach Redis, but comes back as soon as Redis answers, keeps its jobs.
+ * Newest first to the RIGHT of its queue, so the oldest is fetched first; a job whose hash is
+ * final (finished: a copy) is dropped; a job whose row is committed for this very delivery (the
+ * row's worker is the hash's and its started_at is not before the hash's: the fetch) is
+ * acknowledged with it instead, as the worker's own ack would have. Returns {1, requeued, dead,
+ * acked}, {-1, 0, 0, 0} when the worker is alive, {-2, ms, 0, 0} while its grace runs (ms: how
+ * much of it is left). */
 static const char reap_src[] = PRELUDE
 "local victim, reason = ARGV[13], ARGV[15]\n"
-"if ARGV[14] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0, 0} end\n"
+"if ARGV[14] == '1' then\n"
+"  if redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0, 0} end\n"
+"  local grace = tonumber(ARGV[16]) or 0\n"
+"  if grace > 0 then\n"
+"    local left = redis.call('PTTL', KEYS[7])\n"
+"    if left < 0 then\n"
+"      redis.call('SET', KEYS[7], NOW, 'PX', 3 * grace)\n"
+"      return {-2, grace, 0, 0}\n"
+"    end\n"
+"    local waited = 3 * grace - left\n"
+"    if waited < grace then return {-2, grace - waited, 0, 0} end\n"
+"  end\n"
+"end\n"
 "need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
 "local committed = {}\n"
-"for i = 0, (tonumber(ARGV[16]) or 0) - 1 do\n"
-"  local c = 17 + i * 11\n"
+"for i = 0, (tonumber(ARGV[17]) or 0) - 1 do\n"
+"  local c = 18 + i * 11\n"
 "  committed[ARGV[c]] = c\n"
 "end\n"
 "local ref, k = {}, 0\n"
@@ -380,6 +397,7 @@ static const char reap_src[] = PRELUDE
 "  ref[i] = {id, json}\n"
 "  need(QUEUE .. origin(id), 'list')\n"
 "end\n"
+"if ARGV[14] == '1' then redis.call('DEL', KEYS[7]) end\n"
 "local requeued, dead, acked = 0, 0, 0\n"
 "while true do\n"
 "  local raw = redis.call('LPOP', PROC)\n"
@@ -775,6 +793,7 @@ static const char heartbeat_src[] = PRELUDE
 "redis.call('HSET', HBK, 'instance', TOKEN, unpack(ARGV, 16, #ARGV))\n"
 "redis.call('EXPIRE', HBK, ARGV[15])\n"
 "redis.call('SADD', KEYS[6], WORKER)\n"
+"if KEYS[7] then redis.call('DEL', KEYS[7]) end\n"
 "return prev\n";
 /* clang-format on */
 

@@ -40,6 +40,13 @@ static redisContext *adm;       /* a plain connection to it, for looking at what
 #define sval(...) rs_str(adm, __VA_ARGS__)
 #define run(...) rs_do(adm, __VA_ARGS__)
 
+/* Worker `name` was found lapsed longer ago than the reaper's grace (the mark a reaper leaves,
+ * aged): the next rq_reap reaps it at once. */
+static inline void rq_test_lapsed_long_ago(const char *name)
+{
+    run("SET llmq:lapsed:%s 1 PX 1000", name);
+}
+
 /* Group setup: skips the program (exit 77) without redis-server, starts srv (default options)
  * and connects adm. -1 (every test fails) when the server does not start; its log says why. */
 static inline int rq_test_group_setup(void **state)

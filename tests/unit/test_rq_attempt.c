@@ -100,6 +100,7 @@ static void test_reaper_counts_what_ran(void **state)
         rq_job_free(&j[i]);
     rq_free(q); /* crash: no heartbeat */
     run("SADD llmq:workers v1");
+    rq_test_lapsed_long_ago("v1");
     struct rq *r = open_rq("reaper");
     struct rq_reap_result rr;
     assert_int_equal(rq_reap(r, &rr), 0);

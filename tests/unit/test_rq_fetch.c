@@ -250,6 +250,7 @@ static void test_id_assigned_and_kept_across_crash(void **state)
     rq_job_free(&j[0]);
     rq_free(q); /* "crash": no ack, no heartbeat (so the reaper sees it lapsed) */
     run("SADD llmq:workers crashy");
+    run("SET llmq:lapsed:crashy 1 PX 1000"); /* lapsed long ago: its grace is over (reaper.h) */
 
     struct rq *q2 = open_rq("survivor");
     struct rq_reap_result rr;
@@ -482,6 +483,7 @@ static void test_crash_between_steps(void **state)
     r = cmd("LMOVE llmq:queue:short llmq:processing:gone RIGHT LEFT");
     freeReplyObject(r);
     run("SADD llmq:workers gone"); /* no heartbeat: it has lapsed */
+    rq_test_lapsed_long_ago("gone");
     struct rq_reap_result rr;
     assert_int_equal(rq_reap(q, &rr), 0);
     assert_int_equal(rr.requeued, 2);

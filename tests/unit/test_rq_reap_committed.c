@@ -76,6 +76,7 @@ static void run_and_die(const char *worker, int n)
         rq_job_free(&j[i]);
     rq_free(q); /* no heartbeat: lapsed */
     run("SADD llmq:workers %s", worker);
+    rq_test_lapsed_long_ago(worker);
 }
 
 static void test_reaper_acks_committed(void **state)

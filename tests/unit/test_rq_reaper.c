@@ -1,6 +1,7 @@
 /* queue/heartbeat.c and queue/reaper.c against a real redis-server: heartbeat fields and TTL,
  * the reaper's Lua script on a fake dead worker (a processing list with no heartbeat key),
- * live workers left alone, a heartbeat that really expires, poison jobs that keep killing
+ * live workers left alone, a heartbeat that really expires (reaped only after its grace; one that
+ * comes back within the grace keeps its jobs), poison jobs that keep killing
  * workers ending in the dead list after max_attempts, a restarted worker taking back its own
  * list, and a clean exit. */
 #include <setjmp.h>
@@ -28,6 +29,7 @@ static struct rq *open_rq(const char *worker, int hb_ttl_s)
 {
     struct rq_opts o = rq_test_opts(srv.url, worker);
     o.max_attempts = 3;
+    o.heartbeat_interval_s = 1; /* the reaper's grace: 1 s */
     if (hb_ttl_s > 0)
         o.heartbeat_ttl_s = hb_ttl_s;
     return rq_test_open(&o);
@@ -65,6 +67,7 @@ static void test_heartbeat(void **state)
 static void test_reap_fake_dead_worker(void **state)
 {
     run("SADD llmq:workers ghost");
+    rq_test_lapsed_long_ago("ghost");
     /* oldest at the right, as BLMOVE ... RIGHT LEFT leaves them */
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"g1\",\"prompt\":\"a\"}");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"g2\",\"prompt\":\"b\"}");
@@ -133,6 +136,24 @@ static void test_heartbeat_expiry(void **state)
     assert_int_equal(ival("LLEN llmq:processing:short-lived"), 1);
     redis_server_sleep_ms(2100); /* the worker "hangs": no heartbeat for longer than its TTL */
     assert_int_equal(ival("EXISTS llmq:worker:short-lived"), 0);
+    /* found lapsed: marked, reaped only if it stays lapsed for the grace (heartbeat_interval_s) */
+    assert_int_equal(rq_reap(r, &rr), 0);
+    assert_int_equal(rr.workers, 0);
+    assert_int_equal(rr.graced, 1);
+    assert_int_equal(ival("EXISTS llmq:lapsed:short-lived"), 1);
+    /* it comes back within the grace: its heartbeat deletes the mark and it keeps its job */
+    assert_int_equal(rq_heartbeat(w, NULL), 0);
+    assert_int_equal(ival("EXISTS llmq:lapsed:short-lived"), 0);
+    assert_int_equal(rq_reap(r, &rr), 0);
+    assert_int_equal(rr.workers + rr.graced, 0);
+    assert_int_equal(ival("LLEN llmq:processing:short-lived"), 1);
+    /* it lapses again: a new grace, and once that is over it is reaped */
+    run("DEL llmq:worker:short-lived");
+    assert_int_equal(rq_reap(r, &rr), 0);
+    assert_int_equal(rr.graced, 1);
+    assert_true(rr.grace_ms > 900 && rr.grace_ms <= 1000);
+    assert_int_equal(ival("LLEN llmq:processing:short-lived"), 1);
+    redis_server_sleep_ms((int)rr.grace_ms + 50);
     assert_int_equal(rq_reap(r, &rr), 0);
     assert_int_equal(rr.workers, 1);
     assert_int_equal(rr.requeued, 1);
@@ -172,6 +193,7 @@ static void test_poison_goes_dead(void **state)
         rq_job_free(&j);
         rq_free(w);                      /* the worker dies with it */
         run("DEL llmq:worker:%s", name); /* its heartbeat lapses */
+        rq_test_lapsed_long_ago(name);
         struct rq_reap_result rr;
         assert_int_equal(rq_reap(reaper, &rr), 0);
         assert_int_equal(rr.workers, 1);
@@ -237,6 +259,7 @@ static void test_recover_own_list(void **state)
     assert_int_equal(rq_heartbeat_stop(again), 0);
     assert_int_equal(ival("EXISTS llmq:worker:fixed"), 0);
     assert_int_equal(ival("SISMEMBER llmq:workers fixed"), 1);
+    rq_test_lapsed_long_ago("fixed");
     struct rq *r = open_rq("reaper", 30);
     assert_int_equal(rq_reap(r, &rr), 0);
     assert_int_equal(rr.requeued, 2);

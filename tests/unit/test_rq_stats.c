@@ -251,8 +251,11 @@ static void test_tick(void **state)
     assert_int_equal(rq_tick(q, &info, &tr), 0);
     assert_true(tr.heartbeat);
     assert_true(tr.reaped);
-    assert_int_equal(tr.reap.workers, 1);
-    assert_int_equal(tr.reap.requeued, 1);
+    /* ghost's lapse is only marked: it is reaped once it stays lapsed for heartbeat_interval_s */
+    assert_int_equal(tr.reap.workers, 0);
+    assert_int_equal(tr.reap.graced, 1);
+    assert_true(tr.reap.grace_ms > 0 && tr.reap.grace_ms <= 1000);
+    assert_int_equal(ival("EXISTS llmq:lapsed:ghost"), 1);
     assert_int_equal(ival("EXISTS llmq:worker:ticker"), 1);
     /* right after: nothing is due */
     assert_int_equal(rq_tick(q, &info, &tr), 0);
@@ -267,11 +270,17 @@ static void test_tick(void **state)
     }
     assert_int_equal(retried, 1);
     assert_int_equal(ival("ZCARD llmq:retry"), 0);
-    assert_int_equal(ival("LLEN llmq:queue:short"), 2); /* the reaped one and the retried one */
-    /* after heartbeat_interval_s (1 s) the heartbeat is due again */
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1); /* the retried one */
+    /* after heartbeat_interval_s (1 s) the heartbeat is due again, and ghost's grace is over: the
+     * reaper, scheduled for its end, takes its job back */
     redis_server_sleep_ms(1000);
     assert_int_equal(rq_tick(q, &info, &tr), 0);
     assert_true(tr.heartbeat);
+    assert_true(tr.reaped);
+    assert_int_equal(tr.reap.workers, 1);
+    assert_int_equal(tr.reap.requeued, 1);
+    assert_int_equal(ival("EXISTS llmq:lapsed:ghost"), 0);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 2); /* the reaped one and the retried one */
     rq_free(q);
 }
 

@@ -256,6 +256,7 @@ static void test_reaper(void **state)
 {
     (void)state;
     run("SADD llmq:workers ghost");
+    rq_test_lapsed_long_ago("ghost");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"g1\",\"prompt\":\"a\"}");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"g2\",\"prompt\":\"b\"}");
     run("HSET llmq:job:g1 status running queue short attempts 1 worker ghost");

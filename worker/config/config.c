@@ -302,7 +302,8 @@ static const struct cfg_key keys[] = {
     INT("worker", "heartbeat_interval_s", worker.heartbeat_interval_s, "5", 1, 30,
         "heartbeat refresh interval"),
     INT("worker", "heartbeat_ttl_s", worker.heartbeat_ttl_s, "30", 2, 60,
-        "heartbeat lifetime: a crashed worker's jobs are requeued this long after its last beat"),
+        "heartbeat lifetime: a crashed worker's jobs are requeued this long (plus `heartbeat_interval_s`, "
+        "the reaper's grace) after its last beat; a worker that cannot heartbeat writes no rows past it"),
     INT("worker", "reaper_interval_s", worker.reaper_interval_s, "10", 1, 300,
         "how often to look for workers whose heartbeat lapsed"),
     INT("worker", "shutdown_timeout_s", worker.shutdown_timeout_s, "30", 0, 3600,

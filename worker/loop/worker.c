@@ -27,6 +27,7 @@
 #include "queue/dead.h"
 #include "queue/drain.h"
 #include "queue/fetch.h"
+#include "queue/owned.h"
 #include "queue/progress.h"
 #include "queue/reaper.h"
 #include "queue/redis_url.h"
@@ -47,6 +48,7 @@
 #include "worker/loop/stream.h"
 #include "worker/loop/models.h"
 #include "worker/loop/signals.h"
+#include "worker/loop/redis_gate.h"
 #include "worker/metrics/http.h"
 #include "worker/metrics/metrics.h"
 #include "worker/store/db.h"
@@ -62,6 +64,7 @@
 #define TROUBLE_LOG_S 10.0     /* a failing Redis or SQLite step is logged at most this often */
 #define PROGRESS_FLUSH_S 0.05  /* progress updates go to Redis at most this often (one pipeline) */
 #define CANCEL_CHECK_S 0.02    /* cancellations are checked at most this often (every step when longer) */
+#define EXIT_REDIS_WAIT_S 2.0  /* at exit, with Redis unreachable: how long to wait for it to answer */
 #define MAX_OVERHEAD_SAMPLES (1 << 20)
 #define PUBLISH_S 0.1 /* the metrics snapshot for GET /metrics is refreshed at most this often */
 
@@ -97,6 +100,8 @@ struct wk_redis {
     double last_cancel;   /* ... and cancellations were last checked */
     double trouble_since; /* when a Redis step started failing; 0 while they succeed */
     double next_log;      /* a failing step is logged again from this time */
+    struct wk_gate gate;  /* Redis steps skipped while it does not answer; the heartbeat's lease */
+    bool unleased;        /* rows are held back: the lease ran out (logged once) */
 };
 
 /* One iteration's arrays, each with room for cap entries, grown as needed (grow_scratch). */
@@ -258,7 +263,9 @@ static int grow_scratch(struct wk *w, int n)
 
 /* A Redis step failed: log it (at most every TROUBLE_LOG_S while it keeps failing). A key of the
  * wrong type (queue/badkey.h) is no trouble of Redis: it is logged once, by name, and the step
- * is tried again with the next round while everything else goes on. */
+ * is tried again with the next round while everything else goes on. When the connection is gone
+ * (lost, timed out, not reconnected yet) the gate closes: no Redis step runs until the probe has
+ * an answer (redis_up). */
 static void redis_trouble(struct wk *w, const char *what)
 {
     const char *bad = rq_badkey_error(w->rq);
@@ -272,11 +279,52 @@ static void redis_trouble(struct wk *w, const char *what)
     double now = llmq_mono_s();
     if (w->redis.trouble_since == 0)
         w->redis.trouble_since = now;
+    bool down = !w->rq->cmd.ctx;
     if (now >= w->redis.next_log) {
-        log_warn("redis: %s failed: %s; the worker keeps running and tries again (%d jobs held)", what,
-                 rq_error(w->rq), held_count(w));
+        log_warn("redis: %s failed: %s; the worker keeps running%s and tries again (%d jobs held)", what,
+                 rq_error(w->rq), down ? " without Redis (its steps wait in memory)" : "", held_count(w));
         w->redis.next_log = now + TROUBLE_LOG_S;
     }
+    if (down)
+        wk_gate_close(&w->redis.gate, now);
+}
+
+/* Whether the Redis steps may run now (redis_gate.h). While the gate is closed: false at once,
+ * with a line at most every TROUBLE_LOG_S; once the probe has had an answer, the commands
+ * connection is made again (one connect) and the heartbeat is made due, so it goes first and
+ * renews the lease. */
+static bool redis_up(struct wk *w)
+{
+    struct wk_gate *g = &w->redis.gate;
+    if (!g->closed)
+        return true;
+    double now = llmq_mono_s();
+    if (!wk_gate_answered(g)) {
+        if (now >= w->redis.next_log) {
+            char why[400];
+            wk_gate_error(g, why, sizeof why);
+            log_warn("redis: still unreachable after %.0f s (%s); the engine keeps running and commits rows, "
+                     "Redis steps wait (%d jobs held)",
+                     now - g->closed_since, why, held_count(w));
+            w->redis.next_log = now + TROUBLE_LOG_S;
+        }
+        return false;
+    }
+    if (!w->rq->cmd.ctx && rq_conn_connect_now(&w->rq->cmd)) { /* it stopped answering again */
+        double since = g->closed_since;
+        wk_gate_reopen(g);
+        wk_gate_close(g, since);
+        return false;
+    }
+    wk_gate_reopen(g);
+    rq_tick_heartbeat_now(w->rq);
+    return true;
+}
+
+/* Whether the gate is open (no probe check: within an iteration, after redis_up). */
+static bool redis_open(const struct wk *w)
+{
+    return !w->redis.gate.closed;
 }
 
 static void redis_ok(struct wk *w)
@@ -723,19 +771,24 @@ static void on_start(void *ctx, struct engine_seq *const *seqs, int n)
             w->count_due++;
         }
     }
-    redis_count(w);
+    if (redis_open(w)) /* else sent with the first Redis step once Redis answers again */
+        redis_count(w);
 }
 
 /* The Redis side of held jobs whose rows are committed (ack, dead list), of jobs to move to the long
  * queue and of jobs to retry. */
 static void redis_settle(struct wk *w)
 {
-    redis_count(w);
-    redis_committed(w);
+    if (redis_open(w))
+        redis_count(w);
+    if (redis_open(w))
+        redis_committed(w);
     if (w->id_lost)
         return;
-    redis_route(w);
-    redis_retry(w);
+    if (redis_open(w))
+        redis_route(w);
+    if (redis_open(w))
+        redis_retry(w);
 }
 
 /* ---- SQLite */
@@ -892,12 +945,30 @@ static void commit_done(struct wk *w, struct wk_batch *b)
     store->n_rows = 0;
 }
 
+/* Whether job rows may be committed: only while the heartbeat's lease holds (redis_gate.h). Past
+ * it another worker may have reaped the jobs; their rows wait until redis_chores has renewed the
+ * heartbeat and found which jobs are still this worker's. */
+static bool rows_leased(struct wk *w, double now)
+{
+    bool ok = wk_gate_leased(&w->redis.gate, now);
+    if (!ok && !w->redis.unleased && w->held[WK_PENDING].n) {
+        log_warn(
+            "worker: no heartbeat for %d s (worker.heartbeat_ttl_s): %d finished job%s wait, not written, "
+            "until Redis confirms they are still this worker's",
+            w->cfg->worker.heartbeat_ttl_s, w->held[WK_PENDING].n, w->held[WK_PENDING].n == 1 ? "" : "s");
+        w->redis.unleased = true;
+    }
+    if (ok)
+        w->redis.unleased = false;
+    return ok;
+}
+
 static bool commit_due(struct wk *w, double now)
 {
     struct wk_store *store = &w->store;
     if (wk_writer_busy(store->writer) || now < store->next_commit)
         return false;
-    int n = w->held[WK_PENDING].n;
+    int n = rows_leased(w, now) ? w->held[WK_PENDING].n : 0;
     if (n && (n >= w->cfg->sqlite.commit_max_rows ||
               (now - store->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
               !engine_has_work(w->eng) || w->stopping))
@@ -911,7 +982,7 @@ static void commit_submit(struct wk *w, bool stopped)
     struct wk_batch *b = &store->batch;
     memset(b, 0, sizeof *b);
     store->n_rows = 0;
-    struct wk_job *j = wk_job_of(w->held[WK_PENDING].head);
+    struct wk_job *j = rows_leased(w, llmq_mono_s()) ? wk_job_of(w->held[WK_PENDING].head) : NULL;
     while (j && store->n_rows < MAX_BATCH) {
         struct wk_job *next = wk_job_of(j->link.next);
         wk_job_row(j, &w->ctx, &store->rows[store->n_rows]);
@@ -963,13 +1034,16 @@ static void read_redis_figures(struct wk *w)
     for (int i = 0; i < WK_METRICS_QUEUES; i++)
         queues[i] = wk_lane_queue(i);
     struct rq_stats rs;
-    bool ok = rq_stats(w->rq, queues, WK_METRICS_QUEUES, false, &rs) == 0;
+    memset(&rs, 0, sizeof rs);
+    bool ok = redis_open(w) && rq_stats(w->rq, queues, WK_METRICS_QUEUES, false, &rs) == 0;
     int64_t depth[WK_METRICS_QUEUES] = {0};
     for (int i = 0; ok && i < WK_METRICS_QUEUES; i++)
         depth[i] = rs.queues[i].len;
     wk_metrics_redis(&w->stats.metrics, ok, depth, rs.retry, rs.dead);
     rq_stats_free(&rs);
-    if (!ok)
+    if (!ok && redis_open(w) && !w->rq->cmd.ctx)
+        redis_trouble(w, "reading the queue depths");
+    else if (!ok)
         log_debug("metrics: reading the queue depths failed: %s", rq_error(w->rq));
 }
 
@@ -985,7 +1059,7 @@ static void publish(struct wk *w, double now)
     wk_metrics_snapshot(&w->stats.metrics, &st, s);
     s->ready = 1;
     s->stopping = w->stopping;
-    s->redis_ok = w->redis.trouble_since == 0 && w->rq->cmd.ctx != NULL;
+    s->redis_ok = w->redis.trouble_since == 0 && w->rq->cmd.ctx != NULL && redis_open(w);
     snprintf(s->redis_err, sizeof s->redis_err, "%.*s", (int)sizeof s->redis_err - 1,
              s->redis_ok ? "" : rq_error(w->rq));
     s->sqlite_ok = w->store.trouble_since == 0 && !w->store.replaced[0];
@@ -1148,6 +1222,8 @@ static void phase_fetch(struct wk *w, bool *blocked)
                              block, w->fetch.jobs);
     if (n < 0) {
         redis_trouble(w, "fetch");
+        if (block && !w->rq->blk.ctx)
+            wk_gate_close(&w->redis.gate, llmq_mono_s());
         return;
     }
     redis_ok(w);
@@ -1242,7 +1318,7 @@ static void phase_step(struct wk *w, double *ph)
             j->progress_due = true;
         }
     }
-    if (t1 - w->redis.last_progress >= PROGRESS_FLUSH_S) {
+    if (t1 - w->redis.last_progress >= PROGRESS_FLUSH_S && redis_open(w)) {
         w->redis.last_progress = t1;
         int np = 0;
         if (grow_scratch(w, w->held[WK_RUNNING].n) == 0)
@@ -1262,7 +1338,8 @@ static void phase_step(struct wk *w, double *ph)
         if (np && rq_progress(w->rq, w->scratch.progress, np))
             redis_trouble(w, "progress");
     }
-    wk_stream_flush(&w->stream, w->rq, &w->held[WK_RUNNING], t1); /* a no-op while no job streams */
+    if (redis_open(w))
+        wk_stream_flush(&w->stream, w->rq, &w->held[WK_RUNNING], t1); /* a no-op while no job streams */
     double t2 = llmq_mono_s();
     ph[PH_PROGRESS] += t2 - t1;
     /* finished */
@@ -1272,7 +1349,7 @@ static void phase_step(struct wk *w, double *ph)
         if (!s->finished)
             continue;
         struct wk_job *j = s->user;
-        if (!j) { /* handed back while it ran (requeue_state): only the seq is left */
+        if (!j) { /* handed back while it ran (requeue_state), or dropped (redis_reclaim): nothing to write */
             engine_release(w->eng, s);
             continue;
         }
@@ -1291,8 +1368,55 @@ static void phase_step(struct wk *w, double *ph)
     ph[PH_FINISH] += llmq_mono_s() - t2;
 }
 
+/* After the lease ran out (the heartbeat could not be renewed for heartbeat_ttl_s) and a heartbeat
+ * went through again: another worker's reaper may have put this worker's jobs back on their
+ * queues meanwhile. Those no longer in its processing list are another worker's now: they are
+ * dropped without a row (a running one is stopped). Jobs whose rows are committed are
+ * acknowledged as ever (the ack makes their hash final, so a copy not fetched yet is dropped as a
+ * duplicate); those the writer has are left to it. 0, or -1 when the list could not be read. */
+static int redis_reclaim(struct wk *w)
+{
+    static const int states[] = {WK_RUNNING, WK_PENDING, WK_ROUTE, WK_RETRY};
+    if (grow_scratch(w, held_count(w)))
+        return -1;
+    int n = 0;
+    for (size_t s = 0; s < sizeof states / sizeof states[0]; s++)
+        for (struct wk_job *j = wk_job_of(w->held[states[s]].head); j; j = wk_job_of(j->link.next))
+            if (j->after != WK_AFTER_NONE) { /* (those Redis let go already) */
+                w->scratch.jobs[n] = j;
+                w->scratch.rjobs[n++] = &j->rj;
+            }
+    if (rq_owned(w->rq, w->scratch.rjobs, n, w->scratch.flags)) {
+        redis_trouble(w, "reading this worker's processing list");
+        return -1;
+    }
+    int lost = 0;
+    for (int i = 0; i < n; i++) {
+        if (w->scratch.flags[i])
+            continue;
+        struct wk_job *j = w->scratch.jobs[i];
+        log_warn("job %s: reaped by another worker while this one could not reach Redis; dropped without a "
+                 "row (it runs elsewhere)",
+                 wk_job_id(j));
+        if (j->seq) {
+            engine_cancel(w->eng, j->seq);
+            j->seq->user = NULL;
+            j->seq = NULL;
+        }
+        rq_held_remove(w->rq, j->rj.raw, j->rj.len);
+        drop(w, j);
+        lost++;
+    }
+    if (n)
+        log_info(
+            "redis: the heartbeat is renewed after it had lapsed; %d of %d held job%s still this worker's%s",
+            n - lost, n, n == 1 ? "" : "s", lost ? ", the others were reaped and are dropped here" : "");
+    return 0;
+}
+
 /* Heartbeat, reaper and due retries (rq_tick), and once, before the first fetch, what an earlier
- * run under this worker id left in its processing list. */
+ * run under this worker id left in its processing list. A heartbeat renews the lease; after one
+ * that had run out, only once redis_reclaim knows which jobs are still this worker's. */
 static void redis_chores(struct wk *w)
 {
     struct engine_stats hb; /* the engine's gauges for the heartbeat (llmq status) */
@@ -1309,7 +1433,11 @@ static void redis_chores(struct wk *w)
         .kv_blocks_total = hb.kv_blocks_total,
     };
     struct rq_tick_result tr;
+    double sent = llmq_mono_s();
+    bool lapsed = w->redis.gate.lease_until > 0 && !wk_gate_leased(&w->redis.gate, sent);
     int rc = rq_tick(w->rq, &info, &tr);
+    if (tr.heartbeat && (!lapsed || redis_reclaim(w) == 0)) /* else again at the next heartbeat */
+        wk_gate_lease(&w->redis.gate, sent, w->cfg->worker.heartbeat_ttl_s);
     w->stats.reaped_dead += tr.reap.dead; /* what was done also when another chore failed */
     w->stats.dead += tr.reap.dead;
     if (tr.id_taken) {
@@ -1379,12 +1507,14 @@ static void lap(double *phase, double *t)
 }
 
 /* One pass of the loop, one engine step, in the order of docs/WORKER.md ("What one iteration does");
- * each phase is timed for the --stats lines. */
+ * each phase is timed for the --stats lines. The Redis steps are skipped while Redis does not
+ * answer (redis_up, redis_gate.h): the engine never waits on it. */
 static void iterate(struct wk *w)
 {
     double ph[PH_N] = {0};
     double t = llmq_mono_s();
-    redis_chores(w); /* 1. heartbeat, reaper, retries */
+    if (redis_up(w))
+        redis_chores(w); /* 1. heartbeat, reaper, retries */
     if (w->id_lost)
         return;
     lap(&ph[PH_TICK], &t);
@@ -1393,10 +1523,11 @@ static void iterate(struct wk *w)
         return;
     lap(&ph[PH_REDIS], &t);
     bool blocked = false;
-    phase_fetch(w, &blocked); /* 2. fetch, parse, route, add to the engine */
+    if (redis_open(w))
+        phase_fetch(w, &blocked); /* 2. fetch, parse, route, add to the engine */
     lap(&ph[PH_FETCH], &t);
     bool has_work = engine_has_work(w->eng);
-    if (has_work)
+    if (has_work && redis_open(w))
         phase_cancel(w); /* 3. cancellations */
     lap(&ph[PH_CANCEL], &t);
 
@@ -1451,10 +1582,13 @@ static void requeue_state(struct wk *w, int state, const char *why)
 
 /* After the loop: unfinished jobs back to the front of their queues, the last rows written and
  * acknowledged, the workers row marked stopped, the heartbeat removed. `hard` (a second signal):
- * finished jobs whose rows are not written yet are handed back too instead of waiting for SQLite. */
+ * finished jobs whose rows are not written yet are handed back too instead of waiting for SQLite.
+ * While Redis does not answer, the rows are written and the worker waits EXIT_REDIS_WAIT_S for it,
+ * then leaves what it holds in its processing list for another worker's reaper. */
 static void finish_run(struct wk *w, bool hard)
 {
     double until = llmq_mono_s() + (hard ? 2.0 : FLUSH_S);
+    double redis_wait = llmq_mono_s() + EXIT_REDIS_WAIT_S;
     w->stopping = true; /* GET /health: 503 "stopping" from now on */
     if (w->stats.metrics.jobs_done) /* the last, partial interval */
         add_metrics_row(w, llmq_mono_s());
@@ -1465,11 +1599,13 @@ static void finish_run(struct wk *w, bool hard)
                  running == 1 ? "" : "s");
     for (;;) {
         double now = llmq_mono_s();
-        requeue_state(w, WK_RUNNING, "shutdown");
+        bool up = redis_up(w);
+        if (up)
+            requeue_state(w, WK_RUNNING, "shutdown");
         struct wk_batch *b = wk_writer_poll(w->store.writer);
         if (b)
             commit_done(w, b);
-        if (hard)
+        if (hard && redis_open(w))
             requeue_state(w, WK_PENDING, "shutdown");
         if (!wk_writer_busy(w->store.writer) && now >= w->store.next_commit &&
             (w->held[WK_PENDING].n || !w->store.stopped_touch))
@@ -1477,9 +1613,16 @@ static void finish_run(struct wk *w, bool hard)
         redis_settle(w);
         if (held_count(w) == 0 && (w->store.stopped_touch || hard || w->store.unwritable_since > 0))
             break;
+        bool rows_done = w->store.stopped_touch && !wk_writer_busy(w->store.writer) &&
+                         (w->held[WK_PENDING].n == 0 || !wk_gate_leased(&w->redis.gate, now));
+        /* Redis does not answer: what is held stays in the processing list */
+        if (!redis_open(w) && now >= redis_wait && (rows_done || hard))
+            break;
         if (now >= until) { /* rows that could not be written: their jobs run again elsewhere */
-            requeue_state(w, WK_PENDING, "shutdown");
-            requeue_state(w, WK_COMMITTING, "shutdown");
+            if (redis_open(w))
+                requeue_state(w, WK_PENDING, "shutdown");
+            if (redis_open(w))
+                requeue_state(w, WK_COMMITTING, "shutdown");
             break;
         }
         sleep_ms(IDLE_SLEEP_MS);
@@ -1489,6 +1632,9 @@ static void finish_run(struct wk *w, bool hard)
         log_warn("worker: %d job%s could not be handed back (Redis unreachable); they stay in %s and a live "
                  "worker's reaper returns them to their queue once this worker's heartbeat has lapsed (%d s)",
                  left, left == 1 ? "" : "s", w->rq->proc_key, w->cfg->worker.heartbeat_ttl_s);
+    else if (!redis_open(w))
+        log_warn("redis: unreachable at exit; the heartbeat is left to expire (%d s)",
+                 w->cfg->worker.heartbeat_ttl_s);
     else if (rq_heartbeat_stop(w->rq))
         log_warn("redis: removing the heartbeat failed: %s", rq_error(w->rq));
 }
@@ -1578,6 +1724,12 @@ static int setup(struct wk *w)
         return -1;
     }
     snprintf(w->worker_id, sizeof w->worker_id, "%s", rq_worker_id(w->rq));
+    char probe_name[RQ_NAME_MAX + 16];
+    snprintf(probe_name, sizeof probe_name, "llmq:%s:probe", w->worker_id);
+    if (wk_gate_start(&w->redis.gate, &w->rq->cmd, probe_name, err, sizeof err)) {
+        log_error("%s", err);
+        return -1;
+    }
     w->tpl = tpl_source_new(c, w->rq);
     if (!w->tpl) {
         log_error("out of memory");
@@ -1738,6 +1890,7 @@ static void teardown(struct wk *w)
     rq_pipe_free(&w->fetch.pipe);
     wk_stream_free(&w->stream);
     tpl_source_free(w->tpl);
+    wk_gate_stop(&w->redis.gate);
     rq_free(w->rq);
     engine_free(w->eng);
     tok_free(w->tok);
@@ -1790,6 +1943,8 @@ static void drain_tell(struct wk *w, const struct rq_drain_holder *h)
  * them back); the reaper runs as soon as the first holder's heartbeat can have lapsed. */
 static bool drained(struct wk *w)
 {
+    if (!redis_open(w))
+        return false;
     const char *queues[WK_NLANES * (WK_MAX_SERVED + 1)];
     int nq = wk_models_queues(&w->models, &w->lanes, queues);
     struct rq_drain d;
