@@ -22,7 +22,7 @@ mkdir -p "$T/redis"
 cp -r "$OUT/redis/appendonlydir" "$T/redis/"
 redis_start --appendonly yes
 DB=$OUT/db/shared.db
-ids=($(sql "SELECT id FROM jobs WHERE status = 'completed' AND id LIKE 'SKs%' ORDER BY id LIMIT 3"))
+mapfile -t ids < <(sql "SELECT id FROM jobs WHERE status = 'completed' AND id LIKE 'SKs%' ORDER BY id LIMIT 3")
 eq "three completed jobs to tamper with" "${#ids[@]}" 3
 rcli LPUSH llmq:dead "{\"id\": \"${ids[0]}\", \"error\": \"by hand\", \"job\": \"{\\\"id\\\": \\\"${ids[0]}\\\"}\"}" >/dev/null
 sql "DELETE FROM jobs WHERE id = '${ids[1]}'"

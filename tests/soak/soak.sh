@@ -35,7 +35,7 @@ Usage: $0 --build BUILD_DIR --minutes N --workers W --jobs J [options]
 EOF
 }
 
-BUILD= MINUTES= WORKERS= NJOBS= SEED= OUT= FAULTS=kill9,sigterm,redis,sqlite_lock INTERVAL=2-8
+BUILD='' MINUTES='' WORKERS='' NJOBS='' SEED='' OUT='' FAULTS=kill9,sigterm,redis,sqlite_lock INTERVAL=2-8
 LAYOUT=mixed DRAIN_S=300 MAX_TOKENS=128
 while [ $# -gt 0 ]; do
   case $1 in
@@ -126,7 +126,7 @@ redis_up() {
   return 1
 }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-for try in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   PORT=$(free_port)
   redis_up && break
 done
