@@ -150,12 +150,17 @@ queues:
   retry_backoff_max_ms: 1000
   result_ttl_s: 0  # keep every job hash for the final check
   events_maxlen: 10000000
+  # an engine step well under heartbeat_ttl_s on one CPU thread (the default 16384-token prefill
+  # chunks take seconds there, and a worker that stalls past its TTL is reaped while alive)
+  short_max_num_batched_tokens: 2048
+  long_max_num_batched_tokens: 1024
 model:
   path: "$OUT/model"
 engine:
   backend: cpu
   threads: 1
   cpu_kv_cache_bytes: 64MiB
+  max_num_batched_tokens: 2048
 sqlite:
   busy_timeout_ms: 200
 worker:
@@ -167,6 +172,7 @@ metrics:
   interval_s: 5
   port: 0
 EOF
+"$LLMQ" config -c "$CFG" >/dev/null 2>"$OUT/logs/config.log" || { echo "the config does not load:"; cat "$OUT/logs/config.log"; exit 1; }
 SLOTS=$(( NJOBS / 50 + 1 )); [ "$SLOTS" -gt 40 ] && SLOTS=40
 python3 "$HERE/soak_jobs.py" "$OUT/jobs" "$NJOBS" "$SLOTS" "$SEED" "$THRESHOLD" "$MAX_JOB_BYTES" "$MAX_TOKENS" | tee -a "$OUT/soak.log" ||
   { echo "soak_jobs.py failed"; exit 1; }
