@@ -367,7 +367,9 @@ static const char requeue_src[] = PRELUDE
  * Newest first to the RIGHT of its queue, so the oldest is fetched first; a job whose hash is
  * final (finished: a copy) is dropped; a job whose row is committed for this very delivery (the
  * row's worker is the hash's and its started_at is not before the hash's: the fetch) is
- * acknowledged with it instead, as the worker's own ack would have. Returns {1, requeued, dead,
+ * acknowledged with it instead, as the worker's own ack would have (a failed row other than a
+ * timeout is dead-lettered with its error, as the worker would have); a job that is not JSON goes
+ * back to the default queue (the next fetch fails it with a row). Returns {1, requeued, dead,
  * acked}, {-1, 0, 0, 0} when the worker is alive, {-2, ms, 0, 0} while its grace runs (ms: how
  * much of it is left). */
 static const char reap_src[] = PRELUDE
@@ -405,8 +407,11 @@ static const char reap_src[] = PRELUDE
 "  k = k + 1\n"
 "  local id, json = ref[k][1], ref[k][2]\n"
 "  if not json then\n"
-"    to_dead(raw, nil, 'invalid_json', 'invalid JSON (' .. reason .. ')', 0, victim, DEFQ)\n"
-"    dead = dead + 1\n"
+"    -- not JSON: back to its queue like any other, where the next fetch fails it with a row and\n"
+"    -- a dead entry (it never reaches the engine, so it cannot be the crash's cause)\n"
+"    redis.call('RPUSH', QUEUE .. DEFQ, raw)\n"
+"    event(nil, 'queued', victim, 'queue', DEFQ, 'reason', 'reaped')\n"
+"    requeued = requeued + 1\n"
 "  else\n"
 "    local q, a, st, ck = DEFQ, 0, nil, nil\n"
 "    if id then\n"
@@ -418,6 +423,11 @@ static const char reap_src[] = PRELUDE
 "    end\n"
 "    if FINAL[st] then\n"
 "      event(id, 'duplicate', victim, 'queue', q, 'job_status', st, 'reason', 'reaped')\n"
+"    elseif ck and ARGV[ck + 3] == 'failed' and ARGV[ck + 6] ~= 'timeout' then\n"
+"      -- a failed row (bad input, out of attempts): dead-lettered, as its worker would have\n"
+"      to_dead(raw, id, ARGV[ck + 6], ARGV[ck + 5], a, ARGV[ck + 1], q)\n"
+"      if ARGV[ck + 10] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[ck + 10]) end\n"
+"      acked = acked + 1\n"
 "    elseif ck then\n"
 "      ack_job(id, ARGV[ck + 3], q, ARGV[ck + 4], ARGV[ck + 5], ARGV[ck + 6], ARGV[ck + 7], ARGV[ck + 8], ARGV[ck + 9], ARGV[ck + 10], ARGV[ck + 1])\n"
 "      acked = acked + 1\n"

@@ -28,6 +28,7 @@
 struct row {
     const char *id, *worker;
     double dt;
+    bool failed; /* a failed row (bad input) instead of a completed one */
 };
 static struct row rows[4];
 static int nrows, lookups;
@@ -41,6 +42,12 @@ static int lookup(void *ctx, const char *id, struct rq_done *out)
             continue;
         out->worker = strdup(rows[i].worker);
         out->started_at = strtod(sval("HGET llmq:job:%s started_at", id), NULL) + rows[i].dt;
+        if (rows[i].failed) {
+            out->status = RQ_STATUS_FAILED;
+            out->error = strdup("unknown field 'promt'");
+            out->error_code = strdup("invalid_request");
+            return 1;
+        }
         out->status = RQ_STATUS_COMPLETED;
         out->finish_reason = strdup("length");
         out->prompt_tokens = 5;
@@ -93,9 +100,9 @@ static void test_reaper_acks_committed(void **state)
     /* k0: committed for this delivery; k1: a row from an earlier delivery (fetched before);
      * k2: a row another worker wrote; k3: no row */
     nrows = 3;
-    rows[0] = (struct row){"k0", "gone", 0.05};
-    rows[1] = (struct row){"k1", "gone", -60};
-    rows[2] = (struct row){"k2", "other", 0.05};
+    rows[0] = (struct row){"k0", "gone", 0.05, false};
+    rows[1] = (struct row){"k1", "gone", -60, false};
+    rows[2] = (struct row){"k2", "other", 0.05, false};
     struct rq *r = open_rq("reaper");
     rq_reap_set_lookup(r, lookup, NULL);
     struct rq_reap_result rr;
@@ -133,6 +140,32 @@ static void test_reaper_acks_committed(void **state)
     rq_free(client);
 }
 
+/* A committed failed row (bad input) is dead-lettered with its error, as the worker would have;
+ * a job that is not JSON goes back to its queue (the next fetch fails it with a row). */
+static void test_failed_row_and_not_json(void **state)
+{
+    struct rq *client = open_rq("client");
+    rq_test_push_n(client, "short", "f", 1);
+    run("LPUSH llmq:queue:short %s", "not json at all");
+    run_and_die("gone2", 2);
+    nrows = 1;
+    rows[0] = (struct row){"f0", "gone2", 0.01, true};
+    struct rq *r = open_rq("reaper2");
+    rq_reap_set_lookup(r, lookup, NULL);
+    struct rq_reap_result rr;
+    assert_int_equal(rq_reap(r, &rr), 0);
+    assert_int_equal(rr.acked, 1);
+    assert_int_equal(rr.requeued, 1);
+    assert_int_equal(rr.dead, 0);
+    assert_string_equal(sval("HGET llmq:job:f0 status"), "failed");
+    assert_string_equal(sval("HGET llmq:job:f0 error_code"), "invalid_request");
+    assert_int_equal(ival("LLEN llmq:dead"), 1);
+    assert_non_null(strstr(sval("LINDEX llmq:dead 0"), "invalid_request"));
+    assert_string_equal(sval("LINDEX llmq:queue:short 0"), "not json at all");
+    rq_free(r);
+    rq_free(client);
+}
+
 /* A restart under the same id acknowledges its own committed job while recovering. */
 static void test_recover_acks_committed(void **state)
 {
@@ -140,7 +173,7 @@ static void test_recover_acks_committed(void **state)
     rq_test_push_n(client, "short", "m", 2);
     run_and_die("fixed", 2);
     nrows = 1;
-    rows[0] = (struct row){"m1", "fixed", 0.01};
+    rows[0] = (struct row){"m1", "fixed", 0.01, false};
     struct rq *q = open_rq("fixed");
     rq_reap_set_lookup(q, lookup, NULL);
     struct rq_reap_result rr;
@@ -152,7 +185,7 @@ static void test_recover_acks_committed(void **state)
     /* without a lookup nothing is asked: the old behaviour */
     rq_test_push_id(client, "short", "p0");
     run_and_die("plain", 1);
-    rows[0] = (struct row){"p0", "plain", 0.01};
+    rows[0] = (struct row){"p0", "plain", 0.01, false};
     rq_reap_set_lookup(q, NULL, NULL);
     int before = lookups;
     assert_int_equal(rq_reap(q, &rr), 0);
@@ -168,6 +201,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_reaper_acks_committed, rq_test_flush),
         cmocka_unit_test_setup(test_recover_acks_committed, rq_test_flush),
+        cmocka_unit_test_setup(test_failed_row_and_not_json, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }
