@@ -34,7 +34,8 @@ eq "rows + queued = all jobs" "$(($(rows) + $(rcli LLEN llmq:queue:short)))" "$N
 eq "handed back uncounted" "$(rcli HGET llmq:job:s-0 attempts)" 0
 
 # 3. SIGTERM as early as it can be caught: the moment llmq runs (not the forked shell any more) and
-# SigCgt has SIGTERM (bit 15), polled without a pause (a tiny model starts within 0.1 s). Exit 0
+# SigCgt or SigBlk has SIGTERM (bit 15: held from before the libraries' initializers, caught from
+# main on), polled without a pause (a tiny model starts within 0.1 s). Exit 0
 # before the model loads, no heartbeat, nothing taken from the queue.
 queued=$(rcli LLEN llmq:queue:short)
 # python starts the worker itself, so that it watches from the first moment
@@ -46,8 +47,8 @@ end, sent = time.monotonic() + 10, False
 while not sent and time.monotonic() < end and p.poll() is None:
     try:
         if os.path.realpath("/proc/%d/exe" % p.pid) == exe:
-            cgt = [l for l in open("/proc/%d/status" % p.pid) if l.startswith("SigCgt:")][0].split()[1]
-            if int(cgt, 16) & 0x4000:
+            st = {l.split(":")[0]: l.split()[1] for l in open("/proc/%d/status" % p.pid) if l.startswith("Sig")}
+            if (int(st["SigCgt"], 16) | int(st["SigBlk"], 16)) & 0x4000:  # caught, or held since before main
                 p.send_signal(signal.SIGTERM)
                 sent = True
     except (OSError, IndexError):

@@ -5,6 +5,21 @@
 #include "engine/gpu.h"
 #include "llmq_version.h"
 #include "worker/cli/cli.h"
+#include "worker/loop/signals.h"
+
+/* Before any shared library's initializer (ELF .preinit_array: the CUDA build's cuBLAS loads the
+ * driver in its own, for tens of milliseconds or more), the stop signals are held; main releases
+ * them once `llmq worker` has its handlers, so a SIGTERM that early is a clean stop too. Every
+ * other command gets them back at once, with their default action. */
+static void hold_signals(int argc, char **argv, char **envp)
+{
+    (void)argc;
+    (void)argv;
+    (void)envp;
+    wk_signals_hold();
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_hold)(int, char **, char **) =
+    hold_signals;
 
 const struct cli_command cli_commands[] = {
     {"config", cmd_config, "print the effective configuration, list its keys, check a file"},
@@ -50,6 +65,9 @@ static void print_version(void)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "worker"))
+        wk_signals_catch(); /* a signal held since the start goes to these handlers */
+    wk_signals_release();
     if (argc < 2) {
         print_help(stderr);
         return 2;

@@ -27,6 +27,28 @@ void wk_signals_catch(void)
     sigaction(SIGPIPE, &sa, NULL);
 }
 
+static void held_set(sigset_t *set)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM};
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaddset(set, sigs[i]);
+}
+
+void wk_signals_hold(void)
+{
+    sigset_t set;
+    held_set(&set);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+void wk_signals_release(void)
+{
+    sigset_t set;
+    held_set(&set);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+}
+
 int wk_signals_count(void)
 {
     return g_count;

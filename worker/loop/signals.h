@@ -10,6 +10,14 @@
  * harmless and keeps the count. */
 void wk_signals_catch(void);
 
+/* Blocks the stop signals and the ignored ones (they stay pending, nothing is lost). The llmq
+ * program calls it before any library's initializer runs (worker/cli/main.c), so a signal that
+ * arrives while the CUDA libraries load waits for main to decide what it means. */
+void wk_signals_hold(void);
+/* Unblocks what wk_signals_hold blocked: a pending signal is delivered now, to the handlers if
+ * wk_signals_catch installed them, else with its default action. */
+void wk_signals_release(void);
+
 /* Stop signals received so far. */
 int wk_signals_count(void);
 /* The counter itself, for waits that poll it (rq_connect_wait). */
