@@ -205,19 +205,6 @@ PY
 }
 # push_file FILE [QUEUE]: LPUSH every line with redis-cli (a client that is not llmq), in order.
 push_file() {
-  local q=${2:-short}
-  python3 - "$1" "llmq:queue:$q" <<'PY' | redis-cli -p "$PORT" --pipe >/dev/null
-import sys
-def resp(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-with open(sys.argv[1], "rb") as f:
-    for line in f:
-        line = line.rstrip(b"\n")
-        if line:
-            sys.stdout.buffer.write(resp("LPUSH", sys.argv[2], line))
-PY
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../tools/resp_lpush/resp_lpush.py" "$1" "llmq:queue:${2:-short}" |
+    redis-cli -p "$PORT" --pipe >/dev/null
 }

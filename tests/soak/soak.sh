@@ -220,20 +220,7 @@ log "$WORKERS workers under supervisors"
 
 # ---- pushing a slot's files: llmq enqueue (batches) and redis-cli LPUSH (a plain client)
 lpush_file() {
-  python3 - "$1" "llmq:queue:$2" <<'PY' | redis-cli -p "$PORT" --pipe >/dev/null
-import sys
-def resp(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
-with open(sys.argv[1], "rb") as f:
-    for line in f:
-        line = line.rstrip(b"\n")
-        if line:
-            sys.stdout.buffer.write(resp("LPUSH", sys.argv[2], line))
-PY
+  python3 "$HERE/../tools/resp_lpush/resp_lpush.py" "$1" "llmq:queue:$2" | redis-cli -p "$PORT" --pipe >/dev/null
 }
 push_slot() {
   local k=$1 f ok=0
