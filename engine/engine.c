@@ -459,6 +459,7 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->sq.max_len = r->n_prompt + r->max_tokens;
     q->sq.lane = r->lane;
     q->sq.priority = r->priority;
+    q->sq.isolated = r->isolated;
     q->sq.t_arrival = q->pub.t_arrival;
     q->sq.user = q;
     q->spv = sp;

@@ -79,6 +79,8 @@ struct engine_request {
     bool skip_special_tokens;     /* in the text (default true) */
     int lane;                     /* 0 .. num_lanes - 1 */
     int priority;                 /* admission order in its lane, higher first (docs/SCHEDULER.md) */
+    bool isolated;                /* runs only while no other isolated request does (a job suspected
+                                     of killing the workers that ran it; docs/SCHEDULER.md) */
     double deadline;              /* engine_now() time from which it finishes with FINISH_TIMEOUT at
                                      the next engine_step, keeping its text so far; 0 = none */
     void *user;                   /* returned untouched in engine_seq.user */

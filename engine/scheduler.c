@@ -33,6 +33,7 @@ struct sched {
     int num_lanes, watermark;
     struct lane lanes[SCHED_MAX_LANES];
     struct list run; /* running sequences in running order (ranks_before: effective priority, arrival) */
+    int n_isolated;  /* isolated sequences among them (at most one) */
     uint64_t next_arrival;
     /* admission_reserve: sequences finished after running, and the sum of their shares of max_tokens
      * generated */
@@ -58,7 +59,8 @@ struct budget {
     int reserve;  /* blocks the running sequences are expected to need still (admission_reserve) */
 };
 
-enum admit { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NO_FIT, ADMIT_FAILED, ADMIT_OOM };
+/* ADMIT_HELD: an isolated sequence while another one runs (it waits; the next may go). */
+enum admit { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_NO_FIT, ADMIT_FAILED, ADMIT_HELD, ADMIT_OOM };
 
 struct sched_opts sched_opts_default(void)
 {
@@ -275,6 +277,7 @@ static void run_unlink(struct sched *s, struct sched_seq *q)
 {
     list_remove(&s->run, &q->link);
     s->lanes[q->lane].n_running--;
+    s->n_isolated -= q->isolated;
 }
 
 /* Inserts q in running order (ranks_before; from the tail: new admissions usually rank last). */
@@ -285,6 +288,7 @@ static void run_push(struct sched *s, struct sched_seq *q)
         after = after->prev;
     list_insert_after(&s->run, after, &q->link);
     s->lanes[q->lane].n_running++;
+    s->n_isolated += q->isolated;
     q->state = SCHED_RUNNING;
 }
 
@@ -481,6 +485,8 @@ static enum admit try_admit(struct sched *s, struct budget *b, struct sched_seq 
 {
     if (!lane_has_room(s, b, q->lane))
         return ADMIT_NO_ROOM;
+    if (q->isolated && s->n_isolated > 0)
+        return ADMIT_HELD;
     int room = min_i(b->tokens, b->lane_tokens[q->lane]);
     if (s->o.long_prefill_chunk > 0)
         room = min_i(room, s->o.long_prefill_chunk);
@@ -589,7 +595,7 @@ static int admit_lane(struct sched *s, struct budget *b, int lane)
         r = try_admit(s, b, head, true);
         if (r == ADMIT_OOM)
             return -2;
-        if (r != ADMIT_FAILED)
+        if (r != ADMIT_FAILED && r != ADMIT_HELD)
             break;
     }
     if (r != ADMIT_OK)

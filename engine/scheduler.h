@@ -31,6 +31,10 @@
  * now when more than the watermark is free, so that the next step's K/V slot is known a step
  * early (a backend may run that step before this one's token is read). Never by preemption.
  *
+ * Isolation: at most one sequence marked isolated runs at a time; while one runs, the others
+ * wait and the sequences after them in admission order are admitted as usual (a job suspected of
+ * crashing the worker runs beside unsuspected ones only, so that a crash in its run tells).
+ *
  * Lanes: every sequence has a lane (0..num_lanes-1) with its own caps on running sequences,
  * tokens per step and sequence length, inside the global ones.
  *
@@ -85,6 +89,7 @@ struct sched_seq {
     int max_len;           /* the most tokens it will reach (prompt + max_tokens) */
     int lane;
     int priority;     /* higher first (admission, running order, preemption last); 0 = default */
+    bool isolated;    /* admitted only while no other isolated sequence runs */
     double t_arrival; /* seconds on the caller's clock when it arrived (aging); any origin, never
                          earlier than that of a sequence added before it */
     void *user;

@@ -50,6 +50,8 @@ struct rq_job {
     char queue[RQ_QREF_MAX + 1];  /* the queue it came from: a reference ("short", "qwen3-8b:short") */
     int attempts;                 /* deliveries so far, this one included (0 without an id); counted in
                                      Redis only once it runs (rq_attempt) */
+    int stalls;                   /* earlier deliveries that ran it and ended with the worker lost
+                                     (killed, crashed): the reaper counts them (queue/reaper.h) */
     bool counted;                 /* rq_attempt counted this delivery in its hash */
     bool cancel_requested;        /* its id was in <p>:cancel at fetch */
     char batch_id[RQ_BATCH_ID_MAX + 1]; /* the batch its hash counts it in; "" = none */

@@ -1,6 +1,7 @@
 /* See reaper.h. */
 #include "queue/reaper.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ void rq_reap_set_lookup(struct rq *q, rq_done_fn fn, void *ctx)
 /* The committed rows found for the jobs of one processing list. */
 struct found {
     struct row {
-        char id[RQ_ID_MAX + 1];
+        char *key; /* the job's id, or "\0<k>\0<line>" for the k-th line without an id (reap script) */
+        size_t key_len;
         struct rq_done d;
     } *rows;
     size_t n, cap;
@@ -39,33 +41,63 @@ struct found {
 
 static void found_free(struct found *f)
 {
-    for (size_t i = 0; i < f->n; i++)
+    for (size_t i = 0; i < f->n; i++) {
+        free(f->rows[i].key);
         rq_done_clear(&f->rows[i].d);
+    }
     free(f->rows);
     memset(f, 0, sizeof *f);
 }
 
-/* Asks the lookup about every job of the list in reply r (an LRANGE). 0, or -1 out of memory. */
-static int find_rows(struct rq *q, const redisReply *r, struct found *f)
+/* Which line with this text among the list's first e + 1 entries entry e is (from 1). */
+static int nth_copy(const redisReply *r, size_t e)
+{
+    int nth = 1;
+    const redisReply *x = r->element[e];
+    for (size_t i = 0; i < e; i++) {
+        const redisReply *y = r->element[i];
+        nth += y->type == REDIS_REPLY_STRING && y->len == x->len && !memcmp(y->str, x->str, x->len);
+    }
+    return nth;
+}
+
+/* Asks the lookup about every job of `worker`'s list in reply r (an LRANGE): by id, and a line
+ * without an id by its text (its failed row). 0, or -1 out of memory. */
+static int find_rows(struct rq *q, const char *worker, const redisReply *r, struct found *f)
 {
     if (r->type != REDIS_REPLY_ARRAY)
         return 0;
     for (size_t e = 0; e < r->elements; e++) {
         const redisReply *x = r->element[e];
         char id[RQ_ID_MAX + 1];
-        if (x->type != REDIS_REPLY_STRING ||
-            rq_job_id(x->str, x->len, (size_t)(q->o.max_job_bytes > 0 ? q->o.max_job_bytes : 0), id) != RQ_ID_FOUND)
+        if (x->type != REDIS_REPLY_STRING)
             continue;
+        bool has_id = rq_job_id(x->str, x->len, (size_t)(q->o.max_job_bytes > 0 ? q->o.max_job_bytes : 0), id) ==
+                      RQ_ID_FOUND;
+        int nth = has_id ? 0 : nth_copy(r, e);
         struct rq_done d = {0};
-        if (q->done_fn(q->done_ctx, id, &d) != 1) {
+        if (q->done_fn(q->done_ctx, has_id ? id : NULL, worker, x->str, x->len, nth, &d) != 1) {
             rq_done_clear(&d);
             continue;
         }
-        if (array_reserve(&f->rows, &f->cap, f->n + 1, sizeof *f->rows, 16)) {
+        char head[24];
+        size_t hl = has_id ? strlen(id) : (size_t)snprintf(head, sizeof head, "%c%d%c", 0, nth, 0);
+        char *key = malloc(has_id ? hl + 1 : hl + x->len + 1);
+        if (!key || array_reserve(&f->rows, &f->cap, f->n + 1, sizeof *f->rows, 16)) {
+            free(key);
             rq_done_clear(&d);
             return -1;
         }
-        memcpy(f->rows[f->n].id, id, sizeof id);
+        if (has_id) {
+            memcpy(key, id, hl + 1);
+        } else {
+            memcpy(key, head, hl);
+            memcpy(key + hl, x->str, x->len);
+            key[hl + x->len] = 0;
+            hl += x->len;
+        }
+        f->rows[f->n].key = key;
+        f->rows[f->n].key_len = hl;
         f->rows[f->n++].d = d;
     }
     return 0;
@@ -87,10 +119,11 @@ static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, cha
     rq_pipe_str(p, check ? "1" : "0");
     rq_pipe_str(p, reason);
     rq_pipe_int(p, check ? 1000LL * q->o.heartbeat_interval_s : 0);
+    rq_pipe_int(p, q->o.max_stalls);
     rq_pipe_int(p, f ? (long long)f->n : 0);
     for (size_t i = 0; f && i < f->n; i++) {
         const struct rq_done *d = &f->rows[i].d;
-        rq_pipe_str(p, f->rows[i].id);
+        rq_pipe_arg(p, f->rows[i].key, f->rows[i].key_len);
         rq_pipe_str(p, d->worker ? d->worker : "");
         rq_pipe_fmt(p, "%.6f", d->started_at);
         rq_pipe_str(p, rq_status_name((enum rq_status)d->status));
@@ -126,7 +159,7 @@ static int find_all(struct rq *q, const char *const *workers, int n, struct foun
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "reaper (reading a lapsed worker's list)");
     for (int k = 0; k < n; k++)
-        if (find_rows(q, p->reply[k], &f[k]))
+        if (find_rows(q, workers[k], p->reply[k], &f[k]))
             return rq_fail(q, "reaper: out of memory");
     return 0;
 }

@@ -7,6 +7,7 @@
  * ran (queue/attempt.h): a job that keeps killing the workers that run it counts up, one that was
  * only held when its worker died keeps its count. */
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 struct rq;
@@ -36,8 +37,11 @@ struct rq_done {
 void rq_done_clear(struct rq_done *d);
 
 /* Looks up job `id` in the caller's store: 1 and *out filled when it has a committed row (the
- * caller owns nothing of out afterwards), 0 when it has none (or cannot tell). */
-typedef int (*rq_done_fn)(void *ctx, const char *id, struct rq_done *out);
+ * caller owns nothing of out afterwards), 0 when it has none (or cannot tell). For a line in
+ * which rq_job_id finds no id, id is NULL: the row sought is the nth (from 1: the nth line with
+ * that text in the list) newest failed row that `worker` wrote for the line line[0..len). */
+typedef int (*rq_done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
+                          struct rq_done *out);
 
 /* Makes rq_reap and rq_recover ask fn (NULL: nobody) about each job of the list they take back:
  * a job whose row is committed for the very delivery the lapsed worker held (the row's worker is

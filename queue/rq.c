@@ -22,6 +22,7 @@ void rq_opts_default(struct rq_opts *o)
     o->block_timeout_ms = 1000;
     o->reconnect_max_ms = 5000;
     o->max_attempts = 3;
+    o->max_stalls = 10;
     o->retry_backoff_base_ms = 1000;
     o->retry_backoff_max_ms = 60000;
     o->result_ttl_s = 86400;
@@ -136,6 +137,8 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
     q->o.default_queue = q->default_queue;
     if (q->o.max_attempts < 1)
         q->o.max_attempts = 1;
+    if (q->o.max_stalls < 1)
+        q->o.max_stalls = 1;
     if (q->o.block_timeout_ms < 1)
         q->o.block_timeout_ms = 1000;
     if (q->o.heartbeat_ttl_s < 1)

@@ -44,7 +44,8 @@ struct rq_opts {
     int connect_timeout_ms;    /* connect, and every non-blocking command */
     int block_timeout_ms;      /* longest blocking fetch */
     int reconnect_max_ms;      /* ceiling of the reconnect backoff */
-    int max_attempts;          /* deliveries before the dead list */
+    int max_attempts;          /* deliveries before the dead list (those that lost their worker aside) */
+    int max_stalls;            /* deliveries that ran a job and lost their worker, before the dead list */
     int retry_backoff_base_ms, retry_backoff_max_ms;
     int result_ttl_s;         /* a finished job's hash expires after this; 0 = never */
     int events_maxlen;        /* XADD <p>:events MAXLEN ~ this */
@@ -100,7 +101,8 @@ struct rq {
     int nbadkeys;
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
-    int (*done_fn)(void *ctx, const char *id, struct rq_done *out); /* rq_reap_set_lookup */
+    int (*done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
+                   struct rq_done *out); /* rq_reap_set_lookup */
     void *done_ctx;
 
     char *owned[6]; /* copies of the option strings */

@@ -217,20 +217,21 @@ JOBREF \
 "-- (its id is in the cancel set, or its batch is cancelled)\n" \
 "-- and its batch (false when none)\n" \
 "local function start(id, queue)\n" \
-"  if not id then return 0, 0, false end\n" \
+"  if not id then return 0, 0, false, 0 end\n" \
 "  local hk = JOB .. id\n" \
 "  local bid = set_status(hk, 'running', 'worker', WORKER, 'queue', queue, 'started_at', NOW,\n" \
 "                         'progress', '0', 'completion_tokens', '0')\n" \
 "  redis.call('HSETNX', hk, 'created_at', NOW)\n" \
-"  redis.call('HDEL', hk, 'result')\n" \
+"  redis.call('HDEL', hk, 'result', 'ran')\n" \
 "  redis.call('PERSIST', hk)\n" \
 "  redis.call('HSETNX', hk, 'attempts', 0)\n" \
-"  local a = (tonumber(redis.call('HGET', hk, 'attempts')) or 0) + 1\n" \
+"  local h = redis.call('HMGET', hk, 'attempts', 'stalls')\n" \
+"  local a, s = (tonumber(h[1]) or 0) + 1, tonumber(h[2]) or 0\n" \
 "  local c = wrong(CANCEL, 'set') and 0 or redis.call('SISMEMBER', CANCEL, id)\n" \
 "  -- a job of a cancelled batch is cancelled when it is fetched, without running\n" \
 "  if c == 0 and bid and redis.call('HGET', BATCH .. bid, 'state') == 'cancelled' then c = 1 end\n" \
 "  event(id, 'running', WORKER, 'queue', queue, 'attempt', a)\n" \
-"  return a, c, bid or false\n" \
+"  return a, c, bid or false, s\n" \
 "end\n" \
 "-- the queue a job came from: its hash's, else the default\n" \
 "local function origin(id)\n" \
@@ -291,10 +292,10 @@ static const char fetch_src[] = PRELUDE
  * read by the caller): each is checked at its index (by length), given its new JSON (LSET), and
  * marked running (start()). A duplicate (see duplicate()) is taken out of the processing list
  * again with a duplicate event. A job whose hash (or its batch's) is of the wrong type is started
- * without its id (badkey()). Returns 5 values per job: 1, attempts, cancel pending (0/1), batch id
- * or false, '' or "<key>\n<type>" when started without its id (started); -1, its status, its
- * holder, false, '' (a duplicate); 0, false, false, false, '' (not at that index: not ours any
- * more). */
+ * without its id (badkey()). Returns 6 values per job: 1, attempts, cancel pending (0/1), batch id
+ * or false, '' or "<key>\n<type>" when started without its id, stalls (started); -1, its status,
+ * its holder, false, '', 0 (a duplicate); 0, false, false, false, '', 0 (not at that index: not
+ * ours any more). */
 static const char start_src[] = PRELUDE
 "need(PROC, 'list')\n"
 "local n, mark, out, dups = tonumber(ARGV[13]), ARGV[14], {}, 0\n"
@@ -305,7 +306,7 @@ static const char start_src[] = PRELUDE
 "  if id == '' then id = nil end\n"
 "  local st, holder, bad = nil, nil, ''\n"
 "  if not raw or #raw ~= len then\n"
-"    out[#out + 1] = 0; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = ''\n"
+"    out[#out + 1] = 0; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0\n"
 "  else\n"
 "    local bk, bt = badkey(id)\n"
 "    if bk then id = nil; bad = bk .. '\\n' .. bt end\n"
@@ -318,10 +319,10 @@ static const char start_src[] = PRELUDE
 "      redis.call('LSET', PROC, pos, mark)\n"
 "      dups = dups + 1\n"
 "      event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
-"      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''\n"
+"      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0\n"
 "    else\n"
-"      local a, c, b = start(id, q)\n"
-"      out[#out + 1] = 1; out[#out + 1] = a; out[#out + 1] = c; out[#out + 1] = b; out[#out + 1] = bad\n"
+"      local a, c, b, sl = start(id, q)\n"
+"      out[#out + 1] = 1; out[#out + 1] = a; out[#out + 1] = c; out[#out + 1] = b; out[#out + 1] = bad; out[#out + 1] = sl\n"
 "    end\n"
 "  end\n"
 "end\n"
@@ -358,22 +359,27 @@ static const char requeue_src[] = PRELUDE
 /* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key,
  * KEYS[7] its lapse mark (<p>:lapsed:<id>); ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
  * key is gone (and SREM it from workers), ARGV[15] the reason recorded on each job, ARGV[16] the
- * grace in ms; ARGV[17] n, then 11 per job whose row the caller found committed: id, the row's
- * worker, its started_at, status, finish_reason, error, error code, prompt_tokens,
- * completion_tokens, first_token_at, result ('' = none, as for ack). With ARGV[14] '1' a worker
- * is reaped only once its heartbeat has stayed gone for the grace as Redis counts it: the first
- * call marks it (the mark's PTTL is the clock; the worker's next heartbeat deletes the mark), so a
- * worker that could not reach Redis, but comes back as soon as Redis answers, keeps its jobs.
+ * grace in ms, ARGV[17] max_stalls; ARGV[18] n, then 11 per job whose row the caller found
+ * committed: its key (the job's id; for a line the caller found no id in, "\0<k>\0<the line>": the
+ * k-th line of the list with that text), the row's worker, its started_at, status,
+ * finish_reason, error, error code, prompt_tokens, completion_tokens, first_token_at, result
+ * ('' = none, as for ack). With ARGV[14] '1' a worker is reaped only once its heartbeat has stayed
+ * gone for the grace as Redis counts it: the first call marks it (the mark's PTTL is the clock;
+ * the worker's next heartbeat deletes the mark), so a worker that could not reach Redis, but comes
+ * back as soon as Redis answers, keeps its jobs.
  * Newest first to the RIGHT of its queue, so the oldest is fetched first; a job whose hash is
  * final (finished: a copy) is dropped; a job whose row is committed for this very delivery (the
  * row's worker is the hash's and its started_at is not before the hash's: the fetch) is
  * acknowledged with it instead, as the worker's own ack would have (a failed row other than a
- * timeout is dead-lettered with its error, as the worker would have); a job that is not JSON goes
- * back to the default queue (the next fetch fails it with a row). Returns {1, requeued, dead,
- * acked}, {-1, 0, 0, 0} when the worker is alive, {-2, ms, 0, 0} while its grace runs (ms: how
- * much of it is left). */
+ * timeout is dead-lettered with its error, as the worker would have; a line without an id has
+ * only failed rows). A job that ran in the delivery taken back (its `ran` field is the hash's
+ * started_at) counts a stall; at max_stalls it is dead-lettered instead of put back. A job that
+ * is not JSON goes back to the default queue (the next fetch fails it with a row). Returns {1,
+ * requeued, dead, acked}, {-1, 0, 0, 0} when the worker is alive, {-2, ms, 0, 0} while its grace
+ * runs (ms: how much of it is left). */
 static const char reap_src[] = PRELUDE
 "local victim, reason = ARGV[13], ARGV[15]\n"
+"local MAXSTALLS = tonumber(ARGV[17]) or 1\n"
 "if ARGV[14] == '1' then\n"
 "  if redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0, 0, 0} end\n"
 "  local grace = tonumber(ARGV[16]) or 0\n"
@@ -388,15 +394,21 @@ static const char reap_src[] = PRELUDE
 "  end\n"
 "end\n"
 "need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
-"local committed = {}\n"
-"for i = 0, (tonumber(ARGV[17]) or 0) - 1 do\n"
-"  local c = 18 + i * 11\n"
+"local committed, lines = {}, false\n"
+"for i = 0, (tonumber(ARGV[18]) or 0) - 1 do\n"
+"  local c = 19 + i * 11\n"
 "  committed[ARGV[c]] = c\n"
+"  lines = lines or string.byte(ARGV[c], 1) == 0\n"
 "end\n"
-"local ref, k = {}, 0\n"
+"local ref, seen, k = {}, {}, 0\n"
 "for i, raw in ipairs(redis.call('LRANGE', PROC, 0, -1)) do\n"
 "  local id, json = job_ref(raw)\n"
-"  ref[i] = {id, json}\n"
+"  local lk = nil\n"
+"  if lines then\n"
+"    seen[raw] = (seen[raw] or 0) + 1\n"
+"    lk = committed['\\0' .. seen[raw] .. '\\0' .. raw]\n"
+"  end\n"
+"  ref[i] = {id, json, lk}\n"
 "  need(QUEUE .. origin(id), 'list')\n"
 "end\n"
 "if ARGV[14] == '1' then redis.call('DEL', KEYS[7]) end\n"
@@ -406,18 +418,25 @@ static const char reap_src[] = PRELUDE
 "  if not raw then break end\n"
 "  k = k + 1\n"
 "  local id, json = ref[k][1], ref[k][2]\n"
-"  if not json then\n"
+"  local lk = ref[k][3]\n"
+"  if lk then\n"
+"    -- a line without an id for the caller, whose failed row is committed: dead-lettered with\n"
+"    -- it, as its worker would have, not failed again into a second row\n"
+"    to_dead(raw, id, ARGV[lk + 6], ARGV[lk + 5], 0, ARGV[lk + 1], origin(id))\n"
+"    acked = acked + 1\n"
+"  elseif not json then\n"
 "    -- not JSON: back to its queue like any other, where the next fetch fails it with a row and\n"
 "    -- a dead entry (it never reaches the engine, so it cannot be the crash's cause)\n"
 "    redis.call('RPUSH', QUEUE .. DEFQ, raw)\n"
 "    event(nil, 'queued', victim, 'queue', DEFQ, 'reason', 'reaped')\n"
 "    requeued = requeued + 1\n"
 "  else\n"
-"    local q, a, st, ck = DEFQ, 0, nil, nil\n"
+"    local q, a, st, ck, ran = DEFQ, 0, nil, nil, false\n"
 "    if id then\n"
-"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status', 'worker', 'started_at')\n"
+"      local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'status', 'worker', 'started_at', 'ran')\n"
 "      if h[1] and h[1] ~= '' then q = h[1] end\n"
 "      a, st = tonumber(h[2]) or 0, h[3]\n"
+"      ran = st == 'running' and h[4] == victim and h[5] ~= nil and h[6] == h[5]\n"
 "      ck = committed[id]\n"
 "      if ck and not (h[4] == ARGV[ck + 1] and tonumber(h[5]) and tonumber(h[5]) <= tonumber(ARGV[ck + 2]) + 0.002) then ck = nil end\n"
 "    end\n"
@@ -431,14 +450,17 @@ static const char reap_src[] = PRELUDE
 "    elseif ck then\n"
 "      ack_job(id, ARGV[ck + 3], q, ARGV[ck + 4], ARGV[ck + 5], ARGV[ck + 6], ARGV[ck + 7], ARGV[ck + 8], ARGV[ck + 9], ARGV[ck + 10], ARGV[ck + 1])\n"
 "      acked = acked + 1\n"
-"    elseif id and a >= MAXATT then\n"
-"      to_dead(raw, id, 'max_attempts_exceeded', reason .. '; delivered ' .. a .. ' times (max_attempts ' .. MAXATT .. ')', a, victim, q)\n"
-"      dead = dead + 1\n"
 "    else\n"
-"      redis.call('RPUSH', QUEUE .. q, raw)\n"
-"      if id then set_status(JOB .. id, 'queued', 'queue', q, 'error', reason) end\n"
-"      event(id, 'queued', victim, 'queue', q, 'reason', 'reaped')\n"
-"      requeued = requeued + 1\n"
+"      local s = ran and redis.call('HINCRBY', JOB .. id, 'stalls', 1) or 0\n"
+"      if ran and s >= MAXSTALLS then\n"
+"        to_dead(raw, id, 'max_stalls_exceeded', reason .. '; its worker was lost while running it ' .. s .. ' times (queues.max_stalls ' .. MAXSTALLS .. ')', a, victim, q)\n"
+"        dead = dead + 1\n"
+"      else\n"
+"        redis.call('RPUSH', QUEUE .. q, raw)\n"
+"        if id then set_status(JOB .. id, 'queued', 'queue', q, 'error', reason) end\n"
+"        event(id, 'queued', victim, 'queue', q, 'reason', 'reaped')\n"
+"        requeued = requeued + 1\n"
+"      end\n"
 "    end\n"
 "  end\n"
 "end\n"
@@ -446,21 +468,24 @@ static const char reap_src[] = PRELUDE
 "return {1, requeued, dead, acked}\n";
 
 /* KEYS[5] <p>:retry; ARGV[13] raw, ARGV[14] due (unix ms), ARGV[15] error, ARGV[16] its code,
- * ARGV[17] the hash's result field when it dead-letters ('' = none). Returns {1, attempts, 0}
- * scheduled, {2, attempts, batch} dead-lettered (out of attempts, or no id to count them by;
+ * ARGV[17] the hash's result field when it dead-letters ('' = none). Out of attempts means
+ * max_attempts deliveries that ended otherwise than with the worker gone (attempts - stalls).
+ * Returns {1, attempts, 0} scheduled, {2, attempts, batch} dead-lettered (out of attempts, or no
+ * id to count them by;
  * batch: its batch's total when this completed it, else 0), {0, 0, 0} not in the processing list. */
 static const char retry_src[] = PRELUDE
 "local raw, err, code = ARGV[13], ARGV[15], ARGV[16]\n"
 "need(PROC, 'list', KEYS[5], 'zset', DEAD, 'list')\n"
 "local id = job_ref(raw)\n"
 "if redis.call('LREM', PROC, -1, raw) == 0 then return {0, 0, 0} end\n"
-"local q, a = DEFQ, 0\n"
+"local q, a, own = DEFQ, 0, 0\n"
 "if id then\n"
-"  local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts')\n"
+"  local h = redis.call('HMGET', JOB .. id, 'queue', 'attempts', 'stalls')\n"
 "  if h[1] and h[1] ~= '' then q = h[1] end\n"
 "  a = tonumber(h[2]) or 0\n"
+"  own = a - (tonumber(h[3]) or 0)\n"
 "end\n"
-"if not id or a >= MAXATT then\n"
+"if not id or own >= MAXATT then\n"
 "  local done = to_dead(raw, id, code, err, a, WORKER, q)\n"
 "  if id and ARGV[17] and ARGV[17] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[17]) end\n"
 "  return {2, a, done}\n"
@@ -503,13 +528,15 @@ static const char dead_src[] = PRELUDE
 
 /* ARGV[13..] ids of jobs this worker starts running. Per id: its attempts after counting this
  * delivery (HINCRBY 1), or -1 when its hash is not running on this worker (reaped meanwhile,
- * or final): then nothing is counted. */
+ * or final): then nothing is counted. A counted job's `ran` field becomes its `started_at` (this
+ * delivery's fetch time), so the reaper can tell that it ran in the delivery it takes back. */
 static const char attempt_src[] = PRELUDE
 "local out = {}\n"
 "for i = 13, #ARGV do\n"
 "  local hk = JOB .. ARGV[i]\n"
-"  local h = wrong(hk, 'hash') and {} or redis.call('HMGET', hk, 'status', 'worker')\n"
+"  local h = wrong(hk, 'hash') and {} or redis.call('HMGET', hk, 'status', 'worker', 'started_at')\n"
 "  if h[1] == 'running' and h[2] == WORKER then\n"
+"    redis.call('HSET', hk, 'ran', h[3] or '')\n"
 "    out[#out + 1] = redis.call('HINCRBY', hk, 'attempts', 1)\n"
 "  else\n"
 "    out[#out + 1] = -1\n"

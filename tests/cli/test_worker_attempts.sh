@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Attempts count what a job did: a worker killed (kill -9) while it holds jobs that run in its
-# engine and jobs that only wait for room counts a delivery for the running ones only. Three
-# workers in a row take the same jobs and are killed (queues.max_attempts 3, the default): the
-# jobs that ran at every crash are dead-lettered as poison, the ones that never ran are put back
-# with their count unchanged, and every hash's attempts equals the crashes it ran in.
+# engine and jobs that only wait for room counts a stall for the running ones only. Three
+# workers in a row take the same jobs and are killed (queues.max_stalls 3): a job that ran in two
+# of the lost deliveries runs isolated (one such job at a time, beside the others), the jobs that
+# ran at every crash are dead-lettered as poison, the ones that never ran are put back with their
+# counts unchanged, and every hash's attempts and stalls equal the crashes it ran in.
 . "$(dirname "$0")/worker_lib.sh"
 redis_start
 make_model --max-position 16384
 write_config
-K=3   # kills = queues.max_attempts
+K=3   # kills = queues.max_stalls
+export LLMQ_QUEUES_MAX_STALLS=$K
 S=8   # --max-num-seqs: jobs that run at once; the worker holds S + S/4 (room to admit next)
 jobs_file "$T/jobs.jsonl" 12 j- '{"max_tokens": 16000, "ignore_eos": true}'
 push_file "$T/jobs.jsonl"
@@ -22,7 +24,19 @@ running_on() {
       [ "$(rcli HGET llmq:job:$id completion_tokens)" -gt 0 ] 2>/dev/null && echo "$id"
   done
 }
-all_running() { [ "$(running_on "$1" | wc -l)" -eq "$S" ]; }
+# expect_running W: how many of W's held jobs run at once: up to S, of which one isolated at most
+expect_running() {
+  local id s iso=0 non=0
+  for id in $(rcli LRANGE "llmq:processing:$1" 0 -1 | python3 -c 'import json,sys; [print(json.loads(l)["id"]) for l in sys.stdin]'); do
+    s=$(rcli HGET "llmq:job:$id" stalls)
+    if [ "${s:-0}" -ge 2 ]; then iso=1; else non=$((non + 1)); fi
+  done
+  local n=$((non + iso))
+  [ "$n" -gt "$S" ] && n=$S
+  echo "$n"
+}
+all_running() { local n; n=$(expect_running "$1"); [ "$n" -gt 0 ] && [ "$(running_on "$1" | wc -l)" -eq "$n" ]; }
+isolated_at_once=0
 no_heartbeat() { [ "$(rcli EXISTS "llmq:worker:$1")" = 0 ]; }
 list_empty() { [ "$(rcli LLEN "llmq:processing:$1")" = 0 ]; }
 waited=0
@@ -34,6 +48,9 @@ for k in $(seq 1 "$K"); do
   running=$(running_on "a$k")
   kill -9 "${!pid_var}"
   wait "${!pid_var}" 2>/dev/null
+  suspects=0
+  for id in $running; do [ "${ran[$id]:-0}" -ge 2 ] && suspects=$((suspects + 1)); done
+  [ "$suspects" -gt "$isolated_at_once" ] && isolated_at_once=$suspects
   for id in $running; do ran[$id]=$((${ran[$id]:-0} + 1)); done
   echo "kill $k: a$k held $held jobs, $(echo "$running" | wc -w) running"
   waited=$((waited + held - S))
@@ -52,13 +69,15 @@ echo "dead-lettered: $dead"
 want_dead=$(for id in "${!ran[@]}"; do [ "${ran[$id]}" -ge "$K" ] && echo "$id"; done | sort | xargs)
 eq "dead-lettered: exactly the jobs that ran at all $K crashes" "$dead" "$want_dead"
 [ -n "$want_dead" ] && ok "a job running at every crash is poison" || bad "no job ran at every crash"
+eq "jobs that had run in two lost deliveries ran one at a time" "$isolated_at_once" 1
 wrong=
 for i in $(seq 0 11); do
   id=j-$i
   a=$(rcli HGET "llmq:job:$id" attempts)
-  [ "${a:-0}" = "${ran[$id]:-0}" ] || wrong="$wrong $id:$a/${ran[$id]:-0}"
+  s=$(rcli HGET "llmq:job:$id" stalls)
+  [ "${a:-0}/${s:-0}" = "${ran[$id]:-0}/${ran[$id]:-0}" ] || wrong="$wrong $id:$a/$s/${ran[$id]:-0}"
 done
-eq "every job's attempts = the crashes it ran in (id:attempts/ran)" "${wrong# }" ""
+eq "every job's attempts and stalls = the crashes it ran in (id:attempts/stalls/ran)" "${wrong# }" ""
 never=$(for i in $(seq 0 11); do [ -z "${ran[j-$i]:-}" ] && echo "j-$i"; done | xargs)
 bad_never=
 for id in $never; do

@@ -6,7 +6,8 @@
 # nothing dead-lettered, nothing run again. The crash between commit and ack is made certain: the
 # jobs finish while SQLite is locked by another process (no row, so no ack), redis-server is
 # frozen (SIGSTOP), the lock is released: the rows are committed while every Redis step fails,
-# and then the worker is killed.
+# and then the worker is killed. Lines without an id (not JSON) whose failed rows are committed
+# the same way are dead-lettered with those rows, once, not failed again into second rows.
 . "$(dirname "$0")/worker_lib.sh"
 redis_start
 make_model
@@ -25,14 +26,8 @@ rows_of() { sql "SELECT count(*) FROM jobs WHERE id LIKE '$1%'"; }
 rows_are() { [ "$(rows_of "$1")" = "$2" ]; }
 has_worker_row() { [ "$(sql "SELECT count(*) FROM workers WHERE id = '$1'")" = 1 ]; }
 no_heartbeat() { [ "$(rcli EXISTS "llmq:worker:$1")" = 0 ]; }
-# commit_then_crash PREFIX WORKER: N jobs run on WORKER while another process holds the SQLite
-# write lock, so their rows cannot be committed (nor, therefore, acknowledged); redis is frozen,
-# then the lock released: the rows are committed and the ack cannot happen. WORKER is killed
-# once the N rows exist, and redis thawed.
-commit_then_crash() {
-  worker_start "$2"
-  local pid_var="W_$2"
-  wait_until "$2's workers row" has_worker_row "$2" || return 1
+# lock_db TAG: another process holds the SQLite write lock until $T/unlock-TAG exists
+lock_db() {
   python3 - "$DB" "$T/locked-$1" "$T/unlock-$1" <<'PY' &
 import os, sqlite3, sys, time
 c = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -43,7 +38,17 @@ while not os.path.exists(sys.argv[3]):
 c.execute("COMMIT")
 PY
   WORKER_PIDS+=("$!")
-  wait_until "the SQLite lock" test -f "$T/locked-$1" || return 1
+  wait_until "the SQLite lock" test -f "$T/locked-$1"
+}
+# commit_then_crash PREFIX WORKER: N jobs run on WORKER while another process holds the SQLite
+# write lock, so their rows cannot be committed (nor, therefore, acknowledged); redis is frozen,
+# then the lock released: the rows are committed and the ack cannot happen. WORKER is killed
+# once the N rows exist, and redis thawed.
+commit_then_crash() {
+  worker_start "$2"
+  local pid_var="W_$2"
+  wait_until "$2's workers row" has_worker_row "$2" || return 1
+  lock_db "$1" || return 1
   jobs_file "$T/$1.jsonl" "$N" "$1" '{"max_tokens": 3}'
   push_file "$T/$1.jsonl"
   wait_until "$2 to run the $N jobs" all_running "$1" "$2" || return 1
@@ -78,7 +83,8 @@ check_acked() { # PREFIX WORKER(the one that crashed)
   eq "$1: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
   eq "$1: one completed row per job" "$(sql "SELECT count(*) FROM jobs WHERE id LIKE '$1%' AND status = 'completed'")" "$N"
   sql "SELECT id, started_at FROM jobs WHERE id LIKE '$1%' ORDER BY id" >"$T/$1.after"
-  cmp -s "$T/$1.rows" "$T/$1.after" && ok "$1: no job ran again (rows unchanged)" || bad "$1: rows changed"
+  cmp -s "$T/$1.rows" "$T/$1.after" && ok "$1: no job ran again (rows unchanged)" ||
+    bad "$1: rows changed: $(diff "$T/$1.rows" "$T/$1.after" | head -4 | tr "\n" " ")"
   [ "$(python3 - "$PORT" "$1" <<'PY'
 import subprocess, sys
 out = subprocess.run(["redis-cli", "-p", sys.argv[1], "XRANGE", "llmq:events", "-", "+"], capture_output=True, text=True).stdout.split("\n")
@@ -106,4 +112,35 @@ wait_until "w2's list to be settled by w3's reaper" settled b- w2
 log_has w3 "had a committed row in this worker's database" && ok "the reaper says so in the log" ||
   bad "no reaper log line"
 check_acked b- w2
+interrupt "$W_w3"
+worker_wait w3
+
+# 3. lines that are not JSON (so without an id): w4 fails them, the failed rows are committed
+# while redis is frozen, w4 is killed; w5's reaper dead-letters each once with the committed row
+line_rows() { sql "SELECT count(*) FROM jobs WHERE status = 'failed' AND request LIKE 'c-%'"; }
+line_rows_are() { [ "$(line_rows)" = "$1" ]; }
+held_by() { [ "$(rcli LLEN "llmq:processing:$1")" = "$2" ]; }
+worker_start w4
+wait_until "w4's workers row" has_worker_row w4
+lock_db c
+for i in 0 1 2; do echo "c-$i is not JSON"; done >"$T/c.lines"
+echo "c-0 is not JSON" >>"$T/c.lines" # a second line with the same text
+push_file "$T/c.lines"
+wait_until "w4 to hold the 4 lines" held_by w4 4
+kill -STOP "$REDIS_PID"
+touch "$T/unlock-c"
+wait_until "w4 to commit the 4 failed rows with redis frozen" line_rows_are 4
+kill -9 "$W_w4"
+wait "$W_w4" 2>/dev/null
+kill -CONT "$REDIS_PID"
+eq "c: the killed worker's list still holds the lines" "$(rcli LLEN llmq:processing:w4)" 4
+worker_start w5
+wait_until "w4's list to be taken back by w5's reaper" held_by w4 0
+wait_until "the 4 lines in the dead list" test "$(rcli LLEN llmq:dead)" = 4
+eq "c: one failed row per line, none added" "$(line_rows)" 4
+eq "c: the dead entries are the lines, each once" "$(rcli LRANGE llmq:dead 0 -1 | python3 -c 'import json,sys; print(" ".join(sorted(json.loads(l)["job"] for l in sys.stdin)))')" "$(sort "$T/c.lines" | xargs)"
+eq "c: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
+interrupt "$W_w5"
+worker_wait w5
+eq "c: still one failed row per line after w5 stopped" "$(line_rows)" 4
 finish

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Retry, then dead letter: a job that kills every worker running it (here: kill -9 while it runs)
-# is put back by the reaper with its delivery counted, and after queues.max_attempts (3)
-# deliveries the reaper moves it to llmq:dead instead; other jobs are not held back.
+# is put back by the reaper with its delivery counted as a stall, and after queues.max_stalls (3
+# here) such deliveries the reaper moves it to llmq:dead instead; other jobs are not held back.
 . "$(dirname "$0")/worker_lib.sh"
+export LLMQ_QUEUES_MAX_STALLS=3
 redis_start
 make_model --max-position 16384
 write_config

@@ -791,7 +791,7 @@ static void test_error_codes(void **state)
     assert_string_equal(job_error_code(JOB_ERR_TIMEOUT), "timeout");
     assert_string_equal(job_error_code(JOB_ERR_CANCELLED), "cancelled");
     assert_string_equal(job_error_code(JOB_ERR_INTERNAL), "internal");
-    assert_string_equal(job_error_code(JOB_ERR_ATTEMPTS), "max_attempts_exceeded");
+    assert_string_equal(job_error_code(JOB_ERR_STALLS), "max_stalls_exceeded");
     assert_string_equal(job_error_code(-1000), "internal");
     json_t *schema = json_load_file(test_source("schemas/result.schema.json"), 0, NULL);
     assert_non_null(schema);
@@ -810,7 +810,7 @@ static void test_error_codes(void **state)
     }
     json_decref(schema);
     const char *reap = rq_script_source(RQ_SCRIPT_REAP);
-    assert_non_null(strstr(reap, "'max_attempts_exceeded'"));
+    assert_non_null(strstr(reap, "'max_stalls_exceeded'"));
 }
 
 /* ---- job_prepare with the real Qwen3 tokenizer (skipped when the asset could not be fetched) */

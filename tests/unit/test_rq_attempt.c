@@ -2,7 +2,7 @@
  * (rq_attempt), once per delivery; a job whose hash is no longer this worker's is not counted; a
  * shutdown hands back a counted job with its count taken back and an uncounted one unchanged;
  * the reaper and a restart's recovery put back held jobs that never ran with their count as it
- * was, and dead-letter a job that ran at max_attempts crashes. */
+ * was, and dead-letter a job that ran at max_stalls crashes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +25,7 @@ static struct rq *open_rq(const char *worker)
 {
     struct rq_opts o = rq_test_opts(srv.url, worker);
     o.max_attempts = 2;
+    o.max_stalls = 2;
     return rq_test_open(&o);
 }
 
@@ -85,7 +86,7 @@ static void test_counts_once_when_run(void **state)
     rq_free(q);
 }
 
-/* A worker dies holding jobs of which only some ran, twice (max_attempts 2): the reaper, then a
+/* A worker dies holding jobs of which only some ran, twice (max_stalls 2): the reaper, then a
  * restart's recovery, put back the ones that never ran with their count unchanged and
  * dead-letter the one that ran at both crashes. */
 static void test_reaper_counts_what_ran(void **state)

@@ -2,7 +2,7 @@
  * the reaper's Lua script on a fake dead worker (a processing list with no heartbeat key),
  * live workers left alone, a heartbeat that really expires (reaped only after its grace; one that
  * comes back within the grace keeps its jobs), poison jobs that keep killing
- * workers ending in the dead list after max_attempts, a restarted worker taking back its own
+ * workers ending in the dead list after max_stalls, a restarted worker taking back its own
  * list, and a clean exit. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +29,7 @@ static struct rq *open_rq(const char *worker, int hb_ttl_s)
 {
     struct rq_opts o = rq_test_opts(srv.url, worker);
     o.max_attempts = 3;
+    o.max_stalls = 3;
     o.heartbeat_interval_s = 1; /* the reaper's grace: 1 s */
     if (hb_ttl_s > 0)
         o.heartbeat_ttl_s = hb_ttl_s;
@@ -161,7 +162,7 @@ static void test_heartbeat_expiry(void **state)
     rq_free(r);
 }
 
-/* A poison job kills every worker that takes it; after max_attempts (3) deliveries the reaper
+/* A poison job kills every worker that takes it; after max_stalls (3) such deliveries the reaper
  * dead-letters it instead of handing it out again. */
 static void test_poison_goes_dead(void **state)
 {
@@ -207,7 +208,7 @@ static void test_poison_goes_dead(void **state)
     assert_int_equal(json_integer_value(json_object_get(d, "attempts")), 3);
     assert_string_equal(json_string_value(json_object_get(d, "worker")), "victim3");
     assert_string_equal(json_string_value(json_object_get(d, "queue")), "short");
-    assert_non_null(strstr(json_string_value(json_object_get(d, "error")), "delivered 3 times"));
+    assert_non_null(strstr(json_string_value(json_object_get(d, "error")), "lost while running it 3 times (queues.max_stalls 3)"));
     assert_true(json_real_value(json_object_get(d, "failed_at")) > 1.7e9);
     json_decref(d);
     assert_string_equal(sval("HGET llmq:job:poison status"), "failed");

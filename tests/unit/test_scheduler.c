@@ -1008,6 +1008,38 @@ static void stress(bool prefix, bool prio, unsigned seed)
     free(t);
 }
 
+/* Isolated sequences run one at a time; the unisolated ones behind them in arrival order are
+ * admitted meanwhile, and the next isolated one starts once the first finishes. */
+static void test_isolation(void **state)
+{
+    (void)state;
+    struct harness h;
+    struct sched_opts o = opts(8, 100, 256);
+    h_open(&h, 64, 4, false, &o);
+    struct tseq t[5];
+    for (int i = 0; i < 5; i++) {
+        seq_init(&t[i], i, 5, i == 0 ? 7 : 12, 0);
+        t[i].q.isolated = i < 3; /* t0, t1, t2 isolated; t3, t4 not */
+        add(&h, &t[i]);
+    }
+    struct sched_out out;
+    h_step(&h, &out);
+    assert_int_equal(out.n_items, 3); /* t0, t3, t4 */
+    assert_true(item_of(&out, &t[0]) >= 0 && item_of(&out, &t[3]) >= 0 && item_of(&out, &t[4]) >= 0);
+    assert_int_equal(item_of(&out, &t[1]), -1);
+    assert_int_equal(sched_num_waiting(h.s, -1), 2);
+    while (!t[0].finished) {
+        assert_int_equal(item_of(&out, &t[1]), -1);
+        assert_int_equal(item_of(&out, &t[2]), -1);
+        h_step(&h, &out);
+    }
+    h_step(&h, &out); /* t0 gone: t1 (first in arrival order), not t2 */
+    assert_true(item_of(&out, &t[1]) >= 0);
+    assert_int_equal(item_of(&out, &t[2]), -1);
+    assert_int_equal(sched_num_running(h.s, -1), 3);
+    h_close(&h);
+}
+
 static void test_stress(void **state)
 {
     (void)state;
@@ -1038,6 +1070,7 @@ int main(void)
         cmocka_unit_test(test_priority_bucket_mates),
         cmocka_unit_test(test_priority_preemption),
         cmocka_unit_test(test_priority_preemption_aged),
+        cmocka_unit_test(test_isolation),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -77,6 +77,7 @@ struct cfg_queues {
     int64_t max_job_bytes;            /* a job's JSON longer than this is dead-lettered unparsed */
     int64_t fetch_max_bytes;          /* job JSON one fetch moves, a worker holds, at most */
     int max_attempts;                 /* deliveries before a job goes to the dead list */
+    int max_stalls;                   /* deliveries that ran it and lost their worker, before the dead list */
     int retry_backoff_base_ms;        /* first retry delay; doubles per attempt, with jitter */
     int retry_backoff_max_ms;         /* ceiling of the retry delay */
     int result_ttl_s;                 /* llmq:job:<id> expires this long after it ends; 0 = never */

@@ -35,6 +35,7 @@ void cfg_rq_opts(struct rq_opts *o, const struct cfg *c)
     o->block_timeout_ms = c->redis.block_timeout_ms;
     o->reconnect_max_ms = c->redis.reconnect_max_ms;
     o->max_attempts = c->queues.max_attempts;
+    o->max_stalls = c->queues.max_stalls;
     o->retry_backoff_base_ms = c->queues.retry_backoff_base_ms;
     o->retry_backoff_max_ms = c->queues.retry_backoff_max_ms;
     o->result_ttl_s = c->queues.result_ttl_s;

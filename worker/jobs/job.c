@@ -41,7 +41,7 @@ static const struct {
     {JOB_ERR_TIMEOUT, "timeout"},
     {JOB_ERR_CANCELLED, "cancelled"},
     {JOB_ERR_INTERNAL, "internal"},
-    {JOB_ERR_ATTEMPTS, "max_attempts_exceeded"},
+    {JOB_ERR_STALLS, "max_stalls_exceeded"},
 };
 
 const char *job_error_code(int rc)

@@ -58,11 +58,11 @@ enum job_error {
     JOB_ERR_TIMEOUT = -6,   /* "timeout": the job's timeout_s passed */
     JOB_ERR_CANCELLED = -7, /* "cancelled": stopped by a cancel request (status cancelled) */
     JOB_ERR_INTERNAL = -8,  /* "internal": the worker failed it (out of memory, ...) */
-    /* "max_attempts_exceeded": delivered max_attempts times to workers that died before finishing
-     * it (a poison job); written by the reaper's script (queue/scripts.c), never by job_parse */
-    JOB_ERR_ATTEMPTS = -9,
+    /* "max_stalls_exceeded": its worker was lost while running it max_stalls times (a poison job);
+     * written by the reaper's script (queue/scripts.c), never by job_parse */
+    JOB_ERR_STALLS = -9,
 };
-#define JOB_ERR_COUNT 9 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_ATTEMPTS */
+#define JOB_ERR_COUNT 9 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_STALLS */
 /* "invalid_json", ...; "" for JOB_OK, "internal" for a value out of range. */
 const char *job_error_code(int rc);
 

@@ -81,17 +81,23 @@ static int take_row(void *ctx, const struct db_result *r)
     return 1; /* one row is all there is (id is the key) */
 }
 
-int wk_committed_lookup(void *ctx, const char *id, struct rq_done *out)
+int wk_committed_lookup(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
+                        struct rq_done *out)
 {
     struct wk_committed *c = ctx;
-    struct db_query q = db_query_all();
-    q.id = id;
-    q.limit = 1;
     struct found f = {c, out, 0};
-    int rc = db_query_results(c->db, &q, take_row, &f);
+    int rc;
+    if (id) {
+        struct db_query q = db_query_all();
+        q.id = id;
+        q.limit = 1;
+        rc = db_query_results(c->db, &q, take_row, &f);
+    } else {
+        rc = db_find_failed_line(c->db, worker, line, len, nth, take_row, &f);
+    }
     if (rc < 0) {
-        log_warn("sqlite: looking up job %s before taking it back from a lapsed worker: %s", id,
-                 db_errmsg(c->db));
+        log_warn("sqlite: looking up %s%s before taking it back from a lapsed worker: %s", id ? "job " : "a line without an id",
+                 id ? id : "", db_errmsg(c->db));
         return 0;
     }
     if (f.ok < 0) { /* a row without worker or result cannot be acknowledged as it was */

@@ -20,6 +20,8 @@ struct wk_committed *wk_committed_open(const char *path, int busy_timeout_ms, in
 /* Closes it. Accepts NULL. */
 void wk_committed_close(struct wk_committed *c);
 
-/* An rq_done_fn over ctx (a struct wk_committed): 1 with the row of job `id` in out, 0 when it has
- * none or the read failed (logged). */
-int wk_committed_lookup(void *ctx, const char *id, struct rq_done *out);
+/* An rq_done_fn over ctx (a struct wk_committed): 1 with the row of job `id` in out (id NULL: the
+ * nth newest failed row `worker` wrote for the job line line[0..len) without an id), 0 when there
+ * is none or the read failed (logged). */
+int wk_committed_lookup(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
+                        struct rq_done *out);

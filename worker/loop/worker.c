@@ -64,6 +64,7 @@
 #define TROUBLE_LOG_S 10.0     /* a failing Redis or SQLite step is logged at most this often */
 #define PROGRESS_FLUSH_S 0.05  /* progress updates go to Redis at most this often (one pipeline) */
 #define CANCEL_CHECK_S 0.02    /* cancellations are checked at most this often (every step when longer) */
+#define WK_ISOLATE_STALLS 2    /* a job that ran in this many deliveries that lost their worker runs isolated */
 #define EXIT_REDIS_WAIT_S 2.0  /* at exit, with Redis unreachable: how long to wait for it to answer */
 #define MAX_OVERHEAD_SAMPLES (1 << 20)
 #define PUBLISH_S 0.1 /* the metrics snapshot for GET /metrics is refreshed at most this often */
@@ -428,6 +429,9 @@ static void admit(struct wk *w, struct wk_job *j)
         in.req.lane = lane;
         in.req.user = j;
         in.req.deadline = job_deadline(&j->job, j->fetched_mono); /* the engine's clock is monotonic */
+        /* ran in two deliveries that lost their worker: a suspect, run apart from other suspects
+         * (docs/QUEUE.md, "Attempts") */
+        in.req.isolated = j->rj.stalls >= WK_ISOLATE_STALLS;
         j->lane = lane;
         j->max_tokens = in.req.max_tokens;
         j->prompt_tokens = in.n_tokens;
@@ -718,7 +722,7 @@ static void redis_retry(struct wk *w)
             w->stats.retried++;
             count_finish(w, j, true);
             log_warn("job %s failed in the engine (%s); attempt %d of %d, retrying in %.1f s", wk_job_id(j),
-                     j->error, j->rj.attempts, w->cfg->queues.max_attempts, (double)delay / 1e3);
+                     j->error, j->rj.attempts - j->rj.stalls, w->cfg->queues.max_attempts, (double)delay / 1e3);
             drop(w, j);
         } else if (r == RQ_RETRY_DEAD) { /* Redis dead-lettered it: write its failed row */
             w->stats.dead++;
@@ -1358,7 +1362,7 @@ static void phase_step(struct wk *w, double *ph)
         j->seq = NULL;
         if (j->status == RQ_STATUS_FAILED &&
             (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) && j->rj.id[0] &&
-            j->rj.attempts < w->cfg->queues.max_attempts) {
+            j->rj.attempts - j->rj.stalls < w->cfg->queues.max_attempts) {
             move(w, j, WK_RETRY); /* counted once redis_retry knows whether it is retried or dead */
         } else {
             count_finish(w, j, false);

@@ -728,6 +728,43 @@ int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void
     return ret;
 }
 
+int db_find_failed_line(struct db *db, const char *worker_id, const char *line, size_t len, int nth, db_row_fn fn,
+                        void *ctx)
+{
+    assert(db && worker_id && line && fn && nth >= 1);
+    char sql[1024];
+    size_t n = (size_t)snprintf(sql, sizeof sql, "SELECT ");
+    for (size_t i = 0; i < N_JOB_COLS; i++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s%s", i ? ", " : "", job_cols[i].name);
+    n += (size_t)snprintf(sql + n, sizeof sql - n,
+                          " FROM jobs WHERE status = 'failed' AND worker_id = ?1 AND request = ?2"
+                          " ORDER BY finished_at DESC, id DESC LIMIT 1 OFFSET ?3");
+    assert(n < sizeof sql);
+    if (!db->h) {
+        set_err(db, "reading results: the database is not open");
+        return DB_ERR;
+    }
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(db, "reading results: %s", sqlite3_errmsg(db->h));
+        return DB_ERR;
+    }
+    sqlite3_bind_text(st, 1, worker_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text64(st, 2, line, len, SQLITE_STATIC, SQLITE_UTF8);
+    sqlite3_bind_int(st, 3, nth - 1);
+    int rc = sqlite3_step(st), ret = 0;
+    if (rc == SQLITE_ROW) {
+        struct db_result r;
+        read_cols(st, job_cols, N_JOB_COLS, &r);
+        ret = fn(ctx, &r);
+    } else if (rc != SQLITE_DONE) {
+        set_err(db, "reading results: %s", sqlite3_errmsg(db->h));
+        ret = is_busy(rc) ? DB_BUSY : DB_ERR;
+    }
+    sqlite3_finalize(st);
+    return ret;
+}
+
 /* ---- workers and metrics */
 
 static int put_worker_body(struct db *db, void *arg)

@@ -201,6 +201,14 @@ typedef int (*db_row_fn)(void *ctx, const struct db_result *row);
  * Returns 0, fn's nonzero value, or DB_ERR / DB_BUSY with db_errmsg. */
 int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void *ctx);
 
+/* Streams to fn the nth newest (nth from 1) failed row that worker_id wrote for a job line
+ * without an id: its stored request is exactly line[0..len). For the reaper, which must not fail
+ * such a line a second time into a second row (worker/loop/committed.h). Scans the failed rows
+ * (the status index), so it costs what they number. Returns 0 (fn not called: none), fn's nonzero
+ * value, or DB_ERR / DB_BUSY with db_errmsg. */
+int db_find_failed_line(struct db *db, const char *worker_id, const char *line, size_t len, int nth, db_row_fn fn,
+                        void *ctx);
+
 /* ---- workers and metrics */
 
 struct db_worker {
