@@ -69,6 +69,9 @@ struct wk_job {
     int completion_tokens;
     char *output; /* owned; NULL for failed (a timeout keeps its text so far) */
     size_t output_len;
+    char *reasoning; /* owned; NULL when the output had no think block */
+    size_t reasoning_len;
+    int reasoning_tokens; /* -1 with no reasoning */
     char *error;                      /* owned; NULL unless failed */
     int error_rc;                     /* enum job_error of a failure */
     char *params, *metadata, *result; /* JSON text (owned, may be NULL) */
