@@ -129,14 +129,24 @@ eq "SQLite b0: an empty reasoning is '' with 1 token" "$(sql "SELECT quote(reaso
 eq "SQLite plain, nothink: NULL reasoning" \
   "$(sql "SELECT count(*) FROM jobs WHERE id IN ('plain', 'nothink') AND reasoning IS NULL AND reasoning_tokens IS NULL")" 2
 eq "params keep thinking_budget" "$(sql "SELECT params ->> 'thinking_budget' FROM jobs WHERE id = 'b5'")" 5
-# the stream of b5 carries the answer (entries add up to its text)
+# the stream of b5: its entries add up to the answer and, apart, to the reasoning; the reasoning
+# comes first (entries with reasoning before any with text), the last entry ends it
 streamed=$(rcli --json XRANGE llmq:stream:b5 - + | python3 -c '
 import json, sys
-out = b""
+out, rs, order = b"", b"", ""
 for _id, f in json.load(sys.stdin):
     if not isinstance(f, dict):
         f = dict(zip(f[::2], f[1::2]))
     out = out[:int(f["offset"])] + f["text"].encode()
-print(json.dumps(out.decode(), ensure_ascii=False))')
-eq "stream of b5: the answer" "$streamed" "$(line b5 | jq -c .text)"
+    if "reasoning" in f:
+        rs = rs[:int(f["reasoning_offset"])] + f["reasoning"].encode()
+        order += "r"
+    if f["text"]:
+        order += "t"
+    if "end" in f:
+        order += "e"
+import re
+print(json.dumps({"text": out.decode(), "reasoning": rs.decode(), "order": bool(re.fullmatch(r"r+t+e", order))}, ensure_ascii=False, separators=(",", ":")))')
+eq "stream of b5: the answer and the reasoning, reasoning first" "$streamed" \
+  "$(line b5 | jq -c '{text, reasoning, order: true}')"
 finish

@@ -82,6 +82,7 @@ struct wk_job {
     char *hash_result;                /* wk_job_hash_result's string when it made one (owned) */
 
     size_t stream_sent; /* bytes of the output sent to <p>:stream:<id> (worker/loop/stream.h) */
+    size_t stream_rsent; /* bytes of the reasoning sent there */
     /* its batch as Redis had it at fetch (rj.batch_id's hash), for the `batches` row; batch.id NULL =
      * none. The strings are owned. */
     struct db_batch batch;
