@@ -1324,6 +1324,10 @@ static void test_doc_queries(void **state)
         rows[i].batch_id = nights[i >= N / 2].id;
         rows[i].batch = &nights[i >= N / 2];
         rows[i].request = "{\"prompt\":\"x\"}";
+        if (i % 4 == 1) { /* a model that thinks */
+            rows[i].reasoning = "Let me see.\n";
+            rows[i].reasoning_tokens = 5;
+        }
         if (i % 10 == 3) {
             rows[i].status = DB_FAILED;
             rows[i].error = "context_length_exceeded: prompt of 9000 tokens is over max_model_len 8192";
