@@ -26,9 +26,9 @@ cat >"$T/jobs.jsonl" <<EOF2
 {"custom_id": "raw5", "method": "POST", "url": "/v1/completions", "body": {"prompt": "$P", "max_tokens": 16, "thinking_budget": 5, "seed": 3}}
 {"id": "neg", "prompt": "x", "thinking_budget": -1}
 EOF2
-"$LLMQ" run --model "$M" -i "$T/jobs.jsonl" -o "$T/out.jsonl" --threads 1 2>"$T/run.log"
+"$LLMQ" run --backend cpu --model "$M" -i "$T/jobs.jsonl" -o "$T/out.jsonl" --threads 1 2>"$T/run.log"
 eq "llmq run exit" "$?" 0
-"$LLMQ" run --model "$M" -i "$T/jobs.jsonl" -o "$T/out2.jsonl" --threads 1 2>>"$T/run.log"
+"$LLMQ" run --backend cpu --model "$M" -i "$T/jobs.jsonl" -o "$T/out2.jsonl" --threads 1 2>>"$T/run.log"
 # line ID [FILE]: the result line of job ID (id, or custom_id)
 line() { jq -c --arg id "$1" 'select((.custom_id // .id) == $id)' "${2:-$T/out.jsonl}"; }
 # pyck LABEL EXPR: a Python expression over the results (r["b5"] ...), which must be true
@@ -90,7 +90,7 @@ del base["return_token_ids"]
 for jid, extra in (("sr", {"stop": [sr]}), ("sr-on", {"stop": [sr], "stop_in_reasoning": True}), ("st", {"stop": [st]})):
     print(json.dumps(dict(base, id=jid, **extra)))
 PY
-"$LLMQ" run --model "$M" -i "$T/stops.jsonl" -o "$T/stops_out.jsonl" --threads 1 2>>"$T/run.log"
+"$LLMQ" run --backend cpu --model "$M" -i "$T/stops.jsonl" -o "$T/stops_out.jsonl" --threads 1 2>>"$T/run.log"
 cat "$T/stops_out.jsonl" >>"$T/out.jsonl"
 pyck "stop string in the reasoning: ignored" \
   'r["sr"]["reasoning"] == r["b5"]["reasoning"] and r["sr"]["text"] == r["b5"]["text"] and r["sr"]["finish_reason"] == "length"'
@@ -103,7 +103,7 @@ pyck "stop string in the answer: the answer cut, the reasoning whole" \
 "$LLMQ" make-tiny-model "$T/plainmodel" >/dev/null
 printf '%s\n' '{"id": "pb", "prompt": "<think>\n", "thinking_budget": 4, "max_tokens": 3}' \
   '{"id": "pn", "prompt": "<think>\n", "max_tokens": 3, "seed": 1}' >"$T/plain.jsonl"
-"$LLMQ" run --model "$T/plainmodel" -i "$T/plain.jsonl" -o "$T/plain_out.jsonl" --threads 1 2>>"$T/run.log"
+"$LLMQ" run --backend cpu --model "$T/plainmodel" -i "$T/plain.jsonl" -o "$T/plain_out.jsonl" --threads 1 2>>"$T/run.log"
 eq "no think tokens: a budget is invalid_request" "$(line pb "$T/plain_out.jsonl" | jq -r .error_code)" invalid_request
 eq "no think tokens: the error says why" "$(line pb "$T/plain_out.jsonl" | jq -r .error | grep -c "does not think")" 1
 eq "no think tokens: no split" "$(line pn "$T/plain_out.jsonl" | jq -c '[has("reasoning"), .usage.completion_tokens]')" '[false,3]'
