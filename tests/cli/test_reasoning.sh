@@ -22,7 +22,7 @@ cat >"$T/jobs.jsonl" <<EOF2
 {"id": "b0", "prompt": "$P", "max_tokens": 6, "thinking_budget": 0, "seed": 3, "return_token_ids": true}
 {"id": "open", "prompt": "$P", "max_tokens": 6, "seed": 4, "return_token_ids": true}
 {"id": "plain", "prompt": "Hello", "max_tokens": 6, "seed": 4, "thinking_budget": 2}
-{"id": "nothink", "messages": [{"role": "user", "content": "Hi"}], "enable_thinking": false, "max_tokens": 4, "seed": 4}
+{"id": "nothink", "messages": [{"role": "user", "content": "Hi"}], "enable_thinking": false, "max_tokens": 4, "seed": 4, "thinking_budget": 0, "return_token_ids": true}
 {"custom_id": "raw5", "method": "POST", "url": "/v1/completions", "body": {"prompt": "$P", "max_tokens": 16, "thinking_budget": 5, "seed": 3}}
 {"id": "neg", "prompt": "x", "thinking_budget": -1}
 EOF2
@@ -64,7 +64,11 @@ pyck "open: never closed, all reasoning" \
   'r["open"]["text"] == "" and r["open"]["reasoning"] != "" and r["open"]["usage"]["reasoning_tokens"] == 6 == r["open"]["usage"]["completion_tokens"] and 151668 not in r["open"]["token_ids"]'
 pyck "plain: an output without a think block has no reasoning (its budget unused)" \
   '"reasoning" not in r["plain"] and "reasoning_tokens" not in r["plain"]["usage"] and r["plain"]["usage"]["completion_tokens"] == 6'
-pyck "enable_thinking false: no reasoning" '"reasoning" not in r["nothink"] and r["nothink"]["status"] == "completed"'
+# its prompt has the closed, empty block: a budget of 0 forces nothing, and nothing is reasoning
+pyck "enable_thinking false: the prompt closes its think block" \
+  'r["nothink"]["prompt_token_ids"][-4:] == [151667, 271, 151668, 271]'
+pyck "enable_thinking false: no reasoning, no forced close" \
+  '"reasoning" not in r["nothink"] and r["nothink"]["status"] == "completed" and 151668 not in r["nothink"]["token_ids"]'
 pyck "thinking_budget -1: invalid_request naming the field" \
   'r["neg"]["error_code"] == "invalid_request" and "thinking_budget" in r["neg"]["error"]'
 eq "two runs give the same llmq lines (seeds)" "$(grep -v custom_id "$T/out2.jsonl")" "$(grep -v custom_id "$T/out.jsonl")"
