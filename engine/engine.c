@@ -638,7 +638,6 @@ static bool is_stop_id(const struct engine *e, const struct eseq *q, int32_t t)
     return false;
 }
 
-/* Appends a sampled token and applies the stop rules. */
 /* Whether the last token of q (prompt or output) decodes to bytes that end with a newline. */
 static bool ends_with_newline(const struct engine *e, const struct eseq *q)
 {
@@ -647,6 +646,7 @@ static bool ends_with_newline(const struct engine *e, const struct eseq *q)
     return b && n > 0 && b[n - 1] == '\n';
 }
 
+/* Appends a sampled token (or the one a thinking budget forces) and applies the stop rules. */
 static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
 {
     int32_t t = o->token;
