@@ -7,7 +7,13 @@
  * -> "length". EOS and stop ids are banned from sampling until min_tokens tokens exist.
  *
  * Deadlines: at the start of a step, a seq whose deadline has passed finishes with "timeout" and
- * what it generated, like a cancel. */
+ * what it generated, like a cancel.
+ *
+ * Reasoning (engine/think.h): on a model that thinks, each token is routed to the reasoning or the
+ * answer; the tags add no text. Stop strings are matched on the answer, and on the reasoning only
+ * with stop_in_reasoning. A close forced by a thinking budget replaces the sampled ids (the backend
+ * still runs the step; its logprob is written as 0) and then goes through the same rules as a
+ * sampled token. */
 #include "engine/engine.h"
 
 #include <math.h>
@@ -20,6 +26,7 @@
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
+#include "engine/think.h"
 #include "engine/tokenizer.h"
 #include "engine/util/array.h"
 #include "engine/util/list.h"
@@ -39,15 +46,20 @@ struct eseq {
     double deadline; /* engine_request.deadline; 0 = none */
     struct stop_matcher stop;
     struct tok_stream *ts;
-    char *full; /* all text decoded so far (pub.text shows a prefix of it) */
+    char *full; /* all answer text decoded so far (pub.text shows a prefix of it) */
     size_t full_len, full_cap, text_cap;
+    char *rfull; /* all reasoning text decoded so far (pub.reasoning shows a prefix of it) */
+    size_t rfull_len, rfull_cap, reasoning_cap;
+    struct think_state think;
+    bool split; /* reasoning apart from the answer (not engine_request.no_think_split) */
+    bool stop_in_reasoning;
     size_t tokens_cap, logprobs_cap;
-    bool cancel;                /* cancelled, finish not yet reported */
-    bool admitted;              /* running since its last admission (for the cached-token count) */
-    bool started;               /* a step has run it (once true, stays true: preemption included) */
-    int prev_idx;               /* index in engine.prev while n_new_output is 1, else -1 */
-    uint64_t changed_stamp;     /* the step in whose *changed it is listed */
-    struct list_node live;      /* in engine.live */
+    bool cancel;            /* cancelled, finish not yet reported */
+    bool admitted;          /* running since its last admission (for the cached-token count) */
+    bool started;           /* a step has run it (once true, stays true: preemption included) */
+    int prev_idx;           /* index in engine.prev while n_new_output is 1, else -1 */
+    uint64_t changed_stamp; /* the step in whose *changed it is listed */
+    struct list_node live;  /* in engine.live */
 };
 
 struct engine {
@@ -74,8 +86,9 @@ struct engine {
     struct eseq **cancels;
     int n_cancels;
     size_t cancels_cap;
-    struct list live;     /* every unreleased seq */
-    double next_deadline; /* no unfinished seq has an earlier one (INFINITY: none has one) */
+    struct think_vocab think; /* the think tags, when the model has them */
+    struct list live;         /* every unreleased seq */
+    double next_deadline;     /* no unfinished seq has an earlier one (INFINITY: none has one) */
     struct engine_stats st;
 };
 
@@ -173,6 +186,7 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
     e->seed_ctr = o->seed;
     e->num_lanes = o->num_lanes ? o->num_lanes : 1;
     e->next_deadline = INFINITY;
+    think_vocab_init(&e->think, tok);
 
     struct backend_opts bo = o->be;
     if (bo.max_model_len <= 0)
@@ -236,8 +250,10 @@ static void seq_free(struct eseq *q)
     kv_table_free(&q->sq.kv);
     free(q->pub.tokens);
     free(q->pub.text);
+    free(q->pub.reasoning);
     free(q->pub.logprobs);
     free(q->full);
+    free(q->rfull);
     free(q->stop_ids);
     free(q->banned);
     free(q);
@@ -263,6 +279,11 @@ void engine_free(struct engine *e)
     free(e->prev);
     free(e->cancels);
     free(e);
+}
+
+bool engine_thinks(const struct engine *e)
+{
+    return think_vocab_ok(&e->think);
 }
 
 const char *engine_backend_name(const struct engine *e)
@@ -412,6 +433,16 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
                  (int)r->stop_ids[bad], e->vocab);
         return NULL;
     }
+    if (r->has_thinking_budget && r->thinking_budget < 0) {
+        snprintf(err, errlen, "thinking_budget must be >= 0, got %d", r->thinking_budget);
+        return NULL;
+    }
+    if (r->has_thinking_budget && !think_vocab_ok(&e->think)) {
+        snprintf(err, errlen,
+                 "thinking_budget: the model does not think (its tokenizer has no <think> and "
+                 "</think> tokens)");
+        return NULL;
+    }
     struct sampling_params sp = r->sp;
     if (check_sampling(&sp, err, errlen))
         return NULL;
@@ -437,8 +468,14 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     q->tokens_cap = (size_t)cap;
     q->ts = tok_stream_new(e->tok, r->skip_special_tokens);
     if (!q->stop_ids || !q->banned || !q->pub.tokens || !q->ts ||
-        array_reserve(&q->pub.text, &q->text_cap, 64, 1, 64))
+        array_reserve(&q->pub.text, &q->text_cap, 64, 1, 64) ||
+        array_reserve(&q->pub.reasoning, &q->reasoning_cap, 1, 1, 64))
         goto oom;
+    think_start(&q->think, &e->think, r->prompt, r->n_prompt,
+                r->has_thinking_budget ? r->thinking_budget : -1);
+    q->stop_in_reasoning = r->stop_in_reasoning;
+    q->split = !r->no_think_split;
+    q->pub.reasoning[0] = 0;
     if (r->n_stop_ids)
         memcpy(q->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *q->stop_ids);
     q->n_stop_ids = r->n_stop_ids;
@@ -504,33 +541,53 @@ static void clear_new_outputs(struct engine *e)
     e->n_prev = 0;
 }
 
-static int full_append(struct eseq *q, const char *s, size_t n)
+static int buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (!n)
         return 0;
-    if (array_reserve(&q->full, &q->full_cap, q->full_len + n + 1, 1, 64))
+    if (array_reserve(buf, cap, *len + n + 1, 1, 64))
         return -1;
-    memcpy(q->full + q->full_len, s, n);
-    q->full_len += n;
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    return 0;
+}
+
+/* Appends decoded text to the answer, or to the reasoning while q is inside its think block. */
+static int full_append(struct eseq *q, const char *s, size_t n)
+{
+    if (q->split && q->think.phase == THINK_IN)
+        return buf_append(&q->rfull, &q->rfull_len, &q->rfull_cap, s, n);
+    return buf_append(&q->full, &q->full_len, &q->full_cap, s, n);
+}
+
+/* Shows src[0, vis) in *dst (of *dst_len bytes shown, *cap allocated). */
+static int show(char **dst, size_t *dst_len, size_t *cap, const char *src, size_t vis)
+{
+    if (vis < *dst_len) { /* only a final cut can shrink it; stop_visible_len prevents that */
+        *dst_len = vis;
+        (*dst)[vis] = 0;
+        return 0;
+    }
+    if (vis == *dst_len)
+        return 0;
+    if (array_reserve(dst, cap, vis + 1, 1, 64))
+        return -1;
+    memcpy(*dst + *dst_len, src + *dst_len, vis - *dst_len);
+    *dst_len = vis;
+    (*dst)[vis] = 0;
     return 0;
 }
 
 /* Shows full[0, vis) as the seq's text. */
 static int publish(struct eseq *q, size_t vis)
 {
-    if (vis < q->pub.text_len) { /* only a final cut can shrink it; stop_visible_len prevents that */
-        q->pub.text_len = vis;
-        q->pub.text[vis] = 0;
-        return 0;
-    }
-    if (vis == q->pub.text_len)
-        return 0;
-    if (array_reserve(&q->pub.text, &q->text_cap, vis + 1, 1, 64))
-        return -1;
-    memcpy(q->pub.text + q->pub.text_len, q->full + q->pub.text_len, vis - q->pub.text_len);
-    q->pub.text_len = vis;
-    q->pub.text[vis] = 0;
-    return 0;
+    return show(&q->pub.text, &q->pub.text_len, &q->text_cap, q->full, vis);
+}
+
+/* Shows rfull[0, vis) as the seq's reasoning. */
+static int publish_reasoning(struct eseq *q, size_t vis)
+{
+    return show(&q->pub.reasoning, &q->pub.reasoning_len, &q->reasoning_cap, q->rfull, vis);
 }
 
 /* Finishes q (once): flushes the decoder when asked, shows the whole text, frees its blocks. */
@@ -556,6 +613,7 @@ static void finish(struct engine *e, struct eseq *q, enum finish_reason why, con
         full_append(q, t, n);
     }
     publish(q, q->full_len);
+    publish_reasoning(q, q->rfull_len);
     q->pub.finished = true;
     q->pub.finish = why;
     if (msg)
@@ -581,10 +639,19 @@ static bool is_stop_id(const struct engine *e, const struct eseq *q, int32_t t)
     return false;
 }
 
-/* Appends a sampled token and applies the stop rules. */
+/* Whether the last token of q (prompt or output) decodes to bytes that end with a newline. */
+static bool ends_with_newline(const struct engine *e, const struct eseq *q)
+{
+    size_t n = 0;
+    const char *b = tok_token_bytes(e->tok, q->pub.tokens[q->sq.n_tokens - 1], &n);
+    return b && n > 0 && b[n - 1] == '\n';
+}
+
+/* Appends a sampled token (or the one a thinking budget forces) and applies the stop rules. */
 static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
 {
     int32_t t = o->token;
+    struct be_out forced;
     char msg[sizeof e->be->err + 64];
     if (t == -1) { /* its sampling failed (backend_ops.step): this sequence alone */
         snprintf(msg, sizeof msg, "backend %s: %s", backend_name(e->be),
@@ -597,6 +664,12 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
                  backend_name(e->be), (int)t, e->vocab);
         finish(e, q, FINISH_ERROR, msg, true);
         return;
+    }
+    if (think_forcing(&q->think)) { /* a thinking budget closes the block: this id instead */
+        forced = *o;
+        forced.token = t = think_forced(&q->think, &e->think, ends_with_newline(e, q));
+        forced.logprob = 0;
+        o = &forced;
     }
     int n = q->sq.n_tokens;
     if (array_reserve(&q->pub.tokens, &q->tokens_cap, (size_t)(n + 1), sizeof *q->pub.tokens, 16) ||
@@ -620,17 +693,32 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         q->pub.t_first_token = engine_now(e);
     e->st.generated_tokens++;
     changed_add(e, q);
+    enum think_route route = think_push(&q->think, &e->think, t);
+    if (q->split) {
+        q->pub.has_reasoning = q->think.seen;
+        q->pub.n_reasoning_tokens = q->think.n_tokens;
+    } else {
+        route = THINK_ANSWER; /* tags and all in the text */
+    }
 
     /* 1. EOS / stop ids: the id stays in tokens, its text is not added */
     if (n_out >= q->min_tokens && is_stop_id(e, q, t)) {
         finish(e, q, FINISH_STOP, NULL, true);
         return;
     }
-    size_t old = q->full_len;
+    size_t old = q->full_len, rold = q->rfull_len;
     const char *piece;
     size_t len;
     char err[128];
-    if (tok_stream_push(q->ts, t, &piece, &len, err, sizeof err) == 0) {
+    if (route == THINK_CLOSE) { /* the reasoning's last partial character, if any; the tag adds no text */
+        tok_stream_flush(q->ts, &piece, &len);
+        if (buf_append(&q->rfull, &q->rfull_len, &q->rfull_cap, piece, len)) {
+            finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
+            return;
+        }
+    } else if (route == THINK_OPEN) {
+        /* no text */
+    } else if (tok_stream_push(q->ts, t, &piece, &len, err, sizeof err) == 0) {
         if (full_append(q, piece, len)) {
             finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
             return;
@@ -638,13 +726,23 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
     } else {
         log_debug("engine: token %d has no text: %s", (int)t, err); /* ids past the tokenizer's vocabulary */
     }
-    /* 2. stop strings, once more than min_tokens tokens exist */
+    /* 2. stop strings, once more than min_tokens tokens exist: on the answer, and on the reasoning
+     * when the request asks */
     if (q->stop.n > 0 && n_out > q->min_tokens) {
-        long m = q->full ? stop_find(&q->stop, q->full, q->full_len, old) : -1;
-        if (m >= 0) {
-            q->full_len = (size_t)m;
-            finish(e, q, FINISH_STOP, NULL, false);
-            return;
+        if (route == THINK_ANSWER) {
+            long m = q->full ? stop_find(&q->stop, q->full, q->full_len, old) : -1;
+            if (m >= 0) {
+                q->full_len = (size_t)m;
+                finish(e, q, FINISH_STOP, NULL, false);
+                return;
+            }
+        } else if (route == THINK_REASONING && q->stop_in_reasoning) {
+            long m = q->rfull ? stop_find(&q->stop, q->rfull, q->rfull_len, rold) : -1;
+            if (m >= 0) {
+                q->rfull_len = (size_t)m;
+                finish(e, q, FINISH_STOP, NULL, false);
+                return;
+            }
         }
     }
     /* 3. max_tokens */
@@ -652,7 +750,11 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         finish(e, q, FINISH_LENGTH, NULL, true);
         return;
     }
-    if (publish(q, q->stop.n && q->full ? stop_visible_len(&q->stop, q->full, q->full_len) : q->full_len))
+    bool hold_reasoning =
+        q->stop.n && q->rfull && q->stop_in_reasoning && q->split && q->think.phase == THINK_IN;
+    if (publish(q, q->stop.n && q->full ? stop_visible_len(&q->stop, q->full, q->full_len) : q->full_len) ||
+        publish_reasoning(q,
+                          hold_reasoning ? stop_visible_len(&q->stop, q->rfull, q->rfull_len) : q->rfull_len))
         finish(e, q, FINISH_ERROR, "out of memory for the output text", false);
 }
 

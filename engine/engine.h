@@ -77,6 +77,13 @@ struct engine_request {
     const int32_t *stop_ids;      /* extra stop token ids (copied) */
     int n_stop_ids;
     bool skip_special_tokens;     /* in the text (default true) */
+    /* Models that think (engine/think.h): a budget of tokens inside the think block, after which the
+     * engine forces its close; engine_add refuses one on a model without think tags. */
+    bool has_thinking_budget;
+    int thinking_budget;          /* >= 0 when has_thinking_budget */
+    bool stop_in_reasoning;       /* stop strings also end the output inside the reasoning */
+    bool no_think_split;          /* the think block stays in text, tags included (OpenAI completions);
+                                     a thinking budget still applies */
     int lane;                     /* 0 .. num_lanes - 1 */
     int priority;                 /* admission order in its lane, higher first (docs/SCHEDULER.md) */
     bool isolated;                /* runs only while no other isolated request does (a job suspected
@@ -95,8 +102,15 @@ struct engine_seq {
     int32_t *tokens;              /* prompt then generated ids (a final EOS/stop id included) */
     int n_output;                 /* generated ids so far */
     int n_new_output;             /* ids generated in the last engine_step (0 or 1) */
-    char *text;                   /* generated text so far, stop string removed, NUL-terminated */
+    char *text;                   /* generated text so far, stop string removed, NUL-terminated; on a
+                                     model that thinks, only the answer (after the think block) */
     size_t text_len;
+    /* The reasoning (engine/think.h): the text inside the think block, tags excluded, NUL-terminated
+     * ("" until there is some); has_reasoning once the output is in a think block. */
+    char *reasoning;
+    size_t reasoning_len;
+    bool has_reasoning;
+    int n_reasoning_tokens;       /* output ids of the think block, its tags included (<= n_output) */
     struct be_out *logprobs;      /* [n_output] when sp.logprobs >= 0, else NULL */
     bool finished;
     enum finish_reason finish;
@@ -135,7 +149,8 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
 void engine_free(struct engine *e);
 
 /* Queues a request. Returns its seq, or NULL with err when the request can never run (empty
- * prompt, prompt + max_tokens over max_model_len, bad sampling values, token ids out of range). */
+ * prompt, prompt + max_tokens over max_model_len, bad sampling values, token ids out of range, a
+ * thinking budget < 0 or on a model that does not think). */
 struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, char *err, size_t errlen);
 
 /* Runs one step if there is work. *changed lists the seqs that got a token or finished in this
@@ -164,6 +179,9 @@ bool engine_has_work(const struct engine *e);
 double engine_now(const struct engine *e);
 void engine_get_stats(const struct engine *e, struct engine_stats *st);
 const char *engine_backend_name(const struct engine *e);
+/* Whether the model thinks: its tokenizer has <think> and </think> as added tokens (engine/think.h);
+ * then outputs are split into reasoning and answer, and thinking budgets apply. */
+bool engine_thinks(const struct engine *e);
 /* The backend the engine steps (borrowed; for backend-specific figures such as GPU memory). */
 const struct backend *engine_backend(const struct engine *e);
 /* The longest sequence (prompt + max_tokens) engine_add accepts in a lane (-1 = any lane). */

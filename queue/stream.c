@@ -29,6 +29,12 @@ int rq_stream_add(struct rq *q, const struct rq_stream_entry *e, int n)
         rq_pipe_int(p, (long long)e[i].offset);
         rq_pipe_str(p, "text");
         rq_pipe_arg(p, e[i].text ? e[i].text : "", e[i].text ? e[i].text_len : 0);
+        if (e[i].has_reasoning) {
+            rq_pipe_str(p, "reasoning_offset");
+            rq_pipe_int(p, (long long)e[i].reasoning_offset);
+            rq_pipe_str(p, "reasoning");
+            rq_pipe_arg(p, e[i].reasoning ? e[i].reasoning : "", e[i].reasoning ? e[i].reasoning_len : 0);
+        }
         if (e[i].end) {
             rq_pipe_str(p, "end");
             rq_pipe_str(p, "1");

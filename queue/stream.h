@@ -3,11 +3,17 @@
  * XREAD. docs/QUEUE.md is the client's side. Entries (all fields strings):
  *
  *   text   {"offset": "0", "text": "Once upon"}       new text; `offset` is its byte offset in the
- *                                                      attempt's output
+ *                                                      attempt's output (the answer, on a model that
+ *                                                      thinks)
+ *          {"offset": "0", "text": "", "reasoning_offset": "0", "reasoning": "Let me"}
+ *                                                      new reasoning (a model that thinks), at its own
+ *                                                      offset in the attempt's reasoning; any entry
+ *                                                      may carry both
  *   end    {"offset": "9", "text": " a time", "end": "1", "status": "completed",
  *           "finish_reason": "length", "error"?: "..."}   the last one, once the job's hash is final
  *
- * A client keeps out = out[0:offset] + text for every entry: a job that runs again (a retry, or
+ * A client keeps out = out[0:offset] + text for every entry, and reasoning =
+ * reasoning[0:reasoning_offset] + reasoning for every entry that has them: a job that runs again (a retry, or
  * handed back at shutdown) starts over at offset 0, and an entry sent twice changes nothing.
  * `text` never splits a UTF-8 character. Every XADD trims the stream to about stream_maxlen
  * entries (MAXLEN ~) and sets its TTL to result_ttl_s (none when that is 0), so it expires with
@@ -27,6 +33,10 @@ struct rq_stream_entry {
     size_t offset;    /* where text starts in the output */
     const char *text; /* text_len bytes (NULL with 0) */
     size_t text_len;
+    bool has_reasoning;      /* the entry carries reasoning_offset and reasoning */
+    size_t reasoning_offset; /* where reasoning starts in the attempt's reasoning */
+    const char *reasoning;   /* reasoning_len bytes (NULL with 0) */
+    size_t reasoning_len;
     bool end;                  /* the last entry: status (and finish_reason, error) follow */
     const char *status;        /* end: "completed", "failed", "cancelled" */
     const char *finish_reason; /* end: NULL = none */

@@ -193,6 +193,8 @@ static void assert_row_equal(const struct db_result *a, const struct db_result *
     assert_str_eq_null(a->batch_id, b->batch_id);
     assert_str_eq_null(a->request, b->request);
     assert_str_eq_null(a->error_code, b->error_code);
+    assert_str_eq_null(a->reasoning, b->reasoning);
+    assert_int_equal(a->reasoning_tokens, b->reasoning_tokens);
 }
 
 /* Collects query results: compares each with expected[] in order, or just counts. */
@@ -233,7 +235,7 @@ static int copy_row(void *ctx, const struct db_result *row)
     o->r.error = row->error ? o->error : NULL;
     o->r.id = o->r.custom_id = o->r.queue = o->r.model = o->r.params = NULL;
     o->r.finish_reason = o->r.worker_id = o->r.metadata = o->r.result = NULL;
-    o->r.batch_id = o->r.request = o->r.error_code = NULL;
+    o->r.batch_id = o->r.request = o->r.error_code = o->r.reasoning = NULL;
     return 0;
 }
 
@@ -408,6 +410,65 @@ static void test_migrate_to_batches(void **state)
     assert_int_equal(db_put_results(db, &r, 1, NULL), DB_OK);
     assert_string_equal(raw_text(h, "SELECT batch_id || '|' || input || '|' || state FROM batch_summary"),
                         "night-1|jobs.jsonl|running");
+    db_close(db);
+}
+
+/* A database of schema version 3 (before reasoning), with rows, opened by this llmq: the rows keep
+ * their values with reasoning and reasoning_tokens NULL (read back as none), new rows carry both, and
+ * the CHECK refuses a negative count. */
+static void test_migrate_to_reasoning(void **state)
+{
+    struct db_opts o = db_opts_default();
+    o.n_migrations = 3;
+    o.migrations = db_migrations;
+    struct db *db = open_ok(&o);
+    assert_int_equal(db_schema_version(db), 3);
+    insert_v1_rows(db_handle(db), 3);
+    const char *before =
+        "SELECT group_concat(id || '|' || status || '|' || output || '|' || result, ';') FROM "
+        "(SELECT * FROM jobs ORDER BY id)";
+    char want[4096];
+    snprintf(want, sizeof want, "%s", raw_text(db_handle(db), before));
+    db_close(db);
+
+    db = open_ok(NULL); /* 004 is applied */
+    assert_true(db_n_migrations >= 4);
+    assert_string_equal(db_migrations[3].name, "004_reasoning");
+    assert_int_equal(db_schema_version(db), db_n_migrations);
+    sqlite3 *h = db_handle(db);
+    assert_string_equal(raw_text(h, before), want);
+    assert_int_equal(
+        raw_int(h, "SELECT count(*) FROM jobs WHERE reasoning IS NULL AND reasoning_tokens IS NULL"), 3);
+    struct one old = get_row(db, "old-0");
+    assert_true(old.found);
+    assert_null(old.r.reasoning);
+    assert_int_equal(old.r.reasoning_tokens, -1);
+
+    /* new rows: one with reasoning (multi-byte, with a NUL-free length), one without */
+    struct rowbuf b1, b2;
+    struct db_result r[2] = {make_row(&b1, 1, 1.8e9), make_row(&b2, 2, 1.8e9)};
+    const char *reasoning = "let me think \xc3\xa9\n";
+    r[0].reasoning = reasoning;
+    r[0].reasoning_len = strlen(reasoning);
+    r[0].reasoning_tokens = 7;
+    assert_int_equal(db_put_results(db, r, 2, NULL), DB_OK);
+    assert_string_equal(
+        raw_text(h, "SELECT reasoning || '|' || reasoning_tokens FROM jobs WHERE id = 'job-00001'"),
+        "let me think \xc3\xa9\n|7");
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00002' AND reasoning IS NULL AND "
+                                "reasoning_tokens IS NULL"),
+                     1);
+    struct collect c = {.expected = r};
+    struct db_query q = db_query_all();
+    q.since = 1.8e9; /* the two new rows, in order */
+    assert_int_equal(db_query_results(db, &q, collect_row, &c), 0);
+    assert_int_equal(c.n, 2);
+    char *msg = NULL;
+    assert_int_not_equal(
+        sqlite3_exec(h, "UPDATE jobs SET reasoning_tokens = -1 WHERE id = 'job-00001'", NULL, NULL, &msg),
+        SQLITE_OK);
+    assert_non_null(strstr(msg, "CHECK constraint failed"));
+    sqlite3_free(msg);
     db_close(db);
 }
 
@@ -1263,6 +1324,10 @@ static void test_doc_queries(void **state)
         rows[i].batch_id = nights[i >= N / 2].id;
         rows[i].batch = &nights[i >= N / 2];
         rows[i].request = "{\"prompt\":\"x\"}";
+        if (i % 4 == 1) { /* a model that thinks */
+            rows[i].reasoning = "Let me see.\n";
+            rows[i].reasoning_tokens = 5;
+        }
         if (i % 10 == 3) {
             rows[i].status = DB_FAILED;
             rows[i].error = "context_length_exceeded: prompt of 9000 tokens is over max_model_len 8192";
@@ -1331,6 +1396,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_creates_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_columns_match_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_to_reasoning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_to_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),

@@ -292,6 +292,11 @@ static void test_result_shapes(void **state)
     timeout.finish = FINISH_TIMEOUT;
     timeout.error = "timeout_s (2 s) passed after 3 generated tokens; the text so far is kept";
     timeout.error_rc = JOB_ERR_TIMEOUT;
+    struct res_output thought = done, thought_timeout = timeout; /* a model that thinks */
+    thought.reasoning = thought_timeout.reasoning = "hmm";
+    thought.reasoning_len = thought_timeout.reasoning_len = 3;
+    thought.has_reasoning = thought_timeout.has_reasoning = true;
+    thought.reasoning_tokens = thought_timeout.reasoning_tokens = 2;
 
     struct job j;
     parse_or_fail("{\"id\": \"a\", \"prompt\": \"x\", \"return_token_ids\": true, \"logprobs\": 2, "
@@ -301,6 +306,8 @@ static void test_result_shapes(void **state)
     expect_shape(root, &j, &cancelled, "llmq_completed");
     expect_shape(root, &j, &failed, "llmq_failed");
     expect_shape(root, &j, &timeout, "llmq_timeout");
+    expect_shape(root, &j, &thought, "llmq_completed");
+    expect_shape(root, &j, &thought_timeout, "llmq_timeout");
     job_free(&j);
     parse_or_fail("{\"prompt\": \"x\"}", &j); /* no id, no extras */
     expect_shape(root, &j, &length, "llmq_completed");
@@ -321,6 +328,8 @@ static void test_result_shapes(void **state)
     expect_shape(root, &j, &failed, "openai_error");
     expect_shape(root, &j, &cancelled, "openai_error");
     expect_shape(root, &j, &timeout, "openai_timeout");
+    expect_shape(root, &j, &thought, "openai_ok");
+    expect_shape(root, &j, &thought_timeout, "openai_timeout");
     job_free(&j);
     parse_or_fail("{\"custom_id\": \"r2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
                   "\"logprobs\": 2}}",
@@ -439,6 +448,9 @@ static void test_job_corpus(void **state)
         "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"stop\": \"END\"}",
         "{\"prompt\": \"x\", \"max_tokens\": null, \"seed\": null}",
         "{\"prompt\": \"x\", \"timeout_s\": 0.5, \"priority\": -1}",
+        "{\"prompt\": \"<think>\\n\", \"thinking_budget\": 0, \"stop_in_reasoning\": true}",
+        "{\"custom_id\": \"r6\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"thinking_budget\": 512, \"stop_in_reasoning\": false}}",
         "{\"custom_id\": \"r5\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
         "\"timeout_s\": 604800, \"priority\": 1000}}",
         "{\"custom_id\": \"r1\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
@@ -475,6 +487,9 @@ static void test_job_corpus(void **state)
         "{\"prompt\": \"x\", \"stop_token_ids\": [-1]}",
         "{\"prompt\": \"x\", \"metadata\": [1]}",
         "{\"prompt\": \"x\", \"ignore_eos\": 1}",
+        "{\"prompt\": \"x\", \"thinking_budget\": -1}",
+        "{\"prompt\": \"x\", \"thinking_budget\": 2.5}",
+        "{\"prompt\": \"x\", \"stop_in_reasoning\": 1}",
         "{\"prompt\": \"x\", \"timeout_s\": 0}",
         "{\"prompt\": \"x\", \"timeout_s\": 604801}",
         "{\"prompt\": \"x\", \"priority\": 1.5}",

@@ -103,6 +103,14 @@ static const struct bad_case bad_cases[] = {
     {"{\"prompt\": \"a\", \"max_tokens\": 99999999999}", JOB_ERR_INVALID, "field 'max_tokens'"},
     {"{\"prompt\": \"a\", \"max_tokens\": true}", JOB_ERR_INVALID, "got true"},
     {"{\"prompt\": \"a\", \"min_tokens\": -1}", JOB_ERR_INVALID, "field 'min_tokens'"},
+    {"{\"prompt\": \"a\", \"thinking_budget\": -1}", JOB_ERR_INVALID,
+     "field 'thinking_budget': expected an integer between 0 and 2147483647, got -1"},
+    {"{\"prompt\": \"a\", \"thinking_budget\": 1.5}", JOB_ERR_INVALID, "field 'thinking_budget'"},
+    {"{\"prompt\": \"a\", \"thinking_budget\": \"64\"}", JOB_ERR_INVALID, "field 'thinking_budget'"},
+    {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+     "\"user\", \"content\": \"a\"}], \"thinking_budget\": -5}}",
+     JOB_ERR_INVALID, "field 'body.thinking_budget'"},
+    {"{\"prompt\": \"a\", \"stop_in_reasoning\": \"yes\"}", JOB_ERR_INVALID, "field 'stop_in_reasoning'"},
     {"{\"prompt\": \"a\", \"max_tokens\": 4, \"min_tokens\": 5}", JOB_ERR_INVALID,
      "field 'min_tokens': 5 is over max_tokens (4)"},
     {"{\"prompt\": \"a\", \"temperature\": -0.1}", JOB_ERR_INVALID,
@@ -368,6 +376,7 @@ static void test_llmq_all_fields(void **state)
         "\"stop_token_ids\": [151643, 7], \"presence_penalty\": 0.5, \"frequency_penalty\": -0.5, "
         "\"repetition_penalty\": 1.1, \"logprobs\": 5, \"return_token_ids\": true, "
         "\"enable_thinking\": false, \"ignore_eos\": true, \"min_tokens\": 3, "
+        "\"thinking_budget\": 128, \"stop_in_reasoning\": true, "
         "\"skip_special_tokens\": false, \"metadata\": {\"source\": \"a.txt\", \"n\": [1, 2]}}";
     struct job j;
     char err[256];
@@ -399,6 +408,8 @@ static void test_llmq_all_fields(void **state)
     assert_false(j.enable_thinking);
     assert_true(j.ignore_eos);
     assert_int_equal(j.min_tokens, 3);
+    assert_int_equal(j.thinking_budget, 128);
+    assert_true(j.stop_in_reasoning);
     assert_false(j.skip_special_tokens);
     assert_non_null(j.metadata);
     assert_string_equal(json_string_value(json_object_get(j.metadata, "source")), "a.txt");
@@ -409,6 +420,17 @@ static void test_llmq_all_fields(void **state)
     assert_int_equal(json_integer_value(json_object_get(params, "seed")), -7);
     assert_int_equal(json_array_size(json_object_get(params, "stop")), 2);
     assert_int_equal(json_integer_value(json_object_get(params, "logprobs")), 5);
+    assert_int_equal(json_integer_value(json_object_get(params, "thinking_budget")), 128);
+    assert_true(json_is_true(json_object_get(params, "stop_in_reasoning")));
+    json_decref(params);
+    job_free(&j);
+    /* absent: none, and not in the parameters */
+    assert_int_equal(parse("{\"prompt\": \"a\"}", &j, err, sizeof err), JOB_OK);
+    assert_int_equal(j.thinking_budget, -1);
+    assert_false(j.stop_in_reasoning);
+    params = job_params_json(&j);
+    assert_null(json_object_get(params, "thinking_budget"));
+    assert_null(json_object_get(params, "stop_in_reasoning"));
     json_decref(params);
     job_free(&j);
 }
@@ -919,6 +941,36 @@ static void test_prepare(void **state)
     assert_int_equal(job_prepare(&j, t, (int)n_hw + 3, &in, err, sizeof err), JOB_ERR_CONTEXT);
     assert_non_null(strstr(err, "max_tokens is 4"));
     assert_non_null(strstr(err, "at most 3 tokens can be generated"));
+    job_input_free(&in);
+    job_free(&j);
+
+    /* a thinking budget and stop_in_reasoning reach the request; completions keep the think block in
+     * their text, chat and llmq jobs split it */
+    assert_int_equal(
+        parse("{\"prompt\": \"<think>\\n\", \"thinking_budget\": 0, \"stop_in_reasoning\": true}", &j, err,
+              sizeof err),
+        JOB_OK);
+    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_true(in.req.has_thinking_budget);
+    assert_int_equal(in.req.thinking_budget, 0);
+    assert_true(in.req.stop_in_reasoning);
+    assert_false(in.req.no_think_split);
+    job_input_free(&in);
+    job_free(&j);
+    assert_int_equal(parse("{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": "
+                           "\"x\", \"thinking_budget\": 7}}",
+                           &j, err, sizeof err),
+                     JOB_OK);
+    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_true(in.req.has_thinking_budget);
+    assert_int_equal(in.req.thinking_budget, 7);
+    assert_true(in.req.no_think_split);
+    job_input_free(&in);
+    job_free(&j);
+    assert_int_equal(parse("{\"prompt\": \"x\"}", &j, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_false(in.req.has_thinking_budget);
+    assert_false(in.req.stop_in_reasoning);
     job_input_free(&in);
     job_free(&j);
     tok_free(t);

@@ -377,6 +377,74 @@ static void test_openai_errors(void **state)
     job_free(&j);
 }
 
+/* The reasoning of a model that thinks: llmq's "reasoning" and usage.reasoning_tokens, OpenAI chat's
+ * message.reasoning_content and usage.completion_tokens_details.reasoning_tokens; an empty reasoning
+ * is still written; none of them without reasoning, and none in a text completion. */
+static void test_reasoning(void **state)
+{
+    struct job j;
+    parse_job("{\"id\": \"r1\", \"prompt\": \"x\", \"thinking_budget\": 4}", &j);
+    struct res_output o = completed(NULL);
+    o.text = "42";
+    o.text_len = 2;
+    o.reasoning = "six times \xC3\xA9\n";
+    o.reasoning_len = strlen(o.reasoning);
+    o.has_reasoning = true;
+    o.reasoning_tokens = 2;
+    json_t *r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "text"), "42");
+    assert_string_equal(str(r, "reasoning"), "six times \xC3\xA9\n");
+    json_t *u = json_object_get(r, "usage");
+    assert_int_equal(num(u, "completion_tokens"), 3); /* the total */
+    assert_int_equal(num(u, "reasoning_tokens"), 2);
+    json_decref(r);
+    o.reasoning = "";
+    o.reasoning_len = 0;
+    r = roundtrip(&j, &o, NULL);
+    assert_string_equal(str(r, "reasoning"), "");
+    json_decref(r);
+    o.has_reasoning = false;
+    r = roundtrip(&j, &o, NULL);
+    assert_null(json_object_get(r, "reasoning"));
+    assert_null(json_object_get(json_object_get(r, "usage"), "reasoning_tokens"));
+    json_decref(r);
+    job_free(&j);
+
+    parse_job("{\"custom_id\": \"c1\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+              "[{\"role\": \"user\", \"content\": \"hi\"}], \"thinking_budget\": 0}}",
+              &j);
+    o.has_reasoning = true;
+    o.reasoning = "hmm";
+    o.reasoning_len = 3;
+    r = roundtrip(&j, &o, NULL);
+    json_t *body = json_object_get(json_object_get(r, "response"), "body");
+    json_t *msg = json_object_get(json_array_get(json_object_get(body, "choices"), 0), "message");
+    assert_string_equal(str(msg, "content"), "42");
+    assert_string_equal(str(msg, "reasoning_content"), "hmm");
+    u = json_object_get(body, "usage");
+    assert_int_equal(num(u, "completion_tokens"), 3);
+    assert_int_equal(num(u, "total_tokens"), 6);
+    assert_int_equal(num(json_object_get(u, "completion_tokens_details"), "reasoning_tokens"), 2);
+    json_decref(r);
+    o.has_reasoning = false;
+    r = roundtrip(&j, &o, NULL);
+    body = json_object_get(json_object_get(r, "response"), "body");
+    msg = json_object_get(json_array_get(json_object_get(body, "choices"), 0), "message");
+    assert_null(json_object_get(msg, "reasoning_content"));
+    assert_null(json_object_get(json_object_get(body, "usage"), "completion_tokens_details"));
+    json_decref(r);
+    job_free(&j);
+
+    parse_job("{\"custom_id\": \"t1\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}}", &j);
+    o.has_reasoning = true; /* the engine does not split completions; were it told so, nothing shows */
+    r = roundtrip(&j, &o, NULL);
+    body = json_object_get(json_object_get(r, "response"), "body");
+    assert_null(json_object_get(json_array_get(json_object_get(body, "choices"), 0), "reasoning_content"));
+    assert_null(json_object_get(json_object_get(body, "usage"), "completion_tokens_details"));
+    json_decref(r);
+    job_free(&j);
+}
+
 static void test_random_ids(void **state)
 {
     char a[64], b[64];
@@ -394,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_llmq_failed),       cmocka_unit_test(test_openai_chat),
         cmocka_unit_test(test_openai_completion), cmocka_unit_test(test_openai_errors),
         cmocka_unit_test(test_random_ids),        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_reasoning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

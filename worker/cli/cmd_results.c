@@ -221,7 +221,8 @@ static void put_csv_real(FILE *f, double v)
 static const char CSV_HEADER[] =
     "id,custom_id,queue,status,model,params,output,finish_reason,prompt_tokens,"
     "completion_tokens,error,attempts,worker_id,created_at,started_at,"
-    "first_token_at,finished_at,ttft_ms,latency_ms,queue_ms,metadata,request_form,batch_id,error_code";
+    "first_token_at,finished_at,ttft_ms,latency_ms,queue_ms,metadata,request_form,batch_id,error_code,"
+    "reasoning,reasoning_tokens";
 
 static void put_csv_row(FILE *f, const struct db_result *r)
 {
@@ -258,6 +259,12 @@ static void put_csv_row(FILE *f, const struct db_result *r)
     put_csv_text(f, r->batch_id);
     fputc(',', f);
     put_csv_text(f, r->error_code);
+    fputc(',', f);
+    put_csv_str(f, r->reasoning,
+                r->reasoning ? (r->reasoning_len ? r->reasoning_len : strlen(r->reasoning)) : 0);
+    fputc(',', f);
+    if (r->reasoning_tokens >= 0)
+        fprintf(f, "%lld", (long long)r->reasoning_tokens);
     fputs("\r\n", f);
 }
 

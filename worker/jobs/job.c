@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "engine/model.h"
+#include "engine/think.h"
 #include "engine/tokenizer.h"
 #include "engine/util/errfmt.h"
 #include "engine/util/jtype.h"
@@ -592,6 +593,20 @@ static int h_enable_thinking(struct pctx *c, const char *name, json_t *v)
     return read_bool(c, name, v, &c->j->enable_thinking);
 }
 
+static int h_thinking_budget(struct pctx *c, const char *name, json_t *v)
+{
+    long long x = 0;
+    if (read_int(c, name, v, 0, INT32_MAX, &x))
+        return JOB_ERR_INVALID;
+    c->j->thinking_budget = (int)x;
+    return 0;
+}
+
+static int h_stop_in_reasoning(struct pctx *c, const char *name, json_t *v)
+{
+    return read_bool(c, name, v, &c->j->stop_in_reasoning);
+}
+
 static int h_ignore_eos(struct pctx *c, const char *name, json_t *v)
 {
     return read_bool(c, name, v, &c->j->ignore_eos);
@@ -699,6 +714,8 @@ static const struct field fields[] = {
     {"enable_thinking", F_LLMQ, h_enable_thinking, NULL},
     {"chat_template_kwargs", F_CHAT, h_chat_template_kwargs, NULL},
     {"ignore_eos", F_ALL, h_ignore_eos, NULL},
+    {"thinking_budget", F_ALL, h_thinking_budget, NULL},
+    {"stop_in_reasoning", F_ALL, h_stop_in_reasoning, NULL},
     {"skip_special_tokens", F_ALL, h_skip_special, NULL},
     {"metadata", F_ALL, h_metadata, NULL},
     {"stream", F_ALL, h_stream, NULL},
@@ -1006,6 +1023,7 @@ static void job_init(struct job *j, const struct job_opts *o)
     j->max_tokens = d->max_tokens;
     j->enable_thinking = d->enable_thinking;
     j->skip_special_tokens = true;
+    j->thinking_budget = -1;
 }
 
 /* "model" (llmq) or "body.model" (OpenAI) into j->model: a model name (queue/keys.h's rule), or
@@ -1243,6 +1261,21 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
     r->n_stop_ids = j->n_stop_ids;
     r->skip_special_tokens = j->skip_special_tokens;
     r->priority = j->priority;
+    r->stop_in_reasoning = j->stop_in_reasoning;
+    r->no_think_split = j->form == JOB_FORM_COMPLETION; /* as vLLM: completions keep the think block */
+    if (j->thinking_budget >= 0) {
+        struct think_vocab tv;
+        think_vocab_init(&tv, tok);
+        if (!think_vocab_ok(&tv)) {
+            errfmt(err, errlen,
+                   "field '%sthinking_budget': the model does not think (its tokenizer has no <think> and "
+                   "</think> tokens)",
+                   j->form == JOB_FORM_LLMQ ? "" : "body.");
+            return JOB_ERR_INVALID;
+        }
+        r->has_thinking_budget = true;
+        r->thinking_budget = j->thinking_budget;
+    }
     return JOB_OK;
 }
 
@@ -1300,6 +1333,10 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "min_tokens", json_integer(j->min_tokens));
     if (j->ignore_eos)
         json_object_set_new(o, "ignore_eos", json_true());
+    if (j->thinking_budget >= 0)
+        json_object_set_new(o, "thinking_budget", json_integer(j->thinking_budget));
+    if (j->stop_in_reasoning)
+        json_object_set_new(o, "stop_in_reasoning", json_true());
     if (!j->skip_special_tokens)
         json_object_set_new(o, "skip_special_tokens", json_false());
     if (j->messages || j->chat)

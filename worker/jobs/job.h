@@ -135,6 +135,8 @@ struct job {
     int n_stop;
     int32_t *stop_ids; /* [n_stop_ids] owned */
     int n_stop_ids;
+    int thinking_budget;    /* tokens of reasoning before the engine closes the think block; -1 = none */
+    bool stop_in_reasoning; /* stop strings also end the output inside the reasoning */
 
     /* Scheduling. */
     double timeout_s; /* seconds from when a worker takes it (llmq run: reads it); 0 = none */
@@ -195,7 +197,8 @@ void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len)
 
 /* The job's effective parameters as a new JSON object (for SQLite's params column):
  * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
- * min_tokens, ignore_eos, skip_special_tokens, enable_thinking (messages only), return_token_ids,
+ * min_tokens, ignore_eos, thinking_budget, stop_in_reasoning (when set), skip_special_tokens,
+ * enable_thinking (messages only), return_token_ids,
  * stream, timeout_s and priority (when set).
  * NULL when out of memory. */
 struct json_t *job_params_json(const struct job *j);

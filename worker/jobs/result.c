@@ -129,11 +129,17 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
     }
     if (has_output(o)) {
         json_object_set_new(r, "text", str_lossy(o->text ? o->text : "", o->text ? o->text_len : 0));
+        if (o->has_reasoning)
+            json_object_set_new(
+                r, "reasoning",
+                str_lossy(o->reasoning ? o->reasoning : "", o->reasoning ? o->reasoning_len : 0));
         const char *fr = finish_reason_name(o->finish);
         json_object_set_new(r, "finish_reason", fr ? json_string(fr) : json_null());
-        json_object_set_new(r, "usage",
-                            json_pack("{s:i, s:i}", "prompt_tokens", o->prompt_tokens, "completion_tokens",
-                                      o->completion_tokens));
+        json_t *usage = json_pack("{s:i, s:i}", "prompt_tokens", o->prompt_tokens, "completion_tokens",
+                                  o->completion_tokens);
+        if (usage && o->has_reasoning)
+            json_object_set_new(usage, "reasoning_tokens", json_integer(o->reasoning_tokens));
+        json_object_set_new(r, "usage", usage);
         if (j->return_token_ids) {
             json_object_set_new(r, "prompt_token_ids",
                                 id_array(o->prompt_ids, o->prompt_ids ? o->prompt_tokens : 0));
@@ -236,12 +242,18 @@ static json_t *openai_json(const struct job *j, const struct res_output *o, res_
                          "content", text, "refusal", "logprobs", lp, "finish_reason", fr ? fr : "stop")
              : json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", text, "logprobs", lp, "finish_reason",
                          fr ? fr : "stop");
+    if (chat && o->has_reasoning) /* vLLM's field; after content, as vLLM writes it */
+        json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+                            str_lossy(o->reasoning ? o->reasoning : "", o->reasoning ? o->reasoning_len : 0));
     int64_t created = o->created ? o->created : (int64_t)time(NULL);
     json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:i, s:i, s:i}}", "id", body_id, "object",
                              chat ? "chat.completion" : "text_completion", "created", (json_int_t)created,
                              "model", o->model ? o->model : "llmq", "choices", choice, "usage",
                              "prompt_tokens", o->prompt_tokens, "completion_tokens", o->completion_tokens,
                              "total_tokens", o->prompt_tokens + o->completion_tokens);
+    if (body && chat && o->has_reasoning)
+        json_object_set_new(json_object_get(body, "usage"), "completion_tokens_details",
+                            json_pack("{s:i}", "reasoning_tokens", o->reasoning_tokens));
     if (o->finish != FINISH_TIMEOUT)
         return json_pack("{s:s, s:o, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", custom, "response",
                          "status_code", 200, "request_id", req, "body", body, "error");

@@ -1,14 +1,16 @@
 /* A finished job as JSON: llmq's own result shape, or an OpenAI Batch output line for jobs that
  * came in that form. docs/JOBS.md shows both.
  *
- *   llmq:   {"id", "batch_id"?, "status": "completed"|"cancelled"|"failed", "text", "finish_reason",
- *            "usage": {"prompt_tokens", "completion_tokens"}, "prompt_token_ids"?, "token_ids"?,
+ *   llmq:   {"id", "batch_id"?, "status": "completed"|"cancelled"|"failed", "text", "reasoning"?,
+ *            "finish_reason", "usage": {"prompt_tokens", "completion_tokens", "reasoning_tokens"?},
+ *            "prompt_token_ids"?, "token_ids"?,
  *            "logprobs"?, "error_code"? (cancelled), "metadata"?}
  *           failed: {"id", "batch_id"?, "status": "failed", "error", "error_code", "metadata"?}
  *           timed out: failed, with "error", "error_code" and the fields of a completed result
  *            (finish_reason "timeout")
  *   OpenAI: {"id": "batch_req_...", "custom_id", "response": {"status_code": 200, "request_id",
- *            "body": chat.completion | text_completion}, "error": null}
+ *            "body": chat.completion | text_completion}, "error": null}; a chat answer with reasoning
+ *            has message.reasoning_content and usage.completion_tokens_details.reasoning_tokens
  *           failed or cancelled: {"id", "custom_id", "response": null, "error": {"code", "message"}}
  *           timed out: "response" with status_code 408 and the partial body (finish_reason "timeout"),
  *           and "error": {"code": "timeout", "message"}
@@ -16,6 +18,7 @@
  * Strings that are not valid UTF-8 (a cut error message, a token's partial character) are written
  * with U+FFFD in place of the bad bytes, so every line is valid JSON. */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +34,11 @@ struct res_output {
                                   is failed with the output (set error and error_rc JOB_ERR_TIMEOUT) */
     const char *text;          /* generated text (NULL = "") */
     size_t text_len;
+    /* the reasoning (engine_seq.reasoning), written only when has_reasoning (NULL = "") */
+    const char *reasoning;
+    size_t reasoning_len;
+    bool has_reasoning;
+    int reasoning_tokens; /* of completion_tokens, those of the think block */
     int prompt_tokens, completion_tokens;
     const int32_t *prompt_ids;     /* [prompt_tokens]: written when the job asked for token ids */
     const int32_t *token_ids;      /* [completion_tokens]: idem */

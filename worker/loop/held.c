@@ -36,6 +36,7 @@ void wk_job_free(struct wk_job *j)
     rq_job_free(&j->rj);
     job_free(&j->job);
     free(j->output);
+    free(j->reasoning);
     free(j->error);
     free(j->params);
     free(j->metadata);
@@ -123,6 +124,10 @@ int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const
     free(j->output);
     j->output = NULL;
     j->output_len = 0;
+    free(j->reasoning);
+    j->reasoning = NULL;
+    j->reasoning_len = 0;
+    j->reasoning_tokens = -1;
     struct res_output o = res_failed(rc, j->error);
     o.model = c->model_name;
     o.prompt_tokens = j->prompt_tokens;
@@ -185,10 +190,23 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         j->output[s->text_len] = 0;
         j->output_len = s->text_len;
     }
+    j->reasoning_tokens = -1;
+    if (s->has_reasoning) {
+        j->reasoning = malloc(s->reasoning_len + 1);
+        if (j->reasoning) {
+            memcpy(j->reasoning, s->reasoning, s->reasoning_len + 1);
+            j->reasoning_len = s->reasoning_len;
+            j->reasoning_tokens = s->n_reasoning_tokens;
+        }
+    }
     struct res_output o = {
         .finish = s->finish,
         .text = s->text,
         .text_len = s->text_len,
+        .reasoning = s->reasoning,
+        .reasoning_len = s->reasoning_len,
+        .has_reasoning = s->has_reasoning,
+        .reasoning_tokens = s->n_reasoning_tokens,
         .prompt_tokens = s->n_prompt,
         .completion_tokens = s->n_output,
         .prompt_ids = s->tokens,
@@ -200,7 +218,8 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         .created = (int64_t)now_wall,
     };
     j->result = res_line(&j->job, &o, c->tok ? token_bytes : NULL, c->tok);
-    if (!j->output || !j->result || (s->finish == FINISH_TIMEOUT && !j->error)) {
+    if (!j->output || !j->result || (s->finish == FINISH_TIMEOUT && !j->error) ||
+        (s->has_reasoning && !j->reasoning)) {
         wk_job_finish_failed(j, c, JOB_ERR_INTERNAL, "out of memory while storing the result",
                              j->finished_at);
         return -1;
@@ -251,6 +270,9 @@ void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result
     r->params = j->params;
     r->output = j->output;
     r->output_len = j->output_len;
+    r->reasoning = j->reasoning;
+    r->reasoning_len = j->reasoning_len;
+    r->reasoning_tokens = j->reasoning ? j->reasoning_tokens : -1;
     r->finish_reason = j->finish_reason;
     r->prompt_tokens = j->prompt_tokens;
     r->completion_tokens = j->completion_tokens;

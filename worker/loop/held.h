@@ -69,6 +69,9 @@ struct wk_job {
     int completion_tokens;
     char *output; /* owned; NULL for failed (a timeout keeps its text so far) */
     size_t output_len;
+    char *reasoning; /* owned; NULL when the output had no think block */
+    size_t reasoning_len;
+    int reasoning_tokens; /* -1 with no reasoning */
     char *error;                      /* owned; NULL unless failed */
     int error_rc;                     /* enum job_error of a failure */
     char *params, *metadata, *result; /* JSON text (owned, may be NULL) */
@@ -79,6 +82,7 @@ struct wk_job {
     char *hash_result;                /* wk_job_hash_result's string when it made one (owned) */
 
     size_t stream_sent; /* bytes of the output sent to <p>:stream:<id> (worker/loop/stream.h) */
+    size_t stream_rsent; /* bytes of the reasoning sent there */
     /* its batch as Redis had it at fetch (rj.batch_id's hash), for the `batches` row; batch.id NULL =
      * none. The strings are owned. */
     struct db_batch batch;

@@ -63,7 +63,8 @@ static size_t whole_chars(const char *text, size_t n)
     return i - 1;
 }
 
-/* Sends the collected entries; on success each job's stream_sent moves to the end of its text. */
+/* Sends the collected entries; on success each job's stream_sent (stream_rsent) moves to the end of
+ * its text (reasoning). */
 static void send(struct wk_stream *s, struct rq *q, int n, bool advance)
 {
     if (rq_stream_add(q, s->e, n)) {
@@ -78,8 +79,11 @@ static void send(struct wk_stream *s, struct rq *q, int n, bool advance)
     if (s->trouble)
         log_info("redis: streaming text works again");
     s->trouble = false;
-    for (int i = 0; advance && i < n; i++)
+    for (int i = 0; advance && i < n; i++) {
         s->jobs[i]->stream_sent = s->e[i].offset + s->e[i].text_len;
+        if (s->e[i].has_reasoning)
+            s->jobs[i]->stream_rsent = s->e[i].reasoning_offset + s->e[i].reasoning_len;
+    }
 }
 
 void wk_stream_flush(struct wk_stream *s, struct rq *q, const struct list *running, double now_mono)
@@ -94,14 +98,20 @@ void wk_stream_flush(struct wk_stream *s, struct rq *q, const struct list *runni
         streaming++;
         const struct engine_seq *sq = j->seq;
         size_t upto = whole_chars(sq->text, sq->text_len);
-        if (upto <= j->stream_sent || room(s, (size_t)n + 1))
+        size_t rupto = sq->has_reasoning ? whole_chars(sq->reasoning, sq->reasoning_len) : 0;
+        bool new_text = upto > j->stream_sent, new_reasoning = rupto > j->stream_rsent;
+        if ((!new_text && !new_reasoning) || room(s, (size_t)n + 1))
             continue;
         s->jobs[n] = j;
         s->e[n++] = (struct rq_stream_entry){
             .id = j->rj.id,
             .offset = j->stream_sent,
             .text = sq->text + j->stream_sent,
-            .text_len = upto - j->stream_sent,
+            .text_len = new_text ? upto - j->stream_sent : 0,
+            .has_reasoning = new_reasoning,
+            .reasoning_offset = j->stream_rsent,
+            .reasoning = new_reasoning ? sq->reasoning + j->stream_rsent : NULL,
+            .reasoning_len = new_reasoning ? rupto - j->stream_rsent : 0,
         };
     }
     s->active = streaming > 0;
@@ -118,12 +128,18 @@ void wk_stream_end(struct wk_stream *s, struct rq *q, struct wk_job *const *jobs
             continue;
         /* a failed job has no output: nothing more, and the text sent stays where it is */
         size_t sent = !j->output || j->stream_sent < j->output_len ? j->stream_sent : j->output_len;
+        size_t rsent = j->stream_rsent < j->reasoning_len ? j->stream_rsent : j->reasoning_len;
+        bool more_reasoning = j->reasoning && j->reasoning_len > rsent;
         s->jobs[k] = j;
         s->e[k++] = (struct rq_stream_entry){
             .id = j->rj.id,
             .offset = sent,
             .text = j->output ? j->output + sent : NULL,
             .text_len = j->output ? j->output_len - sent : 0,
+            .has_reasoning = more_reasoning,
+            .reasoning_offset = rsent,
+            .reasoning = more_reasoning ? j->reasoning + rsent : NULL,
+            .reasoning_len = more_reasoning ? j->reasoning_len - rsent : 0,
             .end = true,
             .status = rq_status_name(j->status),
             .finish_reason = j->finish_reason,

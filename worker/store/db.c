@@ -54,6 +54,7 @@ static const struct col job_cols[] = {
     JCOL(metadata, C_TEXT),     JCOL(result, C_TEXT),
     JCOL(request_form, C_FORM), JCOL(batch_id, C_TEXT),
     JCOL(request, C_OUTPUT),    JCOL(error_code, C_TEXT),
+    JCOL(reasoning, C_OUTPUT),  JCOL(reasoning_tokens, C_INT_OPT),
 };
 #define N_JOB_COLS (sizeof job_cols / sizeof job_cols[0])
 
@@ -198,7 +199,8 @@ struct db_opts db_opts_default(void)
 
 struct db_result db_result_empty(void)
 {
-    struct db_result r = {.status = DB_COMPLETED, .attempts = 1, .request_form = DB_FORM_LLMQ};
+    struct db_result r = {
+        .status = DB_COMPLETED, .attempts = 1, .request_form = DB_FORM_LLMQ, .reasoning_tokens = -1};
     r.created_at = r.started_at = r.first_token_at = r.finished_at = NAN;
     r.ttft_ms = r.latency_ms = r.queue_ms = NAN;
     return r;

@@ -160,10 +160,15 @@ struct db_result {
     const char *request; /* the job as received: request_len bytes (0 = up to the NUL) */
     size_t request_len;
     const char *error_code; /* NULL for completed */
+    /* schemas/004_reasoning.sql */
+    const char *reasoning; /* the think block's text: reasoning_len bytes (0 = up to the NUL); NULL = none */
+    size_t reasoning_len;
+    int64_t reasoning_tokens; /* < 0 is NULL (no reasoning) */
     /* not a column: the row's batch, inserted into `batches` unless it is there (NULL = none) */
     const struct db_batch *batch;
 };
-/* A row with every string NULL, every real NAN, counts 0, attempts 1, status completed, form llmq. */
+/* A row with every string NULL, every real NAN, counts 0 (reasoning_tokens -1), attempts 1, status
+ * completed, form llmq. */
 struct db_result db_result_empty(void);
 
 /* Writes rows[0..n) in one transaction (BEGIN IMMEDIATE ... COMMIT), each as the upsert described
