@@ -9,7 +9,7 @@ struct jlist *jlist_new(struct jctx *c, size_t n)
 {
     struct jlist *l = jalloc(&c->a, sizeof *l);
     l->n = n;
-    l->v = n ? jalloc(&c->a, n * sizeof *l->v) : NULL;
+    l->v = jalloc(&c->a, (n ? n : 1) * sizeof *l->v); /* never NULL: memcpy of 0 items from it is defined */
     return l;
 }
 
