@@ -1,6 +1,7 @@
 /* jinja2's filters and tests that chat templates use, with jinja2's semantics (and HF's tojson:
  * json.dumps with ensure_ascii=False unless asked). Anything not in these tables is refused when a
  * template is parsed. See jinja_int.h. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -327,13 +328,34 @@ static struct jv f_default(struct jctx *c, struct jv v, struct jv *p)
     return v;
 }
 
+/* s stripped of surrounding whitespace and of the underscores Python allows between digits
+ * ("1_000"), NUL-terminated; NULL when an underscore stands anywhere else. */
+static char *number_text(struct jctx *c, struct jv s)
+{
+    struct jv t = jstr_strip(c, s, none_arg(), true, true);
+    char *z = jalloc(&c->a, t.u.s.n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < t.u.s.n; i++) {
+        char ch = t.u.s.p[i];
+        if (ch == '_') {
+            bool between = i > 0 && i + 1 < t.u.s.n && isalnum((unsigned char)t.u.s.p[i - 1]) &&
+                           isalnum((unsigned char)t.u.s.p[i + 1]);
+            if (!between)
+                return NULL;
+            continue;
+        }
+        z[k++] = ch;
+    }
+    z[k] = 0;
+    return z;
+}
+
 /* Python's float(str): surrounding whitespace allowed, the whole rest must be a number. */
 static bool parse_float(struct jctx *c, struct jv s, double *out)
 {
-    struct jv t = jstr_strip(c, s, none_arg(), true, true);
-    if (!t.u.s.n)
+    char *z = number_text(c, s), *end;
+    if (!z || !*z)
         return false;
-    char *z = jstrndup(&c->a, t.u.s.p, t.u.s.n), *end;
     errno = 0;
     *out = strtod(z, &end);
     return *end == 0 && (strncmp(z, "0x", 2) != 0 && strncmp(z, "-0x", 3) != 0);
@@ -358,11 +380,10 @@ static struct jv f_int(struct jctx *c, struct jv v, struct jv *p)
             return dflt;
         return jv_int((int64_t)v.u.f);
     case JT_STR: {
-        struct jv t = jstr_strip(c, v, none_arg(), true, true);
-        char *z = jstrndup(&c->a, t.u.s.p, t.u.s.n), *end;
+        char *z = number_text(c, v), *end;
         errno = 0;
-        long long k = strtoll(z, &end, base);
-        if (*z && *end == 0 && errno == 0)
+        long long k = z ? strtoll(z, &end, base) : 0;
+        if (z && *z && *end == 0 && errno == 0)
             return jv_int(k);
         double f;
         if (base == 10 && parse_float(c, v, &f) && isfinite(f))
