@@ -272,13 +272,15 @@ static struct jv f_join(struct jctx *c, struct jv v, struct jv *p)
     return jv_str(b.p, b.n);
 }
 
+/* map('filter', args...) or map(attribute=..., default=...): p[1] is attribute, p[2] default, and
+ * the positionals (the filter's name, then its arguments) are the rest. */
 static struct jv f_map(struct jctx *c, struct jv v, struct jv *p)
 {
     struct jlist *src = jv_iter(c, v), *l = jlist_new(c, src->n);
     struct jv *rest = c->rest;
     size_t nrest = c->nrest;
     if (given(p[1])) {
-        if (given(p[0]))
+        if (nrest)
             jfail(&c->f, "map: a filter name and attribute= together");
         for (size_t i = 0; i < src->n; i++) {
             struct jv x = attr_path(c, src->v[i], p[1]);
@@ -286,10 +288,10 @@ static struct jv f_map(struct jctx *c, struct jv v, struct jv *p)
         }
         return list_of(l);
     }
-    if (!given(p[0]))
+    if (!nrest)
         jfail(&c->f, "map requires a filter argument");
     for (size_t i = 0; i < src->n; i++)
-        l->v[i] = japply_named(c, false, p[0], src->v[i], rest, nrest);
+        l->v[i] = japply_named(c, false, rest[0], src->v[i], rest + 1, nrest - 1);
     return list_of(l);
 }
 
@@ -508,7 +510,7 @@ static const struct jcallable filters[] = {
     {"length", f_length, {NULL}},
     {"list", f_list, {NULL}},
     {"lower", f_lower, {NULL}},
-    {"map", f_map, {"name", "attribute", "default", "*"}},
+    {"map", f_map, {"*", "attribute", "default"}},
     {"reject", f_reject, {"test", "*"}},
     {"rejectattr", f_rejectattr, {"attr", "test", "*"}},
     {"replace", f_replace, {"old", "new", "count"}},

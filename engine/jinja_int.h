@@ -324,7 +324,9 @@ typedef struct jv (*jfn)(struct jctx *c, struct jv self, struct jv *p);
 struct jcallable {
     const char *name;
     jfn fn;
-    const char *params[JMAXPARAM]; /* after the operand; NULL-terminated; "*" last: any positionals */
+    /* after the operand, NULL-terminated; a "*" takes the positionals beyond those before it (the
+     * callable reads them from jctx.rest), and the names after it are keyword-only */
+    const char *params[JMAXPARAM];
 };
 const struct jcallable *jfilter_find(const char *name);
 const struct jcallable *jtest_find(const char *name);
@@ -335,8 +337,8 @@ const struct jcallable *jmethod_at(int id);
 const struct jcallable *jglobal_find(const char *name, int *id);
 const struct jcallable *jglobal_at(int id);
 
-/* Binds positional and keyword values to the signature's parameters (JT_NOARG where not given);
- * extra values land in rest and nrest when the signature ends in "*". Fails on a mismatch. */
+/* Binds positional and keyword values to the signature's parameters: p[i] for params[i], JT_NOARG
+ * where not given; the positionals a "*" takes land in rest and nrest. Fails on a mismatch. */
 void jbind(struct jctx *c, const struct jcallable *f, const char *what, struct jv *pos, size_t npos,
            const char **kwname, struct jv *kw, size_t nkw, struct jv *p, struct jv **rest, size_t *nrest);
 
