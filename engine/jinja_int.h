@@ -125,6 +125,9 @@ struct jv {
 struct jlist {
     size_t n;
     bool tuple; /* prints as (a, b) */
+    /* a Python generator (what map, select, reject, selectattr, rejectattr, items and reverse give):
+     * true even when empty, no len(), no index, nothing to print or dump; iterating works */
+    bool gen;
     struct jv *v;
 };
 struct jdict { /* insertion order, linear lookup */
@@ -190,6 +193,8 @@ bool jv_is_num(struct jv v);          /* int, float or bool */
 double jv_num(struct jv v);
 /* Fails with the undefined's own message when v is undefined: using it is an error. */
 void jv_use(struct jctx *c, struct jv v);
+/* Fails as Python does where v would be a dict key or a set member: lists and dicts. */
+void jv_hashable(struct jctx *c, struct jv v);
 
 /* The items to iterate: a list's elements, a dict's keys, a string's characters; undefined is empty. */
 struct jlist *jv_iter(struct jctx *c, struct jv v);
