@@ -377,6 +377,8 @@ static struct jv binop(struct jctx *c, enum jop op, struct jv a, struct jv b)
             return jv_int(op == OP_MOD ? m : q);
         }
         case OP_POW:
+            if (y < 0 && x == 0)
+                jfail(&c->f, "0.0 cannot be raised to a negative power");
             if (y < 0)
                 return jv_float(pow((double)x, (double)y));
             r = 1;

@@ -191,17 +191,16 @@ static struct jv f_length(struct jctx *c, struct jv v, struct jv *p)
     }
 }
 
+/* first and last of an undefined value: undefined, as iterating and reversing it gives nothing */
 static struct jv f_first(struct jctx *c, struct jv v, struct jv *p)
 {
-    jv_use(c, v);
     struct jlist *l = jv_iter(c, v);
     return l->n ? l->v[0] : jv_undef("No first item, sequence was empty.");
 }
 
 static struct jv f_last(struct jctx *c, struct jv v, struct jv *p)
 {
-    jv_use(c, v);
-    if ((v.t != JT_LIST && v.t != JT_STR) || (v.t == JT_LIST && v.u.l->gen))
+    if ((v.t != JT_LIST && v.t != JT_STR && v.t != JT_UNDEF) || (v.t == JT_LIST && v.u.l->gen))
         jfail(&c->f, "'%s' object is not reversible", jv_typename(v));
     struct jlist *l = jv_iter(c, v);
     return l->n ? l->v[l->n - 1] : jv_undef("No last item, sequence was empty.");
