@@ -184,7 +184,8 @@ static int start_jobs(struct rq *q, struct rq_job *out, int n)
     char mark[RQ_NAME_MAX + 64];
     int ml = snprintf(mark, sizeof mark, "%cllmq duplicate %s %s", 1, q->worker, q->now);
     rq_pipe_reset(&q->pipe);
-    rq_script_cmd(q, &q->pipe, RQ_SCRIPT_START, q->proc_key, NULL, 0);
+    const char *xk[] = {q->keys.lines};
+    rq_script_cmd(q, &q->pipe, RQ_SCRIPT_START, q->proc_key, xk, 1);
     rq_pipe_int(&q->pipe, n);
     rq_pipe_arg(&q->pipe, mark, (size_t)(ml < (int)sizeof mark ? ml : (int)sizeof mark - 1));
     for (int i = 0; i < n; i++) {
@@ -208,14 +209,14 @@ static int start_jobs(struct rq *q, struct rq_job *out, int n)
         rq_fail_conn(q, "fetch (marking the jobs running)");
     else if (rq_reply_error(r, "fetch (start)", q->err, sizeof q->err))
         rc = -1;
-    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 * (size_t)n) {
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 * (size_t)n) {
         rq_fail(q, "fetch: unexpected reply from the start script");
         rc = -1;
     }
     int kept = 0;
     for (int i = 0; i < n; i++) {
         struct rq_job *j = &out[i];
-        redisReply **f = rc ? NULL : r->element + 6 * i;
+        redisReply **f = rc ? NULL : r->element + 7 * i;
         long long code = f && f[0]->type == REDIS_REPLY_INTEGER ? f[0]->integer : 0;
         if (code == 1) {
             if (raws[i]) {
@@ -227,6 +228,7 @@ static int start_jobs(struct rq *q, struct rq_job *out, int n)
             j->attempts = f[1]->type == REDIS_REPLY_INTEGER ? (int)f[1]->integer : 0;
             j->cancel_requested = f[2]->type == REDIS_REPLY_INTEGER && f[2]->integer;
             j->stalls = f[5]->type == REDIS_REPLY_INTEGER ? (int)f[5]->integer : 0;
+            set_str(j->held_by, sizeof j->held_by, f[6]);
             set_str(j->batch_id, sizeof j->batch_id, f[3]);
             if (f[4]->type == REDIS_REPLY_STRING && f[4]->len > 0) { /* its hash is of the wrong type */
                 bad_key(q, f[4]->str, "hash");

@@ -52,6 +52,8 @@ struct rq_job {
                                      Redis only once it runs (rq_attempt) */
     int stalls;                   /* earlier deliveries that ran it and ended with the worker lost
                                      (killed, crashed): the reaper counts them (queue/reaper.h) */
+    char held_by[RQ_NAME_MAX + 1]; /* a line without an id put back by the reaper: the worker that
+                                      held it then (its failed row may exist: rq_done_fn); else "" */
     bool counted;                 /* rq_attempt counted this delivery in its hash */
     bool cancel_requested;        /* its id was in <p>:cancel at fetch */
     char batch_id[RQ_BATCH_ID_MAX + 1]; /* the batch its hash counts it in; "" = none */

@@ -46,6 +46,7 @@ int rq_keys_init(struct rq_keys *k, const char *prefix, char *err, size_t errlen
     build(k->batch_stem, RQ_KEY_MAX, prefix, "batch:", "");
     build(k->batches, RQ_KEY_MAX, prefix, "batches", "");
     build(k->batch_done, RQ_KEY_MAX, prefix, "batch-done", "");
+    build(k->lines, RQ_KEY_MAX, prefix, "lines", "");
     return 0;
 }
 

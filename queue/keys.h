@@ -58,6 +58,7 @@ struct rq_keys {
     char batch_stem[RQ_KEY_MAX];  /* <p>:batch: */
     char batches[RQ_KEY_MAX];     /* <p>:batches */
     char batch_done[RQ_KEY_MAX];  /* <p>:batch-done (a pub/sub channel) */
+    char lines[RQ_KEY_MAX];       /* <p>:lines: lines without an id put back by the reaper */
 };
 
 /* Fills k for `prefix` (NULL = "llmq"). Fails, with the reason in err, on a prefix that is empty,

@@ -15,6 +15,7 @@
 
 void rq_done_clear(struct rq_done *d)
 {
+    free(d->id);
     free(d->worker);
     free(d->finish_reason);
     free(d->error);
@@ -112,9 +113,9 @@ static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, cha
     rq_key_processing(&q->keys, worker, proc, RQ_KEY_MAX);
     rq_key_worker(&q->keys, worker, hb, RQ_KEY_MAX);
     rq_key_lapsed(&q->keys, worker, mark, RQ_KEY_MAX);
-    const char *xk[] = {q->keys.workers, hb, mark};
+    const char *xk[] = {q->keys.workers, hb, mark, q->keys.lines};
     struct rq_pipe *p = &q->pipe;
-    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 3);
+    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 4);
     rq_pipe_str(p, worker);
     rq_pipe_str(p, check ? "1" : "0");
     rq_pipe_str(p, reason);

@@ -24,6 +24,7 @@ struct rq_reap_result {
 /* A job's committed row as the caller's database has it: what the worker that wrote it would
  * have acknowledged. Strings are owned (malloc) by the struct: rq_done_clear frees them. */
 struct rq_done {
+    char *id;              /* the row's id */
     char *worker;          /* the row's worker_id */
     double started_at;     /* the row's started_at (unix s): when that worker fetched it */
     int status;            /* an enum rq_status (queue/ack.h): completed, failed or cancelled */

@@ -292,12 +292,14 @@ static const char fetch_src[] = PRELUDE
  * read by the caller): each is checked at its index (by length), given its new JSON (LSET), and
  * marked running (start()). A duplicate (see duplicate()) is taken out of the processing list
  * again with a duplicate event. A job whose hash (or its batch's) is of the wrong type is started
- * without its id (badkey()). Returns 6 values per job: 1, attempts, cancel pending (0/1), batch id
- * or false, '' or "<key>\n<type>" when started without its id, stalls (started); -1, its status,
- * its holder, false, '', 0 (a duplicate); 0, false, false, false, '', 0 (not at that index: not
- * ours any more). */
+ * without its id (badkey()). KEYS[5] <p>:lines: a line without an id that the reaper put back
+ * takes its mark from there. Returns 7 values per job: 1, attempts, cancel pending (0/1), batch
+ * id or false, '' or "<key>\n<type>" when started without its id, stalls, the worker that held
+ * it when the reaper put it back ('' = none, or it has an id) (started); -1, its status, its
+ * holder, false, '', 0, '' (a duplicate); 0, false, false, false, '', 0, '' (not at that index:
+ * not ours any more). */
 static const char start_src[] = PRELUDE
-"need(PROC, 'list')\n"
+"need(PROC, 'list', KEYS[5], 'hash')\n"
 "local n, mark, out, dups = tonumber(ARGV[13]), ARGV[14], {}, 0\n"
 "for i = 0, n - 1 do\n"
 "  local k = 15 + i * 5\n"
@@ -306,7 +308,7 @@ static const char start_src[] = PRELUDE
 "  if id == '' then id = nil end\n"
 "  local st, holder, bad = nil, nil, ''\n"
 "  if not raw or #raw ~= len then\n"
-"    out[#out + 1] = 0; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0\n"
+"    out[#out + 1] = 0; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = ''\n"
 "  else\n"
 "    local bk, bt = badkey(id)\n"
 "    if bk then id = nil; bad = bk .. '\\n' .. bt end\n"
@@ -319,10 +321,16 @@ static const char start_src[] = PRELUDE
 "      redis.call('LSET', PROC, pos, mark)\n"
 "      dups = dups + 1\n"
 "      event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
-"      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0\n"
+"      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = ''\n"
 "    else\n"
 "      local a, c, b, sl = start(id, q)\n"
-"      out[#out + 1] = 1; out[#out + 1] = a; out[#out + 1] = c; out[#out + 1] = b; out[#out + 1] = bad; out[#out + 1] = sl\n"
+"      local held = ''\n"
+"      if not id then\n"
+"        local f = redis.sha1hex(raw)\n"
+"        held = redis.call('HGET', KEYS[5], f) or ''\n"
+"        if held ~= '' then redis.call('HDEL', KEYS[5], f) end\n"
+"      end\n"
+"      out[#out + 1] = 1; out[#out + 1] = a; out[#out + 1] = c; out[#out + 1] = b; out[#out + 1] = bad; out[#out + 1] = sl; out[#out + 1] = held\n"
 "    end\n"
 "  end\n"
 "end\n"
@@ -357,7 +365,8 @@ static const char requeue_src[] = PRELUDE
 "return 1\n";
 
 /* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key,
- * KEYS[7] its lapse mark (<p>:lapsed:<id>); ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
+ * KEYS[7] its lapse mark (<p>:lapsed:<id>), KEYS[8] <p>:lines (a line without an id that goes
+ * back is marked there with the lapsed worker's id, for the start script); ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
  * key is gone (and SREM it from workers), ARGV[15] the reason recorded on each job, ARGV[16] the
  * grace in ms, ARGV[17] max_stalls; ARGV[18] n, then 11 per job whose row the caller found
  * committed: its key (the job's id; for a line the caller found no id in, "\0<k>\0<the line>": the
@@ -393,7 +402,13 @@ static const char reap_src[] = PRELUDE
 "    if waited < grace then return {-2, grace - waited, 0, 0} end\n"
 "  end\n"
 "end\n"
-"need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
+"need(PROC, 'list', KEYS[5], 'set', DEAD, 'list', KEYS[8], 'hash')\n"
+"-- a line without an id put back: marked with the worker that held it, whose failed row the\n"
+"-- next worker to fetch it may find in its own database (and then writes over, not beside it)\n"
+"local function mark_line(raw)\n"
+"  redis.call('HSET', KEYS[8], redis.sha1hex(raw), victim)\n"
+"  redis.call('EXPIRE', KEYS[8], 7 * 86400)\n"
+"end\n"
 "local committed, lines = {}, false\n"
 "for i = 0, (tonumber(ARGV[18]) or 0) - 1 do\n"
 "  local c = 19 + i * 11\n"
@@ -428,6 +443,7 @@ static const char reap_src[] = PRELUDE
 "    -- not JSON: back to its queue like any other, where the next fetch fails it with a row and\n"
 "    -- a dead entry (it never reaches the engine, so it cannot be the crash's cause)\n"
 "    redis.call('RPUSH', QUEUE .. DEFQ, raw)\n"
+"    mark_line(raw)\n"
 "    event(nil, 'queued', victim, 'queue', DEFQ, 'reason', 'reaped')\n"
 "    requeued = requeued + 1\n"
 "  else\n"
@@ -457,7 +473,7 @@ static const char reap_src[] = PRELUDE
 "        dead = dead + 1\n"
 "      else\n"
 "        redis.call('RPUSH', QUEUE .. q, raw)\n"
-"        if id then set_status(JOB .. id, 'queued', 'queue', q, 'error', reason) end\n"
+"        if id then set_status(JOB .. id, 'queued', 'queue', q, 'error', reason) else mark_line(raw) end\n"
 "        event(id, 'queued', victim, 'queue', q, 'reason', 'reaped')\n"
 "        requeued = requeued + 1\n"
 "      end\n"

@@ -7,7 +7,9 @@
 # jobs finish while SQLite is locked by another process (no row, so no ack), redis-server is
 # frozen (SIGSTOP), the lock is released: the rows are committed while every Redis step fails,
 # and then the worker is killed. Lines without an id (not JSON) whose failed rows are committed
-# the same way are dead-lettered with those rows, once, not failed again into second rows.
+# the same way are dead-lettered with those rows, once, not failed again into second rows; and
+# when the reaper cannot see the row (another database file), the line goes back marked, and a
+# worker that can see it fails it again under the same row id (the row written over).
 . "$(dirname "$0")/worker_lib.sh"
 redis_start
 make_model
@@ -128,6 +130,8 @@ echo "c-0 is not JSON" >>"$T/c.lines" # a second line with the same text
 push_file "$T/c.lines"
 wait_until "w4 to hold the 4 lines" held_by w4 4
 kill -STOP "$REDIS_PID"
+# once w4 has given up on redis (the gate closed) no command of its own waits in redis's socket
+wait_until "w4 to find redis unreachable" log_has w4 "without Redis"
 touch "$T/unlock-c"
 wait_until "w4 to commit the 4 failed rows with redis frozen" line_rows_are 4
 kill -9 "$W_w4"
@@ -143,4 +147,39 @@ eq "c: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
 interrupt "$W_w5"
 worker_wait w5
 eq "c: still one failed row per line after w5 stopped" "$(line_rows)" 4
+
+# 4. the same with a reaper on another database file: it cannot see w6's row, so the line goes
+# back (marked in llmq:lines with w6); w6 restarted fails it again under its row's id
+d_rows() { sql "SELECT count(*) FROM jobs WHERE request LIKE 'd-%'"; }
+d_rows_are() { [ "$(d_rows)" = "$1" ]; }
+dead_d() { rcli LRANGE llmq:dead 0 -1 | grep -c 'd-0 is not JSON'; }
+dead_d_is() { [ "$(dead_d)" = "$1" ]; }
+worker_start w6
+wait_until "w6's workers row" has_worker_row w6
+lock_db d
+echo "d-0 is not JSON" >"$T/d.lines"
+push_file "$T/d.lines"
+wait_until "w6 to hold the line" held_by w6 1
+kill -STOP "$REDIS_PID"
+wait_until "w6 to find redis unreachable" log_has w6 "without Redis"
+touch "$T/unlock-d"
+wait_until "w6 to commit the failed row with redis frozen" d_rows_are 1
+kill -9 "$W_w6"
+wait "$W_w6" 2>/dev/null
+kill -CONT "$REDIS_PID"
+LLMQ_WORKER_QUEUES=long worker_start w7 --db "$T/other.db"
+wait_until "w6's list to be taken back by w7's reaper" held_by w6 0
+eq "d: the line is back in its queue" "$(rcli LRANGE llmq:queue:short 0 -1)" "d-0 is not JSON"
+eq "d: marked with the worker that held it" "$(rcli HVALS llmq:lines)" w6
+interrupt "$W_w7"
+worker_wait w7
+worker_start w6
+wait_until "the line in the dead list" dead_d_is 1
+wait_until "w6's list to be empty" held_by w6 0
+log_has w6 "written over" && ok "d: w6 says it wrote over its row" || bad "d: no log line about the row"
+eq "d: one failed row for the line" "$(d_rows)" 1
+eq "d: the mark is gone" "$(rcli HLEN llmq:lines)" 0
+interrupt "$W_w6"
+worker_wait w6
+eq "d: still one row after w6 stopped" "$(d_rows)" 1
 finish

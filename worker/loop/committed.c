@@ -57,6 +57,7 @@ static int take_row(void *ctx, const struct db_result *r)
     struct found *f = ctx;
     struct rq_done *d = f->out;
     d->worker = dup_or_null(r->worker_id);
+    d->id = dup_or_null(r->id);
     d->started_at = r->started_at;
     d->status = r->status == DB_COMPLETED ? RQ_STATUS_COMPLETED
                 : r->status == DB_CANCELLED ? RQ_STATUS_CANCELLED
@@ -77,7 +78,7 @@ static int take_row(void *ctx, const struct db_result *r)
             d->result = strdup(r->result);
         }
     }
-    f->ok = d->worker && d->result ? 1 : -1;
+    f->ok = d->id && d->worker && d->result ? 1 : -1;
     return 1; /* one row is all there is (id is the key) */
 }
 

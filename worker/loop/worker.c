@@ -369,9 +369,27 @@ static void count_finish(struct wk *w, const struct wk_job *j, bool retried)
     wk_metrics_finish(&w->stats.metrics, &f);
 }
 
+/* A line without an id that the reaper put back (rq_job.held_by): the worker that held it may
+ * have committed its failed row in this database before it died. Then it is failed again under
+ * that row's id, so the row is written over instead of a second one beside it. */
+static void reuse_line_row(struct wk *w, struct wk_job *j)
+{
+    if (j->rj.id[0] || !j->rj.held_by[0] || !w->store.committed)
+        return;
+    struct rq_done d = {0};
+    if (wk_committed_lookup(w->store.committed, NULL, j->rj.held_by, j->rj.raw, j->rj.len, 1, &d) == 1 &&
+        strlen(d.id) < sizeof j->row_id) {
+        memcpy(j->row_id, d.id, strlen(d.id) + 1);
+        log_info("a line without an id put back from worker %s has its failed row %s here: written over",
+                 j->rj.held_by, j->row_id);
+    }
+    rq_done_clear(&d);
+}
+
 /* A job that cannot run: failed row first, then the dead list. */
 static void fail_job(struct wk *w, struct wk_job *j, int rc, const char *err)
 {
+    reuse_line_row(w, j);
     wk_job_finish_failed(j, &w->ctx, rc, err, db_now());
     count_finish(w, j, false);
     move(w, j, WK_PENDING);
