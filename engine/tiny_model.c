@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/safetensors.h"
+#include "engine/tokenizer.h"
 #include "engine/util/array.h"
 #include "engine/util/errfmt.h"
 
@@ -24,12 +25,13 @@
 #define NORM_STD 0.1      /* norm weights: 1 + N(0, NORM_STD) */
 #define BIAS_STD 0.5      /* q/k/v biases */
 #define FP8_BLOCK 128     /* weight_block_size [128, 128] */
-#define QWEN_VOCAB 151936 /* Qwen3's padded vocab_size, the default with a tokenizer that fits */
+#define QWEN_VOCAB 151936 /* Qwen3's padded vocab_size, the default with a Qwen tokenizer that fits */
 #define TINY_VOCAB 512    /* the default with the minimal tokenizer */
 
 struct tiny_opts tiny_opts_default(void)
 {
     return (struct tiny_opts){.arch = ARCH_QWEN3,
+                              .arch_from_tokenizer = true,
                               .hidden = 64,
                               .intermediate = 128,
                               .layers = 2,
@@ -353,10 +355,15 @@ static int copy_file(const char *from, const char *to, char *err, size_t errlen)
 
 struct tok_info {
     int max_id;     /* highest id in vocab and added_tokens */
-    int eos_ids[2]; /* eos_token of tokenizer_config, then <|endoftext|> if different */
+    int eos_ids[4]; /* eos_token of tokenizer_config, then those of END_TOKENS it has, distinct */
     int n_eos;
-    int bos; /* <|endoftext|>, or -1 */
+    int bos;   /* bos_token of tokenizer_config, else <|endoftext|>, or -1 */
+    bool qwen; /* tokenizer_class names Qwen2's tokenizer */
 };
+
+/* Tokens that end a turn or a text in the families llmq runs, added to the model's eos ids when the
+ * tokenizer has them (Qwen's <|endoftext|>, Llama-3's <|eot_id|> and <|end_of_text|>). */
+static const char *const END_TOKENS[] = {"<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"};
 
 /* GPT-2's bytes_to_unicode: the printable bytes map to themselves, the rest to U+0100 upwards; token
  * i is the i-th byte in that order, as in Qwen's vocab ('!' is 0). Writes the UTF-8 of token i. */
@@ -471,73 +478,48 @@ static int write_min_tokenizer(const char *dir, const struct tiny_opts *o, struc
     return 0;
 }
 
-/* The id of a token's text in tokenizer.json (added tokens first, then the BPE vocab), or -1. */
-static int token_id(const json_t *tok, const char *text)
-{
-    size_t i;
-    json_t *a;
-    json_array_foreach(json_object_get(tok, "added_tokens"), i, a)
-    {
-        const char *c = json_string_value(json_object_get(a, "content"));
-        if (c && !strcmp(c, text) && json_is_integer(json_object_get(a, "id")))
-            return (int)json_integer_value(json_object_get(a, "id"));
-    }
-    json_t *v = json_object_get(json_object_get(json_object_get(tok, "model"), "vocab"), text);
-    return json_is_integer(v) ? (int)json_integer_value(v) : -1;
-}
-
-/* Reads what the config needs from a tokenizer folder (its files are copied later). */
+/* Reads what the config needs from a tokenizer folder (its files are copied later). The tokenizer
+ * must be one llmq loads, so a folder made with it runs. */
 static int read_tokenizer(const char *tdir, struct tok_info *ti, char *err, size_t errlen)
 {
-    char path[4400];
+    char path[4400], why[1024];
     json_error_t je;
-    snprintf(path, sizeof path, "%s/tokenizer.json", tdir);
-    json_t *tok = json_load_file(path, 0, &je);
-    if (!tok)
-        return errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", tdir);
-    json_t *cfg = json_load_file(path, 0, &je);
-    if (!cfg) {
-        json_decref(tok);
+    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
+    if (!cfg)
         return errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s: %s", path, je.text);
+    struct tok *tok = tok_load_dir(tdir, why, sizeof why);
+    if (!tok) {
+        json_decref(cfg);
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: llmq cannot load this tokenizer: %s", why);
     }
     int rc = 0;
-    ti->max_id = -1;
-    const char *key;
-    json_t *v;
-    json_object_foreach(json_object_get(json_object_get(tok, "model"), "vocab"), key, v)
-    {
-        if (json_is_integer(v) && json_integer_value(v) > ti->max_id)
-            ti->max_id = (int)json_integer_value(v);
-    }
-    size_t i;
-    json_array_foreach(json_object_get(tok, "added_tokens"), i, v)
-    {
-        json_t *id = json_object_get(v, "id");
-        if (json_is_integer(id) && json_integer_value(id) > ti->max_id)
-            ti->max_id = (int)json_integer_value(id);
-    }
+    const char *cls = json_string_value(json_object_get(cfg, "tokenizer_class"));
+    ti->qwen = cls && !strncmp(cls, "Qwen2Tokenizer", strlen("Qwen2Tokenizer"));
+    ti->max_id = tok_vocab_size(tok) - 1;
     if (ti->max_id < 0 || ti->max_id >= 1 << 30) {
         rc = errfmt_rc(err, errlen, TINY_EBADOPT, "--tokenizer: %s/tokenizer.json has no usable vocab", tdir);
         goto out;
     }
-    json_t *eos = json_object_get(cfg, "eos_token");
-    const char *eos_text =
-        json_is_string(eos) ? json_string_value(eos) : json_string_value(json_object_get(eos, "content"));
     ti->n_eos = 0;
-    int e = eos_text ? token_id(tok, eos_text) : -1, eot = token_id(tok, "<|endoftext|>");
-    if (e >= 0)
-        ti->eos_ids[ti->n_eos++] = e;
-    if (eot >= 0 && eot != e)
-        ti->eos_ids[ti->n_eos++] = eot;
+    if (tok_eos_id(tok) >= 0)
+        ti->eos_ids[ti->n_eos++] = tok_eos_id(tok);
+    for (size_t i = 0; i < sizeof END_TOKENS / sizeof END_TOKENS[0]; i++) {
+        int id = tok_token_to_id(tok, END_TOKENS[i]);
+        bool seen = id < 0;
+        for (int k = 0; k < ti->n_eos; k++)
+            seen = seen || ti->eos_ids[k] == id;
+        if (!seen)
+            ti->eos_ids[ti->n_eos++] = id;
+    }
     if (ti->n_eos == 0) {
         rc = errfmt_rc(err, errlen, TINY_EBADOPT,
                        "--tokenizer: %s names no eos_token that tokenizer.json has", tdir);
         goto out;
     }
-    ti->bos = eot;
+    ti->bos = tok_bos_id(tok) >= 0 ? tok_bos_id(tok) : tok_token_to_id(tok, "<|endoftext|>");
 out:
-    json_decref(tok);
+    tok_free(tok);
     json_decref(cfg);
     return rc;
 }
@@ -800,9 +782,13 @@ int tiny_model_write(const char *dir, const struct tiny_opts *opts, char *err, s
         o.head_dim = o.hidden / o.heads;
     if (o.tokenizer_dir && (rc = read_tokenizer(o.tokenizer_dir, &ti, err, errlen)) < 0)
         return rc;
+    if (o.tokenizer_dir && o.arch_from_tokenizer)
+        o.arch = ti.qwen ? ARCH_QWEN3 : ARCH_LLAMA;
     int need = o.tokenizer_dir ? ti.max_id + 1 : MIN_TOKENS;
     if (!o.vocab)
-        o.vocab = o.tokenizer_dir ? (need <= QWEN_VOCAB ? QWEN_VOCAB : (need + 127) / 128 * 128) : TINY_VOCAB;
+        o.vocab = !o.tokenizer_dir                   ? TINY_VOCAB
+                  : ti.qwen && need <= QWEN_VOCAB ? QWEN_VOCAB
+                                                    : (need + 127) / 128 * 128;
     if (o.vocab < need)
         return errfmt_rc(err, errlen, TINY_EBADOPT, "--vocab %d is smaller than the tokenizer's %d tokens",
                          o.vocab, need);

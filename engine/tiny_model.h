@@ -30,20 +30,27 @@
 
 struct tiny_opts {
     enum model_arch arch;      /* ARCH_QWEN3 */
+    bool arch_from_tokenizer;  /* true: with tokenizer_dir, arch follows the tokenizer instead: qwen3 for
+                                  a Qwen tokenizer (tokenizer_class Qwen2Tokenizer), llama for any
+                                  other (Llama-3, DeepSeek-V3: dense Llama is what llmq runs of them) */
     int hidden;                /* 64 */
     int intermediate;          /* 128 */
     int layers;                /* 2 */
     int heads;                 /* 4 */
     int kv_heads;              /* 2 */
     int head_dim;              /* 0 = hidden / heads (16) */
-    int vocab;                 /* 0 = 512, or with a tokenizer 151936 (or its highest id + 1 if larger) */
+    int vocab;                 /* 0 = 512; with a Qwen tokenizer 151936 (if it fits), with any other its
+                                  highest id + 1, rounded up to a multiple of 128 (Llama-3: 128256) */
     int max_position;          /* 4096 */
     double rope_theta;         /* 10000 */
     bool tie;                  /* true: lm_head is embed_tokens */
     enum dtype dtype;          /* DT_BF16; DT_F16, DT_F32, or DT_F8_E4M3 (fp8 linear weights) */
     int shards;                /* 1: model.safetensors; N > 1: N shards + index */
     uint64_t seed;             /* 0 */
-    const char *tokenizer_dir; /* NULL: write a minimal byte-level BPE tokenizer; else copy its files */
+    const char *tokenizer_dir; /* NULL: write a minimal byte-level BPE tokenizer; else copy its files
+                                  (refused unless llmq loads that tokenizer; bos/eos ids from its
+                                  tokenizer_config.json, plus <|endoftext|>, <|eot_id|>,
+                                  <|end_of_text|> as eos where it has them) */
     int threads;               /* 0: one per online CPU, at most 16; tensors are drawn in parallel (each
                                   has its own random stream, so the files do not depend on it); each
                                   thread holds its tensor as fp32 while drawing (Qwen3-14B's gate_proj:

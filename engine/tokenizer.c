@@ -306,7 +306,8 @@ static int read_model(struct loader *L, const json_t *root, int32_t *max_id)
         opt_bool(L, model, "ignore_merges", false, "model", &tok->bpe.ignore_merges) != 0)
         return -1;
     if (byte_fallback)
-        return fail(L, "model.byte_fallback: not supported for byte-level BPE (expected false)");
+        return fail(L, "model.byte_fallback: true is not supported: llmq reads byte-level BPE (Qwen, Llama-3, "
+                       "DeepSeek-V3), not SentencePiece-style BPE with byte fallback (Gemma, Llama-2, Mistral)");
 
     const json_t *vocab = json_object_get(model, "vocab");
     if (!vocab)

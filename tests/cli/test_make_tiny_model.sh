@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `llmq make-tiny-model`: the same options give byte-identical folders (whatever --threads), other seeds other weights;
 # the written files say what was asked; bad flags and values exit 2 with a message naming them.
-# The Qwen3-tokenizer part runs when tests/assets/fetch.sh got the tokenizer (otherwise it says why).
+# The parts with real tokenizers (Qwen3, Llama-3, Llama-3.1, DeepSeek-V3, Gemma-3) run when
+# tests/assets/fetch.sh got them (otherwise they say why).
 set -u
 fail=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -87,6 +88,37 @@ if [ -f "$tok/tokenizer.json" ]; then
   want_msg "smaller than the tokenizer's 151669 tokens" "qwen3 small vocab"
 else
   echo "skip the Qwen3-tokenizer part: $(cat "${LLMQ_ASSETS:-/nonexistent}/fetch-failed" 2>/dev/null || echo "no $tok")"
+fi
+
+# the other families' tokenizers: the architecture and vocab size follow the tokenizer (Llama for
+# Llama-3 and DeepSeek-V3), bos/eos ids come from its tokenizer_config.json, and the folder loads
+# and runs; Gemma-3's SentencePiece-style tokenizer is refused before anything is written
+family() { # family NAME ARCH VOCAB BOS EOS_LIST
+  local name=$1 tok=${LLMQ_ASSETS:-}/$1-tokenizer
+  if [ ! -f "$tok/tokenizer.json" ]; then
+    echo "skip the $name-tokenizer part: $(cat "${LLMQ_ASSETS:-/nonexistent}/fetch-failed" 2>/dev/null || echo "no $tok")"
+    return
+  fi
+  check "$name tokenizer" 0 "$LLMQ_BIN" make-tiny-model "$tmp/$name" --tokenizer "$tok"
+  cmp -s "$tok/tokenizer.json" "$tmp/$name/tokenizer.json" || bad "$name: tokenizer.json not copied as it is"
+  [ "$(j "$tmp/$name/config.json" '[.architectures[0], .vocab_size, .bos_token_id, .eos_token_id]')" = "[\"$2\",$3,$4,$(echo "$5" | jq '.[0]')]" ] \
+    || bad "$name config: $(j "$tmp/$name/config.json" '[.architectures[0], .vocab_size, .bos_token_id, .eos_token_id]')"
+  [ "$(j "$tmp/$name/generation_config.json" .eos_token_id)" = "$5" ] || bad "$name eos: $(cat "$tmp/$name/generation_config.json")"
+  check "$name tokenizer, --arch qwen2 wins" 0 "$LLMQ_BIN" make-tiny-model "$tmp/$name-q2" --tokenizer "$tok" --arch qwen2 --layers 1
+  [ "$(j "$tmp/$name-q2/config.json" .architectures[0])" = '"Qwen2ForCausalLM"' ] || bad "$name: --arch qwen2 not kept"
+  check "$name run" 0 "$LLMQ_BIN" run --model "$tmp/$name" --backend cpu --input <(echo '{"id":"a","prompt":"Hello world","max_tokens":2}') --output "$tmp/$name.out"
+  [ "$(jq -c '[.status, .usage.completion_tokens]' "$tmp/$name.out")" = '["completed",2]' ] || bad "$name run: $(cat "$tmp/$name.out")"
+}
+family llama3 LlamaForCausalLM 128256 128000 '[128001,128009]'
+family llama3_1 LlamaForCausalLM 128256 128000 '[128009,128001]'
+family deepseek_v3 LlamaForCausalLM 128896 0 '[1]'
+tok=${LLMQ_ASSETS:-}/gemma3-tokenizer
+if [ -f "$tok/tokenizer.json" ]; then
+  check "gemma3 tokenizer refused" 2 "$LLMQ_BIN" make-tiny-model "$tmp/g" --tokenizer "$tok"
+  want_msg "not SentencePiece-style BPE with byte fallback (Gemma" "gemma3 refused"
+  [ -e "$tmp/g" ] && bad "a refused gemma3 tokenizer created $tmp/g"
+else
+  echo "skip the gemma3-tokenizer part: $(cat "${LLMQ_ASSETS:-/nonexistent}/fetch-failed" 2>/dev/null || echo "no $tok")"
 fi
 
 [ $fail -eq 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"

@@ -21,14 +21,16 @@ static void usage(FILE *f)
         "tokenizer.json, tokenizer_config.json and model.safetensors (or shards + index). The same options\n"
         "always give byte-identical files.\n\n"
         "Options:\n"
-        "  --arch A           qwen3 | qwen2 (q/k/v biases, no q/k norm) | llama (default qwen3)\n"
+        "  --arch A           qwen3 | qwen2 (q/k/v biases, no q/k norm) | llama (default qwen3; with\n"
+        "                     --tokenizer, qwen3 for a Qwen tokenizer and llama for others)\n"
         "  --hidden N         hidden size (default %d)\n"
         "  --intermediate N   MLP size (default %d)\n"
         "  --layers N         layers (default %d)\n"
         "  --heads N          attention heads (default %d)\n"
         "  --kv-heads N       key/value heads, dividing --heads (default %d)\n"
         "  --head-dim N       head size (default hidden / heads)\n"
-        "  --vocab N          vocabulary size (default 512; with --tokenizer 151936 or what it needs)\n"
+        "  --vocab N          vocabulary size (default 512; with --tokenizer 151936 for Qwen's, else its\n"
+        "                     highest id + 1 rounded up to a multiple of 128)\n"
         "  --max-position N   max_position_embeddings (default %d)\n"
         "  --rope-theta X     RoPE base (default %g)\n"
         "  --tie | --no-tie   tie lm_head to the embeddings (default --tie)\n"
@@ -38,7 +40,8 @@ static void usage(FILE *f)
         "  --seed N           random seed (default 0)\n"
         "  --threads N        threads drawing the weights (default: one per CPU, at most 16); the files\n"
         "                     do not depend on it. A progress bar shows on a terminal.\n"
-        "  --tokenizer DIR    copy tokenizer.json and tokenizer_config.json from DIR (default: write a\n"
+        "  --tokenizer DIR    copy tokenizer.json and tokenizer_config.json from DIR, a tokenizer llmq\n"
+        "                     loads: Qwen2/2.5/3, Llama-3.x, DeepSeek-V3/R1 (default: write a\n"
         "                     minimal byte-level BPE tokenizer with <|endoftext|>, <|im_start|>, "
         "<|im_end|>)\n"
         "  -h, --help         this text\n",
@@ -168,6 +171,7 @@ int cmd_make_tiny_model(int argc, char **argv)
             o.tie = false;
             break;
         case O_ARCH:
+            o.arch_from_tokenizer = false;
             if (!strcmp(optarg, "qwen3"))
                 o.arch = ARCH_QWEN3;
             else if (!strcmp(optarg, "qwen2"))
