@@ -437,6 +437,12 @@ static void test_job_corpus(void **state)
         "\"content\": \"y\", \"reasoning_content\": null, \"tool_calls\": []}, {\"role\": \"user\", "
         "\"content\": \"z\"}]}",
         "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"stop\": \"END\"}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, {\"role\": \"assistant\", \"tool_calls\": "
+        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": \"{}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], \"tools\": [{\"type\": "
+        "\"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\"}}}], "
+        "\"documents\": [{\"text\": \"d\"}], \"chat_template_kwargs\": {\"enable_thinking\": true, \"x\": [1]}}",
+        "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"chat_template_kwargs\": {\"a\": 1}}",
         "{\"prompt\": \"x\", \"max_tokens\": null, \"seed\": null}",
         "{\"prompt\": \"x\", \"timeout_s\": 0.5, \"priority\": -1}",
         "{\"custom_id\": \"r5\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
@@ -484,8 +490,16 @@ static void test_job_corpus(void **state)
         "{\"id\": \"a\\nb\", \"prompt\": \"x\"}",
         "{\"id\": 5, \"prompt\": \"x\"}",
         "{\"messages\": []}",
-        "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"\", \"content\": \"x\"}]}",
         "{\"messages\": [{\"role\": \"user\"}]}",
+        "{\"messages\": [{\"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 1}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"documents\": [1]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"tools\": []}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
+        "{\"enable_thinking\": 1}}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"extra\": 1}]}",
         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/embeddings\", \"body\": {\"input\": \"x\"}}",
