@@ -454,6 +454,9 @@ static void test_job_corpus(void **state)
         "{\"enable_thinking\": "
         "false}, \"response_format\": {\"type\": \"text\"}, \"tools\": [], \"user\": \"u\", \"store\": "
         "true}}",
+        "{\"custom_id\": \"r6\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+        "\"tool_choice\": \"auto\", \"documents\": []}}",
         "{\"custom_id\": \"r2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"x\"], \"logprobs\": "
         "5, "
         "\"echo\": false, \"best_of\": 1, \"suffix\": \"\"}}",
@@ -517,6 +520,8 @@ static void test_job_corpus(void **state)
         "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
         "\"user\", "
         "\"content\": \"x\"}], \"audio\": {\"voice\": \"x\"}}}",
+        "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"a\", \"b\"]}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", \"echo\": true}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}, \"extra\": 1}",

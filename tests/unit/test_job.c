@@ -249,6 +249,9 @@ static const struct bad_case bad_cases[] = {
      "\"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}}",
      JOB_ERR_INVALID, "field 'body.tools[0].function': expected an object"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+     "\"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}}",
+     JOB_ERR_INVALID, "field 'body.tool_choice': not supported by llmq (only \"auto\" and \"none\" are accepted"},
+    {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"stream\": \"yes\"}}",
      JOB_ERR_INVALID, "field 'body.stream'"},

@@ -536,6 +536,16 @@ static int h_tools(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* "tool_choice": "auto" or "none". The tools are rendered into the prompt either way; the answer
+ * is text (tool calls are not parsed out of it), so no choice can be enforced. */
+static int h_tool_choice(struct pctx *c, const char *name, json_t *v)
+{
+    if (json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "none")))
+        return 0;
+    return bad(c, name, v, "not supported by llmq (only \"auto\" and \"none\" are accepted: tool calls are "
+                           "not parsed out of the answer)");
+}
+
 /* "documents": a list of objects (retrieval-augmented templates read their keys). */
 static int h_documents(struct pctx *c, const char *name, json_t *v)
 {
@@ -875,6 +885,7 @@ static const struct field fields[] = {
     {"prompt_cache_key", F_OPENAI, h_ignore, NULL},
     {"safety_identifier", F_OPENAI, h_ignore, NULL},
     {"parallel_tool_calls", F_CHAT, h_ignore, NULL},
+    {"tool_choice", F_CHAT, h_tool_choice, NULL},
     /* OpenAI fields llmq does not support: only their neutral value is accepted */
     {"n", F_OPENAI, NULL, "1"},
     {"best_of", F_COMPL, NULL, "1"},
@@ -882,7 +893,6 @@ static const struct field fields[] = {
     {"suffix", F_COMPL, NULL, "\"\""},
     {"stream_options", F_OPENAI, NULL, "{}"},
     {"logit_bias", F_OPENAI, NULL, "{}"},
-    {"tool_choice", F_CHAT, NULL, "\"none\""},
     {"functions", F_CHAT, NULL, "[]"},
     {"function_call", F_CHAT, NULL, "\"none\""},
     {"response_format", F_CHAT, NULL, "{\"type\":\"text\"}"},
