@@ -102,7 +102,7 @@ static json_t *token_text(json_t *v)
 /* transformers' special_tokens_map: each special token the config sets, as a string. */
 static int read_specials(struct chat_template *ct, json_t *cfg)
 {
-    static const char *const keys[] = {"bos_token", "eos_token",  "unk_token", "sep_token",
+    static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                        "pad_token", "cls_token", "mask_token"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         json_t *s = token_text(json_object_get(cfg, keys[i]));
@@ -153,7 +153,8 @@ static int from_config(struct chat_template *ct, json_t *v, const char *cfg_path
         return add_template(ct, NULL, json_string_value(v), json_string_length(v), "chat_template", err,
                             errlen);
     if (!json_is_array(v))
-        return errfmt(err, errlen, "%s: \"chat_template\": expected a string or a list of {\"name\", \"template\"}",
+        return errfmt(err, errlen,
+                      "%s: \"chat_template\": expected a string or a list of {\"name\", \"template\"}",
                       cfg_path);
     size_t i;
     json_t *e;
@@ -161,12 +162,13 @@ static int from_config(struct chat_template *ct, json_t *v, const char *cfg_path
     {
         json_t *name = json_object_get(e, "name"), *text = json_object_get(e, "template");
         if (!json_is_string(name) || !json_is_string(text))
-            return errfmt(err, errlen, "%s: \"chat_template\"[%zu]: expected {\"name\": string, \"template\": string}",
+            return errfmt(err, errlen,
+                          "%s: \"chat_template\"[%zu]: expected {\"name\": string, \"template\": string}",
                           cfg_path, i);
         char label[128];
         snprintf(label, sizeof label, "chat_template '%.64s'", json_string_value(name));
-        if (add_template(ct, json_string_value(name), json_string_value(text), json_string_length(text), label,
-                         err, errlen))
+        if (add_template(ct, json_string_value(name), json_string_value(text), json_string_length(text),
+                         label, err, errlen))
             return -1;
     }
     return 0;

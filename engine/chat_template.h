@@ -27,7 +27,8 @@ struct chat_template;
  * or of `override_file` when that is non-NULL and non-empty. Returns the template, or NULL with a
  * message in err when a file cannot be read or a template does not parse (the interpreter's message
  * names the template and the line, e.g. "chat_template line 12: unsupported filter 'wordcount'"). */
-struct chat_template *chat_template_load(const char *dir, const char *override_file, char *err, size_t errlen);
+struct chat_template *chat_template_load(const char *dir, const char *override_file, char *err,
+                                         size_t errlen);
 
 /* NULL is harmless. */
 void chat_template_free(struct chat_template *ct);

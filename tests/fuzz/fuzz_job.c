@@ -119,7 +119,8 @@ static void check_sampling(const struct job *j)
     CHECK(!j->metadata || json_is_object(j->metadata), "metadata that is not an object");
 }
 
-/* Exactly one input, the kind the form allows, and a messages job's messages have the shape the chat template gets. */
+/* Exactly one input, the kind the form allows, and a messages job's messages have the shape the chat template
+ * gets. */
 static void check_input(const struct job *j)
 {
     int inputs = (j->prompt != NULL) + (j->prompt_ids != NULL) + (j->messages != NULL);
@@ -146,14 +147,17 @@ static void check_input(const struct job *j)
     for (size_t i = 0; i < json_array_size(j->messages); i++) {
         json_t *m = json_array_get(j->messages, i);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        CHECK(json_is_string(role) && json_string_length(role) > 0 && strcmp(json_string_value(role), "developer"),
+        CHECK(json_is_string(role) && json_string_length(role) > 0 &&
+                  strcmp(json_string_value(role), "developer"),
               "messages[%zu].role not a normalised role", i);
         CHECK(json_is_string(content) || json_is_array(content) ||
                   (json_is_null(content) && !strcmp(json_string_value(role), "assistant")),
               "messages[%zu].content of a wrong type", i);
     }
-    CHECK(!j->tools || (json_is_array(j->tools) && json_array_size(j->tools) > 0), "tools: not a non-empty list");
-    CHECK(!j->chat_kwargs || (json_is_object(j->chat_kwargs) && !json_object_get(j->chat_kwargs, "enable_thinking")),
+    CHECK(!j->tools || (json_is_array(j->tools) && json_array_size(j->tools) > 0),
+          "tools: not a non-empty list");
+    CHECK(!j->chat_kwargs ||
+              (json_is_object(j->chat_kwargs) && !json_object_get(j->chat_kwargs, "enable_thinking")),
           "chat_template_kwargs kept enable_thinking");
 }
 

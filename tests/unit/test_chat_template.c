@@ -57,7 +57,8 @@ static void put_config(const char *template_json)
     char text[4096];
     snprintf(text, sizeof text,
              "{\"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<s>\", \"lstrip\": false}, "
-             "\"eos_token\": \"</s>\", \"pad_token\": null, \"model_max_length\": 1000000000000000019884624838656%s%s}",
+             "\"eos_token\": \"</s>\", \"pad_token\": null, \"model_max_length\": "
+             "1000000000000000019884624838656%s%s}",
              template_json ? ", \"chat_template\": " : "", template_json ? template_json : "");
     put("tokenizer_config.json", text);
 }
@@ -93,8 +94,8 @@ static int render(const struct chat_template *ct, const char *messages, const ch
 }
 
 /* Renders and expects `want` exactly. */
-static void expect(const struct chat_template *ct, const char *messages, const char *tools, const char *kwargs,
-                   bool agp, bool as_given, const char *want)
+static void expect(const struct chat_template *ct, const char *messages, const char *tools,
+                   const char *kwargs, bool agp, bool as_given, const char *want)
 {
     char *out = NULL, err[1024] = "";
     int rc = render(ct, messages, tools, kwargs, agp, as_given, &out, err, sizeof err);
@@ -252,7 +253,8 @@ static void test_content_parts(void **state)
     expect(ct, parts, NULL, NULL, true, true, "False:2");
     chat_template_free(ct);
     /* a template that loops over content gets the list */
-    put_config("\"{% for m in messages %}{% for p in m['content'] %}<{{ p.text }}>{% endfor %}{% endfor %}\"");
+    put_config(
+        "\"{% for m in messages %}{% for p in m['content'] %}<{{ p.text }}>{% endfor %}{% endfor %}\"");
     ct = load(NULL);
     expect(ct, parts, NULL, NULL, true, false, "<a><b>");
     chat_template_free(ct);
@@ -301,7 +303,8 @@ static void test_fidelity(void **state)
         for (; getline(&line, &cap, f) > 0; k++) {
             json_t *g = json_loads(line, 0, &je), *c = json_array_get(cases, k);
             if (!g || !c)
-                fail_msg("%s line %zu: %s", golden, k + 1, g ? "more lines than conversations.json" : je.text);
+                fail_msg("%s line %zu: %s", golden, k + 1,
+                         g ? "more lines than conversations.json" : je.text);
             const char *name = json_string_value(json_object_get(c, "name"));
             if (!name || strcmp(name, json_string_value(json_object_get(g, "name"))))
                 fail_msg("%s line %zu: not the case %s of conversations.json: regenerate it", golden, k + 1,
@@ -312,7 +315,8 @@ static void test_fidelity(void **state)
                                     .tools = json_is_null(tools) ? NULL : tools,
                                     .documents = json_is_null(docs) ? NULL : docs,
                                     .kwargs = kw,
-                                    .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+                                    .add_generation_prompt =
+                                        json_is_true(json_object_get(c, "add_generation_prompt")),
                                     .parts_as_given = true};
             char *out = NULL;
             size_t len = 0;
@@ -323,7 +327,8 @@ static void test_fidelity(void **state)
                 if (rc != CHAT_OK) {
                     print_error("%s / %s: render failed (%d): %s\n", models[mi], name, rc, err);
                     failures++;
-                } else if (len != json_string_length(want_text) || memcmp(out, json_string_value(want_text), len)) {
+                } else if (len != json_string_length(want_text) ||
+                           memcmp(out, json_string_value(want_text), len)) {
                     report_mismatch(models[mi], name, out, json_string_value(want_text));
                     failures++;
                 } else if (tok) {
@@ -348,8 +353,8 @@ static void test_fidelity(void **state)
                 raised++;
                 if (type && !strcmp(type, "TemplateError")) { /* raise_exception: the same message */
                     if (rc != CHAT_RAISED || strcmp(err, msg)) {
-                        print_error("%s / %s: expected the raise \"%s\", got %d \"%s\"\n", models[mi], name, msg,
-                                    rc, rc == CHAT_OK ? out : err);
+                        print_error("%s / %s: expected the raise \"%s\", got %d \"%s\"\n", models[mi], name,
+                                    msg, rc, rc == CHAT_OK ? out : err);
                         failures++;
                     }
                 } else if (rc == CHAT_OK) { /* a Python error (TypeError, ...): an error here too */
@@ -370,8 +375,8 @@ static void test_fidelity(void **state)
         chat_template_free(ct);
     }
     json_decref(cases);
-    printf("%zu renders compared with transformers (%zu of them errors, %zu id lists), %zu differ\n", compared,
-           raised, ids_compared, failures);
+    printf("%zu renders compared with transformers (%zu of them errors, %zu id lists), %zu differ\n",
+           compared, raised, ids_compared, failures);
     assert_int_equal(failures, 0);
 }
 
@@ -396,7 +401,8 @@ static void test_qwen3_renders(void **state)
             json_object_set(kw, "enable_thinking", et);
         struct chat_input in = {.messages = json_object_get(g, "messages"),
                                 .kwargs = kw,
-                                .add_generation_prompt = json_is_true(json_object_get(g, "add_generation_prompt"))};
+                                .add_generation_prompt =
+                                    json_is_true(json_object_get(g, "add_generation_prompt"))};
         char *out = NULL;
         size_t len = 0;
         int rc = chat_template_render(ct, &in, &out, &len, err, sizeof err);

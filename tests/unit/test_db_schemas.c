@@ -437,12 +437,16 @@ static void test_job_corpus(void **state)
         "\"content\": \"y\", \"reasoning_content\": null, \"tool_calls\": []}, {\"role\": \"user\", "
         "\"content\": \"z\"}]}",
         "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"stop\": \"END\"}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, {\"role\": \"assistant\", \"tool_calls\": "
-        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": \"{}\"}}]}, "
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, {\"role\": \"assistant\", "
+        "\"tool_calls\": "
+        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": "
+        "\"{}\"}}]}, "
         "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], \"tools\": [{\"type\": "
         "\"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\"}}}], "
-        "\"documents\": [{\"text\": \"d\"}], \"chat_template_kwargs\": {\"enable_thinking\": true, \"x\": [1]}}",
-        "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"chat_template_kwargs\": {\"a\": 1}}",
+        "\"documents\": [{\"text\": \"d\"}], \"chat_template_kwargs\": {\"enable_thinking\": true, \"x\": "
+        "[1]}}",
+        "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"chat_template_kwargs\": {\"a\": "
+        "1}}",
         "{\"prompt\": \"x\", \"max_tokens\": null, \"seed\": null}",
         "{\"prompt\": \"x\", \"timeout_s\": 0.5, \"priority\": -1}",
         "{\"custom_id\": \"r5\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
@@ -455,7 +459,8 @@ static void test_job_corpus(void **state)
         "false}, \"response_format\": {\"type\": \"text\"}, \"tools\": [], \"user\": \"u\", \"store\": "
         "true}}",
         "{\"custom_id\": \"r6\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
-        "\"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+        "\"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+        "\"f\"}}], "
         "\"tool_choice\": \"auto\", \"documents\": []}}",
         "{\"custom_id\": \"r2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"x\"], \"logprobs\": "
         "5, "
@@ -500,7 +505,8 @@ static void test_job_corpus(void **state)
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"documents\": [1]}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"tools\": []}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"tools\": "
+        "[]}}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
         "{\"enable_thinking\": 1}}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"extra\": 1}]}",

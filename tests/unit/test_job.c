@@ -114,7 +114,8 @@ static const struct bad_case bad_cases[] = {
      JOB_ERR_INVALID, "field 'messages[0].tool_calls[0].function.name': expected a string"},
     {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
      "\"arguments\": 5}}]}]}",
-     JOB_ERR_INVALID, "field 'messages[0].tool_calls[0].function.arguments': expected a JSON string or an object, got 5"},
+     JOB_ERR_INVALID,
+     "field 'messages[0].tool_calls[0].function.arguments': expected a JSON string or an object, got 5"},
     {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": []}]}", JOB_ERR_INVALID,
      "field 'messages[0].content': missing"},
     /* tools, documents, chat_template_kwargs */
@@ -250,7 +251,8 @@ static const struct bad_case bad_cases[] = {
      JOB_ERR_INVALID, "field 'body.tools[0].function': expected an object"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}}",
-     JOB_ERR_INVALID, "field 'body.tool_choice': not supported by llmq (only \"auto\" and \"none\" are accepted"},
+     JOB_ERR_INVALID,
+     "field 'body.tool_choice': not supported by llmq (only \"auto\" and \"none\" are accepted"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"stream\": \"yes\"}}",
@@ -282,7 +284,8 @@ static const struct bad_case bad_cases[] = {
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"chat_template_kwargs\": {\"tools\": 1}}}",
-     JOB_ERR_INVALID, "field 'body.chat_template_kwargs.tools': set by the job itself, not here (use the job's field)"},
+     JOB_ERR_INVALID,
+     "field 'body.chat_template_kwargs.tools': set by the job itself, not here (use the job's field)"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"prompt\": \"x\"}}",
@@ -539,10 +542,12 @@ static void test_llmq_messages(void **state)
         "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], "
         "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"d\", "
         "\"parameters\": {\"type\": \"object\"}}}], \"documents\": [{\"title\": \"t\", \"text\": \"x\"}], "
-        "\"enable_thinking\": true, \"chat_template_kwargs\": {\"enable_thinking\": false, \"custom\": [1, 2]}}";
+        "\"enable_thinking\": true, \"chat_template_kwargs\": {\"enable_thinking\": false, \"custom\": [1, "
+        "2]}}";
     assert_int_equal(parse(tools, &j, err, sizeof err), JOB_OK);
     json_t *a = json_array_get(j.messages, 1);
-    assert_true(json_is_null(json_object_get(a, "content"))); /* absent with tool calls: null, as OpenAI sends */
+    assert_true(
+        json_is_null(json_object_get(a, "content"))); /* absent with tool calls: null, as OpenAI sends */
     assert_int_equal(json_array_size(json_object_get(a, "tool_calls")), 1);
     assert_int_equal(json_array_size(j.tools), 1);
     assert_int_equal(json_array_size(j.documents), 1);
@@ -628,7 +633,7 @@ static void test_openai_chat(void **state)
     assert_int_equal(json_array_size(j.messages), 2);
     assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 1), "content")),
                         "Hello world!");
-    assert_null(j.tools); /* "tools": [] */
+    assert_null(j.tools);               /* "tools": [] */
     assert_int_equal(j.max_tokens, 12); /* max_completion_tokens wins over the deprecated max_tokens */
     assert_float_equal(j.sp.temperature, 0.0f, 0);
     assert_float_equal(j.sp.top_p, 0.5f, 0);

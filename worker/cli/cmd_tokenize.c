@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "engine/chat_template.h"
-#include "engine/util/errfmt.h"
 #include "engine/tokenizer.h"
 #include "engine/util/buf.h"
+#include "engine/util/errfmt.h"
 #include "worker/cli/cli.h"
 
 static void usage(FILE *f)
@@ -117,7 +117,8 @@ static int answer_chat(struct tk *t, json_t *in, json_t **out, char *err, size_t
 {
     json_t *msgs = json_object_get(in, "messages"), *tools = json_object_get(in, "tools"),
            *docs = json_object_get(in, "documents"), *agp = json_object_get(in, "add_generation_prompt"),
-           *kwargs = json_object_get(in, "chat_template_kwargs"), *think = json_object_get(in, "enable_thinking");
+           *kwargs = json_object_get(in, "chat_template_kwargs"),
+           *think = json_object_get(in, "enable_thinking");
     if (!json_is_array(msgs))
         return errfmt(err, errlen, "\"messages\": expected an array");
     if (tools && !json_is_null(tools) && !json_is_array(tools))
@@ -184,8 +185,8 @@ static int answer(struct tk *t, const char *line, size_t len, json_t **out, char
         snprintf(err, errlen, "expected a JSON object");
         goto done;
     }
-    static const char *const chat_keys[] = {"tools", "documents", "add_generation_prompt", "chat_template_kwargs",
-                                            "enable_thinking", NULL};
+    static const char *const chat_keys[] = {
+        "tools", "documents", "add_generation_prompt", "chat_template_kwargs", "enable_thinking", NULL};
     json_object_foreach(in, key, val)
     {
         bool chat_key = false;

@@ -51,7 +51,8 @@ enum {
 
 /* struct option entries (<getopt.h>) for a command's getopt_long table; the command's short
  * options must include "m:". ENGINE_CFG_LONGOPTS: the flags of every command that opens an engine
- * (--model, --backend, --threads, --device, --max-num-seqs, --chat-template); ENGINE_CFG_LONGOPTS_SHAPE: the batch shape
+ * (--model, --backend, --threads, --device, --max-num-seqs, --chat-template); ENGINE_CFG_LONGOPTS_SHAPE: the
+ * batch shape
  * (--max-num-batched-tokens, --max-model-len, --block-size). */
 // clang-format off
 #define ENGINE_CFG_LONGOPTS                                                       \

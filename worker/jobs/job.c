@@ -423,7 +423,7 @@ static int check_message(struct pctx *c, size_t i, json_t *m)
     json_t *v;
     json_object_foreach(m, key, v)
     {
-        static const char *const known[] = {"role",       "content",      "name", "tool_calls",
+        static const char *const known[] = {"role",         "content",           "name", "tool_calls",
                                             "tool_call_id", "reasoning_content", NULL};
         bool ok = false;
         for (const char *const *k = known; *k; k++)
@@ -462,8 +462,8 @@ static int check_message(struct pctx *c, size_t i, json_t *m)
     bool calls_given = has_calls && json_array_size(calls) > 0;
     if (!content || json_is_null(content)) {
         if (!(assistant && calls_given))
-            return bad(c, field, NULL, content ? "null is only allowed in an assistant message with tool_calls"
-                                               : "missing");
+            return bad(c, field, NULL,
+                       content ? "null is only allowed in an assistant message with tool_calls" : "missing");
         if (!content && json_object_set_new(m, "content", json_null())) /* as OpenAI clients send it */
             return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
         return 0;
@@ -542,8 +542,9 @@ static int h_tool_choice(struct pctx *c, const char *name, json_t *v)
 {
     if (json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "none")))
         return 0;
-    return bad(c, name, v, "not supported by llmq (only \"auto\" and \"none\" are accepted: tool calls are "
-                           "not parsed out of the answer)");
+    return bad(c, name, v,
+               "not supported by llmq (only \"auto\" and \"none\" are accepted: tool calls are "
+               "not parsed out of the answer)");
 }
 
 /* "documents": a list of objects (retrieval-augmented templates read their keys). */
@@ -1041,10 +1042,14 @@ static int llmq_form(struct pctx *c, json_t *root)
     if (c->vars && !c->template_name)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': only used with 'template'");
     if (!j->messages && !c->template_name) { /* a prompt goes to the model without a chat template */
-        const char *f = j->tools ? "tools" : j->documents ? "documents" : j->chat_kwargs ? "chat_template_kwargs" : NULL;
+        const char *f = j->tools         ? "tools"
+                        : j->documents   ? "documents"
+                        : j->chat_kwargs ? "chat_template_kwargs"
+                                         : NULL;
         if (f)
-            return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
-                             "field '%s': only used with 'messages' or 'template' (a prompt gets no chat template)", f);
+            return errfmt_rc(
+                c->err, c->errlen, JOB_ERR_INVALID,
+                "field '%s': only used with 'messages' or 'template' (a prompt gets no chat template)", f);
     }
     if (c->template_name) {
         const char *name = json_string_value(c->template_name);
