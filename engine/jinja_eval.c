@@ -602,7 +602,23 @@ static struct jv filter_chain(struct jctx *c, const struct jnode *n, struct jv o
 
 /* ---- expressions */
 
+static struct jv eval_node(struct jctx *c, const struct jnode *n, struct jscope *s);
+
+static void enter(struct jctx *c)
+{
+    if (++c->depth > JMAXDEPTH)
+        jfail(&c->f, "nested too deeply (more than %d levels of expressions and macro calls)", JMAXDEPTH);
+}
+
 static struct jv eval(struct jctx *c, const struct jnode *n, struct jscope *s)
+{
+    enter(c);
+    struct jv v = eval_node(c, n, s);
+    c->depth--;
+    return v;
+}
+
+static struct jv eval_node(struct jctx *c, const struct jnode *n, struct jscope *s)
 {
     step(c, n);
     struct jv a, b, *pos, *kw;
@@ -782,7 +798,16 @@ static void capture_scopes(struct jscope *s)
         s->captured = true;
 }
 
+static void exec_node(struct jctx *c, const struct jnode *n, struct jscope *s);
+
 static void exec_stmt(struct jctx *c, const struct jnode *n, struct jscope *s)
+{
+    enter(c);
+    exec_node(c, n, s);
+    c->depth--;
+}
+
+static void exec_node(struct jctx *c, const struct jnode *n, struct jscope *s)
 {
     step(c, n);
     struct jv v;

@@ -124,6 +124,7 @@ static void repr_str(struct jbuf *b, const char *s, size_t n)
 
 static void put_seq(struct jctx *c, struct jbuf *b, const struct jlist *l)
 {
+    jdepth_enter(c);
     jbuf_putc(b, l->tuple ? '(' : '[');
     for (size_t i = 0; i < l->n; i++) {
         if (i)
@@ -133,10 +134,12 @@ static void put_seq(struct jctx *c, struct jbuf *b, const struct jlist *l)
     if (l->tuple && l->n == 1)
         jbuf_putc(b, ',');
     jbuf_putc(b, l->tuple ? ')' : ']');
+    jdepth_leave(c);
 }
 
 static void put_dict(struct jctx *c, struct jbuf *b, const struct jdict *d)
 {
+    jdepth_enter(c);
     jbuf_putc(b, '{');
     for (size_t i = 0; i < d->n; i++) {
         if (i)
@@ -146,6 +149,7 @@ static void put_dict(struct jctx *c, struct jbuf *b, const struct jdict *d)
         jv_repr_to(c, b, d->v[i]);
     }
     jbuf_putc(b, '}');
+    jdepth_leave(c);
 }
 
 void jv_str_to(struct jctx *c, struct jbuf *b, struct jv v)
@@ -305,6 +309,8 @@ static struct jv json_key(struct jctx *c, struct jv k)
 static void json_val(struct jctx *c, struct jbuf *b, struct jv v, const struct jsonopt *o, int level)
 {
     char t[40];
+    if (level > JMAXDEPTH)
+        jfail(&c->f, "value nested too deeply (more than %d levels)", JMAXDEPTH);
     switch (v.t) {
     case JT_NONE:
         jbuf_puts(b, "null");

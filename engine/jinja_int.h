@@ -181,7 +181,8 @@ const struct jv *jdict_get(const struct jdict *d, struct jv k);            /* NU
 const struct jv *jdict_gets(const struct jdict *d, const char *key);
 
 bool jv_truthy(struct jv v);
-bool jv_eq(struct jv a, struct jv b); /* Python ==, 1 == 1.0 == True */
+/* Python ==, 1 == 1.0 == True; values nested deeper than JMAXDEPTH compare unequal. */
+bool jv_eq(struct jv a, struct jv b);
 /* Python's <, <=, ...: -1/0/1; fails on types Python cannot order. */
 int jv_cmp(struct jctx *c, struct jv a, struct jv b);
 const char *jv_typename(struct jv v); /* Python's type name for messages: "str", "dict", ... */
@@ -364,11 +365,21 @@ struct jctx {
     size_t max_output;
     time_t now;
     struct jbuf *out;
-    int brk; /* 1: break, 2: continue pending */
+    int brk;    /* 1: break, 2: continue pending */
+    int depth;  /* nested evaluations and macro calls now, bounded by JMAXDEPTH */
+    int vdepth; /* nesting of the value being printed, compared or dumped, bounded by JMAXDEPTH */
     struct jdict *vars;
     struct jv *rest; /* the "*" arguments of the callable being called */
     size_t nrest;
 };
+
+/* How deep evaluation and values may nest: the C stack stays small whatever the template does. */
+#define JMAXDEPTH 1000
+void jdepth_enter(struct jctx *c); /* ++vdepth, failing "value nested too deeply" */
+static inline void jdepth_leave(struct jctx *c)
+{
+    c->vdepth--;
+}
 
 struct jv jcall_value(struct jctx *c, struct jv fn, struct jv *pos, size_t npos, const char **kwname,
                       struct jv *kw, size_t nkw);

@@ -105,7 +105,7 @@ static void lex_string(struct lexer *L)
         if (++p >= L->n)
             jfail(L->f, "unexpected end of string");
         c = L->s[p];
-        const char *simple = strchr("\\'\"abfnrtv\n", c);
+        const char *simple = c ? strchr("\\'\"abfnrtv\n", c) : NULL;
         if (simple) {
             static const char out[] = "\\'\"\a\b\f\n\r\t\v";
             if (c != '\n')
@@ -240,7 +240,7 @@ static void lex_tag(struct lexer *L, bool block)
             for (int i = 0; two[i]; i++)
                 if (at(L, L->pos, two[i]))
                     k = 2;
-            if (k == 1 && !strchr("+-/*%~[](){}<>=.:|,;", c))
+            if (k == 1 && (!c || !strchr("+-/*%~[](){}<>=.:|,;", c)))
                 jfail(L->f, "unexpected char '%c'", c);
             if (k == 1 && strchr("([{", c)) {
                 if (depth == (int)sizeof balance)
@@ -358,7 +358,7 @@ struct jtoken *jlex(const char *src, size_t len, struct jarena *a, struct jfail 
     while (L.pos < L.n) {
         f->line = L.line;
         size_t p = L.pos;
-        while (p < L.n && !(L.s[p] == '{' && p + 1 < L.n && strchr("{%#", L.s[p + 1])))
+        while (p < L.n && !(L.s[p] == '{' && p + 1 < L.n && L.s[p + 1] && strchr("{%#", L.s[p + 1])))
             p++;
         if (p >= L.n) {
             emit_data(&L, L.pos, L.n, 0, false);

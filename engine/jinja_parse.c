@@ -8,6 +8,7 @@
 #include "engine/jinja_int.h"
 
 #define MAXNAMES 256
+#define MAXDEPTH 200 /* the parser and the evaluator recurse this deep at most, whatever the input */
 
 struct parser {
     struct jtoken *tok;
@@ -15,6 +16,7 @@ struct parser {
     struct jarena *a;
     struct jfail *f;
     int loops; /* for loops around the statement being parsed (break/continue need one) */
+    int depth; /* nesting of expressions and blocks being parsed, bounded by MAXDEPTH */
     /* names called as functions, and names bound anywhere; checked when the parse ends */
     const char *called[MAXNAMES];
     int called_line[MAXNAMES];
@@ -100,6 +102,12 @@ static const char *expect_name(struct parser *P)
     if (cur(P)->k != TK_NAME)
         unexpected(P, cur(P), "a name");
     return next(P)->s;
+}
+
+static void enter(struct parser *P)
+{
+    if (++P->depth > MAXDEPTH)
+        jfail(P->f, "template nested too deeply (more than %d levels)", MAXDEPTH);
 }
 
 static struct jnode *node(struct parser *P, enum jnk k, int line)
@@ -430,7 +438,9 @@ static struct jnode *parse_unary(struct parser *P, bool with_filter)
     if (is_op(t, "-") || is_op(t, "+")) {
         next(P);
         n = node(P, is_op(t, "-") ? NK_NEG : NK_POS, t->line);
+        enter(P);
         n->a = parse_unary(P, false);
+        P->depth--;
     } else {
         n = parse_primary(P);
     }
@@ -555,7 +565,9 @@ static struct jnode *parse_not(struct parser *P)
 {
     if (is_name(cur(P), "not")) {
         struct jnode *n = node(P, NK_NOT, next(P)->line);
+        enter(P);
         n->a = parse_not(P);
+        P->depth--;
         return n;
     }
     return parse_compare(P);
@@ -587,6 +599,7 @@ static struct jnode *parse_or(struct parser *P)
 
 static struct jnode *parse_expr(struct parser *P, bool condexpr)
 {
+    enter(P);
     struct jnode *n = parse_or(P);
     while (condexpr && is_name(cur(P), "if")) {
         struct jnode *x = node(P, NK_COND, next(P)->line);
@@ -598,6 +611,7 @@ static struct jnode *parse_expr(struct parser *P, bool condexpr)
         }
         n = x;
     }
+    P->depth--;
     return n;
 }
 
@@ -816,7 +830,17 @@ static struct jnode *parse_filter_block(struct parser *P, int line)
     return n;
 }
 
+static struct jnode *parse_statement_in(struct parser *P);
+
 static struct jnode *parse_statement(struct parser *P)
+{
+    enter(P);
+    struct jnode *n = parse_statement_in(P);
+    P->depth--;
+    return n;
+}
+
+static struct jnode *parse_statement_in(struct parser *P)
 {
     struct jtoken *t = next(P);
     if (t->k != TK_NAME)

@@ -9,7 +9,7 @@ struct jlist *jlist_new(struct jctx *c, size_t n)
 {
     struct jlist *l = jalloc(&c->a, sizeof *l);
     l->n = n;
-    l->v = n ? jalloc(&c->a, n * sizeof *l->v) : NULL;
+    l->v = jalloc(&c->a, (n ? n : 1) * sizeof *l->v); /* never NULL: memcpy of 0 items from it is defined */
     return l;
 }
 
@@ -65,7 +65,17 @@ struct jv jv_cstr(struct jctx *c, const char *s)
     return jv_str(jstrndup(&c->a, s, n), n);
 }
 
+static struct jv from_json(struct jctx *c, const json_t *j);
+
 struct jv jv_from_json(struct jctx *c, const json_t *j)
+{
+    jdepth_enter(c);
+    struct jv v = from_json(c, j);
+    jdepth_leave(c);
+    return v;
+}
+
+static struct jv from_json(struct jctx *c, const json_t *j)
 {
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
@@ -143,8 +153,23 @@ static int64_t intval(struct jv v)
     return v.t == JT_BOOL ? v.u.b : v.u.i;
 }
 
+static bool eq_at(struct jv a, struct jv b, int depth);
+
 bool jv_eq(struct jv a, struct jv b)
 {
+    return eq_at(a, b, 0);
+}
+
+void jdepth_enter(struct jctx *c)
+{
+    if (++c->vdepth > JMAXDEPTH)
+        jfail(&c->f, "value nested too deeply (more than %d levels)", JMAXDEPTH);
+}
+
+static bool eq_at(struct jv a, struct jv b, int depth)
+{
+    if (depth > JMAXDEPTH)
+        return false;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (is_intlike(a) && is_intlike(b))
             return intval(a) == intval(b);
@@ -162,7 +187,7 @@ bool jv_eq(struct jv a, struct jv b)
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i]))
+            if (!eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1))
                 return false;
         return true;
     case JT_DICT:
@@ -170,7 +195,7 @@ bool jv_eq(struct jv a, struct jv b)
             return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             const struct jv *o = jdict_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_eq(a.u.d->v[i], *o))
+            if (!o || !eq_at(a.u.d->v[i], *o, depth + 1))
                 return false;
         }
         return true;
@@ -245,10 +270,13 @@ int jv_cmp(struct jctx *c, struct jv a, struct jv b)
     }
     if (a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
-        for (size_t i = 0; i < n; i++)
+        int k = 0;
+        jdepth_enter(c);
+        for (size_t i = 0; i < n && !k; i++)
             if (!jv_eq(a.u.l->v[i], b.u.l->v[i]))
-                return jv_cmp(c, a.u.l->v[i], b.u.l->v[i]);
-        return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
+                k = jv_cmp(c, a.u.l->v[i], b.u.l->v[i]);
+        jdepth_leave(c);
+        return k ? k : (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
     }
     jfail(&c->f, "'<' not supported between instances of '%s' and '%s'", jv_typename(a), jv_typename(b));
 }

@@ -330,6 +330,60 @@ static void test_limits(void **state)
     assert_non_null(strstr(err, "memory limit"));
 }
 
+/* Whatever a template nests, the C stack stays bounded: an error, never a crash. */
+static void test_nesting(void **state)
+{
+    char err[256], *src = malloc(1 << 20), *p = src;
+    int rc;
+    p += sprintf(p, "{{ ");
+    for (int i = 0; i < 50000; i++)
+        p += sprintf(p, "(");
+    sprintf(p, "1 }}");
+    assert_null(jinja_parse(src, strlen(src), "tpl", err, sizeof err));
+    assert_non_null(strstr(err, "nested too deep"));
+    p = src + sprintf(src, "{{ ");
+    for (int i = 0; i < 50000; i++)
+        p += sprintf(p, "not ");
+    sprintf(p, "1 }}");
+    assert_null(jinja_parse(src, strlen(src), "tpl", err, sizeof err));
+    assert_string_equal(err, "tpl line 1: template nested too deeply (more than 200 levels)");
+    p = src;
+    for (int i = 0; i < 5000; i++)
+        p += sprintf(p, "{%% if 1 %%}");
+    assert_null(jinja_parse(src, strlen(src), "tpl", err, sizeof err));
+    assert_non_null(strstr(err, "nested too deeply"));
+    /* a chain parses without recursion, and its evaluation stops at the depth limit */
+    p = src + sprintf(src, "{{ 1");
+    for (int i = 0; i < 30000; i++)
+        p += sprintf(p, " + 1");
+    sprintf(p, " }}");
+    char *out = render_str(src, "{}", NULL, &rc, err, sizeof err);
+    assert_null(out);
+    assert_int_equal(rc, JINJA_ERROR);
+    assert_non_null(strstr(err, "nested too deeply"));
+    free(src);
+    out = render_str("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", "{}", NULL, &rc, err,
+                     sizeof err);
+    assert_null(out);
+    assert_non_null(strstr(err, "nested too deeply"));
+    /* values that contain themselves, or nest without end, fail to print instead of recursing */
+    out = render_str("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "{}", NULL, &rc, err,
+                     sizeof err);
+    assert_null(out);
+    assert_non_null(strstr(err, "value nested too deeply"));
+    out = render_str(
+        "{% set ns = namespace(x=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+        "{{ ns.x|tojson }}",
+        "{}", NULL, &rc, err, sizeof err);
+    assert_null(out);
+    assert_non_null(strstr(err, "value nested too deeply"));
+    out = render_str("{% set ns = namespace(x=1, y=1) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}"
+                     "{% set ns.y = [ns.y] %}{% endfor %}{{ ns.x == ns.y }}",
+                     "{}", NULL, &rc, err, sizeof err);
+    assert_string_equal(out, "False"); /* deeper than JMAXDEPTH: unequal, documented */
+    free(out);
+}
+
 /* ---- one template, several threads */
 
 struct thread_arg {
@@ -390,6 +444,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_render_errors),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_nesting),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
