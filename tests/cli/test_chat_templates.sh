@@ -74,6 +74,14 @@ assert a["status"] == "failed" and a["error"] == sys.argv[2] and a["error_code"]
 assert b["status"] == "completed", b
 EOF
 
+# a template the interpreter cannot run stops the start, naming the file, the line and the construct
+printf 'ok\n{{ messages | wordcount }}\n' >"$T/unsupported.jinja"
+"$LLMQ" run --model "$M" --chat-template "$T/unsupported.jinja" --input "$T/in2.jsonl" --output "$T/out4.jsonl" \
+  --backend cpu --threads 1 >"$T/run4.log" 2>&1
+eq "llmq run with an unsupported template: exit status" "$?" 1
+grep -q "unsupported.jinja line 2: .*wordcount" "$T/run4.log" && ok "the load error names the file, the line and the filter" ||
+  bad "load error: $(cat "$T/run4.log")"
+
 # a model without a template: messages fail clearly, prompts run
 cp -r "$M" "$T/bare"
 python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c.pop("chat_template"); json.dump(c, open(p, "w"))' \
