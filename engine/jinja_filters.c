@@ -1,6 +1,7 @@
 /* jinja2's filters and tests that chat templates use, with jinja2's semantics (and HF's tojson:
  * json.dumps with ensure_ascii=False unless asked). Anything not in these tables is refused when a
  * template is parsed. See jinja_int.h. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +61,73 @@ static struct jv f_replace(struct jctx *c, struct jv v, struct jv *p)
     struct jv old = p[0].t == JT_STR ? p[0] : soft_str(c, p[0]),
               new = p[1].t == JT_STR ? p[1] : soft_str(c, p[1]);
     return jstr_replace(c, soft_str(c, v), old, new, p[2]);
+}
+
+/* Python's str.splitlines: the lines of s without their line breaks. */
+static struct jlist *splitlines(struct jctx *c, struct jv s)
+{
+    struct jlist *l = jlist_new(c, s.u.s.n + 1);
+    l->n = 0;
+    size_t start = 0;
+    for (size_t off = 0; off < s.u.s.n;) {
+        int32_t cp;
+        size_t k = jutf8_dec(s.u.s.p + off, s.u.s.n - off, &cp);
+        bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || (cp >= 0x1c && cp <= 0x1e) ||
+                   cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+        if (!brk) {
+            off += k;
+            continue;
+        }
+        l->v[l->n++] = jv_str(s.u.s.p + start, off - start);
+        off += k;
+        if (cp == '\r' && off < s.u.s.n && s.u.s.p[off] == '\n')
+            off++;
+        start = off;
+    }
+    if (start < s.u.s.n)
+        l->v[l->n++] = jv_str(s.u.s.p + start, s.u.s.n - start);
+    return l;
+}
+
+/* indent(width=4, first=False, blank=False), jinja2 3.1's: every line but the first (with first,
+ * that one too) and but blank ones (with blank, those too) gets the indentation. */
+static struct jv f_indent(struct jctx *c, struct jv v, struct jv *p)
+{
+    jv_use(c, v);
+    if (v.t != JT_STR)
+        jfail(&c->f, "unsupported operand type(s) for +=: '%s' and 'str'", jv_typename(v));
+    struct jv ind = jv_str("    ", 4);
+    if (given(p[0]) && p[0].t == JT_STR) {
+        ind = p[0];
+    } else if (given(p[0])) {
+        if (p[0].t != JT_INT && p[0].t != JT_BOOL)
+            jfail(&c->f, "indent: width must be an integer or a string");
+        int64_t w = p[0].t == JT_BOOL ? p[0].u.b : p[0].u.i;
+        if (w > (int64_t)c->max_output)
+            jfail(&c->f, "output limit of %zu bytes reached", c->max_output);
+        char *sp = jalloc(&c->a, (size_t)(w > 0 ? w : 0) + 1);
+        memset(sp, ' ', (size_t)(w > 0 ? w : 0));
+        ind = jv_str(sp, (size_t)(w > 0 ? w : 0));
+    }
+    bool first = given(p[1]) && jv_truthy(p[1]), blank = given(p[2]) && jv_truthy(p[2]);
+    char *nl = jalloc(&c->a, v.u.s.n + 1); /* jinja2 appends a newline before splitting */
+    memcpy(nl, v.u.s.p, v.u.s.n);
+    nl[v.u.s.n] = '\n';
+    struct jlist *lines = splitlines(c, jv_str(nl, v.u.s.n + 1));
+    struct jbuf b = {.a = &c->a, .max = c->max_output};
+    jbuf_put(&b, "", 0);
+    if (first)
+        jbuf_put(&b, ind.u.s.p, ind.u.s.n);
+    for (size_t i = 0; i < lines->n; i++) {
+        struct jv line = lines->v[i];
+        if (i) {
+            jbuf_putc(&b, '\n');
+            if (blank || line.u.s.n)
+                jbuf_put(&b, ind.u.s.p, ind.u.s.n);
+        }
+        jbuf_put(&b, line.u.s.p, line.u.s.n);
+    }
+    return jv_str(b.p, b.n);
 }
 
 /* ---- tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
@@ -327,13 +395,34 @@ static struct jv f_default(struct jctx *c, struct jv v, struct jv *p)
     return v;
 }
 
+/* s stripped of surrounding whitespace and of the underscores Python allows between digits
+ * ("1_000"), NUL-terminated; NULL when an underscore stands anywhere else. */
+static char *number_text(struct jctx *c, struct jv s)
+{
+    struct jv t = jstr_strip(c, s, none_arg(), true, true);
+    char *z = jalloc(&c->a, t.u.s.n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < t.u.s.n; i++) {
+        char ch = t.u.s.p[i];
+        if (ch == '_') {
+            bool between = i > 0 && i + 1 < t.u.s.n && isalnum((unsigned char)t.u.s.p[i - 1]) &&
+                           isalnum((unsigned char)t.u.s.p[i + 1]);
+            if (!between)
+                return NULL;
+            continue;
+        }
+        z[k++] = ch;
+    }
+    z[k] = 0;
+    return z;
+}
+
 /* Python's float(str): surrounding whitespace allowed, the whole rest must be a number. */
 static bool parse_float(struct jctx *c, struct jv s, double *out)
 {
-    struct jv t = jstr_strip(c, s, none_arg(), true, true);
-    if (!t.u.s.n)
+    char *z = number_text(c, s), *end;
+    if (!z || !*z)
         return false;
-    char *z = jstrndup(&c->a, t.u.s.p, t.u.s.n), *end;
     errno = 0;
     *out = strtod(z, &end);
     return *end == 0 && (strncmp(z, "0x", 2) != 0 && strncmp(z, "-0x", 3) != 0);
@@ -358,11 +447,10 @@ static struct jv f_int(struct jctx *c, struct jv v, struct jv *p)
             return dflt;
         return jv_int((int64_t)v.u.f);
     case JT_STR: {
-        struct jv t = jstr_strip(c, v, none_arg(), true, true);
-        char *z = jstrndup(&c->a, t.u.s.p, t.u.s.n), *end;
+        char *z = number_text(c, v), *end;
         errno = 0;
-        long long k = strtoll(z, &end, base);
-        if (*z && *end == 0 && errno == 0)
+        long long k = z ? strtoll(z, &end, base) : 0;
+        if (z && *z && *end == 0 && errno == 0)
             return jv_int(k);
         double f;
         if (base == 10 && parse_float(c, v, &f) && isfinite(f))
@@ -412,6 +500,7 @@ static const struct jcallable filters[] = {
     {"default", f_default, {"default_value", "boolean"}},
     {"first", f_first, {NULL}},
     {"float", f_float, {"default"}},
+    {"indent", f_indent, {"width", "first", "blank"}},
     {"int", f_int, {"default", "base"}},
     {"items", f_items, {NULL}},
     {"join", f_join, {"d", "attribute"}},

@@ -484,6 +484,8 @@ static struct jnode *parse_math2(struct parser *P)
         else
             return n;
         next(P);
+        if (op == OP_MOD && n->k == NK_CONST && n->cval.t == JT_STR)
+            jfail(P->f, "unsupported string formatting with '%%'");
         n = binop(P, op, n, parse_pow(P), t->line);
     }
 }

@@ -253,6 +253,7 @@ static void test_parse_errors(void **state)
     expect_parse_error("{{ x | select('prime') | list }}", "chat_template line 1: unsupported test 'prime'");
     expect_parse_error("{{ x | tojson(default=1) }}",
                        "chat_template line 1: unsupported argument 'default' of filter 'tojson'");
+    expect_parse_error("{{ 'n=%d' % 3 }}", "chat_template line 1: unsupported string formatting with '%'");
     expect_parse_error("{% for x in xs recursive %}{% endfor %}",
                        "chat_template line 1: unsupported recursive for loop");
     expect_parse_error("{% for x in xs %}\n{% if x %}\ntext",
