@@ -160,6 +160,8 @@ struct jv jgetitem(struct jctx *c, struct jv obj, struct jv key)
         break;
     }
     case JT_LIST:
+        if (obj.u.l->gen)
+            return jv_undef("'generator' object is not subscriptable");
         if (as_index(key, &i)) {
             int64_t n = (int64_t)obj.u.l->n;
             if (i < 0)
@@ -228,7 +230,7 @@ static struct jv do_slice(struct jctx *c, struct jv obj, struct jv *part)
 {
     jv_use(c, obj);
     int64_t n, b, e, st;
-    if (obj.t == JT_LIST) {
+    if (obj.t == JT_LIST && !obj.u.l->gen) {
         n = (int64_t)obj.u.l->n;
         slice_indices(c, part, n, &b, &e, &st);
         size_t cnt = 0;
@@ -251,6 +253,7 @@ static struct jv do_slice(struct jctx *c, struct jv obj, struct jv *part)
             jbuf_put(&out, chars->v[i].u.s.p, chars->v[i].u.s.n);
         return jv_str(out.p, out.n);
     }
+    /* jinja2 slices with Python's own [a:b:c], not its forgiving getitem: an error */
     jfail(&c->f, "'%s' object is not subscriptable", jv_typename(obj));
 }
 
@@ -327,16 +330,19 @@ static struct jv binop(struct jctx *c, enum jop op, struct jv a, struct jv b)
         memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
         return jv_str(p, a.u.s.n + b.u.s.n);
     }
-    if (op == OP_ADD && a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple) {
+    if (op == OP_ADD && a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple && !a.u.l->gen &&
+        !b.u.l->gen) {
         struct jlist *l = jlist_new(c, a.u.l->n + b.u.l->n);
         l->tuple = a.u.l->tuple;
         memcpy(l->v, a.u.l->v, a.u.l->n * sizeof *l->v);
         memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof *l->v);
         return (struct jv){.t = JT_LIST, .u.l = l};
     }
-    if (op == OP_MUL && (a.t == JT_STR || a.t == JT_LIST) && (b.t == JT_INT || b.t == JT_BOOL))
+    bool seq_a = a.t == JT_STR || (a.t == JT_LIST && !a.u.l->gen);
+    bool seq_b = b.t == JT_STR || (b.t == JT_LIST && !b.u.l->gen);
+    if (op == OP_MUL && seq_a && (b.t == JT_INT || b.t == JT_BOOL))
         return repeat(c, a, ival(b));
-    if (op == OP_MUL && (b.t == JT_STR || b.t == JT_LIST) && (a.t == JT_INT || a.t == JT_BOOL))
+    if (op == OP_MUL && seq_b && (a.t == JT_INT || a.t == JT_BOOL))
         return repeat(c, b, ival(a));
     if (!jv_is_num(a) || !jv_is_num(b))
         bad_operands(c, names[op], a, b);
@@ -371,6 +377,8 @@ static struct jv binop(struct jctx *c, enum jop op, struct jv a, struct jv b)
             return jv_int(op == OP_MOD ? m : q);
         }
         case OP_POW:
+            if (y < 0 && x == 0)
+                jfail(&c->f, "0.0 cannot be raised to a negative power");
             if (y < 0)
                 return jv_float(pow((double)x, (double)y));
             r = 1;
@@ -426,6 +434,7 @@ static bool contains(struct jctx *c, struct jv container, struct jv item)
         return false;
     case JT_DICT:
     case JT_NS:
+        jv_hashable(c, item);
         return jdict_get(container.u.d, item) != NULL;
     default:
         jfail(&c->f, "argument of type '%s' is not iterable", jv_typename(container));
@@ -719,6 +728,7 @@ static struct jv eval_node(struct jctx *c, const struct jnode *n, struct jscope 
         for (size_t i = 0; i + 1 < n->nitems; i += 2) {
             a = eval(c, n->items[i], s);
             jv_use(c, a);
+            jv_hashable(c, a);
             jdict_set(c, d, a, eval(c, n->items[i + 1], s));
         }
         return (struct jv){.t = JT_DICT, .u.d = d};

@@ -19,6 +19,12 @@ static struct jv list_of(struct jlist *l)
     return (struct jv){.t = JT_LIST, .u.l = l};
 }
 
+static struct jv gen_of(struct jlist *l)
+{
+    l->gen = true;
+    return list_of(l);
+}
+
 /* str(v) for the string filters; undefined reads as "". */
 static struct jv soft_str(struct jctx *c, struct jv v)
 {
@@ -172,6 +178,8 @@ static struct jv f_length(struct jctx *c, struct jv v, struct jv *p)
     case JT_STR:
         return jv_int((int64_t)jutf8_len(v.u.s.p, v.u.s.n));
     case JT_LIST:
+        if (v.u.l->gen)
+            jfail(&c->f, "object of type 'generator' has no len()");
         return jv_int((int64_t)v.u.l->n);
     case JT_DICT:
     case JT_NS:
@@ -183,17 +191,16 @@ static struct jv f_length(struct jctx *c, struct jv v, struct jv *p)
     }
 }
 
+/* first and last of an undefined value: undefined, as iterating and reversing it gives nothing */
 static struct jv f_first(struct jctx *c, struct jv v, struct jv *p)
 {
-    jv_use(c, v);
     struct jlist *l = jv_iter(c, v);
     return l->n ? l->v[0] : jv_undef("No first item, sequence was empty.");
 }
 
 static struct jv f_last(struct jctx *c, struct jv v, struct jv *p)
 {
-    jv_use(c, v);
-    if (v.t != JT_LIST && v.t != JT_STR)
+    if ((v.t != JT_LIST && v.t != JT_STR && v.t != JT_UNDEF) || (v.t == JT_LIST && v.u.l->gen))
         jfail(&c->f, "'%s' object is not reversible", jv_typename(v));
     struct jlist *l = jv_iter(c, v);
     return l->n ? l->v[l->n - 1] : jv_undef("No last item, sequence was empty.");
@@ -212,8 +219,10 @@ static struct jv f_reverse(struct jctx *c, struct jv v, struct jv *p)
     struct jlist *src = jv_iter(c, v), *l = jlist_new(c, src->n);
     for (size_t i = 0; i < src->n; i++)
         l->v[i] = src->v[src->n - 1 - i];
-    if (v.t != JT_STR)
+    if (v.t == JT_LIST && v.u.l->gen) /* reversed() refuses a generator: jinja2 makes a list */
         return list_of(l);
+    if (v.t != JT_STR)
+        return gen_of(l);
     struct jbuf b = {.a = &c->a};
     jbuf_put(&b, "", 0);
     for (size_t i = 0; i < l->n; i++)
@@ -224,7 +233,7 @@ static struct jv f_reverse(struct jctx *c, struct jv v, struct jv *p)
 static struct jv f_items(struct jctx *c, struct jv v, struct jv *p)
 {
     if (v.t == JT_UNDEF)
-        return list_of(jlist_new(c, 0));
+        return gen_of(jlist_new(c, 0));
     if (v.t != JT_DICT && v.t != JT_NS)
         jfail(&c->f, "Can only get item pairs from a mapping.");
     struct jlist *l = jlist_new(c, v.u.d->n);
@@ -235,7 +244,7 @@ static struct jv f_items(struct jctx *c, struct jv v, struct jv *p)
         pair->v[1] = v.u.d->v[i];
         l->v[i] = list_of(pair);
     }
-    return list_of(l);
+    return gen_of(l);
 }
 
 /* jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0. */
@@ -272,25 +281,27 @@ static struct jv f_join(struct jctx *c, struct jv v, struct jv *p)
     return jv_str(b.p, b.n);
 }
 
+/* map('filter', args...) or map(attribute=..., default=...): p[1] is attribute, p[2] default, and
+ * the positionals (the filter's name, then its arguments) are the rest. */
 static struct jv f_map(struct jctx *c, struct jv v, struct jv *p)
 {
     struct jlist *src = jv_iter(c, v), *l = jlist_new(c, src->n);
     struct jv *rest = c->rest;
     size_t nrest = c->nrest;
     if (given(p[1])) {
-        if (given(p[0]))
+        if (nrest)
             jfail(&c->f, "map: a filter name and attribute= together");
         for (size_t i = 0; i < src->n; i++) {
             struct jv x = attr_path(c, src->v[i], p[1]);
             l->v[i] = x.t == JT_UNDEF && given(p[2]) ? p[2] : x;
         }
-        return list_of(l);
+        return gen_of(l);
     }
-    if (!given(p[0]))
+    if (!nrest)
         jfail(&c->f, "map requires a filter argument");
     for (size_t i = 0; i < src->n; i++)
-        l->v[i] = japply_named(c, false, p[0], src->v[i], rest, nrest);
-    return list_of(l);
+        l->v[i] = japply_named(c, false, rest[0], src->v[i], rest + 1, nrest - 1);
+    return gen_of(l);
 }
 
 /* select/reject (attr absent) and selectattr/rejectattr: keep the items whose test result is `keep`. */
@@ -306,7 +317,7 @@ static struct jv select_items(struct jctx *c, struct jv v, struct jv attr, struc
         if (r == keep)
             l->v[l->n++] = src->v[i];
     }
-    return list_of(l);
+    return gen_of(l);
 }
 
 static struct jv none_arg(void)
@@ -430,6 +441,7 @@ static bool parse_float(struct jctx *c, struct jv s, double *out)
 
 static struct jv f_int(struct jctx *c, struct jv v, struct jv *p)
 {
+    jv_use(c, v); /* int(Undefined) raises, as jinja2's Undefined does */
     struct jv dflt = given(p[0]) ? p[0] : jv_int(0);
     int base = 10;
     if (given(p[1])) {
@@ -464,6 +476,7 @@ static struct jv f_int(struct jctx *c, struct jv v, struct jv *p)
 
 static struct jv f_float(struct jctx *c, struct jv v, struct jv *p)
 {
+    jv_use(c, v); /* int(Undefined) raises, as jinja2's Undefined does */
     struct jv dflt = given(p[0]) ? p[0] : jv_float(0.0);
     double f;
     switch (v.t) {
@@ -508,7 +521,7 @@ static const struct jcallable filters[] = {
     {"length", f_length, {NULL}},
     {"list", f_list, {NULL}},
     {"lower", f_lower, {NULL}},
-    {"map", f_map, {"name", "attribute", "default", "*"}},
+    {"map", f_map, {"*", "attribute", "default"}},
     {"reject", f_reject, {"test", "*"}},
     {"rejectattr", f_rejectattr, {"attr", "test", "*"}},
     {"replace", f_replace, {"old", "new", "count"}},
@@ -594,7 +607,7 @@ static struct jv t_iterable(struct jctx *c, struct jv v, struct jv *p)
 
 static struct jv t_sequence(struct jctx *c, struct jv v, struct jv *p)
 {
-    return jv_bool(v.t == JT_UNDEF || v.t == JT_STR || v.t == JT_LIST || v.t == JT_DICT);
+    return jv_bool(v.t == JT_UNDEF || v.t == JT_STR || (v.t == JT_LIST && !v.u.l->gen) || v.t == JT_DICT);
 }
 
 static struct jv t_callable(struct jctx *c, struct jv v, struct jv *p)

@@ -124,6 +124,8 @@ static void repr_str(struct jbuf *b, const char *s, size_t n)
 
 static void put_seq(struct jctx *c, struct jbuf *b, const struct jlist *l)
 {
+    if (l->gen) /* jinja2 prints <generator object ... at 0x...>: never a prompt anyone wants */
+        jfail(&c->f, "cannot print a generator (map, select, ...): convert it with |list");
     jdepth_enter(c);
     jbuf_putc(b, l->tuple ? '(' : '[');
     for (size_t i = 0; i < l->n; i++) {
@@ -335,6 +337,8 @@ static void json_val(struct jctx *c, struct jbuf *b, struct jv v, const struct j
         return;
     case JT_LIST: {
         const struct jlist *l = v.u.l;
+        if (l->gen)
+            jfail(&c->f, "Object of type generator is not JSON serializable");
         if (!l->n) {
             jbuf_puts(b, "[]");
             return;

@@ -125,6 +125,9 @@ struct jv {
 struct jlist {
     size_t n;
     bool tuple; /* prints as (a, b) */
+    /* a Python generator (what map, select, reject, selectattr, rejectattr, items and reverse give):
+     * true even when empty, no len(), no index, nothing to print or dump; iterating works */
+    bool gen;
     struct jv *v;
 };
 struct jdict { /* insertion order, linear lookup */
@@ -190,6 +193,8 @@ bool jv_is_num(struct jv v);          /* int, float or bool */
 double jv_num(struct jv v);
 /* Fails with the undefined's own message when v is undefined: using it is an error. */
 void jv_use(struct jctx *c, struct jv v);
+/* Fails as Python does where v would be a dict key or a set member: lists and dicts. */
+void jv_hashable(struct jctx *c, struct jv v);
 
 /* The items to iterate: a list's elements, a dict's keys, a string's characters; undefined is empty. */
 struct jlist *jv_iter(struct jctx *c, struct jv v);
@@ -324,7 +329,9 @@ typedef struct jv (*jfn)(struct jctx *c, struct jv self, struct jv *p);
 struct jcallable {
     const char *name;
     jfn fn;
-    const char *params[JMAXPARAM]; /* after the operand; NULL-terminated; "*" last: any positionals */
+    /* after the operand, NULL-terminated; a "*" takes the positionals beyond those before it (the
+     * callable reads them from jctx.rest), and the names after it are keyword-only */
+    const char *params[JMAXPARAM];
 };
 const struct jcallable *jfilter_find(const char *name);
 const struct jcallable *jtest_find(const char *name);
@@ -335,8 +342,8 @@ const struct jcallable *jmethod_at(int id);
 const struct jcallable *jglobal_find(const char *name, int *id);
 const struct jcallable *jglobal_at(int id);
 
-/* Binds positional and keyword values to the signature's parameters (JT_NOARG where not given);
- * extra values land in rest and nrest when the signature ends in "*". Fails on a mismatch. */
+/* Binds positional and keyword values to the signature's parameters: p[i] for params[i], JT_NOARG
+ * where not given; the positionals a "*" takes land in rest and nrest. Fails on a mismatch. */
 void jbind(struct jctx *c, const struct jcallable *f, const char *what, struct jv *pos, size_t npos,
            const char **kwname, struct jv *kw, size_t nkw, struct jv *p, struct jv **rest, size_t *nrest);
 

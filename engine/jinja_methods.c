@@ -13,25 +13,25 @@
 void jbind(struct jctx *c, const struct jcallable *f, const char *what, struct jv *pos, size_t npos,
            const char **kwname, struct jv *kw, size_t nkw, struct jv *p, struct jv **rest, size_t *nrest)
 {
-    size_t np = 0;
-    bool star = false;
+    size_t np = 0, npos_max = JMAXPARAM; /* parameters, and how many of them positionals may fill */
     while (np < JMAXPARAM && f->params[np]) {
-        if (strcmp(f->params[np], "*") == 0) {
-            star = true;
-            break;
-        }
+        if (strcmp(f->params[np], "*") == 0 && npos_max == JMAXPARAM)
+            npos_max = np;
         np++;
     }
+    bool star = npos_max < JMAXPARAM;
+    if (!star)
+        npos_max = np;
     for (size_t i = 0; i < JMAXPARAM; i++)
         p[i].t = JT_NOARG;
     *rest = NULL;
     *nrest = 0;
-    if (npos > np) {
+    if (npos > npos_max) {
         if (!star)
-            jfail(&c->f, "%s '%s' takes at most %zu argument(s), %zu given", what, f->name, np, npos);
-        *rest = pos + np;
-        *nrest = npos - np;
-        npos = np;
+            jfail(&c->f, "%s '%s' takes at most %zu argument(s), %zu given", what, f->name, npos_max, npos);
+        *rest = pos + npos_max;
+        *nrest = npos - npos_max;
+        npos = npos_max;
     }
     for (size_t i = 0; i < npos; i++)
         p[i] = pos[i];

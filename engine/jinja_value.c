@@ -126,7 +126,7 @@ bool jv_truthy(struct jv v)
     case JT_STR:
         return v.u.s.n > 0;
     case JT_LIST:
-        return v.u.l->n > 0;
+        return v.u.l->gen || v.u.l->n > 0;
     case JT_DICT:
         return v.u.d->n > 0;
     default:
@@ -184,6 +184,8 @@ static bool eq_at(struct jv a, struct jv b, int depth)
     case JT_STR:
         return a.u.s.n == b.u.s.n && memcmp(a.u.s.p, b.u.s.p, a.u.s.n) == 0;
     case JT_LIST:
+        if (a.u.l->gen || b.u.l->gen)
+            return a.u.l == b.u.l;
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -228,7 +230,7 @@ const char *jv_typename(struct jv v)
     case JT_STR:
         return "str";
     case JT_LIST:
-        return v.u.l->tuple ? "tuple" : "list";
+        return v.u.l->gen ? "generator" : v.u.l->tuple ? "tuple" : "list";
     case JT_DICT:
         return "dict";
     case JT_NS:
@@ -240,6 +242,12 @@ const char *jv_typename(struct jv v)
     default:
         return "function";
     }
+}
+
+void jv_hashable(struct jctx *c, struct jv v)
+{
+    if ((v.t == JT_LIST && !v.u.l->tuple && !v.u.l->gen) || v.t == JT_DICT)
+        jfail(&c->f, "unhashable type: '%s'", jv_typename(v));
 }
 
 void jv_use(struct jctx *c, struct jv v)
@@ -268,7 +276,7 @@ int jv_cmp(struct jctx *c, struct jv a, struct jv b)
         int k = memcmp(a.u.s.p, b.u.s.p, n); /* UTF-8 byte order is code point order */
         return k ? sign3(k) : (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
-    if (a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple) {
+    if (a.t == JT_LIST && b.t == JT_LIST && a.u.l->tuple == b.u.l->tuple && !a.u.l->gen && !b.u.l->gen) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         int k = 0;
         jdepth_enter(c);
