@@ -4,9 +4,11 @@
 
 #include <jansson.h>
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "engine/tok_seq.h"
 #include "engine/tok_utf8.h"
@@ -95,12 +97,157 @@ char *tok_pretok_translate_regex(const char *pat)
     return buf_take(&out); /* NULL when out of memory */
 }
 
+/* ---- Unicode categories newer than PCRE2's tables
+ *
+ * Hugging Face tokenizers matches with Oniguruma's Unicode 15 tables; the PCRE2 we link may be older
+ * (10.42: Unicode 14), so code points assigned since are unassigned (Cn) to it and \p{S} or \p{L}
+ * misses them (DeepSeek-V3's pattern splits " 🪿" apart). utf8proc (the normalizer's tables) knows
+ * them: every \p{X} of a pattern also gets the code points PCRE2 calls Cn whose utf8proc category
+ * is X. With a PCRE2 as new as utf8proc the list is empty and patterns stay as they are. */
+
+struct new_cp {
+    int32_t cp;
+    char cat[3]; /* utf8proc's two-letter category */
+};
+static struct new_cp *new_cps;
+static size_t n_new_cps;
+static pthread_once_t new_cps_once = PTHREAD_ONCE_INIT;
+
+static void find_new_cps(void)
+{
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *cn = pcre2_compile((PCRE2_SPTR) "^\\p{Cn}$", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code,
+                                   &at, NULL);
+    pcre2_match_data *md = cn ? pcre2_match_data_create_from_pattern(cn, NULL) : NULL;
+    size_t cap = 0;
+    if (!md)
+        goto out;
+    pcre2_jit_compile(cn, PCRE2_JIT_COMPLETE);
+    for (int32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        utf8proc_category_t c = utf8proc_category(cp);
+        if (c == UTF8PROC_CATEGORY_CN || c == UTF8PROC_CATEGORY_CO || c == UTF8PROC_CATEGORY_CS)
+            continue;
+        utf8proc_uint8_t u[4];
+        utf8proc_ssize_t k = utf8proc_encode_char(cp, u);
+        if (pcre2_match(cn, u, (PCRE2_SIZE)k, 0, 0, md, NULL) < 0)
+            continue; /* PCRE2 knows it */
+        if (n_new_cps == cap) {
+            struct new_cp *v = realloc(new_cps, (cap = cap ? 2 * cap : 256) * sizeof *v);
+            if (!v)
+                break; /* out of memory: patterns stay as PCRE2 reads them */
+            new_cps = v;
+        }
+        const char *name = utf8proc_category_string(cp);
+        new_cps[n_new_cps].cp = cp;
+        snprintf(new_cps[n_new_cps].cat, sizeof new_cps[n_new_cps].cat, "%s", name);
+        n_new_cps++;
+    }
+out:
+    pcre2_match_data_free(md);
+    pcre2_code_free(cn);
+}
+
+/* Appends the ranges of new code points whose category is `name` (one or two letters) to out as
+ * class items; returns how many ranges. */
+static int append_new_ranges(struct buf *out, const char *name, size_t len)
+{
+    int n = 0;
+    if (len < 1 || len > 2)
+        return 0;
+    for (size_t i = 0; i < n_new_cps;) {
+        const char *c = new_cps[i].cat;
+        if (c[0] != name[0] || (len == 2 && c[1] != name[1])) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j + 1 < n_new_cps && new_cps[j + 1].cp == new_cps[j].cp + 1 && new_cps[j + 1].cat[0] == name[0] &&
+               (len == 1 || new_cps[j + 1].cat[1] == name[1]))
+            j++;
+        if (j == i)
+            buf_printf(out, "\\x{%x}", (unsigned)new_cps[i].cp);
+        else
+            buf_printf(out, "\\x{%x}-\\x{%x}", (unsigned)new_cps[i].cp, (unsigned)new_cps[j].cp);
+        n++;
+        i = j + 1;
+    }
+    return n;
+}
+
+/* Rewrites each \p{X} of a PCRE2 pattern (as tok_pretok_translate_regex writes it) to also match the
+ * code points of category X that PCRE2's tables lack: inside a class the ranges follow it, outside
+ * it becomes a class [\p{X}ranges]; \P{X} outside a class becomes [^\p{X}ranges]. Returns a new
+ * string or NULL when out of memory. */
+static char *add_new_cps(const char *pat)
+{
+    pthread_once(&new_cps_once, find_new_cps);
+    size_t n = strlen(pat);
+    struct buf out = {0};
+    bool in_class = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = pat[i + 1];
+            const char *close = (e == 'p' || e == 'P') && i + 2 < n && pat[i + 2] == '{' ? strchr(pat + i + 3, '}')
+                                                                                            : NULL;
+            if (close) {
+                const char *name = pat + i + 3;
+                size_t len = (size_t)(close - name), whole = (size_t)(close + 1 - (pat + i));
+                struct buf extra = {0};
+                int k = append_new_ranges(&extra, name, len);
+                char *ranges = buf_take(&extra);
+                if (k > 0 && !ranges) {
+                    free(buf_take(&out));
+                    return NULL;
+                }
+                if (k == 0 || (e == 'P' && in_class))
+                    buf_append(&out, pat + i, whole);
+                else if (in_class)
+                    buf_printf(&out, "%.*s%s", (int)whole, pat + i, ranges);
+                else
+                    buf_printf(&out, "[%s\\p{%.*s}%s]", e == 'P' ? "^" : "", (int)len, name, ranges);
+                free(ranges);
+                i += whole - 1;
+                continue;
+            }
+            buf_append(&out, pat + i, 2);
+            i++;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = true;
+            buf_append(&out, &c, 1);
+            if (i + 1 < n && pat[i + 1] == '^')
+                buf_append(&out, &pat[++i], 1);
+            if (i + 1 < n && pat[i + 1] == ']')
+                buf_append(&out, &pat[++i], 1);
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < n && pat[i + 1] == ':') {
+            const char *end = strstr(pat + i + 2, ":]");
+            if (end) {
+                size_t k = (size_t)(end + 2 - (pat + i));
+                buf_append(&out, pat + i, k);
+                i += k - 1;
+                continue;
+            }
+        }
+        if (in_class && c == ']')
+            in_class = false;
+        buf_append(&out, &c, 1);
+    }
+    return buf_take(&out);
+}
+
 /* ---- loading */
 
 static int compile(pcre2_code **re, const char *pattern, bool literal, const char *where, const char *path,
                    char *err, size_t errlen)
 {
-    char *pat = literal ? NULL : tok_pretok_translate_regex(pattern);
+    char *onig = literal ? NULL : tok_pretok_translate_regex(pattern);
+    char *pat = onig ? add_new_cps(onig) : NULL;
+    free(onig);
     if (!literal && !pat) {
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -7,6 +7,9 @@
  *     patterns in use, except that PCRE2's `\s` also matches U+180E and its `\w` lacks marks, so
  *     `\s`, `\S`, `\w` and `\W` are rewritten to Oniguruma's sets (Unicode White_Space; L, M, N, Pc)
  *     before compiling, and `^`/`$` match at line boundaries as in Oniguruma (PCRE2_MULTILINE).
+ *     Each `\p{X}` also matches the code points of category X that the linked PCRE2's Unicode
+ *     tables lack but utf8proc's have (PCRE2 10.42 is Unicode 14, HF's Oniguruma and utf8proc 2.8
+ *     Unicode 15), found once per process when the first pattern is compiled.
  *   - Digits {individual_digits}: numbers split off (\p{N} one by one, or runs).
  *   - ByteLevel {add_prefix_space, use_regex}: optionally a leading space on every piece that lacks
  *     one and the GPT-2 split regex. It must be the last step, and it must be present: it is what

@@ -605,6 +605,23 @@ static void test_split_behaviors(void **state)
     expect_pieces("{\"type\":\"ByteLevel\",\"add_prefix_space\":true}", "Hey  you", "[ Hey][ ][ you]");
 }
 
+/* Categories follow Unicode 15 as HF's Oniguruma does, even where the linked PCRE2's tables are
+ * older: U+1FABF GOOSE and U+1FACE MOOSE (Unicode 15 So) are symbols to \p{S}, in a class and out
+ * of one, and U+31350 (CJK Extension H, Unicode 15 Lo) is a letter to \p{L}; \P{S} excludes them. */
+static void test_regex_unicode15(void **state)
+{
+#define ONE(re)                                                                                              \
+    "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" re "\"},"       \
+    "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"         \
+    "\"use_regex\":false}]}"
+    expect_pieces(ONE(" ?[\\\\p{P}\\\\p{S}]+|\\\\s+|."), "a \xf0\x9f\xaa\xbf\xf0\x9f\xab\x8e!",
+                  "[a][ \xf0\x9f\xaa\xbf\xf0\x9f\xab\x8e!]");
+    expect_pieces(ONE("\\\\p{S}+|."), "x\xf0\x9f\xaa\xbf\xf0\x9f\xab\x8e", "[x][\xf0\x9f\xaa\xbf\xf0\x9f\xab\x8e]");
+    expect_pieces(ONE("\\\\P{S}+|."), "ab\xf0\x9f\xaa\xbf", "[ab][\xf0\x9f\xaa\xbf]");
+    expect_pieces(ONE("\\\\p{L}+|."), "a\xf0\xb1\x8d\x90" "b!", "[a\xf0\xb1\x8d\x90" "b][!]");
+#undef ONE
+}
+
 /* Oniguruma's \s is Unicode White_Space; PCRE2's adds U+180E. The Qwen pattern must keep
  * " U+180E" together (punctuation-like run) and "x" apart, as Oniguruma does. */
 static void test_regex_whitespace(void **state)
@@ -933,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_stream_matches_decode),
         cmocka_unit_test(test_split_behaviors),
         cmocka_unit_test(test_regex_whitespace),
+        cmocka_unit_test(test_regex_unicode15),
         cmocka_unit_test(test_template_and_config),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_file_errors),
