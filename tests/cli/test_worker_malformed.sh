@@ -29,7 +29,7 @@ bad = [
     (('{"id": "x12", "prompt": "%s"}' % ("y" * 70000)).encode(), "max_job_bytes"),
     (b'{"custom_id": "x13", "method": "POST", "url": "/v1/embeddings", "body": {"input": "a"}}', "url"),
     (b'{"custom_id": "x14", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [], "n": 2}}', "body"),
-    (b'{"id": "x15", "messages": [{"role": "robot", "content": "hi"}]}', "role"),
+    (b'{"id": "x15", "messages": [{"role": "", "content": "hi"}]}', "role"),
     (b'{"id": "x16", "prompt": "a", "temperature": -1}', "temperature"),
     (b'{"id": "x17", "prompt": "a", "top_p": 0}', "top_p"),
     (b'{"id": "x18", "prompt": "a", "prompt": "b"}', "duplicate"),

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat_template.h"
 #include "queue/jobid.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/result.h"
@@ -120,7 +119,8 @@ static void check_sampling(const struct job *j)
     CHECK(!j->metadata || json_is_object(j->metadata), "metadata that is not an object");
 }
 
-/* Exactly one input, the kind the form allows, and a messages job renders as job_prepare would. */
+/* Exactly one input, the kind the form allows, and a messages job's messages have the shape the chat template
+ * gets. */
 static void check_input(const struct job *j)
 {
     int inputs = (j->prompt != NULL) + (j->prompt_ids != NULL) + (j->messages != NULL);
@@ -140,24 +140,25 @@ static void check_input(const struct job *j)
         CHECK(j->n_prompt_ids == 0, "n_prompt_ids %d without prompt_ids", j->n_prompt_ids);
     }
     if (!j->messages) {
-        CHECK(!j->msgs && j->n_msgs == 0, "msgs without messages");
+        CHECK(!j->tools && !j->documents && !j->chat_kwargs, "chat template inputs without messages");
         return;
     }
-    CHECK(json_is_array(j->messages) && j->msgs && j->n_msgs >= 1 &&
-              j->n_msgs == json_array_size(j->messages),
-          "messages: %zu parsed of %zu", j->n_msgs, json_array_size(j->messages));
-    for (size_t i = 0; i < j->n_msgs; i++) {
-        const char *r = j->msgs[i].role;
-        CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")),
-              "messages[%zu].role '%s'", i, r ? r : "(null)");
-        CHECK(j->msgs[i].content, "messages[%zu].content is NULL", i);
+    CHECK(json_is_array(j->messages) && json_array_size(j->messages) >= 1, "messages: not a non-empty list");
+    for (size_t i = 0; i < json_array_size(j->messages); i++) {
+        json_t *m = json_array_get(j->messages, i);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        CHECK(json_is_string(role) && json_string_length(role) > 0 &&
+                  strcmp(json_string_value(role), "developer"),
+              "messages[%zu].role not a normalised role", i);
+        CHECK(json_is_string(content) || json_is_array(content) ||
+                  (json_is_null(content) && !strcmp(json_string_value(role), "assistant")),
+              "messages[%zu].content of a wrong type", i);
     }
-    struct chat_options co = chat_options_default();
-    co.enable_thinking = j->enable_thinking;
-    char *text = NULL, err[512] = "";
-    CHECK(chat_render(j->msgs, j->n_msgs, &co, &text, err, sizeof err) == 0 && text && text[0],
-          "a parsed messages job does not render: %s", err);
-    free(text);
+    CHECK(!j->tools || (json_is_array(j->tools) && json_array_size(j->tools) > 0),
+          "tools: not a non-empty list");
+    CHECK(!j->chat_kwargs ||
+              (json_is_object(j->chat_kwargs) && !json_object_get(j->chat_kwargs, "enable_thinking")),
+          "chat_template_kwargs kept enable_thinking");
 }
 
 static void check_success(const struct job *j)

@@ -446,6 +446,16 @@ static void test_job_corpus(void **state)
         "\"content\": \"y\", \"reasoning_content\": null, \"tool_calls\": []}, {\"role\": \"user\", "
         "\"content\": \"z\"}]}",
         "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"stop\": \"END\"}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, {\"role\": \"assistant\", "
+        "\"tool_calls\": "
+        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": "
+        "\"{}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], \"tools\": [{\"type\": "
+        "\"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\"}}}], "
+        "\"documents\": [{\"text\": \"d\"}], \"chat_template_kwargs\": {\"enable_thinking\": true, \"x\": "
+        "[1]}}",
+        "{\"template\": \"summarize\", \"vars\": {\"document\": \"text\"}, \"chat_template_kwargs\": {\"a\": "
+        "1}}",
         "{\"prompt\": \"x\", \"max_tokens\": null, \"seed\": null}",
         "{\"prompt\": \"x\", \"timeout_s\": 0.5, \"priority\": -1}",
         "{\"prompt\": \"<think>\\n\", \"thinking_budget\": 0, \"stop_in_reasoning\": true}",
@@ -460,6 +470,10 @@ static void test_job_corpus(void **state)
         "{\"enable_thinking\": "
         "false}, \"response_format\": {\"type\": \"text\"}, \"tools\": [], \"user\": \"u\", \"store\": "
         "true}}",
+        "{\"custom_id\": \"r6\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+        "\"f\"}}], "
+        "\"tool_choice\": \"auto\", \"documents\": []}}",
         "{\"custom_id\": \"r2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"x\"], \"logprobs\": "
         "5, "
         "\"echo\": false, \"best_of\": 1, \"suffix\": \"\"}}",
@@ -499,8 +513,17 @@ static void test_job_corpus(void **state)
         "{\"id\": \"a\\nb\", \"prompt\": \"x\"}",
         "{\"id\": 5, \"prompt\": \"x\"}",
         "{\"messages\": []}",
-        "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"\", \"content\": \"x\"}]}",
         "{\"messages\": [{\"role\": \"user\"}]}",
+        "{\"messages\": [{\"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": 1}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"documents\": [1]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"tools\": "
+        "[]}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
+        "{\"enable_thinking\": 1}}",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"extra\": 1}]}",
         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/embeddings\", \"body\": {\"input\": \"x\"}}",
@@ -518,6 +541,8 @@ static void test_job_corpus(void **state)
         "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
         "\"user\", "
         "\"content\": \"x\"}], \"audio\": {\"voice\": \"x\"}}}",
+        "{\"custom_id\": \"r\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [\"a\", \"b\"]}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", \"echo\": true}}",
         "{\"custom_id\": \"r\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\"}, \"extra\": 1}",

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "engine/chat_template.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
@@ -87,8 +88,63 @@ static const struct bad_case bad_cases[] = {
     {"{\"messages\": [{\"role\": \"user\"}]}", JOB_ERR_INVALID, "field 'messages[0].content'"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", JOB_ERR_INVALID,
      "field 'messages[0].content'"},
-    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", JOB_ERR_INVALID,
-     "field 'messages[0].role'"},
+    {"{\"messages\": [{\"role\": 3, \"content\": \"x\"}]}", JOB_ERR_INVALID,
+     "field 'messages[0].role': expected a role such as \"user\", got 3"},
+    {"{\"messages\": [{\"content\": \"x\"}]}", JOB_ERR_INVALID, "field 'messages[0].role': missing"},
+    {"{\"messages\": [\"hi\"]}", JOB_ERR_INVALID, "field 'messages[0]': expected an object"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"colour\": 1}]}", JOB_ERR_INVALID,
+     "field 'messages[0].colour': unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": null}]}", JOB_ERR_INVALID,
+     "field 'messages[0].content': null is only allowed in an assistant message with tool_calls"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": 1}]}", JOB_ERR_INVALID,
+     "field 'messages[0].name': expected a string, got 1"},
+    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\", \"tool_call_id\": [1]}]}", JOB_ERR_INVALID,
+     "field 'messages[0].tool_call_id': expected a string"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": 2}]}",
+     JOB_ERR_INVALID, "field 'messages[0].reasoning_content': expected a string or null, got 2"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", JOB_ERR_INVALID,
+     "field 'messages[0].tool_calls': only assistant messages have tool calls"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", JOB_ERR_INVALID,
+     "field 'messages[0].tool_calls': expected a list of tool calls"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"function\"}]}]}",
+     JOB_ERR_INVALID, "field 'messages[0].tool_calls[0].function': expected an object"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"type\": \"code\", \"function\": {}}]}]}",
+     JOB_ERR_INVALID, "field 'messages[0].tool_calls[0].type': expected \"function\", got \"code\""},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": \"{}\"}}]}]}",
+     JOB_ERR_INVALID, "field 'messages[0].tool_calls[0].function.name': expected a string"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+     "\"arguments\": 5}}]}]}",
+     JOB_ERR_INVALID,
+     "field 'messages[0].tool_calls[0].function.arguments': expected a JSON string or an object, got 5"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": []}]}", JOB_ERR_INVALID,
+     "field 'messages[0].content': missing"},
+    /* tools, documents, chat_template_kwargs */
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": {}}", JOB_ERR_INVALID,
+     "field 'tools': expected a list of tools"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}",
+     JOB_ERR_INVALID, "field 'tools[0].function': expected an object"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"function\": {}}]}",
+     JOB_ERR_INVALID, "field 'tools[0].type': expected \"function\", got null"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"description\": \"d\"}}]}",
+     JOB_ERR_INVALID, "field 'tools[0].function.name': expected the function's name, got null"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+     "\"function\": {\"name\": \"f\", \"parameters\": []}}]}",
+     JOB_ERR_INVALID, "field 'tools[0].function.parameters': expected a JSON Schema object, got []"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"documents\": [1]}", JOB_ERR_INVALID,
+     "field 'documents[0]': expected an object, got 1"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": []}",
+     JOB_ERR_INVALID, "field 'chat_template_kwargs': expected an object"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": "
+     "{\"enable_thinking\": \"no\"}}",
+     JOB_ERR_INVALID, "field 'chat_template_kwargs.enable_thinking': expected true or false"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"chat_template_kwargs\": "
+     "{\"messages\": []}}",
+     JOB_ERR_INVALID, "field 'chat_template_kwargs.messages': set by the job itself, not here"},
+    {"{\"prompt\": \"a\", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+     JOB_ERR_INVALID, "field 'tools': only used with 'messages' or 'template'"},
+    {"{\"prompt\": \"a\", \"chat_template_kwargs\": {\"x\": 1}}", JOB_ERR_INVALID,
+     "field 'chat_template_kwargs': only used with 'messages' or 'template'"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
      JOB_ERR_INVALID,
      "field 'messages[0].content[0].type': only text parts are supported, got \"image_url\""},
@@ -200,7 +256,11 @@ static const struct bad_case bad_cases[] = {
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"tools\": [{\"type\": \"function\"}]}}",
-     JOB_ERR_INVALID, "field 'body.tools': not supported by llmq"},
+     JOB_ERR_INVALID, "field 'body.tools[0].function': expected an object"},
+    {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+     "\"user\", \"content\": \"a\"}], \"tool_choice\": \"required\"}}",
+     JOB_ERR_INVALID,
+     "field 'body.tool_choice': not supported by llmq (only \"auto\" and \"none\" are accepted"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"stream\": \"yes\"}}",
@@ -232,7 +292,8 @@ static const struct bad_case bad_cases[] = {
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"chat_template_kwargs\": {\"tools\": 1}}}",
-     JOB_ERR_INVALID, "field 'body.chat_template_kwargs.tools': not supported (only enable_thinking)"},
+     JOB_ERR_INVALID,
+     "field 'body.chat_template_kwargs.tools': set by the job itself, not here (use the job's field)"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"prompt\": \"x\"}}",
@@ -483,12 +544,44 @@ static void test_llmq_messages(void **state)
                        "{\"type\": \"text\", \"text\": \"two\"}]}], \"enable_thinking\": false}";
     assert_int_equal(parse(line, &j, err, sizeof err), JOB_OK);
     assert_null(j.prompt);
-    assert_int_equal(j.n_msgs, 2);
-    assert_string_equal(j.msgs[0].role, "system"); /* OpenAI's "developer" */
-    assert_string_equal(j.msgs[0].content, "Be brief.");
-    assert_string_equal(j.msgs[1].role, "user");
-    assert_string_equal(j.msgs[1].content, "one\ntwo"); /* text parts joined as vLLM does */
+    assert_int_equal(json_array_size(j.messages), 2);
+    json_t *m0 = json_array_get(j.messages, 0), *m1 = json_array_get(j.messages, 1);
+    assert_string_equal(json_string_value(json_object_get(m0, "role")), "system"); /* OpenAI's "developer" */
+    assert_string_equal(json_string_value(json_object_get(m0, "content")), "Be brief.");
+    assert_string_equal(json_string_value(json_object_get(m1, "role")), "user");
+    assert_int_equal(json_array_size(json_object_get(m1, "content")), 2); /* parts kept for the template */
     assert_false(j.enable_thinking);
+    assert_null(j.tools);
+    assert_null(j.chat_kwargs);
+    job_free(&j);
+
+    /* tools, tool calls, tool results, reasoning, names, documents and kwargs pass through */
+    const char *tools =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather in Paris?\", \"name\": \"ann\"}, "
+        "{\"role\": \"assistant\", \"reasoning_content\": \"Look it up.\", \"tool_calls\": [{\"id\": \"c1\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"weather\", \"arguments\": \"{\\\"city\\\": "
+        "\\\"Paris\\\"}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], "
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"description\": \"d\", "
+        "\"parameters\": {\"type\": \"object\"}}}], \"documents\": [{\"title\": \"t\", \"text\": \"x\"}], "
+        "\"enable_thinking\": true, \"chat_template_kwargs\": {\"enable_thinking\": false, \"custom\": [1, "
+        "2]}}";
+    assert_int_equal(parse(tools, &j, err, sizeof err), JOB_OK);
+    json_t *a = json_array_get(j.messages, 1);
+    assert_true(
+        json_is_null(json_object_get(a, "content"))); /* absent with tool calls: null, as OpenAI sends */
+    assert_int_equal(json_array_size(json_object_get(a, "tool_calls")), 1);
+    assert_int_equal(json_array_size(j.tools), 1);
+    assert_int_equal(json_array_size(j.documents), 1);
+    assert_false(j.enable_thinking); /* chat_template_kwargs.enable_thinking wins over enable_thinking */
+    assert_null(json_object_get(j.chat_kwargs, "enable_thinking"));
+    assert_int_equal(json_array_size(json_object_get(j.chat_kwargs, "custom")), 2);
+    job_free(&j);
+
+    /* "tools": [] is no tools (OpenAI clients send it for none) */
+    const char *empty = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": []}";
+    assert_int_equal(parse(empty, &j, err, sizeof err), JOB_OK);
+    assert_null(j.tools);
     job_free(&j);
 }
 
@@ -511,9 +604,10 @@ static void test_templates(void **state)
     const char *ok =
         "{\"template\": \"summarize\", \"vars\": {\"doc\": \"the text\", \"n\": 0.1, \"unused\": 1}}";
     assert_int_equal(job_parse(ok, strlen(ok), &o, &j, err, sizeof err), JOB_OK);
-    assert_int_equal(j.n_msgs, 1);
-    assert_string_equal(j.msgs[0].role, "user");
-    assert_string_equal(j.msgs[0].content, "Summarize the text in 0.1 words. {literal}");
+    assert_int_equal(json_array_size(j.messages), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 0), "role")), "user");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 0), "content")),
+                        "Summarize the text in 0.1 words. {literal}");
     job_free(&j);
     struct {
         const char *line, *msg;
@@ -558,8 +652,10 @@ static void test_openai_chat(void **state)
     assert_int_equal(parse(line, &j, err, sizeof err), JOB_OK);
     assert_int_equal(j.form, JOB_FORM_CHAT);
     assert_string_equal(j.id, "request-1");
-    assert_int_equal(j.n_msgs, 2);
-    assert_string_equal(j.msgs[1].content, "Hello world!");
+    assert_int_equal(json_array_size(j.messages), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 1), "content")),
+                        "Hello world!");
+    assert_null(j.tools);               /* "tools": [] */
     assert_int_equal(j.max_tokens, 12); /* max_completion_tokens wins over the deprecated max_tokens */
     assert_float_equal(j.sp.temperature, 0.0f, 0);
     assert_float_equal(j.sp.top_p, 0.5f, 0);
@@ -814,6 +910,7 @@ static void test_error_codes(void **state)
     assert_string_equal(job_error_code(JOB_ERR_CANCELLED), "cancelled");
     assert_string_equal(job_error_code(JOB_ERR_INTERNAL), "internal");
     assert_string_equal(job_error_code(JOB_ERR_STALLS), "max_stalls_exceeded");
+    assert_string_equal(job_error_code(JOB_ERR_TEMPLATE), "template_error");
     assert_string_equal(job_error_code(-1000), "internal");
     json_t *schema = json_load_file(test_source("schemas/result.schema.json"), 0, NULL);
     assert_non_null(schema);
@@ -870,6 +967,12 @@ static void test_prepare(void **state)
     struct tok *t = qwen3_tok();
     if (!t)
         skip();
+    char tdir[4096];
+    snprintf(tdir, sizeof tdir, "%s/qwen3-tokenizer", getenv("LLMQ_ASSETS"));
+    char cerr[512];
+    struct chat_template *ct = chat_template_load(tdir, NULL, cerr, sizeof cerr);
+    if (!ct)
+        fail_msg("Qwen3's chat template: %s", cerr);
     struct job j;
     struct job_input in;
     char err[512];
@@ -880,7 +983,7 @@ static void test_prepare(void **state)
               "\"logprobs\": 3, \"skip_special_tokens\": false, \"priority\": 3, \"timeout_s\": 9}",
               &j, err, sizeof err),
         JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_tokens(t, &in, "Hello world", true);
     assert_int_equal(in.req.max_tokens, 5);
     assert_int_equal(in.req.min_tokens, 2);
@@ -898,24 +1001,54 @@ static void test_prepare(void **state)
     job_input_free(&in);
     job_free(&j);
 
-    /* messages go through the ChatML template, with and without thinking */
+    /* messages go through the model's own template, with and without thinking */
     const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}";
     assert_int_equal(parse(chat, &j, err, sizeof err), JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_tokens(t, &in, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", false);
     job_input_free(&in);
     j.enable_thinking = false;
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_tokens(t, &in, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
                   false);
     job_input_free(&in);
     job_free(&j);
 
+    /* a template's raise_exception fails the job with its message; no template, the same code */
+    char tmp[] = "/tmp/llmq-test-job-XXXXXX", path[4200];
+    assert_non_null(mkdtemp(tmp));
+    snprintf(path, sizeof path, "%s/raise.jinja", tmp);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{{ raise_exception('no ' ~ messages[0].role ~ ' here') }}", f);
+    fclose(f);
+    struct chat_template *raising = chat_template_load(tdir, path, cerr, sizeof cerr);
+    struct chat_template *none = chat_template_load(tmp, NULL, cerr, sizeof cerr);
+    assert_non_null(raising);
+    assert_non_null(none);
+    assert_false(chat_template_present(none));
+    assert_int_equal(parse(chat, &j, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, raising, 4096, &in, err, sizeof err), JOB_ERR_TEMPLATE);
+    assert_string_equal(err, "no user here");
+    job_input_free(&in);
+    assert_int_equal(job_prepare(&j, t, none, 4096, &in, err, sizeof err), JOB_ERR_TEMPLATE);
+    assert_non_null(strstr(err, "the model has no chat template"));
+    job_input_free(&in);
+    job_free(&j);
+    assert_int_equal(parse("{\"prompt\": \"Hello world\"}", &j, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, none, 4096, &in, err, sizeof err), JOB_OK); /* prompts still run */
+    job_input_free(&in);
+    job_free(&j);
+    chat_template_free(raising);
+    chat_template_free(none);
+    unlink(path);
+    rmdir(tmp);
+
     /* token-id prompts pass through */
     const char *ids =
         "{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [9707, 1879]}}";
     assert_int_equal(parse(ids, &j, err, sizeof err), JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_int_equal(in.n_tokens, 2);
     assert_int_equal(in.tokens[1], 1879);
     job_input_free(&in);
@@ -928,17 +1061,17 @@ static void test_prepare(void **state)
     assert_int_equal(tok_encode(t, "Hello world", 11, &hw, &n_hw, err, sizeof err), 0);
     free(hw);
     assert_int_equal(parse("{\"prompt\": \"Hello world\"}", &j, err, sizeof err), JOB_OK);
-    assert_int_equal(job_prepare(&j, t, (int)n_hw, &in, err, sizeof err), JOB_ERR_CONTEXT);
+    assert_int_equal(job_prepare(&j, t, ct, (int)n_hw, &in, err, sizeof err), JOB_ERR_CONTEXT);
     assert_non_null(strstr(err, "max_model_len"));
     job_input_free(&in);
-    assert_int_equal(job_prepare(&j, t, (int)n_hw + 3, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, (int)n_hw + 3, &in, err, sizeof err), JOB_OK);
     assert_int_equal(in.req.max_tokens, 3); /* default 256, clamped */
     job_input_free(&in);
     job_free(&j);
     assert_int_equal(parse("{\"prompt\": \"Hello world\", \"max_tokens\": 4}", &j, err, sizeof err), JOB_OK);
-    assert_int_equal(job_prepare(&j, t, (int)n_hw + 4, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, (int)n_hw + 4, &in, err, sizeof err), JOB_OK);
     job_input_free(&in);
-    assert_int_equal(job_prepare(&j, t, (int)n_hw + 3, &in, err, sizeof err), JOB_ERR_CONTEXT);
+    assert_int_equal(job_prepare(&j, t, ct, (int)n_hw + 3, &in, err, sizeof err), JOB_ERR_CONTEXT);
     assert_non_null(strstr(err, "max_tokens is 4"));
     assert_non_null(strstr(err, "at most 3 tokens can be generated"));
     job_input_free(&in);
@@ -974,6 +1107,7 @@ static void test_prepare(void **state)
     job_input_free(&in);
     job_free(&j);
     tok_free(t);
+    chat_template_free(ct);
 }
 
 /* After the engine has the tokens the input goes; what the row and result need stays, and the
@@ -989,7 +1123,7 @@ static void test_drop_input_and_metadata_of(void **state)
     assert_non_null(j.messages);
     job_drop_input(&j);
     assert_null(j.messages);
-    assert_null(j.msgs);
+    assert_null(j.tools);
     assert_null(j.prompt);
     assert_string_equal(j.id, "c");
     json_t *p = job_params_json(&j);

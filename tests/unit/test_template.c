@@ -238,9 +238,10 @@ static void test_jobs(void **state)
     assert_int_equal(job_parse(ok, strlen(ok), &o, &j, err, sizeof err), JOB_OK);
     /* the rendered text is one user message through the chat template */
     assert_null(j.prompt);
-    assert_int_equal(j.n_msgs, 1);
-    assert_string_equal(j.msgs[0].role, "user");
-    assert_string_equal(j.msgs[0].content, "Summarize this:\nThe {quick} fox.");
+    assert_int_equal(json_array_size(j.messages), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 0), "role")), "user");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(j.messages, 0), "content")),
+                        "Summarize this:\nThe {quick} fox.");
     assert_int_equal(j.max_tokens, 5);
     job_free(&j);
 

@@ -119,8 +119,13 @@ static size_t prompt_bytes(const struct job *j)
     if (j->prompt_ids)
         return (size_t)j->n_prompt_ids * BYTES_PER_TOKEN;
     size_t n = 0;
-    for (size_t i = 0; i < j->n_msgs; i++)
-        n += j->msgs[i].content ? strlen(j->msgs[i].content) : 0;
+    for (size_t i = 0; i < json_array_size(j->messages); i++) {
+        json_t *c = json_object_get(json_array_get(j->messages, i), "content");
+        if (json_is_string(c))
+            n += json_string_length(c);
+        for (size_t k = 0; json_is_array(c) && k < json_array_size(c); k++)
+            n += json_string_length(json_object_get(json_array_get(c, k), "text"));
+    }
     return n;
 }
 

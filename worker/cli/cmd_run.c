@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "engine/chat_template.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f)
         "      --block-size N            KV cache block size in tokens (engine.block_size)\n"
         "      --threads N               CPU backend threads; 0 = all cores (engine.threads)\n"
         "      --device N                CUDA device index (engine.device; default 0)\n"
+        "      --chat-template FILE      a Jinja chat template used instead of the model's own\n"
+        "                                (model.chat_template; docs/CHAT_TEMPLATES.md)\n"
         "  -h, --help                    this text\n"
         "\n"
         "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
@@ -80,6 +83,7 @@ struct run {
     struct cfg cfg;
     struct model *model;
     struct tok *tok;
+    struct chat_template *chat; /* the model's chat template, parsed once */
     struct engine *eng;
     struct job_opts jopts;
     char model_name[256];
@@ -148,7 +152,7 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
         return;
     }
     struct job_input in;
-    rc = job_prepare(&s->job, r->tok, r->max_model_len, &in, err, sizeof err);
+    rc = job_prepare(&s->job, r->tok, r->chat, r->max_model_len, &in, err, sizeof err);
     if (rc == 0) {
         in.req.user = s;
         in.req.deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
@@ -259,6 +263,7 @@ static void run_free(struct run *r)
     }
     engine_free(r->eng);
     tok_free(r->tok);
+    chat_template_free(r->chat);
     model_free(r->model);
     if (r->in && r->in != stdin)
         fclose(r->in);
@@ -291,6 +296,11 @@ static int setup(struct run *r, const char *input, const char *output)
     r->tok = tok_load_dir(tok_dir, err, sizeof err);
     if (!r->tok) {
         fprintf(stderr, "llmq %s: tokenizer %s: %s\n", CMD, tok_dir, err);
+        return 1;
+    }
+    r->chat = chat_template_load(tok_dir, c->model.chat_template, err, sizeof err);
+    if (!r->chat) {
+        fprintf(stderr, "llmq %s: model %s: %s\n", CMD, c->model.path, err);
         return 1;
     }
     struct engine_opts eo = engine_cfg_opts(c);

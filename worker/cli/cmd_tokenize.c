@@ -11,27 +11,35 @@
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "engine/util/buf.h"
+#include "engine/util/errfmt.h"
 #include "worker/cli/cli.h"
 
 static void usage(FILE *f)
 {
     fprintf(
         f,
-        "Usage: llmq tokenize (--model DIR | --tokenizer FILE) [--skip-special-tokens]\n"
-        "                     [--bench FILE [--threads N]]\n"
+        "Usage: llmq tokenize (--model DIR | --tokenizer FILE) [--chat-template FILE]\n"
+        "                     [--skip-special-tokens] [--bench FILE [--threads N]]\n"
         "\n"
         "Reads JSON lines on stdin and writes one JSON line per input line on stdout:\n"
         "  {\"text\": \"...\"}                        -> {\"ids\": [...]}\n"
-        "  {\"messages\": [...], \"enable_thinking\": true|false}\n"
+        "  {\"messages\": [...], \"tools\": [...], \"documents\": [...], \"add_generation_prompt\": bool,\n"
+        "   \"chat_template_kwargs\": {...}, \"enable_thinking\": bool}\n"
         "                                         -> {\"text\": \"<rendered prompt>\", \"ids\": [...]}\n"
         "  {\"ids\": [...]}                         -> {\"text\": \"...\"}\n"
-        "Any other line gets {\"error\": \"line N: ...\"}; the rest still runs and the exit status is 1.\n"
+        "Messages are rendered with the model's chat template as transformers' apply_chat_template\n"
+        "does (add_generation_prompt defaults to true; enable_thinking and chat_template_kwargs reach\n"
+        "the template only when given, the kwargs' enable_thinking first). A template that calls\n"
+        "raise_exception gets {\"error\": \"<its message>\"}; any other bad line gets\n"
+        "{\"error\": \"line N: ...\"}. The rest still runs and the exit status is 1.\n"
         "\"text\" is encoded as Hugging Face's tokenizer.encode(text) does; a rendered chat prompt\n"
         "already has its special tokens and gets none added.\n"
         "\n"
         "Options:\n"
         "  --model DIR             a model folder with tokenizer.json (and tokenizer_config.json)\n"
         "  --tokenizer FILE        a tokenizer.json; tokenizer_config.json is read from beside it\n"
+        "  --chat-template FILE    a Jinja chat template used instead of the model's own\n"
+        "                          (docs/CHAT_TEMPLATES.md)\n"
         "  --skip-special-tokens   leave special tokens out when decoding ids\n"
         "  --bench FILE            instead: time loading, and encoding FILE whole and line by line\n"
         "                          (MB/s: 10^6 bytes of FILE per second, one thread)\n"
@@ -91,38 +99,110 @@ static json_t *ids_json(const int32_t *ids, size_t n)
     return a;
 }
 
-/* Answers one input line: a new JSON object, or NULL with err. */
-static json_t *answer(const struct tok *tok, const char *line, size_t len, bool skip_special, char *err,
-                      size_t errlen)
+/* The tokenizer and, loaded on the first line with messages, the chat template. */
+struct tk {
+    const struct tok *tok;
+    const char *tpl_dir;  /* the folder of tokenizer_config.json */
+    const char *tpl_file; /* --chat-template, or NULL */
+    struct chat_template *chat;
+    bool chat_tried;
+    char chat_err[1024];
+    bool skip_special;
+};
+
+enum { ANSWER_OK = 0, ANSWER_BAD = -1, ANSWER_RAISED = -2 };
+
+/* {"messages", ...}: the rendered prompt and its ids into *out. */
+static int answer_chat(struct tk *t, json_t *in, json_t **out, char *err, size_t errlen)
 {
-    json_error_t je;
-    json_t *in = json_loadb(line, len, JSON_ALLOW_NUL, &je), *out = NULL;
-    if (!in) {
-        snprintf(err, errlen, "not valid JSON: %s (column %d)", je.text, je.column);
-        return NULL;
+    json_t *msgs = json_object_get(in, "messages"), *tools = json_object_get(in, "tools"),
+           *docs = json_object_get(in, "documents"), *agp = json_object_get(in, "add_generation_prompt"),
+           *kwargs = json_object_get(in, "chat_template_kwargs"),
+           *think = json_object_get(in, "enable_thinking");
+    if (!json_is_array(msgs))
+        return errfmt(err, errlen, "\"messages\": expected an array");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return errfmt(err, errlen, "\"tools\": expected an array");
+    if (docs && !json_is_null(docs) && !json_is_array(docs))
+        return errfmt(err, errlen, "\"documents\": expected an array");
+    if (agp && !json_is_boolean(agp))
+        return errfmt(err, errlen, "\"add_generation_prompt\": expected true or false");
+    if (kwargs && !json_is_object(kwargs))
+        return errfmt(err, errlen, "\"chat_template_kwargs\": expected an object");
+    if (think && !json_is_boolean(think))
+        return errfmt(err, errlen, "\"enable_thinking\": expected true or false");
+    if (!t->chat_tried) {
+        t->chat_tried = true;
+        t->chat = chat_template_load(t->tpl_dir, t->tpl_file, t->chat_err, sizeof t->chat_err);
     }
+    if (!t->chat)
+        return errfmt(err, errlen, "%s", t->chat_err);
+    json_t *kw = kwargs ? json_copy(kwargs) : json_object();
+    if (!kw)
+        return errfmt(err, errlen, "out of memory");
+    if (think && !json_object_get(kw, "enable_thinking"))
+        json_object_set(kw, "enable_thinking", think);
+    struct chat_input ci = {.messages = msgs,
+                            .tools = json_is_array(tools) ? tools : NULL,
+                            .documents = json_is_array(docs) ? docs : NULL,
+                            .kwargs = kw,
+                            .add_generation_prompt = agp ? json_is_true(agp) : true};
+    char *prompt = NULL;
+    size_t len = 0;
+    int rc = chat_template_render(t->chat, &ci, &prompt, &len, err, errlen);
+    json_decref(kw);
+    if (rc == CHAT_RAISED)
+        return ANSWER_RAISED;
+    if (rc)
+        return ANSWER_BAD;
+    int32_t *v = NULL;
+    size_t n = 0;
+    if (tok_encode_ex(t->tok, prompt, len, false, &v, &n, err, errlen) != 0) {
+        free(prompt);
+        return ANSWER_BAD;
+    }
+    *out = json_pack("{s:s%,s:o}", "text", prompt, len, "ids", ids_json(v, n));
+    free(prompt);
+    free(v);
+    return ANSWER_OK;
+}
+
+/* Answers one input line: a new JSON object in *out, or an error in err (ANSWER_RAISED: err is
+ * the template's own message). */
+static int answer(struct tk *t, const char *line, size_t len, json_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *in = json_loadb(line, len, JSON_ALLOW_NUL, &je);
+    if (!in)
+        return errfmt(err, errlen, "not valid JSON: %s (column %d)", je.text, je.column);
     const json_t *text = json_object_get(in, "text"), *msgs = json_object_get(in, "messages"),
-                 *ids = json_object_get(in, "ids"), *think = json_object_get(in, "enable_thinking");
+                 *ids = json_object_get(in, "ids");
     const char *key;
     json_t *val;
+    int rc = ANSWER_BAD;
     if (!json_is_object(in)) {
         snprintf(err, errlen, "expected a JSON object");
         goto done;
     }
+    static const char *const chat_keys[] = {
+        "tools", "documents", "add_generation_prompt", "chat_template_kwargs", "enable_thinking", NULL};
     json_object_foreach(in, key, val)
     {
-        if (strcmp(key, "text") && strcmp(key, "messages") && strcmp(key, "ids") &&
-            strcmp(key, "enable_thinking")) {
+        bool chat_key = false;
+        for (const char *const *k = chat_keys; *k; k++)
+            chat_key = chat_key || !strcmp(*k, key);
+        if (chat_key && !msgs) {
+            snprintf(err, errlen, "\"%s\" goes with \"messages\"", key);
+            goto done;
+        }
+        if (!chat_key && strcmp(key, "text") && strcmp(key, "messages") && strcmp(key, "ids")) {
             snprintf(err, errlen, "unknown key '%s' (expected \"text\", \"messages\" or \"ids\")", key);
             goto done;
         }
     }
     if (!!text + !!msgs + !!ids != 1) {
         snprintf(err, errlen, "expected exactly one of \"text\", \"messages\", \"ids\"");
-        goto done;
-    }
-    if (think && !msgs) {
-        snprintf(err, errlen, "\"enable_thinking\" goes with \"messages\"");
         goto done;
     }
     int32_t *v = NULL;
@@ -132,38 +212,14 @@ static json_t *answer(const struct tok *tok, const char *line, size_t len, bool 
             snprintf(err, errlen, "\"text\": expected a string");
             goto done;
         }
-        if (tok_encode(tok, json_string_value(text), json_string_length(text), &v, &n, err, errlen) != 0)
+        if (tok_encode(t->tok, json_string_value(text), json_string_length(text), &v, &n, err, errlen) != 0)
             goto done;
-        out = json_pack("{s:o}", "ids", ids_json(v, n));
+        *out = json_pack("{s:o}", "ids", ids_json(v, n));
         free(v);
     } else if (msgs) {
-        struct chat_options opt = chat_options_default();
-        if (think && !json_is_boolean(think)) {
-            snprintf(err, errlen, "\"enable_thinking\": expected true or false");
+        rc = answer_chat(t, in, out, err, errlen);
+        if (rc != ANSWER_OK)
             goto done;
-        }
-        if (think)
-            opt.enable_thinking = json_is_true(think);
-        if (!json_is_array(msgs)) {
-            snprintf(err, errlen, "\"messages\": expected an array");
-            goto done;
-        }
-        struct chat_message *m = NULL;
-        size_t nm = 0;
-        char *prompt = NULL;
-        if (chat_messages_from_json(msgs, &m, &nm, err, errlen) != 0)
-            goto done;
-        int rc = chat_render(m, nm, &opt, &prompt, err, errlen);
-        free(m);
-        if (rc != 0)
-            goto done;
-        if (tok_encode_ex(tok, prompt, strlen(prompt), false, &v, &n, err, errlen) != 0) {
-            free(prompt);
-            goto done;
-        }
-        out = json_pack("{s:s,s:o}", "text", prompt, "ids", ids_json(v, n));
-        free(prompt);
-        free(v);
     } else {
         if (!json_is_array(ids)) {
             snprintf(err, errlen, "\"ids\": expected an array of token ids");
@@ -178,10 +234,10 @@ static json_t *answer(const struct tok *tok, const char *line, size_t len, bool 
         for (size_t i = 0; i < n; i++) {
             const json_t *x = json_array_get(ids, i);
             if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-                json_integer_value(x) >= tok_vocab_size(tok)) {
+                json_integer_value(x) >= tok_vocab_size(t->tok)) {
                 if (json_is_integer(x))
                     snprintf(err, errlen, "ids[%zu]: %lld is not a token id (vocabulary size %d)", i,
-                             (long long)json_integer_value(x), tok_vocab_size(tok));
+                             (long long)json_integer_value(x), tok_vocab_size(t->tok));
                 else
                     snprintf(err, errlen, "ids[%zu]: expected an integer", i);
                 free(v);
@@ -191,21 +247,24 @@ static json_t *answer(const struct tok *tok, const char *line, size_t len, bool 
         }
         char *s = NULL;
         size_t slen;
-        int rc = tok_decode(tok, v, n, skip_special, &s, &slen, err, errlen);
+        int drc = tok_decode(t->tok, v, n, t->skip_special, &s, &slen, err, errlen);
         free(v);
-        if (rc != 0)
+        if (drc != 0)
             goto done;
-        out = json_pack("{s:s%}", "text", s, slen);
+        *out = json_pack("{s:s%}", "text", s, slen);
         free(s);
     }
-    if (!out)
+    rc = ANSWER_OK;
+    if (!*out) {
         snprintf(err, errlen, "out of memory");
+        rc = ANSWER_BAD;
+    }
 done:
     json_decref(in);
-    return out;
+    return rc;
 }
 
-static int run_lines(const struct tok *tok, bool skip_special)
+static int run_lines(struct tk *t)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -217,8 +276,12 @@ static int run_lines(const struct tok *tok, bool skip_special)
         if (len > 0 && line[len - 1] == '\n')
             len--;
         char err[1024];
-        json_t *out = answer(tok, line, (size_t)len, skip_special, err, sizeof err);
-        if (!out) {
+        json_t *out = NULL;
+        int rc = answer(t, line, (size_t)len, &out, err, sizeof err);
+        if (rc == ANSWER_RAISED) {
+            out = json_pack("{s:s}", "error", err);
+            status = 1;
+        } else if (rc != ANSWER_OK) {
             char msg[1100];
             snprintf(msg, sizeof msg, "line %ld: %s", lineno, err);
             out = json_pack("{s:s}", "error", msg);
@@ -404,17 +467,18 @@ static int bench(const char *model, const char *file, const char *path, int thre
 
 int cmd_tokenize(int argc, char **argv)
 {
-    enum { OPT_MODEL = 256, OPT_TOKENIZER, OPT_SKIP, OPT_BENCH, OPT_THREADS };
+    enum { OPT_MODEL = 256, OPT_TOKENIZER, OPT_SKIP, OPT_BENCH, OPT_THREADS, OPT_CHAT_TEMPLATE };
     static const struct option opts[] = {
         {"model", required_argument, NULL, OPT_MODEL},
         {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+        {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
         {"skip-special-tokens", no_argument, NULL, OPT_SKIP},
         {"bench", required_argument, NULL, OPT_BENCH},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *model = NULL, *file = NULL, *bench_file = NULL;
+    const char *model = NULL, *file = NULL, *bench_file = NULL, *chat_file = NULL;
     bool skip = false;
     int opt, threads = 1;
     char *end;
@@ -427,6 +491,9 @@ int cmd_tokenize(int argc, char **argv)
             break;
         case OPT_TOKENIZER:
             file = optarg;
+            break;
+        case OPT_CHAT_TEMPLATE:
+            chat_file = optarg;
             break;
         case OPT_SKIP:
             skip = true;
@@ -461,7 +528,24 @@ int cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "llmq tokenize: %s\n", err);
         return 1;
     }
-    int rc = run_lines(tok, skip);
+    /* the chat template lives beside tokenizer_config.json: the model folder, or the file's folder */
+    char *dir = strdup(model ? model : file);
+    if (!dir) {
+        tok_free(tok);
+        fprintf(stderr, "llmq tokenize: out of memory\n");
+        return 1;
+    }
+    if (!model) {
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            strcpy(dir, ".");
+    }
+    struct tk t = {.tok = tok, .tpl_dir = dir, .tpl_file = chat_file, .skip_special = skip};
+    int rc = run_lines(&t);
+    chat_template_free(t.chat);
+    free(dir);
     tok_free(tok);
     return rc;
 }

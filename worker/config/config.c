@@ -239,6 +239,9 @@ static const struct cfg_key keys[] = {
     INT("model", "max_model_len", model.max_model_len, "0", 0, MAX_LEN,
         "longest prompt + output; 0 = the model's; more than native enables YaRN"),
     STR("model", "tokenizer", model.tokenizer, "", 0, NULL, "folder with tokenizer.json; \"\" = model.path"),
+    STR("model", "chat_template", model.chat_template, "", 0, NULL,
+        "a Jinja chat template file used instead of the model's own (--chat-template); \"\" = the "
+        "tokenizer folder's chat_template.jinja or tokenizer_config.json's chat_template"),
 
     ENUM("engine", "backend", engine.backend, "auto", backend_choices,
          "auto = cuda when a GPU is usable, else cpu"),

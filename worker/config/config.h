@@ -92,6 +92,7 @@ struct cfg_model {
     int lm_head_dtype; /* enum cfg_lm_dtype */
     int max_model_len; /* 0 = config.json's max_position_embeddings; more enables YaRN */
     char *tokenizer;   /* folder with tokenizer.json; "" = the model folder */
+    char *chat_template; /* Jinja file used instead of the model's chat template; "" = the model's */
 };
 
 struct cfg_engine {

@@ -93,6 +93,7 @@ static const struct {
     {ENGINE_CFG_O_BATCHED, "engine.max_num_batched_tokens", "--max-num-batched-tokens"},
     {ENGINE_CFG_O_MAXLEN, "model.max_model_len", "--max-model-len"},
     {ENGINE_CFG_O_BLOCK, "engine.block_size", "--block-size"},
+    {ENGINE_CFG_O_CHAT_TEMPLATE, "model.chat_template", "--chat-template"},
 };
 
 int engine_cfg_flag_opt(struct engine_cfg_flags *f, int opt, const char *value)

@@ -45,12 +45,14 @@ enum {
     ENGINE_CFG_O_BATCHED,
     ENGINE_CFG_O_MAXLEN,
     ENGINE_CFG_O_BLOCK,
+    ENGINE_CFG_O_CHAT_TEMPLATE,
     ENGINE_CFG_O_NEXT
 };
 
 /* struct option entries (<getopt.h>) for a command's getopt_long table; the command's short
  * options must include "m:". ENGINE_CFG_LONGOPTS: the flags of every command that opens an engine
- * (--model, --backend, --threads, --device, --max-num-seqs); ENGINE_CFG_LONGOPTS_SHAPE: the batch shape
+ * (--model, --backend, --threads, --device, --max-num-seqs, --chat-template); ENGINE_CFG_LONGOPTS_SHAPE: the
+ * batch shape
  * (--max-num-batched-tokens, --max-model-len, --block-size). */
 // clang-format off
 #define ENGINE_CFG_LONGOPTS                                                       \
@@ -58,7 +60,8 @@ enum {
     {"backend", required_argument, NULL, ENGINE_CFG_O_BACKEND},                   \
     {"threads", required_argument, NULL, ENGINE_CFG_O_THREADS},                   \
     {"device", required_argument, NULL, ENGINE_CFG_O_DEVICE},                     \
-    {"max-num-seqs", required_argument, NULL, ENGINE_CFG_O_SEQS}
+    {"max-num-seqs", required_argument, NULL, ENGINE_CFG_O_SEQS},                 \
+    {"chat-template", required_argument, NULL, ENGINE_CFG_O_CHAT_TEMPLATE}
 #define ENGINE_CFG_LONGOPTS_SHAPE                                                 \
     {"max-num-batched-tokens", required_argument, NULL, ENGINE_CFG_O_BATCHED},    \
     {"max-model-len", required_argument, NULL, ENGINE_CFG_O_MAXLEN},              \

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/chat_template.h"
 #include "engine/model.h"
 #include "engine/think.h"
 #include "engine/tokenizer.h"
@@ -43,6 +44,7 @@ static const struct {
     {JOB_ERR_CANCELLED, "cancelled"},
     {JOB_ERR_INTERNAL, "internal"},
     {JOB_ERR_STALLS, "max_stalls_exceeded"},
+    {JOB_ERR_TEMPLATE, "template_error"},
 };
 
 const char *job_error_code(int rc)
@@ -132,6 +134,7 @@ struct pctx {
     json_t *top_logprobs; /* OpenAI chat: "top_logprobs" (borrowed) */
     int n_top_logprobs;   /* ... its value */
     bool max_completion_tokens;
+    bool kw_thinking; /* chat_template_kwargs set enable_thinking */
 };
 
 /* A short JSON rendering of v for error messages: ASCII only (so cutting it cannot split a UTF-8
@@ -343,25 +346,15 @@ static int h_completion_prompt(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
-/* Rewrites chat_messages_from_json's "messages[1].content: expected a string" as
- * "field '<prefix>messages[1].content': expected a string". */
-static int chat_error(struct pctx *c, const char *msg)
+/* The parts of a message's content: [{"type": "text", "text": "..."}, ...]. */
+static int check_parts(struct pctx *c, const char *at, json_t *parts)
 {
-    const char *sep = strstr(msg, ": ");
-    if (!sep || memchr(msg, ' ', (size_t)(sep - msg)))
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%smessages': %s", c->prefix, msg);
-    return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s%.*s': %s", c->prefix, (int)(sep - msg),
-                     msg, sep + 2);
-}
-
-/* OpenAI content parts: [{"type": "text", "text": "..."}, ...] joined with "\n" (as vLLM does). */
-static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
-{
-    size_t total = 1;
-    for (size_t k = 0; k < json_array_size(parts); k++) {
-        json_t *p = json_array_get(parts, k);
-        char field[96];
-        snprintf(field, sizeof field, "messages[%zu].content[%zu]", i, k);
+    size_t k;
+    json_t *p;
+    json_array_foreach(parts, k, p)
+    {
+        char field[128];
+        snprintf(field, sizeof field, "%s.content[%zu]", at, k);
         json_t *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
         if (!json_is_object(p) || !json_is_string(type))
             return bad(c, field, p, "expected a content part {\"type\": \"text\", \"text\": ...}");
@@ -373,23 +366,115 @@ static int join_text_parts(struct pctx *c, size_t i, json_t *msg, json_t *parts)
             snprintf(field + strlen(field), sizeof field - strlen(field), ".text");
             return bad(c, field, text ? text : json_null(), "expected a string");
         }
-        total += json_string_length(text) + 1;
     }
-    char *buf = malloc(total), *p = buf;
-    if (!buf)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
-    for (size_t k = 0; k < json_array_size(parts); k++) {
-        json_t *text = json_object_get(json_array_get(parts, k), "text");
-        if (k)
-            *p++ = '\n';
-        memcpy(p, json_string_value(text), json_string_length(text));
-        p += json_string_length(text);
+    return 0;
+}
+
+/* An assistant message's "tool_calls": [{"id"?, "type"?: "function", "function": {"name", "arguments"}}]. */
+static int check_tool_calls(struct pctx *c, const char *at, json_t *calls)
+{
+    char field[160];
+    snprintf(field, sizeof field, "%s.tool_calls", at);
+    if (!json_is_array(calls))
+        return bad(c, field, calls, "expected a list of tool calls");
+    size_t k;
+    json_t *tc;
+    json_array_foreach(calls, k, tc)
+    {
+        snprintf(field, sizeof field, "%s.tool_calls[%zu]", at, k);
+        if (!json_is_object(tc))
+            return bad(c, field, tc, "expected an object {\"type\": \"function\", \"function\": {...}}");
+        json_t *id = json_object_get(tc, "id"), *type = json_object_get(tc, "type"),
+               *fn = json_object_get(tc, "function");
+        size_t n = strlen(field);
+        if (id && !json_is_string(id)) {
+            snprintf(field + n, sizeof field - n, ".id");
+            return bad(c, field, id, "expected a string");
+        }
+        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))) {
+            snprintf(field + n, sizeof field - n, ".type");
+            return bad(c, field, type, "expected \"function\"");
+        }
+        snprintf(field + n, sizeof field - n, ".function");
+        if (!json_is_object(fn))
+            return bad(c, field, fn ? fn : json_null(), "expected an object {\"name\", \"arguments\"}");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        n = strlen(field);
+        if (!json_is_string(name)) {
+            snprintf(field + n, sizeof field - n, ".name");
+            return bad(c, field, name ? name : json_null(), "expected a string");
+        }
+        if (!json_is_string(args) && !json_is_object(args)) {
+            snprintf(field + n, sizeof field - n, ".arguments");
+            return bad(c, field, args ? args : json_null(), "expected a JSON string or an object");
+        }
     }
-    *p = 0;
-    json_t *s = json_stringn_nocheck(buf, (size_t)(p - buf));
-    free(buf);
-    if (!s || json_object_set_new(msg, "content", s))
+    return 0;
+}
+
+/* One message of "messages" (m is the job's own copy, normalised in place). */
+static int check_message(struct pctx *c, size_t i, json_t *m)
+{
+    char at[64];
+    snprintf(at, sizeof at, "messages[%zu]", i);
+    if (!json_is_object(m))
+        return bad(c, at, m, "expected an object {\"role\", \"content\"}");
+    char field[160];
+    const char *key;
+    json_t *v;
+    json_object_foreach(m, key, v)
+    {
+        static const char *const known[] = {"role",         "content",           "name", "tool_calls",
+                                            "tool_call_id", "reasoning_content", NULL};
+        bool ok = false;
+        for (const char *const *k = known; *k; k++)
+            ok = ok || !strcmp(*k, key);
+        snprintf(field, sizeof field, "%s.%.64s", at, key);
+        if (!ok)
+            return bad(c, field, NULL,
+                       "unknown key (a message has role, content, name, tool_calls, tool_call_id, "
+                       "reasoning_content)");
+        if ((!strcmp(key, "name") || !strcmp(key, "tool_call_id")) && !json_is_string(v))
+            return bad(c, field, v, "expected a string");
+        if (!strcmp(key, "reasoning_content") && !json_is_string(v) && !json_is_null(v))
+            return bad(c, field, v, "expected a string or null");
+    }
+    json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+    json_t *calls = json_object_get(m, "tool_calls");
+    snprintf(field, sizeof field, "%s.role", at);
+    if (!role)
+        return bad(c, field, NULL, "missing");
+    if (!json_is_string(role) || json_string_length(role) == 0)
+        return bad(c, field, role, "expected a role such as \"user\"");
+    if (strlen(json_string_value(role)) != json_string_length(role))
+        return bad(c, field, NULL, "contains a NUL character");
+    if (!strcmp(json_string_value(role), "developer") && /* OpenAI's new "system" */
+        json_object_set_new(m, "role", json_string("system")))
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    bool assistant = !strcmp(json_string_value(json_object_get(m, "role")), "assistant");
+    bool has_calls = calls && !json_is_null(calls);
+    if (has_calls && !assistant) {
+        snprintf(field, sizeof field, "%s.tool_calls", at);
+        return bad(c, field, NULL, "only assistant messages have tool calls");
+    }
+    if (has_calls && check_tool_calls(c, at, calls))
+        return JOB_ERR_INVALID;
+    snprintf(field, sizeof field, "%s.content", at);
+    bool calls_given = has_calls && json_array_size(calls) > 0;
+    if (!content || json_is_null(content)) {
+        if (!(assistant && calls_given))
+            return bad(c, field, NULL,
+                       content ? "null is only allowed in an assistant message with tool_calls" : "missing");
+        if (!content && json_object_set_new(m, "content", json_null())) /* as OpenAI clients send it */
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+        return 0;
+    }
+    if (json_is_array(content))
+        return check_parts(c, at, content);
+    if (!json_is_string(content))
+        return bad(c, field, content, "expected a string or a list of text parts");
+    if (strlen(json_string_value(content)) != json_string_length(content))
+        return bad(c, field, NULL, "contains a NUL character");
     return 0;
 }
 
@@ -402,18 +487,83 @@ static int h_messages(struct pctx *c, const char *name, json_t *v)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     c->j->messages = copy;
     for (size_t i = 0; i < json_array_size(copy); i++) {
-        json_t *m = json_array_get(copy, i);
-        if (!json_is_object(m))
-            continue; /* chat_messages_from_json names it */
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (json_is_string(role) && !strcmp(json_string_value(role), "developer")) /* OpenAI's new "system" */
-            json_object_set_new(m, "role", json_string("system"));
-        if (json_is_array(content) && join_text_parts(c, i, m, content))
-            return JOB_ERR_INVALID;
+        int rc = check_message(c, i, json_array_get(copy, i));
+        if (rc)
+            return rc;
     }
-    char msg[512];
-    if (chat_messages_from_json(copy, &c->j->msgs, &c->j->n_msgs, msg, sizeof msg))
-        return chat_error(c, msg);
+    return 0;
+}
+
+/* "tools": [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. */
+static int h_tools(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad(c, name, v, "expected a list of tools {\"type\": \"function\", \"function\": {...}}");
+    size_t k;
+    json_t *t;
+    json_array_foreach(v, k, t)
+    {
+        char field[96];
+        snprintf(field, sizeof field, "%s[%zu]", name, k);
+        json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
+        size_t n = strlen(field);
+        if (!json_is_object(t))
+            return bad(c, field, t, "expected an object {\"type\": \"function\", \"function\": {...}}");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
+            snprintf(field + n, sizeof field - n, ".type");
+            return bad(c, field, type ? type : json_null(), "expected \"function\"");
+        }
+        snprintf(field + n, sizeof field - n, ".function");
+        if (!json_is_object(fn))
+            return bad(c, field, fn ? fn : json_null(), "expected an object {\"name\", \"parameters\"?}");
+        n = strlen(field);
+        json_t *fname = json_object_get(fn, "name"), *desc = json_object_get(fn, "description"),
+               *params = json_object_get(fn, "parameters");
+        if (!json_is_string(fname) || json_string_length(fname) == 0) {
+            snprintf(field + n, sizeof field - n, ".name");
+            return bad(c, field, fname ? fname : json_null(), "expected the function's name");
+        }
+        if (desc && !json_is_string(desc)) {
+            snprintf(field + n, sizeof field - n, ".description");
+            return bad(c, field, desc, "expected a string");
+        }
+        if (params && !json_is_object(params)) {
+            snprintf(field + n, sizeof field - n, ".parameters");
+            return bad(c, field, params, "expected a JSON Schema object");
+        }
+    }
+    json_decref(c->j->tools);
+    c->j->tools = json_array_size(v) ? json_incref(v) : NULL; /* [] is no tools, as OpenAI clients mean it */
+    return 0;
+}
+
+/* "tool_choice": "auto" or "none". The tools are rendered into the prompt either way; the answer
+ * is text (tool calls are not parsed out of it), so no choice can be enforced. */
+static int h_tool_choice(struct pctx *c, const char *name, json_t *v)
+{
+    if (json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "none")))
+        return 0;
+    return bad(c, name, v,
+               "not supported by llmq (only \"auto\" and \"none\" are accepted: tool calls are "
+               "not parsed out of the answer)");
+}
+
+/* "documents": a list of objects (retrieval-augmented templates read their keys). */
+static int h_documents(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_array(v))
+        return bad(c, name, v, "expected a list of objects");
+    size_t k;
+    json_t *d;
+    json_array_foreach(v, k, d)
+    {
+        char field[64];
+        snprintf(field, sizeof field, "%s[%zu]", name, k);
+        if (!json_is_object(d))
+            return bad(c, field, d, "expected an object");
+    }
+    json_decref(c->j->documents);
+    c->j->documents = json_incref(v);
     return 0;
 }
 
@@ -590,7 +740,12 @@ static int h_stream(struct pctx *c, const char *name, json_t *v)
 
 static int h_enable_thinking(struct pctx *c, const char *name, json_t *v)
 {
-    return read_bool(c, name, v, &c->j->enable_thinking);
+    bool b = false;
+    if (read_bool(c, name, v, &b))
+        return JOB_ERR_INVALID;
+    if (!c->kw_thinking) /* chat_template_kwargs.enable_thinking wins */
+        c->j->enable_thinking = b;
+    return 0;
 }
 
 static int h_thinking_budget(struct pctx *c, const char *name, json_t *v)
@@ -656,20 +811,37 @@ static int h_metadata(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* "chat_template_kwargs": more variables for the chat template. enable_thinking (true, false or
+ * null) is kept apart in j->enable_thinking; the names the job's own fields set are refused. */
 static int h_chat_template_kwargs(struct pctx *c, const char *name, json_t *v)
 {
     if (!json_is_object(v))
         return bad(c, name, v, "expected an object");
+    json_t *kw = json_object();
+    if (!kw)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    json_decref(c->j->chat_kwargs);
+    c->j->chat_kwargs = kw;
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val)
     {
         char field[128];
         snprintf(field, sizeof field, "%s.%.64s", name, key);
-        if (strcmp(key, "enable_thinking") != 0)
-            return bad(c, field, NULL, "not supported (only enable_thinking)");
-        if (!json_is_null(val) && read_bool(c, field, val, &c->j->enable_thinking))
-            return JOB_ERR_INVALID;
+        if (!strcmp(key, "messages") || !strcmp(key, "tools") || !strcmp(key, "documents") ||
+            !strcmp(key, "add_generation_prompt"))
+            return bad(c, field, NULL, "set by the job itself, not here%s",
+                       strcmp(key, "tools") && strcmp(key, "documents") ? "" : " (use the job's field)");
+        if (!strcmp(key, "enable_thinking")) {
+            if (!json_is_null(val)) {
+                if (read_bool(c, field, val, &c->j->enable_thinking))
+                    return JOB_ERR_INVALID;
+                c->kw_thinking = true;
+            }
+            continue;
+        }
+        if (json_object_set(kw, key, val))
+            return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
     }
     return 0;
 }
@@ -712,7 +884,9 @@ static const struct field fields[] = {
     {"top_logprobs", F_CHAT, h_top_logprobs, NULL},
     {"return_token_ids", F_LLMQ, h_return_token_ids, NULL},
     {"enable_thinking", F_LLMQ, h_enable_thinking, NULL},
-    {"chat_template_kwargs", F_CHAT, h_chat_template_kwargs, NULL},
+    {"chat_template_kwargs", F_LLMQ | F_CHAT, h_chat_template_kwargs, NULL},
+    {"tools", F_LLMQ | F_CHAT, h_tools, NULL},
+    {"documents", F_LLMQ | F_CHAT, h_documents, NULL},
     {"ignore_eos", F_ALL, h_ignore_eos, NULL},
     {"thinking_budget", F_ALL, h_thinking_budget, NULL},
     {"stop_in_reasoning", F_ALL, h_stop_in_reasoning, NULL},
@@ -729,6 +903,7 @@ static const struct field fields[] = {
     {"prompt_cache_key", F_OPENAI, h_ignore, NULL},
     {"safety_identifier", F_OPENAI, h_ignore, NULL},
     {"parallel_tool_calls", F_CHAT, h_ignore, NULL},
+    {"tool_choice", F_CHAT, h_tool_choice, NULL},
     /* OpenAI fields llmq does not support: only their neutral value is accepted */
     {"n", F_OPENAI, NULL, "1"},
     {"best_of", F_COMPL, NULL, "1"},
@@ -736,8 +911,6 @@ static const struct field fields[] = {
     {"suffix", F_COMPL, NULL, "\"\""},
     {"stream_options", F_OPENAI, NULL, "{}"},
     {"logit_bias", F_OPENAI, NULL, "{}"},
-    {"tools", F_CHAT, NULL, "[]"},
-    {"tool_choice", F_CHAT, NULL, "\"none\""},
     {"functions", F_CHAT, NULL, "[]"},
     {"function_call", F_CHAT, NULL, "\"none\""},
     {"response_format", F_CHAT, NULL, "{\"type\":\"text\"}"},
@@ -885,6 +1058,16 @@ static int llmq_form(struct pctx *c, json_t *root)
                          "fields 'prompt', 'messages' and 'template' exclude each other (%d given)", inputs);
     if (c->vars && !c->template_name)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': only used with 'template'");
+    if (!j->messages && !c->template_name) { /* a prompt goes to the model without a chat template */
+        const char *f = j->tools         ? "tools"
+                        : j->documents   ? "documents"
+                        : j->chat_kwargs ? "chat_template_kwargs"
+                                         : NULL;
+        if (f)
+            return errfmt_rc(
+                c->err, c->errlen, JOB_ERR_INVALID,
+                "field '%s': only used with 'messages' or 'template' (a prompt gets no chat template)", f);
+    }
     if (c->template_name) {
         const char *name = json_string_value(c->template_name);
         if (!c->o->template_find)
@@ -905,9 +1088,6 @@ static int llmq_form(struct pctx *c, json_t *root)
         if (!msgs)
             return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
         j->messages = msgs;
-        char msg[512];
-        if (chat_messages_from_json(msgs, &j->msgs, &j->n_msgs, msg, sizeof msg))
-            return chat_error(c, msg);
     }
     return 0;
 }
@@ -1128,8 +1308,10 @@ void job_free(struct job *j)
     free(j->batch_id);
     free(j->prompt);
     free(j->prompt_ids);
-    free(j->msgs);
     json_decref(j->messages);
+    json_decref(j->tools);
+    json_decref(j->documents);
+    json_decref(j->chat_kwargs);
     for (int i = 0; i < j->n_stop; i++)
         free(j->stop[i]);
     free(j->stop);
@@ -1143,14 +1325,17 @@ void job_drop_input(struct job *j)
     j->chat = j->chat || j->messages;
     free(j->prompt);
     free(j->prompt_ids);
-    free(j->msgs);
     json_decref(j->messages);
+    json_decref(j->tools);
+    json_decref(j->documents);
+    json_decref(j->chat_kwargs);
     j->prompt = NULL;
     j->prompt_ids = NULL;
     j->n_prompt_ids = 0;
-    j->msgs = NULL;
-    j->n_msgs = 0;
     j->messages = NULL;
+    j->tools = NULL;
+    j->documents = NULL;
+    j->chat_kwargs = NULL;
 }
 
 json_t *job_metadata_of(const char *line, size_t len)
@@ -1187,8 +1372,28 @@ int job_assign_id(struct job *j)
 
 /* ---- into an engine request */
 
-int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, struct job_input *in,
-                char *err, size_t errlen)
+int job_render_chat(const struct job *j, const struct chat_template *ct, char **text, size_t *len, char *err,
+                    size_t errlen)
+{
+    *text = NULL;
+    *len = 0;
+    json_t *kw = j->chat_kwargs ? json_copy(j->chat_kwargs) : json_object();
+    if (!kw || json_object_set_new(kw, "enable_thinking", json_boolean(j->enable_thinking))) {
+        json_decref(kw);
+        return errfmt_rc(err, errlen, JOB_ERR_INTERNAL, "out of memory");
+    }
+    struct chat_input ci = {.messages = j->messages,
+                            .tools = j->tools,
+                            .documents = j->documents,
+                            .kwargs = kw,
+                            .add_generation_prompt = true};
+    int rc = chat_template_render(ct, &ci, text, len, err, errlen);
+    json_decref(kw);
+    return rc == CHAT_OK ? JOB_OK : JOB_ERR_TEMPLATE;
+}
+
+int job_prepare(const struct job *j, const struct tok *tok, const struct chat_template *ct, int max_model_len,
+                struct job_input *in, char *err, size_t errlen)
 {
     memset(in, 0, sizeof *in);
     size_t n = 0;
@@ -1200,16 +1405,14 @@ int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, s
             return JOB_ERR_INTERNAL;
         }
         memcpy(in->tokens, j->prompt_ids, n * sizeof(int32_t));
-    } else if (j->msgs) {
-        struct chat_options co = chat_options_default();
-        co.enable_thinking = j->enable_thinking;
-        char *text = NULL, msg[512];
-        if (chat_render(j->msgs, j->n_msgs, &co, &text, msg, sizeof msg)) {
-            errfmt(err, errlen, "%s", msg);
-            return JOB_ERR_INVALID;
-        }
+    } else if (j->messages) {
+        char *text = NULL;
+        size_t len = 0;
+        int rc = job_render_chat(j, ct, &text, &len, err, errlen);
+        if (rc)
+            return rc;
         /* The rendered text carries its own special tokens. */
-        int rc = tok_encode_ex(tok, text, strlen(text), false, &in->tokens, &n, err, errlen);
+        rc = tok_encode_ex(tok, text, len, false, &in->tokens, &n, err, errlen);
         free(text);
         if (rc)
             return JOB_ERR_INVALID;

@@ -13,7 +13,7 @@
  *     struct job j;
  *     int rc = job_parse(line, len, &opts, &j, err, sizeof err);   // j is always initialised
  *     job_assign_id(&j);                                          // when the job has none
- *     if (rc == 0) rc = job_prepare(&j, tok, max_model_len, &in, err, sizeof err);
+ *     if (rc == 0) rc = job_prepare(&j, tok, ct, max_model_len, &in, err, sizeof err);
  *     if (rc == 0) seq = engine_add(e, &in.req, err, sizeof err); // in.req borrows from j and in
  *     ...
  *     job_input_free(&in); job_free(&j);
@@ -24,13 +24,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/chat_template.h"
 #include "engine/engine.h"
 #include "engine/sampling.h"
 #include "engine/util/uuid.h"
 
 struct json_t; /* jansson */
 struct cfg_sampling;
+struct chat_template;
 struct model_config;
 struct tok;
 
@@ -61,8 +61,11 @@ enum job_error {
     /* "max_stalls_exceeded": its worker was lost while running it max_stalls times (a poison job);
      * written by the reaper's script (queue/scripts.c), never by job_parse */
     JOB_ERR_STALLS = -9,
+    /* "template_error": the model's chat template refused the conversation (raise_exception: its
+     * message is the error), failed while rendering, or the model has none */
+    JOB_ERR_TEMPLATE = -10,
 };
-#define JOB_ERR_COUNT 9 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_STALLS */
+#define JOB_ERR_COUNT 10 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_TEMPLATE */
 /* "invalid_json", ...; "" for JOB_OK, "internal" for a value out of range. */
 const char *job_error_code(int rc);
 
@@ -117,11 +120,16 @@ struct job {
     char *prompt;        /* text sent as is (llmq "prompt", a rendered template, completions "prompt") */
     int32_t *prompt_ids; /* [n_prompt_ids] completions "prompt" given as token ids */
     int n_prompt_ids;
-    struct json_t *messages;   /* owned reference to the (normalised) messages array */
-    struct chat_message *msgs; /* [n_msgs], borrowing from messages */
-    size_t n_msgs;
-    bool chat;            /* the input was messages (still true after job_drop_input) */
-    bool enable_thinking; /* chat template option for messages */
+    struct json_t *messages; /* owned reference to the validated messages array ("developer" read as
+                                "system"; an assistant's absent content with tool calls as null) */
+    bool chat;               /* the input was messages (still true after job_drop_input) */
+    /* What the chat template gets besides the messages (owned references, NULL when absent). */
+    struct json_t *tools;       /* "tools": OpenAI function definitions; [] counts as absent */
+    struct json_t *documents;   /* "documents" */
+    struct json_t *chat_kwargs; /* "chat_template_kwargs" without enable_thinking (see below) */
+    /* The template's enable_thinking: chat_template_kwargs.enable_thinking, else the job's
+     * "enable_thinking", else the default (sampling.enable_thinking). Always passed. */
+    bool enable_thinking;
 
     /* Generation. */
     struct sampling_params sp; /* sp.logprobs: -1 none, 0 the chosen token's, N also the top N */
@@ -180,13 +188,22 @@ struct job_input {
     struct engine_request req; /* borrows from the job and from tokens; user is NULL */
 };
 
-/* Renders (chat template) and tokenizes the job's input and fills in->req (its priority too; the
- * deadline is the caller's: job_deadline). A prompt of max_model_len tokens or more, or a prompt
- * plus an explicit max_tokens over max_model_len, is JOB_ERR_CONTEXT; a default max_tokens is
- * clamped to what fits. tok is borrowed. Returns JOB_OK, or a negative enum job_error with err;
- * *in is always initialised (job_input_free). */
-int job_prepare(const struct job *j, const struct tok *tok, int max_model_len, struct job_input *in,
-                char *err, size_t errlen);
+/* Renders messages with the model's chat template ct (engine/chat_template.h; once per job, with
+ * add_generation_prompt, the job's tools, documents and chat_template_kwargs, and enable_thinking),
+ * tokenizes the input (a rendered prompt without added special tokens, as apply_chat_template
+ * does) and fills in->req (its priority too; the deadline is the caller's: job_deadline). A template
+ * that raises, fails, or is absent is JOB_ERR_TEMPLATE with its message. A prompt of max_model_len
+ * tokens or more, or a prompt plus an explicit max_tokens over max_model_len, is JOB_ERR_CONTEXT; a
+ * default max_tokens is clamped to what fits. tok and ct are borrowed (ct may be NULL when the job
+ * has no messages). Returns JOB_OK, or a negative enum job_error with err; *in is always
+ * initialised (job_input_free). */
+int job_prepare(const struct job *j, const struct tok *tok, const struct chat_template *ct, int max_model_len,
+                struct job_input *in, char *err, size_t errlen);
+
+/* Renders the job's messages with ct as job_prepare does: a new string in *text (free with free()).
+ * Returns JOB_OK, or JOB_ERR_TEMPLATE / JOB_ERR_INTERNAL with err. */
+int job_render_chat(const struct job *j, const struct chat_template *ct, char **text, size_t *len, char *err,
+                    size_t errlen);
 void job_input_free(struct job_input *in);
 
 /* The engine_request.deadline of a job taken at `taken` (engine_now seconds): taken + timeout_s,

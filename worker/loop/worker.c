@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/chat_template.h"
 #include "engine/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/gpu.h"
@@ -180,6 +181,7 @@ struct wk {
     /* what runs the jobs */
     struct model *model;
     struct tok *tok;
+    struct chat_template *chat; /* the model's chat template, parsed once */
     struct engine *eng;
     struct wk_lanes lanes; /* which queue feeds which engine lane, and their room */
     struct wk_models models; /* the model names it serves and their queues (models.h) */
@@ -431,7 +433,7 @@ static void admit(struct wk *w, struct wk_job *j)
     }
     int lane = wk_lane_of_queue(j->rj.queue);
     struct job_input in;
-    rc = job_prepare(&j->job, w->tok, w->lanes.max_model_len[lane], &in, err, sizeof err);
+    rc = job_prepare(&j->job, w->tok, w->chat, w->lanes.max_model_len[lane], &in, err, sizeof err);
     switch (wk_lanes_route(&w->lanes, lane, rc, in.n_tokens)) {
     case WK_ROUTE_LONG:
         log_debug(
@@ -1773,6 +1775,15 @@ static int setup(struct wk *w)
         log_error("tokenizer %s: %s", tok_dir, err);
         return -1;
     }
+    w->chat = chat_template_load(tok_dir, c->model.chat_template, err, sizeof err);
+    if (!w->chat) {
+        log_error("model %s: %s", c->model.path, err);
+        return -1;
+    }
+    if (chat_template_present(w->chat))
+        log_info("chat template: %s", chat_template_origin(w->chat));
+    else
+        log_warn("the model has no chat template: jobs with messages will fail (set model.chat_template)");
     struct engine_opts eo = engine_cfg_opts(c);
     engine_cfg_lanes(&eo, c);
     struct backend *be = backend_open(engine_cfg_backend(c), w->model, &eo.be, err, sizeof err);
@@ -1916,6 +1927,7 @@ static void teardown(struct wk *w)
     rq_free(w->rq);
     engine_free(w->eng);
     tok_free(w->tok);
+    chat_template_free(w->chat);
     model_free(w->model);
     wk_metrics_free(&w->stats.metrics);
     free(w->stats.run_timing.ovh.v);
