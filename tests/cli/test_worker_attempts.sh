@@ -39,11 +39,19 @@ all_running() { local n; n=$(expect_running "$1"); [ "$n" -gt 0 ] && [ "$(runnin
 isolated_at_once=0
 no_heartbeat() { [ "$(rcli EXISTS "llmq:worker:$1")" = 0 ]; }
 list_empty() { [ "$(rcli LLEN "llmq:processing:$1")" = 0 ]; }
+# holds_all W: every job not dead-lettered is in W's list, up to what it holds at most (S + S/4)
+holds_all() {
+  local want=$((12 - $(rcli LLEN llmq:dead)))
+  [ "$want" -gt $((S + S / 4)) ] && want=$((S + S / 4))
+  [ "$(rcli LLEN "llmq:processing:$1")" = "$want" ]
+}
 waited=0
 for k in $(seq 1 "$K"); do
   worker_start "a$k" --max-num-seqs "$S"
   pid_var="W_a$k"
-  wait_until "a$k to run $S jobs" all_running "a$k" || break
+  [ "$k" -gt 1 ] && { wait_until "a$((k - 1))'s list to be reaped" list_empty "a$((k - 1))" || break; }
+  wait_until "a$k to hold the jobs" holds_all "a$k" || break
+  wait_until "a$k to run its jobs" all_running "a$k" || break
   held=$(rcli LLEN "llmq:processing:a$k")
   running=$(running_on "a$k")
   kill -9 "${!pid_var}"
