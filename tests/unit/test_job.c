@@ -1083,7 +1083,7 @@ static void test_prepare(void **state)
         parse("{\"prompt\": \"<think>\\n\", \"thinking_budget\": 0, \"stop_in_reasoning\": true}", &j, err,
               sizeof err),
         JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_true(in.req.has_thinking_budget);
     assert_int_equal(in.req.thinking_budget, 0);
     assert_true(in.req.stop_in_reasoning);
@@ -1094,14 +1094,14 @@ static void test_prepare(void **state)
                            "\"x\", \"thinking_budget\": 7}}",
                            &j, err, sizeof err),
                      JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_true(in.req.has_thinking_budget);
     assert_int_equal(in.req.thinking_budget, 7);
     assert_true(in.req.no_think_split);
     job_input_free(&in);
     job_free(&j);
     assert_int_equal(parse("{\"prompt\": \"x\"}", &j, err, sizeof err), JOB_OK);
-    assert_int_equal(job_prepare(&j, t, 4096, &in, err, sizeof err), JOB_OK);
+    assert_int_equal(job_prepare(&j, t, ct, 4096, &in, err, sizeof err), JOB_OK);
     assert_false(in.req.has_thinking_budget);
     assert_false(in.req.stop_in_reasoning);
     job_input_free(&in);
