@@ -8,7 +8,8 @@
 # max_tokens. The split is checked against the unsplit text of the same job as an OpenAI completion
 # (same seed, same ids): reasoning + "</think>" + text. Also: a block that never closes, budget 0,
 # enable_thinking false, stop strings in the reasoning (ignored unless stop_in_reasoning) and in the
-# answer, a model without think tokens (a budget is refused, nothing is split), determinism, the SQLite
+# answer, a model without think tokens (a budget is refused, nothing is split), determinism, an
+# OpenAI chat line whose template opens the think block (message.reasoning_content), the SQLite
 # columns, the Redis hash's result and the text stream.
 . "$(dirname "$0")/worker_lib.sh"
 command -v jq >/dev/null || { echo "SKIPPED: jq is not installed"; exit 77; }
@@ -72,6 +73,21 @@ pyck "enable_thinking false: no reasoning, no forced close" \
 pyck "thinking_budget -1: invalid_request naming the field" \
   'r["neg"]["error_code"] == "invalid_request" and "thinking_budget" in r["neg"]["error"]'
 eq "two runs give the same llmq lines (seeds)" "$(grep -v custom_id "$T/out2.jsonl")" "$(grep -v custom_id "$T/out.jsonl")"
+
+# ---- a chat job whose template opens the think block (as DeepSeek-R1's does): an OpenAI chat line
+# renders b5's very prompt, so its message splits into reasoning_content and content as b5 does
+printf '%s' '{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+<think>
+{% endif %}' >"$T/r1.jinja"
+echo '{"custom_id": "chat5", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "What is 6 times 7?"}], "max_tokens": 16, "thinking_budget": 5, "seed": 3}}' >"$T/chat.jsonl"
+"$LLMQ" run --backend cpu --model "$M" --chat-template "$T/r1.jinja" -i "$T/chat.jsonl" -o "$T/chat_out.jsonl" --threads 1 2>>"$T/run.log"
+cat "$T/chat_out.jsonl" >>"$T/out.jsonl"
+pyck "chat: message.reasoning_content and content, as b5's reasoning and text" \
+  'r["chat5"]["response"]["body"]["choices"][0]["message"]["reasoning_content"] == r["b5"]["reasoning"] != "" and r["chat5"]["response"]["body"]["choices"][0]["message"]["content"] == r["b5"]["text"]'
+pyck "chat: usage.completion_tokens_details.reasoning_tokens" \
+  'r["chat5"]["response"]["body"]["usage"]["completion_tokens_details"]["reasoning_tokens"] == r["b5"]["usage"]["reasoning_tokens"]'
 
 # ---- stop strings: in the reasoning they change nothing unless stop_in_reasoning; in the answer they cut it
 python3 - "$T/out.jsonl" "$T/jobs.jsonl" >"$T/stops.jsonl" <<'PY'
