@@ -273,12 +273,18 @@ static void test_reaper(void **state)
     assert_badkey(q, "llmq:queue:short");
     assert_int_equal(ival("LLEN llmq:processing:ghost"), 2);
     run("DEL llmq:queue:short");
+    run("SET llmq:lines x"); /* only informs: neither read nor written, nothing blocked */
     assert_true(rq_reap(q, &rr) >= 0);
     assert_int_equal(rr.requeued, 2);
     assert_int_equal(ival("LLEN llmq:processing:ghost"), 0);
     assert_int_equal(ival("LLEN llmq:queue:short"), 2);
     assert_string_equal(sval("GET llmq:job:g2"), "x");
     assert_string_equal(sval("HGET llmq:job:g1 status"), "queued");
+    struct rq_job j[2];
+    assert_int_equal(fetch_n(q, "short", 2, j), 2); /* g2 is started without its id: <p>:lines would be read */
+    assert_string_equal(sval("GET llmq:lines"), "x");
+    rq_job_free(&j[0]);
+    rq_job_free(&j[1]);
     rq_free(q);
 }
 
