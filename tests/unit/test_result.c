@@ -131,6 +131,31 @@ static void test_llmq_completed(void **state)
     job_free(&j);
 }
 
+/* A client's metadata comes back as sent: doubles keep all their digits (the rest of the line is
+ * written with 9, enough for the engine's float32 logprobs). */
+static void test_metadata_exact(void **state)
+{
+    struct job j;
+    parse_job("{\"id\": \"m1\", \"prompt\": \"x\", \"logprobs\": 0, "
+              "\"metadata\": {\"x\": 21475.5483647, \"y\": [0.1, 1e-300, {\"metadata\": 2.718281828459045}], \"s\": \"1.5\"}}",
+              &j);
+    struct be_out lps[3] = {lp_of(1, -0.5f, 0), lp_of(2, -0.25f, 0), lp_of(3, -1.5f, 0)};
+    struct res_output o = completed(lps);
+    json_t *r = roundtrip(&j, &o, NULL);
+    json_t *md = json_object_get(r, "metadata");
+    assert_true(json_real_value(json_object_get(md, "x")) == 21475.5483647);
+    json_t *y = json_object_get(md, "y");
+    assert_true(json_real_value(json_array_get(y, 0)) == 0.1);
+    assert_true(json_real_value(json_array_get(y, 1)) == 1e-300);
+    assert_true(json_real_value(json_object_get(json_array_get(y, 2), "metadata")) == 2.718281828459045);
+    assert_string_equal(str(md, "s"), "1.5");
+    assert_true(json_equal(md, j.metadata));
+    assert_float_equal(json_real_value(json_object_get(json_array_get(json_object_get(r, "logprobs"), 1), "logprob")),
+                       -0.25, 0);
+    json_decref(r);
+    job_free(&j);
+}
+
 static void test_llmq_minimal_and_cancelled(void **state)
 {
     struct job j;
@@ -462,7 +487,7 @@ int main(void)
         cmocka_unit_test(test_llmq_failed),       cmocka_unit_test(test_openai_chat),
         cmocka_unit_test(test_openai_completion), cmocka_unit_test(test_openai_errors),
         cmocka_unit_test(test_random_ids),        cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_reasoning),         cmocka_unit_test(test_metadata_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -271,12 +271,70 @@ json_t *res_json(const struct job *j, const struct res_output *o, res_token_fn t
     return openai_json(j, o, token_fn, ctx);
 }
 
+/* Whether v holds a real number anywhere. */
+static bool has_real(const json_t *v)
+{
+    if (json_is_real(v))
+        return true;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v))
+        json_array_foreach(v, i, x) if (has_real(x)) return true;
+    if (json_is_object(v))
+        json_object_foreach((json_t *)v, k, x) if (has_real(x)) return true;
+    return false;
+}
+
+/* line (from json_dumps with 9 digits, owned) with the text of its top-level "metadata" swapped
+ * for md dumped with every digit a double needs (17), so a client's numbers come back as sent.
+ * Returns the new line (line freed), line itself when there is nothing to swap, or NULL when out
+ * of memory (line freed). */
+static char *exact_metadata(char *line, const json_t *md)
+{
+    char *shrt = json_dumps(md, JSON_COMPACT | JSON_REAL_PRECISION(9)), *full = json_dumps(md, JSON_COMPACT);
+    char *out = line, *key = NULL;
+    if (!shrt || !full) {
+        out = NULL;
+    } else {
+        size_t kl = strlen("\"metadata\":") + strlen(shrt);
+        key = malloc(kl + 1);
+        if (!key) {
+            out = NULL;
+        } else {
+            snprintf(key, kl + 1, "\"metadata\":%s", shrt);
+            char *at = NULL, *p = line;
+            while ((p = strstr(p, key)) != NULL) /* the last: metadata is the line's last field */
+                at = p++;
+            if (at) {
+                size_t head = (size_t)(at - line) + strlen("\"metadata\":"), tail = strlen(at + kl);
+                out = malloc(head + strlen(full) + tail + 1);
+                if (out) {
+                    memcpy(out, line, head);
+                    memcpy(out + head, full, strlen(full));
+                    memcpy(out + head + strlen(full), at + kl, tail + 1);
+                }
+            }
+        }
+    }
+    if (out != line)
+        free(line);
+    free(key);
+    free(shrt);
+    free(full);
+    return out;
+}
+
 char *res_line(const struct job *j, const struct res_output *o, res_token_fn token_fn, const void *ctx)
 {
     json_t *r = res_json(j, o, token_fn, ctx);
     if (!r)
         return NULL;
+    /* 9 digits keep the engine's float32 numbers (logprobs) exact and short; a client's metadata
+     * carries doubles, which need 17 to come back as sent */
     char *s = json_dumps(r, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(r);
+    if (s && j->form == JOB_FORM_LLMQ && j->metadata && has_real(j->metadata))
+        s = exact_metadata(s, j->metadata);
     return s;
 }
