@@ -376,6 +376,113 @@ static struct jv f_sort(struct jctx *c, struct jv v, struct jv *p)
     return list_of(l);
 }
 
+/* The key of x for min, max and unique: x, or its attribute path; a string lowercased unless
+ * case_sensitive (jinja2's make_attrgetter with ignore_case). */
+static struct jv agg_key(struct jctx *c, struct jv x, struct jv case_sensitive, struct jv attr)
+{
+    struct jv k = given(attr) && attr.t != JT_NONE ? attr_path(c, x, attr) : x;
+    if (!(given(case_sensitive) && jv_truthy(case_sensitive)) && k.t == JT_STR)
+        k = jstr_case(c, k, CASE_LOWER);
+    return k;
+}
+
+/* min / max (case_sensitive=False, attribute=None): the first smallest (largest) item, as Python's
+ * min / max; an empty sequence gives undefined. */
+static struct jv min_or_max(struct jctx *c, struct jv v, struct jv *p, int sign)
+{
+    struct jlist *src = jv_iter(c, v);
+    if (src->n == 0)
+        return jv_undef("No aggregated item, sequence was empty.");
+    size_t best = 0;
+    struct jv bk = agg_key(c, src->v[0], p[0], p[1]);
+    for (size_t i = 1; i < src->n; i++) {
+        struct jv k = agg_key(c, src->v[i], p[0], p[1]);
+        if (sign * jv_cmp(c, k, bk) < 0) {
+            best = i;
+            bk = k;
+        }
+    }
+    return src->v[best];
+}
+
+static struct jv f_min(struct jctx *c, struct jv v, struct jv *p)
+{
+    return min_or_max(c, v, p, 1);
+}
+
+static struct jv f_max(struct jctx *c, struct jv v, struct jv *p)
+{
+    return min_or_max(c, v, p, -1);
+}
+
+/* unique(case_sensitive=False, attribute=None): the items whose key was not seen before, in order
+ * (a generator, as jinja2's). */
+static struct jv f_unique(struct jctx *c, struct jv v, struct jv *p)
+{
+    struct jlist *src = jv_iter(c, v);
+    struct jlist *l = jlist_new(c, src->n);
+    struct jv *keys = jalloc(&c->a, (src->n + 1) * sizeof *keys);
+    size_t n = 0;
+    for (size_t i = 0; i < src->n; i++) {
+        struct jv k = agg_key(c, src->v[i], p[0], p[1]);
+        jv_hashable(c, k);
+        bool seen = false;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = jv_eq(keys[j], k);
+        if (!seen) {
+            keys[n] = k;
+            l->v[n++] = src->v[i];
+        }
+    }
+    l->n = n;
+    return gen_of(l);
+}
+
+/* dictsort(case_sensitive=False, by='key', reverse=False): the (key, value) pairs of a mapping,
+ * sorted by key or value (strings compared lowercased unless case_sensitive), as a list. */
+static struct jv f_dictsort(struct jctx *c, struct jv v, struct jv *p)
+{
+    if (v.t != JT_DICT && v.t != JT_NS)
+        jfail(&c->f, "You can only sort by either \"key\" or \"value\"");
+    int by = 0;
+    if (given(p[1])) {
+        if (p[1].t == JT_STR && p[1].u.s.n == 3 && !memcmp(p[1].u.s.p, "key", 3))
+            by = 0;
+        else if (p[1].t == JT_STR && p[1].u.s.n == 5 && !memcmp(p[1].u.s.p, "value", 5))
+            by = 1;
+        else
+            jfail(&c->f, "You can only sort by either \"key\" or \"value\"");
+    }
+    size_t n = v.u.d->n;
+    bool rev = given(p[2]) && jv_truthy(p[2]), cs = given(p[0]) && jv_truthy(p[0]);
+    size_t *idx = jalloc(&c->a, (n + 1) * sizeof *idx);
+    struct jv *key = jalloc(&c->a, (n + 1) * sizeof *key);
+    for (size_t i = 0; i < n; i++) {
+        idx[i] = i;
+        key[i] = by ? v.u.d->v[i] : v.u.d->k[i];
+        if (!cs && key[i].t == JT_STR)
+            key[i] = jstr_case(c, key[i], CASE_LOWER);
+    }
+    for (size_t i = 1; i < n; i++) /* stable, as Python's sorted */
+        for (size_t j = i; j > 0; j--) {
+            int k = jv_cmp(c, key[idx[j - 1]], key[idx[j]]);
+            if (rev ? k >= 0 : k <= 0)
+                break;
+            size_t t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    struct jlist *l = jlist_new(c, n);
+    for (size_t i = 0; i < n; i++) {
+        struct jlist *pair = jlist_new(c, 2);
+        pair->tuple = true;
+        pair->v[0] = v.u.d->k[idx[i]];
+        pair->v[1] = v.u.d->v[idx[i]];
+        l->v[i] = list_of(pair);
+    }
+    return list_of(l);
+}
+
 static struct jv f_sum(struct jctx *c, struct jv v, struct jv *p)
 {
     struct jlist *src = jv_iter(c, v);
@@ -510,6 +617,7 @@ static const struct jcallable filters[] = {
     {"capitalize", f_capitalize, {NULL}},
     {"count", f_length, {NULL}},
     {"d", f_default, {"default_value", "boolean"}},
+    {"dictsort", f_dictsort, {"case_sensitive", "by", "reverse"}},
     {"default", f_default, {"default_value", "boolean"}},
     {"first", f_first, {NULL}},
     {"float", f_float, {"default"}},
@@ -522,6 +630,8 @@ static const struct jcallable filters[] = {
     {"list", f_list, {NULL}},
     {"lower", f_lower, {NULL}},
     {"map", f_map, {"*", "attribute", "default"}},
+    {"max", f_max, {"case_sensitive", "attribute"}},
+    {"min", f_min, {"case_sensitive", "attribute"}},
     {"reject", f_reject, {"test", "*"}},
     {"rejectattr", f_rejectattr, {"attr", "test", "*"}},
     {"replace", f_replace, {"old", "new", "count"}},
@@ -535,6 +645,7 @@ static const struct jcallable filters[] = {
     {"title", f_title, {NULL}},
     {"tojson", f_tojson, {"ensure_ascii", "indent", "separators", "sort_keys"}},
     {"trim", f_trim, {"chars"}},
+    {"unique", f_unique, {"case_sensitive", "attribute"}},
     {"upper", f_upper, {NULL}},
 };
 
