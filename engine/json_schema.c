@@ -230,6 +230,10 @@ static int compile_object_keys(struct ctx *c, struct js_node *n, const json_t *j
 
 static int compile_node(struct ctx *c, struct js_node *n, const json_t *j, struct ptr *p, int depth)
 {
+    if (!(n->at = strdup(ptr_str(p)))) {
+        fail(c->err, c->errlen, "out of memory");
+        return -1;
+    }
     if (!json_is_object(j)) {
         fail(c->err, c->errlen, "schema at %s is not an object", ptr_str(p));
         return -1;
@@ -358,21 +362,29 @@ static int compile_node(struct ctx *c, struct js_node *n, const json_t *j, struc
 }
 
 /* Finds a cycle through $ref and anyOf edges alone (a schema that refers to itself without reading a
- * value deeper), which no value could ever settle. Colours: 0 unseen, 1 on the path, 2 done. */
-static bool empty_cycle(struct js_node *n)
+ * value deeper), which no value could ever settle. Returns the $ref node that closes the cycle, or
+ * NULL. Colours: 0 unseen, 1 on the path, 2 done. */
+static const struct js_node *empty_cycle(struct js_node *n)
 {
-    if (n->mark == 2)
-        return false;
-    if (n->mark == 1)
-        return true;
+    if (n->mark)
+        return NULL;
     n->mark = 1;
-    if (n->ref && empty_cycle(n->ref))
-        return true;
-    for (size_t i = 0; i < n->n_any; i++)
-        if (empty_cycle(n->any[i]))
-            return true;
+    if (n->ref) {
+        if (n->ref->mark == 1)
+            return n;
+        const struct js_node *r = empty_cycle(n->ref);
+        if (r)
+            return r;
+    }
+    for (size_t i = 0; i < n->n_any; i++) {
+        if (n->any[i]->mark == 1)
+            return n->any[i]; /* unreachable: anyOf branches are fresh nodes, only $ref closes a loop */
+        const struct js_node *r = empty_cycle(n->any[i]);
+        if (r)
+            return r;
+    }
     n->mark = 2;
-    return false;
+    return NULL;
 }
 
 static int collect_defs(struct ctx *c, const json_t *schema, const char *prefix)
@@ -429,8 +441,9 @@ struct js_schema *js_compile(const json_t *schema, char *err, size_t errlen)
     if (compile_node(&c, s->root, schema, &p, 0))
         goto bad;
     for (size_t i = 0; i < s->n_nodes; i++) {
-        if (empty_cycle(s->nodes[i])) {
-            fail(err, errlen, "$ref cycle that reads no value (through $ref and anyOf only)");
+        const struct js_node *r = empty_cycle(s->nodes[i]);
+        if (r) {
+            fail(err, errlen, "$ref cycle that reads no value (through $ref and anyOf only) at %s", r->at);
             goto bad;
         }
     }
@@ -458,6 +471,7 @@ void js_free(struct js_schema *s)
             free(n->required[k]);
         free(n->required);
         free(n->pattern);
+        free(n->at);
         pcre2_code_free(n->re);
         json_decref(n->min);
         json_decref(n->xmin);

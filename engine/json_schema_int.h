@@ -47,6 +47,7 @@ struct js_node {
     pcre2_code *re;              /* pattern compiled (unanchored search) */
     enum js_format format;
     json_t *min, *xmin, *max, *xmax; /* number/integer bounds (integer or real), or NULL */
+    char *at;                        /* the schema's JSON pointer in the document, for messages */
     int mark;                        /* compile-time only: cycle check colour */
 };
 

@@ -124,9 +124,11 @@ static void test_refusals(void **state)
     expect_refused("{\"$defs\": {\"a\": {\"$defs\": {}}}}",
                    "unsupported keyword '$defs' at /$defs/a (only at the root)");
     expect_refused("{\"anyOf\": [{\"$ref\": \"#\"}, {\"type\": \"null\"}]}",
-                   "$ref cycle that reads no value (through $ref and anyOf only)");
+                   "$ref cycle that reads no value (through $ref and anyOf only) at /anyOf/0");
     expect_refused("{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"type\": \"null\"}]}}}",
-                   "$ref cycle that reads no value (through $ref and anyOf only)");
+                   "$ref cycle that reads no value (through $ref and anyOf only) at /$defs/a/anyOf/0");
+    expect_refused("{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}}",
+                   "$ref cycle that reads no value (through $ref and anyOf only) at /$defs/b");
     expect_refused("{\"$defs\": {\"a\": {\"oneOf\": []}}, \"type\": \"string\"}",
                    "unsupported keyword 'oneOf' at /$defs/a");
     expect_refused("{\"type\": \"array\", \"minItems\": -1}",
@@ -241,6 +243,11 @@ static void test_hash(void **state)
     assert_true(js_hash(a) == js_hash(b));
     assert_true(js_hash(a) != js_hash(c));
     assert_true(js_hash(a) == js_hash(a));
+    /* FNV-1a 64 of {"properties":{"x":{"type":"string"}},"required":["x"],"type":"object"}, from Python */
+    json_t *d = parse(
+        "{\"type\": \"object\", \"required\": [\"x\"], \"properties\": {\"x\": {\"type\": \"string\"}}}");
+    assert_true(js_hash(d) == 0x540ec1135a10b657ull);
+    json_decref(d);
     json_decref(a);
     json_decref(b);
     json_decref(c);
