@@ -165,8 +165,8 @@ static int compile_pattern(struct ctx *c, struct js_node *n, const json_t *v, co
         return bad_value(c, "pattern", p, "expected a string");
     int code;
     PCRE2_SIZE off;
-    n->re = pcre2_compile((PCRE2_SPTR)json_string_value(v), json_string_length(v), PCRE2_UTF | PCRE2_UCP,
-                          &code, &off, NULL);
+    n->re = pcre2_compile((PCRE2_SPTR)json_string_value(v), json_string_length(v),
+                          PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &code, &off, NULL);
     if (!n->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);

@@ -6,6 +6,10 @@
 #include "engine/json_schema.h"
 #include "engine/json_schema_int.h"
 
+/* Most backtracking steps one pattern search may take: a pathological pattern fails the value instead
+ * of stalling the caller. */
+#define JS_PATTERN_MATCH_LIMIT 1000000
+
 static bool is_integral(const json_t *v)
 {
     if (json_is_integer(v))
@@ -219,10 +223,18 @@ static int check_string(struct vctx *c, const struct js_node *n, const json_t *v
         return violation(c, "not a valid %s", fmt_names[n->format]);
     if (n->re) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(n->re, NULL);
-        if (!md)
-            return violation(c, "%s", "out of memory");
-        int rc = pcre2_match(n->re, (PCRE2_SPTR)s, len, 0, 0, md, NULL);
+        pcre2_match_context *mc = pcre2_match_context_create(NULL);
+        int rc = PCRE2_ERROR_NOMEMORY;
+        if (md && mc) {
+            pcre2_set_match_limit(mc, JS_PATTERN_MATCH_LIMIT);
+            rc = pcre2_match(n->re, (PCRE2_SPTR)s, len, 0, 0, md, mc);
+        }
         pcre2_match_data_free(md);
+        pcre2_match_context_free(mc);
+        if (rc == PCRE2_ERROR_MATCHLIMIT)
+            return violation(c, "pattern '%s' too costly to check", n->pattern);
+        if (rc == PCRE2_ERROR_NOMEMORY)
+            return violation(c, "%s", "out of memory");
         if (rc < 0)
             return violation(c, "does not match pattern '%s'", n->pattern);
     }

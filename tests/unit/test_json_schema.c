@@ -230,6 +230,12 @@ static void test_validate_messages(void **state)
     expect_validate("{\"format\": \"uuid\"}", "\"123e4567-e89b-12d3-a456-42661417400\"",
                     "/: not a valid uuid");
     expect_validate("{\"pattern\": \"^x+$\"}", "\"xy\"", "/: does not match pattern '^x+$'");
+    /* ECMA-262 semantics where PCRE2 and Python differ: $ only at the very end, \d only ASCII digits */
+    expect_validate("{\"pattern\": \"^x+$\"}", "\"xx\\n\"", "/: does not match pattern '^x+$'");
+    expect_validate("{\"pattern\": \"^\\\\d$\"}", "\"\\u0663\"", "/: does not match pattern '^\\d$'");
+    expect_validate("{\"pattern\": \"^\\\\d$\"}", "\"7\"", NULL);
+    expect_validate("{\"pattern\": \"^(a+)+$\"}", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!\"",
+                    "/: pattern '^(a+)+$' too costly to check");
     expect_validate("{\"properties\": {\"a/b\": {\"type\": \"null\"}}}", "{\"a/b\": 1}",
                     "/a~1b: expected type null");
 }
