@@ -224,6 +224,14 @@ static int compile_object_keys(struct ctx *c, struct js_node *n, const json_t *j
             return -1;
         }
         n->closed = true;
+        for (size_t i = 0; i < n->n_required; i++) {
+            bool known = false;
+            for (size_t k = 0; !known && k < n->n_props; k++)
+                known = !strcmp(n->required[i], n->props[k].name);
+            if (!known) /* no object could have it: the schema admits no object at all */
+                return bad_value(c, "required", p,
+                                 "names a property that additionalProperties false forbids");
+        }
     }
     return 0;
 }
@@ -346,6 +354,8 @@ static int compile_node(struct ctx *c, struct js_node *n, const json_t *j, struc
         return -1;
     if ((v = json_object_get(j, "maxItems")) && get_count(c, v, "maxItems", p, &n->max_items))
         return -1;
+    if (n->min_items > n->max_items)
+        return bad_value(c, "minItems", p, "greater than maxItems (no array could conform)");
     if ((v = json_object_get(j, "pattern")) && compile_pattern(c, n, v, p))
         return -1;
     if ((v = json_object_get(j, "format")) && compile_format(c, n, v, p))

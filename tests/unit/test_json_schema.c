@@ -135,6 +135,12 @@ static void test_refusals(void **state)
                    "bad value of 'minItems' at /: expected a non-negative integer");
     expect_refused("{\"type\": \"array\", \"maxItems\": 1.5}",
                    "bad value of 'maxItems' at /: expected a non-negative integer");
+    expect_refused("{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}",
+                   "bad value of 'minItems' at /: greater than maxItems (no array could conform)");
+    expect_refused(
+        "{\"properties\": {\"o\": {\"properties\": {\"a\": {}}, \"required\": [\"a\", \"b\"],"
+        " \"additionalProperties\": false}}}",
+        "bad value of 'required' at /properties/o: names a property that additionalProperties false forbids");
     expect_refused("{\"required\": \"a\"}", "bad value of 'required' at /: expected an array of strings");
     expect_refused("{\"enum\": []}", "bad value of 'enum' at /: expected a non-empty array");
     expect_refused("{\"minimum\": \"1\"}", "bad value of 'minimum' at /: expected a number");
