@@ -29,13 +29,15 @@ struct js_schema;
  * js_free. The schema is not kept: the tree owns copies of what it needs. Returns NULL with a
  * message in err (the keyword and its JSON pointer) when the schema uses anything outside the subset,
  * has a keyword with a malformed value, a $ref that does not resolve, a cycle of $ref/anyOf that
- * reads no input (it could never be validated or generated), or nests deeper than JS_MAX_DEPTH; or
- * when memory runs out. */
+ * reads no input (it could never be validated or generated), minItems above maxItems or a required
+ * property that additionalProperties false forbids (no value could conform), or nests deeper than
+ * JS_MAX_DEPTH; or when memory runs out. */
 struct js_schema *js_compile(const struct json_t *schema, char *err, size_t errlen);
 /* Frees s and every node in it; NULL is harmless. */
 void js_free(struct js_schema *s);
 /* A stable 64-bit hash (FNV-1a) of the schema's canonical text (keys sorted, compact, ASCII), so two
- * schemas that differ only in key order or whitespace hash alike. Any JSON value is accepted; NULL
+ * schemas that differ only in key order or whitespace hash alike (1 and 1.0 are different texts).
+ * Any JSON value is accepted; NULL
  * hashes as the text "null". Meant as the key of a compile cache (compare the schemas on a hit). */
 uint64_t js_hash(const struct json_t *schema);
 /* Validates value against s. Returns 0 when it conforms, or -1 with err naming the JSON pointer of the
