@@ -118,17 +118,17 @@ static void lex_string(struct lexer *L)
             jutf8_enc(&b, v);
         } else if (c == 'x' || c == 'u' || c == 'U') {
             int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            int32_t v = 0;
+            uint32_t v = 0; /* 8 hex digits fit; over U+10FFFF is refused below */
             for (int k = 0; k < digits; k++) {
                 int h = p + 1 < L->n ? hexval(L->s[p + 1]) : -1;
                 if (h < 0)
                     jfail(L->f, "truncated \\%c escape in a string", c);
-                v = v * 16 + h;
+                v = v * 16 + (uint32_t)h;
                 p++;
             }
             if (v > 0x10FFFF)
                 jfail(L->f, "illegal Unicode character in a string");
-            jutf8_enc(&b, v);
+            jutf8_enc(&b, (int32_t)v);
         } else if (c == 'N') {
             jfail(L->f, "unsupported \\N{...} escape in a string");
         } else {
