@@ -1,0 +1,155 @@
+/* The inside of a grammar (engine/grammar.h), shared by its builder (grammar_build.c), its
+ * compilers (grammar_schema.c, grammar_regex.c) and its matcher (grammar_match.c); nothing outside
+ * engine/grammar*.c sees it.
+ *
+ * Representation: rules, each a list of alternatives, each alternative a sequence of elements in one
+ * flat array, ended by a GR_END element:
+ *
+ *     elems: [CLASS 3][RULE 5][END] [CLASS 0][END] ...
+ *              ^ alternative 0 of rule 2    ^ alternative 1 of rule 2
+ *
+ * A position is an index into elems. A GR_CLASS element matches one byte of class arg (a 256-bit
+ * set); a GR_RULE element matches a sentence of rule arg. An alternative may be empty (its first
+ * element GR_END): the rule then matches the empty string. Grammars have no left recursion and no
+ * cycle of rules that reads no byte (the compilers never build one; gr_finish refuses it).
+ *
+ * A matcher state is a set of stacks of positions, like an NFA's state set extended with a return
+ * stack: the top of each stack is a GR_CLASS position (the next byte must match it), the positions
+ * below are where to go on once the rule above completes. An empty stack means the input so far is a
+ * complete sentence. A rule reference followed by GR_END pushes no return position (tail call), so
+ * repetition written as right recursion (`list ::= item list | ""`) does not grow the stack. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/grammar.h"
+
+enum gr_kind {
+    GR_END = 0,   /* end of an alternative */
+    GR_CLASS = 1, /* one byte in classes[arg] */
+    GR_RULE = 2,  /* a sentence of rules[arg] */
+};
+
+struct gr_elem {
+    int32_t kind; /* enum gr_kind */
+    int32_t arg;  /* class or rule index; 0 for GR_END */
+};
+
+/* A set of bytes: bit (b & 31) of word (b >> 5). */
+struct gr_class {
+    uint32_t bits[8];
+};
+
+static inline bool gr_class_has(const struct gr_class *c, unsigned b)
+{
+    return (c->bits[(b & 255) >> 5] >> (b & 31)) & 1u;
+}
+
+struct gr_rule {
+    int32_t first_alt; /* index into alts */
+    int32_t n_alts;
+    char *name;        /* for messages and dumps, e.g. "/properties/title" or "string" */
+};
+
+struct gr_mask_cache; /* grammar_match.c */
+
+struct grammar {
+    int refs;                 /* atomically counted */
+    struct gr_elem *elems;    /* [n_elems] */
+    int32_t n_elems;
+    int32_t *alts;            /* [n_alts]: the position of each alternative's first element */
+    int32_t n_alts;
+    struct gr_rule *rules;    /* [n_rules] */
+    int32_t n_rules;
+    struct gr_class *classes; /* [n_classes], distinct */
+    int32_t n_classes;
+    int32_t root;             /* the start rule */
+    const struct gr_vocab *vocab;  /* borrowed; NULL: no masks */
+    struct gr_mask_cache *cache;   /* owned; created by gr_finish */
+};
+
+/* ---- building (grammar_build.c) ----
+ *
+ * A compiler makes rules with grb_rule, fills sequences of elements (gr_seq) and adds each as an
+ * alternative of a rule with grb_alt. Rules may be referenced before they get alternatives (recursion).
+ * Errors are sticky: after the first failure (out of memory, a limit) every call does nothing and
+ * gr_finish returns NULL with the message. */
+
+struct gr_seq {
+    struct gr_elem *e;
+    int32_t n, cap;
+};
+
+struct gr_builder {
+    struct gr_elem *elems;
+    int32_t n_elems, cap_elems;
+    struct { int32_t rule; int32_t first; } *pending; /* alternatives in order of addition */
+    int32_t n_pending, cap_pending;
+    struct gr_rule *rules;
+    int32_t n_rules, cap_rules;
+    struct gr_class *classes;
+    int32_t n_classes, cap_classes;
+    bool failed;
+    char err[256];
+};
+
+#define GR_MAX_ELEMS (1 << 22) /* most elements of one grammar (the builder fails beyond) */
+
+void grb_init(struct gr_builder *b);
+/* Frees what b holds (after gr_finish, or to abandon a build). */
+void grb_release(struct gr_builder *b);
+/* Fails b with a message (printf-style) unless it has already failed. */
+__attribute__((format(printf, 2, 3))) void grb_fail(struct gr_builder *b, const char *fmt, ...);
+/* A new rule with no alternative yet; returns its index (-1 after a failure). name is copied. */
+int32_t grb_rule(struct gr_builder *b, const char *name);
+/* Adds s as an alternative of rule (s may be empty: the rule then matches ""). s is emptied (its
+ * memory kept for reuse). */
+void grb_alt(struct gr_builder *b, int32_t rule, struct gr_seq *s);
+/* The index of class c (added when new; equal classes share an index). */
+int32_t grb_class(struct gr_builder *b, const struct gr_class *c);
+
+/* Appending elements to a sequence (b is where failures go). */
+void grs_class(struct gr_builder *b, struct gr_seq *s, const struct gr_class *c);
+void grs_byte(struct gr_builder *b, struct gr_seq *s, uint8_t c);
+void grs_range(struct gr_builder *b, struct gr_seq *s, uint8_t lo, uint8_t hi);
+void grs_lit(struct gr_builder *b, struct gr_seq *s, const char *bytes, size_t n);
+void grs_rule(struct gr_builder *b, struct gr_seq *s, int32_t rule);
+void grs_free(struct gr_seq *s);
+
+/* Convenience rules, each made once per builder on first use and returned by index afterwards. */
+/* Bounded JSON whitespace: 0 to GR_MAX_WS bytes of space, tab or newline. */
+#define GR_MAX_WS 12
+int32_t grb_ws(struct gr_builder *b);
+/* One UTF-8 character (a valid, shortest-form encoding of a scalar value) other than those in the
+ * ASCII class excluded (bytes >= 0x80 in it are ignored). */
+int32_t grb_utf8_char_except(struct gr_builder *b, const struct gr_class *excluded, const char *name);
+
+/* The grammar b describes, starting at rule root, bound to v (may be NULL). Checks that every rule has
+ * an alternative, that every reference resolves, and that no cycle of rules reads no byte (left
+ * recursion, an empty loop). b is released either way. NULL with err on failure. */
+struct grammar *gr_finish(struct gr_builder *b, int32_t root, const struct gr_vocab *v, char *err,
+                          size_t errlen);
+
+/* Frees g now, whatever its references (gr_unref calls it at zero). */
+void gr_destroy(struct grammar *g);
+
+/* Writes g as text, one rule per line (`name ::= alt | alt`, classes as [..]), for tests and
+ * debugging. Returns a malloc'd string. */
+char *gr_dump(const struct grammar *g);
+
+/* ---- compiling a regex into rules (grammar_regex.c) ---- */
+
+/* How the bytes a regex matches are emitted. */
+enum gr_regex_ctx {
+    GR_RX_RAW,         /* as they are (a whole-output regex constraint) */
+    GR_RX_JSON_STRING, /* as the content of a JSON string: '"', '\\' and control characters escaped
+                          (the decoded string is what the regex matches) */
+};
+
+/* Adds rules to b for the sentences that match pattern (ECMA-262 syntax, subset in
+ * docs/STRUCTURED_OUTPUT.md), anchored at both ends when anchored, else searched (any text may come
+ * before and after the match, as JSON Schema's pattern). Returns the rule index, or -1 with b failed
+ * (the message names the construct and its offset: "regex: unsupported lookahead at offset 3"). */
+int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, enum gr_regex_ctx ctx,
+                      const char *name);
