@@ -48,7 +48,8 @@ int gr_vocab_mask_words(const struct gr_vocab *v);
 
 /* Values that validate against s (s is only read during the call). Refuses, with err, bounds it cannot
  * express exactly (docs/STRUCTURED_OUTPUT.md). */
-struct grammar *gr_compile_schema(const struct js_schema *s, const struct gr_vocab *v, char *err, size_t errlen);
+struct grammar *gr_compile_schema(const struct js_schema *s, const struct gr_vocab *v, char *err,
+                                  size_t errlen);
 /* Any JSON object (response_format json_object). */
 struct grammar *gr_compile_json_object(const struct gr_vocab *v, char *err, size_t errlen);
 /* Outputs the whole of which matches pattern (ECMA-262 syntax, the subset in

@@ -49,24 +49,24 @@ static inline bool gr_class_has(const struct gr_class *c, unsigned b)
 struct gr_rule {
     int32_t first_alt; /* index into alts */
     int32_t n_alts;
-    char *name;        /* for messages and dumps, e.g. "/properties/title" or "string" */
+    char *name; /* for messages and dumps, e.g. "/properties/title" or "string" */
 };
 
 struct gr_mask_cache; /* grammar_match.c */
 
 struct grammar {
-    int refs;                 /* atomically counted */
-    struct gr_elem *elems;    /* [n_elems] */
+    int refs;              /* atomically counted */
+    struct gr_elem *elems; /* [n_elems] */
     int32_t n_elems;
-    int32_t *alts;            /* [n_alts]: the position of each alternative's first element */
+    int32_t *alts; /* [n_alts]: the position of each alternative's first element */
     int32_t n_alts;
-    struct gr_rule *rules;    /* [n_rules] */
+    struct gr_rule *rules; /* [n_rules] */
     int32_t n_rules;
     struct gr_class *classes; /* [n_classes], distinct */
     int32_t n_classes;
-    int32_t root;             /* the start rule */
-    const struct gr_vocab *vocab;  /* borrowed; NULL: no masks */
-    struct gr_mask_cache *cache;   /* owned; created by gr_finish */
+    int32_t root;                 /* the start rule */
+    const struct gr_vocab *vocab; /* borrowed; NULL: no masks */
+    struct gr_mask_cache *cache;  /* owned; created by gr_finish */
 };
 
 /* ---- building (grammar_build.c) ----
@@ -84,7 +84,10 @@ struct gr_seq {
 struct gr_builder {
     struct gr_elem *elems;
     int32_t n_elems, cap_elems;
-    struct { int32_t rule; int32_t first; } *pending; /* alternatives in order of addition */
+    struct {
+        int32_t rule;
+        int32_t first;
+    } * pending; /* alternatives in order of addition */
     int32_t n_pending, cap_pending;
     struct gr_rule *rules;
     int32_t n_rules, cap_rules;
@@ -131,12 +134,58 @@ int32_t grb_utf8_char_except(struct gr_builder *b, const struct gr_class *exclud
 struct grammar *gr_finish(struct gr_builder *b, int32_t root, const struct gr_vocab *v, char *err,
                           size_t errlen);
 
+/* The mask cache of g (grammar_match.c): made by gr_finish (0, or -1 when out of memory), freed by
+ * gr_destroy (harmless when never made). */
+int gr_cache_init(struct grammar *g);
+void gr_cache_free(struct grammar *g);
+
 /* Frees g now, whatever its references (gr_unref calls it at zero). */
 void gr_destroy(struct grammar *g);
 
 /* Writes g as text, one rule per line (`name ::= alt | alt`, classes as [..]), for tests and
  * debugging. Returns a malloc'd string. */
 char *gr_dump(const struct grammar *g);
+
+/* ---- matcher states (grammar_state.c) ----
+ *
+ * A state is a set of stacks, stored canonically so that equal states have equal bytes (the key of
+ * the mask cache): stacks concatenated, each as its length then its positions from bottom to top,
+ * sorted (shorter first, then by positions) and distinct. The empty stack, when present, comes first
+ * and means the input so far is a complete sentence. */
+
+struct gr_state {
+    int32_t *v; /* [n] the flat canonical form */
+    int32_t n, cap;
+    int32_t n_stacks; /* the empty stack included */
+    bool complete;    /* the empty stack is in the set */
+};
+
+#define GR_MAX_STACKS 4096      /* most stacks in one state */
+#define GR_MAX_STACK_DEPTH 4096 /* most positions in one stack (nesting of rules) */
+
+/* Scratch for computing states; one per thread. Zero-initialize; free with gr_scratch_free. */
+struct gr_scratch {
+    int32_t *cur; /* the stack being expanded */
+    int32_t cap_cur;
+    struct gr_state raw; /* stacks before sorting */
+    int32_t *offs;       /* offsets of the stacks in raw */
+    int32_t cap_offs;
+};
+void gr_scratch_free(struct gr_scratch *sc);
+
+/* The start state of g into *out (its memory reused). Returns 1, or -1 with err (a limit, out of
+ * memory). */
+int gr_state_start(const struct grammar *g, struct gr_state *out, struct gr_scratch *sc, char *err,
+                   size_t errlen);
+/* The state after byte from in, into *out (its memory reused; out != in). Returns 1 when the byte is
+ * accepted, 0 when it is not (out is then empty), -1 with err (a limit, out of memory). */
+int gr_state_advance(const struct grammar *g, const struct gr_state *in, uint8_t byte, struct gr_state *out,
+                     struct gr_scratch *sc, char *err, size_t errlen);
+/* Copies in into *out (its memory reused). 0, or -1 when out of memory. */
+int gr_state_copy(const struct gr_state *in, struct gr_state *out);
+void gr_state_free(struct gr_state *s);
+/* FNV-1a over the canonical form. */
+uint64_t gr_state_hash(const struct gr_state *s);
 
 /* ---- compiling a regex into rules (grammar_regex.c) ---- */
 
