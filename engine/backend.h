@@ -33,6 +33,10 @@ struct be_seq {
     const struct sampling_params *sp;
     const int32_t *banned;       /* ids that must not be sampled now (EOS before min_tokens) */
     int n_banned;
+    /* A grammar's mask (engine/grammar.h): bit (id & 31) of word (id >> 5) set = id may be sampled;
+     * NULL = every id. Applied with the bans, after the raw logprobs, before temperature/top-k/top-p.
+     * Its words are written by backend_fill_masks (below): a backend reads them only after calling it. */
+    const uint32_t *allowed;
 };
 
 /* What a backend returns for a sequence with sample == true. */
@@ -150,7 +154,19 @@ struct backend {
     int num_blocks;   /* KV pool size in blocks, fixed at open */
     int block_size;
     char err[512];    /* the last error */
+    /* Set by the engine: fills the step's be_seq.allowed masks. A step calls it (backend_fill_masks)
+     * once, after starting the forward pass and before reading any mask, so that the host computes the
+     * masks while the GPU computes the logits. A backend that wraps another copies both fields into the
+     * inner one before stepping it. NULL: the masks are ready when step is called. */
+    void (*fill_masks)(void *ctx);
+    void *fill_masks_ctx;
 };
+
+static inline void backend_fill_masks(struct backend *be)
+{
+    if (be->fill_masks)
+        be->fill_masks(be->fill_masks_ctx);
+}
 
 static inline int backend_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {

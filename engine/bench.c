@@ -77,6 +77,8 @@ static int wrap_step(struct backend *be, const struct be_seq *seqs, int n, struc
 {
     struct wrap *w = (struct wrap *)be;
     bench_roofline_step(w->r, &w->cfg, seqs, n);
+    w->inner->fill_masks = be->fill_masks;
+    w->inner->fill_masks_ctx = be->fill_masks_ctx;
     int rc = backend_step(w->inner, seqs, n, out);
     memcpy(be->err, w->inner->err, sizeof be->err);
     return rc;

@@ -1014,6 +1014,7 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
     /* logits of the last row of each sampling sequence, LOGIT_CHUNK sequences at a time */
     int last = -1;
     bool failed = false;
+    backend_fill_masks(be); /* the forward is done: masks before the first sample */
     for (int i0 = 0; i0 < n;) {
         int k = 0, r = 0;
         for (int i = 0; i < n; i++) {

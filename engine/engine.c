@@ -26,6 +26,7 @@
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
+#include "engine/grammar.h"
 #include "engine/think.h"
 #include "engine/tokenizer.h"
 #include "engine/util/array.h"
@@ -60,6 +61,9 @@ struct eseq {
     int prev_idx;           /* index in engine.prev while n_new_output is 1, else -1 */
     uint64_t changed_stamp; /* the step in whose *changed it is listed */
     struct list_node live;  /* in engine.live */
+    struct gr_matcher *gm;  /* the request's grammar over the answer, or NULL */
+    uint32_t *mask;         /* [gr_vocab_mask_words]: ids the next step may sample under gm */
+    char *gerr;             /* why gm could not give a mask (finishes the seq at its next token) */
 };
 
 struct engine {
@@ -87,6 +91,9 @@ struct engine {
     int n_cancels;
     size_t cancels_cap;
     struct think_vocab think; /* the think tags, when the model has them */
+    struct gr_vocab *gvocab;  /* for grammars; built on first use */
+    struct eseq **pend;       /* [max_num_seqs]: seqs of this step whose masks fill_masks makes */
+    int n_pend;
     struct list live;         /* every unreleased seq */
     double next_deadline;     /* no unfinished seq has an earlier one (INFINITY: none has one) */
     struct engine_stats st;
@@ -152,6 +159,8 @@ static uint64_t splitmix64(uint64_t x)
 }
 
 /* ---- open / free */
+
+static void fill_masks(void *ctx);
 
 struct engine *engine_open(const struct model *m, const struct tok *tok, struct backend *be,
                            const struct engine_opts *o, char *err, size_t errlen)
@@ -227,10 +236,13 @@ struct engine *engine_open(const struct model *m, const struct tok *tok, struct 
     e->bseq = calloc((size_t)bo.max_num_seqs, sizeof *e->bseq);
     e->starting = calloc((size_t)bo.max_num_seqs, sizeof *e->starting);
     e->bout = calloc((size_t)bo.max_num_seqs, sizeof *e->bout);
-    if (!e->bseq || !e->bout || !e->starting) {
+    e->pend = calloc((size_t)bo.max_num_seqs, sizeof *e->pend);
+    if (!e->bseq || !e->bout || !e->starting || !e->pend) {
         snprintf(err, errlen, "engine: out of memory");
         goto fail;
     }
+    e->be->fill_masks = fill_masks;
+    e->be->fill_masks_ctx = e;
     e->st.kv_blocks_total = e->be->num_blocks;
     log_info("engine: backend %s, KV pool %d blocks of %d tokens, max_model_len %d, prefix caching %s",
              backend_name(e->be), e->be->num_blocks, e->be->block_size, mml,
@@ -256,6 +268,9 @@ static void seq_free(struct eseq *q)
     free(q->rfull);
     free(q->stop_ids);
     free(q->banned);
+    gr_matcher_free(q->gm);
+    free(q->mask);
+    free(q->gerr);
     free(q);
 }
 
@@ -278,7 +293,16 @@ void engine_free(struct engine *e)
     free(e->changed);
     free(e->prev);
     free(e->cancels);
+    gr_vocab_free(e->gvocab);
+    free(e->pend);
     free(e);
+}
+
+const struct gr_vocab *engine_grammar_vocab(struct engine *e, char *err, size_t errlen)
+{
+    if (!e->gvocab)
+        e->gvocab = gr_vocab_new(e->tok, e->vocab, e->m->cfg.eos_ids, e->m->cfg.n_eos, err, errlen);
+    return e->gvocab;
 }
 
 bool engine_thinks(const struct engine *e)
@@ -443,6 +467,14 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
                  "</think> tokens)");
         return NULL;
     }
+    if (r->grammar && (!e->gvocab || gr_grammar_vocab(r->grammar) != e->gvocab)) {
+        snprintf(err, errlen, "the grammar was not compiled against this engine's vocabulary");
+        return NULL;
+    }
+    if (r->grammar && r->ignore_eos) {
+        snprintf(err, errlen, "a grammar ends the output with EOS: ignore_eos cannot be set with one");
+        return NULL;
+    }
     struct sampling_params sp = r->sp;
     if (check_sampling(&sp, err, errlen))
         return NULL;
@@ -470,6 +502,10 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
     if (!q->stop_ids || !q->banned || !q->pub.tokens || !q->ts ||
         array_reserve(&q->pub.text, &q->text_cap, 64, 1, 64) ||
         array_reserve(&q->pub.reasoning, &q->reasoning_cap, 1, 1, 64))
+        goto oom;
+    if (r->grammar &&
+        (!(q->gm = gr_matcher_new(r->grammar)) ||
+         !(q->mask = malloc((size_t)gr_vocab_mask_words(e->gvocab) * sizeof *q->mask))))
         goto oom;
     think_start(&q->think, &e->think, r->prompt, r->n_prompt,
                 r->has_thinking_budget ? r->thinking_budget : -1);
@@ -647,6 +683,66 @@ static bool ends_with_newline(const struct engine *e, const struct eseq *q)
     return b && n > 0 && b[n - 1] == '\n';
 }
 
+/* The buffer of q's next mask under its grammar (owned by q), to be filled by fill_masks while the
+ * backend runs the forward; NULL when nothing is masked: inside a think block, or while a thinking
+ * budget forces its close. */
+static const uint32_t *grammar_mask(struct engine *e, struct eseq *q)
+{
+    if (q->gerr || q->think.phase == THINK_IN || think_forcing(&q->think))
+        return NULL;
+    e->pend[e->n_pend++] = q;
+    return q->mask;
+}
+
+/* backend.fill_masks: the masks of the step's seqs under a grammar (grammar_mask), from each grammar's
+ * cache or by a walk of the vocabulary. Before the first token of a model that may open a think block,
+ * the open tag is allowed beside the grammar's ids. A failure is kept in q->gerr (the seq finishes with
+ * it at its next token) and its mask lets every id through meanwhile. */
+static void fill_masks(void *ctx)
+{
+    struct engine *e = ctx;
+    if (!e->n_pend)
+        return;
+    double t0 = llmq_mono_s();
+    int words = gr_vocab_mask_words(e->gvocab);
+    for (int i = 0; i < e->n_pend; i++) {
+        struct eseq *q = e->pend[i];
+        char err[256];
+        if (gr_matcher_mask(q->gm, q->mask, err, sizeof err)) {
+            q->gerr = strdup(err[0] ? err : "out of memory");
+            memset(q->mask, 0xff, (size_t)words * sizeof *q->mask);
+            continue;
+        }
+        if (q->think.phase == THINK_MAYBE && e->think.open >= 0)
+            q->mask[e->think.open >> 5] |= 1u << (e->think.open & 31);
+    }
+    e->st.grammar_masks += (uint64_t)e->n_pend;
+    e->st.grammar_mask_s += llmq_mono_s() - t0;
+    e->n_pend = 0;
+}
+
+/* Moves q's grammar over its new token t when t belongs to the answer (route, before a no-split
+ * request folds everything into the text). Returns true when q was finished instead: a mask that
+ * failed, or a token the grammar refuses (a forced one). */
+static bool grammar_take(struct engine *e, struct eseq *q, int32_t t, enum think_route route)
+{
+    if (q->gerr) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "grammar: %s", q->gerr);
+        finish(e, q, FINISH_ERROR, msg, true);
+        return true;
+    }
+    if (route != THINK_ANSWER)
+        return false;
+    if (gr_matcher_accept(q->gm, t) == 0)
+        return false;
+    char msg[128];
+    snprintf(msg, sizeof msg, "grammar: token %d does not continue the %s output", (int)t,
+             gr_matcher_ended(q->gm) ? "ended" : "constrained");
+    finish(e, q, FINISH_ERROR, msg, true);
+    return true;
+}
+
 /* Appends a sampled token (or the one a thinking budget forces) and applies the stop rules. */
 static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
 {
@@ -694,6 +790,8 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
     e->st.generated_tokens++;
     changed_add(e, q);
     enum think_route route = think_push(&q->think, &e->think, t);
+    if (q->gm && grammar_take(e, q, t, route))
+        return;
     if (q->split) {
         q->pub.has_reasoning = q->think.seen;
         q->pub.n_reasoning_tokens = q->think.n_tokens;
@@ -825,6 +923,7 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
         bool ban = q->pub.n_output < q->min_tokens && q->n_banned > 0;
         b->banned = ban ? q->banned : NULL;
         b->n_banned = ban ? q->n_banned : 0;
+        b->allowed = q->gm && b->sample ? grammar_mask(e, q) : NULL;
         if (!q->admitted) {
             q->admitted = true;
             e->st.cached_tokens += (uint64_t)q->sq.n_cached;
@@ -850,7 +949,14 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
             e->on_start(e->on_start_ctx, e->starting, n);
     }
     e->st.steps++;
-    if (backend_step(e->be, e->bseq, out.n_items, e->bout)) {
+    int brc = backend_step(e->be, e->bseq, out.n_items, e->bout);
+    if (e->n_pend) { /* the backend did not ask for the masks: it failed, or cannot */
+        for (int i = 0; i < e->n_pend && brc == 0; i++)
+            if (!e->pend[i]->gerr)
+                e->pend[i]->gerr = strdup("internal: the backend sampled without asking for the grammar's mask");
+        e->n_pend = 0;
+    }
+    if (brc) {
         char msg[sizeof e->be->err + 64];
         snprintf(msg, sizeof msg, "backend %s: %s", backend_name(e->be), e->be->err);
         log_error("engine: step of %d sequences failed: %s", out.n_items, msg);

@@ -90,6 +90,11 @@ struct engine_request {
                                      of killing the workers that ran it; docs/SCHEDULER.md) */
     double deadline;              /* engine_now() time from which it finishes with FINISH_TIMEOUT at
                                      the next engine_step, keeping its text so far; 0 = none */
+    /* Structured output (engine/grammar.h): the answer must be a sentence of this grammar, compiled
+     * against engine_grammar_vocab(e); the sampler only sees the ids it allows, and EOS only once the
+     * answer is complete. Inside a think block nothing is masked; the first token may also open one.
+     * engine_add takes its own reference; NULL = none. Not with ignore_eos. */
+    struct grammar *grammar;
     void *user;                   /* returned untouched in engine_seq.user */
 };
 /* Zeroed, with sp = sampling_params_default(), max_tokens 16, skip_special_tokens true. */
@@ -137,6 +142,8 @@ struct engine_stats {
     uint64_t prefix_query_tokens, prefix_hit_tokens;
     uint64_t prefix_preempted_query_tokens, prefix_preempted_hit_tokens;
     uint64_t lane_computed_tokens[ENGINE_MAX_LANES]; /* computed_tokens by lane */
+    uint64_t grammar_masks;  /* token masks made for sequences under a grammar */
+    double grammar_mask_s;   /* seconds spent making them (cache hits and misses) */
 };
 
 /* An engine over a backend the caller opened for m with o->be (backend_open,
@@ -184,5 +191,10 @@ const char *engine_backend_name(const struct engine *e);
 bool engine_thinks(const struct engine *e);
 /* The backend the engine steps (borrowed; for backend-specific figures such as GPU memory). */
 const struct backend *engine_backend(const struct engine *e);
+/* The vocabulary grammars for this engine are compiled against (engine/grammar.h), built on the first
+ * call (a trie of the tokenizer's ids: tens of milliseconds for a 150k vocabulary) and owned by the
+ * engine. NULL with err when memory runs out. */
+struct gr_vocab;
+const struct gr_vocab *engine_grammar_vocab(struct engine *e, char *err, size_t errlen);
 /* The longest sequence (prompt + max_tokens) engine_add accepts in a lane (-1 = any lane). */
 int engine_max_model_len(const struct engine *e, int lane);

@@ -65,6 +65,9 @@ struct grammar *gr_compile_choice(const char *const *choices, size_t n, const st
 struct grammar *gr_ref(struct grammar *g);
 void gr_unref(struct grammar *g);
 
+/* The vocabulary g was compiled against (borrowed), or NULL. */
+const struct gr_vocab *gr_grammar_vocab(const struct grammar *g);
+
 /* Mask cache figures of g since it was built (for metrics and `llmq bench`): masks served from the
  * cache, masks computed, and the seconds spent computing them. */
 struct gr_stats {

@@ -376,6 +376,11 @@ void gr_destroy(struct grammar *g)
     free(g);
 }
 
+const struct gr_vocab *gr_grammar_vocab(const struct grammar *g)
+{
+    return g ? g->vocab : NULL;
+}
+
 struct grammar *gr_ref(struct grammar *g)
 {
     if (g)

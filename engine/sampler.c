@@ -277,6 +277,10 @@ void samp_penalize(struct samp_ctx *c, float *logits, const struct be_seq *s)
         if (t >= 0 && t < V)
             logits[t] = -INFINITY;
     }
+    if (s->allowed)
+        for (int i = 0; i < V; i++)
+            if (!((s->allowed[i >> 5] >> (i & 31)) & 1u))
+                logits[i] = -INFINITY;
 }
 
 static int argmax(const float *l, int V)
@@ -397,7 +401,8 @@ int samp_sample(struct samp_ctx *c, const float *logits, const struct be_seq *s,
         }
     }
     if (tok < 0) {
-        snprintf(err, errlen, "no id can be sampled: %d banned, every other logit is -inf", s->n_banned);
+        snprintf(err, errlen, "no id can be sampled: %d banned%s, every other logit is -inf", s->n_banned,
+                 s->allowed ? " and the rest outside the grammar's mask" : "");
         return -1;
     }
     out->token = tok;

@@ -5,7 +5,8 @@
  *      token's, and the top N by descending logprob, ties by lower id;
  *   2. penalties on a copy: repetition_penalty over the distinct prompt+output ids (HF: a logit
  *      > 0 is divided by p, else multiplied by p), then presence and frequency over the output ids
- *      (OpenAI: logit -= presence * (count > 0) + frequency * count); banned ids become -inf;
+ *      (OpenAI: logit -= presence * (count > 0) + frequency * count); banned ids and ids outside
+ *      s->allowed (a grammar's mask) become -inf;
  *   3. temperature < SAMP_GREEDY_EPS: argmax (ties go to the lowest id);
  *   4. else p = softmax(logits / temperature); top_k keeps the k most probable; top_p keeps the
  *      smallest set (in order of descending p, ties by id) whose mass reaches top_p of the rest
@@ -48,7 +49,7 @@ int samp_sample(struct samp_ctx *c, const float *logits, const struct be_seq *s,
  * SAMPLING_MAX_LOGPROBS) into out->top_ids/top_logprobs/n_top. Sums in double. */
 void samp_logprobs(const float *logits, int vocab, int32_t token, int n_top, struct be_out *out);
 
-/* Step 2, in place on logits[c's vocab]: penalties of s->sp over s's tokens, then bans. */
+/* Step 2, in place on logits[c's vocab]: penalties of s->sp over s's tokens, then bans and the mask. */
 void samp_penalize(struct samp_ctx *c, float *logits, const struct be_seq *s);
 
 /* Steps 3-4 on penalized logits: writes the kept tokens into ids[] and their renormalized

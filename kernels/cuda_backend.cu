@@ -560,6 +560,7 @@ static int alloc_buffers(struct cuda_backend *b, const struct backend_opts *o)
         buf_alloc(b, &b->io.n_prompt, S * 4, "n_prompt") ||
         buf_alloc(b, &b->io.banned, S * BANNED_INIT * 4, "banned ids") ||
         buf_alloc(b, &b->io.banned_start, (S + 1) * 4, "banned starts") ||
+        buf_alloc(b, &b->io.allow, 16, "grammar masks") || buf_alloc(b, &b->io.allow_row, S * 4, "mask rows") ||
         buf_alloc(b, &b->io.out, S * (2 + 2 * CB_TOP) * 4, "sampler outputs"))
         return -1;
     if (alloc_stage(b, o))
@@ -842,7 +843,7 @@ static void cb_free(struct backend *be)
                              &b->io.btab_dec,  &b->io.qs_pre, &b->io.ctx_pre,      &b->io.btab_pre,
                              &b->io.last_rows, &b->io.params, &b->io.hist,         &b->io.hist_start,
                              &b->io.n_prompt,  &b->io.banned, &b->io.banned_start, &b->io.out,
-                             &b->stage.src,    &b->stage.btab};
+                             &b->io.allow,     &b->io.allow_row, &b->stage.src, &b->stage.btab};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         buf_free(b, bufs[i]);
     free(b->layers);
@@ -981,7 +982,7 @@ static bool needs_history(const struct sampling_params *sp)
 
 bool cb_plain_sampling(const struct be_seq *s)
 {
-    return !needs_history(s->sp) && !(s->banned && s->n_banned > 0);
+    return !needs_history(s->sp) && !(s->banned && s->n_banned > 0) && !s->allowed;
 }
 
 void cb_sample_params(const struct be_seq *s, struct k_sample_params *q)
@@ -1012,9 +1013,18 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
             n_hist += (size_t)(s->sp->repetition_penalty != 1.0f ? s->n_tokens : s->n_tokens - s->n_prompt);
         n_ban += (size_t)(s->banned && s->n_banned > 0 ? s->n_banned : 0);
     }
+    size_t n_masks = 0;
+    const size_t words = (size_t)(b->V + 31) / 32;
+    for (int j = 0; j < n_samp; j++) {
+        const struct be_seq *s = &seqs[b->io.row_seq[j]];
+        n_masks += s->sample && s->allowed;
+    }
     if (buf_reserve(b, &b->io.hist, n_hist * 4, "token histories") ||
-        buf_reserve(b, &b->io.banned, n_ban * 4, "banned ids"))
+        buf_reserve(b, &b->io.banned, n_ban * 4, "banned ids") ||
+        buf_reserve(b, &b->io.allow, n_masks * words * 4, "grammar masks"))
         return -1;
+    int32_t *arow = (int32_t *)b->io.allow_row.h;
+    size_t om = 0;
     struct k_sample_params *pr = (struct k_sample_params *)b->io.params.h;
     int32_t *hist = (int32_t *)b->io.hist.h, *hs = (int32_t *)b->io.hist_start.h,
             *np = (int32_t *)b->io.n_prompt.h;
@@ -1026,6 +1036,7 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
         hs[j] = (int32_t)oh;
         bst[j] = (int32_t)ob;
         np[j] = 0;
+        arow[j] = -1;
         if (!s->sample) { // a decode row that does not sample (its output is ignored): greedy, nothing else
             memset(q, 0, sizeof *q);
             q->top_p = 1.0f;
@@ -1045,6 +1056,8 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
             memcpy(ban + ob, s->banned, (size_t)s->n_banned * 4);
             ob += (size_t)s->n_banned;
         }
+        if (s->allowed)
+            arow[j] = (int32_t)om++; // its words come in put_masks, after the forward is enqueued
     }
     hs[n_samp] = (int32_t)oh;
     bst[n_samp] = (int32_t)ob;
@@ -1052,9 +1065,25 @@ static int put_sampler_inputs(struct cuda_backend *b, const struct be_seq *seqs,
         upload(b, &b->io.hist_start, (size_t)(n_samp + 1) * 4) ||
         upload(b, &b->io.n_prompt, (size_t)n_samp * 4) ||
         upload(b, &b->io.banned_start, (size_t)(n_samp + 1) * 4) || upload(b, &b->io.hist, oh * 4) ||
-        upload(b, &b->io.banned, ob * 4))
+        upload(b, &b->io.banned, ob * 4) || upload(b, &b->io.allow_row, (size_t)n_samp * 4))
         return -1;
     return 0;
+}
+
+// The grammar masks of the sampled rows (laid out by put_sampler_inputs), asked of the engine now that
+// the forward is enqueued, so that the host computes them while the GPU runs; then uploaded.
+static int put_masks(struct cuda_backend *b, const struct be_seq *seqs, int n_samp)
+{
+    backend_fill_masks(&b->base);
+    const size_t words = (size_t)(b->V + 31) / 32;
+    uint32_t *allow = (uint32_t *)b->io.allow.h;
+    size_t om = 0;
+    for (int j = 0; j < n_samp; j++) {
+        const struct be_seq *s = &seqs[b->io.row_seq[j]];
+        if (s->sample && s->allowed)
+            memcpy(allow + om++ * words, s->allowed, words * 4);
+    }
+    return upload(b, &b->io.allow, om * words * 4);
 }
 
 static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, struct be_out *out,
@@ -1199,7 +1228,7 @@ static int run_step(struct cuda_backend *b, const struct be_seq *seqs, int n, st
     t2 = llmq_mono_s();
     ht[CB_HT_FORWARD] += t2 - t1;
     if (n_samp > 0) {
-        if (cb_enqueue_sample(b, seqs, n_samp, b->io.out.h, b->copy.ev_out))
+        if (put_masks(b, seqs, n_samp) || cb_enqueue_sample(b, seqs, n_samp, b->io.out.h, b->copy.ev_out))
             return -1;
     } else {
         CB_CUDA(cudaEventRecord(b->copy.ev_out, b->stream));
@@ -1235,7 +1264,8 @@ int cb_enqueue_sample(struct cuda_backend *b, const struct be_seq *seqs, int n_s
     CB_K(k_sample(b->acts.logits, n_samp, b->V, (const struct k_sample_params *)b->io.params.d,
                   (const int32_t *)b->io.hist.d, (const int32_t *)b->io.hist_start.d,
                   (const int32_t *)b->io.n_prompt.d, (const int32_t *)b->io.banned.d,
-                  (const int32_t *)b->io.banned_start.d, tok, lp, top_ids, top_lp, b->acts.samp_ws,
+                  (const int32_t *)b->io.banned_start.d, (const uint32_t *)b->io.allow.d,
+                  (const int32_t *)b->io.allow_row.d, tok, lp, top_ids, top_lp, b->acts.samp_ws,
                   b->acts.samp_ws_bytes, b->stream));
     bool want_top = false;
     for (int j = 0; j < n_samp; j++) {

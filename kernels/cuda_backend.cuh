@@ -143,6 +143,7 @@ struct cb_io {
     struct cb_buf last_rows;                                        // int32 (S)
     struct cb_buf params;                                           // struct k_sample_params (S)
     struct cb_buf hist, hist_start, n_prompt, banned, banned_start; // sampler, CSR; hist and banned grow
+    struct cb_buf allow, allow_row; // grammar masks (grows; words per row (V + 31) / 32), row -> mask or -1
     // outputs: token (S) int32, logprob (S) f32, top ids (S, 20) int32, top lp (S, 20) f32
     struct cb_buf out;
     int *row_seq; // [S] host: sequence index of each sampler row

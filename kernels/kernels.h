@@ -389,11 +389,14 @@ int k_kv_stage_fp8(const uint8_t *k_cache, const uint8_t *v_cache, const float *
  *   hist / hist_start  token history for penalties: row r's tokens are hist[hist_start[r] .. hist_start[r+1]),
  *                      the first n_prompt[r] of them prompt, the rest output
  *   banned / banned_start  ids that must not be sampled (same CSR layout)
+ *   allow / allow_row  grammar masks: row r may sample only the ids whose bit is set in mask allow_row[r] of
+ *                      allow ((V + 31) / 32 words each, bit (id & 31) of word (id >> 5)); allow_row[r] < 0 or
+ *                      allow_row NULL = no mask. Applied with the bans (after the raw logprobs).
  * Outputs: token[r]; logprob[r] (log-softmax of raw logits at token); top_ids/top_lp [n][20] (the first
  * params[r].logprobs entries valid, descending, ties by lower id). The random number is
  * sampling_uniform(seed, step) of engine/sampling.h, bit for bit. logits may be modified in place.
  * token[r] = -1 (logprob NaN) where samp_sample would fail: a NaN or +inf logit, or no id left after
- * penalties and bans. hist/hist_start/n_prompt and banned/banned_start may be NULL (none); logprob and
+ * penalties, bans and masks. hist/hist_start/n_prompt, banned/banned_start and allow/allow_row may be NULL (none); logprob and
  * top_ids/top_lp may be NULL (not written; top entries past N are -1 / -inf). V <= 2^20.
  * workspace: at least k_sample_workspace(n, V) bytes (about n * V * 4), 16-byte aligned, no init. */
 struct k_sample_params {
@@ -407,8 +410,8 @@ struct k_sample_params {
 size_t k_sample_workspace(int n, int V);
 int k_sample(float *logits, int n, int V, const struct k_sample_params *params, const int32_t *hist,
              const int32_t *hist_start, const int32_t *n_prompt, const int32_t *banned, const int32_t *banned_start,
-             int32_t *token, float *logprob, int32_t *top_ids, float *top_lp, void *workspace,
-             size_t workspace_bytes, cudaStream_t stream);
+             const uint32_t *allow, const int32_t *allow_row, int32_t *token, float *logprob, int32_t *top_ids,
+             float *top_lp, void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

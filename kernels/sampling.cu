@@ -766,9 +766,9 @@ template <bool VEC>
 __global__ void __launch_bounds__(SB_THREADS, 2)
     sample_kernel(const float *logits, int V, int Vp, const struct k_sample_params *params,
                   const int32_t *hist, const int32_t *hist_start, const int32_t *n_prompt,
-                  const int32_t *banned, const int32_t *banned_start, const struct samp_part *parts,
-                  int n_parts, int32_t *top_ids, float *top_lp, uint32_t *ws_keys, int32_t *token,
-                  float *logprob)
+                  const int32_t *banned, const int32_t *banned_start, const uint32_t *allow,
+                  const int32_t *allow_row, const struct samp_part *parts, int n_parts, int32_t *top_ids,
+                  float *top_lp, uint32_t *ws_keys, int32_t *token, float *logprob)
 {
     pdl_enter(); // kernels/launch.cuh
     extern __shared__ __align__(16) unsigned char dyn[];
@@ -805,7 +805,9 @@ __global__ void __launch_bounds__(SB_THREADS, 2)
         }
         if (banned_start)
             b0 = banned_start[r], b1 = banned_start[r + 1];
-        const bool pen_on = (rep_on && h1 > h0) || (pf_on && h1 - h0 > np) || b1 > b0;
+        const int ar = allow_row ? allow_row[r] : -1;
+        const uint32_t *am = ar >= 0 ? allow + (size_t)ar * ((V + 31) >> 5) : NULL;
+        const bool pen_on = (rep_on && h1 > h0) || (pf_on && h1 - h0 > np) || b1 > b0 || am;
         if (pen_on) {
             const int words = (V + 31) >> 5;
             for (int w = tid; w < words; w += bd)
@@ -841,6 +843,8 @@ __global__ void __launch_bounds__(SB_THREADS, 2)
         // The penalized logit, with exactly the oracle's float operations (no contraction).
         const float rep = P.repetition_penalty, pres = P.presence_penalty, freq = P.frequency_penalty;
         auto pen = [&](float x, int i) -> float {
+            if (am && !((__ldg(am + (i >> 5)) >> (i & 31)) & 1u))
+                return -INFINITY; // outside the grammar's mask
             if (!pen_on || !((bits[i >> 5] >> (i & 31)) & 1u))
                 return x;
             const uint32_t w = __ldcg(pw + i);
@@ -996,8 +1000,9 @@ extern "C" size_t k_sample_workspace(int n, int V)
 template <bool VEC>
 static int sample_launch(float *logits, int n, int V, const struct k_sample_params *params,
                          const int32_t *hist, const int32_t *hist_start, const int32_t *n_prompt,
-                         const int32_t *banned, const int32_t *banned_start, int32_t *token, float *logprob,
-                         int32_t *top_ids, float *top_lp, void *workspace, cudaStream_t stream)
+                         const int32_t *banned, const int32_t *banned_start, const uint32_t *allow,
+                         const int32_t *allow_row, int32_t *token, float *logprob, int32_t *top_ids,
+                         float *top_lp, void *workspace, cudaStream_t stream)
 {
     struct samp_part *parts = (struct samp_part *)workspace;
     const int P = stats_parts(n, V);
@@ -1029,15 +1034,16 @@ static int sample_launch(float *logits, int n, int V, const struct k_sample_para
               allowed.load());
     K_CHECK(k_launch(stats_kernel<VEC>, dim3(P, n), SA_THREADS, 0, stream, logits, V, params, parts));
     K_CHECK(k_launch(sample_kernel<VEC>, n, SB_THREADS, smem, stream, logits, V, Vp, params, hist, hist_start,
-                     n_prompt, banned, banned_start, parts, P, top_ids, top_lp, keys, token, logprob));
+                     n_prompt, banned, banned_start, allow, allow_row, parts, P, top_ids, top_lp, keys, token,
+                     logprob));
     return 0;
 }
 
 extern "C" int k_sample(float *logits, int n, int V, const struct k_sample_params *params,
                         const int32_t *hist, const int32_t *hist_start, const int32_t *n_prompt,
-                        const int32_t *banned, const int32_t *banned_start, int32_t *token, float *logprob,
-                        int32_t *top_ids, float *top_lp, void *workspace, size_t workspace_bytes,
-                        cudaStream_t stream)
+                        const int32_t *banned, const int32_t *banned_start, const uint32_t *allow,
+                        const int32_t *allow_row, int32_t *token, float *logprob, int32_t *top_ids, float *top_lp,
+                        void *workspace, size_t workspace_bytes, cudaStream_t stream)
 {
     K_REQUIRE(n >= 0 && V > 0 && V <= S_MAX_V, "k_sample: bad shape n %d V %d (V at most %d)", n, V, S_MAX_V);
     if (n == 0)
@@ -1049,13 +1055,14 @@ extern "C" int k_sample(float *logits, int n, int V, const struct k_sample_param
               "k_sample: top_ids and top_lp must both be given or both NULL");
     K_REQUIRE(hist_start == NULL || hist != NULL, "k_sample: hist_start without hist");
     K_REQUIRE(banned_start == NULL || banned != NULL, "k_sample: banned_start without banned");
+    K_REQUIRE(allow_row == NULL || allow != NULL, "k_sample: allow_row without allow");
     K_REQUIRE(aligned16(workspace), "k_sample: workspace %p not 16-byte aligned", workspace);
     const size_t need = k_sample_workspace(n, V);
     K_REQUIRE(workspace_bytes >= need, "k_sample: workspace %zu bytes, need %zu for n %d V %d",
               workspace_bytes, need, n, V);
     if (V % 4 == 0 && aligned16(logits))
-        return sample_launch<true>(logits, n, V, params, hist, hist_start, n_prompt, banned, banned_start,
-                                   token, logprob, top_ids, top_lp, workspace, stream);
-    return sample_launch<false>(logits, n, V, params, hist, hist_start, n_prompt, banned, banned_start, token,
-                                logprob, top_ids, top_lp, workspace, stream);
+        return sample_launch<true>(logits, n, V, params, hist, hist_start, n_prompt, banned, banned_start, allow,
+                                   allow_row, token, logprob, top_ids, top_lp, workspace, stream);
+    return sample_launch<false>(logits, n, V, params, hist, hist_start, n_prompt, banned, banned_start, allow,
+                                allow_row, token, logprob, top_ids, top_lp, workspace, stream);
 }

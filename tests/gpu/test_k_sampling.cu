@@ -58,6 +58,7 @@ struct rowspec {
     std::vector<int32_t> hist; /* prompt then output */
     int n_prompt = 0;
     std::vector<int32_t> banned;
+    std::vector<uint32_t> mask; /* a grammar's mask ((V + 31) / 32 words), or empty */
 };
 
 struct batch {
@@ -187,6 +188,25 @@ static void gen_banned(rowspec &r, const float *l, int V, uint64_t *s)
         r.banned.push_back(V + 1); /* out of range: ignored */
 }
 
+/* A grammar's mask: a few ids, about half of them, or all but a few; sometimes with the argmax. */
+static void gen_mask(rowspec &r, const float *l, int V, uint64_t *s)
+{
+    const int words = (V + 31) / 32;
+    uint32_t kind = rint_(s, 3);
+    r.mask.assign(words, kind == 2 ? ~0u : 0u);
+    int flips = kind == 1 ? V / 2 : 1 + (int)rint_(s, 40);
+    for (int i = 0; i < flips; i++) {
+        uint32_t t = rint_(s, V);
+        r.mask[t >> 5] ^= 1u << (t & 31);
+    }
+    if (rint_(s, 2)) {
+        int32_t am = (int32_t)(std::max_element(l, l + V) - l);
+        r.mask[am >> 5] |= 1u << (am & 31);
+    }
+    if (V & 31) /* bits past V are never read; set them to show it */
+        r.mask[words - 1] |= ~0u << (V & 31);
+}
+
 /* ---- the comparison */
 
 struct tally {
@@ -235,9 +255,12 @@ static void run_batch(const char *name, batch &b)
 {
     const int n = b.n, V = b.V;
     /* CSR */
-    std::vector<int32_t> hist, hstart(n + 1), nprompt(n), banned, bstart(n + 1);
+    std::vector<int32_t> hist, hstart(n + 1), nprompt(n), banned, bstart(n + 1), arow(n);
+    std::vector<uint32_t> allow;
     std::vector<k_sample_params> params(n);
     for (int r = 0; r < n; r++) {
+        arow[r] = b.rows[r].mask.empty() ? -1 : (int32_t)(allow.size() / ((V + 31) / 32));
+        allow.insert(allow.end(), b.rows[r].mask.begin(), b.rows[r].mask.end());
         hstart[r] = (int32_t)hist.size();
         bstart[r] = (int32_t)banned.size();
         hist.insert(hist.end(), b.rows[r].hist.begin(), b.rows[r].hist.end());
@@ -251,6 +274,8 @@ static void run_batch(const char *name, batch &b)
         hist.push_back(0);
     if (banned.empty())
         banned.push_back(0);
+    if (allow.empty())
+        allow.push_back(0);
 
     float *d_logits = gt_to_device(b.logits.data(), (size_t)n * V);
     k_sample_params *d_params = gt_to_device(params.data(), n);
@@ -258,6 +283,8 @@ static void run_batch(const char *name, batch &b)
     int32_t *d_np = gt_to_device(nprompt.data(), n);
     int32_t *d_ban = gt_to_device(banned.data(), banned.size()),
             *d_bstart = gt_to_device(bstart.data(), n + 1);
+    uint32_t *d_allow = gt_to_device(allow.data(), allow.size());
+    int32_t *d_arow = gt_to_device(arow.data(), n);
     int32_t *d_tok = gt_poisoned<int32_t>(n), *d_top = gt_poisoned<int32_t>((size_t)n * 20);
     float *d_lp = gt_poisoned<float>(n), *d_toplp = gt_poisoned<float>((size_t)n * 20);
     size_t wsb = k_sample_workspace(n, V);
@@ -265,8 +292,8 @@ static void run_batch(const char *name, batch &b)
     GPU_OK(cudaMalloc(&ws, wsb));
     GPU_OK(cudaMemset(ws, 0xab, wsb)); /* the workspace needs no initialization: show it */
 
-    K_OK(k_sample(d_logits, n, V, d_params, d_hist, d_hstart, d_np, d_ban, d_bstart, d_tok, d_lp, d_top,
-                  d_toplp, ws, wsb, 0));
+    K_OK(k_sample(d_logits, n, V, d_params, d_hist, d_hstart, d_np, d_ban, d_bstart, d_allow, d_arow, d_tok, d_lp,
+                  d_top, d_toplp, ws, wsb, 0));
     GPU_OK(cudaDeviceSynchronize());
     int32_t *tok = gt_to_host(d_tok, n), *top = gt_to_host(d_top, (size_t)n * 20);
     float *lp = gt_to_host(d_lp, n), *toplp = gt_to_host(d_toplp, (size_t)n * 20);
@@ -288,6 +315,7 @@ static void run_batch(const char *name, batch &b)
         s.pos = s.n_tokens, s.n_new = 1, s.sample = true, s.sp = &sp;
         s.banned = rs.banned.data();
         s.n_banned = (int)rs.banned.size();
+        s.allowed = rs.mask.empty() ? NULL : rs.mask.data();
         be_out o;
         memset(&o, 0, sizeof o);
         char err[256] = "";
@@ -388,7 +416,7 @@ static void run_batch(const char *name, batch &b)
         failures++;
     free(tok), free(top), free(lp), free(toplp), free(after);
     cudaFree(d_logits), cudaFree(d_params), cudaFree(d_hist), cudaFree(d_hstart), cudaFree(d_np);
-    cudaFree(d_ban), cudaFree(d_bstart), cudaFree(d_tok), cudaFree(d_top), cudaFree(d_lp), cudaFree(d_toplp);
+    cudaFree(d_ban), cudaFree(d_bstart), cudaFree(d_allow), cudaFree(d_arow), cudaFree(d_tok), cudaFree(d_top), cudaFree(d_lp), cudaFree(d_toplp);
     cudaFree(ws);
 }
 
@@ -496,6 +524,8 @@ static void make_row(int kind, int V, uint64_t *s, float *l, rowspec &r)
     } else if (rint_(s, 3) == 0) {
         gen_history(r, V, s); /* a history without penalties changes only the draw's step */
     }
+    if (rint_(s, 4) == 0)
+        gen_mask(r, l, V, s);
 }
 
 static void run_kind(int kind, int V, int n, uint64_t seed)
@@ -598,8 +628,8 @@ static void time_case(const char *what, int n, int V, float *d_logits,
     std::vector<float> ms;
     for (int it = 0; it < 23; it++) {
         GPU_OK(cudaEventRecord(e0));
-        K_OK(k_sample(d_logits, n, V, d_params, d_hist, d_hstart, d_np, d_ban, d_bstart, d_tok, d_lp, d_top,
-                      d_toplp, ws, wsb, 0));
+        K_OK(k_sample(d_logits, n, V, d_params, d_hist, d_hstart, d_np, d_ban, d_bstart, NULL, NULL, d_tok, d_lp,
+                      d_top, d_toplp, ws, wsb, 0));
         GPU_OK(cudaEventRecord(e1));
         GPU_OK(cudaEventSynchronize(e1));
         float t;
@@ -676,9 +706,11 @@ int main(void)
     {
         alignas(16) char dummy[64];
         int32_t *t = (int32_t *)dummy;
-        if (k_sample((float *)dummy, 1, 0, (k_sample_params *)dummy, NULL, NULL, NULL, NULL, NULL, t, NULL,
+        if (k_sample((float *)dummy, 1, 0, (k_sample_params *)dummy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, t,
+                     NULL,
                      NULL, NULL, dummy, 64, 0) == 0 ||
-            k_sample((float *)dummy, 4, 1000, (k_sample_params *)dummy, NULL, NULL, NULL, NULL, NULL, t, NULL,
+            k_sample((float *)dummy, 4, 1000, (k_sample_params *)dummy, NULL, NULL, NULL, NULL, NULL, NULL, NULL, t,
+                     NULL,
                      NULL, NULL, dummy, 64, 0) == 0) {
             printf("FAIL argument checks: a bad V or a short workspace was accepted\n");
             failures++;

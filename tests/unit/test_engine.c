@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/grammar.h"
+#include "engine/grammar_int.h"
 #include "engine/model.h"
 #include "engine/tiny_model.h"
 #include "engine/tokenizer.h"
@@ -1119,6 +1121,141 @@ static void test_small_pool_caps_max_model_len(void **state)
     engine_free(e);
 }
 
+/* ---- grammars */
+
+/* root ::= '[' item (',' ' '? item)* ']' ;  item ::= [a-e]+ | '"' [0-9]* '"' */
+static struct grammar *list_grammar(struct engine *e)
+{
+    char err[256] = "";
+    const struct gr_vocab *v = engine_grammar_vocab(e, err, sizeof err);
+    if (!v)
+        fail_msg("engine_grammar_vocab: %s", err);
+    struct gr_builder b;
+    grb_init(&b);
+    struct gr_seq s = {0};
+    int32_t root = grb_rule(&b, "root"), item = grb_rule(&b, "item"), more = grb_rule(&b, "more"),
+            letters = grb_rule(&b, "letters"), digits = grb_rule(&b, "digits");
+    grs_range(&b, &s, 'a', 'e');
+    grs_rule(&b, &s, letters);
+    grb_alt(&b, letters, &s);
+    grs_range(&b, &s, 'a', 'e');
+    grb_alt(&b, letters, &s);
+    grs_range(&b, &s, '0', '9');
+    grs_rule(&b, &s, digits);
+    grb_alt(&b, digits, &s);
+    grb_alt(&b, digits, &s);
+    grs_rule(&b, &s, letters);
+    grb_alt(&b, item, &s);
+    grs_byte(&b, &s, '"');
+    grs_rule(&b, &s, digits);
+    grs_byte(&b, &s, '"');
+    grb_alt(&b, item, &s);
+    grs_byte(&b, &s, ',');
+    grs_rule(&b, &s, item);
+    grs_rule(&b, &s, more);
+    grb_alt(&b, more, &s);
+    grs_lit(&b, &s, ", ", 2);
+    grs_rule(&b, &s, item);
+    grs_rule(&b, &s, more);
+    grb_alt(&b, more, &s);
+    grb_alt(&b, more, &s);
+    grs_byte(&b, &s, '[');
+    grs_rule(&b, &s, item);
+    grs_rule(&b, &s, more);
+    grs_byte(&b, &s, ']');
+    grb_alt(&b, root, &s);
+    grs_free(&s);
+    struct grammar *g = gr_finish(&b, root, v, err, sizeof err);
+    if (!g)
+        fail_msg("gr_finish: %s", err);
+    return g;
+}
+
+/* Whether text is a sentence of g (complete), or at least a prefix of one. */
+static void expect_in_grammar(struct grammar *g, const char *text, size_t len, bool complete)
+{
+    struct gr_matcher *m = gr_matcher_new(g);
+    assert_non_null(m);
+    if (gr_matcher_accept_bytes(m, text, len) || (complete && !gr_matcher_complete(m))) {
+        print_error("output \"%.*s\" is not %s the grammar\n", (int)len, text, complete ? "a sentence of" : "a prefix in");
+        fail();
+    }
+    gr_matcher_free(m);
+}
+
+static void grammar_jobs(struct job *jobs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        job_init(&jobs[i], 70 + i, 20 + 15 * i, 48);
+        jobs[i].r.sp.temperature = i % 4 == 0 ? 0.0f : 0.7f + 0.3f * (float)(i % 3);
+        jobs[i].r.has_seed = true;
+        jobs[i].r.sp.seed = 500 + (uint64_t)i;
+        jobs[i].r.sp.logprobs = 2;
+        jobs[i].arrive = i;
+    }
+}
+
+static void test_grammar(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    struct job jobs[N];
+    struct result ref[N], got[N];
+    grammar_jobs(jobs, N);
+    /* each alone, in an engine of its own (a grammar belongs to one engine's vocabulary) */
+    for (int i = 0; i < N; i++) {
+        struct engine_opts o = base_opts();
+        struct engine *e = open_engine(&o);
+        struct grammar *g = list_grammar(e);
+        struct job j = jobs[i];
+        j.arrive = 0;
+        j.r.prompt = j.prompt;
+        j.r.grammar = g;
+        run_jobs(e, &j, 1, &ref[i], NULL);
+        gr_unref(g);
+        engine_free(e);
+    }
+    /* together, under preemption */
+    struct engine_opts o = base_opts();
+    o.be.max_model_len = 260;
+    o.be.kv_cache_bytes = 60 * BLOCK_BYTES;
+    o.admission_reserve = 0;
+    struct engine *e = open_engine(&o);
+    struct grammar *g = list_grammar(e);
+    for (int i = 0; i < N; i++)
+        jobs[i].r.grammar = g;
+    struct engine_stats st;
+    run_jobs(e, jobs, N, got, &st);
+    expect_same(ref, got, N, "grammar");
+    assert_true(st.preemptions > 0);
+    assert_true(st.grammar_masks > 0);
+    int stopped = 0;
+    for (int i = 0; i < N; i++) {
+        assert_true(got[i].fin == FINISH_STOP || got[i].fin == FINISH_LENGTH);
+        expect_in_grammar(g, got[i].text, got[i].text_len, got[i].fin == FINISH_STOP);
+        stopped += got[i].fin == FINISH_STOP;
+        for (int k = 0; k < got[i].n_out; k++) /* logprobs stay the raw model's: top 1 may be outside */
+            assert_true(got[i].lp[k].logprob <= 0);
+    }
+    assert_true(stopped > 0); /* some outputs end by themselves: EOS came once the list was complete */
+    struct gr_stats gs;
+    gr_get_stats(g, &gs);
+    assert_true(gs.hits > 0 && gs.misses > 0);
+    /* a grammar of another engine's vocabulary, or with ignore_eos, is refused */
+    struct engine *e2 = open_engine(&o);
+    struct grammar *g2 = list_grammar(e2);
+    struct engine_request r = jobs[0].r;
+    r.grammar = g2;
+    expect_add_error(e, &r, "not compiled against this engine's vocabulary");
+    r.grammar = g;
+    r.ignore_eos = true;
+    expect_add_error(e, &r, "ignore_eos");
+    gr_unref(g2);
+    engine_free(e2);
+    gr_unref(g);
+    engine_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1138,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_priority),
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_grammar),
         cmocka_unit_test(test_backend_failure),
         cmocka_unit_test(test_nan_logits_fail_one_sequence),
         cmocka_unit_test(test_small_pool_caps_max_model_len),

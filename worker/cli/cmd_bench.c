@@ -29,6 +29,8 @@
 #include "engine/engine.h"
 #include "engine/fp8.h"
 #include "engine/gpu.h"
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
 #include "engine/model.h"
 #include "engine/random_model.h"
 #include "engine/tiny_model.h"
@@ -163,6 +165,9 @@ struct bench {
     struct engine *eng;
     struct backend *be;         /* the wrapper, owned by the engine */
     struct bench_roofline roof; /* what the wrapper adds up, step by step */
+    struct grammar *grammar;    /* --response-format: every timed request's; NULL without */
+    char rf_name[256];          /* its file's base name */
+    double compile_s;           /* compiling it (schema check and grammar) */
     /* the timed run */
     double *ttft, *itl;
     size_t n_ttft, n_itl, cap_itl;
@@ -190,6 +195,7 @@ static void group_free(struct group *g)
 
 static void bench_free(struct bench *b)
 {
+    gr_unref(b->grammar);
     engine_free(b->eng);
     tok_free(b->tok);
     if (b->random)
@@ -260,7 +266,7 @@ static int run_engine(struct bench *b, struct progress *bar, bool record, enum u
                 continue;
             if (q->finish == FINISH_ERROR)
                 on_failure(b, "%s", q->error);
-            else if (g && q->finish != FINISH_CANCELLED && q->n_output != g->out_len)
+            else if (g && q->finish != FINISH_CANCELLED && q->n_output != g->out_len && !b->grammar)
                 on_failure(b, "a request finished with %d tokens, not %d", q->n_output, g->out_len);
             if (g) {
                 g->digest[idx] =
@@ -322,6 +328,11 @@ static int submit(struct bench *b, struct group *g, bool background, char *err, 
         uint64_t seed = (uint64_t)i + (background ? 1000000007ull : 0);
         struct engine_request r =
             request(g->prompts + (size_t)i * g->in_len, g->in_len, g->out_len, seed, g->lane, user);
+        if (b->grammar && !background) { /* the output ends where the grammar allows EOS, or at out_len */
+            r.grammar = b->grammar;
+            r.ignore_eos = false;
+            r.min_tokens = 0;
+        }
         g->seq[i] = engine_add(b->eng, &r, err, errlen);
         if (!g->seq[i])
             return -1;
@@ -379,6 +390,7 @@ struct bench_args {
     const struct bench_workload *bg_wl; /* --background W; NULL without */
     int bg_n, bg_in, bg_out;            /* its :N and lengths; 0: W's */
     int seed;                           /* --seed; -1 when not given (prompts use 0) */
+    const char *response_format;        /* --response-format FILE */
     bool lanes;                         /* the worker's two lanes (--lanes, or implied) */
     struct engine_cfg_flags flags;      /* configuration keys the flags set, in order */
 };
@@ -415,6 +427,9 @@ static const struct bench_opt opts[] = {
     {"--random-weights", 'r', "SHAPE", OPT_STR, .field = ARG(shape),
      .help = "qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
              "(the CPU backend takes only qwen3-0.6b)"},
+    {"--tokenizer", 0, "DIR", OPT_KEY, "model.tokenizer",
+     .help = "the tokenizer folder (default: the model's; with --random-weights a scratch\n"
+             "byte-level one)"},
     {"--workload", 'w', "W", OPT_STR, .field = ARG(workload),
      .help = "chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
              "summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
@@ -486,6 +501,11 @@ static const struct bench_opt opts[] = {
     {"--threads", 0, "N", OPT_KEY, "engine.threads", .help = "CPU backend threads (default all)"},
     {"--device", 0, "N", OPT_KEY, "engine.device", .help = "CUDA device index (default 0; engine.device)"},
     {"--seed", 0, "N", OPT_INT, .field = ARG(seed), .min = 0, .help = "prompt seed (default 0)"},
+    {"--response-format", 0, "FILE", OPT_STR, .field = ARG(response_format),
+     .help = "every request of the workload under this structured output: a JSON file holding\n"
+             "a response_format ({\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}\n"
+             "or {\"type\": \"json_object\"}) or a bare JSON Schema; outputs then end where\n"
+             "the grammar allows EOS (or at the output length)"},
     {"--help", 'h', NULL, OPT_HELP, .help = "this text"},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -682,7 +702,8 @@ static int open_model(struct bench *b, const struct bench_args *a)
             fprintf(stderr, "llmq %s: %s\n", CMD, err);
             return 1;
         }
-        b->tok = scratch_tokenizer(err, sizeof err);
+        /* model.tokenizer when given (real masks for --response-format), else a scratch one */
+        b->tok = b->tok_dir[0] ? tok_load_dir(b->tok_dir, err, sizeof err) : scratch_tokenizer(err, sizeof err);
         snprintf(b->model_name, sizeof b->model_name, "%s", a->shape);
     } else {
         b->model = model_load(b->model_dir, err, sizeof err);
@@ -737,6 +758,45 @@ static int open_engine(struct bench *b, const struct bench_args *a)
             return 1;
         }
     }
+    return 0;
+}
+
+/* --response-format: the file's schema compiled into a grammar against the engine's vocabulary. */
+static int compile_response_format(struct bench *b, const char *path)
+{
+    char err[1024];
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        fprintf(stderr, "llmq %s: --response-format %s:%d: %s\n", CMD, path, je.line, je.text);
+        return 1;
+    }
+    snprintf(b->rf_name, sizeof b->rf_name, "%s", base_name(path));
+    double t0 = llmq_mono_s();
+    const struct gr_vocab *v = engine_grammar_vocab(b->eng, err, sizeof err);
+    double t1 = llmq_mono_s();
+    const char *type = json_string_value(json_object_get(j, "type"));
+    const json_t *schema = j;
+    bool any_object = type && !strcmp(type, "json_object");
+    if (type && !strcmp(type, "json_schema"))
+        schema = json_object_get(json_object_get(j, "json_schema"), "schema");
+    struct js_schema *js = NULL;
+    if (v && !any_object) {
+        js = schema ? js_compile(schema, err, sizeof err) : NULL;
+        if (!schema)
+            snprintf(err, sizeof err, "json_schema.schema is missing");
+    }
+    if (v && (any_object || js))
+        b->grammar = any_object ? gr_compile_json_object(v, err, sizeof err) : gr_compile_schema(js, v, err, sizeof err);
+    b->compile_s = llmq_mono_s() - t1;
+    js_free(js);
+    json_decref(j);
+    if (!b->grammar) {
+        fprintf(stderr, "llmq %s: --response-format %s: %s\n", CMD, path, err);
+        return 1;
+    }
+    log_info("bench: response format %s compiled in %.1f ms (vocabulary trie %.1f ms)", b->rf_name,
+             b->compile_s * 1e3, (t1 - t0) * 1e3);
     return 0;
 }
 
@@ -972,6 +1032,26 @@ static void print_line(const struct bench *b)
     snprintf(digest, sizeof digest, "%016llx",
              (unsigned long long)fnv1a(FNV1A_INIT, b->fg.digest, (size_t)b->fg.n_req * sizeof *b->fg.digest));
     json_object_set_new(j, "output_digest", json_string(digest));
+    json_t *rf = json_null();
+    if (b->grammar) {
+        struct gr_stats gs;
+        gr_get_stats(b->grammar, &gs);
+        uint64_t masks = b->st.grammar_masks - b->st0.grammar_masks;
+        double mask_s = b->st.grammar_mask_s - b->st0.grammar_mask_s;
+        rf = json_object();
+        json_object_set_new(rf, "file", json_string(b->rf_name));
+        json_object_set_new(rf, "compile_ms", json_real(r3(b->compile_s * 1e3)));
+        json_object_set_new(rf, "masks", json_integer((json_int_t)masks));
+        json_object_set_new(rf, "mask_us_mean", json_real(r3(masks ? mask_s / (double)masks * 1e6 : 0)));
+        json_object_set_new(rf, "mask_ms_per_step",
+                            json_real(r4(roof->steps ? mask_s / (double)roof->steps * 1e3 : 0)));
+        json_object_set_new(rf, "mask_share", json_real(r4(mask_s / b->secs)));
+        json_object_set_new(rf, "cache_hits", json_integer((json_int_t)gs.hits));
+        json_object_set_new(rf, "cache_misses", json_integer((json_int_t)gs.misses));
+        json_object_set_new(rf, "miss_ms_mean", json_real(r3(gs.misses ? gs.compute_s / (double)gs.misses * 1e3 : 0)));
+        json_object_set_new(rf, "mean_output_len", json_real(r1((double)out_tokens / b->fg.n_req)));
+    }
+    json_object_set_new(j, "response_format", rf);
     json_object_set_new(j, "failed", json_integer(b->failed));
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(j);
@@ -995,6 +1075,8 @@ int cmd_bench(int argc, char **argv)
         rc = open_model(&b, &a);
     if (!rc)
         rc = open_engine(&b, &a);
+    if (!rc && a.response_format)
+        rc = compile_response_format(&b, a.response_format);
     if (!rc)
         rc = make_requests(&b);
     if (!rc)

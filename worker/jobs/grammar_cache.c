@@ -1,0 +1,162 @@
+/* Compiled grammars of job constraints, least recently used evicted (worker/jobs/grammar_cache.h). */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
+#include "engine/util/hash.h"
+#include "worker/jobs/grammar_cache.h"
+#include "worker/jobs/job.h"
+
+struct entry {
+    char *key; /* the constraint's canonical text (below) */
+    size_t key_len;
+    uint64_t hash;
+    const struct gr_vocab *vocab;
+    struct grammar *g; /* one reference */
+    uint64_t used;     /* the tick of its last use */
+};
+
+struct grammar_cache {
+    struct entry e[GRAMMAR_CACHE_SIZE];
+    int n;
+    uint64_t tick;
+    unsigned long long compiled, hits;
+};
+
+struct grammar_cache *grammar_cache_new(void)
+{
+    return calloc(1, sizeof(struct grammar_cache));
+}
+
+void grammar_cache_free(struct grammar_cache *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++) {
+        free(c->e[i].key);
+        gr_unref(c->e[i].g);
+    }
+    free(c);
+}
+
+/* Appends n bytes to a growing buffer; -1 when out of memory. */
+static int put(char **b, size_t *len, size_t *cap, const void *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*cap ? *cap * 2 : 256) + n;
+        char *q = realloc(*b, nc);
+        if (!q)
+            return -1;
+        *b = q;
+        *cap = nc;
+    }
+    memcpy(*b + *len, p, n);
+    *len += n;
+    (*b)[*len] = '\0';
+    return 0;
+}
+
+/* The canonical text of k: its kind, then the schema's text with sorted keys, the regex, or each
+ * choice preceded by its length; malloc'd, NULL when out of memory. */
+static char *key_of(const struct job_constraint *k, size_t *len)
+{
+    char *b = NULL, head[32];
+    size_t cap = 0;
+    *len = 0;
+    snprintf(head, sizeof head, "%d:", (int)k->kind);
+    if (put(&b, len, &cap, head, strlen(head)))
+        goto oom;
+    if (k->kind == JOB_CONSTRAINT_JSON_SCHEMA) {
+        char *t = json_dumps(k->schema, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        int rc = t ? put(&b, len, &cap, t, strlen(t)) : -1;
+        free(t);
+        if (rc)
+            goto oom;
+    } else if (k->kind == JOB_CONSTRAINT_REGEX) {
+        if (put(&b, len, &cap, k->regex, strlen(k->regex)))
+            goto oom;
+    } else if (k->kind == JOB_CONSTRAINT_CHOICE) {
+        for (size_t i = 0; i < k->n_choices; i++) {
+            size_t n = strlen(k->choices[i]);
+            snprintf(head, sizeof head, "%zu:", n);
+            if (put(&b, len, &cap, head, strlen(head)) || put(&b, len, &cap, k->choices[i], n))
+                goto oom;
+        }
+    }
+    return b;
+oom:
+    free(b);
+    return NULL;
+}
+
+static struct grammar *compile(const struct job_constraint *k, const struct gr_vocab *v, char *err, size_t errlen)
+{
+    switch (k->kind) {
+    case JOB_CONSTRAINT_JSON_SCHEMA: {
+        struct js_schema *s = js_compile(k->schema, err, errlen);
+        struct grammar *g = s ? gr_compile_schema(s, v, err, errlen) : NULL;
+        js_free(s);
+        return g;
+    }
+    case JOB_CONSTRAINT_JSON_OBJECT:
+        return gr_compile_json_object(v, err, errlen);
+    case JOB_CONSTRAINT_REGEX:
+        return gr_compile_regex(k->regex, v, err, errlen);
+    case JOB_CONSTRAINT_CHOICE:
+        return gr_compile_choice((const char *const *)k->choices, k->n_choices, v, err, errlen);
+    default:
+        snprintf(err, errlen, "no constraint to compile");
+        return NULL;
+    }
+}
+
+struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_constraint *k, const struct gr_vocab *v,
+                                  char *err, size_t errlen)
+{
+    size_t len;
+    char *key = key_of(k, &len);
+    if (!key) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    uint64_t h = fnv1a(FNV1A_INIT, key, len);
+    c->tick++;
+    for (int i = 0; i < c->n; i++) {
+        struct entry *e = &c->e[i];
+        if (e->hash == h && e->vocab == v && e->key_len == len && !memcmp(e->key, key, len)) {
+            free(key);
+            e->used = c->tick;
+            c->hits++;
+            return e->g;
+        }
+    }
+    struct grammar *g = compile(k, v, err, errlen);
+    if (!g) {
+        free(key);
+        return NULL;
+    }
+    c->compiled++;
+    int slot = c->n;
+    if (c->n == GRAMMAR_CACHE_SIZE) { /* the least recently used goes */
+        slot = 0;
+        for (int i = 1; i < c->n; i++)
+            if (c->e[i].used < c->e[slot].used)
+                slot = i;
+        free(c->e[slot].key);
+        gr_unref(c->e[slot].g);
+    } else {
+        c->n++;
+    }
+    c->e[slot] = (struct entry){.key = key, .key_len = len, .hash = h, .vocab = v, .g = g, .used = c->tick};
+    return g;
+}
+
+void grammar_cache_stats(const struct grammar_cache *c, unsigned long long *compiled, unsigned long long *hits)
+{
+    *compiled = c->compiled;
+    *hits = c->hits;
+}
