@@ -480,7 +480,26 @@ static void test_job_corpus(void **state)
         "{\"custom_id\": \"r3\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [1, 2, 3]}}",
         "{\"custom_id\": \"r4\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [[1, 2, 3]], \"stop\": "
         "null}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+        "\"doc_1\", \"schema\": {\"type\": \"object\"}, \"strict\": true, \"description\": \"d\"}}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"regex\": null}",
+        "{\"prompt\": \"x\", \"regex\": \"[a-z]+\"}",
+        "{\"custom_id\": \"r7\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"choice\": [\"yes\", \"no\"]}}",
+        "{\"custom_id\": \"r8\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
+        "\"response_format\": "
+        "{\"type\": \"json_object\"}}}",
         /* bad */
+        "{\"prompt\": \"x\", \"choice\": []}",
+        "{\"prompt\": \"x\", \"choice\": [\"\"]}",
+        "{\"prompt\": \"x\", \"regex\": \"\"}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\", \"x\": 1}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+        "\"a b\", "
+        "\"schema\": {}}}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+        "{}}}}",
         "{}",
         "{\"prompt\": \"\"}",
         "{\"prompt\": 5}",
