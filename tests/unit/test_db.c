@@ -513,10 +513,12 @@ static void test_migrate_to_output_json(void **state)
     assert_int_equal(row_rc[2], DB_ERR_ROW);
     assert_string_equal(raw_text(h, "SELECT output_json FROM jobs WHERE id = 'job-00001'"),
                         "{\"title\":\"Caf\xc3\xa9\",\"score\":0.10,\"tags\":[\"a\",\"b\"]}");
-    assert_string_equal(raw_text(h, "SELECT json_extract(output_json, '$.title') || '|' || "
-                                    "json_extract(output_json, '$.tags[1]') FROM jobs WHERE id = 'job-00001'"),
+    assert_string_equal(raw_text(h,
+                                 "SELECT json_extract(output_json, '$.title') || '|' || "
+                                 "json_extract(output_json, '$.tags[1]') FROM jobs WHERE id = 'job-00001'"),
                         "Caf\xc3\xa9|b");
-    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00002' AND output_json IS NULL"), 1);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00002' AND output_json IS NULL"),
+                     1);
     assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00003'"), 0);
     /* read back as stored */
     struct db_query q = db_query_all();
@@ -1384,6 +1386,8 @@ static void test_doc_queries(void **state)
             rows[i].reasoning = "Let me see.\n";
             rows[i].reasoning_tokens = 5;
         }
+        if (i % 5 == 2) /* a structured-output answer */
+            rows[i].output_json = "{\"title\": \"Q3\", \"sentiment\": \"pos\"}";
         if (i % 10 == 3) {
             rows[i].status = DB_FAILED;
             rows[i].error = "context_length_exceeded: prompt of 9000 tokens is over max_model_len 8192";

@@ -257,6 +257,6 @@ void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len)
  * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
  * min_tokens, ignore_eos, thinking_budget, stop_in_reasoning (when set), skip_special_tokens,
  * enable_thinking (messages only), return_token_ids,
- * stream, timeout_s and priority (when set).
+ * stream, timeout_s and priority (when set), constraint (job_constraint_name, when set).
  * NULL when out of memory. */
 struct json_t *job_params_json(const struct job *j);
