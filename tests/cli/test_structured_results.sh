@@ -24,8 +24,52 @@ head -1 "$T/bad.jsonl" >"$T/good.jsonl"
 "$LLMQ" enqueue --redis "$URL" --no-batch "$T/good.jsonl" >/dev/null 2>&1; eq "a good schema is enqueued" "$?" 0
 eq "one job pushed" "$(rcli LLEN llmq:queue:short)" 1
 
+# ---- a worker runs them (the tiny model, unconstrained until the engine has grammars: its noise
+# is seldom JSON, so whatever it writes, the row, the result line and the Redis hash must agree)
+make_model
+write_config
+cat >"$T/run.jsonl" <<'EOF2'
+{"id": "obj-1", "prompt": "x", "max_tokens": 4, "seed": 3, "response_format": {"type": "json_object"}}
+{"id": "ch-1", "prompt": "x", "max_tokens": 2, "choice": ["yes", "no"]}
+{"custom_id": "oa-1", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "response_format": {"type": "json_schema", "json_schema": {"name": "d", "schema": {"type": "object"}}}}}
+EOF2
+push_file "$T/run.jsonl"
+worker_start w1 --drain
+worker_wait w1
+eq "the worker drained" "$WRC" 0
+eq "four rows" "$(rows)" 4
+for id in ok-1 obj-1 ch-1 oa-1; do
+  rcli HGET "llmq:job:$id" result >"$T/hash-$id.json"
+done
+python3 - "$DB" "$T" <<'PY' && ok "rows, result lines and Redis hashes agree on json" || bad "structured rows"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+want_kind = {"ok-1": "json_schema", "obj-1": "json_object", "ch-1": "choice", "oa-1": "json_schema"}
+for rid, kind in want_kind.items():
+    status, params, out, oj, result, fr = db.execute(
+        "SELECT status, params, output, output_json, result, finish_reason FROM jobs WHERE id = ?", (rid,)).fetchone()
+    assert status == "completed", (rid, status)
+    assert json.loads(params)["constraint"] == kind, (rid, params)
+    line = json.loads(result)
+    assert json.loads(open(f"{sys.argv[2]}/hash-{rid}.json").read()) == line, rid
+    try:
+        parsed = json.loads(out)
+    except ValueError:
+        parsed = None
+    if kind == "choice":
+        assert oj is None and "json" not in line, rid
+    elif rid == "oa-1":
+        assert "json" not in json.dumps(line["response"]["body"]["choices"][0]), line  # OpenAI's shape
+        assert line["response"]["body"]["choices"][0]["message"]["content"] == out
+        assert (oj is None) == (parsed is None or (fr != "stop" and isinstance(parsed, (int, float)))), (rid, out, oj)
+    else:
+        assert line["json_incomplete"] == (oj is None), (rid, line, oj)
+        assert line["json"] == (json.loads(oj) if oj is not None else None), (rid, line, oj)
+        assert (oj is None) == (parsed is None or (fr != "stop" and isinstance(parsed, (int, float)))), (rid, out, oj)
+PY
+
 # ---- a results database with every migration, and rows with and without output_json
-DB=$T/results.db
+DB=$T/structured.db
 python3 - "$SRC" "$DB" <<'PY' || { echo "FAIL making the database"; exit 1; }
 import glob, sqlite3, sys
 src, path = sys.argv[1:3]
