@@ -195,6 +195,7 @@ static void assert_row_equal(const struct db_result *a, const struct db_result *
     assert_str_eq_null(a->error_code, b->error_code);
     assert_str_eq_null(a->reasoning, b->reasoning);
     assert_int_equal(a->reasoning_tokens, b->reasoning_tokens);
+    assert_str_eq_null(a->output_json, b->output_json);
 }
 
 /* Collects query results: compares each with expected[] in order, or just counts. */
@@ -235,7 +236,7 @@ static int copy_row(void *ctx, const struct db_result *row)
     o->r.error = row->error ? o->error : NULL;
     o->r.id = o->r.custom_id = o->r.queue = o->r.model = o->r.params = NULL;
     o->r.finish_reason = o->r.worker_id = o->r.metadata = o->r.result = NULL;
-    o->r.batch_id = o->r.request = o->r.error_code = o->r.reasoning = NULL;
+    o->r.batch_id = o->r.request = o->r.error_code = o->r.reasoning = o->r.output_json = NULL;
     return 0;
 }
 
@@ -469,6 +470,63 @@ static void test_migrate_to_reasoning(void **state)
         SQLITE_OK);
     assert_non_null(strstr(msg, "CHECK constraint failed"));
     sqlite3_free(msg);
+    db_close(db);
+}
+
+/* A database of schema version 4 (before output_json), with rows, opened by this llmq: the rows
+ * keep their values with output_json NULL, a new row's JSON is stored minified with its numbers as
+ * written and answers json_extract, and the CHECK refuses text that is not JSON (the row alone). */
+static void test_migrate_to_output_json(void **state)
+{
+    struct db_opts o = db_opts_default();
+    o.n_migrations = 4;
+    o.migrations = db_migrations;
+    struct db *db = open_ok(&o);
+    assert_int_equal(db_schema_version(db), 4);
+    insert_v1_rows(db_handle(db), 3);
+    const char *before =
+        "SELECT group_concat(id || '|' || status || '|' || output || '|' || result, ';') FROM "
+        "(SELECT * FROM jobs ORDER BY id)";
+    char want[4096];
+    snprintf(want, sizeof want, "%s", raw_text(db_handle(db), before));
+    db_close(db);
+
+    db = open_ok(NULL); /* 005 is applied */
+    assert_true(db_n_migrations >= 5);
+    assert_string_equal(db_migrations[4].name, "005_structured_output");
+    assert_int_equal(db_schema_version(db), db_n_migrations);
+    sqlite3 *h = db_handle(db);
+    assert_string_equal(raw_text(h, before), want);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE output_json IS NULL"), 3);
+    struct one old = get_row(db, "old-0");
+    assert_true(old.found);
+    assert_null(old.r.output_json);
+
+    struct rowbuf b1, b2, b3;
+    struct db_result r[3] = {make_row(&b1, 1, 1.8e9), make_row(&b2, 2, 1.8e9), make_row(&b3, 3, 1.8e9)};
+    r[0].output_json = "{\n  \"title\": \"Caf\xc3\xa9\",\n  \"score\": 0.10,  \"tags\": [\"a\", \"b\"] }";
+    r[2].output_json = "{\"cut\": "; /* not JSON: the CHECK refuses this row only */
+    int row_rc[3];
+    assert_int_equal(db_put_results(db, r, 3, row_rc), DB_ERR_ROW);
+    assert_int_equal(row_rc[0], 0);
+    assert_int_equal(row_rc[1], 0);
+    assert_int_equal(row_rc[2], DB_ERR_ROW);
+    assert_string_equal(raw_text(h, "SELECT output_json FROM jobs WHERE id = 'job-00001'"),
+                        "{\"title\":\"Caf\xc3\xa9\",\"score\":0.10,\"tags\":[\"a\",\"b\"]}");
+    assert_string_equal(raw_text(h,
+                                 "SELECT json_extract(output_json, '$.title') || '|' || "
+                                 "json_extract(output_json, '$.tags[1]') FROM jobs WHERE id = 'job-00001'"),
+                        "Caf\xc3\xa9|b");
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00002' AND output_json IS NULL"),
+                     1);
+    assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE id = 'job-00003'"), 0);
+    /* read back as stored */
+    struct db_query q = db_query_all();
+    q.id = "job-00001";
+    r[0].output_json = "{\"title\":\"Caf\xc3\xa9\",\"score\":0.10,\"tags\":[\"a\",\"b\"]}";
+    struct collect c = {.expected = r};
+    assert_int_equal(db_query_results(db, &q, collect_row, &c), 0);
+    assert_int_equal(c.n, 1);
     db_close(db);
 }
 
@@ -1328,6 +1386,8 @@ static void test_doc_queries(void **state)
             rows[i].reasoning = "Let me see.\n";
             rows[i].reasoning_tokens = 5;
         }
+        if (i % 5 == 2) /* a structured-output answer */
+            rows[i].output_json = "{\"title\": \"Q3\", \"sentiment\": \"pos\"}";
         if (i % 10 == 3) {
             rows[i].status = DB_FAILED;
             rows[i].error = "context_length_exceeded: prompt of 9000 tokens is over max_model_len 8192";
@@ -1397,6 +1457,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_columns_match_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_to_reasoning, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_to_output_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_to_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_migration_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_version, setup, teardown),

@@ -312,6 +312,18 @@ static void test_result_shapes(void **state)
     parse_or_fail("{\"prompt\": \"x\"}", &j); /* no id, no extras */
     expect_shape(root, &j, &length, "llmq_completed");
     job_free(&j);
+    /* structured output: json and json_incomplete beside text */
+    parse_or_fail("{\"id\": \"s\", \"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", &j);
+    struct res_output answer = done, cut = length, answer_timeout = timeout;
+    answer.text = answer_timeout.text = "{\"a\": [1.5]}";
+    answer.text_len = answer_timeout.text_len = strlen(answer.text);
+    cut.text = "{\"a\": [1.";
+    cut.text_len = strlen(cut.text);
+    expect_shape(root, &j, &answer, "llmq_completed");
+    expect_shape(root, &j, &cut, "llmq_completed");
+    expect_shape(root, &j, &answer_timeout, "llmq_timeout");
+    expect_shape(root, &j, &failed, "llmq_failed");
+    job_free(&j);
     /* a line that is not JSON: the failed shape, without an id */
     char err[256];
     assert_int_not_equal(job_parse("{nope", 5, NULL, &j, err, sizeof err), 0);
@@ -480,7 +492,26 @@ static void test_job_corpus(void **state)
         "{\"custom_id\": \"r3\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [1, 2, 3]}}",
         "{\"custom_id\": \"r4\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [[1, 2, 3]], \"stop\": "
         "null}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+        "\"doc_1\", \"schema\": {\"type\": \"object\"}, \"strict\": true, \"description\": \"d\"}}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"regex\": null}",
+        "{\"prompt\": \"x\", \"regex\": \"[a-z]+\"}",
+        "{\"custom_id\": \"r7\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"choice\": [\"yes\", \"no\"]}}",
+        "{\"custom_id\": \"r8\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
+        "\"response_format\": "
+        "{\"type\": \"json_object\"}}}",
         /* bad */
+        "{\"prompt\": \"x\", \"choice\": []}",
+        "{\"prompt\": \"x\", \"choice\": [\"\"]}",
+        "{\"prompt\": \"x\", \"regex\": \"\"}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\", \"x\": 1}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+        "\"a b\", "
+        "\"schema\": {}}}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+        "{}}}}",
         "{}",
         "{\"prompt\": \"\"}",
         "{\"prompt\": 5}",

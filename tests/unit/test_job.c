@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "engine/chat_template.h"
+#include "engine/json_schema.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/scratch_dir.h"
@@ -265,10 +266,6 @@ static const struct bad_case bad_cases[] = {
      "\"user\", "
      "\"content\": \"a\"}], \"stream\": \"yes\"}}",
      JOB_ERR_INVALID, "field 'body.stream'"},
-    {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
-     "\"user\", "
-     "\"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}}",
-     JOB_ERR_INVALID, "field 'body.response_format'"},
     {"{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
      "\"user\", "
      "\"content\": \"a\"}], \"logit_bias\": {\"5\": 1}}}",
@@ -896,6 +893,246 @@ static void test_scheduling_fields(void **state)
     }
 }
 
+/* ---- structured output: response_format, regex, choice */
+
+#define CHAT_LINE(body_extra)                                                                                \
+    "{\"custom_id\": \"c\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "        \
+    "\"user\", \"content\": \"a\"}], " body_extra "}}"
+#define COMPL_LINE(body_extra)                                                                               \
+    "{\"custom_id\": \"c\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"a\", " body_extra "}}"
+#define SCHEMA_RF(schema)                                                                                    \
+    "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"doc\", "                 \
+    "\"schema\": " schema ", \"strict\": true}}"
+#define SIX_FIELDS                                                                                           \
+    "{\"type\": \"object\", \"properties\": {\"title\": {\"type\": \"string\"}, \"sentiment\": {\"enum\": "  \
+    "[\"pos\", \"neg\"]}}, \"required\": [\"title\", \"sentiment\"], \"additionalProperties\": false}"
+
+/* json_schema in all three forms: the schema is kept as given, its hash is js_hash's, the name and
+ * strict are read; key order and spacing do not change the hash. */
+static void test_constraint_json_schema(void **state)
+{
+    struct job j;
+    char err[512];
+    const char *lines[] = {
+        "{\"prompt\": \"a\", " SCHEMA_RF(SIX_FIELDS) "}",
+        CHAT_LINE(SCHEMA_RF(SIX_FIELDS)),
+        COMPL_LINE(SCHEMA_RF(SIX_FIELDS)),
+    };
+    json_t *want = json_loads(SIX_FIELDS, 0, NULL);
+    assert_non_null(want);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(parse(lines[i], &j, err, sizeof err), JOB_OK);
+        assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_JSON_SCHEMA);
+        assert_true(json_equal(j.constraint.schema, want));
+        assert_true(j.constraint.schema_hash == js_hash(want));
+        assert_string_equal(j.constraint.name, "doc");
+        assert_true(j.constraint.strict);
+        assert_true(job_constraint_is_json(j.constraint.kind));
+        json_t *p = job_params_json(&j);
+        assert_string_equal(json_string_value(json_object_get(p, "constraint")), "json_schema");
+        json_decref(p);
+        job_free(&j);
+        assert_null(j.constraint.schema); /* freed and zeroed */
+    }
+    /* same schema, other key order and spacing: same hash; strict absent is false */
+    assert_int_equal(
+        parse("{\"prompt\": \"a\", \"response_format\": {\"json_schema\": {\"schema\": "
+              "{\"required\":[\"title\",\"sentiment\"],\"additionalProperties\":false,"
+              "\"properties\":{\"sentiment\":{\"enum\":[\"pos\",\"neg\"]},\"title\":{\"type\":"
+              "\"string\"}},\"type\":\"object\"}, \"name\": \"x-1_B\"}, \"type\": \"json_schema\"}}",
+              &j, err, sizeof err),
+        JOB_OK);
+    assert_true(j.constraint.schema_hash == js_hash(want));
+    assert_false(j.constraint.strict);
+    assert_string_equal(j.constraint.name, "x-1_B");
+    /* the constraint outlives job_drop_input (the worker builds the result after it) */
+    job_drop_input(&j);
+    assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_JSON_SCHEMA);
+    assert_non_null(j.constraint.schema);
+    job_free(&j);
+    json_decref(want);
+}
+
+/* json_object, text, regex and choice, in llmq's form and in OpenAI bodies. */
+static void test_constraint_other_kinds(void **state)
+{
+    struct job j;
+    char err[512];
+    const char *objects[] = {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_object\"}}",
+                             CHAT_LINE("\"response_format\": {\"type\": \"json_object\"}"),
+                             COMPL_LINE("\"response_format\": {\"type\": \"json_object\"}")};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(parse(objects[i], &j, err, sizeof err), JOB_OK);
+        assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_JSON_OBJECT);
+        assert_null(j.constraint.schema);
+        job_free(&j);
+    }
+    const char *texts[] = {
+        "{\"prompt\": \"a\", \"response_format\": {\"type\": \"text\"}}",
+        CHAT_LINE("\"response_format\": {\"type\": \"text\"}"),
+        "{\"prompt\": \"a\", \"response_format\": null, \"regex\": null, \"choice\": null}",
+        "{\"prompt\": \"a\"}"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(parse(texts[i], &j, err, sizeof err), JOB_OK);
+        assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_NONE);
+        json_t *p = job_params_json(&j);
+        assert_null(json_object_get(p, "constraint"));
+        json_decref(p);
+        job_free(&j);
+    }
+    assert_int_equal(parse("{\"prompt\": \"a\", \"regex\": \"[0-9]{3}-[a-z]+\"}", &j, err, sizeof err),
+                     JOB_OK);
+    assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_REGEX);
+    assert_string_equal(j.constraint.regex, "[0-9]{3}-[a-z]+");
+    assert_false(job_constraint_is_json(j.constraint.kind));
+    job_free(&j);
+    assert_int_equal(parse(CHAT_LINE("\"regex\": \"yes|no\""), &j, err, sizeof err), JOB_OK);
+    assert_string_equal(j.constraint.regex, "yes|no");
+    job_free(&j);
+    assert_int_equal(parse("{\"prompt\": \"a\", \"choice\": [\"positive\", \"negative\", \"n\\u00e9utre\"]}",
+                           &j, err, sizeof err),
+                     JOB_OK);
+    assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_CHOICE);
+    assert_int_equal(j.constraint.n_choices, 3);
+    assert_string_equal(j.constraint.choices[0], "positive");
+    assert_string_equal(j.constraint.choices[2], "n\xc3\xa9utre");
+    job_free(&j);
+    assert_int_equal(parse(COMPL_LINE("\"choice\": [\"A\"]"), &j, err, sizeof err), JOB_OK);
+    assert_int_equal(j.constraint.n_choices, 1);
+    job_free(&j);
+    /* JOB_MAX_CHOICES is allowed, one more is not */
+    for (int n = JOB_MAX_CHOICES; n <= JOB_MAX_CHOICES + 1; n++) {
+        json_t *line = json_pack("{s:s}", "prompt", "a"), *ch = json_array();
+        for (int i = 0; i < n; i++) {
+            char c[16];
+            snprintf(c, sizeof c, "c%d", i);
+            json_array_append_new(ch, json_string(c));
+        }
+        json_object_set_new(line, "choice", ch);
+        char *text = json_dumps(line, JSON_COMPACT);
+        int rc = parse(text, &j, err, sizeof err);
+        if (n == JOB_MAX_CHOICES) {
+            assert_int_equal(rc, JOB_OK);
+            assert_int_equal(j.constraint.n_choices, JOB_MAX_CHOICES);
+        } else {
+            assert_int_equal(rc, JOB_ERR_RESPONSE_FORMAT);
+            assert_non_null(strstr(err, "field 'choice': at most 1024 choices (1025 given)"));
+        }
+        job_free(&j);
+        free(text);
+        json_decref(line);
+    }
+    assert_string_equal(job_constraint_name(JOB_CONSTRAINT_JSON_OBJECT), "json_object");
+    assert_string_equal(job_constraint_name(JOB_CONSTRAINT_REGEX), "regex");
+    assert_string_equal(job_constraint_name(JOB_CONSTRAINT_CHOICE), "choice");
+    assert_null(job_constraint_name(JOB_CONSTRAINT_NONE));
+}
+
+/* Each bad constraint fails with invalid_response_format and a message naming the field (and, for a
+ * refused schema, js_compile's keyword and JSON pointer). */
+static void test_constraint_errors(void **state)
+{
+    static const struct bad_case cases[] = {
+        /* a schema js_compile refuses: keyword and pointer */
+        {"{\"prompt\": \"a\", " SCHEMA_RF(
+             "{\"type\": \"object\", \"properties\": {\"tags\": {\"type\": \"object\", "
+             "\"patternProperties\": {}}}}") "}",
+         JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.json_schema.schema': unsupported keyword 'patternProperties' at "
+         "/properties/tags"},
+        {CHAT_LINE(SCHEMA_RF("{\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/nope\"}}")),
+         JOB_ERR_RESPONSE_FORMAT,
+         "field 'body.response_format.json_schema.schema': unresolved $ref '#/$defs/nope' at /items"},
+        {COMPL_LINE(SCHEMA_RF("{\"type\": \"strin\"}")), JOB_ERR_RESPONSE_FORMAT,
+         "field 'body.response_format.json_schema.schema': unsupported type 'strin' at /"},
+        {"{\"prompt\": \"a\", " SCHEMA_RF("{\"minItems\": 3, \"maxItems\": 2}") "}", JOB_ERR_RESPONSE_FORMAT,
+         "bad value of 'minItems' at /: greater than maxItems"},
+        /* the shape of response_format */
+        {"{\"prompt\": \"a\", \"response_format\": \"json\"}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format': expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}, "
+         "got "
+         "\"json\""},
+        {"{\"prompt\": \"a\", \"response_format\": {}}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.type': expected \"text\", \"json_object\" or \"json_schema\", got null"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"xml\"}}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.type': expected \"text\", \"json_object\" or \"json_schema\", got \"xml\""},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_object\", \"schema\": {}}}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.schema': unknown key"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\"}}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.json_schema': expected an object {\"name\", \"schema\", \"strict\"?}, got "
+         "null"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+         "{}}}}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.json_schema.name': missing"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+         "\"a b\", "
+         "\"schema\": {}}}}",
+         JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.json_schema.name': expected 1 to 64 letters, digits, '_' or '-', got \"a "
+         "b\""},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+         "\"n\"}}}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.json_schema.schema': missing"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+         "\"n\", "
+         "\"schema\": true}}}",
+         JOB_ERR_RESPONSE_FORMAT,
+         "field 'response_format.json_schema.schema': expected a JSON Schema object, got true"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+         "\"n\", "
+         "\"schema\": {}, \"strict\": \"yes\"}}}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.json_schema.strict': expected true or false"},
+        {"{\"prompt\": \"a\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": "
+         "\"n\", "
+         "\"schema\": {}, \"schema_\": 1}}}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.json_schema.schema_': unknown key"},
+        /* regex and choice */
+        {"{\"prompt\": \"a\", \"regex\": \"\"}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'regex': expected a non-empty string"},
+        {"{\"prompt\": \"a\", \"regex\": 5}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'regex': expected a non-empty string, got 5"},
+        {"{\"prompt\": \"a\", \"regex\": \"a\\u0000b\"}", JOB_ERR_JSON, "invalid JSON"},
+        {"{\"prompt\": \"a\", \"choice\": []}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'choice': expected a non-empty list of strings, got []"},
+        {"{\"prompt\": \"a\", \"choice\": \"yes\"}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'choice': expected a non-empty list"},
+        {"{\"prompt\": \"a\", \"choice\": [\"yes\", \"\"]}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'choice[1]': expected a non-empty string"},
+        {"{\"prompt\": \"a\", \"choice\": [\"yes\", 1]}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'choice[1]': expected a non-empty string, got 1"},
+        {CHAT_LINE("\"choice\": [null]"), JOB_ERR_RESPONSE_FORMAT,
+         "field 'body.choice[0]': expected a non-empty string"},
+        /* two constraints at once, in either order and either form */
+        {"{\"prompt\": \"a\", \"regex\": \"x\", \"choice\": [\"x\"]}", JOB_ERR_RESPONSE_FORMAT,
+         "fields 'regex' and 'choice' exclude each other (one constraint per job"},
+        {"{\"prompt\": \"a\", \"choice\": [\"x\"], \"response_format\": {\"type\": \"json_object\"}}",
+         JOB_ERR_RESPONSE_FORMAT, "fields 'choice' and 'response_format' exclude each other"},
+        {CHAT_LINE(SCHEMA_RF("{}") ", \"regex\": \"x\""), JOB_ERR_RESPONSE_FORMAT,
+         "fields 'body.response_format' and 'body.regex' exclude each other"},
+        {"{\"prompt\": \"a\", \"regex\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+         "\"json_schema\": "
+         "{\"name\": \"n\", \"schema\": {}}}}",
+         JOB_ERR_RESPONSE_FORMAT, "fields 'regex' and 'response_format' exclude each other"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct job j;
+        char err[512];
+        int rc = parse(cases[i].line, &j, err, sizeof err);
+        if (rc != cases[i].rc || !strstr(err, cases[i].msg))
+            fail_msg("case %zu: %s\n  rc %d (want %d)\n  err: %s\n  want: %s", i, cases[i].line, rc,
+                     cases[i].rc, err, cases[i].msg);
+        job_free(&j);
+    }
+    /* a text response_format does not count as a constraint */
+    struct job j;
+    char err[512];
+    assert_int_equal(parse("{\"prompt\": \"a\", \"response_format\": {\"type\": \"text\"}, \"regex\": \"x\"}",
+                           &j, err, sizeof err),
+                     JOB_OK);
+    assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_REGEX);
+    job_free(&j);
+}
+
 /* The table of failure codes: every kind has its own code, the codes are the ones
  * result.schema.json lists (no more, no fewer), and the codes the Lua scripts write are in it. */
 static void test_error_codes(void **state)
@@ -911,6 +1148,7 @@ static void test_error_codes(void **state)
     assert_string_equal(job_error_code(JOB_ERR_INTERNAL), "internal");
     assert_string_equal(job_error_code(JOB_ERR_STALLS), "max_stalls_exceeded");
     assert_string_equal(job_error_code(JOB_ERR_TEMPLATE), "template_error");
+    assert_string_equal(job_error_code(JOB_ERR_RESPONSE_FORMAT), "invalid_response_format");
     assert_string_equal(job_error_code(-1000), "internal");
     json_t *schema = json_load_file(test_source("schemas/result.schema.json"), 0, NULL);
     assert_non_null(schema);
@@ -1158,6 +1396,9 @@ int main(void)
         cmocka_unit_test(test_ids),
         cmocka_unit_test(test_scheduling_fields),
         cmocka_unit_test(test_error_codes),
+        cmocka_unit_test(test_constraint_json_schema),
+        cmocka_unit_test(test_constraint_other_kinds),
+        cmocka_unit_test(test_constraint_errors),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_drop_input_and_metadata_of),
     };

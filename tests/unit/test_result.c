@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "worker/jobs/answer_json.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/result.h"
 
@@ -153,6 +154,145 @@ static void test_metadata_exact(void **state)
     assert_float_equal(json_real_value(json_object_get(json_array_get(json_object_get(r, "logprobs"), 1), "logprob")),
                        -0.25, 0);
     json_decref(r);
+    job_free(&j);
+}
+
+/* answer_json: the value of a JSON job's answer, or incomplete, from (kind, text, finish) alone. */
+static void test_answer_json(void **state)
+{
+    bool inc = true;
+    /* kinds without JSON: no value, never incomplete */
+    static const enum job_constraint_kind plain[] = {JOB_CONSTRAINT_NONE, JOB_CONSTRAINT_REGEX,
+                                                     JOB_CONSTRAINT_CHOICE};
+    for (size_t i = 0; i < 3; i++) {
+        assert_null(answer_json(plain[i], "{\"a\": 1}", 8, FINISH_STOP, &inc));
+        assert_false(inc);
+    }
+    struct {
+        enum job_constraint_kind kind;
+        const char *text;
+        enum finish_reason finish;
+        const char *want; /* the value as compact JSON, or NULL: incomplete */
+    } cases[] = {
+        {JOB_CONSTRAINT_JSON_SCHEMA, "{\"title\": \"T\", \"n\": [1, 2.5]}", FINISH_STOP,
+         "{\"title\":\"T\",\"n\":[1,2.5]}"},
+        {JOB_CONSTRAINT_JSON_OBJECT, "\n {\"a\": {}} \n", FINISH_STOP, "{\"a\":{}}"}, /* whitespace around */
+        {JOB_CONSTRAINT_JSON_SCHEMA, "[true, null]", FINISH_LENGTH,
+         "[true,null]"}, /* closed before the cut */
+        {JOB_CONSTRAINT_JSON_SCHEMA, "\"s\\u00e9\"", FINISH_STOP, "\"s\\u00E9\""},
+        {JOB_CONSTRAINT_JSON_SCHEMA, "42", FINISH_STOP, "42"},
+        {JOB_CONSTRAINT_JSON_SCHEMA, "42", FINISH_LENGTH, NULL},    /* might have gone on: 421 */
+        {JOB_CONSTRAINT_JSON_SCHEMA, "-0.5", FINISH_TIMEOUT, NULL}, /* likewise */
+        {JOB_CONSTRAINT_JSON_SCHEMA, "{\"title\": \"a long", FINISH_LENGTH, NULL},
+        {JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1", FINISH_CANCELLED, NULL},
+        {JOB_CONSTRAINT_JSON_OBJECT, "", FINISH_CANCELLED, NULL},
+        {JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1} {\"b\": 2}", FINISH_STOP, NULL}, /* two values */
+        {JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1, \"a\": 2}", FINISH_STOP, NULL},  /* duplicate key */
+        {JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1e999}", FINISH_STOP, NULL},        /* no double holds it */
+        {JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": \"\\u0000\"}", FINISH_STOP, NULL},  /* NUL in a string */
+        {JOB_CONSTRAINT_JSON_OBJECT, NULL, FINISH_STOP, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *t = cases[i].text;
+        json_t *v = answer_json(cases[i].kind, t, t ? strlen(t) : 0, cases[i].finish, &inc);
+        char *got = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+        if (cases[i].want ? !got || strcmp(got, cases[i].want) || inc : got || !inc)
+            fail_msg("case %zu (%s): got %s, incomplete %d; want %s", i, t ? t : "NULL", got ? got : "NULL",
+                     inc, cases[i].want ? cases[i].want : "incomplete");
+        free(got);
+        json_decref(v);
+    }
+    /* the length given is what is read: the text need not end at a NUL */
+    assert_null(answer_json(JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1}xyz", 5, FINISH_STOP, &inc));
+    assert_true(inc);
+    json_t *v = answer_json(JOB_CONSTRAINT_JSON_OBJECT, "{\"a\": 1}xyz", 8, FINISH_STOP, &inc);
+    assert_non_null(v);
+    assert_false(inc);
+    json_decref(v);
+}
+
+/* In results: llmq's form has json and json_incomplete right after text, numbers reading back as the
+ * same doubles; free-text jobs have neither; OpenAI lines keep OpenAI's shape (the JSON is the
+ * content). */
+static void test_structured_result(void **state)
+{
+    struct job j;
+    parse_job("{\"id\": \"s1\", \"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+              "\"json_schema\": {\"name\": \"d\", \"schema\": {\"type\": \"object\"}}}, \"metadata\": "
+              "{\"k\": 0.1}}",
+              &j);
+    const char *text = "{\"title\": \"Caf\\u00e9\", \"score\": 0.123456789012, \"n\": 3, \"x\": 0.1}";
+    struct res_output o = {.finish = FINISH_STOP,
+                           .text = text,
+                           .text_len = strlen(text),
+                           .prompt_tokens = 1,
+                           .completion_tokens = 20};
+    char *line = res_line(&j, &o, NULL, NULL);
+    assert_non_null(line);
+    /* the field order: json and json_incomplete follow text */
+    char *at_text = strstr(line, "\"text\":"), *at_json = strstr(line, "\"json\":{"),
+         *at_inc = strstr(line, "\"json_incomplete\":false");
+    assert_true(at_text && at_json && at_inc && at_text < at_json && at_json < at_inc);
+    json_t *r = json_loads(line, 0, NULL);
+    assert_non_null(r);
+    json_t *want = json_loads(text, 0, NULL);
+    assert_true(json_equal(json_object_get(r, "json"), want)); /* 0.123456789012 exactly, not 9 digits */
+    assert_string_equal(str(r, "text"), text);
+    assert_true(json_real_value(json_object_get(json_object_get(r, "metadata"), "k")) == 0.1);
+    json_decref(want);
+    json_decref(r);
+    free(line);
+
+    /* cut by max_tokens: json null, incomplete */
+    o.text = "{\"title\": \"Caf";
+    o.text_len = strlen(o.text);
+    o.finish = FINISH_LENGTH;
+    r = roundtrip(&j, &o, NULL);
+    assert_true(json_is_null(json_object_get(r, "json")));
+    assert_true(json_is_true(json_object_get(r, "json_incomplete")));
+    assert_string_equal(str(r, "finish_reason"), "length");
+    json_decref(r);
+    /* a failed job has no output, so neither field */
+    struct res_output f = res_failed(JOB_ERR_ENGINE, "boom");
+    r = roundtrip(&j, &f, NULL);
+    assert_null(json_object_get(r, "json"));
+    assert_null(json_object_get(r, "json_incomplete"));
+    json_decref(r);
+    job_free(&j);
+
+    /* json_object, and a regex job (no JSON fields) */
+    parse_job("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", &j);
+    o.text = "{\"a\": [1, 2]}";
+    o.text_len = strlen(o.text);
+    o.finish = FINISH_STOP;
+    r = roundtrip(&j, &o, NULL);
+    assert_int_equal(json_array_size(json_object_get(json_object_get(r, "json"), "a")), 2);
+    assert_true(json_is_false(json_object_get(r, "json_incomplete")));
+    json_decref(r);
+    job_free(&j);
+    parse_job("{\"prompt\": \"x\", \"regex\": \"[{}a-z\\\":]+\"}", &j);
+    r = roundtrip(&j, &o, NULL);
+    assert_null(json_object_get(r, "json"));
+    assert_null(json_object_get(r, "json_incomplete"));
+    json_decref(r);
+    job_free(&j);
+
+    /* OpenAI chat: content is the text, no json anywhere */
+    parse_job(
+        "{\"custom_id\": \"c1\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
+        "\"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}}",
+        &j);
+    line = res_line(&j, &o, NULL, NULL);
+    assert_null(strstr(line, "\"json\""));
+    assert_null(strstr(line, "json_incomplete"));
+    r = json_loads(line, 0, NULL);
+    json_t *msg = json_object_get(
+        json_array_get(json_object_get(json_object_get(json_object_get(r, "response"), "body"), "choices"),
+                       0),
+        "message");
+    assert_string_equal(str(msg, "content"), "{\"a\": [1, 2]}");
+    json_decref(r);
+    free(line);
     job_free(&j);
 }
 
@@ -488,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_openai_completion), cmocka_unit_test(test_openai_errors),
         cmocka_unit_test(test_random_ids),        cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_reasoning),         cmocka_unit_test(test_metadata_exact),
+        cmocka_unit_test(test_answer_json),       cmocka_unit_test(test_structured_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

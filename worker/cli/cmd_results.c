@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 #include "engine/util/atomic_file.h"
 #include "worker/cli/cli.h"
+#include "worker/cli/json_path.h"
 #include "worker/config/config.h"
 #include "worker/store/db.h"
 #include "worker/store/result_line.h"
@@ -25,7 +27,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: llmq results [-c FILE | --db PATH] [--batch ID] [--status S] [--since T] [--until T]\n"
-            "                    [--format jsonl|csv|openai [--errors FILE]] [--output FILE] [--limit N]\n"
+            "                    [--format jsonl|csv [--columns LIST]|openai [--errors FILE]] [--output FILE]\n"
+            "                    [--limit N]\n"
             "\n"
             "Exports finished jobs from the SQLite results database, oldest first (by finished_at).\n"
             "\n"
@@ -33,7 +36,7 @@ static void usage(FILE *f)
             "  jsonl    one result per line, as `llmq run` writes it: llmq's result object for jobs in\n"
             "           llmq's form, the OpenAI Batch output line for jobs that came as batch lines\n"
             "  csv      RFC 4180 with a header row: every column of the jobs table but `result` and\n"
-            "           `request` (NULL is an empty field, an empty string is \"\")\n"
+            "           `request` (NULL is an empty field, an empty string is \"\"), or those of --columns\n"
             "  openai   an OpenAI Batch output file: only the jobs that came as OpenAI batch lines.\n"
             "           With --errors FILE, as OpenAI splits them: the output holds the completed\n"
             "           requests, FILE the failed and cancelled ones ({\"id\", \"custom_id\",\n"
@@ -53,6 +56,12 @@ static void usage(FILE *f)
             "                      the end); default or '-': stdout\n"
             "  -e, --errors FILE   with --format openai: the failed and cancelled requests go to FILE\n"
             "                      (written the same way, also when empty), the output gets the rest\n"
+            "      --columns LIST  with --format csv: these columns only, in this order, comma-separated:\n"
+            "                      names of the jobs table (id, status, output, ...) and JSON paths into\n"
+            "                      output_json, a structured-output answer (docs/RESULTS.md): $.title,\n"
+            "                      $.entities[0].name, $.\"a, b\". A path's field is the value's text (a\n"
+            "                      string unquoted, an object or array as JSON); empty when the row has no\n"
+            "                      such value, as json_extract's NULL\n"
             "  -n, --limit N       at most N rows\n"
             "  -h, --help          this text\n"
             "\n"
@@ -61,6 +70,7 @@ static void usage(FILE *f)
             "  llmq results --db llmq.db --status failed --format csv -o failed.csv\n"
             "  llmq results -c llmq.yaml --format openai --since 2025-06-01T00:00:00Z -o batch_output.jsonl\n"
             "  llmq results --db llmq.db --limit 5 | jq -r .text\n"
+            "  llmq results --db llmq.db --format csv --columns 'id,$.title,$.sentiment' -o fields.csv\n"
             "  llmq results -c llmq.yaml --batch nightly-2025-06-01 --format openai -o out.jsonl -e "
             "errors.jsonl\n"
             "\n"
@@ -169,6 +179,8 @@ struct out {
     int64_t skipped; /* openai: rows without a stored result line */
     FILE *err;       /* openai --errors: where failed and cancelled rows go (NULL = with the rest) */
     int64_t err_rows;
+    const struct colspec *cols; /* csv --columns (NULL = every column) */
+    size_t n_cols;
 };
 
 /* The shortest text that reads back as exactly v. */
@@ -218,54 +230,262 @@ static void put_csv_real(FILE *f, double v)
 
 /* The columns, in the order of schemas/NNN_*.sql (result and request left out: the request is
  * the job as received, for re-running it, not for a spreadsheet). */
-static const char CSV_HEADER[] =
-    "id,custom_id,queue,status,model,params,output,finish_reason,prompt_tokens,"
-    "completion_tokens,error,attempts,worker_id,created_at,started_at,"
-    "first_token_at,finished_at,ttft_ms,latency_ms,queue_ms,metadata,request_form,batch_id,error_code,"
-    "reasoning,reasoning_tokens";
+static const char *const csv_cols[] = {
+    "id",
+    "custom_id",
+    "queue",
+    "status",
+    "model",
+    "params",
+    "output",
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "error",
+    "attempts",
+    "worker_id",
+    "created_at",
+    "started_at",
+    "first_token_at",
+    "finished_at",
+    "ttft_ms",
+    "latency_ms",
+    "queue_ms",
+    "metadata",
+    "request_form",
+    "batch_id",
+    "error_code",
+    "reasoning",
+    "reasoning_tokens",
+    "output_json",
+};
+#define N_CSV_COLS (sizeof csv_cols / sizeof csv_cols[0])
 
-static void put_csv_row(FILE *f, const struct db_result *r)
+/* Column k of csv_cols for row r. */
+static void put_csv_col(FILE *f, const struct db_result *r, size_t k)
 {
-    put_csv_text(f, r->id);
-    fputc(',', f);
-    put_csv_text(f, r->custom_id);
-    fputc(',', f);
-    put_csv_text(f, r->queue);
-    fputc(',', f);
-    put_csv_text(f, db_status_name(r->status));
-    fputc(',', f);
-    put_csv_text(f, r->model);
-    fputc(',', f);
-    put_csv_text(f, r->params);
-    fputc(',', f);
-    put_csv_str(f, r->output, r->output ? (r->output_len ? r->output_len : strlen(r->output)) : 0);
-    fputc(',', f);
-    put_csv_text(f, r->finish_reason);
-    fprintf(f, ",%lld,%lld,", (long long)r->prompt_tokens, (long long)r->completion_tokens);
-    put_csv_text(f, r->error);
-    fprintf(f, ",%lld,", (long long)r->attempts);
-    put_csv_text(f, r->worker_id);
     const double times[] = {r->created_at, r->started_at, r->first_token_at, r->finished_at,
                             r->ttft_ms,    r->latency_ms, r->queue_ms};
-    for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
-        fputc(',', f);
-        put_csv_real(f, times[i]);
+    switch (k) {
+    case 0:
+        put_csv_text(f, r->id);
+        break;
+    case 1:
+        put_csv_text(f, r->custom_id);
+        break;
+    case 2:
+        put_csv_text(f, r->queue);
+        break;
+    case 3:
+        put_csv_text(f, db_status_name(r->status));
+        break;
+    case 4:
+        put_csv_text(f, r->model);
+        break;
+    case 5:
+        put_csv_text(f, r->params);
+        break;
+    case 6:
+        put_csv_str(f, r->output, r->output ? (r->output_len ? r->output_len : strlen(r->output)) : 0);
+        break;
+    case 7:
+        put_csv_text(f, r->finish_reason);
+        break;
+    case 8:
+        fprintf(f, "%lld", (long long)r->prompt_tokens);
+        break;
+    case 9:
+        fprintf(f, "%lld", (long long)r->completion_tokens);
+        break;
+    case 10:
+        put_csv_text(f, r->error);
+        break;
+    case 11:
+        fprintf(f, "%lld", (long long)r->attempts);
+        break;
+    case 12:
+        put_csv_text(f, r->worker_id);
+        break;
+    case 13:
+    case 14:
+    case 15:
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+        put_csv_real(f, times[k - 13]);
+        break;
+    case 20:
+        put_csv_text(f, r->metadata);
+        break;
+    case 21:
+        put_csv_text(f, r->request_form == DB_FORM_OPENAI ? "openai" : "llmq");
+        break;
+    case 22:
+        put_csv_text(f, r->batch_id);
+        break;
+    case 23:
+        put_csv_text(f, r->error_code);
+        break;
+    case 24:
+        put_csv_str(f, r->reasoning,
+                    r->reasoning ? (r->reasoning_len ? r->reasoning_len : strlen(r->reasoning)) : 0);
+        break;
+    case 25:
+        if (r->reasoning_tokens >= 0)
+            fprintf(f, "%lld", (long long)r->reasoning_tokens);
+        break;
+    case 26:
+        put_csv_text(f, r->output_json);
+        break;
     }
-    fputc(',', f);
-    put_csv_text(f, r->metadata);
-    fputc(',', f);
-    put_csv_text(f, r->request_form == DB_FORM_OPENAI ? "openai" : "llmq");
-    fputc(',', f);
-    put_csv_text(f, r->batch_id);
-    fputc(',', f);
-    put_csv_text(f, r->error_code);
-    fputc(',', f);
-    put_csv_str(f, r->reasoning,
-                r->reasoning ? (r->reasoning_len ? r->reasoning_len : strlen(r->reasoning)) : 0);
-    fputc(',', f);
-    if (r->reasoning_tokens >= 0)
-        fprintf(f, "%lld", (long long)r->reasoning_tokens);
+}
+
+/* --columns: each CSV column is a column of the table or a JSON path into output_json. */
+struct colspec {
+    int col;                /* index into csv_cols, or -1 for a path */
+    struct json_path *path; /* owned */
+    char *name;             /* the header (owned) */
+};
+
+/* The value at a path as a CSV field: a string as its text, a number as written (reals the
+ * shortest that reads back), true/false, an object or array as compact JSON; a missing value or
+ * null as an empty field, as json_extract's NULL. */
+static void put_csv_json(FILE *f, const json_t *v)
+{
+    if (!v || json_is_null(v))
+        return;
+    if (json_is_string(v)) {
+        put_csv_str(f, json_string_value(v), json_string_length(v));
+    } else if (json_is_integer(v)) {
+        fprintf(f, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        put_real(f, json_real_value(v));
+    } else if (json_is_boolean(v)) {
+        fputs(json_is_true(v) ? "true" : "false", f);
+    } else {
+        char *s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        put_csv_text(f, s);
+        free(s);
+    }
+}
+
+static void put_csv_row(FILE *f, const struct db_result *r, const struct colspec *cs, size_t n_cs)
+{
+    if (!cs) {
+        for (size_t k = 0; k < N_CSV_COLS; k++) {
+            if (k)
+                fputc(',', f);
+            put_csv_col(f, r, k);
+        }
+        fputs("\r\n", f);
+        return;
+    }
+    json_t *answer = NULL; /* output_json, parsed once for the row's paths */
+    bool parsed = false;
+    for (size_t i = 0; i < n_cs; i++) {
+        if (i)
+            fputc(',', f);
+        if (cs[i].col >= 0) {
+            put_csv_col(f, r, (size_t)cs[i].col);
+            continue;
+        }
+        if (!parsed) {
+            answer = r->output_json ? json_loads(r->output_json, JSON_DECODE_ANY, NULL) : NULL;
+            parsed = true;
+        }
+        put_csv_json(f, json_path_get(cs[i].path, answer));
+    }
+    json_decref(answer);
     fputs("\r\n", f);
+}
+
+/* Splits --columns at the commas outside quotes into cs (a new array of *n); 0, or -1 with err. */
+static int parse_columns(const char *list, struct colspec **out, size_t *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 8;
+    struct colspec *cs = calloc(cap, sizeof *cs);
+    if (!cs)
+        goto oom;
+    const char *p = list;
+    for (;;) {
+        const char *s = p;
+        bool quoted = false;
+        for (; *p && (quoted || *p != ','); p++) {
+            if (quoted && *p == '\\' && p[1])
+                p++;
+            else if (*p == '"')
+                quoted = !quoted;
+        }
+        size_t len = (size_t)(p - s);
+        while (len && (*s == ' ' || *s == '\t'))
+            s++, len--;
+        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+            len--;
+        if (*n == cap) {
+            struct colspec *g = realloc(cs, 2 * cap * sizeof *g);
+            if (!g)
+                goto oom;
+            memset(g + cap, 0, cap * sizeof *g);
+            cs = g;
+            cap *= 2;
+        }
+        struct colspec *c = &cs[(*n)++];
+        c->col = -1;
+        c->name = strndup(s, len);
+        if (!c->name)
+            goto oom;
+        if (len == 0) {
+            snprintf(err, errlen, "an empty column name (entry %zu)", *n);
+            goto fail;
+        }
+        if (s[0] == '$') {
+            char why[256];
+            c->path = json_path_parse(s, len, why, sizeof why);
+            if (!c->path) {
+                snprintf(err, errlen, "bad JSON path '%s': %s", c->name, why);
+                goto fail;
+            }
+        } else {
+            for (size_t k = 0; k < N_CSV_COLS && c->col < 0; k++)
+                if (!strcmp(csv_cols[k], c->name))
+                    c->col = (int)k;
+            if (c->col < 0) {
+                snprintf(
+                    err, errlen,
+                    "unknown column '%s' (a column of the jobs table such as id, status, output, or a JSON "
+                    "path into output_json such as $.title)",
+                    c->name);
+                goto fail;
+            }
+        }
+        if (!*p)
+            break;
+        p++;
+    }
+    *out = cs;
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    for (size_t i = 0; cs && i < *n; i++) {
+        free(cs[i].name);
+        json_path_free(cs[i].path);
+    }
+    free(cs);
+    *n = 0;
+    return -1;
+}
+
+static void free_columns(struct colspec *cs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(cs[i].name);
+        json_path_free(cs[i].path);
+    }
+    free(cs);
 }
 
 static int on_row(void *ctx, const struct db_result *r)
@@ -273,7 +493,7 @@ static int on_row(void *ctx, const struct db_result *r)
     struct out *o = ctx;
     switch (o->fmt) {
     case F_CSV:
-        put_csv_row(o->f, r);
+        put_csv_row(o->f, r, o->cols, o->n_cols);
         break;
     case F_OPENAI:
         if (!r->result) {
@@ -302,7 +522,7 @@ static int on_row(void *ctx, const struct db_result *r)
 
 /* ---- the command */
 
-enum { O_DB = 256, O_SINCE, O_UNTIL };
+enum { O_DB = 256, O_SINCE, O_UNTIL, O_COLUMNS };
 
 /* Commits (ok) or removes a --output / --errors file; 0, or 1 after saying why. */
 static int finish_file(struct atomic_file *af, bool ok, const char *path, int64_t rows)
@@ -333,11 +553,12 @@ int cmd_results(int argc, char **argv)
         {"limit", required_argument, NULL, 'n'},
         {"batch", required_argument, NULL, 'b'},
         {"errors", required_argument, NULL, 'e'},
+        {"columns", required_argument, NULL, O_COLUMNS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config = cfg_default_path(), *dbpath = NULL, *output = NULL, *errors = NULL;
-    const char *since_s = NULL, *until_s = NULL;
+    const char *since_s = NULL, *until_s = NULL, *columns = NULL;
     struct db_query dq = db_query_all();
     enum fmt fmt = F_JSONL;
     char err[1024];
@@ -383,6 +604,9 @@ int cmd_results(int argc, char **argv)
         case 'e':
             errors = optarg;
             break;
+        case O_COLUMNS:
+            columns = optarg;
+            break;
         case 'b':
             if (!*optarg || strlen(optarg) > 64)
                 return cli_usage_error(CMD, "--batch: expected a batch id (1 to 64 characters), got '%s'",
@@ -415,6 +639,12 @@ int cmd_results(int argc, char **argv)
         return cli_usage_error(CMD, "--errors is for --format openai (OpenAI's error file)");
     if (errors && (!strcmp(errors, "-") || (output && !strcmp(output, errors))))
         return cli_usage_error(CMD, "--errors: name a file other than the output");
+    if (columns && fmt != F_CSV)
+        return cli_usage_error(CMD, "--columns is for --format csv");
+    struct colspec *cols = NULL;
+    size_t n_cols = 0;
+    if (columns && parse_columns(columns, &cols, &n_cols, err, sizeof err))
+        return cli_usage_error(CMD, "--columns: %s", err);
 
     /* the database: --db, else the config's sqlite.path (file < environment) */
     struct cfg c;
@@ -423,6 +653,7 @@ int cmd_results(int argc, char **argv)
         (dbpath && cfg_set(&c, "sqlite.path", dbpath, "--db", err, sizeof err))) {
         fprintf(stderr, "llmq %s: %s\n", CMD, err);
         cfg_free(&c);
+        free_columns(cols, n_cols);
         return dbpath && strstr(err, "--db") ? 2 : 1;
     }
     struct db_opts o = db_opts_default();
@@ -433,16 +664,18 @@ int cmd_results(int argc, char **argv)
         fprintf(stderr, "llmq %s: no database at %s (name it with --db PATH or -c FILE's sqlite.path)\n", CMD,
                 c.sqlite.path);
         cfg_free(&c);
+        free_columns(cols, n_cols);
         return 1;
     }
     if (db_open(c.sqlite.path, &o, &db, err, sizeof err)) {
         fprintf(stderr, "llmq %s: %s\n", CMD, err);
         cfg_free(&c);
+        free_columns(cols, n_cols);
         return 1;
     }
 
     /* the output: stdout, or a temporary file renamed into place at the end */
-    struct out out = {.f = stdout, .fmt = fmt};
+    struct out out = {.f = stdout, .fmt = fmt, .cols = cols, .n_cols = n_cols};
     struct atomic_file af = {0};
     bool to_file = output && strcmp(output, "-");
     if (to_file) {
@@ -450,6 +683,7 @@ int cmd_results(int argc, char **argv)
             fprintf(stderr, "llmq %s: %s\n", CMD, err);
             db_close(db);
             cfg_free(&c);
+            free_columns(cols, n_cols);
             return 1;
         }
         out.f = af.f;
@@ -462,12 +696,19 @@ int cmd_results(int argc, char **argv)
                 atomic_file_abort(&af);
             db_close(db);
             cfg_free(&c);
+            free_columns(cols, n_cols);
             return 1;
         }
         out.err = ef.f;
     }
-    if (fmt == F_CSV)
-        fprintf(out.f, "%s\r\n", CSV_HEADER);
+    if (fmt == F_CSV) {
+        for (size_t k = 0; k < (cols ? n_cols : N_CSV_COLS); k++) {
+            if (k)
+                fputc(',', out.f);
+            put_csv_text(out.f, cols ? cols[k].name : csv_cols[k]);
+        }
+        fputs("\r\n", out.f);
+    }
     int rc = db_query_results(db, &dq, on_row, &out);
     int ret = 0;
     if (rc < 0) {
@@ -489,5 +730,6 @@ int cmd_results(int argc, char **argv)
         fprintf(stderr, "llmq %s: no job that came as an OpenAI batch line matches\n", CMD);
     db_close(db);
     cfg_free(&c);
+    free_columns(cols, n_cols);
     return ret;
 }

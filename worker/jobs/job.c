@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "engine/chat_template.h"
+#include "engine/json_schema.h"
 #include "engine/model.h"
 #include "engine/think.h"
 #include "engine/tokenizer.h"
@@ -45,6 +46,7 @@ static const struct {
     {JOB_ERR_INTERNAL, "internal"},
     {JOB_ERR_STALLS, "max_stalls_exceeded"},
     {JOB_ERR_TEMPLATE, "template_error"},
+    {JOB_ERR_RESPONSE_FORMAT, "invalid_response_format"},
 };
 
 const char *job_error_code(int rc)
@@ -134,7 +136,8 @@ struct pctx {
     json_t *top_logprobs; /* OpenAI chat: "top_logprobs" (borrowed) */
     int n_top_logprobs;   /* ... its value */
     bool max_completion_tokens;
-    bool kw_thinking; /* chat_template_kwargs set enable_thinking */
+    bool kw_thinking;             /* chat_template_kwargs set enable_thinking */
+    const char *constraint_field; /* the field that set j->constraint ("response_format", ...) */
 };
 
 /* A short JSON rendering of v for error messages: ASCII only (so cutting it cannot split a UTF-8
@@ -846,6 +849,199 @@ static int h_chat_template_kwargs(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
+/* ---- structured output: response_format, regex, choice (job.h, struct job_constraint) */
+
+const char *job_constraint_name(enum job_constraint_kind kind)
+{
+    static const char *const names[] = {NULL, "json_schema", "json_object", "regex", "choice"};
+    return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : NULL;
+}
+
+bool job_constraint_is_json(enum job_constraint_kind kind)
+{
+    return kind == JOB_CONSTRAINT_JSON_SCHEMA || kind == JOB_CONSTRAINT_JSON_OBJECT;
+}
+
+static void constraint_free(struct job_constraint *k)
+{
+    json_decref(k->schema);
+    free(k->name);
+    free(k->regex);
+    for (size_t i = 0; i < k->n_choices; i++)
+        free(k->choices[i]);
+    free(k->choices);
+    memset(k, 0, sizeof *k);
+}
+
+/* Claims the job's one constraint for `field`; an error when another field has it. */
+static int claim_constraint(struct pctx *c, const char *field, enum job_constraint_kind kind)
+{
+    if (c->j->constraint.kind != JOB_CONSTRAINT_NONE)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_RESPONSE_FORMAT,
+                         "fields '%s%s' and '%s%s' exclude each other (one constraint per job: a "
+                         "json_schema or json_object response_format, a regex or a choice)",
+                         c->prefix, c->constraint_field, c->prefix, field);
+    c->j->constraint.kind = kind;
+    c->constraint_field = field;
+    return 0;
+}
+
+/* A string without NUL of at least one byte, copied into *dst. */
+static int read_nonempty(struct pctx *c, const char *field, const json_t *v, char **dst)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return bad(c, field, v, "expected a non-empty string");
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return bad(c, field, NULL, "contains a NUL character");
+    *dst = dup_n(json_string_value(v), json_string_length(v));
+    return *dst ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+}
+
+/* Unknown keys of an object of the response_format: an error naming the first. */
+static int only_keys(struct pctx *c, const char *at, json_t *obj, const char *const *known, const char *list)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v)
+    {
+        bool ok = false;
+        for (const char *const *k = known; *k; k++)
+            ok = ok || !strcmp(*k, key);
+        if (!ok) {
+            char field[160];
+            snprintf(field, sizeof field, "%s.%.64s", at, key);
+            return bad(c, field, NULL, "unknown key (%s)", list);
+        }
+    }
+    return 0;
+}
+
+/* response_format.json_schema: {"name", "schema", "strict"?, "description"?}. */
+static int read_json_schema(struct pctx *c, const char *name, json_t *js)
+{
+    char at[64], field[96];
+    struct job_constraint *k = &c->j->constraint;
+    snprintf(at, sizeof at, "%s.json_schema", name);
+    if (!json_is_object(js))
+        return bad(c, at, js ? js : json_null(), "expected an object {\"name\", \"schema\", \"strict\"?}");
+    static const char *const known[] = {"name", "schema", "strict", "description", NULL};
+    if (only_keys(c, at, js, known, "json_schema has name, schema, strict, description"))
+        return JOB_ERR_INVALID;
+    json_t *jname = json_object_get(js, "name"), *schema = json_object_get(js, "schema"),
+           *strict = json_object_get(js, "strict"), *desc = json_object_get(js, "description");
+    snprintf(field, sizeof field, "%s.name", at);
+    if (!jname || json_is_null(jname))
+        return bad(c, field, NULL, "missing (OpenAI requires a name for the schema)");
+    bool name_ok = json_is_string(jname) && json_string_length(jname) >= 1 &&
+                   json_string_length(jname) <= JOB_MAX_SCHEMA_NAME;
+    for (size_t i = 0; name_ok && i < json_string_length(jname); i++) {
+        char ch = json_string_value(jname)[i];
+        name_ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '_' || ch == '-';
+    }
+    if (!name_ok)
+        return bad(c, field, jname, "expected 1 to %d letters, digits, '_' or '-'", JOB_MAX_SCHEMA_NAME);
+    snprintf(field, sizeof field, "%s.strict", at);
+    if (strict && !json_is_null(strict) && read_bool(c, field, strict, &k->strict))
+        return JOB_ERR_INVALID;
+    snprintf(field, sizeof field, "%s.description", at);
+    if (desc && !json_is_null(desc) && !json_is_string(desc))
+        return bad(c, field, desc, "expected a string");
+    snprintf(field, sizeof field, "%s.schema", at);
+    if (!schema || json_is_null(schema))
+        return bad(c, field, NULL, "missing (the JSON Schema the output must follow)");
+    if (!json_is_object(schema))
+        return bad(c, field, schema, "expected a JSON Schema object");
+    char why[512];
+    struct js_schema *compiled = js_compile(schema, why, sizeof why);
+    if (!compiled)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_RESPONSE_FORMAT, "field '%s%s': %s", c->prefix, field,
+                         why);
+    js_free(compiled); /* the worker compiles it again (once per distinct schema: schema_hash) */
+    k->name = dup_n(json_string_value(jname), json_string_length(jname));
+    k->schema = json_incref(schema);
+    k->schema_hash = js_hash(schema);
+    return k->name ? 0 : errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+}
+
+static int response_format(struct pctx *c, const char *name, json_t *v)
+{
+    static const char expect[] = "expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}";
+    if (!json_is_object(v))
+        return bad(c, name, v, expect);
+    char field[64];
+    snprintf(field, sizeof field, "%s.type", name);
+    json_t *type = json_object_get(v, "type");
+    if (!json_is_string(type))
+        return bad(c, field, type ? type : json_null(),
+                   "expected \"text\", \"json_object\" or \"json_schema\"");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "text") || !strcmp(t, "json_object")) {
+        static const char *const known[] = {"type", NULL};
+        if (only_keys(c, name, v, known, "this type has only 'type'"))
+            return JOB_ERR_INVALID;
+        if (!strcmp(t, "text"))
+            return 0;
+        return claim_constraint(c, name, JOB_CONSTRAINT_JSON_OBJECT);
+    }
+    if (!strcmp(t, "json_schema")) {
+        static const char *const known[] = {"type", "json_schema", NULL};
+        if (only_keys(c, name, v, known, "response_format has type and json_schema"))
+            return JOB_ERR_INVALID;
+        int rc = claim_constraint(c, name, JOB_CONSTRAINT_JSON_SCHEMA);
+        return rc ? rc : read_json_schema(c, name, json_object_get(v, "json_schema"));
+    }
+    return bad(c, field, type, "expected \"text\", \"json_object\" or \"json_schema\"");
+}
+
+static int regex_field(struct pctx *c, const char *name, json_t *v)
+{
+    int rc = claim_constraint(c, name, JOB_CONSTRAINT_REGEX);
+    return rc ? rc : read_nonempty(c, name, v, &c->j->constraint.regex);
+}
+
+static int choice_field(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(c, name, v, "expected a non-empty list of strings");
+    size_t n = json_array_size(v);
+    if (n > JOB_MAX_CHOICES)
+        return bad(c, name, NULL, "at most %d choices (%zu given)", JOB_MAX_CHOICES, n);
+    int rc = claim_constraint(c, name, JOB_CONSTRAINT_CHOICE);
+    if (rc)
+        return rc;
+    struct job_constraint *k = &c->j->constraint;
+    k->choices = calloc(n, sizeof(char *));
+    if (!k->choices)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "%s[%zu]", name, i);
+        if ((rc = read_nonempty(c, field, json_array_get(v, i), &k->choices[i])))
+            return rc;
+        k->n_choices++;
+    }
+    return 0;
+}
+
+/* The handlers: what `bad` calls invalid_request is invalid_response_format here. */
+static int as_rf(int rc)
+{
+    return rc == JOB_ERR_INVALID ? JOB_ERR_RESPONSE_FORMAT : rc;
+}
+static int h_response_format(struct pctx *c, const char *name, json_t *v)
+{
+    return as_rf(response_format(c, name, v));
+}
+static int h_regex(struct pctx *c, const char *name, json_t *v)
+{
+    return as_rf(regex_field(c, name, v));
+}
+static int h_choice(struct pctx *c, const char *name, json_t *v)
+{
+    return as_rf(choice_field(c, name, v));
+}
+
 /* ---- the field table */
 
 enum { F_LLMQ = 1, F_CHAT = 2, F_COMPL = 4, F_OPENAI = F_CHAT | F_COMPL, F_ALL = 7 };
@@ -895,6 +1091,9 @@ static const struct field fields[] = {
     {"stream", F_ALL, h_stream, NULL},
     {"timeout_s", F_ALL, h_timeout, NULL}, /* in OpenAI bodies: llmq's extensions, like vLLM's */
     {"priority", F_ALL, h_priority, NULL},
+    {"response_format", F_ALL, h_response_format, NULL},
+    {"regex", F_ALL, h_regex, NULL}, /* llmq's, also in OpenAI bodies */
+    {"choice", F_ALL, h_choice, NULL},
     /* OpenAI fields that change nothing here */
     {"model", F_ALL, h_ignore, NULL}, /* read first, by read_model */
     {"user", F_OPENAI, h_ignore_string, NULL},
@@ -913,7 +1112,6 @@ static const struct field fields[] = {
     {"logit_bias", F_OPENAI, NULL, "{}"},
     {"functions", F_CHAT, NULL, "[]"},
     {"function_call", F_CHAT, NULL, "\"none\""},
-    {"response_format", F_CHAT, NULL, "{\"type\":\"text\"}"},
     {"modalities", F_CHAT, NULL, "[\"text\"]"},
     {"audio", F_CHAT, NULL, NONE},
     {"prediction", F_CHAT, NULL, NONE},
@@ -1317,6 +1515,7 @@ void job_free(struct job *j)
     free(j->stop);
     free(j->stop_ids);
     json_decref(j->metadata);
+    constraint_free(&j->constraint);
     memset(j, 0, sizeof *j);
 }
 
@@ -1552,5 +1751,7 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "timeout_s", json_real(j->timeout_s));
     if (j->priority)
         json_object_set_new(o, "priority", json_integer(j->priority));
+    if (j->constraint.kind != JOB_CONSTRAINT_NONE)
+        json_object_set_new(o, "constraint", json_string(job_constraint_name(j->constraint.kind)));
     return o;
 }

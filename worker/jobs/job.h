@@ -42,6 +42,8 @@ struct tok;
 #define JOB_ID_LEN UUID_TEXT_LEN /* a generated id: a UUIDv7 in its 36-character text form */
 #define JOB_MAX_TIMEOUT_S 604800 /* "timeout_s": at most a week */
 #define JOB_MAX_PRIORITY 1000    /* "priority": -1000 .. 1000 */
+#define JOB_MAX_CHOICES 1024     /* "choice": strings per job */
+#define JOB_MAX_SCHEMA_NAME 64   /* "response_format.json_schema.name": bytes (OpenAI's limit) */
 
 /* Failure kinds: what job_parse / job_prepare return, and what the worker records for every way
  * a job can end without completing. job_error_code() names each for OpenAI's error.code, the
@@ -64,8 +66,12 @@ enum job_error {
     /* "template_error": the model's chat template refused the conversation (raise_exception: its
      * message is the error), failed while rendering, or the model has none */
     JOB_ERR_TEMPLATE = -10,
+    /* "invalid_response_format": a structured-output field (response_format, regex, choice) is
+     * malformed, its JSON Schema is refused (the message names the keyword and its JSON pointer),
+     * or the job asks for two constraints */
+    JOB_ERR_RESPONSE_FORMAT = -11,
 };
-#define JOB_ERR_COUNT 10 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_TEMPLATE */
+#define JOB_ERR_COUNT 11 /* failure kinds, JOB_ERR_JSON .. JOB_ERR_RESPONSE_FORMAT */
 /* "invalid_json", ...; "" for JOB_OK, "internal" for a value out of range. */
 const char *job_error_code(int rc);
 
@@ -74,6 +80,40 @@ enum job_form {
     JOB_FORM_CHAT,       /* OpenAI Batch line for /v1/chat/completions */
     JOB_FORM_COMPLETION, /* OpenAI Batch line for /v1/completions */
 };
+
+/* What a job's output must be (structured output, docs/STRUCTURED_OUTPUT.md): at most one per job.
+ * The worker turns it into a grammar (engine/grammar.h): JSON_SCHEMA through js_compile(schema) and
+ * gr_compile_schema (schema_hash keys a compile cache; compare the schemas on a hit), JSON_OBJECT
+ * through gr_compile_json_object, REGEX through gr_compile_regex(regex), CHOICE through
+ * gr_compile_choice(choices, n_choices). */
+enum job_constraint_kind {
+    JOB_CONSTRAINT_NONE = 0,    /* free text (also response_format {"type": "text"}) */
+    JOB_CONSTRAINT_JSON_SCHEMA, /* response_format {"type": "json_schema", "json_schema": {...}} */
+    JOB_CONSTRAINT_JSON_OBJECT, /* response_format {"type": "json_object"}: any JSON object */
+    JOB_CONSTRAINT_REGEX,       /* "regex": the whole output matches the pattern */
+    JOB_CONSTRAINT_CHOICE,      /* "choice": the output is one of the strings */
+};
+
+/* A job's constraint. Owned by the job (job_free frees it; job_drop_input keeps it). After a
+ * successful job_parse exactly the members of its kind are set:
+ *   JSON_SCHEMA: schema (an object js_compile accepted when the job was parsed), schema_hash
+ *                (js_hash(schema)), name, strict;
+ *   REGEX:       regex (non-empty, without NUL; its syntax is checked when it is compiled);
+ *   CHOICE:      choices[0..n_choices), 1 <= n_choices <= JOB_MAX_CHOICES, each non-empty, without NUL. */
+struct job_constraint {
+    enum job_constraint_kind kind;
+    struct json_t *schema; /* owned reference to json_schema.schema as the job gave it */
+    uint64_t schema_hash;
+    char *name;     /* json_schema.name (owned) */
+    bool strict;    /* json_schema.strict (false when absent); llmq enforces the schema either way */
+    char *regex;    /* owned */
+    char **choices; /* [n_choices] owned */
+    size_t n_choices;
+};
+/* "json_schema", "json_object", "regex", "choice"; NULL for JOB_CONSTRAINT_NONE. */
+const char *job_constraint_name(enum job_constraint_kind kind);
+/* Whether a job of this kind answers with JSON (its result carries the parsed value). */
+bool job_constraint_is_json(enum job_constraint_kind kind);
 
 /* Values for fields a job leaves out. The job's own values always win. */
 struct job_defaults {
@@ -152,8 +192,9 @@ struct job {
 
     /* Output. */
     bool return_token_ids;
-    bool stream;             /* "stream": the text goes to <p>:stream:<id> as it comes */
-    struct json_t *metadata; /* owned reference to the job's "metadata" object, or NULL */
+    bool stream;                      /* "stream": the text goes to <p>:stream:<id> as it comes */
+    struct json_t *metadata;          /* owned reference to the job's "metadata" object, or NULL */
+    struct job_constraint constraint; /* structured output; kind NONE for free text */
 };
 
 /* Parses and validates one job from `len` bytes of JSON (need not be NUL-terminated). *j is
@@ -216,6 +257,6 @@ void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len)
  * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
  * min_tokens, ignore_eos, thinking_budget, stop_in_reasoning (when set), skip_special_tokens,
  * enable_thinking (messages only), return_token_ids,
- * stream, timeout_s and priority (when set).
+ * stream, timeout_s and priority (when set), constraint (job_constraint_name, when set).
  * NULL when out of memory. */
 struct json_t *job_params_json(const struct job *j);

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <utf8proc.h>
 
+#include "worker/jobs/answer_json.h"
+
 #define LOGPROB_FLOOR                                                                                        \
     -9999.0 /* what -inf (and NaN) logprobs are written as; JSON has no infinity (vLLM does the same) */
 
@@ -129,6 +131,12 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
     }
     if (has_output(o)) {
         json_object_set_new(r, "text", str_lossy(o->text ? o->text : "", o->text ? o->text_len : 0));
+        if (job_constraint_is_json(j->constraint.kind)) { /* right after text: res_line finds it there */
+            bool incomplete;
+            json_t *v = answer_json(j->constraint.kind, o->text, o->text_len, o->finish, &incomplete);
+            json_object_set_new(r, "json", v ? v : json_null());
+            json_object_set_new(r, "json_incomplete", json_boolean(incomplete));
+        }
         if (o->has_reasoning)
             json_object_set_new(
                 r, "reasoning",
@@ -271,43 +279,53 @@ json_t *res_json(const struct job *j, const struct res_output *o, res_token_fn t
     return openai_json(j, o, token_fn, ctx);
 }
 
-/* Whether v holds a real number anywhere. */
-static bool has_real(const json_t *v)
+/* Whether v holds a real number that 9 significant digits do not give back exactly (all = any
+ * real at all). */
+static bool has_real(const json_t *v, bool all)
 {
-    if (json_is_real(v))
-        return true;
+    if (json_is_real(v)) {
+        char b[32];
+        snprintf(b, sizeof b, "%.9g", json_real_value(v));
+        return all || strtod(b, NULL) != json_real_value(v);
+    }
     size_t i;
     const char *k;
     json_t *x;
     if (json_is_array(v))
-        json_array_foreach(v, i, x) if (has_real(x)) return true;
+        json_array_foreach(v, i, x) if (has_real(x, all)) return true;
     if (json_is_object(v))
-        json_object_foreach((json_t *)v, k, x) if (has_real(x)) return true;
+        json_object_foreach((json_t *)v, k, x) if (has_real(x, all)) return true;
     return false;
 }
 
-/* line (from json_dumps with 9 digits, owned) with the text of its top-level "metadata" swapped
- * for md dumped with every digit a double needs (17), so a client's numbers come back as sent.
- * Returns the new line (line freed), line itself when there is nothing to swap, or NULL when out
- * of memory (line freed). */
-static char *exact_metadata(char *line, const json_t *md)
+/* line (from json_dumps with 9 digits, owned) with the text of its top-level `key` (whose value is
+ * v) swapped for v dumped with every digit a double needs (17), so numbers come back as they were.
+ * The key is looked for as "<key>":<value with 9 digits>, the last occurrence when `last` (metadata
+ * is the line's last field), else the first (a field after the strings id, batch_id, status, text,
+ * whose quotes are escaped inside them). Returns the new line (line freed), line itself when there
+ * is nothing to swap, or NULL when out of memory (line freed). */
+static char *exact_field(char *line, const char *name, const json_t *v, bool last)
 {
-    char *shrt = json_dumps(md, JSON_COMPACT | JSON_REAL_PRECISION(9)), *full = json_dumps(md, JSON_COMPACT);
+    int flags = JSON_COMPACT | JSON_ENCODE_ANY;
+    char *shrt = json_dumps(v, flags | JSON_REAL_PRECISION(9)), *full = json_dumps(v, flags);
     char *out = line, *key = NULL;
     if (!shrt || !full) {
         out = NULL;
     } else {
-        size_t kl = strlen("\"metadata\":") + strlen(shrt);
+        size_t head_len = strlen(name) + 3, kl = head_len + strlen(shrt);
         key = malloc(kl + 1);
         if (!key) {
             out = NULL;
         } else {
-            snprintf(key, kl + 1, "\"metadata\":%s", shrt);
+            snprintf(key, kl + 1, "\"%s\":%s", name, shrt);
             char *at = NULL, *p = line;
-            while ((p = strstr(p, key)) != NULL) /* the last: metadata is the line's last field */
+            while ((p = strstr(p, key)) != NULL) {
                 at = p++;
+                if (!last)
+                    break;
+            }
             if (at) {
-                size_t head = (size_t)(at - line) + strlen("\"metadata\":"), tail = strlen(at + kl);
+                size_t head = (size_t)(at - line) + head_len, tail = strlen(at + kl);
                 out = malloc(head + strlen(full) + tail + 1);
                 if (out) {
                     memcpy(out, line, head);
@@ -333,8 +351,12 @@ char *res_line(const struct job *j, const struct res_output *o, res_token_fn tok
     /* 9 digits keep the engine's float32 numbers (logprobs) exact and short; a client's metadata
      * carries doubles, which need 17 to come back as sent */
     char *s = json_dumps(r, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    /* the answer's numbers too, where 9 digits would change them */
+    const json_t *answer = json_object_get(r, "json");
+    if (s && j->form == JOB_FORM_LLMQ && answer && has_real(answer, false))
+        s = exact_field(s, "json", answer, false);
     json_decref(r);
-    if (s && j->form == JOB_FORM_LLMQ && j->metadata && has_real(j->metadata))
-        s = exact_metadata(s, j->metadata);
+    if (s && j->form == JOB_FORM_LLMQ && j->metadata && has_real(j->metadata, true))
+        s = exact_field(s, "metadata", j->metadata, true);
     return s;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "worker/jobs/answer_json.h"
 #include "worker/jobs/result.h"
 #include "worker/store/result_line.h"
 
@@ -41,6 +42,7 @@ void wk_job_free(struct wk_job *j)
     free(j->params);
     free(j->metadata);
     free(j->result);
+    free(j->output_json);
     free(j->hash_result);
     free((char *)j->batch.id);
     free((char *)j->batch.input);
@@ -128,6 +130,8 @@ int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const
     j->reasoning = NULL;
     j->reasoning_len = 0;
     j->reasoning_tokens = -1;
+    free(j->output_json);
+    j->output_json = NULL;
     struct res_output o = res_failed(rc, j->error);
     o.model = c->model_name;
     o.prompt_tokens = j->prompt_tokens;
@@ -218,8 +222,15 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         .created = (int64_t)now_wall,
     };
     j->result = res_line(&j->job, &o, c->tok ? token_bytes : NULL, c->tok);
+    bool incomplete;
+    json_t *answer = answer_json(j->job.constraint.kind, s->text, s->text_len, s->finish, &incomplete);
+    free(j->output_json);
+    /* the row's copy is the text itself, which parsed as one JSON value: SQLite stores it minified
+     * with its numbers as written (db.h) */
+    j->output_json = answer ? strndup(s->text, s->text_len) : NULL;
+    json_decref(answer);
     if (!j->output || !j->result || (s->finish == FINISH_TIMEOUT && !j->error) ||
-        (s->has_reasoning && !j->reasoning)) {
+        (s->has_reasoning && !j->reasoning) || (answer && !j->output_json)) {
         wk_job_finish_failed(j, c, JOB_ERR_INTERNAL, "out of memory while storing the result",
                              j->finished_at);
         return -1;
@@ -289,6 +300,7 @@ void wk_job_row(const struct wk_job *j, const struct wk_ctx *c, struct db_result
         r->queue_ms = (j->started_at - j->created_at) * 1e3;
     r->metadata = j->metadata;
     r->result = j->result;
+    r->output_json = j->output_json;
 }
 
 void wk_job_degrade(struct wk_job *j)
@@ -296,7 +308,8 @@ void wk_job_degrade(struct wk_job *j)
     free(j->params);
     free(j->metadata);
     free(j->result);
-    j->params = j->metadata = j->result = NULL;
+    free(j->output_json);
+    j->params = j->metadata = j->result = j->output_json = NULL;
     j->degraded = true;
 }
 

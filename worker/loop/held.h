@@ -75,6 +75,8 @@ struct wk_job {
     char *error;                      /* owned; NULL unless failed */
     int error_rc;                     /* enum job_error of a failure */
     char *params, *metadata, *result; /* JSON text (owned, may be NULL) */
+    /* a json_schema / json_object job's answer when it parsed (answer_json.h), as JSON text (owned) */
+    char *output_json;
     double finished_at;               /* unix seconds */
     double ttft_ms, latency_ms;       /* NAN = unknown */
     bool degraded;                    /* the row was rejected once; now written without its JSON columns */

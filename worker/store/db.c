@@ -28,6 +28,7 @@ enum col_kind {
     C_REAL,    /* double, NAN = NULL */
     C_STATUS,  /* enum db_status as its name */
     C_FORM,    /* enum db_form as 'llmq' | 'openai' */
+    C_JSON,    /* const char * of JSON text (NULL = NULL), stored minified by SQLite's json() */
 };
 
 struct col {
@@ -55,6 +56,7 @@ static const struct col job_cols[] = {
     JCOL(request_form, C_FORM), JCOL(batch_id, C_TEXT),
     JCOL(request, C_OUTPUT),    JCOL(error_code, C_TEXT),
     JCOL(reasoning, C_OUTPUT),  JCOL(reasoning_tokens, C_INT_OPT),
+    JCOL(output_json, C_JSON),
 };
 #define N_JOB_COLS (sizeof job_cols / sizeof job_cols[0])
 
@@ -321,8 +323,12 @@ static char *build_upsert(const char *table, const struct col *cols, size_t n, s
     for (size_t i = 0; i < n; i++)
         ADD("%s%s", i ? ", " : "", cols[i].name);
     ADD(") VALUES (");
-    for (size_t i = 0; i < n; i++)
-        ADD("%s?%zu", i ? ", " : "", i + 1);
+    for (size_t i = 0; i < n; i++) /* JSON minified when it is JSON, else as is, for the CHECK to refuse */
+        if (cols[i].kind == C_JSON)
+            ADD("%sCASE WHEN json_valid(?%zu) THEN json(?%zu) ELSE ?%zu END", i ? ", " : "", i + 1, i + 1,
+                i + 1);
+        else
+            ADD("%s?%zu", i ? ", " : "", i + 1);
     ADD(") ON CONFLICT (%s) DO UPDATE SET ", key);
     for (size_t i = n_key; i < n; i++)
         ADD("%s%s = excluded.%s", i > n_key ? ", " : "", cols[i].name, cols[i].name);
@@ -370,7 +376,8 @@ static int bind_cols(sqlite3_stmt *st, const struct col *cols, size_t n, const v
         const char *p = (const char *)base + cols[i].off;
         int k = (int)i + 1;
         switch (cols[i].kind) {
-        case C_TEXT: {
+        case C_TEXT:
+        case C_JSON: {
             const char *s = *(const char *const *)p;
             rc = s ? sqlite3_bind_text(st, k, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, k);
             break;
@@ -423,6 +430,7 @@ static void read_cols(sqlite3_stmt *st, const struct col *cols, size_t n, void *
         bool null = sqlite3_column_type(st, k) == SQLITE_NULL;
         switch (cols[i].kind) {
         case C_TEXT:
+        case C_JSON:
             *(const char **)p = null ? NULL : (const char *)sqlite3_column_text(st, k);
             break;
         case C_OUTPUT:

@@ -164,6 +164,9 @@ struct db_result {
     const char *reasoning; /* the think block's text: reasoning_len bytes (0 = up to the NUL); NULL = none */
     size_t reasoning_len;
     int64_t reasoning_tokens; /* < 0 is NULL (no reasoning) */
+    /* schemas/005_structured_output.sql */
+    const char *output_json; /* JSON text of a json_schema / json_object job's answer (stored minified);
+                                NULL = none */
     /* not a column: the row's batch, inserted into `batches` unless it is there (NULL = none) */
     const struct db_batch *batch;
 };

@@ -25,6 +25,9 @@ static char *built_line(const struct db_result *r)
                             r->output
                                 ? json_stringn(r->output, r->output_len ? r->output_len : strlen(r->output))
                                 : json_string(""));
+        json_t *answer = r->output_json ? json_loads(r->output_json, JSON_DECODE_ANY, NULL) : NULL;
+        if (answer) /* a structured-output answer; an incomplete one is not told apart from none */
+            json_object_set_new(o, "json", answer);
         json_object_set_new(o, "finish_reason",
                             r->finish_reason ? json_string(r->finish_reason) : json_null());
         json_object_set_new(o, "usage",
