@@ -104,8 +104,9 @@ static bool cs_equal(const struct cset *a, const struct cset *b)
 /* The code points a grammar may generate: scalar values but U+0000. */
 static const uint32_t universe[] = {1, 0xD7FF, 0xE000, RX_MAX_CP};
 /* ECMA-262's WhiteSpace and LineTerminator (\s), and PCRE2's \s without PCRE2_UCP. */
-static const uint32_t ecma_space[] = {0x09, 0x0D, 0x20,   0x20,   0xA0,   0xA0,   0x1680, 0x1680, 0x2000, 0x200A,
-                                      0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
+static const uint32_t ecma_space[] = {0x09,   0x0D,   0x20,   0x20,   0xA0,   0xA0,   0x1680,
+                                      0x1680, 0x2000, 0x200A, 0x2028, 0x2029, 0x202F, 0x202F,
+                                      0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
 static const uint32_t pcre_space[] = {0x09, 0x0D, 0x20, 0x20};
 /* PCRE2's \v (vertical space); ECMA-262's \v is U+000B alone. */
 static const uint32_t pcre_vspace[] = {0x0A, 0x0D, 0x85, 0x85, 0x2028, 0x2029};
@@ -211,7 +212,8 @@ static int32_t new_node(struct rx *x, int32_t kind, int32_t off)
 {
     if (rx_failed(x) || !grow(x, (void **)&x->nodes, x->n_nodes, &x->cap_nodes, sizeof *x->nodes))
         return -1;
-    x->nodes[x->n_nodes] = (struct rx_node){.kind = kind, .off = off, .set = -1, .nullable = kind == RX_EMPTY};
+    x->nodes[x->n_nodes] =
+        (struct rx_node){.kind = kind, .off = off, .set = -1, .nullable = kind == RX_EMPTY};
     return x->n_nodes++;
 }
 
@@ -421,7 +423,11 @@ static int32_t next_cp(struct rx *x)
     const unsigned char *s = (const unsigned char *)x->pat + x->pos;
     size_t left = x->len - x->pos;
     uint32_t c = s[0];
-    int n = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+    int n = c < 0x80                ? 1
+            : c >= 0xC2 && c < 0xE0 ? 2
+            : c >= 0xE0 && c < 0xF0 ? 3
+            : c >= 0xF0 && c < 0xF5 ? 4
+                                    : 0;
     if (n == 0 || (size_t)n > left) {
         rx_bad(x, x->pos, "invalid UTF-8");
         return -1;
@@ -446,7 +452,10 @@ static int32_t next_cp(struct rx *x)
 
 static int hexval(int c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* n hex digits at x->pos (advancing); -1 when they are not there. */
@@ -488,7 +497,8 @@ static int32_t unicode_escape(struct rx *x, size_t at)
         rx_bad(x, at, "malformed \\u escape (expected 4 hex digits)");
         return -1;
     }
-    if (v >= 0xD800 && v < 0xDC00 && x->pos + 6 <= x->len && x->pat[x->pos] == '\\' && x->pat[x->pos + 1] == 'u') {
+    if (v >= 0xD800 && v < 0xDC00 && x->pos + 6 <= x->len && x->pat[x->pos] == '\\' &&
+        x->pat[x->pos + 1] == 'u') {
         size_t save = x->pos;
         x->pos += 2;
         int32_t lo = hex_digits(x, 4);
@@ -1162,8 +1172,8 @@ static void count_copies(struct rx *x, int64_t n, int32_t off)
 {
     x->copies += n;
     if (x->copies > GR_RX_MAX_COPIES)
-        grb_fail(x->b, "regex: repetition too large (more than %d copies in all) at offset %d", GR_RX_MAX_COPIES,
-                 off);
+        grb_fail(x->b, "regex: repetition too large (more than %d copies in all) at offset %d",
+                 GR_RX_MAX_COPIES, off);
 }
 
 static void emit_rep(struct rx *x, struct gr_seq *seq, const struct rx_node *nd)
@@ -1302,7 +1312,11 @@ int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, 
         grb_fail(b, "regex: no pattern");
         return -1;
     }
-    struct rx x = {.b = b, .pat = pattern, .len = strlen(pattern), .ctx = ctx, .name = name ? name : "regex",
+    struct rx x = {.b = b,
+                   .pat = pattern,
+                   .len = strlen(pattern),
+                   .ctx = ctx,
+                   .name = name ? name : "regex",
                    .any_star = -1};
     int32_t root = -1;
     if (parse_top(&x) < 0)

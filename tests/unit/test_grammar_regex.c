@@ -51,8 +51,8 @@ static pcre2_code *ref_compile(const char *pattern)
     buf[o] = 0;
     int code;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)buf, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &code,
-                                   &off, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)buf, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY,
+                                   &code, &off, NULL);
     if (!re)
         fail_msg("PCRE2 refuses '%s' (code %d at %zu)", buf, code, (size_t)off);
     return re;
@@ -62,7 +62,8 @@ static pcre2_code *ref_compile(const char *pattern)
 static int ref_match(pcre2_code *re, const char *s, size_t n, bool anchored)
 {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    int rc = pcre2_match(re, (PCRE2_SPTR)s, n, 0, anchored ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0, md, NULL);
+    int rc =
+        pcre2_match(re, (PCRE2_SPTR)s, n, 0, anchored ? PCRE2_ANCHORED | PCRE2_ENDANCHORED : 0, md, NULL);
     pcre2_match_data_free(md);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
         fail_msg("pcre2_match: error %d on '%.*s'", rc, (int)n, s);
@@ -148,7 +149,8 @@ static int32_t *min_lengths(const struct grammar *g)
 
 /* A random sentence of rule r: random alternatives while out is shorter than budget, then the
  * shortest ones. */
-static void walk(const struct grammar *g, const int32_t *ml, int32_t r, struct buf *out, uint64_t *seed, size_t budget)
+static void walk(const struct grammar *g, const int32_t *ml, int32_t r, struct buf *out, uint64_t *seed,
+                 size_t budget)
 {
     const struct gr_rule *rule = &g->rules[r];
     int32_t pick = 0;
@@ -202,13 +204,18 @@ static const struct pat suite[] = {
     {"^\\d{2}-\\d$", "19-"},
     {"[\\w.+-]+@[\\w-]+\\.[a-z]{2}", "a.@-x"},
     {"^\\+?\\d{1,2}[- ]?\\d$", "+1- "},
-    {"\xc3\xa9+|\xe2\x82\xac", "\xc3\xa9\xe2\x82\xac" "e"},
-    {"[\xc3\xa0-\xc3\xbf]x", "\xc3\xa0\xc3\xbf\xc3\x9f" "x"},
-    {"[^\xc3\xa9]", "\xc3\xa9" "e\xe2\x82\xac\xf0\x9f\x98\x80"},
+    {"\xc3\xa9+|\xe2\x82\xac", "\xc3\xa9\xe2\x82\xac"
+                               "e"},
+    {"[\xc3\xa0-\xc3\xbf]x", "\xc3\xa0\xc3\xbf\xc3\x9f"
+                             "x"},
+    {"[^\xc3\xa9]", "\xc3\xa9"
+                    "e\xe2\x82\xac\xf0\x9f\x98\x80"},
     {"[\\u0100-\\u07FF]+", "\xc3\xbf\xc4\x80\xdf\xbf\xe0\xa0\x80"},
-    {"[\\u{1F600}-\\u{1F602}]", "\xf0\x9f\x98\x80\xf0\x9f\x98\x82\xf0\x9f\x98\x83" "a"},
+    {"[\\u{1F600}-\\u{1F602}]", "\xf0\x9f\x98\x80\xf0\x9f\x98\x82\xf0\x9f\x98\x83"
+                                "a"},
     {"[^\\x01-\\x7F]", "a\xc2\x80\xe2\x82\xac\xf0\x9f\x98\x80"},
-    {"[\\u07FF-\\u0801\\uFFFF\\u{10000}]", "\xdf\xbf\xe0\xa0\x80\xe0\xa0\x81\xe0\xa0\x82\xef\xbf\xbf\xf0\x90\x80\x80"},
+    {"[\\u07FF-\\u0801\\uFFFF\\u{10000}]",
+     "\xdf\xbf\xe0\xa0\x80\xe0\xa0\x81\xe0\xa0\x82\xef\xbf\xbf\xf0\x90\x80\x80"},
     {".", "a\n\xc3\xa9\xf0\x9f\x98\x80"},
     {".+x", "ax\n"},
     {"\\s\\S", " \t\na"},
@@ -231,13 +238,17 @@ static const struct pat suite[] = {
     {"[-a][a-][a\\-z]", "a-z"},
     {"[\\]\\[]+", "[]a"},
     {"\"|\\\\", "\"\\a"},
-    {"[\\x01-\\x1f]", "\x01\x1f\n\t\x08" "a"},
-    {"\\cJ[\\b]", "\n\x08" "b"},
+    {"[\\x01-\\x1f]", "\x01\x1f\n\t\x08"
+                      "a"},
+    {"\\cJ[\\b]", "\n\x08"
+                  "b"},
     {"((a|b)(c|d)){2}", "abcd"},
     {"[a-z]{2,3}-\\d+", "ab-1"},
     {"^[0-9a-f]{4}-[0-9a-f]{2}$", "0af-"},
     {"colou?r|gr[ae]y", "colurgae"},
     {"\\/\\-\\#", "/-#"},
+    {"[\\u0081-\\u00C1\\u0901-\\u0A41]",
+     "\xc2\x80\xc2\x81\xc2\x90\xc3\x81\xc3\x82\xe0\xa4\x80\xe0\xa4\x81\xe0\xa5\x90\xe0\xa9\x81\xe0\xa9\x82"},
 };
 
 /* The code points of s as UTF-8 strings in items[] (each NUL-terminated in room). */
@@ -273,8 +284,9 @@ static void enumerate(struct enum_ctx *c, size_t rn, size_t in_n, const struct g
     bool acc = st && st->complete;
     int want = ref_match(c->re, c->raw, rn, c->anchored);
     if (acc != (want == 1))
-        fail_msg("'%s' (%s, %s): '%.*s' grammar %s, PCRE2 %s", c->pattern, c->anchored ? "anchored" : "search",
-                 c->json ? "json" : "raw", (int)rn, c->raw, acc ? "accepts" : "rejects", want ? "matches" : "does not");
+        fail_msg("'%s' (%s, %s): '%.*s' grammar %s, PCRE2 %s", c->pattern,
+                 c->anchored ? "anchored" : "search", c->json ? "json" : "raw", (int)rn, c->raw,
+                 acc ? "accepts" : "rejects", want ? "matches" : "does not");
     c->checked++;
     if (len == c->max_len)
         return;
@@ -326,8 +338,8 @@ static void check_pattern(const struct pat *pt, bool anchored, bool json, uint64
         if (!j || !json_is_string(j))
             fail_msg("'%s': generated %s is not a JSON string: %s", pt->pattern, quoted, jerr.text);
         if (!ref_match(re, json_string_value(j), json_string_length(j), anchored))
-            fail_msg("'%s' (%s, json): generated %s does not match", pt->pattern, anchored ? "anchored" : "search",
-                     quoted);
+            fail_msg("'%s' (%s, json): generated %s does not match", pt->pattern,
+                     anchored ? "anchored" : "search", quoted);
         /* written one way: as jansson writes the decoded string */
         size_t cn;
         char *canon = json_content(json_string_value(j), json_string_length(j), &cn);
@@ -390,6 +402,73 @@ static void test_suite_search_json(void **state)
         check_pattern(&suite[i], false, true, 0x94D049BB133111EBull + i);
 }
 
+static int put_utf8(uint32_t c, char *o)
+{
+    if (c < 0x80)
+        return o[0] = (char)c, 1;
+    if (c < 0x800)
+        return o[0] = (char)(0xC0 | c >> 6), o[1] = (char)(0x80 | (c & 0x3F)), 2;
+    if (c < 0x10000)
+        return o[0] = (char)(0xE0 | c >> 12), o[1] = (char)(0x80 | (c >> 6 & 0x3F)),
+               o[2] = (char)(0x80 | (c & 0x3F)), 3;
+    o[0] = (char)(0xF0 | c >> 18), o[1] = (char)(0x80 | (c >> 12 & 0x3F));
+    o[2] = (char)(0x80 | (c >> 6 & 0x3F)), o[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* A code point near one of the boundaries of UTF-8's byte ranges (or anywhere), never a surrogate. */
+static uint32_t some_cp(uint64_t *seed)
+{
+    static const uint32_t edges[] = {0x1,    0x7F,   0x80,   0x7FF,   0x800,   0xFFF,   0x1000,
+                                     0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x3FFFF, 0x40000, 0x10FFFF};
+    uint32_t c;
+    do {
+        uint64_t r = rng_next(seed);
+        if (r % 4 == 0)
+            c = (uint32_t)(rng_next(seed) % 0x10FFFF) + 1;
+        else if (r % 4 == 1)
+            c = (uint32_t)((rng_next(seed) % 0x4400) * 64 +
+                           (rng_next(seed) % 3 == 0 ? 63 : rng_next(seed) % 2));
+        else
+            c = edges[rng_next(seed) % (sizeof edges / sizeof *edges)] + (uint32_t)(rng_next(seed) % 5) - 2;
+    } while (c == 0 || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000));
+    return c;
+}
+
+/* Ranges of code points cut into UTF-8 byte ranges: [lo-hi] and [^lo-hi] accept exactly the code
+ * points PCRE2 puts in them, probed at the edges of the range and of UTF-8's byte ranges. */
+static void test_utf8_ranges(void **state)
+{
+    (void)state;
+    uint64_t seed = 0x853C49E6748FEA9Bull;
+    for (int i = 0; i < 300; i++) {
+        uint32_t lo = some_cp(&seed), hi = some_cp(&seed);
+        if (lo > hi) {
+            uint32_t t = lo;
+            lo = hi, hi = t;
+        }
+        char pat[64];
+        snprintf(pat, sizeof pat, "[%s\\u{%X}-\\u{%X}]", i % 2 ? "^" : "", lo, hi);
+        struct grammar *g = build(pat, true, i % 3 ? GR_RX_RAW : GR_RX_JSON_STRING);
+        pcre2_code *re = ref_compile(pat);
+        for (int k = 0; k < 40; k++) {
+            uint32_t c = k < 6 ? (uint32_t[]){lo - 1, lo, lo + 1, hi - 1, hi, hi + 1}[k] : some_cp(&seed);
+            if (c == 0 || c > 0x10FFFF || (c >= 0xD800 && c < 0xE000))
+                continue;
+            char s[8];
+            size_t n = (size_t)put_utf8(c, s), en;
+            s[n] = 0;
+            char *e = i % 3 ? strdup(s) : json_content(s, n, &en);
+            int want = ref_match(re, s, n, true);
+            if ((run(g, e, strlen(e)) == 1) != want)
+                fail_msg("%s: U+%04X grammar %s", pat, c, want ? "rejects" : "accepts");
+            free(e);
+        }
+        pcre2_code_free(re);
+        gr_unref(g);
+    }
+}
+
 /* Where ECMA-262 and PCRE2 differ, the grammar generates only what both match. */
 static void test_engines_differ(void **state)
 {
@@ -398,18 +477,18 @@ static void test_engines_differ(void **state)
         const char *pattern, *text;
         int grammar, pcre;
     } cases[] = {
-        {".", "\r", 0, 1},                 /* ECMA's . excludes line terminators, PCRE2's only \n */
-        {".", "\xe2\x80\xa8", 0, 1},       /* U+2028 */
-        {"\\S", "\xc2\xa0", 0, 1},         /* ECMA's \s includes U+00A0, PCRE2's (no UCP) does not */
+        {".", "\r", 0, 1},           /* ECMA's . excludes line terminators, PCRE2's only \n */
+        {".", "\xe2\x80\xa8", 0, 1}, /* U+2028 */
+        {"\\S", "\xc2\xa0", 0, 1},   /* ECMA's \s includes U+00A0, PCRE2's (no UCP) does not */
         {"\\s", "\xc2\xa0", 0, 0},
         {"\\s", "\x0b", 1, 1},
-        {"\\S", "\xef\xbb\xbf", 0, 1},     /* U+FEFF */
-        {"[^\\s]", "\xe3\x80\x80", 0, 1},  /* U+3000 */
-        {"\\v", "\x0b", 1, 1},             /* ECMA: U+000B alone; PCRE2: vertical space */
+        {"\\S", "\xef\xbb\xbf", 0, 1},    /* U+FEFF */
+        {"[^\\s]", "\xe3\x80\x80", 0, 1}, /* U+3000 */
+        {"\\v", "\x0b", 1, 1},            /* ECMA: U+000B alone; PCRE2: vertical space */
         {"\\v", "\n", 0, 1},
         {"[^\\v]", "\n", 0, 0},
         {"[^\\v]", "\x0b", 0, 0},
-        {"\\d", "\xd9\xa3", 0, 0},         /* ASCII digits only */
+        {"\\d", "\xd9\xa3", 0, 0}, /* ASCII digits only */
         {"\\w", "\xc3\xa9", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -494,10 +573,14 @@ static void test_refusals(void **state)
         {"(?P<n>a)", "regex: unsupported group syntax or inline flags (? at offset 0"},
         {"\\p{L}", "regex: unsupported Unicode property escape at offset 0"},
         {"a\\z", "regex: unsupported escape \\z at offset 1"},
-        {"a^b", "regex: unsupported ^ other than at the start of the pattern or of a top-level alternative at offset 1"},
-        {"(^a)", "regex: unsupported ^ other than at the start of the pattern or of a top-level alternative at offset 1"},
-        {"a$b", "regex: unsupported $ other than at the end of the pattern or of a top-level alternative at offset 1"},
-        {"(a$)", "regex: unsupported $ other than at the end of the pattern or of a top-level alternative at offset 2"},
+        {"a^b", "regex: unsupported ^ other than at the start of the pattern or of a top-level alternative "
+                "at offset 1"},
+        {"(^a)", "regex: unsupported ^ other than at the start of the pattern or of a top-level alternative "
+                 "at offset 1"},
+        {"a$b", "regex: unsupported $ other than at the end of the pattern or of a top-level alternative at "
+                "offset 1"},
+        {"(a$)", "regex: unsupported $ other than at the end of the pattern or of a top-level alternative at "
+                 "offset 2"},
         {"a++", "regex: unsupported possessive quantifier at offset 2"},
         {"a{2}{3}", "regex: nothing to repeat at offset 4"},
         {"a**", "regex: nothing to repeat at offset 2"},
@@ -542,10 +625,15 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_suite_anchored_raw),  cmocka_unit_test(test_suite_search_raw),
-        cmocka_unit_test(test_suite_anchored_json), cmocka_unit_test(test_suite_search_json),
-        cmocka_unit_test(test_engines_differ),      cmocka_unit_test(test_json_one_way),
-        cmocka_unit_test(test_compile_regex),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_suite_anchored_raw),
+        cmocka_unit_test(test_suite_search_raw),
+        cmocka_unit_test(test_suite_anchored_json),
+        cmocka_unit_test(test_suite_search_json),
+        cmocka_unit_test(test_utf8_ranges),
+        cmocka_unit_test(test_engines_differ),
+        cmocka_unit_test(test_json_one_way),
+        cmocka_unit_test(test_compile_regex),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
