@@ -469,6 +469,53 @@ static void test_utf8_ranges(void **state)
     }
 }
 
+/* A random pattern over a, b, 1, é: atoms, classes, groups, alternation and quantifiers, nested up to
+ * depth (quantified parts that may match "" included). */
+static void random_pattern(uint64_t *seed, int depth, char *out, size_t cap)
+{
+    static const char *const atoms[] = {"a",        "b",   "[ab]", "[^a]", ".",
+                                        "\xc3\xa9", "\\d", "[a1]", "\\W",  "()"};
+    static const char *const quants[] = {"*", "+", "?", "{0,2}", "{1,2}", "{2}", "{2,}", "*?", "{0,1}"};
+    size_t n = strlen(out);
+    uint64_t r = rng_next(seed) % 10;
+    if (depth >= 3 || r < 3) {
+        snprintf(out + n, cap - n, "%s", atoms[rng_next(seed) % (sizeof atoms / sizeof *atoms)]);
+    } else if (r < 5) {
+        random_pattern(seed, depth + 1, out, cap);
+        random_pattern(seed, depth + 1, out, cap);
+    } else if (r < 7) {
+        snprintf(out + n, cap - n, "(%s", rng_next(seed) % 2 ? "?:" : "");
+        random_pattern(seed, depth + 1, out, cap);
+        n = strlen(out);
+        snprintf(out + n, cap - n, "|");
+        random_pattern(seed, depth + 1, out, cap);
+        n = strlen(out);
+        snprintf(out + n, cap - n, ")");
+    } else {
+        snprintf(out + n, cap - n, "(?:");
+        random_pattern(seed, depth + 1, out, cap);
+        n = strlen(out);
+        snprintf(out + n, cap - n, ")%s", quants[rng_next(seed) % (sizeof quants / sizeof *quants)]);
+    }
+}
+
+/* Random patterns: the grammar accepts exactly PCRE2's matches over their alphabet. */
+static void test_random_patterns(void **state)
+{
+    (void)state;
+    uint64_t seed = 0x6A09E667F3BCC909ull;
+    for (int i = 0; i < 150; i++) {
+        char pat[512] = "";
+        if (rng_next(&seed) % 4 == 0)
+            strcat(pat, "^");
+        random_pattern(&seed, 0, pat, sizeof pat - 2);
+        if (rng_next(&seed) % 4 == 0)
+            strcat(pat, "$");
+        struct pat pt = {pat, "ab1\xc3\xa9"};
+        check_pattern(&pt, i % 2, i % 3 == 0, seed);
+    }
+}
+
 /* Where ECMA-262 and PCRE2 differ, the grammar generates only what both match. */
 static void test_engines_differ(void **state)
 {
@@ -625,15 +672,11 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_suite_anchored_raw),
-        cmocka_unit_test(test_suite_search_raw),
-        cmocka_unit_test(test_suite_anchored_json),
-        cmocka_unit_test(test_suite_search_json),
-        cmocka_unit_test(test_utf8_ranges),
-        cmocka_unit_test(test_engines_differ),
-        cmocka_unit_test(test_json_one_way),
-        cmocka_unit_test(test_compile_regex),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_suite_anchored_raw),  cmocka_unit_test(test_suite_search_raw),
+        cmocka_unit_test(test_suite_anchored_json), cmocka_unit_test(test_suite_search_json),
+        cmocka_unit_test(test_utf8_ranges),         cmocka_unit_test(test_random_patterns),
+        cmocka_unit_test(test_engines_differ),      cmocka_unit_test(test_json_one_way),
+        cmocka_unit_test(test_compile_regex),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
