@@ -196,6 +196,12 @@ enum gr_regex_ctx {
                           (the decoded string is what the regex matches) */
 };
 
+/* Bounds that keep a regex's grammar small: the largest n or m of a {n}, {n,}, {n,m} quantifier, and
+ * the most copies of repeated parts in one pattern (each {n,m} counts m, each {n,} n + 1, each * or +
+ * one or two; nested repetitions add, they do not multiply). */
+#define GR_RX_MAX_REPEAT 1000
+#define GR_RX_MAX_COPIES 10000
+
 /* Adds rules to b for the sentences that match pattern (ECMA-262 syntax, subset in
  * docs/STRUCTURED_OUTPUT.md), anchored at both ends when anchored, else searched (any text may come
  * before and after the match, as JSON Schema's pattern). Returns the rule index, or -1 with b failed
