@@ -296,6 +296,12 @@ static const char *const SUITE[] = {
     "{\"type\":\"string\",\"format\":\"email\"}",
     "{\"type\":\"string\",\"format\":\"uuid\"}",
     "{\"type\":\"string\"}",
+    /* patterns: anchored, searched, with characters JSON escapes */
+    "{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{2,4}$\"}",
+    "{\"type\":\"string\",\"pattern\":\"ab+c\"}",
+    "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^\\\\d{3}$\"},"
+    "\"tag\":{\"type\":[\"string\",\"null\"],\"pattern\":\"^(foo|\\\"bar\\\\\\\\)\\n?$\"}},"
+    "\"required\":[\"code\",\"tag\"]}",
 };
 
 static void test_sentences_validate(void **state)
@@ -603,9 +609,33 @@ static void test_formats(void **state)
     expect_docs("{\"type\":\"string\",\"format\":\"email\"}", bad2, 5, -1);
 }
 
+static void test_patterns(void **state)
+{
+    (void)state;
+    const char *p = "{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{2,4}$\"}";
+    static const char *const good[] = {"\"ABC-12\"", "\"XYZ-1234\""};
+    static const char *const bad[] = {"\"ABC-1\"", "\"ABC-12345\"", "\"abc-12\"", "\" ABC-12\""};
+    expect_docs(p, good, 2, 1);
+    expect_docs(p, bad, 4, -1);
+    /* searched: any text around the match */
+    static const char *const good2[] = {"\"abc\"", "\"xx abbbc \\\" yy\"", "\"\\n\\tabc\""};
+    static const char *const bad2[] = {"\"ac\"", "\"ab c\"", "\"\""};
+    expect_docs("{\"type\":\"string\",\"pattern\":\"ab+c\"}", good2, 3, 1);
+    expect_docs("{\"type\":\"string\",\"pattern\":\"ab+c\"}", bad2, 3, -1);
+    /* the decoded string is what the pattern sees: "bar\ then a newline, escaped */
+    const char *q = "{\"type\":\"string\",\"pattern\":\"^(foo|\\\"bar\\\\\\\\)\\n?$\"}";
+    static const char *const good3[] = {"\"foo\"", "\"\\\"bar\\\\\"", "\"foo\\n\""};
+    static const char *const bad3[] = {"\"\"bar\\\"", "\"foo\n\"", "\"foo\\u000A\""};
+    expect_docs(q, good3, 3, 1);
+    expect_docs(q, bad3, 3, -1);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
+    expect_refused(
+        "{\"properties\":{\"p\":{\"pattern\":\"(?=a)b\"}}}",
+        "unsupported value of 'pattern' at /properties/p: regex: unsupported lookahead at offset 0");
     expect_refused("{\"type\":\"string\",\"anyOf\":[{\"format\":\"date\"},{\"format\":\"uuid\"}]}",
                    "unsupported keyword 'type' beside 'anyOf' at /");
     expect_refused("{\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"null\"}],\"minimum\":1}}}",
@@ -720,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_number_documents),
         cmocka_unit_test(test_dates),
         cmocka_unit_test(test_formats),
+        cmocka_unit_test(test_patterns),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_choice),
