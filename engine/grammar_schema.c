@@ -159,18 +159,29 @@ static void same_length(struct sc *c, int32_t r, const char *prefix, struct nume
         char nines[GR_INT_DIGITS + 1], zeros[GR_INT_DIGITS + 1];
         memset(nines, '9', sizeof nines);
         memset(zeros, '0', sizeof zeros);
-        push_range(d, lo[0], lo[0]);
-        same_length(c, r, prefix, d, lo + 1, nines, n - 1, tail);
-        d->n = at;
-        if (hi[0] - lo[0] >= 2) {
-            push_range(d, (char)(lo[0] + 1), (char)(hi[0] - 1));
+        /* lo[0] with the rest of lo and up, the first digits in between with anything, hi[0] with up to
+         * the rest of hi; a first digit whose rest is a whole run joins the middle */
+        char a = lo[0], z = hi[0];
+        if (!all(lo + 1, n - 1, '0')) {
+            push_range(d, lo[0], lo[0]);
+            same_length(c, r, prefix, d, lo + 1, nines, n - 1, tail);
+            d->n = at;
+            a++;
+        }
+        bool hi_part = !all(hi + 1, n - 1, '9');
+        if (hi_part)
+            z--;
+        if (a <= z) {
+            push_range(d, a, z);
             for (int i = 1; i < n; i++)
                 push_range(d, '0', '9');
             numeral_alt(c, r, prefix, d, tail);
             d->n = at;
         }
-        push_range(d, hi[0], hi[0]);
-        same_length(c, r, prefix, d, zeros, hi + 1, n - 1, tail);
+        if (hi_part) {
+            push_range(d, hi[0], hi[0]);
+            same_length(c, r, prefix, d, zeros, hi + 1, n - 1, tail);
+        }
     }
     d->n = at;
 }
