@@ -20,6 +20,9 @@
 #define GR_FRAC_INT_LIMIT 1000000000000000 /* a number with a fraction has |integer part| + 1 <= this */
 #define GR_EXACT_DOUBLE 9007199254740992.0 /* 2^53: integers up to here are exact doubles */
 #define GR_FAR_DOUBLE 2e18                 /* a real bound beyond this lies beyond every integer written */
+/* Intervals an exclusive bound cuts are written within [-GR_EDGE, GR_EDGE], where 15 fraction digits
+ * stay apart from the bound as doubles (the spacing of doubles below 16 is under 2e-15). */
+#define GR_EDGE 10
 
 struct sc {
     struct gr_builder *b;
@@ -66,6 +69,18 @@ static void set(struct sc *c, struct gr_seq *s, const char *bytes)
 static void digit(struct sc *c, struct gr_seq *s)
 {
     grs_range(c->b, s, '0', '9');
+}
+
+/* A rule made once, found by name. */
+static int32_t named(struct sc *c, const char *name, bool *fresh)
+{
+    for (int32_t i = 0; i < c->b->n_rules; i++)
+        if (!strcmp(c->b->rules[i].name, name)) {
+            *fresh = false;
+            return i;
+        }
+    *fresh = true;
+    return grb_rule(c->b, name);
 }
 
 /* ---- numbers ---- */
@@ -256,22 +271,6 @@ static void int_range(struct sc *c, int32_t r, long long lo, long long hi, int32
         uint_range(c, r, "-", hi < 0 ? -hi : 1, -lo, tail);
 }
 
-/* Alternatives of r for numbers: the integers lo..hi, and when fractions, numbers with a fraction
- * whose closed interval [k, k+1] (or [-(k+1), -k]) lies within lo..hi, so that the value, even rounded
- * to a double, stays within the bounds. */
-static void number_alts(struct sc *c, int32_t r, long long lo, long long hi, bool fractions)
-{
-    int_range(c, r, lo, hi, -1);
-    if (!fractions)
-        return;
-    long long lim = GR_FRAC_INT_LIMIT - 1;
-    long long a = lo > 0 ? lo : 0, z = hi - 1 < lim ? hi - 1 : lim;
-    uint_range(c, r, "", a, z, fraction(c));
-    a = hi < 0 ? -hi : 0;
-    z = -lo - 1 < lim ? -lo - 1 : lim;
-    uint_range(c, r, "-", a, z, fraction(c));
-}
-
 static const char *const bound_names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
 
 /* Narrows lo..hi to the integers that satisfy bound kind (0 minimum, 1 exclusiveMinimum, 2 maximum,
@@ -320,20 +319,106 @@ static int int_bounds(struct sc *c, const struct js_node *n, long long *lo, long
     for (int k = 0; k < 4; k++)
         if (b[k] && narrow(c, n, k, b[k], lo, hi) < 0)
             return -1;
-    if (*lo > *hi) {
-        char which[160] = "";
-        size_t len = 0;
-        for (int k = 0; k < 4; k++)
-            if (b[k])
-                len += (size_t)snprintf(which + len, sizeof which - len, "%s'%s'", len ? ", " : "",
-                                        bound_names[k]);
-        refuse(c,
-               "unsupported value of %s at %s: the grammar writes no number within these bounds (integers "
-               "and numbers whose whole [k, k+1] fits, without exponent)",
-               which, n->at);
-        return -1;
-    }
     return 0;
+}
+
+static double bound_value(const json_t *v)
+{
+    return json_is_integer(v) ? (double)json_integer_value(v) : json_real_value(v);
+}
+
+/* Whether x (a small integer, exact as a double) satisfies n's bounds. */
+static bool satisfies(const struct js_node *n, double x)
+{
+    return (!n->min || x >= bound_value(n->min)) && (!n->xmin || x > bound_value(n->xmin)) &&
+           (!n->max || x <= bound_value(n->max)) && (!n->xmax || x < bound_value(n->xmax));
+}
+
+/* Whether every number strictly between k and k + 1 satisfies n's bounds. */
+static bool open_inside(const struct js_node *n, double k)
+{
+    const json_t *lower[2] = {n->min, n->xmin}, *upper[2] = {n->max, n->xmax};
+    for (int i = 0; i < 2; i++)
+        if ((lower[i] && k < bound_value(lower[i])) || (upper[i] && k + 1 > bound_value(upper[i])))
+            return false;
+    return true;
+}
+
+static void refuse_bounds(struct sc *c, const struct js_node *n)
+{
+    const json_t *b[4] = {n->min, n->xmin, n->max, n->xmax};
+    char which[160] = "";
+    size_t len = 0;
+    for (int k = 0; k < 4; k++)
+        if (b[k])
+            len +=
+                (size_t)snprintf(which + len, sizeof which - len, "%s'%s'", len ? ", " : "", bound_names[k]);
+    refuse(c,
+           "unsupported value of %s at %s: the grammar writes no number within these bounds (integers, and "
+           "fractions where a whole interval between two integers lies within them)",
+           which, n->at);
+}
+
+/* '.' and 1 to GR_FRAC_DIGITS digits, not all zero. */
+static int32_t fraction_nonzero(struct sc *c)
+{
+    bool fresh;
+    int32_t r = named(c, "fraction-nonzero", &fresh);
+    if (!fresh)
+        return r;
+    /* nonzero_k: k digit places left, a non-zero digit still owed */
+    int32_t prev = -1, cur = -1;
+    char name[32];
+    struct gr_seq s = {0};
+    for (int k = 1; k <= GR_FRAC_DIGITS; k++) {
+        snprintf(name, sizeof name, "nonzero-digits%d", k);
+        cur = grb_rule(c->b, name);
+        grs_range(c->b, &s, '1', '9');
+        grs_rule(c->b, &s, opt_digits(c, k - 1));
+        grb_alt(c->b, cur, &s);
+        if (prev >= 0) {
+            grs_byte(c->b, &s, '0');
+            grs_rule(c->b, &s, prev);
+            grb_alt(c->b, cur, &s);
+        }
+        prev = cur;
+    }
+    grs_byte(c->b, &s, '.');
+    grs_rule(c->b, &s, cur);
+    grb_alt(c->b, r, &s);
+    grs_free(&s);
+    return r;
+}
+
+/* Alternatives of r for numbers: the integers lo..hi, and when n is given, numbers with a fraction
+ * whose closed interval [k, k+1] (or [-(k+1), -k]) lies within lo..hi, so that the value, even rounded
+ * to a double, stays within the bounds. Near zero, where doubles are fine enough, also the intervals
+ * an exclusive integer bound cuts: (0, 1) under exclusiveMinimum 0 is "0." and digits not all zero. */
+static void number_alts(struct sc *c, int32_t r, long long lo, long long hi, const struct js_node *n)
+{
+    int_range(c, r, lo, hi, -1);
+    if (!n)
+        return;
+    long long lim = GR_FRAC_INT_LIMIT - 1;
+    long long a = lo > 0 ? lo : 0, z = hi - 1 < lim ? hi - 1 : lim;
+    uint_range(c, r, "", a, z, fraction(c));
+    a = hi < 0 ? -hi : 0;
+    z = -lo - 1 < lim ? -lo - 1 : lim;
+    uint_range(c, r, "-", a, z, fraction(c));
+    for (int k = -GR_EDGE; k < GR_EDGE; k++) {
+        bool lo_ok = satisfies(n, k), hi_ok = satisfies(n, k + 1);
+        if ((lo_ok && hi_ok) || !open_inside(n, k))
+            continue; /* written above, or not within the bounds */
+        /* k.ddd is k up to (not reaching) k+1; -j.ddd is -j down to (not reaching) -(j+1) */
+        char text[8];
+        bool at_end_ok = k >= 0 ? lo_ok : hi_ok;
+        snprintf(text, sizeof text, "%s%d", k >= 0 ? "" : "-", k >= 0 ? k : -(k + 1));
+        struct gr_seq s = {0};
+        lit(c, &s, text);
+        grs_rule(c->b, &s, at_end_ok ? fraction(c) : fraction_nonzero(c));
+        grb_alt(c->b, r, &s);
+        grs_free(&s);
+    }
 }
 
 /* The shared rule of any number (bounded as docs/STRUCTURED_OUTPUT.md says). */
@@ -342,7 +427,8 @@ static int32_t any_number(struct sc *c)
     if (c->r_number >= 0 || c->b->failed)
         return c->r_number;
     c->r_number = grb_rule(c->b, "number");
-    number_alts(c, c->r_number, -GR_INT_CAP, GR_INT_CAP, true);
+    static const struct js_node unbounded = {.types = JS_T_NUMBER};
+    number_alts(c, c->r_number, -GR_INT_CAP, GR_INT_CAP, &unbounded);
     return c->r_number;
 }
 
@@ -402,18 +488,6 @@ static int32_t any_string(struct sc *c)
     grb_alt(c->b, r, &s);
     grs_free(&s);
     return r;
-}
-
-/* A rule made once, found by name. */
-static int32_t named(struct sc *c, const char *name, bool *fresh)
-{
-    for (int32_t i = 0; i < c->b->n_rules; i++)
-        if (!strcmp(c->b->rules[i].name, name)) {
-            *fresh = false;
-            return i;
-        }
-    *fresh = true;
-    return grb_rule(c->b, name);
 }
 
 /* Adds alternatives of text pairs: a rule that is "<a[0]><a[1]>" | ... for two-byte classes. */
@@ -902,6 +976,15 @@ static void array_alts(struct sc *c, int32_t r, const struct js_node *n)
     free(after);
 }
 
+/* How many alternatives rule r has so far. */
+static int32_t alts_of(const struct gr_builder *b, int32_t r)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_pending; i++)
+        n += b->pending[i].rule == r;
+    return n;
+}
+
 static void node_alts(struct sc *c, int32_t r, const struct js_node *n)
 {
     if (n->constv || n->enumv) {
@@ -930,8 +1013,11 @@ static void node_alts(struct sc *c, int32_t r, const struct js_node *n)
         string_alts(c, r, n);
     if (n->types & (JS_T_NUMBER | JS_T_INTEGER)) {
         long long lo, hi;
+        int32_t before = alts_of(c->b, r);
         if (int_bounds(c, n, &lo, &hi) == 0)
-            number_alts(c, r, lo, hi, n->types & JS_T_NUMBER);
+            number_alts(c, r, lo, hi, n->types & JS_T_NUMBER ? n : NULL);
+        if (alts_of(c->b, r) == before)
+            refuse_bounds(c, n);
     }
     if (n->types & JS_T_BOOLEAN) {
         lit(c, &s, "true");

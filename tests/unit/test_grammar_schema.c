@@ -288,6 +288,9 @@ static const char *const SUITE[] = {
     "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}",
     "{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
     "{\"type\":\"number\",\"maximum\":-0.5}",
+    "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}",
+    "{\"type\":\"number\",\"exclusiveMinimum\":-2,\"exclusiveMaximum\":0}",
+    "{\"type\":\"number\",\"exclusiveMinimum\":-3,\"maximum\":3}",
     "{\"type\":\"number\"}",
     "{\"type\":\"integer\",\"maximum\":1e300,\"minimum\":-9007199254740993}",
     /* formats */
@@ -559,10 +562,85 @@ static void test_number_documents(void **state)
     expect_docs(n, good, sizeof good / sizeof *good, 1);
     expect_docs(n, bad, sizeof bad / sizeof *bad, -1);
     const char *x = "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}";
-    static const char *const good2[] = {"1", "9", "1.5", "8.75"};
-    static const char *const bad2[] = {"0", "10", "0.5", "9.5", "-1"};
-    expect_docs(x, good2, 4, 1);
-    expect_docs(x, bad2, 5, -1);
+    static const char *const good2[] = {
+        "1", "9", "1.5", "8.75", "0.5", "9.5", "0.000000000000001", "9.999999999999999"};
+    static const char *const bad2[] = {"0", "10", "0.0", "0.000", "10.0", "-1", "-0.5"};
+    expect_docs(x, good2, 8, 1);
+    expect_docs(x, bad2, 7, -1);
+    /* exclusive bounds near zero cut their intervals: (-2, 0) is -1, -1.ddd and -0.ddd not all zero */
+    const char *y = "{\"type\":\"number\",\"exclusiveMinimum\":-2,\"exclusiveMaximum\":0}";
+    static const char *const good3[] = {"-1", "-1.5", "-1.999999999999999", "-0.5", "-0.000000000000001"};
+    static const char *const bad3[] = {"-0", "-0.0", "-0.000", "0", "-2", "-2.5", "-1.9999999999999999"};
+    expect_docs(y, good3, 5, 1);
+    expect_docs(y, bad3, 7, -1);
+}
+
+/* Whatever number text the grammar takes validates: integers, two-digit fractions and fractions at the
+ * ends of each interval, from -5 to 5; and the grammar takes at least want of them. */
+static void check_numbers_sound(const char *text, int want)
+{
+    struct js_schema *s = schema(text);
+    struct grammar *g = compile(s, text);
+    int taken = 0;
+    for (int k = -5; k <= 5; k++)
+        for (int f = -3; f < 100; f++) {
+            char buf[64];
+            const char *sign = k < 0 ? "-" : "";
+            int m = k < 0 ? -k : k;
+            if (f == -3)
+                snprintf(buf, sizeof buf, "%d", k);
+            else if (f == -2)
+                snprintf(buf, sizeof buf, "%s%d.000000000000001", sign, m);
+            else if (f == -1)
+                snprintf(buf, sizeof buf, "%s%d.999999999999999", sign, m);
+            else
+                snprintf(buf, sizeof buf, "%s%d.%02d", sign, m, f);
+            if (run(g, buf) != 1)
+                continue;
+            taken++;
+            json_t *v = parse(buf);
+            char err[256];
+            if (js_validate(s, v, err, sizeof err))
+                fail_msg("schema %s: the grammar takes %s, which is invalid: %s", text, buf, err);
+            json_decref(v);
+        }
+    if (taken < want)
+        fail_msg("schema %s: the grammar takes only %d of the numbers", text, taken);
+    gr_unref(g);
+    js_free(s);
+}
+
+/* Pairs of bounds: what the grammar takes validates; only bounds that leave no interval are refused. */
+static void test_numbers_sound(void **state)
+{
+    (void)state;
+    static const char *const bounds[] = {
+        "\"exclusiveMinimum\":0",   "\"exclusiveMaximum\":0", "\"minimum\":0",
+        "\"exclusiveMinimum\":-3",  "\"exclusiveMaximum\":3", "\"minimum\":-1.5",
+        "\"exclusiveMaximum\":2.5", "\"maximum\":1",          "\"exclusiveMinimum\":1"};
+    int n = (int)(sizeof bounds / sizeof *bounds), refused = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            char text[256];
+            snprintf(text, sizeof text, "{\"type\":\"number\",%s,%s}", bounds[i], bounds[j]);
+            struct js_schema *s = schema(text);
+            char err[1300];
+            struct grammar *g = gr_compile_schema(s, NULL, err, sizeof err);
+            js_free(s);
+            if (!g) {
+                assert_non_null(strstr(err, "the grammar writes no number within these bounds"));
+                refused++;
+                continue;
+            }
+            gr_unref(g);
+            check_numbers_sound(text, 1);
+        }
+    /* some pairs leave no number (exclusiveMinimum 1 and maximum 1), most leave some */
+    assert_true(refused > 0 && refused < n * n / 2);
+    /* "0." then digits not all zero: 99 two-digit fractions and 0.000000000000001 and 0.999999999999999 */
+    check_numbers_sound("{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", 101);
+    /* the 11 integers, and 102 fractions after each of -4 to 4 (not after 5 nor -5) */
+    check_numbers_sound("{\"type\":\"number\",\"minimum\":-5,\"maximum\":5}", 11 + 9 * 102);
 }
 
 /* Every day of some years (leap by 4, not by 100, by 400), months 00 to 13, days 00 to 32: the grammar
@@ -649,14 +727,15 @@ static void test_refusals(void **state)
     expect_refused(
         "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
         "unsupported value of 'minimum', 'maximum' at /: the grammar writes no number within these "
-        "bounds (integers and numbers whose whole [k, k+1] fits, without exponent)");
+        "bounds (integers, and fractions where a whole interval between two integers lies within them)");
     expect_refused(
-        "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}",
+        "{\"type\":\"number\",\"exclusiveMinimum\":2.5,\"exclusiveMaximum\":3}",
         "unsupported value of 'exclusiveMinimum', 'exclusiveMaximum' at /: the grammar writes no number "
-        "within these bounds (integers and numbers whose whole [k, k+1] fits, without exponent)");
+        "within these bounds (integers, and fractions where a whole interval between two integers lies "
+        "within them)");
     expect_refused("{\"type\":\"integer\",\"minimum\":1e19}",
                    "unsupported value of 'minimum' at /: the grammar writes no number within these bounds "
-                   "(integers and numbers whose whole [k, k+1] fits, without exponent)");
+                   "(integers, and fractions where a whole interval between two integers lies within them)");
     expect_refused(
         "{\"type\":\"integer\",\"exclusiveMaximum\":1e17}",
         "unsupported value of 'exclusiveMaximum' at /: a real bound beyond 2^53 is not compared exactly");
@@ -748,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_any_of_and_recursion),
         cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_number_documents),
+        cmocka_unit_test(test_numbers_sound),
         cmocka_unit_test(test_dates),
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_patterns),
