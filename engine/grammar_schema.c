@@ -785,8 +785,15 @@ static void literal_alts(struct sc *c, int32_t r, const struct js_node *n)
     const json_t *vals = n->constv ? n->constv : n->enumv;
     size_t count = n->constv ? 1 : json_array_size(vals), kept = 0;
     struct js_schema one = {.root = (struct js_node *)n};
-    struct gr_seq s = {0};
-    for (size_t i = 0; i < count && !c->b->failed; i++) {
+    char **texts = calloc(count + 1, sizeof *texts);
+    size_t *lens = calloc(count + 1, sizeof *lens);
+    if (!texts || !lens) {
+        free(texts);
+        free(lens);
+        grb_fail(c->b, "out of memory building a grammar");
+        return;
+    }
+    for (size_t i = 0; i < count; i++) {
         const json_t *v = n->constv ? n->constv : json_array_get(vals, i);
         char *text = literal_text(v);
         if (!text) {
@@ -795,14 +802,18 @@ static void literal_alts(struct sc *c, int32_t r, const struct js_node *n)
         }
         json_t *back = json_loads(text, JSON_DECODE_ANY, NULL);
         if (back && js_validate(&one, back, NULL, 0) == 0) {
-            lit(c, &s, text);
-            grb_alt(c->b, r, &s);
-            kept++;
+            lens[kept] = strlen(text);
+            texts[kept++] = text;
+        } else {
+            free(text);
         }
         json_decref(back);
-        free(text);
     }
-    grs_free(&s);
+    grb_literals(c->b, r, (const char *const *)texts, lens, kept, n->at);
+    for (size_t i = 0; i < kept; i++)
+        free(texts[i]);
+    free(texts);
+    free(lens);
     if (!kept)
         refuse(c, "unsupported value of '%s' at %s: none of its values conforms to the schema there",
                n->constv ? "const" : "enum", n->at);

@@ -407,7 +407,8 @@ static void test_flat_documents(void **state)
     struct grammar *g = compile(s, FLAT);
     char *d = gr_dump(g);
     assert_non_null(strstr(d, "\n/properties/score ::= [1-9] | '1' '0'\n"));
-    assert_non_null(strstr(d, "\n/properties/sentiment ::= '\"' 'p' 'o'"));
+    assert_non_null(strstr(d, "\n/properties/sentiment ::= '\"' /properties/sentiment@1\n"
+                              "/properties/sentiment@1 ::= 'n' 'e' /properties/sentiment@2 | 'p' 'o'"));
     assert_non_null(strstr(d, "*root ::= ws /\n"));
     free(d);
     gr_unref(g);
@@ -465,6 +466,46 @@ static void test_enum_const_documents(void **state)
     static const char *const bad2[] = {"1", "null"};
     expect_docs("{\"type\":\"string\",\"enum\":[\"a\",1,\"b\",null]}", good2, 2, 1);
     expect_docs("{\"type\":\"string\",\"enum\":[\"a\",1,\"b\",null]}", bad2, 2, -1);
+}
+
+/* A large enum is a trie: after the opening quote, one stack per distinct next character. */
+static void test_large_enum(void **state)
+{
+    (void)state;
+    json_t *vals = json_array();
+    for (int i = 0; i < 5000; i++)
+        json_array_append_new(vals, json_sprintf("v%d", i));
+    json_array_append_new(vals, json_integer(12));
+    json_t *j = json_pack("{s:s,s:o}", "type", "string", "enum", vals);
+    char err[512] = "";
+    struct js_schema *s = js_compile(j, err, sizeof err);
+    json_decref(j);
+    assert_non_null(s);
+    struct grammar *g = gr_compile_schema(s, NULL, err, sizeof err);
+    assert_non_null(g);
+    struct gr_scratch sc = {0};
+    struct gr_state a = {0}, b = {0}, c = {0};
+    assert_int_equal(gr_state_start(g, &a, &sc, err, sizeof err), 1);
+    assert_int_equal(gr_state_advance(g, &a, '"', &b, &sc, err, sizeof err), 1);
+    assert_int_equal(gr_state_advance(g, &b, 'v', &c, &sc, err, sizeof err), 1);
+    assert_true(c.n_stacks <= 10); /* [0-9] */
+    gr_state_free(&a), gr_state_free(&b), gr_state_free(&c);
+    gr_scratch_free(&sc);
+    assert_int_equal(run(g, "\"v4999\""), 1);
+    assert_int_equal(run(g, "\"v0\""), 1);
+    assert_int_equal(run(g, "\"v5000\""), -1);
+    assert_int_equal(run(g, "\"v\""), -1);
+    assert_int_equal(run(g, "12"), -1);
+    struct gen x;
+    gen_init(&x, g, 5);
+    for (int i = 0; i < 100; i++) {
+        json_t *v = parse(gen_sentence(&x));
+        assert_int_equal(js_validate(s, v, err, sizeof err), 0);
+        json_decref(v);
+    }
+    gen_free(&x);
+    gr_unref(g);
+    js_free(s);
 }
 
 static void test_any_of_and_recursion(void **state)
@@ -809,6 +850,29 @@ static void test_choice(void **state)
     assert_int_equal(run(g, "\"yes\""), -1);
     assert_int_equal(run(g, " yes"), -1);
     gr_unref(g);
+    /* many choices share their prefixes (a trie): a state holds a stack per next byte, not per choice */
+    enum { MANY = 6000 };
+    char(*many)[16] = malloc(MANY * sizeof *many);
+    const char **ptrs = malloc(MANY * sizeof *ptrs);
+    for (int i = 0; i < MANY; i++)
+        snprintf(many[i], sizeof many[i], "label-%d", i * 7), ptrs[i] = many[i];
+    g = gr_compile_choice(ptrs, MANY, NULL, err, sizeof err);
+    assert_non_null(g);
+    struct gr_scratch sc = {0};
+    struct gr_state st = {0};
+    assert_int_equal(gr_state_start(g, &st, &sc, err, sizeof err), 1);
+    assert_int_equal(st.n_stacks, 1);
+    gr_state_free(&st);
+    gr_scratch_free(&sc);
+    assert_int_equal(run(g, "label-41993"), 1);
+    assert_int_equal(run(g, "label-41994"), -1);
+    assert_int_equal(run(g, "label-4199"), 0);
+    assert_int_equal(run(g, "label-7"), 1);
+    assert_int_equal(run(g, "label-70"), 1);
+    assert_int_equal(run(g, "label-7a"), -1);
+    gr_unref(g);
+    free(many);
+    free(ptrs);
     assert_null(gr_compile_choice(choices, 0, NULL, err, sizeof err));
     assert_string_equal(err, "choice: expected at least one choice");
     const char *const empty[] = {"a", ""};
@@ -824,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_flat_documents),
         cmocka_unit_test(test_optional_and_arrays),
         cmocka_unit_test(test_enum_const_documents),
+        cmocka_unit_test(test_large_enum),
         cmocka_unit_test(test_any_of_and_recursion),
         cmocka_unit_test(test_integer_ranges),
         cmocka_unit_test(test_number_documents),
