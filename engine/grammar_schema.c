@@ -13,6 +13,7 @@
 #include "engine/json_schema.h"
 #include "engine/json_schema_int.h"
 
+#define GR_ANY_DEPTH 32                    /* most nested objects and arrays in any JSON value */
 #define GR_MAX_ITEMS 1024                  /* largest maxItems (or minItems when unbounded) expanded */
 #define GR_INT_DIGITS 18                   /* integers have at most this many digits */
 #define GR_INT_CAP 999999999999999999LL    /* so |an integer| <= GR_INT_CAP */
@@ -28,7 +29,8 @@ struct sc {
     struct gr_builder *b;
     const struct js_schema *s;
     int32_t *memo; /* [s->n_nodes]: rule of each node, -1 before it is built */
-    int32_t r_value, r_object, r_array, r_string, r_chars, r_number, r_frac;
+    int32_t r_value[GR_ANY_DEPTH + 1], r_object[GR_ANY_DEPTH + 1], r_array[GR_ANY_DEPTH + 1];
+    int32_t r_string, r_chars, r_number, r_frac;
     int32_t r_opt_digits[GR_INT_DIGITS + 1]; /* r_opt_digits[k]: 0 to k digits */
     bool refused;
     char err[1200];
@@ -673,18 +675,22 @@ static void string_alts(struct sc *c, int32_t r, const struct js_node *n)
 
 /* ---- any JSON value ---- */
 
-static int32_t any_value(struct sc *c);
+static int32_t any_value_at(struct sc *c, int d);
 
-/* open rest; rest ::= close | item more; more ::= ws close | ws ',' ws item more */
-static int32_t any_container(struct sc *c, const char *name, char open, char close, int32_t item)
+/* open rest; rest ::= close | item more; more ::= ws close | ws ',' ws item more (names suffixed by the
+ * depth left, as "object", "object-rest", "object-more" for the outermost level and "object.7" ...). */
+static int32_t any_container(struct sc *c, const char *name, int d, char open, char close, int32_t item)
 {
     struct gr_builder *b = c->b;
-    char nm[64];
+    char nm[64], sfx[16] = "";
+    if (d < GR_ANY_DEPTH)
+        snprintf(sfx, sizeof sfx, ".%d", d);
     int32_t ws = grb_ws(b);
-    int32_t r = grb_rule(b, name);
-    snprintf(nm, sizeof nm, "%s-rest", name);
+    snprintf(nm, sizeof nm, "%s%s", name, sfx);
+    int32_t r = grb_rule(b, nm);
+    snprintf(nm, sizeof nm, "%s-rest%s", name, sfx);
     int32_t rest = grb_rule(b, nm);
-    snprintf(nm, sizeof nm, "%s-more", name);
+    snprintf(nm, sizeof nm, "%s-more%s", name, sfx);
     int32_t more = grb_rule(b, nm);
     struct gr_seq s = {0};
     grs_byte(b, &s, (uint8_t)open), grs_rule(b, &s, ws), grs_rule(b, &s, rest);
@@ -702,39 +708,52 @@ static int32_t any_container(struct sc *c, const char *name, char open, char clo
     return r;
 }
 
-static int32_t any_object(struct sc *c)
+/* Any object holding at most d levels of objects and arrays, itself included (1 <= d). */
+static int32_t any_object_at(struct sc *c, int d)
 {
-    if (c->r_object >= 0 || c->b->failed)
-        return c->r_object;
+    if (c->r_object[d] >= 0 || c->b->failed)
+        return c->r_object[d];
     struct gr_builder *b = c->b;
-    int32_t ws = grb_ws(b), member = grb_rule(b, "member");
-    c->r_object = any_container(c, "object", '{', '}', member);
+    char nm[32] = "member";
+    if (d < GR_ANY_DEPTH)
+        snprintf(nm, sizeof nm, "member.%d", d);
+    int32_t ws = grb_ws(b), member = grb_rule(b, nm);
+    c->r_object[d] = any_container(c, "object", d, '{', '}', member);
     struct gr_seq s = {0};
     grs_rule(b, &s, any_string(c)), grs_rule(b, &s, ws), grs_byte(b, &s, ':'), grs_rule(b, &s, ws);
-    grs_rule(b, &s, any_value(c));
+    grs_rule(b, &s, any_value_at(c, d - 1));
     grb_alt(b, member, &s);
     grs_free(&s);
-    return c->r_object;
+    return c->r_object[d];
 }
 
-static int32_t any_array(struct sc *c)
+static int32_t any_array_at(struct sc *c, int d)
 {
-    if (c->r_array < 0 && !c->b->failed)
-        c->r_array = any_container(c, "array", '[', ']', any_value(c));
-    return c->r_array;
+    if (c->r_array[d] < 0 && !c->b->failed)
+        c->r_array[d] = any_container(c, "array", d, '[', ']', any_value_at(c, d - 1));
+    return c->r_array[d];
 }
 
-static int32_t any_value(struct sc *c)
+/* Any JSON value with at most d levels of objects and arrays (0: a string, number, true, false, null). */
+static int32_t any_value_at(struct sc *c, int d)
 {
-    if (c->r_value >= 0 || c->b->failed)
-        return c->r_value;
-    int32_t r = c->r_value = grb_rule(c->b, "value");
+    if (c->r_value[d] >= 0 || c->b->failed)
+        return c->r_value[d];
+    char nm[32] = "value";
+    if (d < GR_ANY_DEPTH)
+        snprintf(nm, sizeof nm, "value.%d", d);
+    int32_t r = c->r_value[d] = grb_rule(c->b, nm);
     struct gr_seq s = {0};
-    const int32_t parts[] = {any_object(c), any_array(c), any_string(c), any_number(c)};
-    for (size_t i = 0; i < 4; i++) {
-        grs_rule(c->b, &s, parts[i]);
+    if (d > 0) {
+        grs_rule(c->b, &s, any_object_at(c, d));
+        grb_alt(c->b, r, &s);
+        grs_rule(c->b, &s, any_array_at(c, d));
         grb_alt(c->b, r, &s);
     }
+    grs_rule(c->b, &s, any_string(c));
+    grb_alt(c->b, r, &s);
+    grs_rule(c->b, &s, any_number(c));
+    grb_alt(c->b, r, &s);
     static const char *const words[] = {"true", "false", "null"};
     for (size_t i = 0; i < 3; i++) {
         lit(c, &s, words[i]);
@@ -742,6 +761,21 @@ static int32_t any_value(struct sc *c)
     }
     grs_free(&s);
     return r;
+}
+
+static int32_t any_value(struct sc *c)
+{
+    return any_value_at(c, GR_ANY_DEPTH);
+}
+
+static int32_t any_object(struct sc *c)
+{
+    return any_object_at(c, GR_ANY_DEPTH);
+}
+
+static int32_t any_array(struct sc *c)
+{
+    return any_array_at(c, GR_ANY_DEPTH);
 }
 
 /* ---- schema nodes ---- */
@@ -1068,7 +1102,9 @@ static void sc_init(struct sc *c, struct gr_builder *b, const struct js_schema *
     memset(c, 0, sizeof *c);
     c->b = b;
     c->s = s;
-    c->r_value = c->r_object = c->r_array = c->r_string = c->r_chars = c->r_number = c->r_frac = -1;
+    c->r_string = c->r_chars = c->r_number = c->r_frac = -1;
+    for (int d = 0; d <= GR_ANY_DEPTH; d++)
+        c->r_value[d] = c->r_object[d] = c->r_array[d] = -1;
     for (int k = 0; k <= GR_INT_DIGITS; k++)
         c->r_opt_digits[k] = -1;
 }

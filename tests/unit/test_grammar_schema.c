@@ -816,6 +816,18 @@ static void test_json_object(void **state)
     assert_int_equal(run(g, "{\"a\":1,}"), -1);
     assert_int_equal(run(g, "{\"a\"}"), -1);
     assert_int_equal(run(g, "{\"a\":1"), 0);
+    /* nesting is bounded: 32 levels of objects and arrays, the outer object included */
+    char deep[256];
+    for (int levels = 32; levels <= 33; levels++) {
+        size_t n = (size_t)snprintf(deep, sizeof deep, "{\"a\":");
+        for (int i = 1; i < levels; i++)
+            deep[n++] = '[';
+        for (int i = 1; i < levels; i++)
+            deep[n++] = ']';
+        deep[n++] = '}';
+        deep[n] = '\0';
+        assert_int_equal(run(g, deep), levels == 32 ? 1 : -1);
+    }
     gr_unref(g);
 }
 
