@@ -127,6 +127,11 @@ int32_t grb_ws(struct gr_builder *b);
 /* One UTF-8 character (a valid, shortest-form encoding of a scalar value) other than those in the
  * ASCII class excluded (bytes >= 0x80 in it are ignored). */
 int32_t grb_utf8_char_except(struct gr_builder *b, const struct gr_class *excluded, const char *name);
+/* Adds to rule the alternatives of the byte strings texts[i][0..lens[i]) (i < n; repeats harmless),
+ * shared as a trie so that a matcher state holds one stack per distinct next byte, not one per string;
+ * the inner rules are named name@1, name@2, ... (grammar_choice.c). */
+void grb_literals(struct gr_builder *b, int32_t rule, const char *const *texts, const size_t *lens, size_t n,
+                  const char *name);
 
 /* The grammar b describes, starting at rule root, bound to v (may be NULL). Checks that every rule has
  * an alternative, that every reference resolves, and that no cycle of rules reads no byte (left
@@ -195,6 +200,12 @@ enum gr_regex_ctx {
     GR_RX_JSON_STRING, /* as the content of a JSON string: '"', '\\' and control characters escaped
                           (the decoded string is what the regex matches) */
 };
+
+/* Bounds that keep a regex's grammar small: the largest n or m of a {n}, {n,}, {n,m} quantifier, and
+ * the most copies of repeated parts in one pattern (each {n,m} counts m, each {n,} n + 1, each * or +
+ * one or two; nested repetitions add, they do not multiply). */
+#define GR_RX_MAX_REPEAT 1000
+#define GR_RX_MAX_COPIES 10000
 
 /* Adds rules to b for the sentences that match pattern (ECMA-262 syntax, subset in
  * docs/STRUCTURED_OUTPUT.md), anchored at both ends when anchored, else searched (any text may come
