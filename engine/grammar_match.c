@@ -19,7 +19,10 @@ struct centry {
     uint32_t *mask;
 };
 
-#define WALK_POOL_MAX 16 /* idle walks kept per grammar (one per thread computing at once) */
+/* Idle walks kept per grammar for the next misses (one per thread computing at once), each only while
+ * it holds at most WALK_KEEP_BYTES (a memo grown larger by an unusual state is freed). */
+#define WALK_POOL_MAX 8
+#define WALK_KEEP_BYTES ((size_t)1 << 20)
 
 struct gr_mask_cache {
     pthread_mutex_t mu; /* guards everything below */
@@ -237,7 +240,7 @@ int gr_matcher_mask(struct gr_matcher *m, uint32_t *mask, char *err, size_t errl
     double dt = llmq_mono_s() - t0;
 
     pthread_mutex_lock(&c->mu);
-    if (c->n_pool < WALK_POOL_MAX) {
+    if (c->n_pool < WALK_POOL_MAX && gr_walk_bytes(w) <= WALK_KEEP_BYTES) {
         c->pool[c->n_pool++] = w;
         w = NULL;
     }
