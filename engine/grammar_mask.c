@@ -265,6 +265,8 @@ static int walk_memo(struct gr_walk *w, const struct gr_vocab *v, const struct g
                      char *err, size_t errlen)
 {
     int32_t root = intern(w, st);
+    if (root == T_ERROR)
+        snprintf(err, errlen, "out of memory computing a token mask");
     if (root < 0)
         return root;
     int32_t *path = w->path;

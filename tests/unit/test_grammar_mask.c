@@ -490,6 +490,22 @@ static void test_vocab_refusals(void **state)
     assert_int_equal(gr_vocab_mask_words(v), 1);
     gr_vocab_free(v);
     gr_vocab_free(NULL);
+    /* a mask narrower than the tokenizer: ids beyond it are never allowed */
+    const char *lists[] = {"[a]", "[b]", "[c]"};
+    size_t list_lens[] = {3, 3, 3};
+    v = gr_vocab_from_bytes(lists, list_lens, 3, 2, NULL, 0, err, sizeof err);
+    assert_non_null(v);
+    struct grammar *g = nested_lists(v);
+    struct gr_matcher *m = gr_matcher_new(g);
+    uint32_t mask;
+    assert_int_equal(gr_matcher_mask(m, &mask, err, sizeof err), 0);
+    assert_int_equal(mask, 3);
+    assert_int_equal(gr_matcher_accept(m, 2), -1);
+    assert_int_equal(gr_matcher_accept(m, 1), 0);
+    assert_true(gr_matcher_complete(m));
+    gr_matcher_free(m);
+    gr_unref(g);
+    gr_vocab_free(v);
 }
 
 /* The cache: hits on a repeated state (whatever the path to it), a cached mask equal to a fresh one,
