@@ -31,9 +31,11 @@ struct gr_matcher;
 /* ---- vocabulary ---- */
 
 /* The byte strings of tok's ids, in a trie, for computing masks. Ids that are added tokens (special
- * or not: chat markers, think tags) and unused ids are never allowed by a grammar; eos_ids[0..n_eos)
- * are allowed exactly where the grammar may end. vocab is the width of a mask in ids (the model's
- * logits row; >= tok_vocab_size). Returns NULL with err when memory runs out. Free with gr_vocab_free. */
+ * or not: chat markers, think tags), unused ids and ids with no bytes are never allowed by a grammar;
+ * eos_ids[0..n_eos) are allowed exactly where the grammar may end. vocab is the width of a mask in ids
+ * (the model's logits row; >= tok_vocab_size: ids from tok_vocab_size on are never allowed). tok is
+ * only read during the call (the vocabulary keeps its own copy of the bytes). Returns NULL with err
+ * when an eos id is outside [0, vocab) or memory runs out. Free with gr_vocab_free (NULL harmless). */
 struct gr_vocab *gr_vocab_new(const struct tok *tok, int vocab, const int32_t *eos_ids, int n_eos, char *err,
                               size_t errlen);
 void gr_vocab_free(struct gr_vocab *v);
@@ -85,11 +87,13 @@ struct gr_matcher *gr_matcher_new(struct grammar *g);
 void gr_matcher_free(struct gr_matcher *m);
 
 /* Writes the allowed ids of m's current state into mask[gr_vocab_mask_words]: every id whose bytes can
- * follow the output so far, and the eos ids when the output so far is a complete sentence. From g's
- * cache when the state was seen before. Returns 0, or -1 with err (no vocabulary; out of memory). */
+ * follow the output so far, and the eos ids when the output so far is a complete sentence; none once
+ * m has ended. From g's cache when the state was seen before. Returns 0, or -1 with err (no
+ * vocabulary; a limit of the grammar's states; out of memory). */
 int gr_matcher_mask(struct gr_matcher *m, uint32_t *mask, char *err, size_t errlen);
 /* Moves m over token: its bytes, or the end when it is an eos id (then gr_matcher_ended). Returns 0,
- * or -1 when the grammar does not allow it (m is unchanged). */
+ * or -1 when the grammar does not allow it (m is unchanged): an eos id before the output is complete,
+ * an id no mask allows (added, unused, outside the vocabulary), any id after the end. */
 int gr_matcher_accept(struct gr_matcher *m, int32_t token);
 /* Moves m over raw bytes (tests, and forced text). Returns 0, or -1 when the grammar does not allow
  * them (m is unchanged). */

@@ -213,3 +213,79 @@ enum gr_regex_ctx {
  * (the message names the construct and its offset: "regex: unsupported lookahead at offset 3"). */
 int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, enum gr_regex_ctx ctx,
                       const char *name);
+
+/* ---- the vocabulary (grammar_vocab.c) ----
+ *
+ * The byte strings of the usable ids in a trie laid out in depth-first preorder, so that a mask is one
+ * pass over an array: node i's subtree is nodes [i, nodes[i].next), and a walk that rejects node i
+ * jumps to nodes[i].next. The ids whose bytes end at node i are trie_ids[nodes[i].ids ..
+ * nodes[i + 1].ids) (a sentinel node ends the array). Node 0 is the root (the empty string). */
+
+struct gr_trie_node {
+    int32_t next;  /* the first node after this node's subtree */
+    int32_t ids;   /* the first of this node's ids in trie_ids */
+    int32_t depth; /* bytes from the root to here (the root: 0) */
+    uint8_t byte;  /* the last byte of the path (the root: 0) */
+};
+
+struct gr_vocab {
+    int32_t vocab;      /* width of a mask in ids */
+    int32_t mask_words; /* (vocab + 31) / 32 */
+    int32_t n_ids;      /* ids with a byte string slot: [0, n_ids), n_ids <= vocab */
+    char *bytes;        /* every usable id's bytes, concatenated */
+    int64_t *off;       /* [n_ids + 1]: id i's bytes are bytes[off[i] .. off[i + 1]); empty: unusable */
+    int32_t *eos;       /* [n_eos] distinct, each in [0, vocab) */
+    int32_t n_eos;
+    struct gr_trie_node *nodes; /* [n_nodes + 1], the last a sentinel (ids = n_trie_ids) */
+    int32_t n_nodes;
+    int32_t *trie_ids; /* [n_trie_ids] */
+    int32_t n_trie_ids;
+    int32_t max_depth; /* the longest byte string */
+};
+
+/* The vocabulary of ids [0, n) with bytes[i][0..lens[i]) (bytes[i] NULL or lens[i] 0: the id is never
+ * allowed), vocab >= n wide, eos ids eos[0..n_eos) (each in [0, vocab); they are allowed only where the
+ * grammar may end, whatever their bytes). gr_vocab_new gives this the tokenizer's strings; tests give
+ * made-up ones. NULL with err when out of memory or an eos id is out of range. */
+struct gr_vocab *gr_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32_t n, int32_t vocab,
+                                     const int32_t *eos, int n_eos, char *err, size_t errlen);
+/* Whether id is one of v's eos ids. */
+bool gr_vocab_is_eos(const struct gr_vocab *v, int32_t id);
+
+/* ---- computing masks (grammar_mask.c) ----
+ *
+ * A walk is the scratch of one mask computation for one grammar: the state at each depth of the trie
+ * and a memo of transitions (a lazily built automaton over the states met: for each state and each
+ * class of equivalent bytes, the state after it, or dead). Inside a JSON string most tokens lead
+ * back to a few states, so nearly every trie node costs one table look-up instead of a state advance.
+ * The memo is kept between computations of the same walk and cleared when it grows past
+ * GR_WALK_MAX_BYTES; a single computation that would outgrow it finishes without the memo, advancing
+ * states byte by byte (slower, same mask). One walk is used by one thread at a time. */
+
+#define GR_WALK_MAX_BYTES ((size_t)16 << 20)
+
+struct gr_walk;
+/* A walk for g (which must outlive it). NULL when out of memory. */
+struct gr_walk *gr_walk_new(const struct grammar *g);
+void gr_walk_free(struct gr_walk *w);
+/* Bytes the walk holds (its memo and buffers). */
+size_t gr_walk_bytes(const struct gr_walk *w);
+/* Lowers the memo's bound (tests: 0 makes every computation advance byte by byte). */
+void gr_walk_set_max_bytes(struct gr_walk *w, size_t max_bytes);
+/* How many of w's computations finished without the memo (the memo full). */
+int64_t gr_walk_fallbacks(const struct gr_walk *w);
+/* Writes into mask[v->mask_words] the ids allowed in state st of w's grammar against vocabulary v: an
+ * id whose bytes are accepted one after another from st, an eos id when st is complete. Returns 0, or
+ * -1 with err (a limit of the grammar's states, out of memory). */
+int gr_walk_mask(struct gr_walk *w, const struct gr_vocab *v, const struct gr_state *st, uint32_t *mask,
+                 char *err, size_t errlen);
+
+/* ---- the mask cache (grammar_match.c) ----
+ *
+ * Masks by state (canonical form), shared by every matcher of a grammar, at most
+ * GR_CACHE_MAX_BYTES of masks and keys per grammar (the least recently used go first). */
+
+#define GR_CACHE_MAX_BYTES ((size_t)64 << 20)
+
+/* Lowers g's cache bound (tests of eviction), evicting down to it now. */
+void gr_cache_set_max_bytes(struct grammar *g, size_t max_bytes);

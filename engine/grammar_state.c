@@ -142,9 +142,9 @@ static void expand(struct expand *x, int32_t len)
 /* qsort has no context argument: the comparison reads the raw list of the calling thread here. */
 static __thread const int32_t *cmp_base;
 
-static int cmp_stack(const void *pa, const void *pb)
+/* The order of the canonical form: shorter stacks first, then by positions from the bottom. */
+static inline int cmp_stacks(const int32_t *a, const int32_t *b)
 {
-    const int32_t *a = cmp_base + *(const int32_t *)pa, *b = cmp_base + *(const int32_t *)pb;
     if (a[0] != b[0])
         return a[0] < b[0] ? -1 : 1;
     for (int32_t i = 1; i <= a[0]; i++)
@@ -153,15 +153,38 @@ static int cmp_stack(const void *pa, const void *pb)
     return 0;
 }
 
+static int cmp_stack(const void *pa, const void *pb)
+{
+    return cmp_stacks(cmp_base + *(const int32_t *)pa, cmp_base + *(const int32_t *)pb);
+}
+
+/* Sorts offs[0..n) by the stacks they point to in base: insertion sort for the few stacks of most
+ * states (no call per comparison), qsort beyond. */
+static void sort_stacks(const int32_t *base, int32_t *offs, int32_t n)
+{
+    if (n > 24) {
+        cmp_base = base;
+        qsort(offs, (size_t)n, sizeof *offs, cmp_stack);
+        return;
+    }
+    for (int32_t i = 1; i < n; i++) {
+        int32_t o = offs[i], j = i;
+        while (j > 0 && cmp_stacks(base + offs[j - 1], base + o) > 0) {
+            offs[j] = offs[j - 1];
+            j--;
+        }
+        offs[j] = o;
+    }
+}
+
 /* Sorts the raw stacks, drops repeats, writes the canonical form into out. */
 static int canonicalize(struct expand *x, struct gr_state *out)
 {
     struct gr_scratch *sc = x->sc;
     int32_t ns = sc->raw.n_stacks;
     const int32_t *base = sc->raw.v;
-    cmp_base = base;
     if (ns > 1)
-        qsort(sc->offs, (size_t)ns, sizeof *sc->offs, cmp_stack);
+        sort_stacks(base, sc->offs, ns);
     out->n = 0;
     out->n_stacks = 0;
     out->complete = false;
@@ -172,7 +195,7 @@ static int canonicalize(struct expand *x, struct gr_state *out)
     int32_t prev = -1;
     for (int32_t i = 0; i < ns; i++) {
         const int32_t *s = base + sc->offs[i];
-        if (prev >= 0 && !cmp_stack(&sc->offs[prev], &sc->offs[i]))
+        if (prev >= 0 && !cmp_stacks(base + sc->offs[prev], s))
             continue;
         prev = i;
         if (out->n_stacks >= GR_MAX_STACKS) {
