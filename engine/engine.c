@@ -22,11 +22,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/grammar.h"
 #include "engine/kv_blocks.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/stop.h"
-#include "engine/grammar.h"
 #include "engine/think.h"
 #include "engine/tokenizer.h"
 #include "engine/util/array.h"
@@ -94,8 +94,8 @@ struct engine {
     struct gr_vocab *gvocab;  /* for grammars; built on first use */
     struct eseq **pend;       /* [max_num_seqs]: seqs of this step whose masks fill_masks makes */
     int n_pend;
-    struct list live;         /* every unreleased seq */
-    double next_deadline;     /* no unfinished seq has an earlier one (INFINITY: none has one) */
+    struct list live;     /* every unreleased seq */
+    double next_deadline; /* no unfinished seq has an earlier one (INFINITY: none has one) */
     struct engine_stats st;
 };
 
@@ -503,9 +503,8 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
         array_reserve(&q->pub.text, &q->text_cap, 64, 1, 64) ||
         array_reserve(&q->pub.reasoning, &q->reasoning_cap, 1, 1, 64))
         goto oom;
-    if (r->grammar &&
-        (!(q->gm = gr_matcher_new(r->grammar)) ||
-         !(q->mask = malloc((size_t)gr_vocab_mask_words(e->gvocab) * sizeof *q->mask))))
+    if (r->grammar && (!(q->gm = gr_matcher_new(r->grammar)) ||
+                       !(q->mask = malloc((size_t)gr_vocab_mask_words(e->gvocab) * sizeof *q->mask))))
         goto oom;
     think_start(&q->think, &e->think, r->prompt, r->n_prompt,
                 r->has_thinking_budget ? r->thinking_budget : -1);
@@ -953,7 +952,8 @@ int engine_step(struct engine *e, struct engine_seq ***changed, int *n_changed)
     if (e->n_pend) { /* the backend did not ask for the masks: it failed, or cannot */
         for (int i = 0; i < e->n_pend && brc == 0; i++)
             if (!e->pend[i]->gerr)
-                e->pend[i]->gerr = strdup("internal: the backend sampled without asking for the grammar's mask");
+                e->pend[i]->gerr =
+                    strdup("internal: the backend sampled without asking for the grammar's mask");
         e->n_pend = 0;
     }
     if (brc) {

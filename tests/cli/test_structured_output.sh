@@ -27,8 +27,8 @@ fi
 
 # determinism: the same jobs again, and one job alone, give the same texts
 "$LLMQ" run --backend cpu --model "$M" -i "$T/jobs.jsonl" -o "$T/out2.jsonl" --threads 2 2>>"$T/run.log"
-if cmp -s <(jq -c '[.id // .custom_id, .text // .response.body.choices[0].message.content]' "$T/out.jsonl") \
-          <(jq -c '[.id // .custom_id, .text // .response.body.choices[0].message.content]' "$T/out2.jsonl"); then
+if cmp -s <(jq -c '[.custom_id // .id, .text // .response.body.choices[0].message.content]' "$T/out.jsonl") \
+          <(jq -c '[.custom_id // .id, .text // .response.body.choices[0].message.content]' "$T/out2.jsonl"); then
   ok "a second run gives the same outputs"
 else
   bad "a second run differs"

@@ -1191,6 +1191,8 @@ static void grammar_jobs(struct job *jobs, int n)
         jobs[i].r.has_seed = true;
         jobs[i].r.sp.seed = 500 + (uint64_t)i;
         jobs[i].r.sp.logprobs = 2;
+        jobs[i].r.ignore_eos = false;
+        jobs[i].r.min_tokens = 0;
         jobs[i].arrive = i;
     }
 }
@@ -1217,7 +1219,7 @@ static void test_grammar(void **state)
     }
     /* together, under preemption */
     struct engine_opts o = base_opts();
-    o.be.max_model_len = 260;
+    o.be.max_model_len = 180;
     o.be.kv_cache_bytes = 60 * BLOCK_BYTES;
     o.admission_reserve = 0;
     struct engine *e = open_engine(&o);

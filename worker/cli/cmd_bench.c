@@ -703,7 +703,8 @@ static int open_model(struct bench *b, const struct bench_args *a)
             return 1;
         }
         /* model.tokenizer when given (real masks for --response-format), else a scratch one */
-        b->tok = b->tok_dir[0] ? tok_load_dir(b->tok_dir, err, sizeof err) : scratch_tokenizer(err, sizeof err);
+        b->tok =
+            b->tok_dir[0] ? tok_load_dir(b->tok_dir, err, sizeof err) : scratch_tokenizer(err, sizeof err);
         snprintf(b->model_name, sizeof b->model_name, "%s", a->shape);
     } else {
         b->model = model_load(b->model_dir, err, sizeof err);
@@ -787,7 +788,8 @@ static int compile_response_format(struct bench *b, const char *path)
             snprintf(err, sizeof err, "json_schema.schema is missing");
     }
     if (v && (any_object || js))
-        b->grammar = any_object ? gr_compile_json_object(v, err, sizeof err) : gr_compile_schema(js, v, err, sizeof err);
+        b->grammar = any_object ? gr_compile_json_object(v, err, sizeof err)
+                                : gr_compile_schema(js, v, err, sizeof err);
     b->compile_s = llmq_mono_s() - t1;
     js_free(js);
     json_decref(j);
@@ -1048,7 +1050,8 @@ static void print_line(const struct bench *b)
         json_object_set_new(rf, "mask_share", json_real(r4(mask_s / b->secs)));
         json_object_set_new(rf, "cache_hits", json_integer((json_int_t)gs.hits));
         json_object_set_new(rf, "cache_misses", json_integer((json_int_t)gs.misses));
-        json_object_set_new(rf, "miss_ms_mean", json_real(r3(gs.misses ? gs.compute_s / (double)gs.misses * 1e3 : 0)));
+        json_object_set_new(rf, "miss_ms_mean",
+                            json_real(r3(gs.misses ? gs.compute_s / (double)gs.misses * 1e3 : 0)));
         json_object_set_new(rf, "mean_output_len", json_real(r1((double)out_tokens / b->fg.n_req)));
     }
     json_object_set_new(j, "response_format", rf);

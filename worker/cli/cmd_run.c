@@ -24,6 +24,7 @@
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
+#include "worker/jobs/grammar_cache.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/result.h"
 
@@ -85,6 +86,7 @@ struct run {
     struct tok *tok;
     struct chat_template *chat; /* the model's chat template, parsed once */
     struct engine *eng;
+    struct grammar_cache *grammars; /* jobs' structured-output grammars, compiled once each */
     struct job_opts jopts;
     char model_name[256];
     int max_model_len;
@@ -156,8 +158,9 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
     if (rc == 0) {
         in.req.user = s;
         in.req.deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
-        s->seq = engine_add(r->eng, &in.req, err, sizeof err);
-        if (!s->seq)
+        rc = grammar_cache_for_job(r->grammars, &s->job, r->eng, &in.req.grammar, err, sizeof err);
+        s->seq = rc ? NULL : engine_add(r->eng, &in.req, err, sizeof err);
+        if (!rc && !s->seq)
             rc = JOB_ERR_ENGINE;
     }
     job_input_free(&in);
@@ -261,6 +264,7 @@ static void run_free(struct run *r)
         }
         free(r->slots);
     }
+    grammar_cache_free(r->grammars);
     engine_free(r->eng);
     tok_free(r->tok);
     chat_template_free(r->chat);
@@ -308,6 +312,11 @@ static int setup(struct run *r, const char *input, const char *output)
     r->eng = be ? engine_open(r->model, r->tok, be, &eo, err, sizeof err) : NULL;
     if (!r->eng) {
         fprintf(stderr, "llmq %s: engine: %s\n", CMD, err);
+        return 1;
+    }
+    r->grammars = grammar_cache_new();
+    if (!r->grammars) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
         return 1;
     }
     r->max_model_len = engine_max_model_len(r->eng, 0);

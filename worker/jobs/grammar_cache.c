@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
 #include "engine/util/hash.h"
@@ -93,7 +94,8 @@ oom:
     return NULL;
 }
 
-static struct grammar *compile(const struct job_constraint *k, const struct gr_vocab *v, char *err, size_t errlen)
+static struct grammar *compile(const struct job_constraint *k, const struct gr_vocab *v, char *err,
+                               size_t errlen)
 {
     switch (k->kind) {
     case JOB_CONSTRAINT_JSON_SCHEMA: {
@@ -114,8 +116,8 @@ static struct grammar *compile(const struct job_constraint *k, const struct gr_v
     }
 }
 
-struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_constraint *k, const struct gr_vocab *v,
-                                  char *err, size_t errlen)
+struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_constraint *k,
+                                  const struct gr_vocab *v, char *err, size_t errlen)
 {
     size_t len;
     char *key = key_of(k, &len);
@@ -155,7 +157,26 @@ struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_cons
     return g;
 }
 
-void grammar_cache_stats(const struct grammar_cache *c, unsigned long long *compiled, unsigned long long *hits)
+int grammar_cache_for_job(struct grammar_cache *c, const struct job *j, struct engine *e,
+                          struct grammar **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (j->constraint.kind == JOB_CONSTRAINT_NONE)
+        return 0;
+    const struct gr_vocab *v = engine_grammar_vocab(e, err, errlen);
+    if (!v)
+        return JOB_ERR_INTERNAL;
+    char why[768];
+    *out = grammar_cache_get(c, &j->constraint, v, why, sizeof why);
+    if (!*out) {
+        snprintf(err, errlen, "%s: %s", job_constraint_name(j->constraint.kind), why);
+        return JOB_ERR_RESPONSE_FORMAT;
+    }
+    return 0;
+}
+
+void grammar_cache_stats(const struct grammar_cache *c, unsigned long long *compiled,
+                         unsigned long long *hits)
 {
     *compiled = c->compiled;
     *hits = c->hits;

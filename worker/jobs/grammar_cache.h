@@ -7,8 +7,10 @@
 #pragma once
 #include <stddef.h>
 
+struct engine;
 struct grammar;
 struct gr_vocab;
+struct job;
 struct job_constraint;
 struct grammar_cache;
 
@@ -23,8 +25,15 @@ void grammar_cache_free(struct grammar_cache *c);
  * call on c (engine_add takes its own reference). NULL with err when the constraint cannot be compiled
  * (the compiler's message, e.g. a regex construct or a number range it cannot express) or memory runs
  * out. */
-struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_constraint *k, const struct gr_vocab *v,
-                                  char *err, size_t errlen);
+struct grammar *grammar_cache_get(struct grammar_cache *c, const struct job_constraint *k,
+                                  const struct gr_vocab *v, char *err, size_t errlen);
+
+/* The grammar of job j's constraint against engine e's vocabulary (built on first use) into *out:
+ * borrowed as with grammar_cache_get, NULL when j has none. Returns 0, or JOB_ERR_RESPONSE_FORMAT with
+ * err (the message the job fails with), or JOB_ERR_INTERNAL when memory runs out. */
+int grammar_cache_for_job(struct grammar_cache *c, const struct job *j, struct engine *e,
+                          struct grammar **out, char *err, size_t errlen);
 
 /* Grammars compiled and served from the cache since it was made. */
-void grammar_cache_stats(const struct grammar_cache *c, unsigned long long *compiled, unsigned long long *hits);
+void grammar_cache_stats(const struct grammar_cache *c, unsigned long long *compiled,
+                         unsigned long long *hits);

@@ -41,6 +41,7 @@
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
 #include "worker/config/redis_cfg.h"
+#include "worker/jobs/grammar_cache.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/tpl_source.h"
 #include "worker/loop/committed.h"
@@ -183,6 +184,7 @@ struct wk {
     struct tok *tok;
     struct chat_template *chat; /* the model's chat template, parsed once */
     struct engine *eng;
+    struct grammar_cache *grammars; /* jobs' structured-output grammars, compiled once each */
     struct wk_lanes lanes; /* which queue feeds which engine lane, and their room */
     struct wk_models models; /* the model names it serves and their queues (models.h) */
     struct tpl_source *tpl;  /* templates: the config's, else the published ones (tpl_source.h) */
@@ -455,8 +457,11 @@ static void admit(struct wk *w, struct wk_job *j)
         j->lane = lane;
         j->max_tokens = in.req.max_tokens;
         j->prompt_tokens = in.n_tokens;
-        j->seq = engine_add(w->eng, &in.req, err, sizeof err);
-        if (!j->seq) {
+        rc = grammar_cache_for_job(w->grammars, &j->job, w->eng, &in.req.grammar, err, sizeof err);
+        j->seq = rc ? NULL : engine_add(w->eng, &in.req, err, sizeof err);
+        if (rc) {
+            fail_job(w, j, rc, err);
+        } else if (!j->seq) {
             fail_job(w, j, JOB_ERR_ENGINE, err);
         } else {
             wk_job_admitted(j); /* the engine has the tokens */
@@ -1793,6 +1798,11 @@ static int setup(struct wk *w)
         return -1;
     }
     engine_set_on_start(w->eng, on_start, w);
+    w->grammars = grammar_cache_new();
+    if (!w->grammars) {
+        log_error("out of memory");
+        return -1;
+    }
     if (start_stop(w, "opening the database"))
         return -1;
     if (wk_lanes_init(&w->lanes, c, w->eng, err, sizeof err)) {
@@ -1925,6 +1935,7 @@ static void teardown(struct wk *w)
     tpl_source_free(w->tpl);
     wk_gate_stop(&w->redis.gate);
     rq_free(w->rq);
+    grammar_cache_free(w->grammars);
     engine_free(w->eng);
     tok_free(w->tok);
     chat_template_free(w->chat);
