@@ -979,20 +979,26 @@ static int parse_top(struct rx *x)
 
 /* ---- writing rules ---- */
 
-/* A sequence of byte ranges (one UTF-8 encoding or one JSON escape pattern). */
+/* A product of byte classes: every byte string whose i-th byte is in c[i] (a piece of a set's UTF-8
+ * encodings, or of its JSON escapes). */
 struct bseq {
-    uint8_t lo[6], hi[6];
+    struct gr_class c[6];
     int32_t n;
 };
 
 struct bseqs {
     struct bseq *v;
     int32_t n, cap;
-    struct gr_class ascii; /* single bytes, one alternative when not empty */
-    bool has_ascii;
 };
 
-static int bs_push(struct bseqs *s, const struct bseq *q)
+static void class_add(struct gr_class *c, unsigned lo, unsigned hi)
+{
+    for (unsigned b = lo; b <= hi; b++)
+        c->bits[b >> 5] |= 1u << (b & 31);
+}
+
+/* Appends the product of byte ranges lo[i]..hi[i], i < n. */
+static int bs_push(struct bseqs *s, const uint8_t *lo, const uint8_t *hi, int32_t n)
 {
     if (s->n == s->cap) {
         int32_t nc = s->cap ? s->cap * 2 : 8;
@@ -1002,7 +1008,11 @@ static int bs_push(struct bseqs *s, const struct bseq *q)
         s->v = v;
         s->cap = nc;
     }
-    s->v[s->n++] = *q;
+    struct bseq *q = &s->v[s->n++];
+    memset(q, 0, sizeof *q);
+    q->n = n;
+    for (int32_t i = 0; i < n; i++)
+        class_add(&q->c[i], lo[i], hi[i]);
     return 0;
 }
 
@@ -1030,22 +1040,16 @@ static int utf8_encode(uint32_t c, uint8_t *out)
     return 4;
 }
 
-/* Adds the byte sequences of code points lo..hi (no surrogates inside) to s: the range is cut until
- * each piece's encodings are all the byte sequences with each byte in a range (the lowest piece's
- * bytes to the highest's). */
+/* Adds the UTF-8 encodings of code points lo..hi (no surrogates inside) to s: the range is cut until
+ * each piece's encodings are all the byte strings with each byte between the lowest code point's and
+ * the highest's. */
 static int utf8_ranges(struct bseqs *s, uint32_t lo, uint32_t hi)
 {
     static const uint32_t len_end[] = {0x7F, 0x7FF, 0xFFFF};
     for (int i = 0; i < 3; i++)
         if (lo <= len_end[i] && hi > len_end[i])
             return utf8_ranges(s, lo, len_end[i]) | utf8_ranges(s, len_end[i] + 1, hi);
-    if (hi < 0x80) {
-        for (uint32_t c = lo; c <= hi; c++)
-            s->ascii.bits[c >> 5] |= 1u << (c & 31);
-        s->has_ascii = true;
-        return 0;
-    }
-    for (int k = 1; k < 4; k++) {
+    for (int k = 1; k < 4 && hi >= 0x80; k++) {
         uint32_t m = (1u << (6 * k)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0)
@@ -1054,16 +1058,41 @@ static int utf8_ranges(struct bseqs *s, uint32_t lo, uint32_t hi)
                 return utf8_ranges(s, lo, (hi & ~m) - 1) | utf8_ranges(s, hi & ~m, hi);
         }
     }
-    struct bseq q;
     uint8_t a[4], b[4];
-    q.n = utf8_encode(lo, a);
+    int n = utf8_encode(lo, a);
     utf8_encode(hi, b);
-    for (int i = 0; i < q.n; i++)
-        q.lo[i] = a[i], q.hi[i] = b[i];
-    return bs_push(s, &q);
+    return bs_push(s, a, b, n);
 }
 
-/* The byte alternatives of code point set c in x's context. */
+/* Merges products that differ in one position only (their union is the product with that position's
+ * classes joined), until none do: fewer alternatives, so fewer matcher stacks. */
+static void bs_merge(struct bseqs *s)
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t i = 0; i < s->n; i++)
+            for (int32_t j = i + 1; j < s->n; j++) {
+                struct bseq *p = &s->v[i], *q = &s->v[j];
+                if (p->n != q->n)
+                    continue;
+                int32_t diff = -1, n_diff = 0;
+                for (int32_t k = 0; k < p->n && n_diff < 2; k++)
+                    if (memcmp(&p->c[k], &q->c[k], sizeof p->c[k]))
+                        diff = k, n_diff++;
+                if (n_diff > 1)
+                    continue;
+                if (diff >= 0)
+                    for (int w = 0; w < 8; w++)
+                        p->c[diff].bits[w] |= q->c[diff].bits[w];
+                memmove(q, q + 1, (size_t)(s->n - j - 1) * sizeof *q);
+                s->n--;
+                j--;
+                changed = true;
+            }
+    }
+}
+
+/* The byte strings of code point set c in x's context, as merged products. */
 static int set_seqs(const struct rx *x, const struct cset *c, struct bseqs *s)
 {
     for (int32_t i = 0; i < c->n; i++) {
@@ -1078,31 +1107,26 @@ static int set_seqs(const struct rx *x, const struct cset *c, struct bseqs *s)
         for (uint32_t cp = lo; cp <= hi && cp < 0x80; cp++) {
             static const char short_esc[] = "\b\f\n\r\t\"\\";
             static const char letter[] = "bfnrt\"\\";
+            static const char hex[] = "0123456789ABCDEF";
             const char *e = cp ? strchr(short_esc, (int)cp) : NULL;
-            struct bseq q = {.n = 0};
+            uint8_t q[6];
+            int32_t n = 1;
+            q[0] = (uint8_t)cp;
             if (e) {
-                q.n = 2;
-                q.lo[0] = q.hi[0] = '\\';
-                q.lo[1] = q.hi[1] = (uint8_t)letter[e - short_esc];
+                q[0] = '\\', q[1] = (uint8_t)letter[e - short_esc];
+                n = 2;
             } else if (cp < 0x20) {
-                static const char hex[] = "0123456789ABCDEF";
-                const char *t = "\\u00";
-                q.n = 6;
-                for (int j = 0; j < 4; j++)
-                    q.lo[j] = q.hi[j] = (uint8_t)t[j];
-                q.lo[4] = q.hi[4] = (uint8_t)hex[cp >> 4];
-                q.lo[5] = q.hi[5] = (uint8_t)hex[cp & 15];
-            } else {
-                s->ascii.bits[cp >> 5] |= 1u << (cp & 31);
-                s->has_ascii = true;
-                continue;
+                memcpy(q, "\\u00", 4);
+                q[4] = (uint8_t)hex[cp >> 4], q[5] = (uint8_t)hex[cp & 15];
+                n = 6;
             }
-            if (bs_push(s, &q) < 0)
+            if (bs_push(s, q, q, n) < 0)
                 return -1;
         }
         if (hi >= 0x80 && utf8_ranges(s, lo < 0x80 ? 0x80 : lo, hi) < 0)
             return -1;
     }
+    bs_merge(s);
     return 0;
 }
 
@@ -1113,6 +1137,60 @@ static int32_t sub_rule(struct rx *x, const char *what)
     char nm[256];
     snprintf(nm, sizeof nm, "%s.%s%d", x->name, what, x->n_sub++);
     return grb_rule(x->b, nm);
+}
+
+/* A rule for the byte strings of v[0..n) from position at on, left-factored: products that start
+ * with the same class share one alternative, their common prefix followed by a rule of the rests
+ * (so a matcher waiting for a character holds one stack per distinct first class). */
+static int32_t seqs_rule(struct rx *x, struct bseq *v, int32_t n, int32_t at)
+{
+    int32_t r = sub_rule(x, "c");
+    struct gr_seq a = {0};
+    bool *done = calloc((size_t)n, sizeof *done);
+    if (!done) {
+        rx_oom(x);
+        return -1;
+    }
+    for (int32_t i = 0; i < n && !rx_failed(x); i++) {
+        if (done[i])
+            continue;
+        if (v[i].n == at) { /* nothing left */
+            done[i] = true;
+            grb_alt(x->b, r, &a);
+            continue;
+        }
+        /* the products that start like v[i], gathered after it */
+        int32_t m = 1;
+        for (int32_t j = i + 1; j < n; j++)
+            if (!done[j] && v[j].n > at && !memcmp(&v[j].c[at], &v[i].c[at], sizeof v[i].c[at])) {
+                struct bseq t = v[j];
+                memmove(&v[i + m + 1], &v[i + m], (size_t)(j - i - m) * sizeof *v);
+                memmove(&done[i + m + 1], &done[i + m], (size_t)(j - i - m) * sizeof *done);
+                v[i + m] = t;
+                done[i + m] = false;
+                m++;
+            }
+        int32_t common = 1;
+        for (bool same = true; same && m > 1;) {
+            int32_t k = at + common;
+            for (int32_t j = i; j < i + m && same; j++)
+                same = v[j].n > k && !memcmp(&v[j].c[k], &v[i].c[k], sizeof v[i].c[k]);
+            if (same)
+                common++;
+        }
+        if (m == 1)
+            common = v[i].n - at;
+        for (int32_t k = at; k < at + common; k++)
+            grs_class(x->b, &a, &v[i].c[k]);
+        if (m > 1)
+            grs_rule(x->b, &a, seqs_rule(x, v + i, m, at + common));
+        grb_alt(x->b, r, &a);
+        for (int32_t j = i; j < i + m; j++)
+            done[j] = true;
+    }
+    free(done);
+    grs_free(&a);
+    return r;
 }
 
 /* Appends one code point of c to seq: its bytes inline when c has one byte sequence, else a rule of
@@ -1129,28 +1207,13 @@ static void emit_cset(struct rx *x, struct gr_seq *seq, const struct cset *c, in
         rx_oom(x);
         return;
     }
-    int32_t n_alts = s.n + (s.has_ascii ? 1 : 0);
-    if (n_alts == 1) {
-        if (s.has_ascii)
-            grs_class(x->b, seq, &s.ascii);
-        else
-            for (int32_t j = 0; j < s.v[0].n; j++)
-                grs_range(x->b, seq, s.v[0].lo[j], s.v[0].hi[j]);
+    if (s.n == 1) {
+        for (int32_t j = 0; j < s.v[0].n; j++)
+            grs_class(x->b, seq, &s.v[0].c[j]);
         free(s.v);
         return;
     }
-    int32_t r = sub_rule(x, "c");
-    struct gr_seq a = {0};
-    if (s.has_ascii) {
-        grs_class(x->b, &a, &s.ascii);
-        grb_alt(x->b, r, &a);
-    }
-    for (int32_t i = 0; i < s.n; i++) {
-        for (int32_t j = 0; j < s.v[i].n; j++)
-            grs_range(x->b, &a, s.v[i].lo[j], s.v[i].hi[j]);
-        grb_alt(x->b, r, &a);
-    }
-    grs_free(&a);
+    int32_t r = seqs_rule(x, s.v, s.n, 0);
     free(s.v);
     if (memo)
         *memo = r;
@@ -1303,6 +1366,51 @@ static int32_t any_star(struct rx *x)
     return star;
 }
 
+/* For a search, where any text may follow (at_end) or precede the match: a part of node that
+ * matches the same texts once that text is added, with less repetition at that end. It keeps only
+ * words of node, and every word of node still ends (starts) with one of them: a{2,5} becomes a{2},
+ * b* and a nullable alternation nothing. Fewer ways to match the same text, so fewer matcher
+ * stacks. */
+static int32_t trim(struct rx *x, int32_t node, bool at_end)
+{
+    if (node < 0 || rx_failed(x))
+        return -1;
+    const struct rx_node nd = x->nodes[node];
+    if (nd.nullable)
+        return mk_simple(x, RX_EMPTY);
+    switch (nd.kind) {
+    case RX_REP:
+        return mk_rep(x, x->kids[nd.first], nd.min, nd.min, nd.off);
+    case RX_ALT: {
+        int32_t *k = malloc((size_t)nd.n * sizeof *k);
+        if (!k) {
+            rx_oom(x);
+            return -1;
+        }
+        for (int32_t i = 0; i < nd.n; i++)
+            k[i] = trim(x, x->kids[nd.first + i], at_end);
+        int32_t r = rx_failed(x) ? -1 : mk_list(x, RX_ALT, k, nd.n, nd.off);
+        free(k);
+        return r;
+    }
+    case RX_CAT: {
+        int32_t *k = malloc((size_t)nd.n * sizeof *k);
+        if (!k) {
+            rx_oom(x);
+            return -1;
+        }
+        memcpy(k, x->kids + nd.first, (size_t)nd.n * sizeof *k);
+        int32_t edge = at_end ? nd.n - 1 : 0;
+        k[edge] = trim(x, k[edge], at_end);
+        int32_t r = rx_failed(x) ? -1 : mk_list(x, RX_CAT, k, nd.n, nd.off);
+        free(k);
+        return r;
+    }
+    default:
+        return node;
+    }
+}
+
 int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, enum gr_regex_ctx ctx,
                       const char *name)
 {
@@ -1341,10 +1449,17 @@ int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, 
         const struct rx_top *t = &x.tops[i];
         if (kind_of(&x, t->node) == RX_NONE)
             continue;
+        int32_t body = t->node;
+        if (!anchored && !t->dollar)
+            body = trim(&x, body, true);
+        if (!anchored && !t->caret)
+            body = trim(&x, body, false);
+        if (body < 0)
+            break;
         if (!anchored && !t->caret)
             grs_rule(b, &seq, any_star(&x));
-        emit_node(&x, &seq, t->node);
-        if (!anchored && !t->dollar)
+        emit_node(&x, &seq, body);
+        if (!anchored && !t->dollar && (t->caret || kind_of(&x, body) != RX_EMPTY))
             grs_rule(b, &seq, any_star(&x));
         grb_alt(b, root, &seq);
     }

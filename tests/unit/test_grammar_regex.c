@@ -516,6 +516,35 @@ static void test_random_patterns(void **state)
     }
 }
 
+/* A search keeps few matcher stacks: repetition at an unanchored end is cut to its minimum, and a
+ * character's alternatives share their first bytes. */
+static void test_search_states_small(void **state)
+{
+    (void)state;
+    static const char *const pats[] = {"[^\"]{0,100}", "[a-z]{1,64}", "(a{1,30}){1,30}", "\\d+\\.\\d*",
+                                       "(x|a)*y"};
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        struct grammar *g = build(pats[i], false, GR_RX_JSON_STRING);
+        struct gr_scratch sc = {0};
+        struct gr_state s = {0}, t = {0};
+        char err[128];
+        assert_int_equal(gr_state_start(g, &s, &sc, err, sizeof err), 1);
+        int most = 0;
+        for (int k = 0; k < 400; k++) {
+            uint8_t c = (uint8_t)("aaxa1.\\ny"[k % 9]);
+            assert_int_equal(gr_state_advance(g, &s, c, &t, &sc, err, sizeof err), 1);
+            struct gr_state u = s;
+            s = t, t = u;
+            most = s.n_stacks > most ? s.n_stacks : most;
+        }
+        if (most > 40)
+            fail_msg("'%s': %d stacks", pats[i], most);
+        gr_state_free(&s), gr_state_free(&t);
+        gr_scratch_free(&sc);
+        gr_unref(g);
+    }
+}
+
 /* Where ECMA-262 and PCRE2 differ, the grammar generates only what both match. */
 static void test_engines_differ(void **state)
 {
@@ -672,11 +701,17 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_suite_anchored_raw),  cmocka_unit_test(test_suite_search_raw),
-        cmocka_unit_test(test_suite_anchored_json), cmocka_unit_test(test_suite_search_json),
-        cmocka_unit_test(test_utf8_ranges),         cmocka_unit_test(test_random_patterns),
-        cmocka_unit_test(test_engines_differ),      cmocka_unit_test(test_json_one_way),
-        cmocka_unit_test(test_compile_regex),       cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_suite_anchored_raw),
+        cmocka_unit_test(test_suite_search_raw),
+        cmocka_unit_test(test_suite_anchored_json),
+        cmocka_unit_test(test_suite_search_json),
+        cmocka_unit_test(test_utf8_ranges),
+        cmocka_unit_test(test_search_states_small),
+        cmocka_unit_test(test_random_patterns),
+        cmocka_unit_test(test_engines_differ),
+        cmocka_unit_test(test_json_one_way),
+        cmocka_unit_test(test_compile_regex),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
