@@ -178,7 +178,7 @@ struct rx {
     enum gr_regex_ctx ctx;
     const char *name;
     int32_t n_sub;     /* sub-rules named so far */
-    int32_t *set_rule; /* [n_sets]: the rule of a set, -1 none yet */
+    int32_t *set_rule; /* [n_sets] (capacity cap_sets): the rule of a set, -1 none yet */
     int32_t any_star;  /* rule: any number of any code points; -1 none yet */
     int64_t copies;    /* copies made by repetitions */
 };
@@ -249,7 +249,9 @@ static int32_t mk_set(struct rx *x, struct cset *c, int32_t off)
         free(s.r);
         return mk_simple(x, RX_NONE);
     }
-    if (!grow(x, (void **)&x->sets, x->n_sets, &x->cap_sets, sizeof *x->sets)) {
+    int32_t cap = x->cap_sets;
+    if (!grow(x, (void **)&x->sets, x->n_sets, &x->cap_sets, sizeof *x->sets) ||
+        !grow(x, (void **)&x->set_rule, x->n_sets, &cap, sizeof *x->set_rule)) {
         free(s.r);
         return -1;
     }
@@ -259,6 +261,7 @@ static int32_t mk_set(struct rx *x, struct cset *c, int32_t off)
         return -1;
     }
     x->sets[x->n_sets] = s;
+    x->set_rule[x->n_sets] = -1;
     x->nodes[n].set = x->n_sets++;
     return n;
 out:
@@ -302,6 +305,41 @@ static int32_t mk_list(struct rx *x, int32_t kind, const int32_t *k, int32_t n, 
     }
     if (none || (kind == RX_ALT && m == 0))
         return mk_simple(x, RX_NONE);
+    if (kind == RX_ALT && m > 1) {
+        /* branches that are single characters become one set: a|b|[cd] is [a-d] */
+        int32_t n_sets = 0, first_set = -1;
+        for (int32_t i = 0; i < n; i++)
+            if (kind_of(x, k[i]) == RX_SET)
+                n_sets++, first_set = first_set < 0 ? i : first_set;
+        if (n_sets > 1) {
+            struct cset u = {0};
+            for (int32_t i = 0; i < n; i++) {
+                const struct cset *c = kind_of(x, k[i]) == RX_SET ? &x->sets[x->nodes[k[i]].set] : NULL;
+                for (int32_t j = 0; c && j < c->n; j++)
+                    if (cs_add(&u, c->r[2 * j], c->r[2 * j + 1]) < 0) {
+                        free(u.r);
+                        rx_oom(x);
+                        return -1;
+                    }
+            }
+            cs_norm(&u);
+            int32_t *k2 = malloc((size_t)n * sizeof *k2);
+            if (!k2) {
+                free(u.r);
+                rx_oom(x);
+                return -1;
+            }
+            int32_t n2 = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (i == first_set)
+                    k2[n2++] = mk_set(x, &u, x->nodes[k[i]].off);
+                else if (kind_of(x, k[i]) != RX_SET)
+                    k2[n2++] = k[i];
+            int32_t r = rx_failed(x) ? -1 : mk_list(x, kind, k2, n2, off);
+            free(k2);
+            return r;
+        }
+    }
     if (m == 0)
         return mk_simple(x, RX_EMPTY);
     if (m == 1)
@@ -346,63 +384,32 @@ static int32_t mk_rep(struct rx *x, int32_t kid, int32_t min, int32_t max, int32
     return node;
 }
 
-/* The language of node without the empty string (for repetitions of a nullable part, whose
- * right-recursive rules would otherwise loop without reading). */
-static int32_t non_empty(struct rx *x, int32_t node)
+/* Counts n copies of repeated parts against GR_RX_MAX_COPIES (b fails past it). */
+static void count_copies(struct rx *x, int64_t n, int32_t off)
+{
+    x->copies += n;
+    if (x->copies > GR_RX_MAX_COPIES)
+        grb_fail(x->b, "regex: repetition too large (more than %d copies in all) at offset %d",
+                 GR_RX_MAX_COPIES, off);
+}
+
+/* Parts whose repetition any number of times is node's (node nullable): node* = (p1 | .. | pk)*,
+ * each part non-nullable, so that the right-recursive rule of the repetition reads a byte before it
+ * recurses. A concatenation of nullable parts or a nullable alternation gives its parts' parts
+ * ((a?b?)* is (a|b)*), a repetition its part's. Appended to *out. */
+static void star_parts(struct rx *x, int32_t node, int32_t **out, int32_t *n, int32_t *cap)
 {
     if (rx_failed(x))
-        return -1;
-    struct rx_node nd = x->nodes[node];
-    if (!nd.nullable)
-        return node;
-    switch (nd.kind) {
-    case RX_EMPTY:
-        return mk_simple(x, RX_NONE);
-    case RX_ALT: {
-        int32_t *k = malloc((size_t)nd.n * sizeof *k);
-        if (!k) {
-            rx_oom(x);
-            return -1;
-        }
-        for (int32_t i = 0; i < nd.n && !rx_failed(x); i++)
-            k[i] = non_empty(x, x->kids[nd.first + i]);
-        int32_t r = rx_failed(x) ? -1 : mk_list(x, RX_ALT, k, nd.n, nd.off);
-        free(k);
-        return r;
+        return;
+    const struct rx_node nd = x->nodes[node];
+    if (!nd.nullable) {
+        if (grow(x, (void **)out, *n, cap, sizeof **out))
+            (*out)[(*n)++] = node;
+        return;
     }
-    case RX_CAT: {
-        /* ne(k1 .. kn) = ne(k1) k2 .. kn | ne(k2 .. kn), every ki being nullable; built from the right */
-        int32_t *k = malloc((size_t)nd.n * sizeof *k);
-        if (!k) {
-            rx_oom(x);
-            return -1;
-        }
-        int32_t t = non_empty(x, x->kids[nd.first + nd.n - 1]);
-        for (int32_t i = nd.n - 2; i >= 0 && !rx_failed(x); i--) {
-            int32_t cnt = 0;
-            k[cnt++] = non_empty(x, x->kids[nd.first + i]);
-            for (int32_t j = i + 1; j < nd.n; j++)
-                k[cnt++] = x->kids[nd.first + j];
-            if (rx_failed(x))
-                break;
-            int32_t head = mk_list(x, RX_CAT, k, cnt, nd.off);
-            int32_t two[2] = {head, t};
-            if (head < 0)
-                break;
-            t = mk_list(x, RX_ALT, two, 2, nd.off);
-        }
-        free(k);
-        return rx_failed(x) ? -1 : t;
-    }
-    case RX_REP: {
-        int32_t kid = x->kids[nd.first];
-        if (x->nodes[kid].nullable)
-            return mk_rep(x, non_empty(x, kid), 1, nd.max, nd.off);
-        return mk_rep(x, kid, 1, nd.max, nd.off);
-    }
-    default:
-        return node;
-    }
+    if (nd.kind == RX_CAT || nd.kind == RX_ALT || nd.kind == RX_REP)
+        for (int32_t i = 0; i < nd.n; i++)
+            star_parts(x, x->kids[nd.first + i], out, n, cap);
 }
 
 /* ---- parsing ---- */
@@ -1231,21 +1238,16 @@ static int32_t node_rule(struct rx *x, int32_t node)
     return r;
 }
 
-static void count_copies(struct rx *x, int64_t n, int32_t off)
-{
-    x->copies += n;
-    if (x->copies > GR_RX_MAX_COPIES)
-        grb_fail(x->b, "regex: repetition too large (more than %d copies in all) at offset %d",
-                 GR_RX_MAX_COPIES, off);
-}
-
 static void emit_rep(struct rx *x, struct gr_seq *seq, const struct rx_node *nd)
 {
     int32_t kid = x->kids[nd->first];
     int32_t min = nd->min, max = nd->max;
     if (max < 0 && x->nodes[kid].nullable) {
-        /* (k){min,} with k nullable is (k without "")* */
-        kid = non_empty(x, kid);
+        /* (k){min,} with k nullable is k* */
+        int32_t *parts = NULL, n_parts = 0, cap = 0;
+        star_parts(x, kid, &parts, &n_parts, &cap);
+        kid = rx_failed(x) ? -1 : mk_list(x, RX_ALT, parts, n_parts, nd->off);
+        free(parts);
         min = 0;
         if (kid < 0 || kind_of(x, kid) == RX_NONE)
             return;
@@ -1308,26 +1310,27 @@ static void emit_node(struct rx *x, struct gr_seq *seq, int32_t node)
 {
     if (rx_failed(x))
         return;
-    const struct rx_node *nd = &x->nodes[node];
-    switch (nd->kind) {
+    /* a copy: writing a repetition may add nodes (and move x->nodes) */
+    const struct rx_node nd = x->nodes[node];
+    switch (nd.kind) {
     case RX_EMPTY:
         return;
     case RX_SET:
         /* equal sets share one rule */
-        for (int32_t j = 0; j < x->n_sets && x->set_rule[nd->set] < 0; j++)
-            if (x->set_rule[j] >= 0 && cs_equal(&x->sets[j], &x->sets[nd->set]))
-                x->set_rule[nd->set] = x->set_rule[j];
-        emit_cset(x, seq, &x->sets[nd->set], &x->set_rule[nd->set]);
+        for (int32_t j = 0; j < x->n_sets && x->set_rule[nd.set] < 0; j++)
+            if (x->set_rule[j] >= 0 && cs_equal(&x->sets[j], &x->sets[nd.set]))
+                x->set_rule[nd.set] = x->set_rule[j];
+        emit_cset(x, seq, &x->sets[nd.set], &x->set_rule[nd.set]);
         return;
     case RX_CAT:
-        for (int32_t i = 0; i < nd->n; i++)
-            emit_node(x, seq, x->kids[nd->first + i]);
+        for (int32_t i = 0; i < nd.n; i++)
+            emit_node(x, seq, x->kids[nd.first + i]);
         return;
     case RX_ALT: {
         int32_t r = sub_rule(x, "a");
         struct gr_seq a = {0};
-        for (int32_t i = 0; i < nd->n; i++) {
-            emit_node(x, &a, x->kids[nd->first + i]);
+        for (int32_t i = 0; i < nd.n; i++) {
+            emit_node(x, &a, x->kids[nd.first + i]);
             grb_alt(x->b, r, &a);
         }
         grs_free(&a);
@@ -1335,7 +1338,7 @@ static void emit_node(struct rx *x, struct gr_seq *seq, int32_t node)
         return;
     }
     case RX_REP:
-        emit_rep(x, seq, nd);
+        emit_rep(x, seq, &nd);
         return;
     default:
         grb_fail(x->b, "regex: internal error (a part that matches nothing)");
@@ -1429,13 +1432,6 @@ int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, 
     int32_t root = -1;
     if (parse_top(&x) < 0)
         goto out;
-    x.set_rule = malloc(((size_t)x.n_sets + 1) * sizeof *x.set_rule);
-    if (!x.set_rule) {
-        rx_oom(&x);
-        goto out;
-    }
-    for (int32_t i = 0; i < x.n_sets; i++)
-        x.set_rule[i] = -1;
     bool any = false;
     for (int32_t i = 0; i < x.n_tops; i++)
         any |= kind_of(&x, x.tops[i].node) != RX_NONE;

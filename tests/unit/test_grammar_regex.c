@@ -247,6 +247,12 @@ static const struct pat suite[] = {
     {"^[0-9a-f]{4}-[0-9a-f]{2}$", "0af-"},
     {"colou?r|gr[ae]y", "colurgae"},
     {"\\/\\-\\#", "/-#"},
+    {"^(\\([0-9]{3}\\))?[0-9]{3}-[0-9]{4}$", "(1)-"},
+    {"^\\S+@\\S+\\.\\S+$", "a@. "},
+    {"^https?://[^/\\s]+", "hps:/a "},
+    {"^#?([a-f0-9]{6}|[a-f0-9]{3})$", "#a0g"},
+    {"^\\+?[1-9]\\d{1,14}$", "+102"},
+    {"^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:\\d{2})$", "1-T:Z"},
     {"[\\u0081-\\u00C1\\u0901-\\u0A41]",
      "\xc2\x80\xc2\x81\xc2\x90\xc3\x81\xc3\x82\xe0\xa4\x80\xe0\xa4\x81\xe0\xa5\x90\xe0\xa9\x81\xe0\xa9\x82"},
 };
@@ -689,6 +695,20 @@ static void test_refusals(void **state)
         if (g || strcmp(err, cases[i].err))
             fail_msg("'%s': got '%s', want '%s'", cases[i].pattern, g ? "(compiled)" : err, cases[i].err);
     }
+    /* a starred group of optional parts repeats its parts: (a?b?)* is (a|b)*, without ambiguity */
+    char pat[1024] = "(?:";
+    for (int i = 0; i < 150; i++)
+        strcat(pat, i % 2 ? "a?" : "(?:b|a)?");
+    strcat(pat, ")*");
+    char err[256] = "";
+    struct grammar *g = gr_compile_regex(pat, NULL, err, sizeof err);
+    assert_non_null(g);
+    struct gr_matcher *m = gr_matcher_new(g);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(gr_matcher_accept_bytes(m, "aab", 3), 0);
+    assert_true(gr_matcher_complete(m));
+    gr_matcher_free(m);
+    gr_unref(g);
     /* the schema's path: the builder fails with the message */
     struct gr_builder b;
     grb_init(&b);
