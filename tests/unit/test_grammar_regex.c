@@ -475,13 +475,29 @@ static void test_utf8_ranges(void **state)
     }
 }
 
-/* A random pattern over a, b, 1, é: atoms, classes, groups, alternation and quantifiers, nested up to
- * depth (quantified parts that may match "" included). */
+/* A random pattern over a, b, 1, space, é: atoms, classes, groups, alternation and quantifiers,
+ * nested up to depth (quantified parts that may match "" included). */
 static void random_pattern(uint64_t *seed, int depth, char *out, size_t cap)
 {
-    static const char *const atoms[] = {"a",        "b",   "[ab]", "[^a]", ".",
-                                        "\xc3\xa9", "\\d", "[a1]", "\\W",  "()"};
-    static const char *const quants[] = {"*", "+", "?", "{0,2}", "{1,2}", "{2}", "{2,}", "*?", "{0,1}"};
+    static const char *const atoms[] = {"a",
+                                        "b",
+                                        "[ab]",
+                                        "[^a]",
+                                        ".",
+                                        "\xc3\xa9",
+                                        "\\d",
+                                        "[a1]",
+                                        "\\W",
+                                        "()",
+                                        "\\s",
+                                        "\\S",
+                                        "[^\\d\\s]",
+                                        "[\xc3\xa0-\xc3\xbc]",
+                                        "[^\xc3\xa9 ]",
+                                        "\\x20",
+                                        "[ -a]"};
+    static const char *const quants[] = {"*",    "+",  "?",     "{0,2}", "{1,2}",  "{2}",
+                                         "{2,}", "*?", "{0,1}", "{3}",   "{1,4}?", "{0,}"};
     size_t n = strlen(out);
     uint64_t r = rng_next(seed) % 10;
     if (depth >= 3 || r < 3) {
@@ -517,7 +533,13 @@ static void test_random_patterns(void **state)
         random_pattern(&seed, 0, pat, sizeof pat - 2);
         if (rng_next(&seed) % 4 == 0)
             strcat(pat, "$");
-        struct pat pt = {pat, "ab1\xc3\xa9"};
+        if (rng_next(&seed) % 3 == 0) { /* a second top-level alternative, with its own anchors */
+            strcat(pat, rng_next(&seed) % 2 ? "|^" : "|");
+            random_pattern(&seed, 1, pat, sizeof pat - 2);
+            if (rng_next(&seed) % 2)
+                strcat(pat, "$");
+        }
+        struct pat pt = {pat, "ab1 \xc3\xa9"};
         check_pattern(&pt, i % 2, i % 3 == 0, seed);
     }
 }
