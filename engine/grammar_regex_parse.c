@@ -4,9 +4,11 @@
  * engine/json_schema.c) give an escape different meanings (\s, \S, \v, .), the set is the code
  * points both accept, so that every generated string matches under either. U+0000 is never in a
  * set. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "engine/grammar_regex_int.h"
 
@@ -107,12 +109,13 @@ static const uint32_t word[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'};
 /* What `.` does not match (ECMA-262's LineTerminator; PCRE2 excludes only \n). */
 static const uint32_t line_end[] = {0x0A, 0x0A, 0x0D, 0x0D, 0x2028, 0x2029};
 
-static int cs_add_table(struct rx_cset *c, const uint32_t *t, size_t n, bool negate)
+/* Adds the ranges r[0..2 n) (sorted, disjoint), or their complement when negate, to c. */
+static int cs_add_ranges(struct rx_cset *c, const uint32_t *r, size_t n, bool negate)
 {
     struct rx_cset tmp = {0}, inv = {0};
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i += 2)
-        rc = cs_add(&tmp, t[i], t[i + 1]);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = cs_add(&tmp, r[2 * i], r[2 * i + 1]);
     if (rc == 0 && negate) {
         cs_norm(&tmp);
         rc = cs_invert(&tmp, &inv);
@@ -126,7 +129,60 @@ static int cs_add_table(struct rx_cset *c, const uint32_t *t, size_t n, bool neg
     free(inv.r);
     return rc;
 }
-#define CS_TABLE(c, t, neg) cs_add_table((c), (t), sizeof(t) / sizeof *(t), (neg))
+#define CS_TABLE(c, t, neg) cs_add_ranges((c), (t), sizeof(t) / sizeof *(t) / 2, (neg))
+
+/* Python's re (with which python3-jsonschema checks `pattern`) gives \d, \w and \s their Unicode
+ * meaning: decimal digits (Nd), alphanumerics (letters and numbers) and '_', and str.isspace(). The
+ * sets come from utf8proc's categories, with the unassigned code points counted in (another Unicode
+ * version may assign them), so that their complements are safe. Built once. */
+static const uint32_t py_space_table[] = {0x09,   0x0D,   0x1C,   0x20,   0x85,   0x85,   0xA0,
+                                          0xA0,   0x1680, 0x1680, 0x2000, 0x200A, 0x2028, 0x2029,
+                                          0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000};
+static struct rx_cset py_digit, py_word, py_space;
+static bool py_ok;
+static pthread_once_t py_once = PTHREAD_ONCE_INIT;
+
+/* Adds code point cp, above every code point in c, to c. */
+static int cs_append(struct rx_cset *c, uint32_t cp)
+{
+    if (c->n > 0 && c->r[2 * c->n - 1] + 1 == cp) {
+        c->r[2 * c->n - 1] = cp;
+        return 0;
+    }
+    return cs_add(c, cp, cp);
+}
+
+static void py_init(void)
+{
+    int rc = 0;
+    for (uint32_t c = 1; c <= RX_MAX_CP && rc == 0; c++) {
+        if (c >= 0xD800 && c < 0xE000)
+            continue;
+        utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+        bool unassigned = k == UTF8PROC_CATEGORY_CN;
+        if (unassigned || k == UTF8PROC_CATEGORY_ND)
+            rc |= cs_append(&py_digit, c);
+        if (unassigned || (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+            (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO) || c == '_')
+            rc |= cs_append(&py_word, c);
+        if (unassigned)
+            rc |= cs_append(&py_space, c);
+    }
+    rc |= CS_TABLE(&py_space, py_space_table, false);
+    cs_norm(&py_space);
+    py_ok = rc == 0;
+}
+
+/* The engines whose meanings a generated string must satisfy. */
+enum { ENG_ECMA, ENG_PCRE, ENG_PY, N_ENG };
+
+static void cs_free(struct rx_cset *sets)
+{
+    for (int i = 0; i < N_ENG; i++) {
+        free(sets[i].r);
+        memset(&sets[i], 0, sizeof sets[i]);
+    }
+}
 
 /* ---- the tree ---- */
 
@@ -446,14 +502,14 @@ static int32_t unicode_escape(struct rx *x, size_t at)
 }
 
 /* What an escape or a class item stands for: one code point (cp >= 0), or (cp < 0) a class, whose
- * code points under ECMA-262 and under PCRE2 were added to the sets e and p of parse_escape. */
+ * code points under each engine were added to the sets of parse_escape. */
 struct item {
     int32_t cp;
 };
 
 /* Parses the escape whose backslash is at x->pos. A code point goes to it->cp; a class escape is
- * added to e and p (it->cp = -1). 0, or -1 with x failed. */
-static int parse_escape(struct rx *x, bool in_class, struct item *it, struct rx_cset *e, struct rx_cset *p)
+ * added to s[ENG_*], its meaning under each engine (it->cp = -1). 0, or -1 with x failed. */
+static int parse_escape(struct rx *x, bool in_class, struct item *it, struct rx_cset *s)
 {
     size_t at = x->pos;
     x->pos++;
@@ -467,22 +523,33 @@ static int parse_escape(struct rx *x, bool in_class, struct item *it, struct rx_
     switch (c) {
     case 'd':
     case 'D':
-        rc = CS_TABLE(e, digit, c == 'D') | CS_TABLE(p, digit, c == 'D');
-        x->pos++;
-        break;
     case 'w':
     case 'W':
-        rc = CS_TABLE(e, word, c == 'W') | CS_TABLE(p, word, c == 'W');
-        x->pos++;
-        break;
     case 's':
-    case 'S':
-        rc = CS_TABLE(e, ecma_space, c == 'S') | CS_TABLE(p, pcre_space, c == 'S');
+    case 'S': {
+        pthread_once(&py_once, py_init);
+        if (!py_ok) {
+            rx_oom(x);
+            return -1;
+        }
+        bool neg = c < 'a';
+        const struct rx_cset *py = c == 'd' || c == 'D'   ? &py_digit
+                                   : c == 'w' || c == 'W' ? &py_word
+                                                          : &py_space;
+        if (c == 'd' || c == 'D')
+            rc = CS_TABLE(&s[ENG_ECMA], digit, neg) | CS_TABLE(&s[ENG_PCRE], digit, neg);
+        else if (c == 'w' || c == 'W')
+            rc = CS_TABLE(&s[ENG_ECMA], word, neg) | CS_TABLE(&s[ENG_PCRE], word, neg);
+        else
+            rc = CS_TABLE(&s[ENG_ECMA], ecma_space, neg) | CS_TABLE(&s[ENG_PCRE], pcre_space, neg);
+        rc |= cs_add_ranges(&s[ENG_PY], py->r, (size_t)py->n, neg);
         x->pos++;
         break;
+    }
     case 'v':
         x->pos++;
-        rc = cs_add(e, 0x0B, 0x0B) | CS_TABLE(p, pcre_vspace, false) | cs_add(p, 0x0B, 0x0B);
+        rc = cs_add(&s[ENG_ECMA], 0x0B, 0x0B) | CS_TABLE(&s[ENG_PCRE], pcre_vspace, false) |
+             cs_add(&s[ENG_PCRE], 0x0B, 0x0B) | cs_add(&s[ENG_PY], 0x0B, 0x0B);
         break;
     case 't':
         it->cp = '\t', x->pos++;
@@ -566,26 +633,32 @@ static int parse_escape(struct rx *x, bool in_class, struct item *it, struct rx_
     return 0;
 }
 
-/* The set of an escape or class: e & p, or (~e & ~p) when negated. Takes e's and p's memory. */
-static int32_t class_node(struct rx *x, struct rx_cset *e, struct rx_cset *p, bool negate, int32_t off)
+/* The set of an escape or class: what every engine puts in it, s[0] & s[1] & .., or when negated
+ * ~s[0] & ~s[1] & ... Takes the sets' memory. */
+static int32_t class_node(struct rx *x, struct rx_cset *s, bool negate, int32_t off)
 {
-    struct rx_cset ie = {0}, ip = {0}, out = {0};
-    cs_norm(e);
-    cs_norm(p);
-    int rc;
-    if (negate)
-        rc = cs_invert(e, &ie) | cs_invert(p, &ip) | cs_and(&ie, &ip, &out);
-    else
-        rc = cs_and(e, p, &out);
-    free(e->r), free(p->r), free(ie.r), free(ip.r);
-    memset(e, 0, sizeof *e);
-    memset(p, 0, sizeof *p);
+    struct rx_cset acc = {0}, t = {0}, u = {0};
+    int rc = cs_add(&acc, 0, RX_MAX_CP);
+    for (int i = 0; i < N_ENG; i++) {
+        cs_norm(&s[i]);
+        if (negate) {
+            rc |= cs_invert(&s[i], &t);
+            rc |= cs_and(&acc, &t, &u);
+        } else
+            rc |= cs_and(&acc, &s[i], &u);
+        struct rx_cset w = acc;
+        acc = u;
+        u = w;
+        free(s[i].r);
+        memset(&s[i], 0, sizeof s[i]);
+    }
+    free(t.r), free(u.r);
     if (rc) {
-        free(out.r);
+        free(acc.r);
         rx_oom(x);
         return -1;
     }
-    return mk_set(x, &out, off);
+    return mk_set(x, &acc, off);
 }
 
 /* A class: x->pos at its '['. */
@@ -600,7 +673,7 @@ static int32_t parse_class(struct rx *x)
         rx_refuse(x, at, negate ? "class [^] (ECMA-262 and PCRE2 differ)" : "empty class []");
         return -1;
     }
-    struct rx_cset e = {0}, p = {0};
+    struct rx_cset sets[N_ENG] = {{0}};
     for (;;) {
         if (x->pos >= x->len) {
             rx_bad(x, at, "unterminated class");
@@ -617,7 +690,7 @@ static int32_t parse_class(struct rx *x)
             goto fail;
         }
         if (x->pat[x->pos] == '\\') {
-            if (parse_escape(x, true, &lo, &e, &p) < 0)
+            if (parse_escape(x, true, &lo, sets) < 0)
                 goto fail;
         } else if ((lo.cp = next_cp(x)) < 0) {
             goto fail;
@@ -626,7 +699,7 @@ static int32_t parse_class(struct rx *x)
             size_t dash = x->pos;
             x->pos++;
             if (x->pat[x->pos] == '\\') {
-                if (parse_escape(x, true, &hi, &e, &p) < 0)
+                if (parse_escape(x, true, &hi, sets) < 0)
                     goto fail;
             } else if ((hi.cp = next_cp(x)) < 0) {
                 goto fail;
@@ -642,16 +715,15 @@ static int32_t parse_class(struct rx *x)
         } else {
             hi.cp = lo.cp;
         }
-        if (lo.cp >= 0 && (cs_add(&e, (uint32_t)lo.cp, (uint32_t)hi.cp) < 0 ||
-                           cs_add(&p, (uint32_t)lo.cp, (uint32_t)hi.cp) < 0)) {
-            rx_oom(x);
-            goto fail;
-        }
+        for (int i = 0; i < N_ENG && lo.cp >= 0; i++)
+            if (cs_add(&sets[i], (uint32_t)lo.cp, (uint32_t)hi.cp) < 0) {
+                rx_oom(x);
+                goto fail;
+            }
     }
-    return class_node(x, &e, &p, negate, (int32_t)at);
+    return class_node(x, sets, negate, (int32_t)at);
 fail:
-    free(e.r);
-    free(p.r);
+    cs_free(sets);
     return -1;
 }
 
@@ -778,25 +850,26 @@ static int32_t parse_term(struct rx *x, int depth)
         a = parse_class(x);
     } else if (c == '.') {
         x->pos++;
-        struct rx_cset e = {0}, p = {0};
-        if (CS_TABLE(&e, line_end, false) | cs_add(&p, '\n', '\n')) {
-            free(e.r), free(p.r);
+        struct rx_cset sets[N_ENG] = {{0}};
+        if (CS_TABLE(&sets[ENG_ECMA], line_end, false) | cs_add(&sets[ENG_PCRE], '\n', '\n') |
+            cs_add(&sets[ENG_PY], '\n', '\n')) {
+            cs_free(sets);
             rx_oom(x);
             return -1;
         }
-        a = class_node(x, &e, &p, true, (int32_t)at);
+        a = class_node(x, sets, true, (int32_t)at);
     } else if (c == '\\') {
-        struct rx_cset e = {0}, p = {0};
+        struct rx_cset sets[N_ENG] = {{0}};
         struct item it;
-        if (parse_escape(x, false, &it, &e, &p) < 0) {
-            free(e.r), free(p.r);
+        if (parse_escape(x, false, &it, sets) < 0) {
+            cs_free(sets);
             return -1;
         }
         if (it.cp >= 0) {
-            free(e.r), free(p.r);
+            cs_free(sets);
             a = mk_char(x, (uint32_t)it.cp, (int32_t)at);
         } else
-            a = class_node(x, &e, &p, false, (int32_t)at);
+            a = class_node(x, sets, false, (int32_t)at);
     } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         int q = quantifier(x, &min, &max);
         if (q > 0)
