@@ -646,6 +646,35 @@ static void test_json_one_way(void **state)
     gr_unref(g);
 }
 
+/* As a schema uses it: two patterns in one builder, each inside the quotes of a JSON string. */
+static void test_in_json_strings(void **state)
+{
+    (void)state;
+    struct gr_builder b;
+    grb_init(&b);
+    int32_t r1 = gr_regex_rule(&b, "^\\d{3}$", false, GR_RX_JSON_STRING, "/properties/a/pattern");
+    int32_t r2 = gr_regex_rule(&b, "x\"", false, GR_RX_JSON_STRING, "/properties/b/pattern");
+    int32_t root = grb_rule(&b, "root");
+    struct gr_seq s = {0};
+    grs_byte(&b, &s, '"');
+    grs_rule(&b, &s, r1);
+    grs_lit(&b, &s, "\",\"", 3);
+    grs_rule(&b, &s, r2);
+    grs_byte(&b, &s, '"');
+    grb_alt(&b, root, &s);
+    grs_free(&s);
+    char err[256];
+    struct grammar *g = gr_finish(&b, root, NULL, err, sizeof err);
+    assert_non_null(g);
+    const char *good[] = {"\"123\",\"x\\\"\"", "\"123\",\"\\n\u00e9x\\\"\\\"\""};
+    const char *bad[] = {"\"1234\",\"x\\\"\"", "\"123\",\"x\"\"", "\"123\",\"x\\\"\"\""};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(run(g, good[i], strlen(good[i])), 1);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_not_equal(run(g, bad[i], strlen(bad[i])), 1);
+    gr_unref(g);
+}
+
 static void test_compile_regex(void **state)
 {
     (void)state;
@@ -753,17 +782,12 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_suite_anchored_raw),
-        cmocka_unit_test(test_suite_search_raw),
-        cmocka_unit_test(test_suite_anchored_json),
-        cmocka_unit_test(test_suite_search_json),
-        cmocka_unit_test(test_utf8_ranges),
-        cmocka_unit_test(test_search_states_small),
-        cmocka_unit_test(test_random_patterns),
-        cmocka_unit_test(test_engines_differ),
-        cmocka_unit_test(test_json_one_way),
-        cmocka_unit_test(test_compile_regex),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_suite_anchored_raw),  cmocka_unit_test(test_suite_search_raw),
+        cmocka_unit_test(test_suite_anchored_json), cmocka_unit_test(test_suite_search_json),
+        cmocka_unit_test(test_utf8_ranges),         cmocka_unit_test(test_search_states_small),
+        cmocka_unit_test(test_random_patterns),     cmocka_unit_test(test_engines_differ),
+        cmocka_unit_test(test_json_one_way),        cmocka_unit_test(test_in_json_strings),
+        cmocka_unit_test(test_compile_regex),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
