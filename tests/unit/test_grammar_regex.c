@@ -1,10 +1,14 @@
-/* engine/grammar_regex.c against PCRE2, compiled as engine/json_schema.c compiles a schema's pattern
- * (PCRE2_UTF | PCRE2_DOLLAR_ENDONLY): for each pattern of a suite, in both contexts (raw bytes, JSON
- * string content decoded by jansson) and both modes (anchored full match, unanchored search),
- *   - random sentences of the grammar (a random walk over its rules, fixed seeds) all match;
+/* engine/grammar_regex.c and grammar_regex_parse.c against PCRE2, compiled as engine/json_schema.c
+ * compiles a schema's pattern (PCRE2_UTF | PCRE2_DOLLAR_ENDONLY): for each pattern of a suite and for
+ * random patterns, in both contexts (raw bytes, JSON string content decoded by jansson) and both modes
+ * (anchored full match, unanchored search),
+ *   - random sentences of the grammar (a random walk over its rules, fixed seeds) all match, and in a
+ *     JSON string are spelled as jansson writes them;
  *   - every string over a small alphabet chosen for the pattern (multibyte characters included), up
  *     to a length, is accepted by the grammar exactly when PCRE2 matches it;
- * and the refusals name the construct and its offset. */
+ * code point ranges probed at the edges of UTF-8's byte ranges; the characters where ECMA-262, PCRE2
+ * and Python's re differ, one by one; matcher states of searches kept small; and the refusals, which
+ * name the construct and its offset. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
