@@ -1,998 +1,33 @@
 /* Regular expressions into grammar rules (engine/grammar_int.h, gr_regex_rule; engine/grammar.h,
- * gr_compile_regex): the ECMA-262 subset of docs/STRUCTURED_OUTPUT.md, "Regular expressions".
- *
- * A pattern is parsed into a tree over code points (sets of code points, concatenation, alternation,
- * bounded or unbounded repetition); the tree is then written as rules whose terminals are the UTF-8
- * bytes of those code points, raw or as the content of a JSON string. Where ECMA-262 and PCRE2 (the
- * validator of engine/json_schema.c) give an escape different meanings (\s, \S, \v), the set is the
- * code points both accept, so that every generated string matches under either. U+0000 is never
- * generated. */
+ * gr_compile_regex): the tree of a pattern (engine/grammar_regex_parse.c) written as rules whose
+ * terminals are the bytes of its code points, raw UTF-8 or the content of a JSON string written one
+ * way; an unanchored pattern gets any text around it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grammar_int.h"
+#include "engine/grammar_regex_int.h"
 
-#define RX_MAX_CP 0x10FFFF
-#define RX_MAX_DEPTH 200 /* most nested groups */
-
-/* ---- sets of code points: sorted, disjoint, non-adjacent inclusive ranges once normalized ---- */
-
-struct cset {
-    uint32_t *r; /* [2 * n]: lo, hi */
-    int32_t n, cap;
-};
-
-static int cs_add(struct cset *c, uint32_t lo, uint32_t hi)
-{
-    if (c->n == c->cap) {
-        int32_t nc = c->cap ? c->cap * 2 : 8;
-        uint32_t *q = realloc(c->r, (size_t)nc * 2 * sizeof *q);
-        if (!q)
-            return -1;
-        c->r = q;
-        c->cap = nc;
-    }
-    c->r[2 * c->n] = lo;
-    c->r[2 * c->n + 1] = hi;
-    c->n++;
-    return 0;
-}
-
-static int cmp_range(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void cs_norm(struct cset *c)
-{
-    if (c->n < 2)
-        return;
-    qsort(c->r, (size_t)c->n, 2 * sizeof *c->r, cmp_range);
-    int32_t k = 0;
-    for (int32_t i = 1; i < c->n; i++) {
-        if (c->r[2 * i] <= c->r[2 * k + 1] + 1) {
-            if (c->r[2 * i + 1] > c->r[2 * k + 1])
-                c->r[2 * k + 1] = c->r[2 * i + 1];
-        } else {
-            k++;
-            c->r[2 * k] = c->r[2 * i];
-            c->r[2 * k + 1] = c->r[2 * i + 1];
-        }
-    }
-    c->n = k + 1;
-}
-
-/* out = the complement of c (normalized) in [0, RX_MAX_CP]. */
-static int cs_invert(const struct cset *c, struct cset *out)
-{
-    out->n = 0;
-    uint32_t next = 0;
-    for (int32_t i = 0; i < c->n; i++) {
-        if (c->r[2 * i] > next && cs_add(out, next, c->r[2 * i] - 1) < 0)
-            return -1;
-        next = c->r[2 * i + 1] + 1;
-    }
-    if (next <= RX_MAX_CP && cs_add(out, next, RX_MAX_CP) < 0)
-        return -1;
-    return 0;
-}
-
-/* out = a & b (both normalized). */
-static int cs_and(const struct cset *a, const struct cset *b, struct cset *out)
-{
-    out->n = 0;
-    for (int32_t i = 0, j = 0; i < a->n && j < b->n;) {
-        uint32_t lo = a->r[2 * i] > b->r[2 * j] ? a->r[2 * i] : b->r[2 * j];
-        uint32_t hi = a->r[2 * i + 1] < b->r[2 * j + 1] ? a->r[2 * i + 1] : b->r[2 * j + 1];
-        if (lo <= hi && cs_add(out, lo, hi) < 0)
-            return -1;
-        if (a->r[2 * i + 1] < b->r[2 * j + 1])
-            i++;
-        else
-            j++;
-    }
-    return 0;
-}
-
-static bool cs_equal(const struct cset *a, const struct cset *b)
-{
-    return a->n == b->n && !memcmp(a->r, b->r, (size_t)a->n * 2 * sizeof *a->r);
-}
-
-/* The code points a grammar may generate: scalar values but U+0000. */
-static const uint32_t universe[] = {1, 0xD7FF, 0xE000, RX_MAX_CP};
-/* ECMA-262's WhiteSpace and LineTerminator (\s), and PCRE2's \s without PCRE2_UCP. */
-static const uint32_t ecma_space[] = {0x09,   0x0D,   0x20,   0x20,   0xA0,   0xA0,   0x1680,
-                                      0x1680, 0x2000, 0x200A, 0x2028, 0x2029, 0x202F, 0x202F,
-                                      0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
-static const uint32_t pcre_space[] = {0x09, 0x0D, 0x20, 0x20};
-/* PCRE2's \v (vertical space); ECMA-262's \v is U+000B alone. */
-static const uint32_t pcre_vspace[] = {0x0A, 0x0D, 0x85, 0x85, 0x2028, 0x2029};
-static const uint32_t digit[] = {'0', '9'};
-static const uint32_t word[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'};
-/* What `.` does not match (ECMA-262's LineTerminator; PCRE2 excludes only \n). */
-static const uint32_t line_end[] = {0x0A, 0x0A, 0x0D, 0x0D, 0x2028, 0x2029};
-
-static int cs_add_table(struct cset *c, const uint32_t *t, size_t n, bool negate)
-{
-    struct cset tmp = {0}, inv = {0};
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i += 2)
-        rc = cs_add(&tmp, t[i], t[i + 1]);
-    if (rc == 0 && negate) {
-        cs_norm(&tmp);
-        rc = cs_invert(&tmp, &inv);
-        struct cset t2 = tmp;
-        tmp = inv;
-        inv = t2;
-    }
-    for (int32_t i = 0; i < tmp.n && rc == 0; i++)
-        rc = cs_add(c, tmp.r[2 * i], tmp.r[2 * i + 1]);
-    free(tmp.r);
-    free(inv.r);
-    return rc;
-}
-#define CS_TABLE(c, t, neg) cs_add_table((c), (t), sizeof(t) / sizeof *(t), (neg))
-
-/* ---- the tree ---- */
-
-enum rx_kind {
-    RX_NONE,  /* matches nothing */
-    RX_EMPTY, /* matches "" */
-    RX_SET,   /* one code point of sets[set] (never empty) */
-    RX_CAT,   /* kids in order */
-    RX_ALT,   /* one of kids */
-    RX_REP,   /* kids[0] repeated min..max times (max -1: unbounded) */
-};
-
-struct rx_node {
-    int32_t kind;
-    int32_t off; /* byte offset in the pattern, for messages */
-    int32_t set;
-    int32_t first, n; /* kids: rx.kids[first .. first + n) */
-    int32_t min, max;
-    bool nullable;
-};
-
-/* One top-level alternative: its body and whether it was written with ^ and $. */
-struct rx_top {
-    int32_t node;
-    bool caret, dollar;
-};
-
-struct rx {
-    struct gr_builder *b;
-    const char *pat;
-    size_t len, pos;
-    struct rx_node *nodes;
-    int32_t n_nodes, cap_nodes;
-    int32_t *kids;
-    int32_t n_kids, cap_kids;
-    struct cset *sets;
-    int32_t n_sets, cap_sets;
-    struct rx_top *tops;
-    int32_t n_tops, cap_tops;
-    /* writing rules */
-    enum gr_regex_ctx ctx;
-    const char *name;
-    int32_t n_sub;     /* sub-rules named so far */
-    int32_t *set_rule; /* [n_sets]: the rule of a set, -1 none yet */
-    int32_t any_star;  /* rule: any number of any code points; -1 none yet */
-    int64_t copies;    /* copies made by repetitions */
-};
-
-static bool rx_failed(const struct rx *x)
-{
-    return x->b->failed;
-}
-
-static void rx_oom(struct rx *x)
-{
-    grb_fail(x->b, "out of memory building a grammar");
-}
-
-static bool grow(struct rx *x, void **p, int32_t n, int32_t *cap, size_t sz)
-{
-    if (n < *cap)
-        return true;
-    int32_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)nc * sz);
-    if (!q) {
-        rx_oom(x);
-        return false;
-    }
-    *p = q;
-    *cap = nc;
-    return true;
-}
-
-static int32_t new_node(struct rx *x, int32_t kind, int32_t off)
-{
-    if (rx_failed(x) || !grow(x, (void **)&x->nodes, x->n_nodes, &x->cap_nodes, sizeof *x->nodes))
-        return -1;
-    x->nodes[x->n_nodes] =
-        (struct rx_node){.kind = kind, .off = off, .set = -1, .nullable = kind == RX_EMPTY};
-    return x->n_nodes++;
-}
-
-static int32_t mk_simple(struct rx *x, int32_t kind)
-{
-    return new_node(x, kind, 0);
-}
-
-static int32_t kind_of(const struct rx *x, int32_t n)
-{
-    return x->nodes[n].kind;
-}
-
-/* A set node for c (normalized; restricted here to the universe). Takes c's memory. */
-static int32_t mk_set(struct rx *x, struct cset *c, int32_t off)
-{
-    struct cset u = {0}, s = {0};
-    if (rx_failed(x))
-        goto out;
-    for (size_t i = 0; i < sizeof universe / sizeof *universe; i += 2)
-        if (cs_add(&u, universe[i], universe[i + 1]) < 0) {
-            rx_oom(x);
-            goto out;
-        }
-    if (cs_and(c, &u, &s) < 0) {
-        rx_oom(x);
-        goto out;
-    }
-    free(u.r);
-    free(c->r);
-    memset(c, 0, sizeof *c);
-    if (s.n == 0) {
-        free(s.r);
-        return mk_simple(x, RX_NONE);
-    }
-    if (!grow(x, (void **)&x->sets, x->n_sets, &x->cap_sets, sizeof *x->sets)) {
-        free(s.r);
-        return -1;
-    }
-    int32_t n = new_node(x, RX_SET, off);
-    if (n < 0) {
-        free(s.r);
-        return -1;
-    }
-    x->sets[x->n_sets] = s;
-    x->nodes[n].set = x->n_sets++;
-    return n;
-out:
-    free(u.r);
-    free(s.r);
-    free(c->r);
-    memset(c, 0, sizeof *c);
-    return -1;
-}
-
-static int32_t mk_char(struct rx *x, uint32_t cp, int32_t off)
-{
-    struct cset c = {0};
-    if (cs_add(&c, cp, cp) < 0) {
-        rx_oom(x);
-        return -1;
-    }
-    return mk_set(x, &c, off);
-}
-
-/* A concatenation (kind RX_CAT) or alternation (RX_ALT) of k[0..n), simplified: EMPTY parts of a
- * concatenation and NONE branches of an alternation dropped, a NONE part makes a NONE concatenation. */
-static int32_t mk_list(struct rx *x, int32_t kind, const int32_t *k, int32_t n, int32_t off)
-{
-    if (rx_failed(x))
-        return -1;
-    int32_t m = 0, only = -1;
-    bool none = false, nullable = kind == RX_CAT;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t kk = kind_of(x, k[i]);
-        if (kind == RX_CAT && kk == RX_NONE)
-            none = true;
-        if ((kind == RX_CAT && kk == RX_EMPTY) || (kind == RX_ALT && kk == RX_NONE))
-            continue;
-        m++;
-        only = k[i];
-        if (kind == RX_CAT)
-            nullable &= x->nodes[k[i]].nullable;
-        else
-            nullable |= x->nodes[k[i]].nullable;
-    }
-    if (none || (kind == RX_ALT && m == 0))
-        return mk_simple(x, RX_NONE);
-    if (m == 0)
-        return mk_simple(x, RX_EMPTY);
-    if (m == 1)
-        return only;
-    int32_t node = new_node(x, kind, off);
-    if (node < 0)
-        return -1;
-    x->nodes[node].first = x->n_kids;
-    x->nodes[node].n = m;
-    x->nodes[node].nullable = nullable;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t kk = kind_of(x, k[i]);
-        if ((kind == RX_CAT && kk == RX_EMPTY) || (kind == RX_ALT && kk == RX_NONE))
-            continue;
-        if (!grow(x, (void **)&x->kids, x->n_kids, &x->cap_kids, sizeof *x->kids))
-            return -1;
-        x->kids[x->n_kids++] = k[i];
-    }
-    return node;
-}
-
-static int32_t mk_rep(struct rx *x, int32_t kid, int32_t min, int32_t max, int32_t off)
-{
-    if (rx_failed(x))
-        return -1;
-    int32_t kk = kind_of(x, kid);
-    if (kk == RX_NONE)
-        return mk_simple(x, min == 0 ? RX_EMPTY : RX_NONE);
-    if (max == 0 || kk == RX_EMPTY)
-        return mk_simple(x, RX_EMPTY);
-    if (min == 1 && max == 1)
-        return kid;
-    int32_t node = new_node(x, RX_REP, off);
-    if (node < 0 || !grow(x, (void **)&x->kids, x->n_kids, &x->cap_kids, sizeof *x->kids))
-        return -1;
-    x->nodes[node].first = x->n_kids;
-    x->nodes[node].n = 1;
-    x->kids[x->n_kids++] = kid;
-    x->nodes[node].min = min;
-    x->nodes[node].max = max;
-    x->nodes[node].nullable = min == 0 || x->nodes[kid].nullable;
-    return node;
-}
-
-/* The language of node without the empty string (for repetitions of a nullable part, whose
- * right-recursive rules would otherwise loop without reading). */
-static int32_t non_empty(struct rx *x, int32_t node)
-{
-    if (rx_failed(x))
-        return -1;
-    struct rx_node nd = x->nodes[node];
-    if (!nd.nullable)
-        return node;
-    switch (nd.kind) {
-    case RX_EMPTY:
-        return mk_simple(x, RX_NONE);
-    case RX_ALT: {
-        int32_t *k = malloc((size_t)nd.n * sizeof *k);
-        if (!k) {
-            rx_oom(x);
-            return -1;
-        }
-        for (int32_t i = 0; i < nd.n && !rx_failed(x); i++)
-            k[i] = non_empty(x, x->kids[nd.first + i]);
-        int32_t r = rx_failed(x) ? -1 : mk_list(x, RX_ALT, k, nd.n, nd.off);
-        free(k);
-        return r;
-    }
-    case RX_CAT: {
-        /* ne(k1 .. kn) = ne(k1) k2 .. kn | ne(k2 .. kn), every ki being nullable; built from the right */
-        int32_t *k = malloc((size_t)nd.n * sizeof *k);
-        if (!k) {
-            rx_oom(x);
-            return -1;
-        }
-        int32_t t = non_empty(x, x->kids[nd.first + nd.n - 1]);
-        for (int32_t i = nd.n - 2; i >= 0 && !rx_failed(x); i--) {
-            int32_t cnt = 0;
-            k[cnt++] = non_empty(x, x->kids[nd.first + i]);
-            for (int32_t j = i + 1; j < nd.n; j++)
-                k[cnt++] = x->kids[nd.first + j];
-            if (rx_failed(x))
-                break;
-            int32_t head = mk_list(x, RX_CAT, k, cnt, nd.off);
-            int32_t two[2] = {head, t};
-            if (head < 0)
-                break;
-            t = mk_list(x, RX_ALT, two, 2, nd.off);
-        }
-        free(k);
-        return rx_failed(x) ? -1 : t;
-    }
-    case RX_REP: {
-        int32_t kid = x->kids[nd.first];
-        if (x->nodes[kid].nullable)
-            return mk_rep(x, non_empty(x, kid), 1, nd.max, nd.off);
-        return mk_rep(x, kid, 1, nd.max, nd.off);
-    }
-    default:
-        return node;
-    }
-}
-
-/* ---- parsing ---- */
-
-static void rx_refuse(struct rx *x, size_t off, const char *what)
-{
-    grb_fail(x->b, "regex: unsupported %s at offset %zu", what, off);
-}
-
-static void rx_bad(struct rx *x, size_t off, const char *what)
-{
-    grb_fail(x->b, "regex: %s at offset %zu", what, off);
-}
-
-/* Decodes the UTF-8 code point at x->pos (advancing); -1 (x failed) on invalid UTF-8. */
-static int32_t next_cp(struct rx *x)
-{
-    const unsigned char *s = (const unsigned char *)x->pat + x->pos;
-    size_t left = x->len - x->pos;
-    uint32_t c = s[0];
-    int n = c < 0x80                ? 1
-            : c >= 0xC2 && c < 0xE0 ? 2
-            : c >= 0xE0 && c < 0xF0 ? 3
-            : c >= 0xF0 && c < 0xF5 ? 4
-                                    : 0;
-    if (n == 0 || (size_t)n > left) {
-        rx_bad(x, x->pos, "invalid UTF-8");
-        return -1;
-    }
-    if (n > 1)
-        c &= 0x3Fu >> (n - 1);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            rx_bad(x, x->pos, "invalid UTF-8");
-            return -1;
-        }
-        c = c << 6 | (s[i] & 0x3Fu);
-    }
-    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < least[n] || c > RX_MAX_CP || (c >= 0xD800 && c < 0xE000)) {
-        rx_bad(x, x->pos, "invalid UTF-8");
-        return -1;
-    }
-    x->pos += (size_t)n;
-    return (int32_t)c;
-}
-
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* n hex digits at x->pos (advancing); -1 when they are not there. */
-static int32_t hex_digits(struct rx *x, int n)
-{
-    int32_t v = 0;
-    for (int i = 0; i < n; i++) {
-        if (x->pos + (size_t)i >= x->len || hexval(x->pat[x->pos + (size_t)i]) < 0)
-            return -1;
-        v = v * 16 + hexval(x->pat[x->pos + (size_t)i]);
-    }
-    x->pos += (size_t)n;
-    return v;
-}
-
-/* \u escapes after the 'u' (x->pos just past it): HHHH (a surrogate pair of two \u escapes makes one
- * code point) or {H...}. -1 (x failed) when malformed. */
-static int32_t unicode_escape(struct rx *x, size_t at)
-{
-    if (x->pos < x->len && x->pat[x->pos] == '{') {
-        x->pos++;
-        int32_t v = 0;
-        size_t start = x->pos;
-        while (x->pos < x->len && hexval(x->pat[x->pos]) >= 0 && v <= RX_MAX_CP)
-            v = v * 16 + hexval(x->pat[x->pos++]);
-        if (x->pos == start || x->pos >= x->len || x->pat[x->pos] != '}' || v > RX_MAX_CP) {
-            rx_bad(x, at, "malformed \\u{...} escape");
-            return -1;
-        }
-        x->pos++;
-        if (v >= 0xD800 && v < 0xE000) {
-            rx_refuse(x, at, "surrogate code point");
-            return -1;
-        }
-        return v;
-    }
-    int32_t v = hex_digits(x, 4);
-    if (v < 0) {
-        rx_bad(x, at, "malformed \\u escape (expected 4 hex digits)");
-        return -1;
-    }
-    if (v >= 0xD800 && v < 0xDC00 && x->pos + 6 <= x->len && x->pat[x->pos] == '\\' &&
-        x->pat[x->pos + 1] == 'u') {
-        size_t save = x->pos;
-        x->pos += 2;
-        int32_t lo = hex_digits(x, 4);
-        if (lo >= 0xDC00 && lo < 0xE000)
-            return 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
-        x->pos = save;
-    }
-    if (v >= 0xD800 && v < 0xE000) {
-        rx_refuse(x, at, "lone surrogate \\u escape");
-        return -1;
-    }
-    return v;
-}
-
-/* A class item or an escape's meaning under each engine: ECMA-262 (e) and PCRE2 (p); they differ only
- * for \s, \S and \v. */
-struct item {
-    int32_t cp; /* a single code point, or -1: a class escape (e and p hold it) */
-};
-
-/* Parses the escape whose backslash is at x->pos. A code point goes to it->cp; a class escape is
- * added to e and p (it->cp = -1). 0, or -1 with x failed. */
-static int parse_escape(struct rx *x, bool in_class, struct item *it, struct cset *e, struct cset *p)
-{
-    size_t at = x->pos;
-    x->pos++;
-    if (x->pos >= x->len) {
-        rx_bad(x, at, "trailing backslash");
-        return -1;
-    }
-    unsigned char c = (unsigned char)x->pat[x->pos];
-    it->cp = -1;
-    int rc = 0;
-    switch (c) {
-    case 'd':
-    case 'D':
-        rc = CS_TABLE(e, digit, c == 'D') | CS_TABLE(p, digit, c == 'D');
-        x->pos++;
-        break;
-    case 'w':
-    case 'W':
-        rc = CS_TABLE(e, word, c == 'W') | CS_TABLE(p, word, c == 'W');
-        x->pos++;
-        break;
-    case 's':
-    case 'S':
-        rc = CS_TABLE(e, ecma_space, c == 'S') | CS_TABLE(p, pcre_space, c == 'S');
-        x->pos++;
-        break;
-    case 'v':
-        x->pos++;
-        rc = cs_add(e, 0x0B, 0x0B) | CS_TABLE(p, pcre_vspace, false) | cs_add(p, 0x0B, 0x0B);
-        break;
-    case 't':
-        it->cp = '\t', x->pos++;
-        return 0;
-    case 'n':
-        it->cp = '\n', x->pos++;
-        return 0;
-    case 'r':
-        it->cp = '\r', x->pos++;
-        return 0;
-    case 'f':
-        it->cp = '\f', x->pos++;
-        return 0;
-    case 'b':
-        if (in_class) {
-            it->cp = '\b', x->pos++;
-            return 0;
-        }
-        rx_refuse(x, at, "word boundary \\b");
-        return -1;
-    case 'B':
-        rx_refuse(x, at, "word boundary \\B");
-        return -1;
-    case '0':
-        x->pos++;
-        if (x->pos < x->len && x->pat[x->pos] >= '0' && x->pat[x->pos] <= '9') {
-            rx_refuse(x, at, "octal escape");
-            return -1;
-        }
-        it->cp = 0;
-        return 0;
-    case 'x': {
-        x->pos++;
-        int32_t v = hex_digits(x, 2);
-        if (v < 0) {
-            rx_bad(x, at, "malformed \\x escape (expected 2 hex digits)");
-            return -1;
-        }
-        it->cp = v;
-        return 0;
-    }
-    case 'u':
-        x->pos++;
-        it->cp = unicode_escape(x, at);
-        return it->cp < 0 ? -1 : 0;
-    case 'c':
-        x->pos++;
-        if (x->pos < x->len && ((x->pat[x->pos] >= 'a' && x->pat[x->pos] <= 'z') ||
-                                (x->pat[x->pos] >= 'A' && x->pat[x->pos] <= 'Z'))) {
-            it->cp = x->pat[x->pos++] % 32;
-            return 0;
-        }
-        rx_bad(x, at, "malformed \\c escape (expected a letter)");
-        return -1;
-    case 'k':
-        rx_refuse(x, at, "named backreference \\k");
-        return -1;
-    case 'p':
-    case 'P':
-        rx_refuse(x, at, "Unicode property escape");
-        return -1;
-    default:
-        if (c >= '1' && c <= '9') {
-            rx_refuse(x, at, "backreference");
-            return -1;
-        }
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-            char what[32];
-            snprintf(what, sizeof what, "escape \\%c", c);
-            rx_refuse(x, at, what);
-            return -1;
-        }
-        /* an escaped punctuation or non-ASCII character stands for itself */
-        it->cp = next_cp(x);
-        return it->cp < 0 ? -1 : 0;
-    }
-    if (rc) {
-        rx_oom(x);
-        return -1;
-    }
-    return 0;
-}
-
-/* The set of an escape or class: e & p, or (~e & ~p) when negated. Takes e's and p's memory. */
-static int32_t class_node(struct rx *x, struct cset *e, struct cset *p, bool negate, int32_t off)
-{
-    struct cset ie = {0}, ip = {0}, out = {0};
-    cs_norm(e);
-    cs_norm(p);
-    int rc;
-    if (negate)
-        rc = cs_invert(e, &ie) | cs_invert(p, &ip) | cs_and(&ie, &ip, &out);
-    else
-        rc = cs_and(e, p, &out);
-    free(e->r), free(p->r), free(ie.r), free(ip.r);
-    memset(e, 0, sizeof *e);
-    memset(p, 0, sizeof *p);
-    if (rc) {
-        free(out.r);
-        rx_oom(x);
-        return -1;
-    }
-    return mk_set(x, &out, off);
-}
-
-/* A class: x->pos at its '['. */
-static int32_t parse_class(struct rx *x)
-{
-    size_t at = x->pos;
-    x->pos++;
-    bool negate = false;
-    if (x->pos < x->len && x->pat[x->pos] == '^')
-        negate = true, x->pos++;
-    if (x->pos < x->len && x->pat[x->pos] == ']') {
-        rx_refuse(x, at, negate ? "class [^] (ECMA-262 and PCRE2 differ)" : "empty class []");
-        return -1;
-    }
-    struct cset e = {0}, p = {0};
-    for (;;) {
-        if (x->pos >= x->len) {
-            rx_bad(x, at, "unterminated class");
-            goto fail;
-        }
-        if (x->pat[x->pos] == ']') {
-            x->pos++;
-            break;
-        }
-        size_t item_at = x->pos;
-        struct item lo = {-1}, hi = {-1};
-        if (x->pat[x->pos] == '[' && x->pos + 1 < x->len && strchr(":.=", x->pat[x->pos + 1])) {
-            rx_refuse(x, item_at, "POSIX class syntax");
-            goto fail;
-        }
-        if (x->pat[x->pos] == '\\') {
-            if (parse_escape(x, true, &lo, &e, &p) < 0)
-                goto fail;
-        } else if ((lo.cp = next_cp(x)) < 0) {
-            goto fail;
-        }
-        if (x->pos + 1 < x->len && x->pat[x->pos] == '-' && x->pat[x->pos + 1] != ']') {
-            size_t dash = x->pos;
-            x->pos++;
-            if (x->pat[x->pos] == '\\') {
-                if (parse_escape(x, true, &hi, &e, &p) < 0)
-                    goto fail;
-            } else if ((hi.cp = next_cp(x)) < 0) {
-                goto fail;
-            }
-            if (lo.cp < 0 || hi.cp < 0) {
-                rx_refuse(x, dash, "range with a class escape");
-                goto fail;
-            }
-            if (lo.cp > hi.cp) {
-                rx_bad(x, item_at, "class range out of order");
-                goto fail;
-            }
-        } else {
-            hi.cp = lo.cp;
-        }
-        if (lo.cp >= 0 && (cs_add(&e, (uint32_t)lo.cp, (uint32_t)hi.cp) < 0 ||
-                           cs_add(&p, (uint32_t)lo.cp, (uint32_t)hi.cp) < 0)) {
-            rx_oom(x);
-            goto fail;
-        }
-    }
-    return class_node(x, &e, &p, negate, (int32_t)at);
-fail:
-    free(e.r);
-    free(p.r);
-    return -1;
-}
-
-/* A decimal number at x->pos (advancing), capped just above GR_RX_MAX_REPEAT; -1 when none. */
-static int32_t number(struct rx *x)
-{
-    size_t start = x->pos;
-    int32_t v = 0;
-    while (x->pos < x->len && x->pat[x->pos] >= '0' && x->pat[x->pos] <= '9') {
-        v = v * 10 + (x->pat[x->pos++] - '0');
-        if (v > GR_RX_MAX_REPEAT)
-            v = GR_RX_MAX_REPEAT + 1;
-    }
-    return x->pos == start ? -1 : v;
-}
-
-/* A quantifier at x->pos: 1 (min, max set, x->pos past it, its lazy '?' included), 0 when there is
- * none, -1 with x failed when it is malformed. */
-static int quantifier(struct rx *x, int32_t *min, int32_t *max)
-{
-    if (x->pos >= x->len)
-        return 0;
-    size_t at = x->pos;
-    char c = x->pat[x->pos];
-    if (c == '*')
-        *min = 0, *max = -1, x->pos++;
-    else if (c == '+')
-        *min = 1, *max = -1, x->pos++;
-    else if (c == '?')
-        *min = 0, *max = 1, x->pos++;
-    else if (c == '{') {
-        x->pos++;
-        int32_t lo = number(x), hi = lo;
-        if (lo >= 0 && x->pos < x->len && x->pat[x->pos] == ',') {
-            x->pos++;
-            hi = number(x);
-        }
-        if (lo < 0 || x->pos >= x->len || x->pat[x->pos] != '}') {
-            x->pos = at;
-            rx_refuse(x, at, "literal { (write \\{)");
-            return -1;
-        }
-        x->pos++;
-        if (lo > GR_RX_MAX_REPEAT || hi > GR_RX_MAX_REPEAT) {
-            char what[64];
-            snprintf(what, sizeof what, "repetition too large (bounds above %d)", GR_RX_MAX_REPEAT);
-            rx_bad(x, at, what);
-            return -1;
-        }
-        if (hi >= 0 && hi < lo) {
-            rx_bad(x, at, "repetition bounds out of order");
-            return -1;
-        }
-        *min = lo, *max = hi;
-    } else
-        return 0;
-    if (x->pos < x->len && x->pat[x->pos] == '?')
-        x->pos++; /* lazy: the same language */
-    else if (x->pos < x->len && x->pat[x->pos] == '+') {
-        rx_refuse(x, x->pos, "possessive quantifier");
-        return -1;
-    }
-    return 1;
-}
-
-static int32_t parse_disjunction(struct rx *x, int depth);
-
-/* A group: x->pos at its '('. */
-static int32_t parse_group(struct rx *x, int depth)
-{
-    size_t at = x->pos;
-    if (depth >= RX_MAX_DEPTH) {
-        rx_bad(x, at, "groups nested too deep");
-        return -1;
-    }
-    x->pos++;
-    if (x->pos < x->len && x->pat[x->pos] == '?') {
-        const char *s = x->pat + x->pos + 1;
-        size_t left = x->len - x->pos - 1;
-        if (left >= 1 && s[0] == ':') {
-            x->pos += 2;
-        } else if (left >= 1 && (s[0] == '=' || s[0] == '!')) {
-            rx_refuse(x, at, "lookahead");
-            return -1;
-        } else if (left >= 2 && s[0] == '<' && (s[1] == '=' || s[1] == '!')) {
-            rx_refuse(x, at, "lookbehind");
-            return -1;
-        } else if (left >= 1 && s[0] == '<') {
-            size_t i = 1;
-            while (i < left && (s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-                                (i > 1 && s[i] >= '0' && s[i] <= '9')))
-                i++;
-            if (i == 1 || i >= left || s[i] != '>') {
-                rx_refuse(x, at, "group name (letters, digits and _ only)");
-                return -1;
-            }
-            x->pos += 1 + i + 1;
-        } else {
-            rx_refuse(x, at, "group syntax or inline flags (?");
-            return -1;
-        }
-    }
-    int32_t r = parse_disjunction(x, depth + 1);
-    if (r < 0)
-        return -1;
-    if (x->pos >= x->len || x->pat[x->pos] != ')') {
-        rx_bad(x, at, "missing ) for this (");
-        return -1;
-    }
-    x->pos++;
-    return r;
-}
-
-/* An atom and its quantifiers; -1 with x failed. */
-static int32_t parse_term(struct rx *x, int depth)
-{
-    size_t at = x->pos;
-    char c = x->pat[x->pos];
-    int32_t a;
-    int32_t min, max;
-    if (c == '(') {
-        a = parse_group(x, depth);
-    } else if (c == '[') {
-        a = parse_class(x);
-    } else if (c == '.') {
-        x->pos++;
-        struct cset e = {0}, p = {0};
-        if (CS_TABLE(&e, line_end, false) | cs_add(&p, '\n', '\n')) {
-            free(e.r), free(p.r);
-            rx_oom(x);
-            return -1;
-        }
-        a = class_node(x, &e, &p, true, (int32_t)at);
-    } else if (c == '\\') {
-        struct cset e = {0}, p = {0};
-        struct item it;
-        if (parse_escape(x, false, &it, &e, &p) < 0) {
-            free(e.r), free(p.r);
-            return -1;
-        }
-        if (it.cp >= 0) {
-            free(e.r), free(p.r);
-            a = mk_char(x, (uint32_t)it.cp, (int32_t)at);
-        } else
-            a = class_node(x, &e, &p, false, (int32_t)at);
-    } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-        int q = quantifier(x, &min, &max);
-        if (q > 0)
-            rx_bad(x, at, "nothing to repeat");
-        return -1;
-    } else if (c == '^') {
-        rx_refuse(x, at, "^ other than at the start of the pattern or of a top-level alternative");
-        return -1;
-    } else if (c == '$') {
-        rx_refuse(x, at, "$ other than at the end of the pattern or of a top-level alternative");
-        return -1;
-    } else {
-        int32_t cp = next_cp(x);
-        if (cp < 0)
-            return -1;
-        a = mk_char(x, (uint32_t)cp, (int32_t)at);
-    }
-    for (;;) {
-        if (a < 0)
-            return -1;
-        size_t qat = x->pos;
-        int q = quantifier(x, &min, &max);
-        if (q < 0)
-            return -1;
-        if (q == 0)
-            return a;
-        if (x->pos < x->len && strchr("*+?", x->pat[x->pos])) {
-            rx_bad(x, x->pos, "nothing to repeat");
-            return -1;
-        }
-        a = mk_rep(x, a, min, max, (int32_t)qat);
-        if (x->pos < x->len && x->pat[x->pos] == '{') {
-            rx_bad(x, x->pos, "nothing to repeat");
-            return -1;
-        }
-    }
-}
-
-/* Terms up to '|', ')' or the end. At depth 0, a '$' before '|' or the end sets *dollar. */
-static int32_t parse_alternative(struct rx *x, int depth, bool *dollar)
-{
-    int32_t *k = NULL;
-    int32_t n = 0, cap = 0;
-    size_t at = x->pos;
-    while (x->pos < x->len && x->pat[x->pos] != '|' && x->pat[x->pos] != ')') {
-        if (depth == 0 && x->pat[x->pos] == '$' &&
-            (x->pos + 1 == x->len || x->pat[x->pos + 1] == '|' || x->pat[x->pos + 1] == ')')) {
-            x->pos++;
-            *dollar = true;
-            break;
-        }
-        int32_t t = parse_term(x, depth);
-        if (t < 0 || !grow(x, (void **)&k, n, &cap, sizeof *k)) {
-            free(k);
-            return -1;
-        }
-        k[n++] = t;
-    }
-    int32_t r = mk_list(x, RX_CAT, k, n, (int32_t)at);
-    free(k);
-    return r;
-}
-
-static int32_t parse_disjunction(struct rx *x, int depth)
-{
-    int32_t *k = NULL;
-    int32_t n = 0, cap = 0;
-    size_t at = x->pos;
-    for (;;) {
-        bool dollar = false;
-        int32_t a = parse_alternative(x, depth, &dollar);
-        if (a < 0 || !grow(x, (void **)&k, n, &cap, sizeof *k)) {
-            free(k);
-            return -1;
-        }
-        k[n++] = a;
-        if (x->pos >= x->len || x->pat[x->pos] != '|')
-            break;
-        x->pos++;
-    }
-    int32_t r = mk_list(x, RX_ALT, k, n, (int32_t)at);
-    free(k);
-    return r;
-}
-
-/* The whole pattern: top-level alternatives, each with its own ^ and $. 0, or -1 with x failed. */
-static int parse_top(struct rx *x)
-{
-    for (;;) {
-        struct rx_top t = {0};
-        if (x->pos < x->len && x->pat[x->pos] == '^')
-            t.caret = true, x->pos++;
-        t.node = parse_alternative(x, 0, &t.dollar);
-        if (t.node < 0)
-            return -1;
-        if (x->pos < x->len && x->pat[x->pos] == ')') {
-            rx_bad(x, x->pos, "unmatched )");
-            return -1;
-        }
-        if (x->pos < x->len && x->pat[x->pos] != '|') {
-            rx_refuse(x, x->pos, "$ other than at the end of the pattern or of a top-level alternative");
-            return -1;
-        }
-        if (!grow(x, (void **)&x->tops, x->n_tops, &x->cap_tops, sizeof *x->tops))
-            return -1;
-        x->tops[x->n_tops++] = t;
-        if (x->pos >= x->len)
-            return 0;
-        x->pos++; /* '|' */
-    }
-}
-
-/* ---- writing rules ---- */
-
-/* A sequence of byte ranges (one UTF-8 encoding or one JSON escape pattern). */
+/* A product of byte classes: every byte string whose i-th byte is in c[i] (a piece of a set's UTF-8
+ * encodings, or of its JSON escapes). */
 struct bseq {
-    uint8_t lo[6], hi[6];
+    struct gr_class c[6];
     int32_t n;
 };
 
 struct bseqs {
     struct bseq *v;
     int32_t n, cap;
-    struct gr_class ascii; /* single bytes, one alternative when not empty */
-    bool has_ascii;
 };
 
-static int bs_push(struct bseqs *s, const struct bseq *q)
+static void class_add(struct gr_class *c, unsigned lo, unsigned hi)
+{
+    for (unsigned b = lo; b <= hi; b++)
+        c->bits[b >> 5] |= 1u << (b & 31);
+}
+
+/* Appends the product of byte ranges lo[i]..hi[i], i < n. */
+static int bs_push(struct bseqs *s, const uint8_t *lo, const uint8_t *hi, int32_t n)
 {
     if (s->n == s->cap) {
         int32_t nc = s->cap ? s->cap * 2 : 8;
@@ -1002,7 +37,11 @@ static int bs_push(struct bseqs *s, const struct bseq *q)
         s->v = v;
         s->cap = nc;
     }
-    s->v[s->n++] = *q;
+    struct bseq *q = &s->v[s->n++];
+    memset(q, 0, sizeof *q);
+    q->n = n;
+    for (int32_t i = 0; i < n; i++)
+        class_add(&q->c[i], lo[i], hi[i]);
     return 0;
 }
 
@@ -1030,22 +69,16 @@ static int utf8_encode(uint32_t c, uint8_t *out)
     return 4;
 }
 
-/* Adds the byte sequences of code points lo..hi (no surrogates inside) to s: the range is cut until
- * each piece's encodings are all the byte sequences with each byte in a range (the lowest piece's
- * bytes to the highest's). */
+/* Adds the UTF-8 encodings of code points lo..hi (no surrogates inside) to s: the range is cut until
+ * each piece's encodings are all the byte strings with each byte between the lowest code point's and
+ * the highest's. */
 static int utf8_ranges(struct bseqs *s, uint32_t lo, uint32_t hi)
 {
     static const uint32_t len_end[] = {0x7F, 0x7FF, 0xFFFF};
     for (int i = 0; i < 3; i++)
         if (lo <= len_end[i] && hi > len_end[i])
             return utf8_ranges(s, lo, len_end[i]) | utf8_ranges(s, len_end[i] + 1, hi);
-    if (hi < 0x80) {
-        for (uint32_t c = lo; c <= hi; c++)
-            s->ascii.bits[c >> 5] |= 1u << (c & 31);
-        s->has_ascii = true;
-        return 0;
-    }
-    for (int k = 1; k < 4; k++) {
+    for (int k = 1; k < 4 && hi >= 0x80; k++) {
         uint32_t m = (1u << (6 * k)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
             if ((lo & m) != 0)
@@ -1054,17 +87,42 @@ static int utf8_ranges(struct bseqs *s, uint32_t lo, uint32_t hi)
                 return utf8_ranges(s, lo, (hi & ~m) - 1) | utf8_ranges(s, hi & ~m, hi);
         }
     }
-    struct bseq q;
     uint8_t a[4], b[4];
-    q.n = utf8_encode(lo, a);
+    int n = utf8_encode(lo, a);
     utf8_encode(hi, b);
-    for (int i = 0; i < q.n; i++)
-        q.lo[i] = a[i], q.hi[i] = b[i];
-    return bs_push(s, &q);
+    return bs_push(s, a, b, n);
 }
 
-/* The byte alternatives of code point set c in x's context. */
-static int set_seqs(const struct rx *x, const struct cset *c, struct bseqs *s)
+/* Merges products that differ in one position only (their union is the product with that position's
+ * classes joined), until none do: fewer alternatives, so fewer matcher stacks. */
+static void bs_merge(struct bseqs *s)
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t i = 0; i < s->n; i++)
+            for (int32_t j = i + 1; j < s->n; j++) {
+                struct bseq *p = &s->v[i], *q = &s->v[j];
+                if (p->n != q->n)
+                    continue;
+                int32_t diff = -1, n_diff = 0;
+                for (int32_t k = 0; k < p->n && n_diff < 2; k++)
+                    if (memcmp(&p->c[k], &q->c[k], sizeof p->c[k]))
+                        diff = k, n_diff++;
+                if (n_diff > 1)
+                    continue;
+                if (diff >= 0)
+                    for (int w = 0; w < 8; w++)
+                        p->c[diff].bits[w] |= q->c[diff].bits[w];
+                memmove(q, q + 1, (size_t)(s->n - j - 1) * sizeof *q);
+                s->n--;
+                j--;
+                changed = true;
+            }
+    }
+}
+
+/* The byte strings of code point set c in x's context, as merged products. */
+static int set_seqs(const struct rx *x, const struct rx_cset *c, struct bseqs *s)
 {
     for (int32_t i = 0; i < c->n; i++) {
         uint32_t lo = c->r[2 * i], hi = c->r[2 * i + 1];
@@ -1078,31 +136,26 @@ static int set_seqs(const struct rx *x, const struct cset *c, struct bseqs *s)
         for (uint32_t cp = lo; cp <= hi && cp < 0x80; cp++) {
             static const char short_esc[] = "\b\f\n\r\t\"\\";
             static const char letter[] = "bfnrt\"\\";
+            static const char hex[] = "0123456789ABCDEF";
             const char *e = cp ? strchr(short_esc, (int)cp) : NULL;
-            struct bseq q = {.n = 0};
+            uint8_t q[6];
+            int32_t n = 1;
+            q[0] = (uint8_t)cp;
             if (e) {
-                q.n = 2;
-                q.lo[0] = q.hi[0] = '\\';
-                q.lo[1] = q.hi[1] = (uint8_t)letter[e - short_esc];
+                q[0] = '\\', q[1] = (uint8_t)letter[e - short_esc];
+                n = 2;
             } else if (cp < 0x20) {
-                static const char hex[] = "0123456789ABCDEF";
-                const char *t = "\\u00";
-                q.n = 6;
-                for (int j = 0; j < 4; j++)
-                    q.lo[j] = q.hi[j] = (uint8_t)t[j];
-                q.lo[4] = q.hi[4] = (uint8_t)hex[cp >> 4];
-                q.lo[5] = q.hi[5] = (uint8_t)hex[cp & 15];
-            } else {
-                s->ascii.bits[cp >> 5] |= 1u << (cp & 31);
-                s->has_ascii = true;
-                continue;
+                memcpy(q, "\\u00", 4);
+                q[4] = (uint8_t)hex[cp >> 4], q[5] = (uint8_t)hex[cp & 15];
+                n = 6;
             }
-            if (bs_push(s, &q) < 0)
+            if (bs_push(s, q, q, n) < 0)
                 return -1;
         }
         if (hi >= 0x80 && utf8_ranges(s, lo < 0x80 ? 0x80 : lo, hi) < 0)
             return -1;
     }
+    bs_merge(s);
     return 0;
 }
 
@@ -1115,9 +168,63 @@ static int32_t sub_rule(struct rx *x, const char *what)
     return grb_rule(x->b, nm);
 }
 
+/* A rule for the byte strings of v[0..n) from position at on, left-factored: products that start
+ * with the same class share one alternative, their common prefix followed by a rule of the rests
+ * (so a matcher waiting for a character holds one stack per distinct first class). */
+static int32_t seqs_rule(struct rx *x, struct bseq *v, int32_t n, int32_t at)
+{
+    int32_t r = sub_rule(x, "c");
+    struct gr_seq a = {0};
+    bool *done = calloc((size_t)n, sizeof *done);
+    if (!done) {
+        rx_oom(x);
+        return -1;
+    }
+    for (int32_t i = 0; i < n && !rx_failed(x); i++) {
+        if (done[i])
+            continue;
+        if (v[i].n == at) { /* nothing left */
+            done[i] = true;
+            grb_alt(x->b, r, &a);
+            continue;
+        }
+        /* the products that start like v[i], gathered after it */
+        int32_t m = 1;
+        for (int32_t j = i + 1; j < n; j++)
+            if (!done[j] && v[j].n > at && !memcmp(&v[j].c[at], &v[i].c[at], sizeof v[i].c[at])) {
+                struct bseq t = v[j];
+                memmove(&v[i + m + 1], &v[i + m], (size_t)(j - i - m) * sizeof *v);
+                memmove(&done[i + m + 1], &done[i + m], (size_t)(j - i - m) * sizeof *done);
+                v[i + m] = t;
+                done[i + m] = false;
+                m++;
+            }
+        int32_t common = 1;
+        for (bool same = true; same && m > 1;) {
+            int32_t k = at + common;
+            for (int32_t j = i; j < i + m && same; j++)
+                same = v[j].n > k && !memcmp(&v[j].c[k], &v[i].c[k], sizeof v[i].c[k]);
+            if (same)
+                common++;
+        }
+        if (m == 1)
+            common = v[i].n - at;
+        for (int32_t k = at; k < at + common; k++)
+            grs_class(x->b, &a, &v[i].c[k]);
+        if (m > 1)
+            grs_rule(x->b, &a, seqs_rule(x, v + i, m, at + common));
+        grb_alt(x->b, r, &a);
+        for (int32_t j = i; j < i + m; j++)
+            done[j] = true;
+    }
+    free(done);
+    grs_free(&a);
+    return r;
+}
+
 /* Appends one code point of c to seq: its bytes inline when c has one byte sequence, else a rule of
  * c's alternatives (made once per distinct set). */
-static void emit_cset(struct rx *x, struct gr_seq *seq, const struct cset *c, int32_t *memo)
+static void emit_cset(struct rx *x, struct gr_seq *seq, const struct rx_cset *c, int32_t *memo)
 {
     if (memo && *memo >= 0) {
         grs_rule(x->b, seq, *memo);
@@ -1129,28 +236,13 @@ static void emit_cset(struct rx *x, struct gr_seq *seq, const struct cset *c, in
         rx_oom(x);
         return;
     }
-    int32_t n_alts = s.n + (s.has_ascii ? 1 : 0);
-    if (n_alts == 1) {
-        if (s.has_ascii)
-            grs_class(x->b, seq, &s.ascii);
-        else
-            for (int32_t j = 0; j < s.v[0].n; j++)
-                grs_range(x->b, seq, s.v[0].lo[j], s.v[0].hi[j]);
+    if (s.n == 1) {
+        for (int32_t j = 0; j < s.v[0].n; j++)
+            grs_class(x->b, seq, &s.v[0].c[j]);
         free(s.v);
         return;
     }
-    int32_t r = sub_rule(x, "c");
-    struct gr_seq a = {0};
-    if (s.has_ascii) {
-        grs_class(x->b, &a, &s.ascii);
-        grb_alt(x->b, r, &a);
-    }
-    for (int32_t i = 0; i < s.n; i++) {
-        for (int32_t j = 0; j < s.v[i].n; j++)
-            grs_range(x->b, &a, s.v[i].lo[j], s.v[i].hi[j]);
-        grb_alt(x->b, r, &a);
-    }
-    grs_free(&a);
+    int32_t r = seqs_rule(x, s.v, s.n, 0);
     free(s.v);
     if (memo)
         *memo = r;
@@ -1168,6 +260,7 @@ static int32_t node_rule(struct rx *x, int32_t node)
     return r;
 }
 
+/* Counts n copies of repeated parts against GR_RX_MAX_COPIES (b fails past it). */
 static void count_copies(struct rx *x, int64_t n, int32_t off)
 {
     x->copies += n;
@@ -1181,10 +274,10 @@ static void emit_rep(struct rx *x, struct gr_seq *seq, const struct rx_node *nd)
     int32_t kid = x->kids[nd->first];
     int32_t min = nd->min, max = nd->max;
     if (max < 0 && x->nodes[kid].nullable) {
-        /* (k){min,} with k nullable is (k without "")* */
-        kid = non_empty(x, kid);
+        /* (k){min,} with k nullable is k* */
+        kid = rx_star_body(x, kid, nd->off);
         min = 0;
-        if (kid < 0 || kind_of(x, kid) == RX_NONE)
+        if (kid < 0 || rx_kind(x, kid) == RX_NONE)
             return;
     }
     count_copies(x, max < 0 ? (int64_t)min + 1 : max, nd->off);
@@ -1193,7 +286,7 @@ static void emit_rep(struct rx *x, struct gr_seq *seq, const struct rx_node *nd)
     /* one element per copy: a set's inline bytes when it has one byte sequence, else a rule */
     int32_t r = -1;
     bool inline_set = false;
-    if (kind_of(x, kid) == RX_SET) {
+    if (rx_kind(x, kid) == RX_SET) {
         struct gr_seq probe = {0};
         emit_node(x, &probe, kid);
         inline_set = probe.n == 1;
@@ -1245,26 +338,38 @@ static void emit_node(struct rx *x, struct gr_seq *seq, int32_t node)
 {
     if (rx_failed(x))
         return;
-    const struct rx_node *nd = &x->nodes[node];
-    switch (nd->kind) {
+    /* a copy: writing a repetition may add nodes (and move x->nodes) */
+    const struct rx_node nd = x->nodes[node];
+    switch (nd.kind) {
     case RX_EMPTY:
         return;
     case RX_SET:
         /* equal sets share one rule */
-        for (int32_t j = 0; j < x->n_sets && x->set_rule[nd->set] < 0; j++)
-            if (x->set_rule[j] >= 0 && cs_equal(&x->sets[j], &x->sets[nd->set]))
-                x->set_rule[nd->set] = x->set_rule[j];
-        emit_cset(x, seq, &x->sets[nd->set], &x->set_rule[nd->set]);
+        if (x->n_set_rule < x->n_sets) {
+            int32_t *q = realloc(x->set_rule, (size_t)x->n_sets * sizeof *q);
+            if (!q) {
+                rx_oom(x);
+                return;
+            }
+            for (int32_t j = x->n_set_rule; j < x->n_sets; j++)
+                q[j] = -1;
+            x->set_rule = q;
+            x->n_set_rule = x->n_sets;
+        }
+        for (int32_t j = 0; j < x->n_sets && x->set_rule[nd.set] < 0; j++)
+            if (x->set_rule[j] >= 0 && rx_cs_equal(&x->sets[j], &x->sets[nd.set]))
+                x->set_rule[nd.set] = x->set_rule[j];
+        emit_cset(x, seq, &x->sets[nd.set], &x->set_rule[nd.set]);
         return;
     case RX_CAT:
-        for (int32_t i = 0; i < nd->n; i++)
-            emit_node(x, seq, x->kids[nd->first + i]);
+        for (int32_t i = 0; i < nd.n; i++)
+            emit_node(x, seq, x->kids[nd.first + i]);
         return;
     case RX_ALT: {
         int32_t r = sub_rule(x, "a");
         struct gr_seq a = {0};
-        for (int32_t i = 0; i < nd->n; i++) {
-            emit_node(x, &a, x->kids[nd->first + i]);
+        for (int32_t i = 0; i < nd.n; i++) {
+            emit_node(x, &a, x->kids[nd.first + i]);
             grb_alt(x->b, r, &a);
         }
         grs_free(&a);
@@ -1272,7 +377,7 @@ static void emit_node(struct rx *x, struct gr_seq *seq, int32_t node)
         return;
     }
     case RX_REP:
-        emit_rep(x, seq, nd);
+        emit_rep(x, seq, &nd);
         return;
     default:
         grb_fail(x->b, "regex: internal error (a part that matches nothing)");
@@ -1284,21 +389,16 @@ static int32_t any_star(struct rx *x)
 {
     if (x->any_star >= 0)
         return x->any_star;
-    struct cset all = {0};
-    for (size_t i = 0; i < sizeof universe / sizeof *universe; i += 2)
-        if (cs_add(&all, universe[i], universe[i + 1]) < 0) {
-            free(all.r);
-            rx_oom(x);
-            return -1;
-        }
+    int32_t any = rx_any_char(x);
+    if (any < 0)
+        return -1;
     int32_t star = sub_rule(x, "any");
     struct gr_seq a = {0};
     grb_alt(x->b, star, &a);
-    emit_cset(x, &a, &all, NULL);
+    emit_node(x, &a, any);
     grs_rule(x->b, &a, star);
     grb_alt(x->b, star, &a);
     grs_free(&a);
-    free(all.r);
     x->any_star = star;
     return star;
 }
@@ -1319,18 +419,11 @@ int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, 
                    .name = name ? name : "regex",
                    .any_star = -1};
     int32_t root = -1;
-    if (parse_top(&x) < 0)
+    if (rx_parse(&x) < 0)
         goto out;
-    x.set_rule = malloc(((size_t)x.n_sets + 1) * sizeof *x.set_rule);
-    if (!x.set_rule) {
-        rx_oom(&x);
-        goto out;
-    }
-    for (int32_t i = 0; i < x.n_sets; i++)
-        x.set_rule[i] = -1;
     bool any = false;
     for (int32_t i = 0; i < x.n_tops; i++)
-        any |= kind_of(&x, x.tops[i].node) != RX_NONE;
+        any |= rx_kind(&x, x.tops[i].node) != RX_NONE;
     if (!any) {
         grb_fail(b, "regex: matches no string that can be generated (U+0000 is never generated)");
         goto out;
@@ -1339,23 +432,25 @@ int32_t gr_regex_rule(struct gr_builder *b, const char *pattern, bool anchored, 
     struct gr_seq seq = {0};
     for (int32_t i = 0; i < x.n_tops && !b->failed; i++) {
         const struct rx_top *t = &x.tops[i];
-        if (kind_of(&x, t->node) == RX_NONE)
+        if (rx_kind(&x, t->node) == RX_NONE)
             continue;
+        int32_t body = t->node;
+        if (!anchored && !t->dollar)
+            body = rx_trim(&x, body, true);
+        if (!anchored && !t->caret)
+            body = rx_trim(&x, body, false);
+        if (body < 0)
+            break;
         if (!anchored && !t->caret)
             grs_rule(b, &seq, any_star(&x));
-        emit_node(&x, &seq, t->node);
-        if (!anchored && !t->dollar)
+        emit_node(&x, &seq, body);
+        if (!anchored && !t->dollar && (t->caret || rx_kind(&x, body) != RX_EMPTY))
             grs_rule(b, &seq, any_star(&x));
         grb_alt(b, root, &seq);
     }
     grs_free(&seq);
 out:
-    free(x.nodes);
-    free(x.kids);
-    for (int32_t i = 0; i < x.n_sets; i++)
-        free(x.sets[i].r);
-    free(x.sets);
-    free(x.tops);
+    rx_free(&x);
     free(x.set_rule);
     return b->failed ? -1 : root;
 }

@@ -275,8 +275,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               "the parser's key '%s' and rq_job_id's '%s' (state %d) differ", j.id ? j.id : "(none)", key,
               (int)st);
     } else {
-        CHECK(rc == JOB_ERR_JSON || rc == JOB_ERR_TOO_LARGE || rc == JOB_ERR_INVALID, "job_parse returned %d",
-              rc);
+        CHECK(rc == JOB_ERR_JSON || rc == JOB_ERR_TOO_LARGE || rc == JOB_ERR_INVALID ||
+                  rc == JOB_ERR_RESPONSE_FORMAT,
+              "job_parse returned %d", rc);
         CHECK(err[0], "job_parse failed (%d) without a message", rc);
         CHECK(job_error_code(rc)[0], "no error code for %d", rc);
         CHECK(j.form == JOB_FORM_LLMQ || j.form == JOB_FORM_CHAT || j.form == JOB_FORM_COMPLETION, "form %d",

@@ -1,10 +1,14 @@
-/* engine/grammar_regex.c against PCRE2, compiled as engine/json_schema.c compiles a schema's pattern
- * (PCRE2_UTF | PCRE2_DOLLAR_ENDONLY): for each pattern of a suite, in both contexts (raw bytes, JSON
- * string content decoded by jansson) and both modes (anchored full match, unanchored search),
- *   - random sentences of the grammar (a random walk over its rules, fixed seeds) all match;
+/* engine/grammar_regex.c and grammar_regex_parse.c against PCRE2, compiled as engine/json_schema.c
+ * compiles a schema's pattern (PCRE2_UTF | PCRE2_DOLLAR_ENDONLY): for each pattern of a suite and for
+ * random patterns, in both contexts (raw bytes, JSON string content decoded by jansson) and both modes
+ * (anchored full match, unanchored search),
+ *   - random sentences of the grammar (a random walk over its rules, fixed seeds) all match, and in a
+ *     JSON string are spelled as jansson writes them;
  *   - every string over a small alphabet chosen for the pattern (multibyte characters included), up
  *     to a length, is accepted by the grammar exactly when PCRE2 matches it;
- * and the refusals name the construct and its offset. */
+ * code point ranges probed at the edges of UTF-8's byte ranges; the characters where ECMA-262, PCRE2
+ * and Python's re differ, one by one; matcher states of searches kept small; and the refusals, which
+ * name the construct and its offset. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,8 +223,8 @@ static const struct pat suite[] = {
     {".", "a\n\xc3\xa9\xf0\x9f\x98\x80"},
     {".+x", "ax\n"},
     {"\\s\\S", " \t\na"},
-    {"\\w\\W", "a_9-\xc3\xa9"},
-    {"\\d\\D", "1a\xd9\xa3"},
+    {"\\w\\W", "a_9-\xe2\x82\xac"},
+    {"\\d\\D", "1a\xe2\x82\xac"},
     {"[\\d\\s]", "1 a\x0b"},
     {"[^\\d\\s]", "1 a\x0b"},
     {"[^\\W\\d]", "1a_-"},
@@ -247,6 +251,12 @@ static const struct pat suite[] = {
     {"^[0-9a-f]{4}-[0-9a-f]{2}$", "0af-"},
     {"colou?r|gr[ae]y", "colurgae"},
     {"\\/\\-\\#", "/-#"},
+    {"^(\\([0-9]{3}\\))?[0-9]{3}-[0-9]{4}$", "(1)-"},
+    {"^\\S+@\\S+\\.\\S+$", "a@. "},
+    {"^https?://[^/\\s]+", "hps:/a "},
+    {"^#?([a-f0-9]{6}|[a-f0-9]{3})$", "#a0g"},
+    {"^\\+?[1-9]\\d{1,14}$", "+102"},
+    {"^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:\\d{2})$", "1-T:Z"},
     {"[\\u0081-\\u00C1\\u0901-\\u0A41]",
      "\xc2\x80\xc2\x81\xc2\x90\xc3\x81\xc3\x82\xe0\xa4\x80\xe0\xa4\x81\xe0\xa5\x90\xe0\xa9\x81\xe0\xa9\x82"},
 };
@@ -469,13 +479,29 @@ static void test_utf8_ranges(void **state)
     }
 }
 
-/* A random pattern over a, b, 1, é: atoms, classes, groups, alternation and quantifiers, nested up to
- * depth (quantified parts that may match "" included). */
+/* A random pattern over a, b, 1, space, €: atoms, classes, groups, alternation and quantifiers,
+ * nested up to depth (quantified parts that may match "" included). */
 static void random_pattern(uint64_t *seed, int depth, char *out, size_t cap)
 {
-    static const char *const atoms[] = {"a",        "b",   "[ab]", "[^a]", ".",
-                                        "\xc3\xa9", "\\d", "[a1]", "\\W",  "()"};
-    static const char *const quants[] = {"*", "+", "?", "{0,2}", "{1,2}", "{2}", "{2,}", "*?", "{0,1}"};
+    static const char *const atoms[] = {"a",
+                                        "b",
+                                        "[ab]",
+                                        "[^a]",
+                                        ".",
+                                        "\xe2\x82\xac",
+                                        "\\d",
+                                        "[a1]",
+                                        "\\W",
+                                        "()",
+                                        "\\s",
+                                        "\\S",
+                                        "[^\\d\\s]",
+                                        "[\xe2\x82\xa0-\xe2\x82\xbf]",
+                                        "[^\xe2\x82\xac ]",
+                                        "\\x20",
+                                        "[ -a]"};
+    static const char *const quants[] = {"*",    "+",  "?",     "{0,2}", "{1,2}",  "{2}",
+                                         "{2,}", "*?", "{0,1}", "{3}",   "{1,4}?", "{0,}"};
     size_t n = strlen(out);
     uint64_t r = rng_next(seed) % 10;
     if (depth >= 3 || r < 3) {
@@ -511,8 +537,43 @@ static void test_random_patterns(void **state)
         random_pattern(&seed, 0, pat, sizeof pat - 2);
         if (rng_next(&seed) % 4 == 0)
             strcat(pat, "$");
-        struct pat pt = {pat, "ab1\xc3\xa9"};
+        if (rng_next(&seed) % 3 == 0) { /* a second top-level alternative, with its own anchors */
+            strcat(pat, rng_next(&seed) % 2 ? "|^" : "|");
+            random_pattern(&seed, 1, pat, sizeof pat - 2);
+            if (rng_next(&seed) % 2)
+                strcat(pat, "$");
+        }
+        struct pat pt = {pat, "ab1 \xe2\x82\xac"};
         check_pattern(&pt, i % 2, i % 3 == 0, seed);
+    }
+}
+
+/* A search keeps few matcher stacks: repetition at an unanchored end is cut to its minimum, and a
+ * character's alternatives share their first bytes. */
+static void test_search_states_small(void **state)
+{
+    (void)state;
+    static const char *const pats[] = {"[^\"]{0,100}", "[a-z]{1,64}", "(a{1,30}){1,30}", "\\d+\\.\\d*",
+                                       "(x|a)*y"};
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        struct grammar *g = build(pats[i], false, GR_RX_JSON_STRING);
+        struct gr_scratch sc = {0};
+        struct gr_state s = {0}, t = {0};
+        char err[128];
+        assert_int_equal(gr_state_start(g, &s, &sc, err, sizeof err), 1);
+        int most = 0;
+        for (int k = 0; k < 400; k++) {
+            uint8_t c = (uint8_t)("aaxa1.\\ny"[k % 9]);
+            assert_int_equal(gr_state_advance(g, &s, c, &t, &sc, err, sizeof err), 1);
+            struct gr_state u = s;
+            s = t, t = u;
+            most = s.n_stacks > most ? s.n_stacks : most;
+        }
+        if (most > 40)
+            fail_msg("'%s': %d stacks", pats[i], most);
+        gr_state_free(&s), gr_state_free(&t);
+        gr_scratch_free(&sc);
+        gr_unref(g);
     }
 }
 
@@ -536,6 +597,16 @@ static void test_engines_differ(void **state)
         {"[^\\v]", "\n", 0, 0},
         {"[^\\v]", "\x0b", 0, 0},
         {"\\d", "\xd9\xa3", 0, 0}, /* ASCII digits only */
+        /* Python's re (python3-jsonschema) gives \d \w \s their Unicode meaning: their complements
+         * leave out what any of the three engines puts in them */
+        {"\\D", "\xd9\xa3", 0, 1},    /* U+0663 ARABIC-INDIC DIGIT THREE */
+        {"\\W", "\xc3\xa9", 0, 1},    /* a letter */
+        {"[^\\w]", "\xc2\xb2", 0, 1}, /* superscript two (No) */
+        {"\\W", "\xcd\xb8", 0, 1},    /* U+0378, unassigned */
+        {"\\S", "\x1c", 0, 1},        /* Python's whitespace */
+        {"\\S", "\xc2\x85", 0, 1},
+        {"\\W", "\xe2\x82\xac", 1, 1}, /* a symbol is no word character anywhere */
+        {"\\D\\S", "\xcc\x81-", 1, 1}, /* a combining mark */
         {"\\w", "\xc3\xa9", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -576,6 +647,35 @@ static void test_json_one_way(void **state)
     gr_unref(g);
     g = build("[^a]", true, GR_RX_RAW);
     assert_int_equal(run(g, "\0", 1), -1);
+    gr_unref(g);
+}
+
+/* As a schema uses it: two patterns in one builder, each inside the quotes of a JSON string. */
+static void test_in_json_strings(void **state)
+{
+    (void)state;
+    struct gr_builder b;
+    grb_init(&b);
+    int32_t r1 = gr_regex_rule(&b, "^\\d{3}$", false, GR_RX_JSON_STRING, "/properties/a/pattern");
+    int32_t r2 = gr_regex_rule(&b, "x\"", false, GR_RX_JSON_STRING, "/properties/b/pattern");
+    int32_t root = grb_rule(&b, "root");
+    struct gr_seq s = {0};
+    grs_byte(&b, &s, '"');
+    grs_rule(&b, &s, r1);
+    grs_lit(&b, &s, "\",\"", 3);
+    grs_rule(&b, &s, r2);
+    grs_byte(&b, &s, '"');
+    grb_alt(&b, root, &s);
+    grs_free(&s);
+    char err[256];
+    struct grammar *g = gr_finish(&b, root, NULL, err, sizeof err);
+    assert_non_null(g);
+    const char *good[] = {"\"123\",\"x\\\"\"", "\"123\",\"\\n\u00e9x\\\"\\\"\""};
+    const char *bad[] = {"\"1234\",\"x\\\"\"", "\"123\",\"x\"\"", "\"123\",\"x\\\"\"\""};
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(run(g, good[i], strlen(good[i])), 1);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_not_equal(run(g, bad[i], strlen(bad[i])), 1);
     gr_unref(g);
 }
 
@@ -660,6 +760,20 @@ static void test_refusals(void **state)
         if (g || strcmp(err, cases[i].err))
             fail_msg("'%s': got '%s', want '%s'", cases[i].pattern, g ? "(compiled)" : err, cases[i].err);
     }
+    /* a starred group of optional parts repeats its parts: (a?b?)* is (a|b)*, without ambiguity */
+    char pat[1024] = "(?:";
+    for (int i = 0; i < 150; i++)
+        strcat(pat, i % 2 ? "a?" : "(?:b|a)?");
+    strcat(pat, ")*");
+    char err[256] = "";
+    struct grammar *g = gr_compile_regex(pat, NULL, err, sizeof err);
+    assert_non_null(g);
+    struct gr_matcher *m = gr_matcher_new(g);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(gr_matcher_accept_bytes(m, "aab", 3), 0);
+    assert_true(gr_matcher_complete(m));
+    gr_matcher_free(m);
+    gr_unref(g);
     /* the schema's path: the builder fails with the message */
     struct gr_builder b;
     grb_init(&b);
@@ -674,8 +788,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_suite_anchored_raw),  cmocka_unit_test(test_suite_search_raw),
         cmocka_unit_test(test_suite_anchored_json), cmocka_unit_test(test_suite_search_json),
-        cmocka_unit_test(test_utf8_ranges),         cmocka_unit_test(test_random_patterns),
-        cmocka_unit_test(test_engines_differ),      cmocka_unit_test(test_json_one_way),
+        cmocka_unit_test(test_utf8_ranges),         cmocka_unit_test(test_search_states_small),
+        cmocka_unit_test(test_random_patterns),     cmocka_unit_test(test_engines_differ),
+        cmocka_unit_test(test_json_one_way),        cmocka_unit_test(test_in_json_strings),
         cmocka_unit_test(test_compile_regex),       cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
