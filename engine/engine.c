@@ -694,7 +694,7 @@ static const uint32_t *grammar_mask(struct engine *e, struct eseq *q)
 }
 
 /* backend.fill_masks: the masks of the step's seqs under a grammar (grammar_mask), from each grammar's
- * cache or by a walk of the vocabulary. Before the first token of a model that may open a think block,
+ * cache or by a walk of the vocabulary, on all cores when there are several. Before the first token of a model that may open a think block,
  * the open tag is allowed beside the grammar's ids. A failure is kept in q->gerr (the seq finishes with
  * it at its next token) and its mask lets every id through meanwhile. */
 static void fill_masks(void *ctx)
@@ -704,6 +704,9 @@ static void fill_masks(void *ctx)
         return;
     double t0 = llmq_mono_s();
     int words = gr_vocab_mask_words(e->gvocab);
+    /* in parallel: a cache miss walks the vocabulary (milliseconds), a hit copies one mask; matchers
+     * are distinct and a grammar's cache is locked */
+#pragma omp parallel for schedule(dynamic, 1) if (e->n_pend >= 8)
     for (int i = 0; i < e->n_pend; i++) {
         struct eseq *q = e->pend[i];
         char err[256];
