@@ -1047,6 +1047,11 @@ static void test_constraint_errors(void **state)
          "field 'body.response_format.json_schema.schema': unsupported type 'strin' at /"},
         {"{\"prompt\": \"a\", " SCHEMA_RF("{\"minItems\": 3, \"maxItems\": 2}") "}", JOB_ERR_RESPONSE_FORMAT,
          "bad value of 'minItems' at /: greater than maxItems"},
+        /* what the grammar compilers refuse is refused at parse (and so at enqueue) too */
+        {"{\"prompt\": \"a\", " SCHEMA_RF("{\"type\": \"string\", \"pattern\": \"^a$\", \"format\": \"date\"}") "}",
+         JOB_ERR_RESPONSE_FORMAT, "field 'response_format.json_schema.schema': "},
+        {"{\"prompt\": \"a\", \"regex\": \"(?=a)a\"}", JOB_ERR_RESPONSE_FORMAT,
+         "field 'regex': regex: unsupported lookahead at offset 0"},
         /* the shape of response_format */
         {"{\"prompt\": \"a\", \"response_format\": \"json\"}", JOB_ERR_RESPONSE_FORMAT,
          "field 'response_format': expected {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}, "

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "engine/chat_template.h"
+#include "engine/grammar.h"
 #include "engine/json_schema.h"
 #include "engine/model.h"
 #include "engine/think.h"
@@ -957,7 +958,14 @@ static int read_json_schema(struct pctx *c, const char *name, json_t *js)
     if (!compiled)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_RESPONSE_FORMAT, "field '%s%s': %s", c->prefix, field,
                          why);
-    js_free(compiled); /* the worker compiles it again (once per distinct schema: schema_hash) */
+    /* the grammar too (without a vocabulary: no masks), so that what the grammar compilers refuse is
+     * refused here, at enqueue; the worker compiles it again, once per distinct schema */
+    struct grammar *g = gr_compile_schema(compiled, NULL, why, sizeof why);
+    js_free(compiled);
+    if (!g)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_RESPONSE_FORMAT, "field '%s%s': %s", c->prefix, field,
+                         why);
+    gr_unref(g);
     k->name = dup_n(json_string_value(jname), json_string_length(jname));
     k->schema = json_incref(schema);
     k->schema_hash = js_hash(schema);
@@ -997,7 +1005,16 @@ static int response_format(struct pctx *c, const char *name, json_t *v)
 static int regex_field(struct pctx *c, const char *name, json_t *v)
 {
     int rc = claim_constraint(c, name, JOB_CONSTRAINT_REGEX);
-    return rc ? rc : read_nonempty(c, name, v, &c->j->constraint.regex);
+    if (!rc)
+        rc = read_nonempty(c, name, v, &c->j->constraint.regex);
+    if (rc)
+        return rc;
+    char why[512];
+    struct grammar *g = gr_compile_regex(c->j->constraint.regex, NULL, why, sizeof why); /* its syntax */
+    if (!g)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_RESPONSE_FORMAT, "field '%s%s': %s", c->prefix, name, why);
+    gr_unref(g);
+    return 0;
 }
 
 static int choice_field(struct pctx *c, const char *name, json_t *v)
