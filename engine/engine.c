@@ -64,6 +64,7 @@ struct eseq {
     struct gr_matcher *gm;  /* the request's grammar over the answer, or NULL */
     uint32_t *mask;         /* [gr_vocab_mask_words]: ids the next step may sample under gm */
     char *gerr;             /* why gm could not give a mask (finishes the seq at its next token) */
+    bool gm_think;          /* the first token may open a think block beside gm's ids */
 };
 
 struct engine {
@@ -508,6 +509,11 @@ struct engine_seq *engine_add(struct engine *e, const struct engine_request *r, 
         goto oom;
     think_start(&q->think, &e->think, r->prompt, r->n_prompt,
                 r->has_thinking_budget ? r->thinking_budget : -1);
+    if (q->gm && q->think.phase == THINK_MAYBE) { /* not after a prompt that closed a block itself */
+        q->gm_think = true;
+        for (int i = 0; i < r->n_prompt && q->gm_think; i++)
+            q->gm_think = r->prompt[i] != e->think.close;
+    }
     q->stop_in_reasoning = r->stop_in_reasoning;
     q->split = !r->no_think_split;
     q->pub.reasoning[0] = 0;
@@ -694,9 +700,10 @@ static const uint32_t *grammar_mask(struct engine *e, struct eseq *q)
 }
 
 /* backend.fill_masks: the masks of the step's seqs under a grammar (grammar_mask), from each grammar's
- * cache or by a walk of the vocabulary, on all cores when there are several. Before the first token of a model that may open a think block,
- * the open tag is allowed beside the grammar's ids. A failure is kept in q->gerr (the seq finishes with
- * it at its next token) and its mask lets every id through meanwhile. */
+ * cache or by a walk of the vocabulary, on all cores when there are several. Before the first token of
+ * a model that may open a think block (and whose prompt did not close one itself, as Qwen3's template
+ * does with thinking off), the open tag is allowed beside the grammar's ids. A failure is kept in
+ * q->gerr (the seq finishes with it at its next token) and its mask lets every id through meanwhile. */
 static void fill_masks(void *ctx)
 {
     struct engine *e = ctx;
@@ -715,7 +722,7 @@ static void fill_masks(void *ctx)
             memset(q->mask, 0xff, (size_t)words * sizeof *q->mask);
             continue;
         }
-        if (q->think.phase == THINK_MAYBE && e->think.open >= 0)
+        if (q->gm_think && q->think.phase == THINK_MAYBE)
             q->mask[e->think.open >> 5] |= 1u << (e->think.open & 31);
     }
     e->st.grammar_masks += (uint64_t)e->n_pend;

@@ -15,37 +15,40 @@ import sys
 
 import jsonschema
 
-SEEDS = (1, 2, 3)
-TEMPS = (0.0, 0.8, 1.5)
+RUNS = ((1, 0.0), (2, 1.0))  # (seed, temperature) of each schema's llmq jobs; its OpenAI line: seed 7, 1.5
+MAX_TOKENS = 400
 REGEXES = [r"[A-Z][a-z]{2,6} [0-9]{3}", r"(yes|no|maybe)!?", r"\d{4}-\d{2}-\d{2}", r"[a-f0-9]{8}(-[a-f0-9]{4}){1,2}",
            r"\(\d{3}\) \d{3}-\d{4}"]
 CHOICES = [["red", "green", "blue"], ["Paris", "London", "Rome", "Tōkyō"]]
-PROMPT = "Describe the item as requested."
+# a raw prompt in Qwen3's chat format with thinking off (the empty think block): the grammar starts at
+# the first token (a prompt without it would let the first token open a think block, which a random
+# model sometimes takes)
+PROMPT = ("<|im_start|>user\nDescribe the item as requested.<|im_end|>\n<|im_start|>assistant\n"
+          "<think>\n\n</think>\n\n")
 
 
 def make_jobs(schemas, out):
     lines = []
     for name, schema in schemas.items():
-        for seed in SEEDS:
-            for t in TEMPS:
-                jid = f"{name}-s{seed}-t{t}"
-                rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
-                lines.append({"id": jid, "prompt": PROMPT, "max_tokens": 1500, "seed": seed, "temperature": t,
-                              "response_format": rf})
+        for seed, t in RUNS:
+            rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+            lines.append({"id": f"{name}-s{seed}-t{t}", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "seed": seed,
+                          "temperature": t, "response_format": rf})
         lines.append({"custom_id": f"{name}-openai", "method": "POST", "url": "/v1/chat/completions",
-                      "body": {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 1500,
-                               "seed": 7, "temperature": 1.0,
+                      "body": {"model": "m", "messages": [{"role": "user", "content": "Describe the item."}],
+                               "chat_template_kwargs": {"enable_thinking": False},
+                               "max_tokens": MAX_TOKENS, "seed": 7, "temperature": 1.5,
                                "response_format": {"type": "json_schema",
                                                    "json_schema": {"name": name, "schema": schema}}}})
-    for seed in SEEDS:
-        lines.append({"id": f"object-s{seed}", "prompt": PROMPT, "max_tokens": 1500, "seed": seed,
-                      "response_format": {"type": "json_object"}})
-        for i, rx in enumerate(REGEXES):
-            lines.append({"id": f"regex{i}-s{seed}", "prompt": PROMPT, "max_tokens": 200, "seed": seed,
-                          "temperature": TEMPS[seed % 3], "regex": rx})
-        for i, ch in enumerate(CHOICES):
-            lines.append({"id": f"choice{i}-s{seed}", "prompt": PROMPT, "max_tokens": 50, "seed": seed,
-                          "temperature": 1.0, "choice": ch})
+    # any object: its strings are long under a random model; a small max_tokens shows the cut
+    lines.append({"id": "object", "prompt": PROMPT, "max_tokens": 48, "seed": 1,
+                  "response_format": {"type": "json_object"}})
+    for i, rx in enumerate(REGEXES):
+        lines.append({"id": f"regex{i}", "prompt": PROMPT, "max_tokens": 100, "seed": i, "temperature": 0.5 * i,
+                      "regex": rx})
+    for i, ch in enumerate(CHOICES):
+        lines.append({"id": f"choice{i}", "prompt": PROMPT, "max_tokens": 50, "seed": i, "temperature": 1.0,
+                      "choice": ch})
     with open(out, "w", encoding="utf-8") as f:
         for l in lines:
             f.write(json.dumps(l, ensure_ascii=False) + "\n")

@@ -5,8 +5,8 @@
 # several seeds and temperatures, json_object, regexes and choices, as llmq jobs and as OpenAI Batch
 # lines, through `llmq run`. Every output that ends by itself must parse and validate with
 # python3-jsonschema (an independent validator) or fully match its regex with Python's re; outputs
-# cut by max_tokens must say that their JSON is incomplete. The same jobs run twice give the same
-# outputs (determinism), and the results do not depend on the batch (one job alone gives the same).
+# cut by max_tokens must say that their JSON is incomplete. A third of the jobs run again in another
+# batch give the same outputs (determinism, independence from the batch).
 . "$(dirname "$0")/worker_lib.sh"
 command -v jq >/dev/null || { echo "SKIPPED: jq is not installed"; exit 77; }
 python3 -c 'import jsonschema' 2>/dev/null || { echo "SKIPPED: python3-jsonschema is not installed"; exit 77; }
@@ -25,18 +25,15 @@ else
   bad "structured outputs: $(grep FAIL "$T/check.log" | head -5) $(tail -1 "$T/check.log")"
 fi
 
-# determinism: the same jobs again, and one job alone, give the same texts
-"$LLMQ" run --backend cpu --model "$M" -i "$T/jobs.jsonl" -o "$T/out2.jsonl" --threads 2 2>>"$T/run.log"
-if cmp -s <(jq -c '[.custom_id // .id, .text // .response.body.choices[0].message.content]' "$T/out.jsonl") \
-          <(jq -c '[.custom_id // .id, .text // .response.body.choices[0].message.content]' "$T/out2.jsonl"); then
-  ok "a second run gives the same outputs"
+# determinism and batch independence: every third job again, in another batch, gives the same text
+awk 'NR % 3 == 1' "$T/jobs.jsonl" >"$T/some.jsonl"
+"$LLMQ" run --backend cpu --model "$M" -i "$T/some.jsonl" -o "$T/some_out.jsonl" --threads 2 2>>"$T/run.log"
+texts() { jq -c '[.custom_id // .id, .text // .response.body.choices[0].message.content]' "$1" | sort; }
+if [ -s "$T/some_out.jsonl" ] && [ -z "$(comm -13 <(texts "$T/out.jsonl") <(texts "$T/some_out.jsonl"))" ]; then
+  ok "$(wc -l <"$T/some.jsonl") jobs again in another batch give the same outputs"
 else
-  bad "a second run differs"
+  bad "a second run differs: $(comm -13 <(texts "$T/out.jsonl") <(texts "$T/some_out.jsonl") | head -3)"
 fi
-grep '"id": "nested-s2-t0.8"' "$T/jobs.jsonl" >"$T/one.jsonl"
-"$LLMQ" run --backend cpu --model "$M" -i "$T/one.jsonl" -o "$T/one_out.jsonl" --threads 1 2>>"$T/run.log"
-eq "a job alone gives what it gave in the batch" "$(jq -r .text "$T/one_out.jsonl")" \
-  "$(jq -r 'select(.id == "nested-s2-t0.8") | .text' "$T/out.jsonl")"
 
 # refusals: a schema outside the subset, two constraints, a regex the grammar cannot express
 cat >"$T/bad.jsonl" <<'EOF2'
