@@ -14,7 +14,10 @@ struct job;
 struct job_constraint;
 struct grammar_cache;
 
-#define GRAMMAR_CACHE_SIZE 64
+/* At most this many grammars, each with at most GR_CACHE_MAX_BYTES (64 MiB) of cached masks: 1 GiB of
+ * host memory in the worst case (a few MiB for a typical schema: a mask is 19 KB for Qwen3, and a
+ * schema reaches hundreds to a few thousand states). */
+#define GRAMMAR_CACHE_SIZE 16
 
 /* An empty cache, or NULL when out of memory. Free with grammar_cache_free (NULL is harmless). */
 struct grammar_cache *grammar_cache_new(void);
