@@ -463,6 +463,8 @@ static void test_worker_text(void **state)
     st.prefix_query_tokens = 160;
     st.prefix_hit_tokens = 64;
     st.preemptions = 2;
+    st.grammar_masks = 7;
+    st.grammar_mask_s = 0.25;
     st.prompt_tokens = 1000;
     st.generated_tokens = 12;
     struct wk_snapshot *s = calloc(1, sizeof *s);
@@ -500,6 +502,8 @@ static void test_worker_text(void **state)
     assert_true(sample(text, "llmq_prefix_cache_queries_total") == 160);
     assert_true(sample(text, "llmq_prefix_cache_hits_total") == 64);
     assert_true(sample(text, "llmq_num_preemptions_total") == 2);
+    assert_true(sample(text, "llmq_grammar_masks_total") == 7);
+    assert_true(sample(text, "llmq_grammar_mask_seconds_total") == 0.25);
     assert_true(sample(text, "llmq_prompt_tokens_total") == 1000);
     assert_true(sample(text, "llmq_generation_tokens_total") == 12);
     assert_true(isnan(sample(text, "llmq_gpu_memory_used_bytes"))); /* not reported: left out */

@@ -263,6 +263,10 @@ int wk_metrics_format(const struct wk_snapshot *s, struct prom *p)
         (double)st->prefix_hit_tokens);
     one(p, "llmq_num_preemptions_total", PROM_COUNTER, "Sequences preempted to free KV cache blocks.",
         (double)st->preemptions);
+    one(p, "llmq_grammar_masks_total", PROM_COUNTER,
+        "Token masks made for sequences under a structured-output grammar.", (double)st->grammar_masks);
+    one(p, "llmq_grammar_mask_seconds_total", PROM_COUNTER,
+        "Seconds the engine spent making them (overlapped with the GPU's forward pass).", st->grammar_mask_s);
     one(p, "llmq_prompt_tokens_total", PROM_COUNTER, "Prompt tokens of the jobs added to the engine.",
         (double)st->prompt_tokens);
     one(p, "llmq_generation_tokens_total", PROM_COUNTER, "Tokens generated.", (double)st->generated_tokens);
