@@ -4,7 +4,8 @@
  * reached by random valid byte walks of hand-built grammars whose tokens cross rule boundaries
  * ('",' closing a string and going on, '}]', UTF-8 characters split across tokens). Also the memo's
  * fallback, the mask cache (hits, LRU eviction, a cached mask equal to a fresh one), accepting ids
- * and several threads masking one grammar. (The real Qwen3 vocabulary: test_grammar_mask_qwen3.c.) */
+ * and several threads masking one grammar; random grammars likewise. (The real Qwen3 vocabulary:
+ * test_grammar_mask_qwen3.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,7 +71,8 @@ static int accepted_bytes(const struct grammar *g, const struct gr_state *st, bo
     int n = 0;
     for (int c = 0; c < 256; c++) {
         int r = gr_state_advance(g, st, (uint8_t)c, &t, sc, err, sizeof err);
-        assert_true(r >= 0);
+        if (r < 0)
+            fail_msg("gr_state_advance: %s", err);
         acc[c] = r == 1;
         n += r == 1;
     }
@@ -132,10 +134,10 @@ static void add_tok(struct fx *f, const char *bytes, size_t len)
 }
 
 /* The vocabulary of f: every single byte, the hand-written tokens, pieces of random valid walks of g
- * (tokens that fit somewhere), random strings over alphabet, unusable and empty ids, a duplicate,
- * and two eos ids; then g rebuilt against it by make. */
+ * of at most walk_max bytes (tokens that fit somewhere), random strings over alphabet, unusable and
+ * empty ids, a duplicate, and two eos ids; then g rebuilt against it by make. */
 static void make_fx(struct fx *f, struct grammar *(*make)(const struct gr_vocab *), const char *const *hand,
-                    const char *alphabet, uint64_t seed, int32_t vocab_extra)
+                    const char *alphabet, uint64_t seed, int32_t vocab_extra, size_t walk_max)
 {
     memset(f, 0, sizeof *f);
     struct grammar *g0 = make(NULL);
@@ -151,7 +153,7 @@ static void make_fx(struct fx *f, struct grammar *(*make)(const struct gr_vocab 
     add_tok(f, hand[0], strlen(hand[0])); /* a duplicate */
     char walk[128];
     for (int i = 0; i < 400; i++) {
-        size_t n = random_walk(g0, &rng, walk, sizeof walk);
+        size_t n = random_walk(g0, &rng, walk, walk_max < sizeof walk ? walk_max : sizeof walk);
         if (n < 2)
             continue;
         size_t len = 2 + rng_next(&rng) % 7;
@@ -371,7 +373,7 @@ static void test_json_masks(void **state)
 {
     (void)state;
     struct fx f;
-    make_fx(&f, json, json_hand, "{}[],:\" \\abeflnrtu019.-\xc3\xa9\xe2\x82\xac", 1, 45);
+    make_fx(&f, json, json_hand, "{}[],:\" \\abeflnrtu019.-\xc3\xa9\xe2\x82\xac", 1, 45, 128);
     /* the bound is met midway through some computations, which then start again without the memo */
     assert_true(check_walks(&f, 11, 40, 60, 20000) > 0);
     free_fx(&f);
@@ -381,7 +383,7 @@ static void test_lists_masks(void **state)
 {
     (void)state;
     struct fx f;
-    make_fx(&f, nested_lists, lists_hand, "[],abc d", 2, 3);
+    make_fx(&f, nested_lists, lists_hand, "[],abc d", 2, 3, 128);
     check_walks(&f, 12, 30, 40, 20000);
     free_fx(&f);
 }
@@ -390,9 +392,106 @@ static void test_overlapping_masks(void **state)
 {
     (void)state;
     struct fx f;
-    make_fx(&f, overlapping, overlapping_hand, "abc", 3, 0);
+    make_fx(&f, overlapping, overlapping_hand, "abc", 3, 0, 128);
     check_walks(&f, 13, 30, 20, 20000);
     free_fx(&f);
+}
+
+/* Random grammars over a few bytes (some of them UTF-8 lead and continuation bytes, NUL and 0xFF): up
+ * to 8 rules of up to 3 alternatives of up to 4 elements, each a random byte class or a reference to
+ * a random rule; those gr_finish refuses (a cycle that reads no byte) are drawn again. The same seed
+ * gives the same grammar. */
+static uint64_t grammar_seed;
+static const uint8_t random_bytes[] = {'a', 'b', 'c', 'd', 'e', 0x00, 0x80, 0xc3, 0xff};
+
+/* Whether random valid walks of 14 bytes from the start of g stay well within the limits of a state
+ * (an ambiguous grammar can double its stacks at every byte). */
+static bool tame(const struct grammar *g, uint64_t rng)
+{
+    struct gr_scratch sc = {0};
+    struct gr_state st = {0}, nx[sizeof random_bytes] = {{0}};
+    char err[128];
+    bool ok = true;
+    for (int w = 0; w < 100 && ok; w++) {
+        ok = gr_state_start(g, &st, &sc, err, sizeof err) == 1;
+        for (int i = 0; i < 14 && ok; i++) {
+            int live[sizeof random_bytes], n_live = 0;
+            for (size_t k = 0; k < sizeof random_bytes && ok; k++) {
+                int r = gr_state_advance(g, &st, random_bytes[k], &nx[k], &sc, err, sizeof err);
+                ok = r >= 0 && nx[k].n_stacks < 256;
+                if (r == 1)
+                    live[n_live++] = (int)k;
+            }
+            if (!ok || !n_live)
+                break;
+            int k = live[rng_next(&rng) % (uint64_t)n_live];
+            struct gr_state t = st;
+            st = nx[k];
+            nx[k] = t;
+        }
+    }
+    gr_state_free(&st), gr_scratch_free(&sc);
+    for (size_t k = 0; k < sizeof random_bytes; k++)
+        gr_state_free(&nx[k]);
+    return ok;
+}
+
+static struct grammar *random_grammar(const struct gr_vocab *v)
+{
+    uint64_t rng = grammar_seed;
+    for (;;) {
+        struct gr_builder b;
+        grb_init(&b);
+        struct gr_seq s = {0};
+        int32_t n_rules = 2 + (int32_t)(rng_next(&rng) % 7), rules[8];
+        for (int32_t r = 0; r < n_rules; r++) {
+            char name[16];
+            snprintf(name, sizeof name, "r%d", (int)r);
+            rules[r] = grb_rule(&b, name);
+        }
+        for (int32_t r = 0; r < n_rules; r++) {
+            int n_alts = 1 + (int)(rng_next(&rng) % 3);
+            for (int a = 0; a < n_alts; a++) {
+                int n_el = (int)(rng_next(&rng) % 5);
+                for (int e = 0; e < n_el; e++) {
+                    if (rng_next(&rng) % 10 < 6) {
+                        struct gr_class c = {{0}};
+                        for (size_t k = 0; k < sizeof random_bytes; k++)
+                            if (rng_next(&rng) % 10 < 4)
+                                c.bits[random_bytes[k] >> 5] |= 1u << (random_bytes[k] & 31);
+                        c.bits['a' >> 5] |= rng_next(&rng) % 2 ? 0 : 1u << ('a' & 31);
+                        grs_class(&b, &s, &c);
+                    } else {
+                        grs_rule(&b, &s, rules[rng_next(&rng) % (uint64_t)n_rules]);
+                    }
+                }
+                grb_alt(&b, rules[r], &s);
+            }
+        }
+        grs_free(&s);
+        char err[256];
+        struct grammar *g = gr_finish(&b, rules[0], v, err, sizeof err);
+        if (g && tame(g, rng))
+            return g;
+        gr_unref(g);
+    }
+}
+
+static void test_random_grammars(void **state)
+{
+    (void)state;
+    char alphabet[sizeof random_bytes + 1];
+    memcpy(alphabet, random_bytes, sizeof random_bytes);
+    alphabet[0] = 'a', alphabet[5] = 'b'; /* no NUL: the alphabet is a C string */
+    alphabet[sizeof random_bytes] = 0;
+    for (uint64_t i = 0; i < 24; i++) {
+        grammar_seed = 1000 + i * 7919;
+        struct fx f;
+        const char *const hand[] = {"ab", NULL};
+        make_fx(&f, random_grammar, hand, alphabet, 20 + i, 5, 8);
+        check_walks(&f, 30 + i, 6, 8, 20000);
+        free_fx(&f);
+    }
 }
 
 static int32_t id_of(const struct fx *f, const char *s)
@@ -413,7 +512,7 @@ static void test_accept(void **state)
 {
     (void)state;
     struct fx f;
-    make_fx(&f, json, json_hand, "{}[]", 4, 45);
+    make_fx(&f, json, json_hand, "{}[]", 4, 45, 128);
     int words = gr_vocab_mask_words(f.v);
     uint32_t *mask = malloc((size_t)words * sizeof *mask), *before = malloc((size_t)words * sizeof *before);
     char err[256];
@@ -515,7 +614,7 @@ static void test_cache(void **state)
     (void)state;
     struct fx f;
     /* wide masks (they dominate an entry's size) so that the bound counts entries */
-    make_fx(&f, json, json_hand, "{}[]", 5, 1 << 17);
+    make_fx(&f, json, json_hand, "{}[]", 5, 1 << 17, 128);
     int words = gr_vocab_mask_words(f.v);
     size_t mb = (size_t)words * sizeof(uint32_t);
     uint32_t *mask = malloc(mb), *fresh = malloc(mb);
@@ -622,7 +721,7 @@ static void test_threads(void **state)
 {
     (void)state;
     struct fx f;
-    make_fx(&f, json, json_hand, "{}[],:\" ab", 6, 45);
+    make_fx(&f, json, json_hand, "{}[],:\" ab", 6, 45, 128);
     enum { N = 4 };
     pthread_t th[N];
     struct thread_arg args[N];
@@ -649,7 +748,7 @@ int main(void)
         cmocka_unit_test(test_json_masks),        cmocka_unit_test(test_lists_masks),
         cmocka_unit_test(test_overlapping_masks), cmocka_unit_test(test_accept),
         cmocka_unit_test(test_vocab_refusals),    cmocka_unit_test(test_cache),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),           cmocka_unit_test(test_random_grammars),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
