@@ -730,8 +730,9 @@ static void fill_masks(void *ctx)
     e->n_pend = 0;
 }
 
-/* Moves q's grammar over its new token t when t belongs to the answer (route, before a no-split
- * request folds everything into the text). Returns true when q was finished instead: a mask that
+/* Moves q's grammar over its new sampled token t when t belongs to the answer (route, before a no-split
+ * request folds everything into the text); the tokens of a close a thinking budget forces (its
+ * "\n\n" included) are not fed to it, so the grammar starts at the first sampled answer token. Returns true when q was finished instead: a mask that
  * failed, or a token the grammar refuses (a forced one). */
 static bool grammar_take(struct engine *e, struct eseq *q, int32_t t, enum think_route route)
 {
@@ -799,7 +800,7 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
     e->st.generated_tokens++;
     changed_add(e, q);
     enum think_route route = think_push(&q->think, &e->think, t);
-    if (q->gm && grammar_take(e, q, t, route))
+    if (q->gm && o != &forced && grammar_take(e, q, t, route)) /* a forced close is not the answer's */
         return;
     if (q->split) {
         q->pub.has_reasoning = q->think.seen;
@@ -825,6 +826,8 @@ static void on_token(struct engine *e, struct eseq *q, const struct be_out *o)
         }
     } else if (route == THINK_OPEN) {
         /* no text */
+    } else if (q->gm && o == &forced) {
+        /* the "\n\n" of a forced close: not part of an answer a grammar constrains */
     } else if (tok_stream_push(q->ts, t, &piece, &len, err, sizeof err) == 0) {
         if (full_append(q, piece, len)) {
             finish(e, q, FINISH_ERROR, "out of memory for the output text", false);

@@ -35,6 +35,21 @@ else
   bad "a second run differs: $(comm -13 <(texts "$T/out.jsonl") <(texts "$T/some_out.jsonl") | head -3)"
 fi
 
+# the reasoning split: a prompt that ends inside an open think block reasons freely for the thinking
+# budget, the close is forced, then the answer is under the grammar (the forced "\n\n" is not in it)
+P='<|im_start|>user\nPick one.<|im_end|>\n<|im_start|>assistant\n<think>\n'
+cat >"$T/think.jsonl" <<EOF2
+{"id": "c", "prompt": "$P", "thinking_budget": 4, "choice": ["alpha", "beta"], "max_tokens": 40, "seed": 5}
+{"id": "r", "prompt": "$P", "thinking_budget": 2, "regex": "[0-9]{3}", "max_tokens": 40, "seed": 6}
+{"id": "j", "prompt": "$P", "thinking_budget": 3, "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"enum": [1, 2]}}}, "max_tokens": 40, "seed": 7}
+EOF2
+"$LLMQ" run --backend cpu --model "$M" -i "$T/think.jsonl" -o "$T/think_out.jsonl" --threads 1 2>>"$T/run.log"
+tline() { jq -c --arg id "$1" 'select(.id == $id)' "$T/think_out.jsonl"; }
+case "$(tline c | jq -r .text)" in alpha|beta) ok "choice after a forced close: $(tline c | jq -c '[.text, .finish_reason]')";; *) bad "choice after think: $(tline c)";; esac
+case "$(tline r | jq -r .text)" in [0-9][0-9][0-9]) ok "regex after a forced close";; *) bad "regex after think: $(tline r)";; esac
+eq "json after a forced close parses" "$(tline j | jq -c '[.json == 1 or .json == 2, .finish_reason]')" '[true,"stop"]'
+eq "the reasoning is kept apart" "$(tline c | jq -r '.reasoning | length > 0')" "true"
+
 # refusals: a schema outside the subset, two constraints, a regex the grammar cannot express
 cat >"$T/bad.jsonl" <<'EOF2'
 {"id": "oneof", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"oneOf": [{"type": "string"}]}}}}
