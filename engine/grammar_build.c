@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "engine/grammar_int.h"
+#include "engine/util/array.h"
+#include "engine/util/buf.h"
 
 void grb_init(struct gr_builder *b)
 {
@@ -45,14 +47,12 @@ static bool grow(struct gr_builder *b, void **p, int32_t n, int32_t *cap, size_t
         grb_fail(b, "grammar too large (more than %d elements)", GR_MAX_ELEMS);
         return false;
     }
-    int32_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)nc * sz);
-    if (!q) {
+    size_t c = (size_t)*cap;
+    if (array_reserve(p, &c, (size_t)n + 1, sz, 16)) {
         grb_fail(b, "out of memory building a grammar");
         return false;
     }
-    *p = q;
-    *cap = nc;
+    *cap = (int32_t)c; /* at most twice GR_MAX_ELEMS */
     return true;
 }
 
@@ -394,50 +394,15 @@ void gr_unref(struct grammar *g)
         gr_destroy(g);
 }
 
-/* Appends printf output to a growing string; false when out of memory. */
-struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-};
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(struct sbuf *sb, const char *fmt, ...)
-{
-    if (sb->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(sb->s ? sb->s + sb->n : NULL, sb->s ? sb->cap - sb->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            sb->oom = true;
-            return;
-        }
-        if (sb->s && sb->n + (size_t)k < sb->cap) {
-            sb->n += (size_t)k;
-            return;
-        }
-        size_t nc = (sb->cap ? sb->cap * 2 : 256) + (size_t)k;
-        char *q = realloc(sb->s, nc);
-        if (!q) {
-            sb->oom = true;
-            return;
-        }
-        sb->s = q;
-        sb->cap = nc;
-    }
-}
-
-static void dump_byte(struct sbuf *sb, unsigned z)
+static void dump_byte(struct buf *sb, unsigned z)
 {
     if (z >= 0x21 && z < 0x7f && z != ']' && z != '\\' && z != '-' && z != '\'')
-        sb_printf(sb, "%c", (char)z);
+        buf_printf(sb, "%c", (char)z);
     else
-        sb_printf(sb, "\\x%02X", z);
+        buf_printf(sb, "\\x%02X", z);
 }
 
-static void dump_class(struct sbuf *sb, const struct gr_class *c)
+static void dump_class(struct buf *sb, const struct gr_class *c)
 {
     int n = 0;
     for (unsigned x = 0; x < 256; x++)
@@ -445,13 +410,13 @@ static void dump_class(struct sbuf *sb, const struct gr_class *c)
     if (n == 1) {
         for (unsigned x = 0; x < 256; x++)
             if (gr_class_has(c, x)) {
-                sb_printf(sb, "'");
+                buf_printf(sb, "'");
                 dump_byte(sb, x);
-                sb_printf(sb, "'");
+                buf_printf(sb, "'");
             }
         return;
     }
-    sb_printf(sb, "[");
+    buf_printf(sb, "[");
     for (unsigned x = 0; x < 256; x++) {
         if (!gr_class_has(c, x))
             continue;
@@ -461,37 +426,33 @@ static void dump_class(struct sbuf *sb, const struct gr_class *c)
         dump_byte(sb, x);
         if (y > x) {
             if (y > x + 1)
-                sb_printf(sb, "-");
+                buf_printf(sb, "-");
             dump_byte(sb, y);
         }
         x = y;
     }
-    sb_printf(sb, "]");
+    buf_printf(sb, "]");
 }
 
 char *gr_dump(const struct grammar *g)
 {
-    struct sbuf sb = {0};
+    struct buf sb = {0};
     for (int32_t r = 0; r < g->n_rules; r++) {
-        sb_printf(&sb, "%s%s ::=", r == g->root ? "*" : "", g->rules[r].name);
+        buf_printf(&sb, "%s%s ::=", r == g->root ? "*" : "", g->rules[r].name);
         for (int32_t a = 0; a < g->rules[r].n_alts; a++) {
-            sb_printf(&sb, "%s", a ? " |" : "");
+            buf_printf(&sb, "%s", a ? " |" : "");
             int32_t p = g->alts[g->rules[r].first_alt + a];
             if (g->elems[p].kind == GR_END)
-                sb_printf(&sb, " \"\"");
+                buf_printf(&sb, " \"\"");
             for (; g->elems[p].kind != GR_END; p++) {
-                sb_printf(&sb, " ");
+                buf_printf(&sb, " ");
                 if (g->elems[p].kind == GR_RULE)
-                    sb_printf(&sb, "%s", g->rules[g->elems[p].arg].name);
+                    buf_printf(&sb, "%s", g->rules[g->elems[p].arg].name);
                 else
                     dump_class(&sb, &g->classes[g->elems[p].arg]);
             }
         }
-        sb_printf(&sb, "\n");
+        buf_printf(&sb, "\n");
     }
-    if (sb.oom) {
-        free(sb.s);
-        return NULL;
-    }
-    return sb.s ? sb.s : strdup("");
+    return buf_take(&sb);
 }

@@ -11,6 +11,7 @@
 #include <utf8proc.h>
 
 #include "engine/grammar_regex_int.h"
+#include "engine/util/array.h"
 
 #define RX_MAX_CP 0x10FFFF
 #define RX_MAX_DEPTH 200 /* most nested groups */
@@ -195,14 +196,12 @@ static bool grow(struct rx *x, void **p, int32_t n, int32_t *cap, size_t sz)
 {
     if (n < *cap)
         return true;
-    int32_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)nc * sz);
-    if (!q) {
+    size_t c = (size_t)*cap;
+    if (array_reserve(p, &c, (size_t)n + 1, sz, 16) || c > INT32_MAX) {
         rx_oom(x);
         return false;
     }
-    *p = q;
-    *cap = nc;
+    *cap = (int32_t)c;
     return true;
 }
 

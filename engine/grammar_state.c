@@ -1,10 +1,12 @@
 /* Matcher states of a grammar (engine/grammar_int.h): sets of stacks of positions, advanced one byte
  * at a time, kept in a canonical form so that equal states compare and hash alike. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/grammar_int.h"
+#include "engine/util/array.h"
 
 void gr_scratch_free(struct gr_scratch *sc)
 {
@@ -28,16 +30,10 @@ static int reserve(int32_t **p, int32_t *cap, int64_t need)
 {
     if (need <= *cap)
         return 0;
-    int64_t nc = *cap ? *cap : 64;
-    while (nc < need)
-        nc *= 2;
-    if (nc > INT32_MAX)
+    size_t c = (size_t)*cap;
+    if (need > INT32_MAX || array_reserve(p, &c, (size_t)need, sizeof **p, 64) || c > INT32_MAX)
         return -1;
-    int32_t *q = realloc(*p, (size_t)nc * sizeof *q);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = (int32_t)nc;
+    *cap = (int32_t)c;
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "engine/util/buf.h"
 #include "engine/util/hash.h"
 #include "worker/jobs/grammar_cache.h"
 #include "worker/jobs/job.h"
@@ -44,54 +45,27 @@ void grammar_cache_free(struct grammar_cache *c)
     free(c);
 }
 
-/* Appends n bytes to a growing buffer; -1 when out of memory. */
-static int put(char **b, size_t *len, size_t *cap, const void *p, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = (*cap ? *cap * 2 : 256) + n;
-        char *q = realloc(*b, nc);
-        if (!q)
-            return -1;
-        *b = q;
-        *cap = nc;
-    }
-    memcpy(*b + *len, p, n);
-    *len += n;
-    (*b)[*len] = '\0';
-    return 0;
-}
-
 /* The canonical text of k: its kind, then the schema's text with sorted keys, the regex, or each
  * choice preceded by its length; malloc'd, NULL when out of memory. */
 static char *key_of(const struct job_constraint *k, size_t *len)
 {
-    char *b = NULL, head[32];
-    size_t cap = 0;
-    *len = 0;
-    snprintf(head, sizeof head, "%d:", (int)k->kind);
-    if (put(&b, len, &cap, head, strlen(head)))
-        goto oom;
+    struct buf b = {0};
+    buf_printf(&b, "%d:", (int)k->kind);
     if (k->kind == JOB_CONSTRAINT_JSON_SCHEMA) {
         char *t = json_dumps(k->schema, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-        int rc = t ? put(&b, len, &cap, t, strlen(t)) : -1;
+        if (t)
+            buf_puts(&b, t);
+        else
+            b.oom = true;
         free(t);
-        if (rc)
-            goto oom;
     } else if (k->kind == JOB_CONSTRAINT_REGEX) {
-        if (put(&b, len, &cap, k->regex, strlen(k->regex)))
-            goto oom;
+        buf_puts(&b, k->regex);
     } else if (k->kind == JOB_CONSTRAINT_CHOICE) {
-        for (size_t i = 0; i < k->n_choices; i++) {
-            size_t n = strlen(k->choices[i]);
-            snprintf(head, sizeof head, "%zu:", n);
-            if (put(&b, len, &cap, head, strlen(head)) || put(&b, len, &cap, k->choices[i], n))
-                goto oom;
-        }
+        for (size_t i = 0; i < k->n_choices; i++)
+            buf_printf(&b, "%zu:%s", strlen(k->choices[i]), k->choices[i]);
     }
-    return b;
-oom:
-    free(b);
-    return NULL;
+    *len = b.len;
+    return buf_take(&b);
 }
 
 static struct grammar *compile(const struct job_constraint *k, const struct gr_vocab *v, char *err,
