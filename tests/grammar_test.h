@@ -8,6 +8,19 @@
 
 #include "engine/grammar_int.h"
 
+/* How g takes the n bytes of text from its start: -1 refused at some byte, 0 accepted but incomplete,
+ * 1 a complete sentence; -2 when no matcher could be made (out of memory). */
+static inline int gt_run(struct grammar *g, const char *text, size_t n)
+{
+    struct gr_matcher *m = gr_matcher_new(g);
+    if (!m)
+        return -2;
+    int r = gr_matcher_accept_bytes(m, text, n);
+    int out = r < 0 ? -1 : gr_matcher_complete(m) ? 1 : 0;
+    gr_matcher_free(m);
+    return out;
+}
+
 static inline struct gr_class gt_class_of(const char *chars)
 {
     struct gr_class c = {{0}};

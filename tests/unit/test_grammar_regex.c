@@ -23,6 +23,7 @@
 #include <pcre2.h>
 
 #include "engine/grammar_int.h"
+#include "grammar_test.h"
 
 /* ---- the reference ---- */
 
@@ -104,15 +105,10 @@ static struct grammar *build(const char *pattern, bool anchored, enum gr_regex_c
     return g;
 }
 
-/* -1 refused at some byte, 0 accepted but incomplete, 1 complete. */
+/* -1 refused at some byte, 0 accepted but incomplete, 1 complete (tests/grammar_test.h). */
 static int run(struct grammar *g, const char *s, size_t n)
 {
-    struct gr_matcher *m = gr_matcher_new(g);
-    assert_non_null(m);
-    int r = gr_matcher_accept_bytes(m, s, n);
-    int out = r < 0 ? -1 : gr_matcher_complete(m) ? 1 : 0;
-    gr_matcher_free(m);
-    return out;
+    return gt_run(g, s, n);
 }
 
 static uint64_t rng_next(uint64_t *s)

@@ -17,6 +17,7 @@
 
 #include "engine/grammar_int.h"
 #include "engine/json_schema.h"
+#include "grammar_test.h"
 
 /* ---- a random sentence generator over a grammar ---- */
 
@@ -159,12 +160,7 @@ static struct grammar *compile(const struct js_schema *s, const char *text)
 /* -1: refused at some byte; 0: accepted but incomplete; 1: accepted and complete. */
 static int run(struct grammar *g, const char *text)
 {
-    struct gr_matcher *m = gr_matcher_new(g);
-    assert_non_null(m);
-    int r = gr_matcher_accept_bytes(m, text, strlen(text));
-    int out = r < 0 ? -1 : gr_matcher_complete(m) ? 1 : 0;
-    gr_matcher_free(m);
-    return out;
+    return gt_run(g, text, strlen(text));
 }
 
 /* Called with each sentence's parsed value (for variety counts). */

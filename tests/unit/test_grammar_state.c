@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/grammar_int.h"
+#include "grammar_test.h"
 
 /* root ::= '[' list ']' | '[' root ']';  list ::= item ',' ws list | item;  item ::= [a-c] */
 static struct grammar *nested_lists(void)
@@ -49,12 +50,7 @@ static struct grammar *nested_lists(void)
 /* -1: refused at some byte; 0: accepted but incomplete; 1: accepted and complete. */
 static int run(struct grammar *g, const char *text)
 {
-    struct gr_matcher *m = gr_matcher_new(g);
-    assert_non_null(m);
-    int r = gr_matcher_accept_bytes(m, text, strlen(text));
-    int out = r < 0 ? -1 : gr_matcher_complete(m) ? 1 : 0;
-    gr_matcher_free(m);
-    return out;
+    return gt_run(g, text, strlen(text));
 }
 
 static void test_nested_lists(void **state)
