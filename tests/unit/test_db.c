@@ -414,16 +414,16 @@ static void test_migrate_to_batches(void **state)
     db_close(db);
 }
 
-/* A database of schema version 3 (before reasoning), with rows, opened by this llmq: the rows keep
- * their values with reasoning and reasoning_tokens NULL (read back as none), new rows carry both, and
- * the CHECK refuses a negative count. */
-static void test_migrate_to_reasoning(void **state)
+/* A database made with the first `from` migrations and three old rows, opened again by this llmq:
+ * the migration named `next` and every later one are applied and the old rows read as before.
+ * Returns the upgraded database. */
+static struct db *upgraded_from(int from, const char *next)
 {
     struct db_opts o = db_opts_default();
-    o.n_migrations = 3;
+    o.n_migrations = from;
     o.migrations = db_migrations;
     struct db *db = open_ok(&o);
-    assert_int_equal(db_schema_version(db), 3);
+    assert_int_equal(db_schema_version(db), from);
     insert_v1_rows(db_handle(db), 3);
     const char *before =
         "SELECT group_concat(id || '|' || status || '|' || output || '|' || result, ';') FROM "
@@ -432,12 +432,21 @@ static void test_migrate_to_reasoning(void **state)
     snprintf(want, sizeof want, "%s", raw_text(db_handle(db), before));
     db_close(db);
 
-    db = open_ok(NULL); /* 004 is applied */
-    assert_true(db_n_migrations >= 4);
-    assert_string_equal(db_migrations[3].name, "004_reasoning");
+    db = open_ok(NULL);
+    assert_true(db_n_migrations > from);
+    assert_string_equal(db_migrations[from].name, next);
     assert_int_equal(db_schema_version(db), db_n_migrations);
+    assert_string_equal(raw_text(db_handle(db), before), want);
+    return db;
+}
+
+/* A database of schema version 3 (before reasoning), with rows, opened by this llmq: the rows keep
+ * their values with reasoning and reasoning_tokens NULL (read back as none), new rows carry both, and
+ * the CHECK refuses a negative count. */
+static void test_migrate_to_reasoning(void **state)
+{
+    struct db *db = upgraded_from(3, "004_reasoning");
     sqlite3 *h = db_handle(db);
-    assert_string_equal(raw_text(h, before), want);
     assert_int_equal(
         raw_int(h, "SELECT count(*) FROM jobs WHERE reasoning IS NULL AND reasoning_tokens IS NULL"), 3);
     struct one old = get_row(db, "old-0");
@@ -478,25 +487,8 @@ static void test_migrate_to_reasoning(void **state)
  * written and answers json_extract, and the CHECK refuses text that is not JSON (the row alone). */
 static void test_migrate_to_output_json(void **state)
 {
-    struct db_opts o = db_opts_default();
-    o.n_migrations = 4;
-    o.migrations = db_migrations;
-    struct db *db = open_ok(&o);
-    assert_int_equal(db_schema_version(db), 4);
-    insert_v1_rows(db_handle(db), 3);
-    const char *before =
-        "SELECT group_concat(id || '|' || status || '|' || output || '|' || result, ';') FROM "
-        "(SELECT * FROM jobs ORDER BY id)";
-    char want[4096];
-    snprintf(want, sizeof want, "%s", raw_text(db_handle(db), before));
-    db_close(db);
-
-    db = open_ok(NULL); /* 005 is applied */
-    assert_true(db_n_migrations >= 5);
-    assert_string_equal(db_migrations[4].name, "005_structured_output");
-    assert_int_equal(db_schema_version(db), db_n_migrations);
+    struct db *db = upgraded_from(4, "005_structured_output");
     sqlite3 *h = db_handle(db);
-    assert_string_equal(raw_text(h, before), want);
     assert_int_equal(raw_int(h, "SELECT count(*) FROM jobs WHERE output_json IS NULL"), 3);
     struct one old = get_row(db, "old-0");
     assert_true(old.found);
