@@ -1012,6 +1012,12 @@ const char *tok_id_to_token(const struct tok *tok, int32_t id)
     return e ? tok->strs.p + e->str_off : NULL;
 }
 
+int tok_normalize_text(const struct tok *tok, const char *text, size_t len, const char **out, size_t *out_len,
+                       char **owned)
+{
+    return tok_normalize(&tok->norm, text, len, out, out_len, owned);
+}
+
 const char *tok_token_bytes(const struct tok *tok, int32_t id, size_t *len)
 {
     const struct entry *e = entry_of(tok, id);

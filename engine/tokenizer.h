@@ -51,6 +51,12 @@ int tok_encode(const struct tok *tok, const char *text, size_t len, int32_t **id
 int tok_encode_ex(const struct tok *tok, const char *text, size_t len, bool add_special, int32_t **ids,
                   size_t *n, char *err, size_t errlen);
 
+/* Normalizes text[0..len) (valid UTF-8) with tokenizer.json's "normalizer", as encoding does before
+ * pre-tokenizing. *out is text itself when nothing changes (*owned NULL), else a new buffer also
+ * stored in *owned (caller frees). Returns 0, or -1 when out of memory. Thread-safe. */
+int tok_normalize_text(const struct tok *tok, const char *text, size_t len, const char **out, size_t *out_len,
+                       char **owned);
+
 /* Decodes ids into a new NUL-terminated UTF-8 string *text of *len bytes (caller frees with free()),
  * like HF's tokenizer.decode(ids, skip_special_tokens). Bytes that do not form valid UTF-8 become
  * U+FFFD. Returns 0, or -1 with err for an id outside [0, tok_vocab_size) (HF silently drops
