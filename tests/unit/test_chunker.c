@@ -1,10 +1,10 @@
-/* worker/jobs/chunker with the real Qwen3 tokenizer (and Llama-3's when fetched): generated English
- * and Chinese documents of 5 and 50 times a 512-token context, and hostile texts (one huge word,
- * CJK without punctuation, 4-byte characters, runs of spaces or newlines, random code points).
- * Every split is checked against the contract in chunker.h, independently of the chunker: each
- * chunk re-encodes to n_tokens <= chunk_tokens, every start and end is a character boundary and a
- * token boundary of the whole encoding, neighbours overlap by [M, M + M/2] tokens, the chunks cover
- * the text in order, and full chunks hold at least half a window. */
+/* worker/jobs/chunker with the real Qwen3 tokenizer (and Llama-3's and DeepSeek-V3's when fetched): generated
+ * English and Chinese documents of 5 and 50 times a 512-token context, and hostile texts (one huge word, CJK
+ * without punctuation, 4-byte characters, runs of spaces or newlines, random code points). Every split is
+ * checked against the contract in chunker.h, independently of the chunker: each chunk re-encodes to n_tokens
+ * <= chunk_tokens, every start and end is a character boundary and a token boundary of the whole encoding,
+ * neighbours overlap by [M, M + M/2] tokens, the chunks cover the text in order, and full chunks hold at
+ * least half a window. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +23,7 @@
 #include "testutil.h"
 #include "worker/jobs/chunker.h"
 
-static struct tok *qwen, *llama;
+static struct tok *qwen, *llama, *deepseek;
 
 /* Appends code point cp to b in UTF-8. */
 static void put_cp(struct buf *b, uint32_t cp)
@@ -179,6 +179,22 @@ static int check_split(const struct tok *tok, const char *text, size_t len, int 
     return n;
 }
 
+/* <name>-tokenizer from the fetched assets into *t, which stays NULL when it was not fetched (the
+ * tests that need it skip). Returns 0, or -1 when it is there but does not load. */
+static int load_optional(const char *name, struct tok **t)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/%s-tokenizer/tokenizer.json", getenv("LLMQ_ASSETS"), name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    fclose(f);
+    *t = tok_load(path, NULL, err, sizeof err);
+    if (!*t)
+        fprintf(stderr, "tok_load: %s\n", err);
+    return *t ? 0 : -1;
+}
+
 static int setup(void **state)
 {
     char err[512];
@@ -190,17 +206,8 @@ static int setup(void **state)
         fprintf(stderr, "tok_load: %s\n", err);
         return -1;
     }
-    const char *dir = getenv("LLMQ_ASSETS");
-    snprintf(jp, sizeof jp, "%s/llama3-tokenizer/tokenizer.json", dir);
-    FILE *f = fopen(jp, "r");
-    if (f) {
-        fclose(f);
-        llama = tok_load(jp, NULL, err, sizeof err);
-        if (!llama) {
-            fprintf(stderr, "tok_load: %s\n", err);
-            return -1;
-        }
-    }
+    if (load_optional("llama3", &llama) < 0 || load_optional("deepseek_v3", &deepseek) < 0)
+        return -1;
     return 0;
 }
 
@@ -208,6 +215,7 @@ static int teardown(void **state)
 {
     tok_free(qwen);
     tok_free(llama);
+    tok_free(deepseek);
     return 0;
 }
 
@@ -348,6 +356,20 @@ static void test_hostile_llama3(void **state)
     hostile(llama, "llama3");
 }
 
+static void test_documents_deepseek_v3(void **state)
+{
+    if (!deepseek)
+        skip();
+    split_docs(deepseek, "deepseek_v3");
+}
+
+static void test_hostile_deepseek_v3(void **state)
+{
+    if (!deepseek)
+        skip();
+    hostile(deepseek, "deepseek_v3");
+}
+
 static void test_refusals(void **state)
 {
     struct doc_chunk *ch = (void *)1;
@@ -411,9 +433,14 @@ static void test_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_documents_qwen3),  cmocka_unit_test(test_hostile_qwen3),
-        cmocka_unit_test(test_reencoding_grows), cmocka_unit_test(test_documents_llama3),
-        cmocka_unit_test(test_hostile_llama3),   cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_documents_qwen3),
+        cmocka_unit_test(test_hostile_qwen3),
+        cmocka_unit_test(test_reencoding_grows),
+        cmocka_unit_test(test_documents_llama3),
+        cmocka_unit_test(test_hostile_llama3),
+        cmocka_unit_test(test_documents_deepseek_v3),
+        cmocka_unit_test(test_hostile_deepseek_v3),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
