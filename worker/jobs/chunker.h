@@ -38,10 +38,11 @@
  * Chunks come in document order, cover every byte, and each starts after its predecessor's start and
  * ends after its predecessor's end.
  *
- * Speed: one encoding of the whole text plus about two of each chunk. A 1 MiB document takes
- * 0.06 to 0.1 s (English or Chinese prose) and 0.26 s (random words, which the tokenizer's cache of
- * pre-tokens cannot help) on a 2-core VM with the Qwen3 tokenizer (`ctest -C bench -R chunk_speed
- * -V`). Thread-safe: the tokenizer is immutable and nothing else is shared. */
+ * Speed: one encoding of the whole text plus one of each chunk (more for one that shrinks). A 1 MiB
+ * document takes 0.06 to 0.1 s (English or Chinese prose) and 0.26 s (random words, which the
+ * tokenizer's cache of pre-tokens cannot help) on a 2-core VM with the Qwen3 tokenizer
+ * (`ctest -C bench -R chunk_speed -V`). Thread-safe: the tokenizer is immutable, nothing else is
+ * shared. */
 #pragma once
 #include <stddef.h>
 
