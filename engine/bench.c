@@ -7,7 +7,7 @@
 
 static const struct bench_workload WORKLOADS[] = {
     {"chat", 1000, 512, 128},   {"decode", 512, 128, 1024}, {"summarize", 200, 4096, 256},
-    {"longdoc", 8, 65536, 256}, {"single", 1, 128, 512},
+    {"longdoc", 8, 65536, 256}, {"single", 1, 128, 512},    {"mapreduce", 50, 8192, 256},
 };
 
 const struct bench_workload *bench_workload_find(const char *name)
@@ -20,7 +20,7 @@ const struct bench_workload *bench_workload_find(const char *name)
 
 const char *bench_workload_names(void)
 {
-    return "chat, decode, summarize, longdoc, single";
+    return "chat, decode, summarize, longdoc, single, mapreduce";
 }
 
 void bench_roofline_step(struct bench_roofline *r, const struct model_config *c, const struct be_seq *seqs,

@@ -31,10 +31,16 @@ struct bench_workload {
     const char *name;
     int requests, input_len, output_len;
 };
+/* mapreduce's requests are documents of BENCH_MAPREDUCE_DOC_LEN tokens, summarized in chunks of
+ * input_len tokens of which BENCH_MAPREDUCE_OVERLAP are also the next chunk's (in proportion to
+ * input_len when another is given), output_len tokens a summary (docs/BENCH.md). */
+#define BENCH_MAPREDUCE_DOC_LEN 200000
+#define BENCH_MAPREDUCE_OVERLAP 128
 /* chat 1000 x 512 / 128, decode 512 x 128 / 1024, summarize 200 x 4096 / 256, longdoc 8 x 65536 / 256,
- * single 1 x 128 / 512 (DESIGN.md). NULL for an unknown name. */
+ * single 1 x 128 / 512 (DESIGN.md), mapreduce 50 documents in chunks of 8192 / 256. NULL for an
+ * unknown name. */
 const struct bench_workload *bench_workload_find(const char *name);
-/* "chat, decode, summarize, longdoc, single" */
+/* "chat, decode, summarize, longdoc, single, mapreduce" */
 const char *bench_workload_names(void);
 
 struct bench_roofline {

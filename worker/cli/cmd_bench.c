@@ -13,6 +13,10 @@
  * requests of workload W go to the long lane first, and once the long lane has run a step the
  * timed workload is submitted to the short lane. The timed numbers are the foreground's; when
  * its last request finishes, the background's progress is recorded and the rest of it cancelled.
+ *
+ * --workload mapreduce summarizes documents longer than a context (bench_mapreduce.h): the map
+ * level's requests are submitted at t = 0, and each reduce level's as its document's level before
+ * finishes, into the same running engine; the run ends when every document has its summary.
  * docs/BENCH.md describes every key of the output. */
 #include <errno.h>
 #include <getopt.h>
@@ -40,6 +44,7 @@
 #include "engine/util/mono.h"
 #include "engine/util/scratch_dir.h"
 #include "worker/backends/backend_open.h"
+#include "worker/cli/bench_mapreduce.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
@@ -129,6 +134,12 @@ static const char *base_name(const char *p)
     return s;
 }
 
+/* Whether wl is the map-reduce workload, whose requests its plan makes (bench_mapreduce.h). */
+static bool is_mapreduce(const struct bench_workload *wl)
+{
+    return !strcmp(wl->name, "mapreduce");
+}
+
 /* One group of requests: the timed foreground, or the background in the long lane. */
 struct group {
     const struct bench_workload *wl;
@@ -157,6 +168,12 @@ struct bench {
     /* what runs */
     struct group fg, bg;
     bool has_bg;
+    /* mapreduce: --input-len, --doc-len, --overlap, documents (--num-prompts), a reduce prompt's
+     * summary tokens; its plan (fg's requests are its slots; NULL for other workloads); the prompt
+     * being submitted [bench_mr_max_prompt] */
+    int chunk, doc_len, overlap, n_docs, mr_budget;
+    struct bench_mr *mr;
+    int32_t *mr_prompt;
     struct model *model;
     bool random;
     char model_name[256];
@@ -197,6 +214,8 @@ static void bench_free(struct bench *b)
 {
     gr_unref(b->grammar);
     engine_free(b->eng);
+    bench_mr_free(b->mr);
+    free(b->mr_prompt);
     tok_free(b->tok);
     if (b->random)
         random_model_free(b->model);
@@ -220,6 +239,32 @@ static void on_failure(struct bench *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(b->first_error, sizeof b->first_error, fmt, ap);
     va_end(ap);
+}
+
+static struct engine_request request(const int32_t *prompt, int n, int out, uint64_t seed, int lane,
+                                     intptr_t user);
+
+/* mapreduce: submits every request of the plan that is ready (user id: its slot + 1, seed: its slot). */
+static void mr_submit(struct bench *b)
+{
+    char err[1024];
+    int n, s;
+    double t = llmq_mono_s();
+    while ((s = bench_mr_next(b->mr, b->mr_prompt, &n)) >= 0) {
+        struct engine_request r = request(b->mr_prompt, n, b->fg.out_len, (uint64_t)s, b->fg.lane, s + 1);
+        b->fg.seq[s] = engine_add(b->eng, &r, err, sizeof err);
+        if (!b->fg.seq[s])
+            on_failure(b, "a %d-token request: %s", n, err);
+        b->fg.last[s] = t;
+    }
+}
+
+/* mapreduce: slot idx's summary is done (before q is released). */
+static void mr_finished(struct bench *b, int idx, const struct engine_seq *q, double t)
+{
+    char err[256];
+    if (bench_mr_finished(b->mr, idx, q->tokens + q->n_prompt, q->n_output, t, err, sizeof err))
+        on_failure(b, "%s", err);
 }
 
 enum until {
@@ -268,6 +313,8 @@ static int run_engine(struct bench *b, struct progress *bar, bool record, enum u
                 on_failure(b, "%s", q->error);
             else if (g && q->finish != FINISH_CANCELLED && q->n_output != g->out_len && !b->grammar)
                 on_failure(b, "a request finished with %d tokens, not %d", q->n_output, g->out_len);
+            else if (g == &b->fg && b->mr && q->finish != FINISH_CANCELLED) /* its level may be complete */
+                mr_finished(b, idx, q, t);
             if (g) {
                 g->digest[idx] =
                     fnv1a(FNV1A_INIT, q->tokens + q->n_prompt, (size_t)q->n_output * sizeof *q->tokens);
@@ -276,6 +323,8 @@ static int run_engine(struct bench *b, struct progress *bar, bool record, enum u
             }
             engine_release(b->eng, q);
         }
+        if (b->mr && record)
+            mr_submit(b); /* the next levels of documents whose level finished */
         progress_update(bar, b->fg.done, b->fg_tokens);
     }
     return b->failed ? -1 : 0;
@@ -298,15 +347,19 @@ static struct engine_request request(const int32_t *prompt, int n, int out, uint
     return r;
 }
 
-/* Random prompts of g; the first `shared` tokens of each come from one draw. */
+/* Random prompts of g; the first `shared` tokens of each come from one draw. For mapreduce only
+ * room for its requests: its plan makes the prompts. */
 static int make_prompts(struct group *g, int vocab, uint64_t seed, int shared)
 {
-    g->prompts = malloc((size_t)g->n_req * (size_t)g->in_len * sizeof *g->prompts);
+    bool planned = is_mapreduce(g->wl);
+    g->prompts = planned ? NULL : malloc((size_t)g->n_req * (size_t)g->in_len * sizeof *g->prompts);
     g->seq = calloc((size_t)g->n_req, sizeof *g->seq);
     g->last = calloc((size_t)g->n_req, sizeof *g->last);
     g->digest = calloc((size_t)g->n_req, sizeof *g->digest);
-    if (!g->prompts || !g->seq || !g->last || !g->digest)
+    if ((!g->prompts && !planned) || !g->seq || !g->last || !g->digest)
         return -1;
+    if (planned)
+        return 0;
     uint64_t s = seed * 0x2545f4914f6cdd1dull + 1, ps = seed * 0x9e3779b97f4a7c15ull + 0x70726566ull;
     for (int i = 0; i < g->n_req; i++)
         for (int j = 0; j < g->in_len; j++) {
@@ -372,6 +425,8 @@ static int parse_background(const char *s, const struct bench_workload **wl, int
     if (!*wl)
         return cli_usage_error(CMD, "--background: workload '%s' (expected %s)", name,
                                bench_workload_names());
+    if (is_mapreduce(*wl))
+        return cli_usage_error(CMD, "--background: %s does not run as a background", name);
     *n = 0;
     if (colon)
         return parse_int("--background (its :N)", colon + 1, 1, n);
@@ -386,6 +441,7 @@ struct bench_args {
     const char *workload;               /* --workload */
     const char *config;                 /* --config */
     int num_prompts, in_len, out_len;   /* 0: the workload's */
+    int doc_len, overlap;               /* mapreduce's --doc-len (0) and --overlap (-1: the workload's) */
     int shared;                         /* --shared-prefix */
     const struct bench_workload *bg_wl; /* --background W; NULL without */
     int bg_n, bg_in, bg_out;            /* its :N and lengths; 0: W's */
@@ -433,13 +489,20 @@ static const struct bench_opt opts[] = {
     {"--workload", 'w', "W", OPT_STR, .field = ARG(workload),
      .help = "chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
              "summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
-             "single (1 x 128 / 512)"},
+             "single (1 x 128 / 512), mapreduce (50 documents x 200000\n"
+             "tokens, chunks of 8192, 256-token summaries, reduced in a tree)"},
     {"--num-prompts", 'n', "N", OPT_INT, .field = ARG(num_prompts), .min = 1,
-     .help = "requests (default: the workload's)"},
+     .help = "requests (default: the workload's; mapreduce: documents)"},
     {"--input-len", 0, "N", OPT_INT, .field = ARG(in_len), .min = 1,
-     .help = "prompt tokens per request (default: the workload's)"},
+     .help = "prompt tokens per request (default: the workload's; mapreduce:\n"
+             "a chunk's document tokens)"},
     {"--output-len", 0, "N", OPT_INT, .field = ARG(out_len), .min = 1,
      .help = "generated tokens per request (default: the workload's)"},
+    {"--doc-len", 0, "N", OPT_INT, .field = ARG(doc_len), .min = 1,
+     .help = "mapreduce: tokens per document (default 200000)"},
+    {"--overlap", 0, "N", OPT_INT, .field = ARG(overlap), .min = 0,
+     .help = "mapreduce: tokens a chunk shares with the next (default: 1/64\n"
+             "of the chunk, 128 for 8192)"},
     {"--shared-prefix", 0, "N", OPT_INT, .field = ARG(shared), .min = 0,
      .help = "the first N prompt tokens are the same in every request"},
     {"--no-prefix-caching", 0, NULL, OPT_KEY_FIXED, "engine.enable_prefix_caching", "false",
@@ -568,6 +631,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     shortopts[ns] = 0;
     memset(a, 0, sizeof *a);
     a->seed = -1;
+    a->overlap = -1;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
@@ -616,6 +680,11 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         return cli_usage_error(CMD, "--workload is required (%s)", bench_workload_names());
     if ((a->bg_in || a->bg_out) && !a->bg_wl)
         return cli_usage_error(CMD, "--background-input-len and --background-output-len need --background");
+    if (strcmp(a->workload, "mapreduce") && (a->doc_len || a->overlap >= 0))
+        return cli_usage_error(CMD, "--doc-len and --overlap are for --workload mapreduce");
+    if (!strcmp(a->workload, "mapreduce") && (a->shared || a->bg_wl || a->response_format))
+        return cli_usage_error(CMD, "--workload mapreduce takes no --shared-prefix, --background or "
+                                    "--response-format");
     return 0;
 }
 
@@ -632,6 +701,18 @@ static int bench_settings(struct bench *b, const struct bench_args *a)
     b->fg.n_req = a->num_prompts ? a->num_prompts : b->fg.wl->requests;
     b->fg.in_len = a->in_len ? a->in_len : b->fg.wl->input_len;
     b->fg.out_len = a->out_len ? a->out_len : b->fg.wl->output_len;
+    if (is_mapreduce(b->fg.wl)) { /* mapreduce: n_req documents; the longest prompt is a chunk's */
+        b->chunk = b->fg.in_len;
+        b->doc_len = a->doc_len ? a->doc_len : BENCH_MAPREDUCE_DOC_LEN;
+        /* the workload's overlap in proportion to the chunk: 1/64 of it, 128 for 8192 */
+        b->overlap = a->overlap >= 0
+                         ? a->overlap
+                         : (int)((long long)b->chunk * BENCH_MAPREDUCE_OVERLAP / b->fg.wl->input_len);
+        if (b->overlap >= b->chunk)
+            return cli_usage_error(CMD, "--overlap %d is not below the chunk (--input-len %d)", b->overlap,
+                                   b->chunk);
+        b->fg.in_len = b->chunk + BENCH_MR_TEMPLATE_TOKENS;
+    }
     if (a->shared > b->fg.in_len)
         return cli_usage_error(CMD, "--shared-prefix %d is longer than the prompts (%d tokens)", a->shared,
                                b->fg.in_len);
@@ -802,10 +883,47 @@ static int compile_response_format(struct bench *b, const char *path)
     return 0;
 }
 
+/* mapreduce: the plan of its documents' trees (the reduce budget: the lane's max_model_len less the
+ * output and the template); the foreground's requests become its slots. */
+static int make_plan(struct bench *b)
+{
+    char err[512];
+    int max_len = engine_max_model_len(b->eng, b->fg.lane);
+    struct bench_mr_opts o = {.docs = b->fg.n_req,
+                              .doc_len = b->doc_len,
+                              .chunk = b->chunk,
+                              .overlap = b->overlap,
+                              .out_len = b->fg.out_len,
+                              .budget = max_len - b->fg.out_len - BENCH_MR_TEMPLATE_TOKENS,
+                              .vocab = b->vocab,
+                              .seed = b->seed};
+    b->mr = bench_mr_new(&o, err, sizeof err);
+    if (!b->mr) {
+        fprintf(stderr, "llmq %s: mapreduce: %s\n", CMD, err);
+        return 1;
+    }
+    b->mr_prompt = malloc((size_t)bench_mr_max_prompt(b->mr) * sizeof *b->mr_prompt);
+    if (!b->mr_prompt) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        return 1;
+    }
+    log_info(
+        "bench: mapreduce: %d documents x %d tokens in %d chunks of %d (overlap %d), %d-token summaries, "
+        "%d summary tokens a reduce prompt: depth %d, at most %d requests",
+        o.docs, o.doc_len, bench_mr_chunks(b->mr), o.chunk, o.overlap, o.out_len, o.budget,
+        bench_mr_predicted_depth(b->mr), bench_mr_slots(b->mr));
+    b->n_docs = o.docs;
+    b->mr_budget = o.budget;
+    b->fg.n_req = bench_mr_slots(b->mr);
+    return 0;
+}
+
 /* The prompts of both groups and room for the foreground's latencies. */
 static int make_requests(struct bench *b)
 {
     b->vocab = b->model->cfg.vocab < PROMPT_ID_RANGE ? b->model->cfg.vocab : PROMPT_ID_RANGE;
+    if (is_mapreduce(b->fg.wl) && make_plan(b))
+        return 1;
     b->ttft = malloc((size_t)b->fg.n_req * sizeof *b->ttft);
     b->cap_itl = (size_t)b->fg.n_req * (size_t)(b->fg.out_len > 1 ? b->fg.out_len - 1 : 1);
     b->itl = malloc(b->cap_itl * sizeof *b->itl);
@@ -863,9 +981,10 @@ static int run_timed(struct bench *b)
     if (b->has_bg)
         log_info("bench: %s, background %s: %d requests x %d in / %d out in the long lane", b->model_name,
                  b->bg.wl->name, b->bg.n_req, b->bg.in_len, b->bg.out_len);
-    log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", b->model_name,
-             b->fg.wl->name, b->fg.n_req, b->fg.in_len, b->fg.out_len, b->lanes ? " in the short lane" : "",
-             engine_backend_name(b->eng));
+    if (!b->mr)
+        log_info("bench: %s, workload %s: %d requests x %d in / %d out%s, backend %s", b->model_name,
+                 b->fg.wl->name, b->fg.n_req, b->fg.in_len, b->fg.out_len,
+                 b->lanes ? " in the short lane" : "", engine_backend_name(b->eng));
     b->t_bg = llmq_mono_s();
     if (b->has_bg) {
         if (submit(b, &b->bg, true, err, sizeof err)) {
@@ -876,7 +995,9 @@ static int run_timed(struct bench *b)
     }
     struct progress *bar = progress_new(stderr, "requests", b->fg.n_req);
     b->t0 = llmq_mono_s();
-    if (submit(b, &b->fg, false, err, sizeof err)) {
+    if (b->mr)
+        mr_submit(b); /* the map level; the reduce levels follow in run_engine */
+    else if (submit(b, &b->fg, false, err, sizeof err)) {
         progress_free(bar);
         fprintf(stderr, "llmq %s: request: %s\n", CMD, err);
         return 1;
@@ -949,23 +1070,76 @@ static json_t *background_json(const struct bench *b)
     return bj;
 }
 
+/* "mapreduce" of the line: the documents, the trees and each level; null for other workloads. Sets
+ * *requests and *prompt_tokens to the run's (every level). */
+static json_t *mapreduce_json(const struct bench *b, int *requests, double *prompt_tokens)
+{
+    if (!b->mr)
+        return json_null();
+    const struct bench_mr_level *lv;
+    const double *t_docs;
+    int n_levels = bench_mr_levels(b->mr, &lv), done = bench_mr_docs_done(b->mr, &t_docs);
+    json_t *m = json_object(), *req = json_array(), *pt = json_array(), *ot = json_array(),
+           *end = json_array();
+    for (int l = 0; l < n_levels; l++) {
+        *requests += lv[l].requests;
+        *prompt_tokens += (double)lv[l].prompt_tokens;
+        json_array_append_new(req, json_integer(lv[l].requests));
+        json_array_append_new(pt, json_integer(lv[l].prompt_tokens));
+        json_array_append_new(ot, json_integer(lv[l].output_tokens));
+        json_array_append_new(end, json_real(r3(lv[l].t_end > 0 ? lv[l].t_end - b->t0 : 0)));
+    }
+    double map_s = lv[0].t_end > 0 ? lv[0].t_end - b->t0 : 0;
+    json_object_set_new(m, "documents", json_integer(b->n_docs));
+    json_object_set_new(m, "doc_len", json_integer(b->doc_len));
+    json_object_set_new(m, "chunk_len", json_integer(b->chunk));
+    json_object_set_new(m, "overlap", json_integer(b->overlap));
+    json_object_set_new(m, "chunks", json_integer(bench_mr_chunks(b->mr)));
+    json_object_set_new(m, "template_tokens", json_integer(BENCH_MR_TEMPLATE_TOKENS));
+    json_object_set_new(m, "sep_tokens", json_integer(BENCH_MR_SEP_TOKENS));
+    json_object_set_new(m, "reduce_budget", json_integer(b->mr_budget));
+    json_object_set_new(m, "depth", json_integer(bench_mr_depth(b->mr)));
+    json_object_set_new(m, "predicted_depth", json_integer(bench_mr_predicted_depth(b->mr)));
+    json_object_set_new(m, "documents_done", json_integer(done));
+    json_object_set_new(m, "requests_per_level", req);
+    json_object_set_new(m, "prompt_tokens_per_level", pt);
+    json_object_set_new(m, "output_tokens_per_level", ot);
+    json_object_set_new(m, "level_end_s", end);
+    json_object_set_new(m, "map_seconds", json_real(r3(map_s)));
+    json_object_set_new(
+        m, "map_tokens_per_s",
+        json_real(r1(map_s > 0 ? ((double)lv[0].prompt_tokens + (double)lv[0].output_tokens) / map_s : 0)));
+    double *ds = malloc((size_t)b->n_docs * sizeof *ds);
+    int nd = 0;
+    for (int d = 0; ds && d < b->n_docs; d++)
+        if (t_docs[d] > 0)
+            ds[nd++] = t_docs[d] - b->t0;
+    json_object_set_new(m, "doc_seconds_p50", json_real(r3(ds ? bench_percentile(ds, (size_t)nd, 50) : 0)));
+    json_object_set_new(m, "doc_seconds_max", json_real(r3(ds ? bench_percentile(ds, (size_t)nd, 100) : 0)));
+    free(ds);
+    return m;
+}
+
 /* The one JSON line on stdout (docs/BENCH.md names every key). */
 static void print_line(const struct bench *b)
 {
     const struct bench_roofline *roof = &b->roof_timed;
     uint64_t out_tokens = (uint64_t)b->fg_tokens;
+    int requests = b->mr ? 0 : b->fg.n_req;
+    double prompt_tokens = b->mr ? 0 : (double)b->fg.n_req * b->fg.in_len;
+    json_t *mr = mapreduce_json(b, &requests, &prompt_tokens);
     json_t *j = json_object();
     json_object_set_new(j, "engine", json_string("llmq"));
     json_object_set_new(j, "model", json_string(b->model_name));
     json_object_set_new(j, "workload", json_string(b->fg.wl->name));
-    json_object_set_new(j, "requests", json_integer(b->fg.n_req));
-    json_object_set_new(j, "input_len", json_integer(b->fg.in_len));
+    json_object_set_new(j, "requests", json_integer(requests));
+    json_object_set_new(j, "input_len", json_integer(b->mr ? b->chunk : b->fg.in_len));
     json_object_set_new(j, "output_len", json_integer(b->fg.out_len));
     json_object_set_new(j, "seconds", json_real(r3(b->secs)));
-    json_object_set_new(j, "requests_per_s", json_real(r3(b->fg.n_req / b->secs)));
+    json_object_set_new(j, "requests_per_s", json_real(r3(requests / b->secs)));
     json_object_set_new(j, "output_tokens_per_s", json_real(r1((double)out_tokens / b->secs)));
     json_object_set_new(j, "total_tokens_per_s",
-                        json_real(r1(((double)out_tokens + (double)b->fg.n_req * b->fg.in_len) / b->secs)));
+                        json_real(r1(((double)out_tokens + prompt_tokens) / b->secs)));
     size_t n_ttft = b->n_ttft, n_itl = b->n_itl;
     json_object_set_new(j, "ttft_ms_p50", json_real(r1(1e3 * bench_percentile(b->ttft, n_ttft, 50))));
     json_object_set_new(j, "ttft_ms_p95", json_real(r1(1e3 * bench_percentile(b->ttft, n_ttft, 95))));
@@ -1055,6 +1229,7 @@ static void print_line(const struct bench *b)
         json_object_set_new(rf, "mean_output_len", json_real(r1((double)out_tokens / b->fg.n_req)));
     }
     json_object_set_new(j, "response_format", rf);
+    json_object_set_new(j, "mapreduce", mr);
     json_object_set_new(j, "failed", json_integer(b->failed));
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(j);
