@@ -354,6 +354,23 @@ static void test_result_shapes(void **state)
                   &j);
     expect_shape(root, &j, &done, "openai_ok"); /* logprobs null */
     job_free(&j);
+    /* truncate: usage.truncated_tokens */
+    struct res_output cut_prompt = done, cut_timeout = timeout;
+    cut_prompt.truncated_tokens = cut_timeout.truncated_tokens = 9;
+    parse_or_fail("{\"id\": \"t\", \"prompt\": \"x\", \"truncate\": \"start\"}", &j);
+    expect_shape(root, &j, &cut_prompt, "llmq_completed");
+    expect_shape(root, &j, &cut_timeout, "llmq_timeout");
+    job_free(&j);
+    parse_or_fail("{\"custom_id\": \"t1\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": "
+                  "[{\"role\": \"user\", \"content\": \"hi\"}], \"truncate\": \"end\"}}",
+                  &j);
+    expect_shape(root, &j, &cut_prompt, "openai_ok");
+    job_free(&j);
+    parse_or_fail("{\"custom_id\": \"t2\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
+                  "\"truncate\": \"middle\"}}",
+                  &j);
+    expect_shape(root, &j, &cut_timeout, "openai_timeout");
+    job_free(&j);
     json_decref(root);
 }
 
@@ -496,6 +513,9 @@ static void test_job_corpus(void **state)
         "\"doc_1\", \"schema\": {\"type\": \"object\"}, \"strict\": true, \"description\": \"d\"}}}",
         "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"regex\": null}",
         "{\"prompt\": \"x\", \"regex\": \"[a-z]+\"}",
+        "{\"prompt\": \"x\", \"truncate\": \"middle\"}",
+        "{\"custom_id\": \"r9\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": [1], \"truncate\": "
+        "\"start\"}}",
         "{\"custom_id\": \"r7\", \"url\": \"/v1/chat/completions\", \"body\": {\"messages\": [{\"role\": "
         "\"user\", \"content\": \"x\"}], \"choice\": [\"yes\", \"no\"]}}",
         "{\"custom_id\": \"r8\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
@@ -539,6 +559,8 @@ static void test_job_corpus(void **state)
         "{\"prompt\": \"x\", \"timeout_s\": 604801}",
         "{\"prompt\": \"x\", \"priority\": 1.5}",
         "{\"prompt\": \"x\", \"priority\": -1001}",
+        "{\"prompt\": \"x\", \"truncate\": \"left\"}",
+        "{\"prompt\": \"x\", \"truncate\": true}",
         "{\"prompt\": \"x\", \"vars\": {\"a\": \"b\"}}",
         "{\"id\": \"\", \"prompt\": \"x\"}",
         "{\"id\": \"a\\nb\", \"prompt\": \"x\"}",

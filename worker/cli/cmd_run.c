@@ -77,6 +77,7 @@ struct slot {
     struct engine_seq *seq; /* while in the engine */
     char *out;              /* the result line, once finished */
     long lineno;
+    int truncated_tokens; /* prompt tokens its "truncate" dropped */
     bool done;
 };
 
@@ -157,6 +158,7 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
     rc = job_prepare(&s->job, r->tok, r->chat, r->max_model_len, &in, err, sizeof err);
     if (rc == 0) {
         in.req.user = s;
+        s->truncated_tokens = in.truncated_tokens;
         in.req.deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
         rc = grammar_cache_for_job(r->grammars, &s->job, r->eng, &in.req.grammar, err, sizeof err);
         s->seq = rc ? NULL : engine_add(r->eng, &in.req, err, sizeof err);
@@ -182,6 +184,7 @@ static void take_seq(struct run *r, struct engine_seq *q)
         .reasoning_tokens = q->n_reasoning_tokens,
         .prompt_tokens = q->n_prompt,
         .completion_tokens = q->n_output,
+        .truncated_tokens = s->truncated_tokens,
         .prompt_ids = q->tokens,
         .token_ids = q->tokens + q->n_prompt,
         .logprobs = q->logprobs,

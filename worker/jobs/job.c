@@ -27,6 +27,7 @@
 #include "queue/keys.h"
 #include "worker/config/config.h"
 #include "worker/jobs/template.h"
+#include "worker/jobs/truncate.h"
 
 #define NONE ""         /* struct field.neutral: no value of this field is accepted */
 #define GREEDY_EPS 1e-5 /* temperatures below this are greedy (vLLM's _SAMPLING_EPS) */
@@ -790,6 +791,15 @@ static int h_priority(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
+static int h_truncate(struct pctx *c, const char *name, json_t *v)
+{
+    enum job_truncate m = json_is_string(v) ? trunc_mode_of(json_string_value(v)) : JOB_TRUNCATE_NONE;
+    if (m == JOB_TRUNCATE_NONE)
+        return bad(c, name, v, "expected \"start\", \"end\" or \"middle\"");
+    c->j->truncate = m;
+    return 0;
+}
+
 static int h_template(struct pctx *c, const char *name, json_t *v)
 {
     if (!json_is_string(v) || json_string_length(v) == 0)
@@ -1108,6 +1118,7 @@ static const struct field fields[] = {
     {"stream", F_ALL, h_stream, NULL},
     {"timeout_s", F_ALL, h_timeout, NULL}, /* in OpenAI bodies: llmq's extensions, like vLLM's */
     {"priority", F_ALL, h_priority, NULL},
+    {"truncate", F_ALL, h_truncate, NULL},
     {"response_format", F_ALL, h_response_format, NULL},
     {"regex", F_ALL, h_regex, NULL}, /* llmq's, also in OpenAI bodies */
     {"choice", F_ALL, h_choice, NULL},
@@ -1644,12 +1655,18 @@ int job_prepare(const struct job *j, const struct tok *tok, const struct chat_te
         errfmt(err, errlen, "the prompt is empty after tokenization");
         return JOB_ERR_INVALID;
     }
+    int rc = trunc_fit(j, tok, ct, max_model_len, &in->tokens, &n, &in->truncated_tokens, err, errlen);
+    if (rc)
+        return rc;
+    in->n_tokens = (int)n;
     int max_tokens = j->max_tokens;
     if (max_model_len > 0) {
         if ((long long)n >= max_model_len) {
-            errfmt(err, errlen,
-                   "the prompt has %zu tokens; max_model_len is %d and leaves no room to generate", n,
-                   max_model_len);
+            errfmt(
+                err, errlen,
+                "the prompt has %zu tokens; max_model_len is %d and leaves no room to generate (" TRUNC_HINT
+                ")",
+                n, max_model_len);
             return JOB_ERR_CONTEXT;
         }
         long long room = max_model_len - (long long)n;
@@ -1658,7 +1675,7 @@ int job_prepare(const struct job *j, const struct tok *tok, const struct chat_te
                 errfmt(
                     err, errlen,
                     "max_tokens is %d, but the prompt has %zu tokens and max_model_len is %d: at most %lld "
-                    "tokens can be generated",
+                    "tokens can be generated (lower max_tokens, or " TRUNC_HINT ")",
                     max_tokens, n, max_model_len, room);
                 return JOB_ERR_CONTEXT;
             }
@@ -1770,5 +1787,7 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "priority", json_integer(j->priority));
     if (j->constraint.kind != JOB_CONSTRAINT_NONE)
         json_object_set_new(o, "constraint", json_string(job_constraint_name(j->constraint.kind)));
+    if (j->truncate != JOB_TRUNCATE_NONE)
+        json_object_set_new(o, "truncate", json_string(trunc_mode_name(j->truncate)));
     return o;
 }

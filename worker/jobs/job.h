@@ -115,6 +115,15 @@ const char *job_constraint_name(enum job_constraint_kind kind);
 /* Whether a job of this kind answers with JSON (its result carries the parsed value). */
 bool job_constraint_is_json(enum job_constraint_kind kind);
 
+/* What a job over the context does (its "truncate"; worker/jobs/truncate.h): fail, or drop prompt
+ * tokens from the start, the end or the middle. */
+enum job_truncate {
+    JOB_TRUNCATE_NONE = 0, /* fail with JOB_ERR_CONTEXT (the default) */
+    JOB_TRUNCATE_START,    /* drop the beginning, keep the end */
+    JOB_TRUNCATE_END,      /* drop the end, keep the beginning */
+    JOB_TRUNCATE_MIDDLE,   /* keep the beginning and the end halves */
+};
+
 /* Values for fields a job leaves out. The job's own values always win. */
 struct job_defaults {
     int max_tokens;
@@ -187,8 +196,9 @@ struct job {
     bool stop_in_reasoning; /* stop strings also end the output inside the reasoning */
 
     /* Scheduling. */
-    double timeout_s; /* seconds from when a worker takes it (llmq run: reads it); 0 = none */
-    int priority;     /* admission order within its lane, higher first; default 0 */
+    double timeout_s;           /* seconds from when a worker takes it (llmq run: reads it); 0 = none */
+    int priority;               /* admission order within its lane, higher first; default 0 */
+    enum job_truncate truncate; /* "truncate": what a prompt over the context does */
 
     /* Output. */
     bool return_token_ids;
@@ -226,6 +236,7 @@ int job_assign_id(struct job *j);
 struct job_input {
     int32_t *tokens; /* [n_tokens] owned */
     int n_tokens;
+    int truncated_tokens;      /* prompt tokens "truncate" dropped (the result's usage.truncated_tokens) */
     struct engine_request req; /* borrows from the job and from tokens; user is NULL */
 };
 
@@ -233,10 +244,11 @@ struct job_input {
  * add_generation_prompt, the job's tools, documents and chat_template_kwargs, and enable_thinking),
  * tokenizes the input (a rendered prompt without added special tokens, as apply_chat_template
  * does) and fills in->req (its priority too; the deadline is the caller's: job_deadline). A template
- * that raises, fails, or is absent is JOB_ERR_TEMPLATE with its message. A prompt of max_model_len
- * tokens or more, or a prompt plus an explicit max_tokens over max_model_len, is JOB_ERR_CONTEXT; a
- * default max_tokens is clamped to what fits. tok and ct are borrowed (ct may be NULL when the job
- * has no messages). Returns JOB_OK, or a negative enum job_error with err; *in is always
+ * that raises, fails, or is absent is JOB_ERR_TEMPLATE with its message. A job with "truncate" has
+ * its prompt cut to trunc_budget tokens first (truncate.h; the count in in->truncated_tokens). A
+ * prompt of max_model_len tokens or more, or a prompt plus an explicit max_tokens over max_model_len,
+ * is JOB_ERR_CONTEXT; a default max_tokens is clamped to what fits. tok and ct are borrowed (ct may
+ * be NULL when the job has no messages). Returns JOB_OK, or a negative enum job_error with err; *in is always
  * initialised (job_input_free). */
 int job_prepare(const struct job *j, const struct tok *tok, const struct chat_template *ct, int max_model_len,
                 struct job_input *in, char *err, size_t errlen);
@@ -257,6 +269,7 @@ void job_timeout_error(const struct job *j, int n_tokens, char *buf, size_t len)
  * max_tokens, temperature, top_p, top_k, min_p, penalties, seed, stop, stop_token_ids, logprobs,
  * min_tokens, ignore_eos, thinking_budget, stop_in_reasoning (when set), skip_special_tokens,
  * enable_thinking (messages only), return_token_ids,
- * stream, timeout_s and priority (when set), constraint (job_constraint_name, when set).
+ * stream, timeout_s and priority (when set), constraint (job_constraint_name, when set), truncate
+ * (its mode, when set).
  * NULL when out of memory. */
 struct json_t *job_params_json(const struct job *j);

@@ -147,6 +147,8 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
                                   o->completion_tokens);
         if (usage && o->has_reasoning)
             json_object_set_new(usage, "reasoning_tokens", json_integer(o->reasoning_tokens));
+        if (usage && j->truncate != JOB_TRUNCATE_NONE)
+            json_object_set_new(usage, "truncated_tokens", json_integer(o->truncated_tokens));
         json_object_set_new(r, "usage", usage);
         if (j->return_token_ids) {
             json_object_set_new(r, "prompt_token_ids",
@@ -262,6 +264,9 @@ static json_t *openai_json(const struct job *j, const struct res_output *o, res_
     if (body && chat && o->has_reasoning)
         json_object_set_new(json_object_get(body, "usage"), "completion_tokens_details",
                             json_pack("{s:i}", "reasoning_tokens", o->reasoning_tokens));
+    if (body && j->truncate != JOB_TRUNCATE_NONE) /* llmq's extension */
+        json_object_set_new(json_object_get(body, "usage"), "truncated_tokens",
+                            json_integer(o->truncated_tokens));
     if (o->finish != FINISH_TIMEOUT)
         return json_pack("{s:s, s:o, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", custom, "response",
                          "status_code", 200, "request_id", req, "body", body, "error");

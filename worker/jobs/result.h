@@ -2,7 +2,8 @@
  * came in that form. docs/JOBS.md shows both.
  *
  *   llmq:   {"id", "batch_id"?, "status": "completed"|"cancelled"|"failed", "text", "reasoning"?,
- *            "finish_reason", "usage": {"prompt_tokens", "completion_tokens", "reasoning_tokens"?},
+ *            "finish_reason", "usage": {"prompt_tokens", "completion_tokens", "reasoning_tokens"?,
+ *            "truncated_tokens"?},
  *            "prompt_token_ids"?, "token_ids"?,
  *            "logprobs"?, "error_code"? (cancelled), "metadata"?}
  *           failed: {"id", "batch_id"?, "status": "failed", "error", "error_code", "metadata"?}
@@ -10,7 +11,8 @@
  *            (finish_reason "timeout")
  *   OpenAI: {"id": "batch_req_...", "custom_id", "response": {"status_code": 200, "request_id",
  *            "body": chat.completion | text_completion}, "error": null}; a chat answer with reasoning
- *            has message.reasoning_content and usage.completion_tokens_details.reasoning_tokens
+ *            has message.reasoning_content and usage.completion_tokens_details.reasoning_tokens; a job
+ *            with "truncate" has usage.truncated_tokens (llmq's extension)
  *           failed or cancelled: {"id", "custom_id", "response": null, "error": {"code", "message"}}
  *           timed out: "response" with status_code 408 and the partial body (finish_reason "timeout"),
  *           and "error": {"code": "timeout", "message"}
@@ -40,8 +42,9 @@ struct res_output {
     bool has_reasoning;
     int reasoning_tokens; /* of completion_tokens, those of the think block */
     int prompt_tokens, completion_tokens;
-    const int32_t *prompt_ids;     /* [prompt_tokens]: written when the job asked for token ids */
-    const int32_t *token_ids;      /* [completion_tokens]: idem */
+    int truncated_tokens;      /* prompt tokens "truncate" dropped (job_input); written when the job set it */
+    const int32_t *prompt_ids; /* [prompt_tokens]: written when the job asked for token ids */
+    const int32_t *token_ids;  /* [completion_tokens]: idem */
     const struct be_out *logprobs; /* [completion_tokens]: written when the job asked for logprobs */
     const char *error;             /* failed: why */
     int error_rc;      /* failed: an enum job_error, named by job_error_code for OpenAI's error.code */

@@ -213,6 +213,7 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         .reasoning_tokens = s->n_reasoning_tokens,
         .prompt_tokens = s->n_prompt,
         .completion_tokens = s->n_output,
+        .truncated_tokens = j->truncated_tokens,
         .prompt_ids = s->tokens,
         .token_ids = s->tokens + s->n_prompt,
         .logprobs = s->logprobs,

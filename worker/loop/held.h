@@ -53,6 +53,7 @@ struct wk_job {
     enum wk_to route;           /* ROUTE: where to */
     int max_tokens;             /* of the engine request (progress = tokens / max_tokens) */
     int prompt_tokens;
+    int truncated_tokens;                          /* prompt tokens its "truncate" dropped */
     double fetched_mono;                           /* monotonic seconds at fetch (the engine's clock) */
     double created_at, started_at, first_token_at; /* unix seconds; NAN = unknown */
     int reported_tokens;                           /* completion tokens in the last progress sent */

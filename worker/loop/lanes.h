@@ -7,7 +7,8 @@
  *
  * Routing: a job fetched from the short queue whose prompt has more than
  * queues.long_threshold_tokens tokens (counted by the model's tokenizer after the chat template),
- * or that does not fit the short lane's max_model_len while it would fit the long lane's, is
+ * or that does not fit the short lane's max_model_len while it would fit the long lane's (a job with
+ * "truncate" that the short lane would cut, when the long lane's is larger: worker.c), is
  * moved to the long queue (rq_requeue to its front, not counted as an attempt) rather than run in
  * the long lane here: a worker that serves only the short queue never holds long documents, and
  * the long queue's own workers and caps decide when it runs. */

@@ -436,11 +436,16 @@ static void admit(struct wk *w, struct wk_job *j)
     int lane = wk_lane_of_queue(j->rj.queue);
     struct job_input in;
     rc = job_prepare(&j->job, w->tok, w->chat, w->lanes.max_model_len[lane], &in, err, sizeof err);
-    switch (wk_lanes_route(&w->lanes, lane, rc, in.n_tokens)) {
+    enum wk_route route = wk_lanes_route(&w->lanes, lane, rc, in.n_tokens);
+    /* a job cut to fit the short lane is cut to the long lane's context instead when that is larger */
+    if (route == WK_ROUTE_HERE && in.truncated_tokens > 0 &&
+        wk_lanes_route(&w->lanes, lane, JOB_ERR_CONTEXT, 0) == WK_ROUTE_LONG)
+        route = WK_ROUTE_LONG;
+    switch (route) {
     case WK_ROUTE_LONG:
-        log_debug(
-            "job %s: %d prompt tokens, over queues.long_threshold_tokens (%d): moving it to the long queue",
-            wk_job_id(j), in.n_tokens, w->lanes.long_threshold);
+        log_debug("job %s: %d prompt tokens, over queues.long_threshold_tokens (%d) or the short lane's "
+                  "context: moving it to the long queue",
+                  wk_job_id(j), in.n_tokens + in.truncated_tokens, w->lanes.long_threshold);
         j->route = WK_TO_LONG;
         move(w, j, WK_ROUTE);
         break;
@@ -457,6 +462,7 @@ static void admit(struct wk *w, struct wk_job *j)
         j->lane = lane;
         j->max_tokens = in.req.max_tokens;
         j->prompt_tokens = in.n_tokens;
+        j->truncated_tokens = in.truncated_tokens;
         rc = grammar_cache_for_job(w->grammars, &j->job, w->eng, &in.req.grammar, err, sizeof err);
         j->seq = rc ? NULL : engine_add(w->eng, &in.req, err, sizeof err);
         if (rc) {
