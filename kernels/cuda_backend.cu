@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/cublaslt_loader.h"
 #include "kernels/cuda_backend.cuh"
 
 extern "C" {
@@ -692,6 +693,7 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         snprintf(b->base.err, sizeof b->base.err, "cuBLASLt: %s", k_last_error());
         goto fail;
     }
+    log_info("cuda backend: cuBLASLt %zu from %s", k_cublaslt_version(), k_cublaslt_path());
     b->alloc_bytes += CB_GEMM_WORKSPACE + K_GEMV_WS_BYTES; // cuBLASLt and the GEMV split-K workspaces
     k_gemm_set_pick(b->gemm, (int)o->test.gemm_pick);
     if (o->gemm_tuning_file && o->gemm_tuning_file[0]) {

@@ -37,11 +37,14 @@
 // choice is also noted in the handle's gemm_tuning set, under the kind's name, and written out by
 // k_gemm_save_tuning; a later handle that reads the file takes a key's algorithm or choice from it
 // before it would borrow, time or ask the heuristic, so that it computes what the writer computed.
-#include <cublasLt.h>
+//
+// cuBLASLt is not linked: k_gemm_create loads it (kernels/cublaslt_loader.h) and every call goes
+// through the table k_lt.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cublaslt_loader.h"
 #include "kernels/kernels.h"
 #include "llmq_version.h"
 extern "C" {
@@ -123,13 +126,13 @@ static uint32_t key_hash(const gemm_key &k)
 static void plan_destroy(gemm_plan *p)
 {
     if (p->d)
-        cublasLtMatrixLayoutDestroy(p->d);
+        k_lt.cublasLtMatrixLayoutDestroy(p->d);
     if (p->b)
-        cublasLtMatrixLayoutDestroy(p->b);
+        k_lt.cublasLtMatrixLayoutDestroy(p->b);
     if (p->a)
-        cublasLtMatrixLayoutDestroy(p->a);
+        k_lt.cublasLtMatrixLayoutDestroy(p->a);
     if (p->op)
-        cublasLtMatmulDescDestroy(p->op);
+        k_lt.cublasLtMatmulDescDestroy(p->op);
     memset(p, 0, sizeof *p);
 }
 
@@ -149,7 +152,7 @@ static int lt_fail(const char *file, int line, const char *call, cublasStatus_t 
     return k_failf(
         file, line,
         "%s: %s (%d) for Y[%d, %d] = X[%d, %d] . W[%d, %d]^T, %s in, %s out, alignments X %d W %d Y %d", call,
-        cublasLtGetStatusString(s), (int)s, k.M, k.N, k.M, k.K, k.N, k.K,
+        k_lt.cublasLtGetStatusString(s), (int)s, k.M, k.N, k.M, k.K, k.N, k.K,
         k.kind == KIND_FP8 ? "fp8 block-scaled" : kind_in(k.kind), k.y_f32 ? "fp32" : kind_out16(k.kind),
         k.align_x, k.align_w, k.align_y);
 }
@@ -194,11 +197,11 @@ struct gemm_tune {
 // Points an fp8 plan's operation at this call's scales (A = W, B = X).
 static cublasStatus_t set_scales(cublasLtMatmulDesc_t op, const float *x_scale, const float *w_scale)
 {
-    cublasStatus_t s =
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
+    cublasStatus_t s = k_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                                           sizeof w_scale);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
-                                           sizeof x_scale);
+        s = k_lt.cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                                sizeof x_scale);
     return s;
 }
 
@@ -223,8 +226,9 @@ static int plan_tune(struct k_gemm *g, gemm_plan *p, const cublasLtMatmulHeurist
         bool ok = true;
         for (int r = -1; r < 3 && ok; r++) {
             ok = cudaEventRecord(e0, t->stream) == cudaSuccess &&
-                 cublasLtMatmul(g->lt, p->op, &alpha, t->W, p->a, t->X, p->b, &beta, t->Y, p->d, t->Y, p->d,
-                                &cand[c].algo, g->ws, g->ws_bytes, t->stream) == CUBLAS_STATUS_SUCCESS &&
+                 k_lt.cublasLtMatmul(g->lt, p->op, &alpha, t->W, p->a, t->X, p->b, &beta, t->Y, p->d, t->Y,
+                                     p->d, &cand[c].algo, g->ws, g->ws_bytes,
+                                     t->stream) == CUBLAS_STATUS_SUCCESS &&
                  cudaEventRecord(e1, t->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
             if (ok && r >= 0)
                 ok = cudaEventElapsedTime(&ms[r], e0, e1) == cudaSuccess;
@@ -253,31 +257,32 @@ static int plan_desc(const gemm_key &p_key, gemm_plan *p, const gemm_tune *tune)
     memset(p, 0, sizeof *p);
     const gemm_key &k = p_key;
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT_CHECK("cublasLtMatmulDescCreate", cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK("cublasLtMatmulDescCreate",
+             k_lt.cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     LT_CHECK("cublasLtMatmulDescSetAttribute(TRANSA)",
-             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+             k_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LT_CHECK("cublasLtMatmulDescSetAttribute(TRANSB)",
-             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+             k_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     const bool fp8 = k.kind == KIND_FP8;
     const cudaDataType_t t16 = k.kind == KIND_F16 ? CUDA_R_16F : CUDA_R_16BF; // the 16-bit type
     const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : t16;
     if (fp8) {
         const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                       b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        LT_CHECK(
-            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)",
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
-        LT_CHECK(
-            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)",
-            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+        LT_CHECK("cublasLtMatmulDescSetAttribute(A_SCALE_MODE)",
+                 k_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                                     sizeof a_mode));
+        LT_CHECK("cublasLtMatmulDescSetAttribute(B_SCALE_MODE)",
+                 k_lt.cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                                     sizeof b_mode));
         if (tune)
             LT_CHECK("cublasLtMatmulDescSetAttribute(scale pointers)",
                      set_scales(p->op, tune->x_scale, tune->w_scale));
     }
-    LT_CHECK("cublasLtMatrixLayoutCreate(W)", cublasLtMatrixLayoutCreate(&p->a, in_t, k.K, k.N, k.K));
-    LT_CHECK("cublasLtMatrixLayoutCreate(X)", cublasLtMatrixLayoutCreate(&p->b, in_t, k.K, k.M, k.K));
+    LT_CHECK("cublasLtMatrixLayoutCreate(W)", k_lt.cublasLtMatrixLayoutCreate(&p->a, in_t, k.K, k.N, k.K));
+    LT_CHECK("cublasLtMatrixLayoutCreate(X)", k_lt.cublasLtMatrixLayoutCreate(&p->b, in_t, k.K, k.M, k.K));
     LT_CHECK("cublasLtMatrixLayoutCreate(Y)",
-             cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : t16, k.N, k.M, k.N));
+             k_lt.cublasLtMatrixLayoutCreate(&p->d, k.y_f32 ? CUDA_R_32F : t16, k.N, k.M, k.N));
     p->key = k;
     return 0;
 }
@@ -288,16 +293,16 @@ static void plan_log(const gemm_plan *p, size_t workspace, float waves, const ch
     int id = -1, tile = -1, splitk = -1, sched = -1, stages = -1;
     uint32_t red = 0;
     size_t w;
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk,
-                                         &w);
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red,
-                                         &w);
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages,
-                                         &w);
-    cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sched, sizeof sched,
-                                         &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                              sizeof splitk, &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+                                              sizeof red, &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                              sizeof stages, &w);
+    k_lt.cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &sched,
+                                              sizeof sched, &w);
     fprintf(stderr,
             "gemm plan %s M %d N %d K %d %s (align X %d W %d Y %d): algo %d tile %d stages %d split-k %d "
             "reduction %u swizzle %d, workspace %zu, waves %.2f%s\n",
@@ -314,7 +319,8 @@ static int plan_borrow(struct k_gemm *g, const gemm_key &key, gemm_plan *p, cons
         return -1;
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
-    if (cublasLtMatmulAlgoCheck(g->lt, p->op, p->a, p->b, p->d, p->d, &algo, &res) != CUBLAS_STATUS_SUCCESS ||
+    if (k_lt.cublasLtMatmulAlgoCheck(g->lt, p->op, p->a, p->b, p->d, p->d, &algo, &res) !=
+            CUBLAS_STATUS_SUCCESS ||
         res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > g->ws_bytes) {
         plan_destroy(p);
         return -1;
@@ -338,31 +344,32 @@ static int plan_make(struct k_gemm *g, const gemm_key &p_key, gemm_plan *p, cons
         return -1;
     const gemm_key &k = p_key;
     cublasLtMatmulPreference_t pref = NULL;
-    LT_CHECK("cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&pref));
+    LT_CHECK("cublasLtMatmulPreferenceCreate", k_lt.cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = g->ws_bytes;
     const uint32_t al[4] = {(uint32_t)k.align_w, (uint32_t)k.align_x, (uint32_t)k.align_y,
                             (uint32_t)k.align_y};
-    cublasStatus_t s =
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasStatus_t s = k_lt.cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
+        s = k_lt.cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al[i], sizeof al[i]);
     // split-K partial sums in fp32 only: bf16 partials (the in-place and output-type schemes) would
     // round more than once and break "fp32 accumulation, one rounding"
     const uint32_t schemes =
         k.y_f32 ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                 sizeof schemes);
+        s = k_lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                      &schemes, sizeof schemes);
     cublasLtMatmulHeuristicResult_t cand[GEMM_TUNE_CANDIDATES];
     memset(cand, 0, sizeof cand);
     int found = 0;
     const int want = (tune && k.M <= GEMM_TUNE_MAX_M) ? GEMM_TUNE_CANDIDATES : 1;
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, want, cand, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+        s = k_lt.cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, want, cand,
+                                                &found);
+    k_lt.cublasLtMatmulPreferenceDestroy(pref);
     if (s == CUBLAS_STATUS_SUCCESS && found == 0)
         s = CUBLAS_STATUS_NOT_SUPPORTED;
     LT_CHECK("cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape and alignment)", s);
@@ -414,9 +421,15 @@ extern "C" struct k_gemm *k_gemm_create(size_t workspace_bytes)
     }
     g->ws_bytes = workspace_bytes ? workspace_bytes : (size_t)32 << 20;
     g->log = k_diag()->gemm_log;
-    cublasStatus_t s = cublasLtCreate(&g->lt);
+    char why[1024];
+    if (k_cublaslt_load(why, sizeof why)) {
+        k_failf(__FILE__, __LINE__, "%s", why);
+        k_gemm_free(g);
+        return NULL;
+    }
+    cublasStatus_t s = k_lt.cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        k_failf(__FILE__, __LINE__, "cublasLtCreate: %s (%d)", cublasLtGetStatusString(s), (int)s);
+        k_failf(__FILE__, __LINE__, "cublasLtCreate: %s (%d)", k_lt.cublasLtGetStatusString(s), (int)s);
         g->lt = NULL;
         k_gemm_free(g);
         return NULL;
@@ -454,7 +467,7 @@ extern "C" void k_gemm_free(struct k_gemm *g)
     if (g->gemv_ws)
         cudaFree(g->gemv_ws);
     if (g->lt)
-        cublasLtDestroy(g->lt);
+        k_lt.cublasLtDestroy(g->lt);
     gemm_tuning_free(&g->file);
     free(g->file_path);
     free(g);
@@ -606,8 +619,8 @@ extern "C" int k_gemm_bf16(struct k_gemm *g, const bf16 *X, const bf16 *W, void 
     if (plan_get(g, key, &t, &p))
         return -1;
     const float alpha = 1.f, beta = 0.f;
-    cublasStatus_t s = cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, X, p->b, &beta, Y, p->d, Y, p->d,
-                                      &p->algo, g->ws, g->ws_bytes, stream);
+    cublasStatus_t s = k_lt.cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, X, p->b, &beta, Y, p->d, Y, p->d,
+                                           &p->algo, g->ws, g->ws_bytes, stream);
     if (s != CUBLAS_STATUS_SUCCESS)
         return lt_fail(__FILE__, __LINE__, "cublasLtMatmul", s, key);
     K_CHECK_LAUNCH();
@@ -635,8 +648,8 @@ extern "C" int k_gemm_fp8(struct k_gemm *g, const uint8_t *Xq, const float *x_sc
     if (s != CUBLAS_STATUS_SUCCESS)
         return lt_fail(__FILE__, __LINE__, "cublasLtMatmulDescSetAttribute(scale pointers)", s, key);
     const float alpha = 1.f, beta = 0.f;
-    s = cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, Xq, p->b, &beta, Y, p->d, Y, p->d, &p->algo, g->ws,
-                       g->ws_bytes, stream);
+    s = k_lt.cublasLtMatmul(g->lt, p->op, &alpha, W, p->a, Xq, p->b, &beta, Y, p->d, Y, p->d, &p->algo, g->ws,
+                            g->ws_bytes, stream);
     if (s != CUBLAS_STATUS_SUCCESS)
         return lt_fail(__FILE__, __LINE__, "cublasLtMatmul", s, key);
     K_CHECK_LAUNCH();
@@ -676,7 +689,7 @@ extern "C" int k_gemm_use_tuning_file(struct k_gemm *g, const char *path, char *
     // workspace cuBLASLt may use
     snprintf(g->identity, sizeof g->identity,
              "%.255s, %d SMs, sm_%d%d; cuBLASLt %zu; CUDA runtime %d; llmq %.32s; workspace %zu MiB",
-             prop.name, prop.multiProcessorCount, prop.major, prop.minor, cublasLtGetVersion(), rt,
+             prop.name, prop.multiProcessorCount, prop.major, prop.minor, k_lt.cublasLtGetVersion(), rt,
              LLMQ_VERSION, g->ws_bytes >> 20);
     g->file_path = strdup(path);
     if (!g->file_path) {

@@ -125,7 +125,9 @@ int k_silu_mul(const bf16 *gate_up, bf16 *out, int T, int F, cudaStream_t stream
 /* ---- gemm.cu: cuBLASLt, Y[M, N] = X[M, K] · W[N, K]^T, bf16 inputs, fp32 accumulation; Y bf16,
  * or fp32 when y_f32 (logits). The algorithm is chosen once per (type, M, N, K, y_f32, alignments) and
  * cached: the library's heuristic pick, or for M <= 256 the fastest of its candidates timed once per
- * tune bucket of M; the handle owns a workspace. Not thread-safe; one per stream. */
+ * tune bucket of M; the handle owns a workspace. Not thread-safe; one per stream.
+ * k_gemm_create loads cuBLASLt first (k_cublaslt_load, kernels/cublaslt_loader.h): NULL, with the
+ * file(s) tried and dlerror()'s reason in k_last_error(), when the library cannot be loaded. */
 struct k_gemm;
 struct k_gemm *k_gemm_create(size_t workspace_bytes);
 void k_gemm_free(struct k_gemm *g);

@@ -7,10 +7,10 @@
 #include "worker/cli/cli.h"
 #include "worker/loop/signals.h"
 
-/* Before any shared library's initializer (ELF .preinit_array: the CUDA build's cuBLAS loads the
- * driver in its own, for tens of milliseconds or more), the stop signals are held; main releases
- * them once `llmq worker` has its handlers, so a SIGTERM that early is a clean stop too. Every
- * other command gets them back at once, with their default action. */
+/* Before any shared library's initializer (ELF .preinit_array; the CUDA build links no cuBLAS, whose
+ * initializer took tens of milliseconds: the backend opens cuBLASLt with dlopen), the stop signals
+ * are held; main releases them once `llmq worker` has its handlers, so a SIGTERM that early is a
+ * clean stop too. Every other command gets them back at once, with their default action. */
 static void hold_signals(int argc, char **argv, char **envp)
 {
     (void)argc;
@@ -18,8 +18,8 @@ static void hold_signals(int argc, char **argv, char **envp)
     (void)envp;
     wk_signals_hold();
 }
-__attribute__((section(".preinit_array"), used)) static void (*const preinit_hold)(int, char **, char **) =
-    hold_signals;
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_hold)(int, char **,
+                                                                                   char **) = hold_signals;
 
 const struct cli_command cli_commands[] = {
     {"config", cmd_config, "print the effective configuration, list its keys, check a file"},
