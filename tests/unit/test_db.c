@@ -290,8 +290,8 @@ static void test_open_creates_schema(void **state)
 static void test_columns_match_schema(void **state)
 {
     struct db *db = open_ok(NULL);
-    const char *tables[] = {"jobs", "worker_metrics", "batches"};
-    for (int t = 0; t < 3; t++) {
+    const char *tables[] = {"jobs", "worker_metrics", "batches", "job_parts"};
+    for (int t = 0; t < 4; t++) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT name FROM pragma_table_info('%s') ORDER BY cid", tables[t]);
         sqlite3_stmt *st;
@@ -1442,6 +1442,62 @@ static void test_doc_queries(void **state)
     db_close(db);
 }
 
+/* job_parts: written, replaced by (job, level, part), read back by plan in order; parts of an older
+ * plan are deleted with the first write of a new one; bad rows fail the call. */
+static int collect_part(void *ctx, const struct db_part *p)
+{
+    char *buf = ctx;
+    size_t n = strlen(buf);
+    snprintf(buf + n, 512 - n, "%lld.%lld:%.*s(%lld-%lld,%s);", (long long)p->level, (long long)p->part,
+             (int)p->output_len, p->output, (long long)p->first, (long long)p->last,
+             p->finish_reason ? p->finish_reason : "-");
+    return 0;
+}
+
+static void test_job_parts(void **state)
+{
+    struct db *db = open_ok(NULL);
+    struct db_part p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = (struct db_part){.job_id = "doc1", .level = i < 2 ? 0 : 1, .part = i < 2 ? i : 0, .plan = "aa",
+                                .first = i < 2 ? i : 0, .last = i < 2 ? i : 1, .doc_end = 10, .output = "x",
+                                .prompt_tokens = 5, .completion_tokens = 2, .finish_reason = "stop",
+                                .created_at = 1.5};
+    p[1].output = "second";
+    assert_int_equal(db_put_parts(db, p, 3), DB_OK);
+    char got[512] = "";
+    assert_int_equal(db_get_parts(db, "doc1", "aa", collect_part, got), 0);
+    assert_string_equal(got, "0.0:x(0-0,stop);0.1:second(1-1,stop);1.0:x(0-1,stop);");
+    got[0] = 0;
+    assert_int_equal(db_get_parts(db, "doc1", "bb", collect_part, got), 0);
+    assert_string_equal(got, "");
+    /* the same part again: replaced */
+    p[0].output = "again";
+    p[0].finish_reason = "length";
+    assert_int_equal(db_put_parts(db, p, 1), DB_OK);
+    got[0] = 0;
+    db_get_parts(db, "doc1", "aa", collect_part, got);
+    assert_string_equal(got, "0.0:again(0-0,length);0.1:second(1-1,stop);1.0:x(0-1,stop);");
+    /* another plan: the old plan's parts go */
+    p[0].plan = "bb";
+    assert_int_equal(db_put_parts(db, p, 1), DB_OK);
+    got[0] = 0;
+    db_get_parts(db, "doc1", "aa", collect_part, got);
+    assert_string_equal(got, "");
+    got[0] = 0;
+    db_get_parts(db, "doc1", "bb", collect_part, got);
+    assert_string_equal(got, "0.0:again(0-0,length);");
+    /* a row without output or plan fails the call, nothing written */
+    p[1].plan = "bb";
+    p[1].output = NULL;
+    assert_int_equal(db_put_parts(db, p, 2), DB_ERR);
+    assert_non_null(strstr(db_errmsg(db), "row 2"));
+    got[0] = 0;
+    db_get_parts(db, "doc1", "bb", collect_part, got);
+    assert_string_equal(got, "0.0:again(0-0,length);");
+    db_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1471,6 +1527,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_indexes_used, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers_and_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_doc_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_parts, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,8 @@
 
 #include <sqlite3.h>
 
+#include "engine/util/buf.h"
+
 #define LLMQ_APPLICATION_ID 0x6c6c6d71 /* "llmq": PRAGMA application_id of our databases */
 #define MAX_BACKOFF_MS 1000
 
@@ -110,6 +112,19 @@ static const struct col batch_cols[] = {
 };
 #define N_BATCH_COLS (sizeof batch_cols / sizeof batch_cols[0])
 
+#define PCOL(f, k)                                                                                           \
+    {                                                                                                        \
+#f, k, offsetof(struct db_part, f)                                                                   \
+    }
+static const struct col part_cols[] = {
+    PCOL(job_id, C_TEXT),        PCOL(level, C_INT),         PCOL(part, C_INT),
+    PCOL(plan, C_TEXT),          PCOL(first, C_INT),         PCOL(last, C_INT),
+    PCOL(doc_start, C_INT),      PCOL(doc_end, C_INT),       PCOL(output, C_OUTPUT),
+    PCOL(prompt_tokens, C_INT),  PCOL(completion_tokens, C_INT), PCOL(finish_reason, C_TEXT),
+    PCOL(worker_id, C_TEXT),     PCOL(created_at, C_REAL),
+};
+#define N_PART_COLS (sizeof part_cols / sizeof part_cols[0])
+
 /* For the test that compares these tables with the schema: the column names of `table`, in
  * order, or NULL for a table without one. Not in db.h: only tests declare it. */
 const char *db_test_column(const char *table, size_t i);
@@ -121,6 +136,8 @@ const char *db_test_column(const char *table, size_t i)
         return i < N_METRIC_COLS ? metric_cols[i].name : NULL;
     if (!strcmp(table, "batches"))
         return i < N_BATCH_COLS ? batch_cols[i].name : NULL;
+    if (!strcmp(table, "job_parts"))
+        return i < N_PART_COLS ? part_cols[i].name : NULL;
     return NULL;
 }
 
@@ -141,6 +158,9 @@ enum {
     ST_METRICS,   /* built from metric_cols */
     ST_BATCH_NEW, /* a job's batch, unless it is there (only its unknown columns are filled in) */
     ST_BATCH,     /* a batch's state (db_put_batches) */
+    ST_PART,      /* a map-reduce job's part (db_put_parts), built from part_cols */
+    ST_PART_STALE, /* the job's parts of another plan */
+    ST_PART_GET,  /* db_get_parts */
     ST_COUNT
 };
 
@@ -171,6 +191,7 @@ static const char *const fixed_sql[ST_COUNT] = {
                  "total = coalesce(excluded.total, batches.total), "
                  "state = coalesce(excluded.state, batches.state), "
                  "finished_at = coalesce(excluded.finished_at, batches.finished_at)",
+    [ST_PART_STALE] = "DELETE FROM job_parts WHERE job_id = ?1 AND plan <> ?2",
 };
 
 /* Which file a path named when the connection opened it: the database, its -wal and its -shm. */
@@ -342,6 +363,17 @@ static char *build_upsert(const char *table, const struct col *cols, size_t n, s
 }
 
 /* The cached statement `which`, prepared on first use; NULL with db->err on failure. */
+/* "SELECT <cols> FROM <table><tail>": a new string, or NULL when out of memory. */
+static char *build_select(const char *table, const struct col *cols, size_t n, const char *tail)
+{
+    struct buf b = {0};
+    buf_puts(&b, "SELECT ");
+    for (size_t i = 0; i < n; i++)
+        buf_printf(&b, "%s%s", i ? ", " : "", cols[i].name);
+    buf_printf(&b, " FROM %s%s", table, tail);
+    return buf_take(&b);
+}
+
 static sqlite3_stmt *stmt(struct db *db, int which)
 {
     if (db->st[which])
@@ -353,6 +385,11 @@ static sqlite3_stmt *stmt(struct db *db, int which)
             ", attempts = max(jobs.attempts, excluded.attempts) WHERE " RANK("excluded") " >= " RANK("jobs"));
     else if (which == ST_METRICS)
         built = build_upsert("worker_metrics", metric_cols, N_METRIC_COLS, 2, "worker_id, ts", "");
+    else if (which == ST_PART)
+        built = build_upsert("job_parts", part_cols, N_PART_COLS, 3, "job_id, level, part", "");
+    else if (which == ST_PART_GET)
+        built = build_select("job_parts", part_cols, N_PART_COLS,
+                             " WHERE job_id = ?1 AND plan = ?2 ORDER BY level, part");
     const char *sql = built ? built : fixed_sql[which];
     if (!sql) {
         set_err(db, "out of memory");
@@ -660,6 +697,70 @@ int db_put_batches(struct db *db, const struct db_batch *rows, size_t n)
     char what[64];
     snprintf(what, sizeof what, "writing %zu batch row%s", n, n == 1 ? "" : "s");
     return write_txn(db, what, put_rows_body, &p);
+}
+
+static int put_parts_body(struct db *db, void *arg)
+{
+    const struct put_rows *p = arg;
+    sqlite3_stmt *st = stmt(db, ST_PART), *stale = stmt(db, ST_PART_STALE);
+    if (!st || !stale)
+        return SQLITE_ERROR;
+    const struct db_part *parts = p->rows;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct db_part *r = &parts[i];
+        if (i == 0 || strcmp(r->job_id, parts[i - 1].job_id) || strcmp(r->plan, parts[i - 1].plan)) {
+            sqlite3_bind_text(stale, 1, r->job_id, -1, SQLITE_STATIC);
+            sqlite3_bind_text(stale, 2, r->plan, -1, SQLITE_STATIC);
+            int rc = step_reset(stale);
+            if (rc != SQLITE_DONE)
+                return rc;
+        }
+        int rc = bind_cols(st, p->cols, p->ncols, r);
+        rc = rc == SQLITE_OK ? step_reset(st) : rc;
+        if (rc != SQLITE_DONE)
+            return rc;
+    }
+    return SQLITE_OK;
+}
+
+int db_put_parts(struct db *db, const struct db_part *parts, size_t n)
+{
+    assert(db && (parts || n == 0));
+    for (size_t i = 0; i < n; i++)
+        if (!parts[i].job_id || !parts[i].job_id[0] || !parts[i].plan || !parts[i].output) {
+            set_err(db, "writing job parts: row %zu has no job id, plan or output", i + 1);
+            return DB_ERR;
+        }
+    if (n == 0)
+        return DB_OK;
+    struct put_rows p = {ST_PART, part_cols, N_PART_COLS, parts, sizeof *parts, n};
+    char what[64];
+    snprintf(what, sizeof what, "writing %zu job part%s", n, n == 1 ? "" : "s");
+    return write_txn(db, what, put_parts_body, &p);
+}
+
+int db_get_parts(struct db *db, const char *job_id, const char *plan, db_part_fn fn, void *ctx)
+{
+    assert(db && job_id && plan && fn);
+    sqlite3_stmt *st = stmt(db, ST_PART_GET);
+    if (!st)
+        return DB_ERR;
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, plan, -1, SQLITE_STATIC);
+    int ret = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct db_part r;
+        read_cols(st, part_cols, N_PART_COLS, &r);
+        if ((ret = fn(ctx, &r)) != 0)
+            break;
+    }
+    if (ret == 0 && rc != SQLITE_DONE) {
+        set_err(db, "reading the parts of job '%.300s': %s", job_id, sqlite3_errmsg(db->h));
+        ret = rc == SQLITE_BUSY || rc == SQLITE_LOCKED ? DB_BUSY : DB_ERR;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ret;
 }
 
 int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void *ctx)

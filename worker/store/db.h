@@ -188,6 +188,35 @@ int db_put_results(struct db *db, const struct db_result *rows, size_t n, int *r
  * Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a row without an id fails the call). */
 int db_put_batches(struct db *db, const struct db_batch *rows, size_t n);
 
+/* One row of `job_parts` (schemas/006_job_parts.sql): a committed partial summary of a map-reduce
+ * job (worker/jobs/summarize.h). Strings are borrowed; finish_reason and worker_id may be NULL. */
+struct db_part {
+    const char *job_id; /* required */
+    int64_t level, part;
+    const char *plan; /* required: the job's plan id */
+    int64_t first, last, doc_start, doc_end;
+    const char *output; /* output_len bytes (0 = up to the NUL); required */
+    size_t output_len;
+    int64_t prompt_tokens, completion_tokens;
+    const char *finish_reason;
+    const char *worker_id;
+    double created_at; /* required */
+};
+
+/* Writes parts[0..n) in one transaction. A part replaces the row of the same (job_id, level, part);
+ * rows of the same job under another plan are deleted first (the job was sent again with another
+ * document or options). Returns DB_OK, DB_BUSY, DB_UNWRITABLE or DB_ERR (nothing written; a row
+ * without job_id, plan or output fails the call). n == 0 is a no-op. */
+int db_put_parts(struct db *db, const struct db_part *parts, size_t n);
+
+/* Called once per part row; the row and its strings are borrowed for the call only. Return 0 to go
+ * on, anything else to stop. */
+typedef int (*db_part_fn)(void *ctx, const struct db_part *part);
+
+/* Streams the parts of job `job_id` under `plan` to fn, by level then part. Returns 0, fn's nonzero
+ * value, or DB_ERR / DB_BUSY with db_errmsg. */
+int db_get_parts(struct db *db, const char *job_id, const char *plan, db_part_fn fn, void *ctx);
+
 /* Which rows db_query_results returns, in order of finished_at, then id. */
 struct db_query {
     int status;            /* an enum db_status, or -1 for all */

@@ -35,7 +35,7 @@ static void first_err(struct wk_batch *b, const char *what, const char *msg)
 static void write_all(struct wk_writer *w, struct wk_batch *b)
 {
     struct db *db = w->db;
-    b->rc_worker = b->rc_results = b->rc_metrics = b->rc_touch = b->rc_batches = DB_OK;
+    b->rc_worker = b->rc_results = b->rc_metrics = b->rc_touch = b->rc_batches = b->rc_parts = DB_OK;
     b->err[0] = 0;
     const struct db_worker *row = b->worker_row ? b->worker_row : w->need_worker_row ? w->worker_row : NULL;
     if (row) {
@@ -47,6 +47,11 @@ static void write_all(struct wk_writer *w, struct wk_batch *b)
         if (b->worker_row || rc == DB_BUSY || rc == DB_UNWRITABLE)
             b->rc_worker = rc; /* the touch and the metrics below need the row */
     }
+    if (b->nparts) {
+        b->rc_parts = db_put_parts(db, b->parts, b->nparts);
+        if (b->rc_parts)
+            first_err(b, "job parts", db_errmsg(db));
+    }
     if (b->nrows) {
         b->rc_results = db_put_results(db, b->rows, b->nrows, b->row_rc);
         if (b->rc_results)
@@ -55,6 +60,7 @@ static void write_all(struct wk_writer *w, struct wk_batch *b)
     /* a database that is locked (or unwritable) for results is so for the rest too: do not wait
      * twice; the rest is kept for the next batch */
     int halt = b->rc_results == DB_BUSY || b->rc_results == DB_UNWRITABLE ? b->rc_results
+               : b->rc_parts == DB_BUSY || b->rc_parts == DB_UNWRITABLE   ? b->rc_parts
                : b->rc_worker == DB_BUSY || b->rc_worker == DB_UNWRITABLE ? b->rc_worker
                                                                           : DB_OK;
     if (b->nbatches && !halt) {
@@ -87,6 +93,7 @@ static void all_unwritable(struct wk_batch *b, const char *why)
     b->rc_results = b->nrows ? DB_UNWRITABLE : DB_OK;
     b->rc_metrics = b->nmetrics ? DB_UNWRITABLE : DB_OK;
     b->rc_batches = b->nbatches ? DB_UNWRITABLE : DB_OK;
+    b->rc_parts = b->nparts ? DB_UNWRITABLE : DB_OK;
     b->rc_touch = b->touch_id ? DB_UNWRITABLE : DB_OK;
     snprintf(b->err, sizeof b->err, "%s", why);
 }

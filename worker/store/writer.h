@@ -1,5 +1,5 @@
 /* The worker's SQLite writer: a thread that owns the worker's database handle and runs one batch
- * of writes at a time (results, then metrics, then the workers row), so a slow or locked database
+ * of writes at a time (job parts, results, then metrics, then the workers row), so a slow or locked database
  * (a busy_timeout of seconds, a reader holding a lock) never stops the engine or the heartbeat.
  *
  *     struct wk_writer *w;
@@ -34,12 +34,14 @@ struct wk_batch {
     size_t nmetrics;
     const struct db_batch *batches; /* db_put_batches (after the results) */
     size_t nbatches;
+    const struct db_part *parts; /* db_put_parts (before the results) */
+    size_t nparts;
     const char *touch_id; /* db_touch_worker(touch_id, touch_now, jobs_done, stopped); NULL = none */
     double touch_now;
     int64_t jobs_done;
     bool stopped;
     /* outputs: DB_OK, or the db_* code of that call (DB_OK when there was nothing to do) */
-    int rc_worker, rc_results, rc_metrics, rc_touch, rc_batches;
+    int rc_worker, rc_results, rc_metrics, rc_touch, rc_batches, rc_parts;
     char err[512];    /* the first failure's message */
     char moved[1200]; /* "" or, once, why the path no longer named the open database (deleted or
                          replaced) and whether a new one was created there; the batch was then
