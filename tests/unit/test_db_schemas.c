@@ -521,7 +521,17 @@ static void test_job_corpus(void **state)
         "{\"custom_id\": \"r8\", \"url\": \"/v1/completions\", \"body\": {\"prompt\": \"x\", "
         "\"response_format\": "
         "{\"type\": \"json_object\"}}}",
+        "{\"id\": \"d\", \"document\": \"a long text\", \"summarize\": {}}",
+        "{\"document\": \"x\", \"vars\": {\"lang\": \"de\"}, \"summarize\": {\"chunk_tokens\": 64, "
+        "\"overlap_tokens\": 8, \"max_tokens\": 20}, \"max_tokens\": 40}",
+        "{\"document\": \"x\", \"summarize\": true}",
         /* bad */
+        "{\"document\": \"x\"}",
+        "{\"document\": \"x\", \"summarize\": {\"chunk\": 64}}",
+        "{\"document\": \"x\", \"summarize\": {\"chunk_tokens\": 8}}",
+        "{\"document\": \"x\", \"summarize\": false}",
+        "{\"prompt\": \"x\", \"vars\": {}}",
+        "{\"document\": \"x\", \"prompt\": \"y\", \"summarize\": {}}",
         "{\"prompt\": \"x\", \"choice\": []}",
         "{\"prompt\": \"x\", \"choice\": [\"\"]}",
         "{\"prompt\": \"x\", \"regex\": \"\"}",

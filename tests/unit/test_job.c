@@ -54,7 +54,7 @@ static const struct bad_case bad_cases[] = {
     {"{\"prompt\": \"a\", \"prompt\": \"b\"}", JOB_ERR_JSON, "duplicate"},
     {"{\"prompt\": \"\xff\xfe\"}", JOB_ERR_JSON, "invalid JSON"},
     /* missing, unknown and conflicting fields */
-    {"{}", JOB_ERR_INVALID, "one of 'prompt', 'messages' or 'template' is required"},
+    {"{}", JOB_ERR_INVALID, "one of 'prompt', 'messages', 'template' or 'document' is required"},
     {"{\"id\": \"x\"}", JOB_ERR_INVALID, "is required"},
     {"{\"prompt\": \"a\", \"max_token\": 5}", JOB_ERR_INVALID,
      "unknown field 'max_token' (did you mean 'max_tokens'?)"},
@@ -62,7 +62,7 @@ static const struct bad_case bad_cases[] = {
     {"{\"prompt\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}", JOB_ERR_INVALID,
      "exclude each other"},
     {"{\"prompt\": \"a\", \"vars\": {\"x\": \"y\"}}", JOB_ERR_INVALID,
-     "field 'vars': only used with 'template'"},
+     "field 'vars': only used with 'template' or 'document'"},
     {"{\"template\": \"summarize\", \"vars\": {}}", JOB_ERR_INVALID, "templates are not configured"},
     /* id */
     {"{\"id\": 5, \"prompt\": \"a\"}", JOB_ERR_INVALID, "field 'id': expected a string, got 5"},
@@ -618,6 +618,77 @@ static void test_templates(void **state)
         {"{\"template\": \"broken\", \"vars\": {\"doc\": \"x\"}}",
          "template 'broken': unmatched '{' at byte 5"},
         {"{\"template\": \"summarize\", \"prompt\": \"x\"}", "exclude each other"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = job_parse(bad[i].line, strlen(bad[i].line), &o, &j, err, sizeof err);
+        if (rc != JOB_ERR_INVALID || !strstr(err, bad[i].msg))
+            fail_msg("%s: rc %d err \"%s\", want \"%s\"", bad[i].line, rc, err, bad[i].msg);
+        job_free(&j);
+    }
+}
+
+/* "document" with "summarize": options, the default templates, a configured one by name, errors. */
+static void test_summarize_fields(void **state)
+{
+    struct job_opts o = job_opts_default();
+    o.template_find = find_template;
+    struct job j;
+    char err[256];
+    const char *plain = "{\"id\": \"d\", \"document\": \"A long text.\", \"summarize\": {}}";
+    assert_int_equal(job_parse(plain, strlen(plain), &o, &j, err, sizeof err), JOB_OK);
+    assert_non_null(j.summarize);
+    assert_null(j.prompt);
+    assert_null(j.messages);
+    assert_string_equal(j.summarize->document, "A long text.");
+    assert_int_equal(j.summarize->document_len, 12);
+    assert_int_equal(j.summarize->chunk_tokens, 0);
+    assert_int_equal(j.summarize->overlap_tokens, -1);
+    assert_int_equal(j.summarize->max_tokens, 0);
+    assert_string_equal(j.summarize->map_template, JOB_SUMMARIZE_MAP);
+    assert_string_equal(j.summarize->map_text, job_summarize_map_text);
+    assert_string_equal(j.summarize->reduce_text, job_summarize_reduce_text);
+    json_t *params = job_params_json(&j);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(params, "summarize"), "map_template")),
+                        JOB_SUMMARIZE_MAP);
+    json_decref(params);
+    job_drop_input(&j); /* keeps the document: the parts need it */
+    assert_non_null(j.summarize->document);
+    job_free(&j);
+
+    const char *full = "{\"document\": \"x\", \"vars\": {\"n\": 3}, \"summarize\": {\"chunk_tokens\": 64, "
+                       "\"overlap_tokens\": 0, \"max_tokens\": 20, \"map_template\": \"summarize\"}, "
+                       "\"max_tokens\": 50, \"response_format\": {\"type\": \"json_object\"}}";
+    assert_int_equal(job_parse(full, strlen(full), &o, &j, err, sizeof err), JOB_OK);
+    assert_int_equal(j.summarize->chunk_tokens, 64);
+    assert_int_equal(j.summarize->overlap_tokens, 0);
+    assert_int_equal(j.summarize->max_tokens, 20);
+    assert_int_equal(j.max_tokens, 50);
+    assert_string_equal(j.summarize->map_text, "Summarize {doc} in {n} words. {{literal}}");
+    assert_int_equal(json_integer_value(json_object_get(j.summarize->vars, "n")), 3);
+    assert_int_equal(j.constraint.kind, JOB_CONSTRAINT_JSON_OBJECT);
+    job_free(&j);
+    const char *yes = "{\"document\": \"x\", \"summarize\": true}";
+    assert_int_equal(job_parse(yes, strlen(yes), &o, &j, err, sizeof err), JOB_OK);
+    job_free(&j);
+
+    struct {
+        const char *line, *msg;
+    } bad[] = {
+        {"{\"document\": \"x\"}", "field 'document': only used with 'summarize'"},
+        {"{\"prompt\": \"x\", \"summarize\": {}}", "field 'summarize': needs the text in 'document'"},
+        {"{\"document\": \"x\", \"prompt\": \"y\", \"summarize\": {}}", "exclude each other (2 given)"},
+        {"{\"document\": \"\", \"summarize\": {}}", "field 'document': expected the document's text"},
+        {"{\"document\": \"x\", \"summarize\": false}", "field 'summarize': expected an object of options"},
+        {"{\"document\": \"x\", \"summarize\": {\"chunk\": 5}}", "field 'summarize.chunk': unknown key"},
+        {"{\"document\": \"x\", \"summarize\": {\"chunk_tokens\": 8}}", "field 'summarize.chunk_tokens'"},
+        {"{\"document\": \"x\", \"summarize\": {\"max_tokens\": 0}}", "field 'summarize.max_tokens'"},
+        {"{\"document\": \"x\", \"summarize\": {\"overlap_tokens\": -1}}", "field 'summarize.overlap_tokens'"},
+        {"{\"document\": \"x\", \"summarize\": {\"reduce_template\": \"nope\"}}",
+         "field 'summarize.reduce_template': no template named 'nope' in the config"},
+        {"{\"document\": \"x\", \"summarize\": {\"map_template\": \"broken\"}}",
+         "field 'summarize.map_template': template 'broken': unmatched '{'"},
+        {"{\"document\": \"x\", \"summarize\": {}, \"stream\": true}", "field 'stream': not supported with"},
+        {"{\"document\": \"x\", \"summarize\": {}, \"logprobs\": 2}", "field 'logprobs': not supported with"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = job_parse(bad[i].line, strlen(bad[i].line), &o, &j, err, sizeof err);
@@ -1395,6 +1466,7 @@ int main(void)
         cmocka_unit_test(test_llmq_value_forms),
         cmocka_unit_test(test_llmq_messages),
         cmocka_unit_test(test_templates),
+        cmocka_unit_test(test_summarize_fields),
         cmocka_unit_test(test_openai_chat),
         cmocka_unit_test(test_openai_completion),
         cmocka_unit_test(test_defaults_precedence),

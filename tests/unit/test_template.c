@@ -256,7 +256,7 @@ static void test_jobs(void **state)
     expect_job_error(&o, "{\"template\": \"nope\", \"vars\": {}}",
                      "field 'template': no template named 'nope' in the config");
     expect_job_error(&o, "{\"template\": \"summarize\", \"prompt\": \"x\", \"vars\": {\"document\": \"x\"}}",
-                     "fields 'prompt', 'messages' and 'template' exclude each other (2 given)");
+                     "fields 'prompt', 'messages', 'template' and 'document' exclude each other (2 given)");
     expect_job_error(&o,
                      "{\"template\": \"summarize\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}],"
                      " \"vars\": {\"document\": \"x\"}}",

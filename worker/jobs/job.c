@@ -140,6 +140,8 @@ struct pctx {
     bool max_completion_tokens;
     bool kw_thinking;             /* chat_template_kwargs set enable_thinking */
     const char *constraint_field; /* the field that set j->constraint ("response_format", ...) */
+    json_t *document;             /* "document" (borrowed) */
+    json_t *summarize;            /* "summarize" (borrowed) */
 };
 
 /* A short JSON rendering of v for error messages: ASCII only (so cutting it cannot split a UTF-8
@@ -816,6 +818,24 @@ static int h_vars(struct pctx *c, const char *name, json_t *v)
     return 0;
 }
 
+static int h_document(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return bad(c, name, v, "expected the document's text (a non-empty string)");
+    if (memchr(json_string_value(v), 0, json_string_length(v)))
+        return bad(c, name, NULL, "contains a NUL character");
+    c->document = v;
+    return 0;
+}
+
+static int h_summarize(struct pctx *c, const char *name, json_t *v)
+{
+    if (!json_is_object(v) && !json_is_true(v))
+        return bad(c, name, v, "expected an object of options ({} or true for the defaults)");
+    c->summarize = v;
+    return 0;
+}
+
 static int h_metadata(struct pctx *c, const char *name, json_t *v)
 {
     if (!json_is_object(v))
@@ -1089,6 +1109,8 @@ static const struct field fields[] = {
     {"messages", F_LLMQ | F_CHAT, h_messages, NULL},
     {"template", F_LLMQ, h_template, NULL},
     {"vars", F_LLMQ, h_vars, NULL},
+    {"document", F_LLMQ, h_document, NULL},
+    {"summarize", F_LLMQ, h_summarize, NULL},
     {"max_tokens", F_ALL, h_max_tokens, NULL},
     {"max_completion_tokens", F_CHAT, h_max_tokens, NULL},
     {"min_tokens", F_ALL, h_min_tokens, NULL},
@@ -1268,22 +1290,28 @@ static int render_template(struct pctx *c, const char *tname, const char *text, 
 
 /* ---- the forms */
 
+static int summarize_form(struct pctx *c);
+
 static int llmq_form(struct pctx *c, json_t *root)
 {
     struct job *j = c->j;
     int rc = read_fields(c, root, F_LLMQ, NULL);
     if (rc)
         return rc;
-    int inputs =
-        (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) + (c->template_name != NULL);
+    int inputs = (j->prompt != NULL || j->prompt_ids != NULL) + (j->messages != NULL) +
+                 (c->template_name != NULL) + (c->document != NULL);
     if (inputs == 0)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
-                         "missing field: one of 'prompt', 'messages' or 'template' is required");
+                         "missing field: one of 'prompt', 'messages', 'template' or 'document' is required");
     if (inputs > 1)
         return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
-                         "fields 'prompt', 'messages' and 'template' exclude each other (%d given)", inputs);
-    if (c->vars && !c->template_name)
-        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field 'vars': only used with 'template'");
+                         "fields 'prompt', 'messages', 'template' and 'document' exclude each other (%d given)",
+                         inputs);
+    if (c->vars && !c->template_name && !c->document)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "field 'vars': only used with 'template' or 'document'");
+    if (c->document || c->summarize)
+        return summarize_form(c);
     if (!j->messages && !c->template_name) { /* a prompt goes to the model without a chat template */
         const char *f = j->tools         ? "tools"
                         : j->documents   ? "documents"
@@ -1316,6 +1344,110 @@ static int llmq_form(struct pctx *c, json_t *root)
         j->messages = msgs;
     }
     return 0;
+}
+
+/* ---- map-reduce summary jobs: "document" with "summarize" */
+
+const char job_summarize_map_text[] =
+    "The text below is part {part} of {parts} of a longer document. Summarize it in a few sentences, "
+    "in the language of the text. Keep the facts, names, numbers and decisions.\n\n{document}";
+const char job_summarize_reduce_text[] =
+    "The texts below summarize consecutive parts of one document, in order. Combine them into one "
+    "summary of the whole document, in the language of the text. Keep the facts, names, numbers and "
+    "decisions.\n\n{document}";
+
+/* The text of template `name` for summarize.<field> (dflt: the built-in text of the default name),
+ * as an owned copy in *dst. */
+static int summarize_template(struct pctx *c, const char *field, const json_t *v, const char *dflt_name,
+                              const char *dflt_text, char **name_out, char **dst)
+{
+    const char *name = dflt_name;
+    if (v) {
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return bad(c, field, v, "expected the name of a template");
+        name = json_string_value(v);
+    }
+    const char *text = c->o->template_find ? c->o->template_find(c->o->template_ctx, name) : NULL;
+    if (!text && !v)
+        text = dflt_text;
+    if (!text)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s': no template named '%.64s' %s", field,
+                         name, c->o->template_where ? c->o->template_where : "in the config");
+    char msg[256];
+    if (tmpl_check(text, msg, sizeof msg))
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s': template '%.64s': %s", field, name,
+                         msg);
+    *name_out = strdup(name);
+    *dst = strdup(text);
+    if (!*name_out || !*dst)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    return 0;
+}
+
+static int summarize_form(struct pctx *c)
+{
+    struct job *j = c->j;
+    if (!c->document)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "field 'summarize': needs the text in 'document' (exclusive of 'prompt', "
+                         "'messages' and 'template')");
+    if (!c->summarize)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID,
+                         "field 'document': only used with 'summarize' (a map-reduce summary; "
+                         "\"summarize\": {} for the defaults)");
+    const char *refused = j->stream                          ? "stream"
+                          : j->truncate != JOB_TRUNCATE_NONE ? "truncate"
+                          : j->sp.logprobs >= 0              ? "logprobs"
+                          : j->return_token_ids              ? "return_token_ids"
+                          : j->tools                         ? "tools"
+                          : j->documents                     ? "documents"
+                                                             : NULL;
+    if (refused)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INVALID, "field '%s': not supported with 'summarize'",
+                         refused);
+    struct job_summarize *s = calloc(1, sizeof *s);
+    if (!s)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    j->summarize = s;
+    s->overlap_tokens = -1;
+    s->document_len = json_string_length(c->document);
+    s->document = dup_n(json_string_value(c->document), s->document_len);
+    if (!s->document)
+        return errfmt_rc(c->err, c->errlen, JOB_ERR_INTERNAL, "out of memory");
+    s->vars = json_incref(c->vars);
+    json_t *o = json_is_object(c->summarize) ? c->summarize : NULL;
+    static const char *const known[] = {"chunk_tokens",  "overlap_tokens", "max_tokens",
+                                        "map_template", "reduce_template", NULL};
+    if (o) {
+        int rc = only_keys(c, "summarize", o, known,
+                           "chunk_tokens, overlap_tokens, max_tokens, map_template, reduce_template");
+        if (rc)
+            return rc;
+    }
+    long long x;
+    json_t *v;
+    if (o && (v = json_object_get(o, "chunk_tokens"))) {
+        if (read_int(c, "summarize.chunk_tokens", v, 16, INT32_MAX, &x))
+            return JOB_ERR_INVALID;
+        s->chunk_tokens = (int)x;
+    }
+    if (o && (v = json_object_get(o, "overlap_tokens"))) {
+        if (read_int(c, "summarize.overlap_tokens", v, 0, INT32_MAX, &x))
+            return JOB_ERR_INVALID;
+        s->overlap_tokens = (int)x;
+    }
+    if (o && (v = json_object_get(o, "max_tokens"))) {
+        if (read_int(c, "summarize.max_tokens", v, 1, INT32_MAX, &x))
+            return JOB_ERR_INVALID;
+        s->max_tokens = (int)x;
+    }
+    int rc = summarize_template(c, "summarize.map_template", o ? json_object_get(o, "map_template") : NULL,
+                                JOB_SUMMARIZE_MAP, job_summarize_map_text, &s->map_template, &s->map_text);
+    if (!rc)
+        rc = summarize_template(c, "summarize.reduce_template",
+                                o ? json_object_get(o, "reduce_template") : NULL, JOB_SUMMARIZE_REDUCE,
+                                job_summarize_reduce_text, &s->reduce_template, &s->reduce_text);
+    return rc;
 }
 
 static int openai_form(struct pctx *c, json_t *root)
@@ -1544,6 +1676,15 @@ void job_free(struct job *j)
     free(j->stop_ids);
     json_decref(j->metadata);
     constraint_free(&j->constraint);
+    if (j->summarize) {
+        free(j->summarize->document);
+        free(j->summarize->map_template);
+        free(j->summarize->reduce_template);
+        free(j->summarize->map_text);
+        free(j->summarize->reduce_text);
+        json_decref(j->summarize->vars);
+        free(j->summarize);
+    }
     memset(j, 0, sizeof *j);
 }
 
@@ -1789,5 +1930,17 @@ json_t *job_params_json(const struct job *j)
         json_object_set_new(o, "constraint", json_string(job_constraint_name(j->constraint.kind)));
     if (j->truncate != JOB_TRUNCATE_NONE)
         json_object_set_new(o, "truncate", json_string(trunc_mode_name(j->truncate)));
+    if (j->summarize) {
+        const struct job_summarize *s = j->summarize;
+        json_t *so = json_pack("{s:s, s:s}", "map_template", s->map_template, "reduce_template",
+                               s->reduce_template);
+        if (so && s->chunk_tokens)
+            json_object_set_new(so, "chunk_tokens", json_integer(s->chunk_tokens));
+        if (so && s->overlap_tokens >= 0)
+            json_object_set_new(so, "overlap_tokens", json_integer(s->overlap_tokens));
+        if (so && s->max_tokens)
+            json_object_set_new(so, "max_tokens", json_integer(s->max_tokens));
+        json_object_set_new(o, "summarize", so);
+    }
     return o;
 }

@@ -124,6 +124,24 @@ enum job_truncate {
     JOB_TRUNCATE_MIDDLE,   /* keep the beginning and the end halves */
 };
 
+/* A map-reduce summary of a document longer than the context (docs/JOBS.md "Long documents"):
+ * the job's "document" and "summarize" fields. Owned by the job; worker/jobs/summarize.h runs it. */
+struct job_summarize {
+    char *document; /* owned, document_len bytes and a NUL; valid UTF-8 without NUL */
+    size_t document_len;
+    int chunk_tokens;   /* summarize.chunk_tokens; 0 = sized from max_model_len when planned */
+    int overlap_tokens; /* summarize.overlap_tokens; -1 = the default */
+    int max_tokens;     /* summarize.max_tokens: each partial summary's; 0 = the job's max_tokens */
+    char *map_template, *reduce_template; /* the templates' names (owned) */
+    char *map_text, *reduce_text;         /* their text (owned copies) */
+    struct json_t *vars;                  /* the job's "vars" (owned reference), or NULL */
+};
+#define JOB_SUMMARIZE_MAP "summarize_map"       /* the default map template's name */
+#define JOB_SUMMARIZE_REDUCE "summarize_reduce" /* ... and the reduce template's */
+/* The built-in text of the default map / reduce template (used when the config and Redis have
+ * no template of that name). */
+extern const char job_summarize_map_text[], job_summarize_reduce_text[];
+
 /* Values for fields a job leaves out. The job's own values always win. */
 struct job_defaults {
     int max_tokens;
@@ -205,6 +223,9 @@ struct job {
     bool stream;                      /* "stream": the text goes to <p>:stream:<id> as it comes */
     struct json_t *metadata;          /* owned reference to the job's "metadata" object, or NULL */
     struct job_constraint constraint; /* structured output; kind NONE for free text */
+    /* A map-reduce summary job: NULL for any other. It has no prompt, prompt_ids or messages, and
+     * job_prepare refuses it (worker/jobs/summarize.h prepares its parts); job_drop_input keeps it. */
+    struct job_summarize *summarize;
 };
 
 /* Parses and validates one job from `len` bytes of JSON (need not be NUL-terminated). *j is

@@ -149,6 +149,10 @@ static json_t *llmq_json(const struct job *j, const struct res_output *o)
             json_object_set_new(usage, "reasoning_tokens", json_integer(o->reasoning_tokens));
         if (usage && j->truncate != JOB_TRUNCATE_NONE)
             json_object_set_new(usage, "truncated_tokens", json_integer(o->truncated_tokens));
+        if (usage && o->chunks > 0) {
+            json_object_set_new(usage, "chunks", json_integer(o->chunks));
+            json_object_set_new(usage, "depth", json_integer(o->depth));
+        }
         json_object_set_new(r, "usage", usage);
         if (j->return_token_ids) {
             json_object_set_new(r, "prompt_token_ids",

@@ -50,6 +50,7 @@ struct res_output {
     int error_rc;      /* failed: an enum job_error, named by job_error_code for OpenAI's error.code */
     const char *model; /* OpenAI bodies' "model" (NULL = "llmq") */
     int64_t created;   /* OpenAI bodies' "created", Unix seconds (0 = now) */
+    int chunks, depth; /* a map-reduce summary (usage.chunks, usage.depth); 0 for any other job */
 };
 
 /* The bytes that token `id` decodes to (not NUL-terminated, maybe a partial UTF-8 character),
