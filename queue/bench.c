@@ -71,7 +71,7 @@ int rq_bench(struct rq *q, const char *queue, int jobs, int rounds, int job_byte
             break;
         double t2 = llmq_mono_ms();
         for (int i = 0; i < n; i++)
-            pr[i] = (struct rq_progress){got[i].id, 0.5, 100, 1, t2 / 1e3};
+            pr[i] = (struct rq_progress){.id = got[i].id, .progress = 0.5, .prompt_tokens = 100, .completion_tokens = 1, .first_token_at = t2 / 1e3};
         if (rq_progress(q, pr, n)) {
             rc = -1;
             break;

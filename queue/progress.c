@@ -6,6 +6,19 @@
 
 #include "queue/rq.h"
 
+/* A summary job's parts_done, parts_total and level as fields of the command being built. */
+static void parts(struct rq_pipe *p, const struct rq_progress *x)
+{
+    if (x->parts_total <= 0)
+        return;
+    rq_pipe_str(p, "parts_done");
+    rq_pipe_int(p, x->parts_done);
+    rq_pipe_str(p, "parts_total");
+    rq_pipe_int(p, x->parts_total);
+    rq_pipe_str(p, "level");
+    rq_pipe_int(p, x->level);
+}
+
 int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
 {
     if (n <= 0)
@@ -31,6 +44,7 @@ int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
             rq_pipe_fmt(p, "%.4f", x->progress > 1 ? 1.0 : x->progress);
         }
         rq_job_counts(p, x->prompt_tokens, x->completion_tokens, x->first_token_at);
+        parts(p, x);
         rq_event_cmd(q, p, x->id, "running", q->worker);
         if (x->progress >= 0) {
             rq_pipe_str(p, "progress");
@@ -40,6 +54,7 @@ int rq_progress(struct rq *q, const struct rq_progress *pr, int n)
             rq_pipe_str(p, "completion_tokens");
             rq_pipe_int(p, x->completion_tokens);
         }
+        parts(p, x);
     }
     int rc = rq_pipe_exec(p, &q->cmd, &q->scripts);
     free(hk);

@@ -1,5 +1,5 @@
 /* Progress of running jobs into their hashes (<p>:job:<id>: progress, completion_tokens,
- * prompt_tokens, first_token_at) and onto <p>:events, pipelined: one round trip for the whole
+ * prompt_tokens, first_token_at; parts_done, parts_total and level for a summary job) and onto <p>:events, pipelined: one round trip for the whole
  * batch, however many jobs (a worker calls it every few generated tokens, not per token). */
 #pragma once
 
@@ -11,6 +11,9 @@ struct rq_progress {
     int prompt_tokens;     /* < 0 = leave as it is */
     int completion_tokens; /* < 0 = leave as it is */
     double first_token_at; /* unix seconds; 0 = leave as it is */
+    /* a map-reduce summary job: its parts done and in all (an estimate until the last level is
+     * made), and the level that runs; parts_total <= 0 = not such a job (left out) */
+    int parts_done, parts_total, level;
 };
 
 /* Writes p[0..n): per job one HSET and one XADD (MAXLEN ~ events_maxlen), all in one pipeline.

@@ -190,6 +190,7 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
                 continue;
             snprintf(j->worker, sizeof j->worker, "%s", s->workers[i].id);
             j->progress = -1;
+            j->parts_done = j->parts_total = j->level = -1;
             rq_key_job(&q->keys, j->id, hk[nj], RQ_KEY_MAX);
             rq_pipe_cmd(&q->pipe, "HMGET");
             rq_pipe_str(&q->pipe, hk[nj]);
@@ -201,6 +202,9 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
             rq_pipe_str(&q->pipe, "prompt_tokens");
             rq_pipe_str(&q->pipe, "first_token_at");
             rq_pipe_str(&q->pipe, "updated_at");
+            rq_pipe_str(&q->pipe, "parts_done");
+            rq_pipe_str(&q->pipe, "parts_total");
+            rq_pipe_str(&q->pipe, "level");
             nj++;
         }
     }
@@ -210,7 +214,7 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
         for (int i = 0; i < nj; i++) {
             const redisReply *h = q->pipe.reply[i];
             struct rq_running_job *j = &s->jobs[i];
-            if (h->type != REDIS_REPLY_ARRAY || h->elements != 8)
+            if (h->type != REDIS_REPLY_ARRAY || h->elements != 11)
                 continue;
             if (h->element[0]->type == REDIS_REPLY_STRING)
                 j->progress = num_of(h->element[0]);
@@ -221,6 +225,9 @@ int rq_stats(struct rq *q, const char *const *queues, int nq, bool want_jobs, st
             j->prompt_tokens = (int64_t)num_of(h->element[5]);
             j->first_token_at = num_of(h->element[6]);
             j->updated_at = num_of(h->element[7]);
+            j->parts_total = h->element[9]->type == REDIS_REPLY_STRING ? (int)num_of(h->element[9]) : -1;
+            j->parts_done = j->parts_total >= 0 ? (int)num_of(h->element[8]) : -1;
+            j->level = j->parts_total >= 0 ? (int)num_of(h->element[10]) : -1;
         }
         s->njobs = nj;
     }

@@ -33,6 +33,7 @@ struct rq_running_job {
     int64_t prompt_tokens, completion_tokens;
     int attempts;
     double started_at, first_token_at, updated_at; /* unix seconds; 0 when unknown */
+    int parts_done, parts_total, level; /* a summary job's (queue/progress.h); -1 for any other */
 };
 
 struct rq_stats {

@@ -90,7 +90,7 @@ check_bad bad-unknown "field 'template': no template named 'nope' in the config"
 check_bad bad-missing "field 'vars': template 'summarize' needs 'n'"
 check_bad bad-type "field 'vars.document': expected a string or a number, got [\"x\"]"
 check_bad bad-bool "field 'vars.document': expected a string or a number, got true"
-check_bad bad-both "fields 'prompt', 'messages' and 'template' exclude each other"
+check_bad bad-both "fields 'prompt', 'messages', 'template' and 'document' exclude each other"
 check_bad bad-vars "field 'vars': only used with 'template'"
 eq "6 dead letters" "$(rcli LLEN llmq:dead)" 6
 

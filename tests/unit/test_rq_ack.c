@@ -85,7 +85,7 @@ static void test_progress_256_one_round_trip(void **state)
     struct rq_progress pr[N];
     double ft = rq_wall_s();
     for (int i = 0; i < N; i++)
-        pr[i] = (struct rq_progress){jobs[i].id, (i + 1) / (double)N, 10 + i, i, ft};
+        pr[i] = (struct rq_progress){jobs[i].id, (i + 1) / (double)N, 10 + i, i, ft, 0, 0, 0};
     uint64_t rt = q->cmd.round_trips, sent = q->cmd.commands;
     long long hset = calls("hset"), xadd = calls("xadd");
     assert_int_equal(rq_progress(q, pr, N), 0);
@@ -114,7 +114,7 @@ static void test_progress_256_one_round_trip(void **state)
     assert_string_equal(rs_stream_field(ev->element[0], "worker"), "w1");
     freeReplyObject(ev);
     /* "leave as is" leaves it */
-    struct rq_progress only = {jobs[0].id, -1, -1, 99, 0};
+    struct rq_progress only = {jobs[0].id, -1, -1, 99, 0, 0, 0, 0};
     assert_int_equal(rq_progress(q, &only, 1), 0);
     assert_string_equal(sval("HGET llmq:job:%s completion_tokens", jobs[0].id), "99");
     assert_string_equal(sval("HGET llmq:job:%s prompt_tokens", jobs[0].id), "10");
@@ -222,7 +222,7 @@ static void test_events_capped(void **state)
     push_fetch(q, "short", "e", 1, j);
     struct rq_progress pr[100];
     for (int i = 0; i < 100; i++)
-        pr[i] = (struct rq_progress){j[0].id, i / 100.0, -1, i, 0};
+        pr[i] = (struct rq_progress){j[0].id, i / 100.0, -1, i, 0, 0, 0, 0};
     for (int round = 0; round < 30; round++)
         assert_int_equal(rq_progress(q, pr, 100), 0);
     /* 3000 events with MAXLEN ~ 100: trimmed in whole macro nodes, so about 100, never 3000 */

@@ -168,7 +168,7 @@ static void test_down_and_backoff(void **state)
     assert_int_equal(rq_connect(q), -1);
     assert_non_null(strstr(rq_error(q), "Connection refused"));
     int64_t t0 = rq_mono_ms();
-    struct rq_progress pr = {"x", 0.5, -1, -1, 0};
+    struct rq_progress pr = {"x", 0.5, -1, -1, 0, 0, 0, 0};
     assert_int_equal(rq_progress(q, &pr, 1), -1);
     assert_true(rq_mono_ms() - t0 < 50);
     assert_non_null(strstr(rq_error(q), "progress: "));
@@ -230,7 +230,7 @@ static void test_reconnect_after_restart(void **state)
     assert_non_null(adm);
     /* the first command on the dead socket fails; the next reconnects at once */
     int fails = 0;
-    struct rq_progress pr = {"x", 0.5, -1, -1, 0};
+    struct rq_progress pr = {"x", 0.5, -1, -1, 0, 0, 0, 0};
     while (rq_progress(q, &pr, 1) != 0) {
         assert_non_null(strstr(rq_error(q), "progress: redis 127.0.0.1:"));
         assert_true(++fails < 5);

@@ -52,7 +52,7 @@ static void test_down_then_back_without_persistence(void **state)
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 10, 0, j), 10);
     struct rq_progress pr[10];
     for (int i = 0; i < 10; i++)
-        pr[i] = (struct rq_progress){j[i].id, 0.5, 3, 2, 0};
+        pr[i] = (struct rq_progress){j[i].id, 0.5, 3, 2, 0, 0, 0, 0};
     assert_int_equal(rq_progress(q, pr, 10), 0);
 
     /* the server dies (kill -9) mid-batch; for a while every call fails, promptly */

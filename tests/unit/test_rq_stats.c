@@ -50,7 +50,7 @@ static void test_stats(void **state)
     assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2);
     struct rq_job *running[2] = {&j[0], &j[1]};
     assert_int_equal(rq_attempt(a, running, 2), 0); /* they run: their deliveries count */
-    struct rq_progress pr[2] = {{j[0].id, 0.25, 10, 4, 0}, {j[1].id, 0.75, 10, 12, 0}};
+    struct rq_progress pr[2] = {{j[0].id, 0.25, 10, 4, 0, 0, 0, 0}, {j[1].id, 0.75, 10, 12, 0, 0, 0, 0}};
     assert_int_equal(rq_progress(a, pr, 2), 0);
     /* one job in retry, one dead */
     assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j + 2), 2);

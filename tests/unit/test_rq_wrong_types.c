@@ -435,7 +435,7 @@ static void test_progress(void **state)
     struct rq *q = open_rq("w1");
     run("HSET llmq:job:p0 status running");
     run("SET llmq:job:p1 x");
-    struct rq_progress pr[2] = {{"p0", 0.5, -1, 3, 0}, {"p1", 0.5, -1, 3, 0}};
+    struct rq_progress pr[2] = {{"p0", 0.5, -1, 3, 0, 0, 0, 0}, {"p1", 0.5, -1, 3, 0, 0, 0, 0}};
     assert_int_equal(rq_progress(q, pr, 2), -1);
     assert_badkey(q, "llmq:job:p1");
     assert_string_equal(sval("HGET llmq:job:p0 completion_tokens"), "3");

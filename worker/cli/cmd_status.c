@@ -203,7 +203,10 @@ static void print_text(struct frame *fr, const struct rq_stats *s, const char *p
     for (int i = 0; i < s->njobs && i < shown; i++) {
         const struct rq_running_job *j = &s->jobs[i];
         char prog[64], bar[BAR_JOB + 3], el[32], rate_s[32];
-        if (j->progress >= 0) {
+        if (j->progress >= 0 && j->parts_total > 0) { /* a summary job: its parts */
+            fmt_bar(j->progress, BAR_JOB, bar, sizeof bar);
+            snprintf(prog, sizeof prog, "%s %d/%d L%d", bar, j->parts_done, j->parts_total, j->level);
+        } else if (j->progress >= 0) {
             fmt_bar(j->progress, BAR_JOB, bar, sizeof bar);
             snprintf(prog, sizeof prog, "%s %3.0f%%", bar, 100 * j->progress);
         } else {
@@ -246,6 +249,11 @@ static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_
                       j->queue, "prompt_tokens", (json_int_t)j->prompt_tokens, "completion_tokens",
                       (json_int_t)j->completion_tokens, "attempts", j->attempts, "started_at", j->started_at);
         json_object_set_new(x, "progress", j->progress >= 0 ? json_real(j->progress) : json_null());
+        if (j->parts_total > 0) {
+            json_object_set_new(x, "parts_done", json_integer(j->parts_done));
+            json_object_set_new(x, "parts_total", json_integer(j->parts_total));
+            json_object_set_new(x, "level", json_integer(j->level));
+        }
         json_array_append_new(js, x);
     }
     json_object_set_new(o, "time", json_real(rq_wall_s()));

@@ -107,3 +107,13 @@ int wk_committed_lookup(void *ctx, const char *id, const char *worker, const cha
     }
     return f.ok;
 }
+
+int wk_committed_parts(struct wk_committed *c, const char *job_id, const char *plan, db_part_fn fn, void *ctx)
+{
+    int rc = db_get_parts(c->db, job_id, plan, fn, ctx);
+    if (rc == DB_ERR || rc == DB_BUSY) {
+        log_warn("sqlite: %s; the job's parts are computed again", db_errmsg(c->db));
+        return -1;
+    }
+    return rc;
+}

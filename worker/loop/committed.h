@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "queue/reaper.h"
+#include "worker/store/db.h"
 
 struct wk_committed;
 
@@ -25,3 +26,8 @@ void wk_committed_close(struct wk_committed *c);
  * is none or the read failed (logged). */
 int wk_committed_lookup(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
                         struct rq_done *out);
+
+/* The committed parts of summary job `job_id` under `plan` (SQLite job_parts), streamed to fn as
+ * db_get_parts does: for a job taken again after its worker was lost, which resumes where that
+ * worker was. 0, fn's nonzero value, or -1 when the read failed (logged). */
+int wk_committed_parts(struct wk_committed *c, const char *job_id, const char *plan, db_part_fn fn, void *ctx);

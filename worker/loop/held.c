@@ -10,6 +10,7 @@
 #include "engine/tokenizer.h"
 #include "worker/jobs/answer_json.h"
 #include "worker/jobs/result.h"
+#include "worker/jobs/summarize.h"
 #include "worker/store/result_line.h"
 
 struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
@@ -20,6 +21,7 @@ struct wk_job *wk_job_new(struct rq_job *rj, double now_mono, double now_wall)
     j->rj = *rj;
     memset(rj, 0, sizeof *rj);
     j->state = -1;
+    j->run.owner = j;
     j->fetched_mono = now_mono;
     j->started_at = now_wall;
     j->created_at = NAN;
@@ -35,6 +37,7 @@ void wk_job_free(struct wk_job *j)
     if (!j)
         return;
     rq_job_free(&j->rj);
+    sum_free(j->sum); /* before the job it borrows from */
     job_free(&j->job);
     free(j->output);
     free(j->reasoning);
@@ -158,6 +161,51 @@ int wk_job_finish_cancelled(struct wk_job *j, const struct wk_ctx *c, double now
     return j->output ? 0 : -1;
 }
 
+/* The end of a job that ran (o->finish STOP, LENGTH, CANCELLED or TIMEOUT; o->text its answer):
+ * status, output, the result line and a JSON answer; the reasoning is the caller's. A timeout is
+ * final (another attempt would take as long): failed, acknowledged, not dead-lettered, with its
+ * text so far. 0, or -1 out of memory (the job is then failed with that message). */
+static int finish_output(struct wk_job *j, const struct wk_ctx *c, struct res_output *o, double now_wall)
+{
+    j->status = o->finish == FINISH_CANCELLED ? RQ_STATUS_CANCELLED
+                : o->finish == FINISH_TIMEOUT ? RQ_STATUS_FAILED
+                                              : RQ_STATUS_COMPLETED;
+    j->finish_reason = finish_reason_name(o->finish);
+    j->after = WK_AFTER_ACK;
+    if (o->finish == FINISH_TIMEOUT) {
+        char why[160];
+        job_timeout_error(&j->job, o->completion_tokens, why, sizeof why);
+        set_error(j, JOB_ERR_TIMEOUT, why);
+    }
+    const char *text = o->text ? o->text : "";
+    j->output = malloc(o->text_len + 1);
+    if (j->output) {
+        memcpy(j->output, text, o->text_len);
+        j->output[o->text_len] = 0;
+        j->output_len = o->text_len;
+    }
+    o->error = j->error;
+    o->error_rc = j->error_rc;
+    o->model = c->model_name;
+    o->created = (int64_t)now_wall;
+    j->result = res_line(&j->job, o, c->tok ? token_bytes : NULL, c->tok);
+    bool incomplete;
+    json_t *answer = answer_json(j->job.constraint.kind, text, o->text_len, o->finish, &incomplete);
+    free(j->output_json);
+    /* the row's copy is the text itself, which parsed as one JSON value: SQLite stores it minified
+     * with its numbers as written (db.h) */
+    j->output_json = answer ? strndup(text, o->text_len) : NULL;
+    json_decref(answer);
+    if (!j->output || !j->result || (o->finish == FINISH_TIMEOUT && !j->error) ||
+        (o->has_reasoning && !j->reasoning) || (answer && !j->output_json)) {
+        wk_job_finish_failed(j, c, JOB_ERR_INTERNAL, "out of memory while storing the result",
+                             j->finished_at);
+        return -1;
+    }
+    drop_metadata(j);
+    return 0;
+}
+
 int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
                       double now_wall)
 {
@@ -175,24 +223,6 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         const char *why = s->error[0] ? s->error : "the engine failed";
         wk_job_finish_failed(j, c, JOB_ERR_ENGINE, why, j->finished_at);
         return 0;
-    }
-    /* a timeout is final (another attempt would take as long): failed, acknowledged, not
-     * dead-lettered, with its text so far */
-    j->status = s->finish == FINISH_CANCELLED ? RQ_STATUS_CANCELLED
-                : s->finish == FINISH_TIMEOUT ? RQ_STATUS_FAILED
-                                              : RQ_STATUS_COMPLETED;
-    j->finish_reason = finish_reason_name(s->finish);
-    j->after = WK_AFTER_ACK;
-    if (s->finish == FINISH_TIMEOUT) {
-        char why[160];
-        job_timeout_error(&j->job, s->n_output, why, sizeof why);
-        set_error(j, JOB_ERR_TIMEOUT, why);
-    }
-    j->output = malloc(s->text_len + 1);
-    if (j->output) {
-        memcpy(j->output, s->text ? s->text : "", s->text_len);
-        j->output[s->text_len] = 0;
-        j->output_len = s->text_len;
     }
     j->reasoning_tokens = -1;
     if (s->has_reasoning) {
@@ -217,27 +247,33 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
         .prompt_ids = s->tokens,
         .token_ids = s->tokens + s->n_prompt,
         .logprobs = s->logprobs,
-        .error = j->error,
-        .error_rc = j->error_rc,
-        .model = c->model_name,
-        .created = (int64_t)now_wall,
     };
-    j->result = res_line(&j->job, &o, c->tok ? token_bytes : NULL, c->tok);
-    bool incomplete;
-    json_t *answer = answer_json(j->job.constraint.kind, s->text, s->text_len, s->finish, &incomplete);
-    free(j->output_json);
-    /* the row's copy is the text itself, which parsed as one JSON value: SQLite stores it minified
-     * with its numbers as written (db.h) */
-    j->output_json = answer ? strndup(s->text, s->text_len) : NULL;
-    json_decref(answer);
-    if (!j->output || !j->result || (s->finish == FINISH_TIMEOUT && !j->error) ||
-        (s->has_reasoning && !j->reasoning) || (answer && !j->output_json)) {
-        wk_job_finish_failed(j, c, JOB_ERR_INTERNAL, "out of memory while storing the result",
-                             j->finished_at);
-        return -1;
+    return finish_output(j, c, &o, now_wall);
+}
+
+int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, const struct wk_summary *sm,
+                          double now_mono, double now_wall)
+{
+    common(j, now_wall);
+    j->prompt_tokens = sm->prompt_tokens > INT32_MAX ? INT32_MAX : (int)sm->prompt_tokens;
+    j->completion_tokens = sm->completion_tokens > INT32_MAX ? INT32_MAX : (int)sm->completion_tokens;
+    j->latency_ms = (now_mono - j->fetched_mono) * 1e3;
+    j->reasoning_tokens = -1;
+    if (sm->finish == FINISH_ERROR) {
+        wk_job_finish_failed(j, c, sm->error_rc ? sm->error_rc : JOB_ERR_ENGINE,
+                             sm->error ? sm->error : "the engine failed", now_wall);
+        return 0;
     }
-    drop_metadata(j);
-    return 0;
+    struct res_output o = {
+        .finish = sm->finish,
+        .text = sm->text,
+        .text_len = sm->text_len,
+        .prompt_tokens = j->prompt_tokens,
+        .completion_tokens = j->completion_tokens,
+        .chunks = sm->chunks,
+        .depth = sm->depth,
+    };
+    return finish_output(j, c, &o, now_wall);
 }
 
 const char *wk_job_error_code(const struct wk_job *j)

@@ -21,6 +21,7 @@
 #include "queue/ack.h"
 #include "queue/fetch.h"
 #include "worker/jobs/job.h"
+#include "worker/jobs/summarize.h"
 #include "worker/store/db.h"
 
 struct tok;
@@ -42,16 +43,21 @@ enum wk_after {
 };
 
 struct wk_job {
-    struct list_node link;      /* in the list of its state */
-    int state;                  /* enum wk_state; -1 while in no list */
-    struct rq_job rj;           /* as held in Redis (owned) */
-    struct job job;             /* parsed (job_parse always initialises it; owned) */
-    bool parsed;                /* job_parse succeeded */
-    bool metadata_dropped;      /* parsed metadata let go while it runs (wk_job_admitted) */
-    struct engine_seq *seq;     /* RUNNING: borrowed from the engine until engine_release */
-    int lane;                   /* engine lane */
-    enum wk_to route;           /* ROUTE: where to */
-    int max_tokens;             /* of the engine request (progress = tokens / max_tokens) */
+    struct list_node link;  /* in the list of its state */
+    int state;              /* enum wk_state; -1 while in no list */
+    struct rq_job rj;       /* as held in Redis (owned) */
+    struct job job;         /* parsed (job_parse always initialises it; owned) */
+    bool parsed;            /* job_parse succeeded */
+    bool metadata_dropped;  /* parsed metadata let go while it runs (wk_job_admitted) */
+    struct engine_seq *seq; /* RUNNING: borrowed from the engine until engine_release */
+    struct sum_run run;     /* the user of seq: run.owner is this job, run.part NULL */
+    /* A map-reduce summary job (job.summarize): its tree of parts, which run as seqs of their own
+     * (seq stays NULL); NULL for any other job. Owned. */
+    struct sum_job *sum;
+    int parts_running; /* its parts in the engine */
+    int lane;          /* engine lane */
+    enum wk_to route;  /* ROUTE: where to */
+    int max_tokens;    /* of the engine request (progress = tokens / max_tokens) */
     int prompt_tokens;
     int truncated_tokens;                          /* prompt tokens its "truncate" dropped */
     double fetched_mono;                           /* monotonic seconds at fetch (the engine's clock) */
@@ -72,19 +78,19 @@ struct wk_job {
     size_t output_len;
     char *reasoning; /* owned; NULL when the output had no think block */
     size_t reasoning_len;
-    int reasoning_tokens; /* -1 with no reasoning */
+    int reasoning_tokens;             /* -1 with no reasoning */
     char *error;                      /* owned; NULL unless failed */
     int error_rc;                     /* enum job_error of a failure */
     char *params, *metadata, *result; /* JSON text (owned, may be NULL) */
     /* a json_schema / json_object job's answer when it parsed (answer_json.h), as JSON text (owned) */
     char *output_json;
-    double finished_at;               /* unix seconds */
-    double ttft_ms, latency_ms;       /* NAN = unknown */
-    bool degraded;                    /* the row was rejected once; now written without its JSON columns */
-    char row_id[JOB_ID_LEN + 1];      /* the row's id when the job has none of its own (not JSON, ...) */
-    char *hash_result;                /* wk_job_hash_result's string when it made one (owned) */
+    double finished_at;          /* unix seconds */
+    double ttft_ms, latency_ms;  /* NAN = unknown */
+    bool degraded;               /* the row was rejected once; now written without its JSON columns */
+    char row_id[JOB_ID_LEN + 1]; /* the row's id when the job has none of its own (not JSON, ...) */
+    char *hash_result;           /* wk_job_hash_result's string when it made one (owned) */
 
-    size_t stream_sent; /* bytes of the output sent to <p>:stream:<id> (worker/loop/stream.h) */
+    size_t stream_sent;  /* bytes of the output sent to <p>:stream:<id> (worker/loop/stream.h) */
     size_t stream_rsent; /* bytes of the reasoning sent there */
     /* its batch as Redis had it at fetch (rj.batch_id's hash), for the `batches` row; batch.id NULL =
      * none. The strings are owned. */
@@ -124,6 +130,21 @@ const char *wk_job_id(const struct wk_job *j);
  * 0, or -1 out of memory (the job is then failed with that message). */
 int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
                       double now_wall);
+/* How a map-reduce summary job ended (worker/jobs/summarize.h): the root's text, the totals over
+ * its parts. finish FINISH_ERROR fails it with error_rc (0: JOB_ERR_ENGINE) and error. */
+struct wk_summary {
+    enum finish_reason finish;
+    const char *text; /* borrowed */
+    size_t text_len;
+    int64_t prompt_tokens, completion_tokens;
+    int chunks, depth;
+    int error_rc;
+    const char *error;
+};
+/* Finishes a summary job as wk_job_finish_seq finishes one that ran in one piece; its usage also
+ * has chunks and depth. 0, or -1 out of memory (the job is then failed with that message). */
+int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, const struct wk_summary *sm,
+                          double now_mono, double now_wall);
 /* Finishes a job that never ran: failed with rc (enum job_error) and err. */
 int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const char *err, double now_wall);
 /* Finishes a job cancelled before it ran (status cancelled, empty output). */

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "engine/util/array.h"
+#include "engine/util/errfmt.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "llmq_version.h"
@@ -43,10 +44,12 @@
 #include "worker/config/redis_cfg.h"
 #include "worker/jobs/grammar_cache.h"
 #include "worker/jobs/job.h"
+#include "worker/jobs/summarize.h"
 #include "worker/jobs/tpl_source.h"
 #include "worker/loop/committed.h"
 #include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
+#include "worker/loop/part_rows.h"
 #include "worker/loop/stream.h"
 #include "worker/loop/models.h"
 #include "worker/loop/signals.h"
@@ -123,6 +126,7 @@ struct wk_scratch {
 struct wk_store {
     struct wk_writer *writer;
     struct wk_committed *committed; /* read-only: the reaper's lookup of committed rows */
+    struct wk_part_rows parts;      /* rows of summary jobs' finished parts (part_rows.h) */
     struct wk_batch batch;                  /* the batch in flight */
     struct db_result *rows;                 /* [MAX_BATCH]: its job rows */
     int *row_rc;                            /* [MAX_BATCH]: each row's outcome */
@@ -242,10 +246,26 @@ static void move(struct wk *w, struct wk_job *j, int state)
         list_push_back(&w->held[state], &j->link);
 }
 
+/* Stops what job j runs in the engine (its seq, or its parts'): each is cancelled and forgets the
+ * job, so its end is released without a row. */
+static void stop_seqs(struct wk *w, struct wk_job *j)
+{
+    if (j->seq) {
+        engine_cancel(w->eng, j->seq);
+        j->seq->user = NULL;
+        j->seq = NULL;
+    }
+    sum_stop_parts(j->sum, w->eng);
+    j->parts_running = 0;
+}
+
 static void drop(struct wk *w, struct wk_job *j)
 {
     if (j->count_due)
         w->count_due--;
+    stop_seqs(w, j);
+    if (j->sum)
+        wk_part_rows_forget(&w->store.parts, j);
     move(w, j, -1);
     wk_job_free(j);
 }
@@ -399,6 +419,8 @@ static void fail_job(struct wk *w, struct wk_job *j, int rc, const char *err)
     move(w, j, WK_PENDING);
 }
 
+static void admit_summary(struct wk *w, struct wk_job *j, int lane);
+
 /* Parse, validate, tokenize, route and add one fetched job. */
 static void admit(struct wk *w, struct wk_job *j)
 {
@@ -434,6 +456,10 @@ static void admit(struct wk *w, struct wk_job *j)
         return;
     }
     int lane = wk_lane_of_queue(j->rj.queue);
+    if (j->job.summarize) {
+        admit_summary(w, j, lane);
+        return;
+    }
     struct job_input in;
     rc = job_prepare(&j->job, w->tok, w->chat, w->lanes.max_model_len[lane], &in, err, sizeof err);
     enum wk_route route = wk_lanes_route(&w->lanes, lane, rc, in.n_tokens);
@@ -454,7 +480,7 @@ static void admit(struct wk *w, struct wk_job *j)
         break;
     case WK_ROUTE_HERE:
         in.req.lane = lane;
-        in.req.user = j;
+        in.req.user = &j->run;
         in.req.deadline = job_deadline(&j->job, j->fetched_mono); /* the engine's clock is monotonic */
         /* ran in two deliveries that lost their worker: a suspect, run apart from other suspects
          * (docs/QUEUE.md, "Attempts") */
@@ -477,6 +503,160 @@ static void admit(struct wk *w, struct wk_job *j)
         break;
     }
     job_input_free(&in);
+}
+
+/* ---- map-reduce summary jobs (worker/jobs/summarize.h): each part is a seq of its own */
+
+/* The lane of a part: the short one when its prompt is at most queues.long_threshold_tokens and it
+ * fits the short lane's context, else the long one. */
+static int part_lane(void *ctx, int n_tokens, int max_tokens)
+{
+    const struct wk *w = ctx;
+    bool short_fits = n_tokens <= w->lanes.long_threshold &&
+                      (long long)n_tokens + max_tokens <= w->lanes.max_model_len[WK_LANE_SHORT];
+    return short_fits ? WK_LANE_SHORT : WK_LANE_LONG;
+}
+
+/* The job ends (its root finished, a part failed, timed out or was cancelled): its other parts are
+ * stopped, the job is finished with the totals over its parts, and it goes the way of any
+ * finished job. rc and err: why it failed (finish FINISH_ERROR). */
+static void end_summary(struct wk *w, struct wk_job *j, enum finish_reason finish, int rc, const char *err)
+{
+    stop_seqs(w, j);
+    struct sum_totals t;
+    sum_get_totals(j->sum, &t);
+    const struct sum_part *root = sum_root(j->sum);
+    bool answered = (finish == FINISH_STOP || finish == FINISH_LENGTH) && root && root->output;
+    struct wk_summary sm = {
+        .finish = finish == FINISH_STOP && t.any_length ? FINISH_LENGTH : finish,
+        .text = answered ? root->output : "",
+        .text_len = answered ? root->output_len : 0,
+        .prompt_tokens = t.prompt_tokens,
+        .completion_tokens = t.completion_tokens,
+        .chunks = t.chunks,
+        .depth = t.depth,
+        .error_rc = rc,
+        .error = err,
+    };
+    wk_job_finish_summary(j, &w->ctx, &sm, llmq_mono_s(), db_now());
+    if (t.parts_restored)
+        log_info("job %s: %d of its %d parts were committed by an earlier delivery and not computed again",
+                 wk_job_id(j), t.parts_restored, t.parts_done);
+    if (j->status == RQ_STATUS_FAILED && (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) &&
+        j->rj.id[0] && j->rj.attempts - j->rj.stalls < w->cfg->queues.max_attempts) {
+        move(w, j, WK_RETRY);
+    } else {
+        count_finish(w, j, false);
+        move(w, j, WK_PENDING);
+    }
+}
+
+/* Adds the parts of job j that wait (a new level's) to the engine. */
+static void pump_summary(struct wk *w, struct wk_job *j)
+{
+    char err[1024];
+    struct sum_start st = {
+        .eng = w->eng,
+        .grammars = w->grammars,
+        .owner = j,
+        .deadline = job_deadline(&j->job, j->fetched_mono),
+        .isolated = j->rj.stalls >= WK_ISOLATE_STALLS,
+        .lane = part_lane,
+        .lane_ctx = w,
+    };
+    int rc = sum_start_parts(j->sum, &st, &j->parts_running, err, sizeof err);
+    if (rc)
+        end_summary(w, j, FINISH_ERROR, rc, err);
+}
+
+static int restore_part(void *ctx, const struct db_part *r)
+{
+    struct sum_job *s = ctx;
+    enum finish_reason f = r->finish_reason && !strcmp(r->finish_reason, "length") ? FINISH_LENGTH : FINISH_STOP;
+    sum_restore(s, (int)r->level, (int)r->part, (int)r->first, (int)r->last, r->output, r->output_len,
+                (int)r->prompt_tokens, (int)r->completion_tokens, f); /* out of memory: computed again */
+    return 0;
+}
+
+/* A summary job: its plan, the parts an earlier delivery committed, and its first parts in the
+ * engine. A short-queue job whose document is over queues.long_threshold_tokens moves to the
+ * long queue, as a long prompt does. */
+static void admit_summary(struct wk *w, struct wk_job *j, int lane)
+{
+    char err[1024];
+    int rc = sum_open(&j->job, w->tok, w->chat, w->lanes.max_model_len[lane], &j->sum, err, sizeof err);
+    if (rc) {
+        fail_job(w, j, rc, err);
+        return;
+    }
+    struct sum_totals t;
+    sum_get_totals(j->sum, &t);
+    if (lane == WK_LANE_SHORT && t.document_tokens > w->lanes.long_threshold) {
+        log_debug("job %s: a document of about %lld tokens, over queues.long_threshold_tokens (%d): moving it "
+                  "to the long queue",
+                  wk_job_id(j), (long long)t.document_tokens, w->lanes.long_threshold);
+        sum_free(j->sum);
+        j->sum = NULL;
+        j->route = WK_TO_LONG;
+        move(w, j, WK_ROUTE);
+        return;
+    }
+    if (w->store.committed)
+        wk_committed_parts(w->store.committed, wk_job_id(j), sum_plan_id(j->sum), restore_part, j->sum);
+    sum_get_totals(j->sum, &t);
+    if (t.parts_restored)
+        log_info("job %s: resuming at level %d with %d part%s committed by an earlier delivery", wk_job_id(j),
+                 t.level, t.parts_restored, t.parts_restored == 1 ? "" : "s");
+    j->lane = lane;
+    j->max_tokens = j->job.max_tokens;
+    j->progress_due = true;
+    wk_job_admitted(j);
+    move(w, j, WK_RUNNING);
+    pump_summary(w, j);
+}
+
+/* A part's seq finished: its summary is kept and its row queued for SQLite; the root's ends the
+ * job; a part that failed, timed out or was cancelled ends it too. */
+static void part_finished(struct wk *w, struct sum_run *r, struct engine_seq *s, double now_wall)
+{
+    struct wk_job *j = r->owner;
+    struct sum_part *p = r->part;
+    p->user = NULL;
+    free(r);
+    j->parts_running--;
+    if (s->finish == FINISH_STOP || s->finish == FINISH_LENGTH) {
+        if (sum_done(j->sum, p, s->text, s->text_len, s->n_prompt, s->n_output, s->finish))
+            end_summary(w, j, FINISH_ERROR, JOB_ERR_INTERNAL, "out of memory");
+        else if (p->root)
+            end_summary(w, j, FINISH_STOP, 0, NULL);
+        else if (wk_part_rows_add(&w->store.parts, j, p, wk_job_id(j), sum_plan_id(j->sum), w->worker_id,
+                                  now_wall))
+            end_summary(w, j, FINISH_ERROR, JOB_ERR_INTERNAL, "out of memory");
+        else
+            j->progress_due = true;
+    } else {
+        char why[300];
+        snprintf(why, sizeof why, "level %d, part %d: %s", p->level, p->index + 1,
+                 s->error[0] ? s->error : "the engine failed");
+        end_summary(w, j, s->finish, s->finish == FINISH_ERROR ? JOB_ERR_ENGINE : 0, why);
+    }
+    engine_release(w->eng, s);
+}
+
+/* A part's row is committed (wk_part_rows_done): the next level may start. */
+static void part_committed(void *ctx, struct wk_job *j, struct sum_part *p)
+{
+    struct wk *w = ctx;
+    if (j->state != WK_RUNNING || !j->sum)
+        return; /* ended meanwhile */
+    char err[512];
+    int rc = sum_committed(j->sum, p, err, sizeof err);
+    if (rc) {
+        end_summary(w, j, FINISH_ERROR, rc, err);
+        return;
+    }
+    j->progress_due = true;
+    pump_summary(w, j);
 }
 
 static double reply_num(const redisReply *r)
@@ -800,7 +980,8 @@ static void on_start(void *ctx, struct engine_seq *const *seqs, int n)
 {
     struct wk *w = ctx;
     for (int i = 0; i < n; i++) {
-        struct wk_job *j = seqs[i]->user;
+        struct sum_run *r = seqs[i]->user;
+        struct wk_job *j = r ? r->owner : NULL;
         if (j && j->rj.id[0] && !j->rj.counted && !j->count_due) {
             j->count_due = true;
             w->count_due++;
@@ -888,6 +1069,11 @@ static void commit_done(struct wk *w, struct wk_batch *b)
     log_debug("sqlite: batch of %zu rows, %zu metrics rows: %.2f ms (results %d)", store->n_rows,
               (size_t)store->n_metrics_sent, b->write_ms, b->rc_results);
     bool worker_row_failed = store->worker_row_sent && b->rc_worker != DB_OK;
+    if (b->nparts) {
+        if (b->rc_parts == DB_ERR) /* refused for what they are: the jobs go on without them stored */
+            log_warn("sqlite: %zu job part row%s not stored: %s", b->nparts, b->nparts == 1 ? "" : "s", b->err);
+        wk_part_rows_done(&store->parts, b->rc_parts == DB_OK || b->rc_parts == DB_ERR, part_committed, w);
+    }
     if (store->worker_row_sent && b->rc_worker == DB_OK)
         store->worker_row_done = true;
     store->worker_row_sent = false;
@@ -956,9 +1142,11 @@ static void commit_done(struct wk *w, struct wk_batch *b)
         store->oldest_pending = 0;
     }
     bool unwritable = b->rc_results == DB_UNWRITABLE || b->rc_worker == DB_UNWRITABLE ||
+                      b->rc_parts == DB_UNWRITABLE ||
                       b->rc_metrics == DB_UNWRITABLE || b->rc_touch == DB_UNWRITABLE ||
                       b->rc_batches == DB_UNWRITABLE;
-    bool failed = !results_ok || worker_row_failed || b->rc_metrics == DB_BUSY || b->rc_touch == DB_BUSY ||
+    bool failed = !results_ok || worker_row_failed || b->rc_parts == DB_BUSY || b->rc_metrics == DB_BUSY ||
+                  b->rc_touch == DB_BUSY ||
                   b->rc_batches == DB_BUSY || unwritable;
     if (unwritable)
         store_unwritable(w, b->err[0] ? b->err : "the database cannot be written");
@@ -1003,7 +1191,10 @@ static bool commit_due(struct wk *w, double now)
     struct wk_store *store = &w->store;
     if (wk_writer_busy(store->writer) || now < store->next_commit)
         return false;
-    int n = rows_leased(w, now) ? w->held[WK_PENDING].n : 0;
+    bool leased = rows_leased(w, now);
+    if (leased && wk_part_rows_waiting(&store->parts)) /* a summary's next level waits for them */
+        return true;
+    int n = leased ? w->held[WK_PENDING].n : 0;
     if (n && (n >= w->cfg->sqlite.commit_max_rows ||
               (now - store->oldest_pending) * 1e3 >= w->cfg->sqlite.commit_interval_ms ||
               !engine_has_work(w->eng) || w->stopping))
@@ -1030,6 +1221,8 @@ static void commit_submit(struct wk *w, bool stopped)
     b->rows = store->rows;
     b->nrows = store->n_rows;
     b->row_rc = store->row_rc;
+    if (rows_leased(w, llmq_mono_s()))
+        b->parts = wk_part_rows_send(&store->parts, MAX_BATCH, &b->nparts);
     if (!store->worker_row_done) {
         store->worker_row.started_at = w->rq->started_at;
         b->worker_row = &store->worker_row;
@@ -1055,6 +1248,7 @@ static void commit_submit(struct wk *w, bool stopped)
         store->n_rows = 0;
         store->n_metrics_sent = 0;
         store->n_batch_rows_sent = 0;
+        wk_part_rows_done(&store->parts, false, NULL, NULL);
         store->worker_row_sent = store->touch_sent = false;
     }
 }
@@ -1321,9 +1515,13 @@ static void phase_cancel(struct wk *w)
     }
     for (int i = 0; i < n; i++)
         if (w->scratch.flags[i]) {
-            log_info("job %s: cancelled by request", wk_job_id(w->scratch.jobs[i]));
-            engine_cancel(w->eng, w->scratch.jobs[i]->seq);
-            w->scratch.jobs[i]->cancel_sent = true;
+            struct wk_job *j = w->scratch.jobs[i];
+            log_info("job %s: cancelled by request", wk_job_id(j));
+            j->cancel_sent = true;
+            if (j->sum)
+                end_summary(w, j, FINISH_CANCELLED, 0, NULL);
+            else
+                engine_cancel(w->eng, j->seq);
         }
 }
 
@@ -1343,8 +1541,9 @@ static void phase_step(struct wk *w, double *ph)
     double nw = db_now();
     for (int i = 0; i < n; i++) {
         struct engine_seq *s = changed[i];
-        struct wk_job *j = s->user;
-        if (s->finished || !j || !j->rj.id[0])
+        struct sum_run *r = s->user;
+        struct wk_job *j = r ? r->owner : NULL;
+        if (s->finished || !j || r->part || !j->rj.id[0]) /* a summary's progress is its parts' */
             continue;
         if (s->t_first_token > 0 && isnan(j->first_token_at)) {
             j->first_token_at = nw - (t1 - s->t_first_token);
@@ -1358,9 +1557,24 @@ static void phase_step(struct wk *w, double *ph)
         int np = 0;
         if (grow_scratch(w, w->held[WK_RUNNING].n) == 0)
             for (struct wk_job *j = wk_job_of(w->held[WK_RUNNING].head); j; j = wk_job_of(j->link.next)) {
-                if (!j->progress_due || !j->seq)
+                if (!j->progress_due || (!j->seq && !j->sum))
                     continue;
                 j->progress_due = false;
+                if (j->sum) {
+                    struct sum_totals t;
+                    sum_get_totals(j->sum, &t);
+                    w->scratch.progress[np++] = (struct rq_progress){
+                        .id = j->rj.id,
+                        .progress = t.parts_total > 0 ? (double)t.parts_done / t.parts_total : 0,
+                        .prompt_tokens = t.prompt_tokens > INT32_MAX ? INT32_MAX : (int)t.prompt_tokens,
+                        .completion_tokens =
+                            t.completion_tokens > INT32_MAX ? INT32_MAX : (int)t.completion_tokens,
+                        .parts_done = t.parts_done,
+                        .parts_total = t.parts_total,
+                        .level = t.level,
+                    };
+                    continue;
+                }
                 j->reported_tokens = j->seq->n_output;
                 w->scratch.progress[np++] = (struct rq_progress){
                     .id = j->rj.id,
@@ -1383,11 +1597,16 @@ static void phase_step(struct wk *w, double *ph)
         struct engine_seq *s = changed[i];
         if (!s->finished)
             continue;
-        struct wk_job *j = s->user;
-        if (!j) { /* handed back while it ran (requeue_state), or dropped (redis_reclaim): nothing to write */
+        struct sum_run *r = s->user;
+        if (!r) { /* handed back while it ran (requeue_state), or dropped (redis_reclaim): nothing to write */
             engine_release(w->eng, s);
             continue;
         }
+        if (r->part) {
+            part_finished(w, r, s, nw);
+            continue;
+        }
+        struct wk_job *j = r->owner;
         wk_job_finish_seq(j, &w->ctx, s, t2, nw);
         engine_release(w->eng, s);
         j->seq = NULL;
@@ -1433,11 +1652,7 @@ static int redis_reclaim(struct wk *w)
         log_warn("job %s: reaped by another worker while this one could not reach Redis; dropped without a "
                  "row (it runs elsewhere)",
                  wk_job_id(j));
-        if (j->seq) {
-            engine_cancel(w->eng, j->seq);
-            j->seq->user = NULL;
-            j->seq = NULL;
-        }
+        stop_seqs(w, j);
         rq_held_remove(w->rq, j->rj.raw, j->rj.len);
         drop(w, j);
         lost++;
@@ -1603,11 +1818,7 @@ static void requeue_state(struct wk *w, int state, const char *why)
     w->stats.requeued += moved;
     for (int i = 0; i < n; i++) {
         struct wk_job *j = w->scratch.jobs[i];
-        if (j->seq) {
-            engine_cancel(w->eng, j->seq);
-            j->seq->user = NULL;
-            j->seq = NULL;
-        }
+        stop_seqs(w, j);
         if (state == WK_COMMITTING)
             j->after = WK_AFTER_NONE;
         else
@@ -1926,6 +2137,7 @@ static void teardown(struct wk *w)
                  "handed back)");
     if (w->rq)
         rq_reap_set_lookup(w->rq, NULL, NULL);
+    wk_part_rows_free(&w->store.parts);
     wk_committed_close(w->store.committed);
     w->store.committed = NULL;
     for (int s = 0; s < WK_NSTATES; s++)
