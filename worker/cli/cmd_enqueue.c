@@ -36,6 +36,7 @@ static void usage(FILE *f)
         "                    [--no-batch] [--replace] [--print-ids] [IN.jsonl|-]\n"
         "       llmq enqueue [options above] --template NAME [--var NAME=TEXT | --var NAME=@FILE]...\n"
         "                    [--id ID] [--set FIELD=JSON]...\n"
+        "       llmq enqueue [options above] [--template NAME] --map-reduce --var document=@FILE ...\n"
         "\n"
         "Reads jobs, one JSON object per line (llmq's form or OpenAI Batch request lines; docs/JOBS.md),\n"
         "from IN or stdin, and pushes them onto the queue as one batch, in file order (the first line is\n"
@@ -83,6 +84,10 @@ static void usage(FILE *f)
         "      --id ID         the job's \"id\" (default: a new UUIDv7)\n"
         "      --set F=JSON    any other job field, its value as JSON: --set max_tokens=128\n"
         "                      --set metadata='{\"file\": \"a.txt\"}' --set enable_thinking=false\n"
+        "      --map-reduce    a summary of a document longer than the context (docs/JOBS.md \"Long\n"
+        "                      documents\"): --var document=@FILE is the job's \"document\", --template\n"
+        "                      NAME (optional) its map template; more options with\n"
+        "                      --set summarize='{\"chunk_tokens\": 8192, \"max_tokens\": 256}'\n"
         "\n"
         "A progress bar is drawn on stderr while the file is checked when stderr is a terminal; a\n"
         "summary line is always printed.\n"
@@ -118,6 +123,8 @@ static size_t prompt_bytes(const struct job *j)
         return strlen(j->prompt);
     if (j->prompt_ids)
         return (size_t)j->n_prompt_ids * BYTES_PER_TOKEN;
+    if (j->summarize)
+        return j->summarize->document_len;
     size_t n = 0;
     for (size_t i = 0; i < json_array_size(j->messages); i++) {
         json_t *c = json_object_get(json_array_get(j->messages, i), "content");
@@ -146,7 +153,7 @@ static void problem(struct enq *e, long lineno, const char *fmt, ...)
     if (lineno)
         fprintf(stderr, "llmq %s: line %ld: %s\n", CMD, lineno, msg);
     else
-        fprintf(stderr, "llmq %s: the --template job: %s\n", CMD, msg);
+        fprintf(stderr, "llmq %s: the job of the options: %s\n", CMD, msg);
 }
 
 /* One line: validate, give it an id and the batch, keep it for the push. */
@@ -380,7 +387,7 @@ static int push_all(struct enq *e, const char *input, bool append, enum rq_push_
     return rc;
 }
 
-enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE };
+enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE };
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -396,6 +403,7 @@ struct enq_args {
     bool too_many;
     const char *batch;              /* -b/--batch */
     bool append, no_batch, replace; /* --append, --no-batch, --replace */
+    bool map_reduce;                /* --map-reduce */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -417,6 +425,8 @@ static void on_opt(int opt, const char *arg, void *ctx)
         ea->no_batch = true;
     else if (opt == O_REPLACE)
         ea->replace = true;
+    else if (opt == O_MAP_REDUCE)
+        ea->map_reduce = true;
     else if (opt == O_VAR || opt == O_SET) {
         const char **list = opt == O_VAR ? ea->vars : ea->sets;
         int *n = opt == O_VAR ? &ea->n_vars : &ea->n_sets;
@@ -478,6 +488,25 @@ static json_t *var_value(const char *opt, const char *val, int64_t max)
     return s;
 }
 
+/* --map-reduce: vars.document becomes the job's "document", --template its summarize.map_template
+ * (over a --set summarize object). 0, or 2 after a usage error. */
+static int map_reduce_job(const struct enq_args *ea, json_t *job, json_t *vars)
+{
+    json_t *doc = json_object_get(vars, "document");
+    if (!doc)
+        return cli_usage_error(CMD, "--map-reduce: the document comes from --var document=@FILE");
+    json_object_set(job, "document", doc);
+    json_object_del(vars, "document");
+    json_t *sum = json_object_get(job, "summarize");
+    if (sum && !json_is_object(sum) && !json_is_true(sum))
+        return cli_usage_error(CMD, "--set summarize: expected an object");
+    json_t *o = json_is_object(sum) ? json_incref(sum) : json_object();
+    if (ea->template_name)
+        json_object_set_new(o, "map_template", json_string(ea->template_name));
+    json_object_set_new(job, "summarize", o);
+    return 0;
+}
+
 /* The job of --template/--var/--id/--set as one line of JSON in *line (malloc'd). Returns 0, 1
  * after printing why (a file could not be read), or 2 after a usage error. */
 static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
@@ -487,7 +516,7 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
     if (rc == 0 && ea->id)
         rc =
             json_object_set_new(job, "id", json_string(ea->id)) ? cli_usage_error(CMD, "--id: not UTF-8") : 0;
-    if (rc == 0)
+    if (rc == 0 && ea->template_name && !ea->map_reduce)
         rc = json_object_set_new(job, "template", json_string(ea->template_name))
                  ? cli_usage_error(CMD, "--template: not UTF-8")
                  : 0;
@@ -529,7 +558,9 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
         }
         json_object_set_new(job, name, v);
     }
-    if (rc == 0 && json_object_set(job, "vars", vars))
+    if (rc == 0 && ea->map_reduce)
+        rc = map_reduce_job(ea, job, vars);
+    if (rc == 0 && json_object_size(vars) && json_object_set(job, "vars", vars))
         rc = 1;
     *line = rc == 0 ? json_dumps(job, JSON_COMPACT) : NULL;
     if (rc == 0 && !*line) {
@@ -544,17 +575,12 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
 int cmd_enqueue(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"queue", required_argument, NULL, 'q'},
-        {"print-ids", no_argument, NULL, O_IDS},
-        {"template", required_argument, NULL, 't'},
-        {"var", required_argument, NULL, O_VAR},
-        {"id", required_argument, NULL, O_ID},
-        {"set", required_argument, NULL, O_SET},
-        {"batch", required_argument, NULL, 'b'},
-        {"append", no_argument, NULL, O_APPEND},
-        {"no-batch", no_argument, NULL, O_NO_BATCH},
-        {"replace", no_argument, NULL, O_REPLACE},
-        {NULL, 0, NULL, 0},
+        {"queue", required_argument, NULL, 'q'},         {"print-ids", no_argument, NULL, O_IDS},
+        {"template", required_argument, NULL, 't'},      {"var", required_argument, NULL, O_VAR},
+        {"id", required_argument, NULL, O_ID},           {"set", required_argument, NULL, O_SET},
+        {"batch", required_argument, NULL, 'b'},         {"append", no_argument, NULL, O_APPEND},
+        {"no-batch", no_argument, NULL, O_NO_BATCH},     {"replace", no_argument, NULL, O_REPLACE},
+        {"map-reduce", no_argument, NULL, O_MAP_REDUCE}, {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};
     const struct cli_redis_spec spec = {
@@ -568,9 +594,10 @@ int cmd_enqueue(int argc, char **argv)
         return cli_usage_error(CMD, "--queue: expected short, long or auto, got '%s'", queue);
     if (ea.too_many)
         return cli_usage_error(CMD, "at most %d --var and %d --set options", MAX_OPT_ITEMS, MAX_OPT_ITEMS);
-    if (!ea.template_name && (ea.n_vars || ea.n_sets || ea.id))
-        return cli_usage_error(CMD, "--var, --set and --id build a job with --template NAME");
-    if (ea.template_name && optind < argc)
+    if (!ea.template_name && !ea.map_reduce && (ea.n_vars || ea.n_sets || ea.id))
+        return cli_usage_error(CMD, "--var, --set and --id build a job with --template NAME or --map-reduce");
+    bool one_job = ea.template_name || ea.map_reduce;
+    if (one_job && optind < argc)
         return cli_usage_error(
             CMD, "unexpected argument '%s' (with --template the job comes from the options)", argv[optind]);
     if (argc - optind > 1)
@@ -591,7 +618,7 @@ int cmd_enqueue(int argc, char **argv)
         return rc;
     }
     char *tjob = NULL; /* the --template job */
-    if (ea.template_name && (rc = build_job(&ea, c.queues.max_job_bytes, &tjob))) {
+    if (one_job && (rc = build_job(&ea, c.queues.max_job_bytes, &tjob))) {
         cfg_free(&c);
         return rc;
     }
@@ -605,7 +632,8 @@ int cmd_enqueue(int argc, char **argv)
     if (!ea.batch && !ea.no_batch)
         rq_new_batch_id(new_batch);
     if (tjob)
-        snprintf(tinput, sizeof tinput, "(template %.200s)", ea.template_name);
+        snprintf(tinput, sizeof tinput, "(%s %.200s)", ea.map_reduce ? "map-reduce" : "template",
+                 ea.template_name ? ea.template_name : JOB_SUMMARIZE_MAP);
     struct enq e;
     memset(&e, 0, sizeof e);
     e.batch = ea.no_batch ? NULL : ea.batch ? ea.batch : new_batch;

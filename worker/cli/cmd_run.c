@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "engine/util/errfmt.h"
 #include "engine/util/log.h"
 #include "engine/util/mono.h"
 #include "worker/backends/backend_open.h"
@@ -27,6 +28,7 @@
 #include "worker/jobs/grammar_cache.h"
 #include "worker/jobs/job.h"
 #include "worker/jobs/result.h"
+#include "worker/jobs/summarize.h"
 
 static const char CMD[] = "run";
 
@@ -75,9 +77,12 @@ static void usage(FILE *f)
 struct slot {
     struct job job;
     struct engine_seq *seq; /* while in the engine */
+    struct sum_run ref;     /* the user of seq: ref.owner is the slot */
+    struct sum_job *sum;    /* a map-reduce summary job's parts (worker/jobs/summarize.h), else NULL */
     char *out;              /* the result line, once finished */
     long lineno;
     int truncated_tokens; /* prompt tokens its "truncate" dropped */
+    double deadline;      /* engine_request.deadline of its requests (0 = none) */
     bool done;
 };
 
@@ -126,14 +131,84 @@ static void finish_slot(struct run *r, struct slot *s, const struct res_output *
         s->out = res_line(&s->job, &f, NULL, NULL);
     }
     s->done = true;
+    sum_free(s->sum); /* before the job it borrows from */
+    s->sum = NULL;
     job_free(&s->job);
 }
 
 static void fail_slot(struct run *r, struct slot *s, int rc, const char *err)
 {
+    sum_stop_parts(s->sum, r->eng);
     report_failure(r, s, err);
     struct res_output o = res_failed(rc, err);
     o.model = r->model_name;
+    finish_slot(r, s, &o);
+}
+
+/* ---- map-reduce summary jobs: every part is a seq; a level starts when the one below is done */
+
+/* The waiting parts of a summary job into the engine. 0, or an enum job_error with err. */
+static int pump_parts(struct run *r, struct slot *s, char *err, size_t errlen)
+{
+    struct sum_start st = {.eng = r->eng, .grammars = r->grammars, .owner = s, .deadline = s->deadline};
+    int started = 0;
+    return sum_start_parts(s->sum, &st, &started, err, errlen);
+}
+
+/* A part finished: kept, and the next level starts when it completes one; the root's ends the
+ * job, and so does a part that failed, timed out or was cancelled. */
+static void take_part(struct run *r, struct sum_run *ref, struct engine_seq *q)
+{
+    struct slot *s = ref->owner;
+    struct sum_part *p = ref->part;
+    p->user = NULL;
+    free(ref);
+    r->prompt_tokens += (uint64_t)q->n_prompt;
+    r->generated_tokens += (uint64_t)q->n_output;
+    char err[1024];
+    int rc = 0;
+    enum finish_reason f = q->finish;
+    if (f == FINISH_STOP || f == FINISH_LENGTH) {
+        if (sum_done(s->sum, p, q->text, q->text_len, q->n_prompt, q->n_output, f))
+            rc = errfmt_rc(err, sizeof err, JOB_ERR_INTERNAL, "out of memory");
+        else if (!p->root && !(rc = sum_committed(s->sum, p, err, sizeof err)))
+            rc = pump_parts(r, s, err, sizeof err);
+    } else if (f == FINISH_ERROR) {
+        rc = errfmt_rc(err, sizeof err, JOB_ERR_ENGINE, "level %d, part %d: %s", p->level, p->index + 1,
+                       q->error[0] ? q->error : "the engine failed");
+    }
+    engine_release(r->eng, q);
+    if (rc) {
+        fail_slot(r, s, rc, err);
+        return;
+    }
+    if (f == FINISH_STOP || f == FINISH_LENGTH) {
+        if (!p->root)
+            return;
+    }
+    sum_stop_parts(s->sum, r->eng);
+    struct sum_totals t;
+    sum_get_totals(s->sum, &t);
+    bool answered = f == FINISH_STOP || f == FINISH_LENGTH;
+    struct res_output o = {
+        .finish = answered && t.any_length ? FINISH_LENGTH : f,
+        .text = answered ? p->output : "",
+        .text_len = answered ? p->output_len : 0,
+        .prompt_tokens = t.prompt_tokens > INT32_MAX ? INT32_MAX : (int)t.prompt_tokens,
+        .completion_tokens = t.completion_tokens > INT32_MAX ? INT32_MAX : (int)t.completion_tokens,
+        .chunks = t.chunks,
+        .depth = t.depth,
+        .model = r->model_name,
+        .created = (int64_t)time(NULL),
+    };
+    if (f == FINISH_TIMEOUT) {
+        job_timeout_error(&s->job, o.completion_tokens, err, sizeof err);
+        o.error = err;
+        o.error_rc = JOB_ERR_TIMEOUT;
+        report_failure(r, s, err);
+    } else {
+        r->completed++;
+    }
     finish_slot(r, s, &o);
 }
 
@@ -154,12 +229,22 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
         fail_slot(r, s, rc, err);
         return;
     }
+    s->ref.owner = s;
+    s->deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
+    if (s->job.summarize) {
+        rc = sum_open(&s->job, r->tok, r->chat, r->max_model_len, &s->sum, err, sizeof err);
+        if (!rc)
+            rc = pump_parts(r, s, err, sizeof err);
+        if (rc)
+            fail_slot(r, s, rc, err);
+        return;
+    }
     struct job_input in;
     rc = job_prepare(&s->job, r->tok, r->chat, r->max_model_len, &in, err, sizeof err);
     if (rc == 0) {
-        in.req.user = s;
+        in.req.user = &s->ref;
         s->truncated_tokens = in.truncated_tokens;
-        in.req.deadline = job_deadline(&s->job, engine_now(r->eng)); /* timeout_s counts from here */
+        in.req.deadline = s->deadline;
         rc = grammar_cache_for_job(r->grammars, &s->job, r->eng, &in.req.grammar, err, sizeof err);
         s->seq = rc ? NULL : engine_add(r->eng, &in.req, err, sizeof err);
         if (!rc && !s->seq)
@@ -173,7 +258,16 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
 /* A finished sequence: its result into its slot, its memory back to the engine. */
 static void take_seq(struct run *r, struct engine_seq *q)
 {
-    struct slot *s = q->user;
+    struct sum_run *ref = q->user;
+    if (!ref) { /* a part of a summary job that ended without it */
+        engine_release(r->eng, q);
+        return;
+    }
+    if (ref->part) {
+        take_part(r, ref, q);
+        return;
+    }
+    struct slot *s = ref->owner;
     struct res_output o = {
         .finish = q->finish,
         .text = q->text,
@@ -262,6 +356,7 @@ static void run_free(struct run *r)
 {
     if (r->slots) {
         for (long i = r->head; i < r->tail; i++) {
+            sum_free(r->slots[i % WINDOW].sum);
             job_free(&r->slots[i % WINDOW].job);
             free(r->slots[i % WINDOW].out);
         }
