@@ -3,7 +3,7 @@
 # nightly-<date>, a worker runs until the queues are empty (or the running workers do, -W), and
 # exactly that batch's results are exported as JSON lines.
 #
-#   nightly-summarize.sh [-c CONFIG] [-t TEMPLATE] [-v VAR] [-o OUTDIR] [-q short|long|auto] DOCS_DIR
+#   nightly-summarize.sh [-c CONFIG] [-t TEMPLATE] [-v VAR] [-o OUTDIR] [-q short|long|auto] [-m] DOCS_DIR
 #
 #   -c CONFIG    llmq.yaml (default $LLMQ_CONFIG, else /etc/llmq/llmq.yaml). It must define the
 #                template, e.g.  templates: {summarize: "Summarize this:\n{document}"}
@@ -13,6 +13,9 @@
 #   -q QUEUE     short, long or auto (default auto: long documents go to the long lane)
 #   -W           do not start a worker: enqueue, wait for the running workers (the systemd
 #                service) with `llmq batch wait nightly-<date>`, then export
+#   -m           map-reduce: each file is a "document" job with "summarize" (docs/JOBS.md "Long
+#                documents"), for files longer than the model's context; -t then names the map
+#                template (default: the config's summarize_map, else the built-in one), -v is unused
 #
 # The jobs form one batch, nightly-<date> (`llmq enqueue --batch ... --append`); each job gets
 # the id nightly-<date>/<file name> and the metadata {"file": ..., "run": ...}. A rerun of the
@@ -33,13 +36,14 @@ set -uo pipefail
 
 LLMQ=${LLMQ:-llmq}
 config=${LLMQ_CONFIG:-/etc/llmq/llmq.yaml}
-template=summarize
+template=
 var=document
+map_reduce=0
 outdir=/var/lib/llmq/exports
 queue=auto
 start_worker=1
-usage() { sed -n '6,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts "c:t:v:o:q:Wh" opt; do
+usage() { sed -n '6,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while getopts "c:t:v:o:q:Wmh" opt; do
   case $opt in
     c) config=$OPTARG ;;
     t) template=$OPTARG ;;
@@ -47,10 +51,18 @@ while getopts "c:t:v:o:q:Wh" opt; do
     o) outdir=$OPTARG ;;
     q) queue=$OPTARG ;;
     W) start_worker=0 ;;
+    m) map_reduce=1 ;;
     *) usage ;;
   esac
 done
 shift $((OPTIND - 1))
+# the job's input: a templated job (default template summarize), or a document with its map template
+if [ "$map_reduce" -eq 1 ]; then
+  input=(--map-reduce --var "document=@")
+  [ -n "$template" ] && input=(--template "$template" "${input[@]}")
+else
+  input=(--template "${template:-summarize}" --var "$var=@")
+fi
 [ $# -eq 1 ] || usage
 docs=$1
 [ -d "$docs" ] || { echo "nightly-summarize: $docs is not a folder" >&2; exit 2; }
@@ -80,8 +92,8 @@ for f in "$docs"/*; do
   if ! jname=$(json_str "$name") || ! jrun=$(json_str "$run"); then
     log "skipping '$name': control characters in the name"; bad=$((bad + 1)); continue
   fi
-  if "$LLMQ" enqueue -c "$config" --queue "$queue" --batch "$run" --append --replace --template "$template" \
-      --var "$var=@$f" --id "$run/$name" --set metadata="{\"file\": $jname, \"run\": $jrun}" \
+  if "$LLMQ" enqueue -c "$config" --queue "$queue" --batch "$run" --append --replace "${input[@]:0:${#input[@]}-1}" \
+      "${input[-1]}$f" --id "$run/$name" --set metadata="{\"file\": $jname, \"run\": $jrun}" \
       >/dev/null 2>"$outdir/.enqueue.err"; then
     n=$((n + 1))
   else

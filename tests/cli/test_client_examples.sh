@@ -234,4 +234,12 @@ eq "nightly-summarize.sh with a failed document exits 1" "$?" 1
 grep -q "nightly-summarize: failed: nightly-$stamp/big.txt (context_length_exceeded)" "$T/cron2.log" &&
   ok "the failed job is named with its error code" || bad "cron2 log: $(tail -5 "$T/cron2.log")"
 eq "the export is exactly the night's batch" "$(wc -l <"$export_file")" 5
+
+# ---- -m: the same long document as a map-reduce summary completes
+rm "$T/inbox2/small.txt"
+LLMQ=$LLMQ LLMQ_METRICS_PORT=0 bash "$K/cron/nightly-summarize.sh" -c "$CFG" -o "$T/exports" -q short -m "$T/inbox2" >"$T/cron3.log" 2>&1
+eq "nightly-summarize.sh -m exit status" "$?" 0
+eq "the long document is summarized in pieces" \
+  "$(sql "SELECT status, json_extract(result, '\$.usage.chunks') > 1 FROM jobs WHERE id = 'nightly-$stamp/big.txt'")" \
+  "completed|1"
 finish
