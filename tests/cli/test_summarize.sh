@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Map-reduce summary jobs ("document" + "summarize") through real workers, Redis and SQLite on the
 # CPU backend: a tiny random Qwen3 with the real Qwen3 tokenizer and max_model_len 512, documents of
-# about 5 and 50 contexts in English and in Chinese. Checked: one row per job with usage.chunks and
-# usage.depth matching the committed parts (job_parts), the same summaries from `llmq run`, chunks that cover the document in order with
-# overlap and never split a UTF-8 character, levels that shrink (a tree); a worker killed with -9 in
-# the middle of a document is resumed by the next one without computing its committed parts again;
-# cancel and timeout_s stop a job's parts; a context too small fails clearly.
+# about 5 and 50 contexts in English and in Chinese. Checked: one row per job, with usage.chunks and
+# usage.depth matching the committed parts (job_parts); chunks that cover the document in order with
+# overlap and never split a UTF-8 character; levels that shrink (a tree); the same summaries from
+# `llmq run`. A worker killed with -9 between levels is resumed by the next one without computing
+# its committed parts again. Cancel and timeout_s stop a job's parts, llmq status shows the parts,
+# the final step is under the job's constraint, and sizes that cannot work fail clearly.
 . "$(dirname "$0")/worker_lib.sh"
 QTOK=${LLMQ_ASSETS:-}/qwen3-tokenizer
 [ -f "$QTOK/tokenizer.json" ] || { echo "SKIPPED: no Qwen3 tokenizer in \$LLMQ_ASSETS (tests/assets/fetch.sh)"; exit 77; }
@@ -55,11 +56,11 @@ PY
   bad "enqueue --map-reduce: $(cat "$T/enq.log")"
 eq "all three wait in the short queue (a worker moves them to the long one)" "$(rcli LLEN llmq:queue:short)" 3
 
-# w1 runs two parts at a time and is killed once en50 has committed some of its chunks
+# w1 runs two parts at a time and is killed between levels: en50's chunks are all summarized and
+# the first summary of level 1 is committed
 LLMQ_WORKER_HEARTBEAT_TTL_S=3 worker_start w1 --max-num-seqs 2
-parts_en50() { local n; n=$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50'"); echo "${n:-0}"; }
-some_parts() { [ "$(parts_en50)" -ge 6 ]; }
-wait_until "en50 to commit 6 parts" some_parts
+level1() { [ "$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50' AND level = 1")" -ge 1 ] 2>/dev/null; }
+wait_until "en50 to commit a part of level 1" level1
 kill -9 "$W_w1"
 wait "$W_w1" 2>/dev/null
 snap=$(sql "SELECT level, part, created_at FROM job_parts WHERE job_id = 'en50' ORDER BY level, part")
@@ -73,13 +74,14 @@ worker_wait w2
 eq "w2 exit status" "$WRC" 0
 eq "one row per job" "$(sql "SELECT group_concat(id || ':' || status, ' ') FROM (SELECT id, status FROM jobs ORDER BY id)")" \
   "en5:completed en50:completed zh5:completed"
-eq "w2 resumed en50 from its committed parts" "$(log_count w2 'job en50: resuming at level')" 1
+eq "w2 resumed en50 at level 1 from its committed parts" "$(log_count w2 'job en50: resuming at level 1 ')" 1
 eq "the parts w1 committed were not computed again" \
   "$(sql "SELECT level, part, created_at FROM job_parts WHERE job_id = 'en50' AND worker_id = 'w1' ORDER BY level, part")" "$snap"
-nsnap0=$(echo "$snap" | grep -c '^0|')
-eq "w2 computed only the chunks w1 had not committed" \
-  "$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50' AND level = 0 AND worker_id = 'w2'")" \
-  "$(( $(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50' AND level = 0") - nsnap0 ))"
+eq "w2 computed no chunk of en50 again" \
+  "$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50' AND level = 0 AND worker_id = 'w2'")" 0
+eq "... and only the level-1 parts w1 had not committed" \
+  "$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'en50' AND level = 1 AND worker_id = 'w1'")" \
+  "$(echo "$snap" | grep -c '^1|')"
 
 # per job: usage.chunks = level-0 parts, usage.depth = stored levels + the root; levels shrink;
 # chunks cover the document in order, overlap, and are whole UTF-8 text
@@ -150,17 +152,26 @@ with open(f"{d}/jobs2.jsonl", "w") as f:
                         "max_tokens": 8}) + "\n")
     f.write(json.dumps({"id": "toolong", "document": doc[:3000], "summarize": {"chunk_tokens": 5000},
                         "max_tokens": 8}) + "\n")
+    f.write(json.dumps({"id": "choice", "document": doc[:8000], "summarize": {"max_tokens": 8},
+                        "choice": ["positive", "negative"], "max_tokens": 8}) + "\n")
 PY
 "$LLMQ" enqueue -c "$CFG" "$T/jobs2.jsonl" >/dev/null 2>>"$T/enq.log" || bad "enqueue jobs2"
 worker_start w3 --max-num-seqs 2
 started() { [ "$(rcli HGET llmq:job:cx parts_done)" -ge 1 ] 2>/dev/null; }
 wait_until "cx to finish a part" started
+"$LLMQ" status -c "$CFG" --json >"$T/status.json" 2>/dev/null
+python3 - "$T/status.json" <<'PY' && ok "llmq status shows cx's parts" || bad "llmq status: $(head -c 600 "$T/status.json")"
+import json, sys
+jobs = {j["id"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
+cx = jobs["cx"]
+assert cx["parts_total"] >= cx["parts_done"] >= 1 and cx["level"] == 0, cx
+PY
 "$LLMQ" cancel -c "$CFG" cx >/dev/null 2>&1
 is_cancelled() { [ "$(sql "SELECT status FROM jobs WHERE id = 'cx'")" = cancelled ]; }
 wait_until "cx to be cancelled" is_cancelled
 n1=$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'cx'")
-four() { [ "$(rows)" -ge 7 ]; }
-wait_until "the other jobs to end" four
+others_done() { [ "$(rows)" -ge 8 ]; }
+wait_until "the other jobs to end" others_done
 eq "cx: no part committed after its cancellation" "$(sql "SELECT count(*) FROM job_parts WHERE job_id = 'cx'")" "$n1"
 eq "cx's hash" "$(rcli HGET llmq:job:cx status)" "cancelled"
 eq "slow: timed out" "$(sql "SELECT error_code FROM jobs WHERE id = 'slow'")" "timeout"
@@ -170,6 +181,9 @@ case "$(sql "SELECT error FROM jobs WHERE id = 'toolong'")" in
   *"summarize.chunk_tokens': 5000 does not fit"*) ok "toolong: chunk_tokens over the context is refused";;
   *) bad "toolong: $(sql "SELECT error_code, error FROM jobs WHERE id = 'toolong'")";;
 esac
+eq "choice: the final step is under the job's constraint" \
+  "$(sql "SELECT status, output IN ('positive', 'negative'), json_extract(result, '\$.usage.chunks') > 1 FROM jobs WHERE id = 'choice'")" \
+  "completed|1|1"
 eq "the worker is still running" "$(kill -0 "$W_w3" 2>/dev/null && echo yes)" yes
 interrupt "$W_w3"
 worker_wait w3
