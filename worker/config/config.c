@@ -340,7 +340,8 @@ static const struct cfg_key keys[] = {
         "one worker_metrics row in SQLite per interval"),
 
     {"templates", "<name>", CFG_T_MAP, OFF(templates), "", 0, 0, NULL, 0, check_template,
-     "prompt template a job names with \"template\"; {var} is filled from its \"vars\""},
+     "prompt template a job names with \"template\"; {var} is filled from its \"vars\". summarize_map and "
+     "summarize_reduce replace the built-in templates of summary jobs (\"document\" with \"summarize\")"},
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 _Static_assert(N_KEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
