@@ -584,7 +584,8 @@ static int restore_part(void *ctx, const struct db_part *r)
 static void admit_summary(struct wk *w, struct wk_job *j, int lane)
 {
     char err[1024];
-    int rc = sum_open(&j->job, w->tok, w->chat, w->lanes.max_model_len[lane], &j->sum, err, sizeof err);
+    /* planned for the long lane's context: a part that does not fit the short lane runs there */
+    int rc = sum_open(&j->job, w->tok, w->chat, w->lanes.max_model_len[WK_LANE_LONG], &j->sum, err, sizeof err);
     if (rc) {
         fail_job(w, j, rc, err);
         return;
