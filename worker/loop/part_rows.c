@@ -72,25 +72,14 @@ void wk_part_rows_done(struct wk_part_rows *q, bool committed,
 {
     size_t k = q->n_sent;
     q->n_sent = 0;
-    if (!committed || k == 0) {
-        /* rows of jobs let go meanwhile are not written again */
-        size_t out = 0;
-        for (size_t i = 0; i < q->n; i++) {
-            if (i < k && !q->rows[i].job) {
-                row_free(&q->rows[i]);
-                continue;
-            }
-            q->rows[out++] = q->rows[i];
-        }
-        q->n = out;
-        return;
-    }
-    /* take them off first: fn may queue more (q->done has room: it grows with q->rows) */
+    if (!committed || k == 0)
+        return; /* they stay first in the queue, for the next batch */
+    /* off the queue before fn runs (q->done has room: it grows with q->rows) */
     struct wk_part_row *done = q->done;
     memcpy(done, q->rows, k * sizeof *done);
     memmove(q->rows, q->rows + k, (q->n - k) * sizeof *q->rows);
     q->n -= k;
-    for (size_t i = 0; i < k; i++) /* fn must not add rows before this loop has read them all */
+    for (size_t i = 0; i < k; i++)
         if (done[i].job)
             fn(ctx, done[i].job, done[i].part);
     for (size_t i = 0; i < k; i++)
@@ -99,19 +88,9 @@ void wk_part_rows_done(struct wk_part_rows *q, bool committed,
 
 void wk_part_rows_forget(struct wk_part_rows *q, const struct wk_job *j)
 {
-    size_t out = 0;
-    for (size_t i = 0; i < q->n; i++) {
-        if (q->rows[i].job == j) {
-            if (i < q->n_sent) { /* in flight: written or not, nobody is told */
-                q->rows[i].job = NULL;
-            } else {
-                row_free(&q->rows[i]);
-                continue;
-            }
-        }
-        q->rows[out++] = q->rows[i];
-    }
-    q->n = out;
+    for (size_t i = 0; i < q->n; i++)
+        if (q->rows[i].job == j)
+            q->rows[i].job = NULL;
 }
 
 size_t wk_part_rows_waiting(const struct wk_part_rows *q)

@@ -1,8 +1,9 @@
 /* The rows of finished parts of map-reduce summary jobs (worker/jobs/summarize.h) on their way into
  * SQLite's job_parts: each is queued when its part finishes, goes out with the next batch of the
  * writer thread, and tells its job once the transaction has committed, which may open the job's
- * next level. A row owns copies of its strings, so a job let go while its row is in flight (handed
- * back, reaped) leaves nothing dangling: the row is written or not, and nobody is told. */
+ * next level. A row owns copies of its strings, so a job let go before its row is written (handed
+ * back, retried, reaped) leaves nothing dangling: the row is still written, for the delivery that
+ * runs the job next, and nobody is told. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,11 +36,12 @@ int wk_part_rows_add(struct wk_part_rows *q, struct wk_job *j, struct sum_part *
 const struct db_part *wk_part_rows_send(struct wk_part_rows *q, size_t max, size_t *n);
 
 /* The batch came back. committed: its rows are written; each is given to fn (ctx, job, part) when its
- * job is still held, then dropped. Otherwise they stay queued, first, for the next batch. */
+ * job is still held, then dropped. Otherwise they stay queued, first, for the next batch. fn must not
+ * queue rows. */
 void wk_part_rows_done(struct wk_part_rows *q, bool committed,
                        void (*fn)(void *ctx, struct wk_job *job, struct sum_part *part), void *ctx);
 
-/* Job j is let go: its queued rows are dropped, those in flight forget it. */
+/* Job j is let go: its rows forget it (they are still written). */
 void wk_part_rows_forget(struct wk_part_rows *q, const struct wk_job *j);
 
 /* Rows queued and not in flight. */
