@@ -683,6 +683,16 @@ static int put_rows_body(struct db *db, void *arg)
     return SQLITE_OK;
 }
 
+/* The rows of p in one transaction of body, named "writing N <noun>s" in errors; DB_OK for none. */
+static int put_rows_txn(struct db *db, struct put_rows *p, const char *noun, txn_body body)
+{
+    if (p->n == 0)
+        return DB_OK;
+    char what[64];
+    snprintf(what, sizeof what, "writing %zu %s%s", p->n, noun, p->n == 1 ? "" : "s");
+    return write_txn(db, what, body, p);
+}
+
 int db_put_batches(struct db *db, const struct db_batch *rows, size_t n)
 {
     assert(db && (rows || n == 0));
@@ -691,12 +701,8 @@ int db_put_batches(struct db *db, const struct db_batch *rows, size_t n)
             set_err(db, "writing batches: row %zu has no id", i + 1);
             return DB_ERR;
         }
-    if (n == 0)
-        return DB_OK;
     struct put_rows p = {ST_BATCH, batch_cols, N_BATCH_COLS, rows, sizeof *rows, n};
-    char what[64];
-    snprintf(what, sizeof what, "writing %zu batch row%s", n, n == 1 ? "" : "s");
-    return write_txn(db, what, put_rows_body, &p);
+    return put_rows_txn(db, &p, "batch row", put_rows_body);
 }
 
 static int put_parts_body(struct db *db, void *arg)
@@ -731,12 +737,8 @@ int db_put_parts(struct db *db, const struct db_part *parts, size_t n)
             set_err(db, "writing job parts: row %zu has no job id, plan or output", i + 1);
             return DB_ERR;
         }
-    if (n == 0)
-        return DB_OK;
     struct put_rows p = {ST_PART, part_cols, N_PART_COLS, parts, sizeof *parts, n};
-    char what[64];
-    snprintf(what, sizeof what, "writing %zu job part%s", n, n == 1 ? "" : "s");
-    return write_txn(db, what, put_parts_body, &p);
+    return put_rows_txn(db, &p, "job part", put_parts_body);
 }
 
 int db_get_parts(struct db *db, const char *job_id, const char *plan, db_part_fn fn, void *ctx)
