@@ -194,12 +194,19 @@ static void test_cancel(void **state)
         .job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, &done, 1), 1);
     const char *ask[] = {"c0", "c1", "c3"};
-    bool acc[3];
+    struct rq_cancel_result acc[3];
     assert_int_equal(rq_cancel(q, ask, 3, acc), 2);
-    assert_false(acc[0]);
-    assert_true(acc[1]);
-    assert_true(acc[2]);
+    assert_int_equal(acc[0].outcome, RQ_CANCEL_ENDED);
+    assert_string_equal(acc[0].status, "completed");
+    assert_int_equal(acc[1].outcome, RQ_CANCEL_ASKED);
+    assert_int_equal(acc[2].outcome, RQ_CANCEL_ASKED);
     assert_int_equal(ival("SISMEMBER llmq:cancel c0"), 0);
+    /* an id no job has is refused, nothing added; an addition bounds the set's life */
+    const char *none[] = {"never-pushed"};
+    assert_int_equal(rq_cancel(q, none, 1, acc), 0);
+    assert_int_equal(acc[0].outcome, RQ_CANCEL_UNKNOWN);
+    assert_int_equal(ival("SISMEMBER llmq:cancel never-pushed"), 0);
+    assert_true(ival("TTL llmq:cancel") > 0);
     /* a client that is not llmq asks too */
     char out[64];
     assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel c2"), 0);
