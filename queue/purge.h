@@ -21,7 +21,7 @@ long long rq_purge_count(struct rq *q, enum rq_purge_what what, const char *ref)
 
 /* Removes up to max entries (max > 0), oldest first: a queued job's hash is deleted and its
  * batch counts it cancelled; a dead entry's failed hash is deleted (its batch keeps it failed);
- * a hash in another state is left alone; every id with an entry leaves <p>:cancel and gets a
+ * a hash in another state, or naming another queue (a stale copy), is left alone; every id with an entry leaves <p>:cancel and gets a
  * `purged` event. *hashes (may be NULL) gets how many hashes were deleted. Returns the entries
  * removed, or -1 (rq_error; what earlier rounds removed stays removed). */
 long long rq_purge(struct rq *q, enum rq_purge_what what, const char *ref, long long max, long long *hashes);

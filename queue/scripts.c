@@ -847,8 +847,8 @@ static const char batch_requeue_src[] = PRELUDE
  * the dead list's right end, the retry set's earliest due). For each job with an id: a queued job
  * (queue, retry) whose hash says queued loses its hash, and its batch counts it cancelled, as if a
  * worker had cancelled it at fetch; a dead entry whose hash says failed loses its hash (its batch
- * keeps counting it failed). A hash in another state (the job was pushed again, or is running) is
- * left as it is. Its id leaves the cancel set; a `purged` event. Returns {entries taken, hashes
+ * keeps counting it failed). A hash in another state (the job was pushed again, or is running), or
+ * one whose queue field names another queue (this entry is a stale copy), is left as it is. Its id leaves the cancel set; a `purged` event. Returns {entries taken, hashes
  * removed}. */
 static const char purge_src[] = PRELUDE
 "local kind, max, q = ARGV[13], tonumber(ARGV[14]), ARGV[15]\n"
@@ -869,8 +869,9 @@ static const char purge_src[] = PRELUDE
 "  end\n"
 "  if id then\n"
 "    local hk = JOB .. id\n"
-"    local st = redis.call('HGET', hk, 'status')\n"
-"    if st == (kind == 'dead' and 'failed' or 'queued') then\n"
+"    local h = redis.call('HMGET', hk, 'status', 'queue')\n"
+"    local elsewhere = kind == 'queue' and h[2] and h[2] ~= '' and h[2] ~= q\n"
+"    if h[1] == (kind == 'dead' and 'failed' or 'queued') and not elsewhere then\n"
 "      if kind ~= 'dead' then set_status(hk, 'cancelled') end\n"
 "      redis.call('DEL', hk)\n"
 "      hashes = hashes + 1\n"

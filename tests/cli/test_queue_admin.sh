@@ -62,6 +62,11 @@ eq "a purged event per job" "$(rcli XRANGE llmq:events - + | grep -cx purged)" 3
 out=$("$LLMQ" purge -c "$CFG" --queue short --yes); eq "an empty queue: exit 0" "$?/$out" "0/llmq:queue:short is empty: nothing to purge"
 out=$("$LLMQ" purge -c "$CFG" --queue short --model m1 --yes)
 eq "purge --model: the model's queue" "$out/$(rcli LLEN llmq:queue:m1:short)" "removed 1 entry of llmq:queue:m1:short and 1 job hash/0"
+rcli HSET llmq:job:s-1 status queued queue long >/dev/null # waits in the long queue; a stale copy in short
+rcli LPUSH llmq:queue:short '{"id": "s-1", "prompt": "x"}' >/dev/null
+out=$("$LLMQ" purge -c "$CFG" --queue short --yes)
+eq "a stale copy goes, the hash of the job waiting elsewhere stays" "$out/$(rcli HGET llmq:job:s-1 status)" "removed 1 entry of llmq:queue:short and 0 job hashes/queued"
+rcli DEL llmq:job:s-1 >/dev/null
 rcli HSET llmq:job:r-1 status queued queue short attempts 1 >/dev/null
 rcli ZADD llmq:retry 99999999999999 '{"id": "r-1", "prompt": "x"}' >/dev/null
 out=$("$LLMQ" purge -c "$CFG" --queue retry --yes)
