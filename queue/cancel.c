@@ -1,11 +1,12 @@
 /* See cancel.h. */
 #include "queue/cancel.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "queue/rq.h"
 
-int rq_cancel(struct rq *q, const char *const *ids, int n, bool *accepted)
+int rq_cancel(struct rq *q, const char *const *ids, int n, struct rq_cancel_result *res)
 {
     if (n <= 0)
         return 0;
@@ -24,10 +25,17 @@ int rq_cancel(struct rq *q, const char *const *ids, int n, bool *accepted)
         return rq_fail(q, "cancel: unexpected reply from the cancel script");
     int added = 0;
     for (int i = 0; i < n; i++) {
-        bool a = r->element[i]->type == REDIS_REPLY_INTEGER && r->element[i]->integer;
-        if (accepted)
-            accepted[i] = a;
-        added += a;
+        const redisReply *e = r->element[i];
+        struct rq_cancel_result x = {.outcome = RQ_CANCEL_UNKNOWN};
+        if (e->type == REDIS_REPLY_STRING) {
+            x.outcome = RQ_CANCEL_ENDED;
+            snprintf(x.status, sizeof x.status, "%s", e->str);
+        } else if (e->type == REDIS_REPLY_INTEGER && e->integer == 1) {
+            x.outcome = RQ_CANCEL_ASKED;
+        }
+        added += x.outcome == RQ_CANCEL_ASKED;
+        if (res)
+            res[i] = x;
     }
     return added;
 }

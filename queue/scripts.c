@@ -161,6 +161,10 @@ JOBREF \
 "  redis.call('HSET', hk, 'status', to, ...)\n" \
 "  return h[2], batch_move(h[2], h[1], to)\n" \
 "end\n" \
+"-- takes job `id` out of the cancel set: every step that makes a job final (or drops it) calls it\n" \
+"local function uncancel(id)\n" \
+"  if id and not wrong(CANCEL, 'set') then redis.call('SREM', CANCEL, id) end\n" \
+"end\n" \
 "local function dead_entry(raw, id, code, err, attempts, worker, queue)\n" \
 "  return '{\"id\":' .. (id and cjson.encode(id) or 'null') .. ',\"error\":' .. cjson.encode(err) ..\n" \
 "    ',\"error_code\":' .. cjson.encode(code) .. ',\"failed_at\":' .. NOW .. ',\"attempts\":' ..\n" \
@@ -176,6 +180,7 @@ JOBREF \
 "    local _\n" \
 "    _, done = set_status(hk, 'failed', 'error', err, 'error_code', code, 'finished_at', NOW, 'worker', worker, 'queue', queue)\n" \
 "    if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n" \
+"    uncancel(id)\n" \
 "  end\n" \
 "  event(id, 'failed', worker, 'queue', queue, 'error', err, 'error_code', code)\n" \
 "  return done\n" \
@@ -194,7 +199,7 @@ JOBREF \
 "  if err == '' then redis.call('HDEL', hk, 'error') end\n" \
 "  if code == '' then redis.call('HDEL', hk, 'error_code') end\n" \
 "  if TTL > 0 then redis.call('EXPIRE', hk, TTL) end\n" \
-"  if not wrong(CANCEL, 'set') then redis.call('SREM', CANCEL, id) end\n" \
+"  uncancel(id)\n" \
 "  local e = {'queue', q}\n" \
 "  if ct ~= '' then e[#e + 1] = 'completion_tokens'; e[#e + 1] = ct end\n" \
 "  if err ~= '' then e[#e + 1] = 'error'; e[#e + 1] = err end\n" \
@@ -321,6 +326,7 @@ static const char start_src[] = PRELUDE
 "    if st then\n"
 "      redis.call('LSET', PROC, pos, mark)\n"
 "      dups = dups + 1\n"
+"      if FINAL[st] then uncancel(id) end\n"
 "      event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'job_worker', holder)\n"
 "      out[#out + 1] = -1; out[#out + 1] = st; out[#out + 1] = holder; out[#out + 1] = false; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = ''\n"
 "    else\n"
@@ -355,6 +361,7 @@ static const char requeue_src[] = PRELUDE
 "  local hk = JOB .. id\n"
 "  local st = redis.call('HGET', hk, 'status')\n"
 "  if FINAL[st] then\n"
+"    uncancel(id)\n"
 "    event(id, 'duplicate', WORKER, 'queue', q, 'job_status', st, 'reason', ARGV[16])\n"
 "    return 1\n"
 "  end\n"
@@ -461,6 +468,7 @@ static const char reap_src[] = PRELUDE
 "      if ck and not (h[4] == ARGV[ck + 1] and tonumber(h[5]) and tonumber(h[5]) <= tonumber(ARGV[ck + 2]) + 0.002) then ck = nil end\n"
 "    end\n"
 "    if FINAL[st] then\n"
+"      uncancel(id)\n"
 "      event(id, 'duplicate', victim, 'queue', q, 'job_status', st, 'reason', 'reaped')\n"
 "    elseif ck and ARGV[ck + 3] == 'failed' and ARGV[ck + 6] ~= 'timeout' then\n"
 "      -- a failed row (bad input, out of attempts): dead-lettered, as its worker would have\n"
@@ -619,22 +627,28 @@ static const char dead_requeue_src[] = PRELUDE
 "end\n"
 "return n\n";
 
-/* ARGV[13..] ids. Per id: 1 added to the cancel set, 0 its job already ended (completed,
- * failed or cancelled). */
+/* ARGV[13..] ids. Per id: 1 added to the cancel set, the status of its job when it already ended
+ * (completed, failed or cancelled), -1 no such job (no hash): nothing is added for it. A job that
+ * ends takes its id out of the set (uncancel()); as a bound for ids nothing ever takes out (added
+ * by clients for jobs that never came), each addition sets the set's expiry to the result TTL. */
 static const char cancel_src[] = PRELUDE
 "need(CANCEL, 'set')\n"
 "for i = 13, #ARGV do need(JOB .. ARGV[i], 'hash') end\n"
-"local out = {}\n"
+"local out, added = {}, false\n"
 "for i = 13, #ARGV do\n"
 "  local s = redis.call('HGET', JOB .. ARGV[i], 'status')\n"
-"  if FINAL[s] then\n"
-"    out[#out + 1] = 0\n"
+"  if not s then\n"
+"    out[#out + 1] = -1\n"
+"  elseif FINAL[s] then\n"
+"    out[#out + 1] = s\n"
 "  else\n"
 "    redis.call('SADD', CANCEL, ARGV[i])\n"
 "    event(ARGV[i], 'cancel_requested', WORKER)\n"
 "    out[#out + 1] = 1\n"
+"    added = true\n"
 "  end\n"
 "end\n"
+"if added and TTL > 0 then redis.call('EXPIRE', CANCEL, TTL) end\n"
 "return out\n";
 
 /* ARGV[13] n, then 11 per job: raw, id ('' = none), status, queue, finish_reason, error, error
@@ -772,6 +786,7 @@ static const char batch_cancel_src[] = PRELUDE
 "    end\n"
 "  end\n"
 "end\n"
+"if asked > 0 and TTL > 0 then redis.call('EXPIRE', CANCEL, TTL) end\n"
 "if rc == 1 then event(nil, 'batch_cancelled', WORKER, 'batch_id', bid) end\n"
 "batch_check(bid)\n"
 "return {rc, asked, tonumber(b[2]) or 0}\n";
@@ -826,6 +841,47 @@ static const char batch_requeue_src[] = PRELUDE
 "end\n"
 "return {'ok', n}\n";
 
+/* KEYS[5] what is purged: a queue (list), <p>:retry (sorted set) or <p>:dead (list); ARGV[13] its
+ * kind: 'queue', 'retry' or 'dead'; ARGV[14] the most entries to take in this call; ARGV[15] the
+ * queue reference for events ('' for retry and dead). Takes entries oldest first (a queue's and
+ * the dead list's right end, the retry set's earliest due). For each job with an id: a queued job
+ * (queue, retry) whose hash says queued loses its hash, and its batch counts it cancelled, as if a
+ * worker had cancelled it at fetch; a dead entry whose hash says failed loses its hash (its batch
+ * keeps counting it failed). A hash in another state (the job was pushed again, or is running), or
+ * one whose queue field names another queue (this entry is a stale copy), is left as it is. Its id leaves the cancel set; a `purged` event. Returns {entries taken, hashes
+ * removed}. */
+static const char purge_src[] = PRELUDE
+"local kind, max, q = ARGV[13], tonumber(ARGV[14]), ARGV[15]\n"
+"need(KEYS[5], kind == 'retry' and 'zset' or 'list')\n"
+"local n, hashes = 0, 0\n"
+"while n < max do\n"
+"  local raw\n"
+"  if kind == 'retry' then raw = redis.call('ZPOPMIN', KEYS[5])[1] else raw = redis.call('RPOP', KEYS[5]) end\n"
+"  if not raw then break end\n"
+"  n = n + 1\n"
+"  local id\n"
+"  if kind == 'dead' then\n"
+"    local ok, d = pcall(cjson.decode, raw)\n"
+"    id = ok and type(d) == 'table' and usable(d.id) and d.id or nil\n"
+"    if badkey(id) then id = nil end\n"
+"  else\n"
+"    id = job_ref(raw)\n"
+"  end\n"
+"  if id then\n"
+"    local hk = JOB .. id\n"
+"    local h = redis.call('HMGET', hk, 'status', 'queue')\n"
+"    local elsewhere = kind == 'queue' and h[2] and h[2] ~= '' and h[2] ~= q\n"
+"    if h[1] == (kind == 'dead' and 'failed' or 'queued') and not elsewhere then\n"
+"      if kind ~= 'dead' then set_status(hk, 'cancelled') end\n"
+"      redis.call('DEL', hk)\n"
+"      hashes = hashes + 1\n"
+"    end\n"
+"    uncancel(id)\n"
+"    if q ~= '' then event(id, 'purged', WORKER, 'from', kind, 'queue', q) else event(id, 'purged', WORKER, 'from', kind) end\n"
+"  end\n"
+"end\n"
+"return {n, hashes}\n";
+
 /* KEYS[5] the heartbeat hash, KEYS[6] <p>:workers; ARGV[13] this instance's token, ARGV[14] whose
  * hash it may replace: '' none but its own, '*' any, '(none)' one without a token, else the
  * instance with that token; ARGV[15] TTL s; ARGV[16..] field, value pairs. Checks and writes in
@@ -874,6 +930,7 @@ static const struct {
     [RQ_SCRIPT_BATCH_RERUN] = {"batch_requeue", batch_requeue_src},
     [RQ_SCRIPT_ATTEMPT] = {"attempt", attempt_src},
     [RQ_SCRIPT_HEARTBEAT] = {"heartbeat", heartbeat_src},
+    [RQ_SCRIPT_PURGE] = {"purge", purge_src},
 };
 
 const char *rq_script_name(enum rq_script s)

@@ -45,6 +45,7 @@ enum rq_script {
     RQ_SCRIPT_BATCH_RERUN,  /* run a batch's finished jobs again from their stored requests */
     RQ_SCRIPT_ATTEMPT,      /* count a delivery of jobs that start running */
     RQ_SCRIPT_HEARTBEAT,    /* a worker's heartbeat, unless another instance holds its id */
+    RQ_SCRIPT_PURGE,        /* operator: empty a queue, the retry set or the dead list, hashes too */
     RQ_SCRIPT_COUNT
 };
 

@@ -194,12 +194,19 @@ static void test_cancel(void **state)
         .job = &j[0], .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
     assert_int_equal(rq_ack(q, &done, 1), 1);
     const char *ask[] = {"c0", "c1", "c3"};
-    bool acc[3];
+    struct rq_cancel_result acc[3];
     assert_int_equal(rq_cancel(q, ask, 3, acc), 2);
-    assert_false(acc[0]);
-    assert_true(acc[1]);
-    assert_true(acc[2]);
+    assert_int_equal(acc[0].outcome, RQ_CANCEL_ENDED);
+    assert_string_equal(acc[0].status, "completed");
+    assert_int_equal(acc[1].outcome, RQ_CANCEL_ASKED);
+    assert_int_equal(acc[2].outcome, RQ_CANCEL_ASKED);
     assert_int_equal(ival("SISMEMBER llmq:cancel c0"), 0);
+    /* an id no job has is refused, nothing added; an addition bounds the set's life */
+    const char *none[] = {"never-pushed"};
+    assert_int_equal(rq_cancel(q, none, 1, acc), 0);
+    assert_int_equal(acc[0].outcome, RQ_CANCEL_UNKNOWN);
+    assert_int_equal(ival("SISMEMBER llmq:cancel never-pushed"), 0);
+    assert_true(ival("TTL llmq:cancel") > 0);
     /* a client that is not llmq asks too */
     char out[64];
     assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel c2"), 0);
@@ -232,6 +239,43 @@ static void test_cancel(void **state)
     for (int i = 0; i < 3; i++)
         rq_job_free(&j[i]);
     rq_job_free(&k);
+    rq_free(q);
+}
+
+/* Every way a job ends takes its id out of the cancel set in the same step: dead-lettered,
+ * dead-lettered by a retry out of attempts, and a copy of a finished job dropped at fetch. */
+static void test_cancel_cleared(void **state)
+{
+    (void)state;
+    struct rq_opts o = rq_test_opts(srv.url, "w1");
+    o.max_attempts = 1;
+    struct rq *q = rq_test_open(&o);
+    rq_test_push_n(q, "short", "e", 2);
+    struct rq_source src = {"short", 2};
+    struct rq_job j[2];
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2);
+    const char *ids[] = {"e0", "e1"};
+    assert_int_equal(rq_cancel(q, ids, 2, NULL), 2);
+    assert_int_equal(rq_dead(q, &j[0], "invalid_request", "bad", NULL, NULL), 1);
+    assert_int_equal(ival("SISMEMBER llmq:cancel e0"), 0);
+    struct rq_job *jp = &j[1];
+    assert_int_equal(rq_attempt(q, &jp, 1), 0);
+    int64_t delay = 0;
+    assert_int_equal(rq_retry(q, &j[1], "internal", "engine failed", NULL, &delay, NULL), RQ_RETRY_DEAD);
+    assert_string_equal(sval("HGET llmq:job:e1 status"), "failed");
+    assert_int_equal(ival("SISMEMBER llmq:cancel e1"), 0);
+    /* a client asks to cancel a job that has ended, then pushes a copy: the copy is dropped and
+     * the id goes with it */
+    char out[64];
+    assert_int_equal(redis_cli(&srv, out, sizeof out, "SADD llmq:cancel e0"), 0);
+    assert_int_equal(
+        redis_cli(&srv, out, sizeof out, "LPUSH llmq:queue:short '{\"id\":\"e0\",\"prompt\":\"x\"}'"), 0);
+    struct rq_job k;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &k), 0);
+    assert_int_equal(ival("SISMEMBER llmq:cancel e0"), 0);
+    assert_int_equal(ival("EXISTS llmq:cancel"), 0);
+    for (int i = 0; i < 2; i++)
+        rq_job_free(&j[i]);
     rq_free(q);
 }
 
@@ -290,6 +334,7 @@ int main(void)
         cmocka_unit_test_setup(test_stats, rq_test_flush),
         cmocka_unit_test_setup(test_drain_check, rq_test_flush),
         cmocka_unit_test_setup(test_cancel, rq_test_flush),
+        cmocka_unit_test_setup(test_cancel_cleared, rq_test_flush),
         cmocka_unit_test_setup(test_tick, rq_test_flush),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);

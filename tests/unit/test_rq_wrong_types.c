@@ -26,6 +26,7 @@
 #include "queue/fetch.h"
 #include "queue/heartbeat.h"
 #include "queue/progress.h"
+#include "queue/purge.h"
 #include "queue/push.h"
 #include "queue/reaper.h"
 #include "queue/requeue.h"
@@ -337,6 +338,31 @@ static void test_cancel(void **state)
     rq_free(q);
 }
 
+/* Purge: a queue of the wrong type is refused naming it, by the count and by the script; a job
+ * whose hash is of the wrong type loses its entry, its hash is left as it is. */
+static void test_purge(void **state)
+{
+    (void)state;
+    struct rq *q = open_rq("w1");
+    run("SET llmq:retry x");
+    assert_int_equal(rq_purge_count(q, RQ_PURGE_RETRY, NULL), -1);
+    assert_badkey(q, "llmq:retry");
+    assert_int_equal(rq_purge(q, RQ_PURGE_RETRY, NULL, 10, NULL), -1);
+    assert_badkey(q, "llmq:retry");
+    assert_string_equal(sval("GET llmq:retry"), "x");
+    rq_test_push_id(q, "short", "u1");
+    rq_test_push_id(q, "short", "u2");
+    run("DEL llmq:job:u1");
+    run("SET llmq:job:u1 x");
+    long long hashes = -1;
+    assert_int_equal(rq_purge(q, RQ_PURGE_QUEUE, "short", 10, &hashes), 2);
+    assert_int_equal(hashes, 1);
+    assert_string_equal(sval("GET llmq:job:u1"), "x");
+    assert_int_equal(ival("EXISTS llmq:job:u2"), 0);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 0);
+    rq_free(q);
+}
+
 /* Push and the batch scripts refuse with the key named, nothing written. */
 static void test_push_and_batches(void **state)
 {
@@ -496,6 +522,7 @@ int main(void)
         cmocka_unit_test_setup(test_reaper, rq_test_flush),
         cmocka_unit_test_setup(test_requeue, rq_test_flush),
         cmocka_unit_test_setup(test_cancel, rq_test_flush),
+        cmocka_unit_test_setup(test_purge, rq_test_flush),
         cmocka_unit_test_setup(test_push_and_batches, rq_test_flush),
         cmocka_unit_test_setup(test_heartbeat, rq_test_flush),
         cmocka_unit_test_setup(test_templates, rq_test_flush),

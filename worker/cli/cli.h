@@ -45,6 +45,8 @@ int cmd_results(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
 int cmd_requeue_dead(int argc, char **argv);
+int cmd_dead(int argc, char **argv);
+int cmd_purge(int argc, char **argv);
 int cmd_requeue(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 /* `llmq batch wait` (worker/cli/cmd_batch_wait.c), dispatched by cmd_batch. */

@@ -13,6 +13,7 @@
 #include "engine/util/buf.h"
 #include "queue/batch.h"
 #include "queue/jobid.h"
+#include "queue/keys.h"
 #include "queue/push.h"
 #include "queue/rq.h"
 #include "worker/cli/cli.h"
@@ -33,7 +34,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "Usage: llmq enqueue [-c FILE] [--redis URL] [--queue short|long|auto] [--batch NAME [--append]]\n"
-        "                    [--no-batch] [--replace] [--print-ids] [IN.jsonl|-]\n"
+        "                    [--no-batch] [--replace] [--print-ids] [--dry-run] [IN.jsonl|-]\n"
         "       llmq enqueue [options above] --template NAME [--var NAME=TEXT | --var NAME=@FILE]...\n"
         "                    [--id ID] [--set FIELD=JSON]...\n"
         "       llmq enqueue [options above] [--template NAME] --map-reduce --var document=@FILE ...\n"
@@ -76,6 +77,10 @@ static void usage(FILE *f)
         "                      Without it a known id refuses the file; a queued or running one always does\n"
         "      --print-ids     print each pushed job's id on stdout, one per line (instead of the\n"
         "                      batch id), for `xargs llmq wait`\n"
+        "      --dry-run       check the jobs and print the summary of what would be pushed, without\n"
+        "                      Redis: nothing is pushed and Redis is not asked, so templates workers\n"
+        "                      published there are not seen (a job naming one is a bad line here),\n"
+        "                      and an existing batch or known job id is not noticed\n"
         "  -h, --help          this text\n"
         "\n"
         "One templated job from options instead of a file (the config must define the template):\n"
@@ -91,9 +96,9 @@ static void usage(FILE *f)
         "\n"
         "A progress bar is drawn on stderr while the file is checked when stderr is a terminal; a\n"
         "summary line is always printed.\n"
-        "Exit status: 0 every job was pushed, 1 nothing was pushed (a bad line, a duplicate or known\n"
-        "id, an existing batch, Redis failed) or, after a Redis failure part way, not everything,\n"
-        "2 the command line is wrong.\n");
+        "Exit status: 0 every job was pushed (--dry-run: every job is good), 1 nothing was pushed (a bad\n"
+        "line, a duplicate or known id, an existing batch, Redis failed) or, after a Redis failure part\n"
+        "way, not everything, 2 the command line is wrong.\n");
 }
 
 /* One good line, ready to push. */
@@ -388,6 +393,7 @@ static int push_all(struct enq *e, const char *input, bool append, enum rq_push_
 }
 
 enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE };
+enum { O_DRY_RUN = O_MAP_REDUCE + 1 };
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -404,6 +410,7 @@ struct enq_args {
     const char *batch;              /* -b/--batch */
     bool append, no_batch, replace; /* --append, --no-batch, --replace */
     bool map_reduce;                /* --map-reduce */
+    bool dry_run;                   /* --dry-run */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -427,6 +434,8 @@ static void on_opt(int opt, const char *arg, void *ctx)
         ea->replace = true;
     else if (opt == O_MAP_REDUCE)
         ea->map_reduce = true;
+    else if (opt == O_DRY_RUN)
+        ea->dry_run = true;
     else if (opt == O_VAR || opt == O_SET) {
         const char **list = opt == O_VAR ? ea->vars : ea->sets;
         int *n = opt == O_VAR ? &ea->n_vars : &ea->n_sets;
@@ -435,6 +444,31 @@ static void on_opt(int opt, const char *arg, void *ctx)
         else
             ea->too_many = true;
     }
+}
+
+/* --dry-run: the summary line a push of the good jobs would print, on stderr (e->q is NULL: Redis
+ * is not asked); named: the --batch NAME, or NULL. 0, or 1 when the config's key prefix is unusable. */
+static int dry_run_summary(const struct enq *e, const struct cfg *c, long jobs, const char *named)
+{
+    struct rq_keys k;
+    char err[256];
+    if (rq_keys_init(&k, c->redis.prefix, err, sizeof err)) {
+        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        return 1;
+    }
+    long n[3] = {0, 0, 0};
+    for (size_t i = 0; i < e->n; i++)
+        n[e->lines[i].model ? 2 : e->lines[i].lane]++;
+    if (e->bad)
+        fprintf(stderr, "llmq %s: dry run: %ld job%s read, %ld with problems: nothing would be pushed\n", CMD,
+                jobs, jobs == 1 ? "" : "s", e->bad);
+    else
+        fprintf(stderr,
+                "llmq %s: dry run: %s%s%s%ld job%s would be pushed (%ld to %s%s, %ld to %s%s, %ld to model "
+                "queues); nothing pushed, Redis not asked\n",
+                CMD, named ? "batch " : "", named ? named : "", named ? ": " : "", jobs, jobs == 1 ? "" : "s",
+                n[0], k.queue_stem, "short", n[1], k.queue_stem, "long", n[2]);
+    return 0;
 }
 
 /* The whole of f as a NUL-terminated string in *out (malloc'd), at most max bytes. Returns 0, -1 on a
@@ -575,12 +609,19 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
 int cmd_enqueue(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"queue", required_argument, NULL, 'q'},         {"print-ids", no_argument, NULL, O_IDS},
-        {"template", required_argument, NULL, 't'},      {"var", required_argument, NULL, O_VAR},
-        {"id", required_argument, NULL, O_ID},           {"set", required_argument, NULL, O_SET},
-        {"batch", required_argument, NULL, 'b'},         {"append", no_argument, NULL, O_APPEND},
-        {"no-batch", no_argument, NULL, O_NO_BATCH},     {"replace", no_argument, NULL, O_REPLACE},
-        {"map-reduce", no_argument, NULL, O_MAP_REDUCE}, {NULL, 0, NULL, 0},
+        {"queue", required_argument, NULL, 'q'},
+        {"print-ids", no_argument, NULL, O_IDS},
+        {"template", required_argument, NULL, 't'},
+        {"var", required_argument, NULL, O_VAR},
+        {"id", required_argument, NULL, O_ID},
+        {"set", required_argument, NULL, O_SET},
+        {"batch", required_argument, NULL, 'b'},
+        {"append", no_argument, NULL, O_APPEND},
+        {"no-batch", no_argument, NULL, O_NO_BATCH},
+        {"replace", no_argument, NULL, O_REPLACE},
+        {"map-reduce", no_argument, NULL, O_MAP_REDUCE},
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};
     const struct cli_redis_spec spec = {
@@ -637,7 +678,8 @@ int cmd_enqueue(int argc, char **argv)
     struct enq e;
     memset(&e, 0, sizeof e);
     e.batch = ea.no_batch ? NULL : ea.batch ? ea.batch : new_batch;
-    rc = cli_redis_open(CMD, &c, &e.q);
+    if (!ea.dry_run)
+        rc = cli_redis_open(CMD, &c, &e.q);
     struct tpl_source *ts = NULL;
     if (rc == 0 && !(ts = tpl_source_new(&c, e.q))) {
         fprintf(stderr, "llmq %s: out of memory\n", CMD);
@@ -650,7 +692,8 @@ int cmd_enqueue(int argc, char **argv)
         jo.max_bytes = c.queues.max_job_bytes;
         jo.template_find = tpl_source_find; /* the config's, else those workers published */
         jo.template_ctx = ts;
-        jo.template_where = "in the config or published in Redis";
+        jo.template_where = ea.dry_run ? "in the config (--dry-run does not see templates published in Redis)"
+                                       : "in the config or published in Redis";
         e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
@@ -684,13 +727,17 @@ int cmd_enqueue(int argc, char **argv)
             fprintf(stderr, "llmq %s: no jobs in %s: nothing pushed\n", CMD, input);
             rc = 1;
         }
-        if (rc == 0 && e.batch)
+        if (rc == 0 && ea.dry_run) {
+            check_unique(&e);
+            rc = dry_run_summary(&e, &c, jobs, ea.batch);
+        }
+        if (rc == 0 && e.batch && !ea.dry_run)
             rc = check_batch(&e, ea.append);
         if (rc == 0)
             check_unique(&e);
-        if (rc == 0 && e.bad == 0 && check_known(&e, ea.replace))
+        if (rc == 0 && e.bad == 0 && !ea.dry_run && check_known(&e, ea.replace))
             rc = 1;
-        if (rc == 0 && e.bad == 0) {
+        if (rc == 0 && e.bad == 0 && !ea.dry_run) {
             enum rq_push_mode pm = ea.replace ? RQ_PUSH_REPLACE : RQ_PUSH_NEW;
             rc = push_all(&e, tjob ? tinput : input, ea.append, pm, pushed);
         }
@@ -701,7 +748,9 @@ int cmd_enqueue(int argc, char **argv)
             printf("%s\n", e.batch);
         for (size_t i = 0; ea.print_ids && total > 0 && i < e.n; i++)
             printf("%s\n", e.lines[i].key);
-        if (total == 0)
+        if (ea.dry_run)
+            ; /* dry_run_summary said it */
+        else if (total == 0)
             fprintf(stderr, "llmq %s: %ld job%s read, %ld with problems: nothing pushed\n", CMD, jobs,
                     jobs == 1 ? "" : "s", e.bad);
         else

@@ -68,10 +68,13 @@ static void usage(FILE *f)
             "  llmq wait -c llmq.yaml doc-1 && echo done\n"
             "  llmq wait --format json doc-1 doc-2 | jq -r .result.text\n"
             "\n"
-            "Exit status: 0 when every job completed; 1 when any failed (dead-lettered included) or was\n"
-            "cancelled; 124 on --timeout (the jobs still pending are listed on stderr); 130 on Ctrl-C;\n"
-            "2 when the command line is wrong; 3 when Redis (or a database named with --db) cannot be\n"
-            "reached.\n");
+            "A job whose hash disappears before it ends (`llmq purge` removed it from its queue, or the\n"
+            "hash was deleted) ends the wait for it with status purged (or gone) and no result.\n"
+            "\n"
+            "Exit status: 0 when every job completed; 1 when any failed (dead-lettered included), was\n"
+            "cancelled or purged; 124 on --timeout (the jobs still pending are listed on stderr); 130 on\n"
+            "Ctrl-C; 2 when the command line is wrong; 3 when Redis (or a database named with --db)\n"
+            "cannot be reached.\n");
 }
 
 /* The job hash fields read, in this order. */
@@ -99,6 +102,8 @@ struct wjob {
     bool done;
     bool failed; /* failed or cancelled */
     bool check;  /* an event said it ended: read its hash */
+    bool seen;   /* its hash was seen while it had not ended */
+    bool purged; /* a `purged` event named it (llmq purge) */
 };
 
 struct waiter {
@@ -240,6 +245,20 @@ static bool row_from_hash(const redisReply *r, struct row *x, char **marker)
     return true;
 }
 
+/* The fields of a job whose hash disappeared before it ended (purged, or deleted by hand), with
+ * no row either: status "purged" (a `purged` event said so) or "gone", and why, in x->obj. */
+static void gone_row(const struct wjob *j, struct row *x)
+{
+    memset(x, 0, sizeof *x);
+    x->obj = json_object();
+    for (int i = 0; i < F_RESULT; i++)
+        json_object_set_new(x->obj, FIELDS[i], json_null());
+    json_object_set_new(x->obj, "status", json_string(j->purged ? "purged" : "gone"));
+    json_object_set_new(x->obj, "error",
+                        json_string(j->purged ? "removed from its queue by llmq purge before it ran; no result"
+                                              : "its job hash disappeared before it ended (deleted); no result"));
+}
+
 static void row_free(struct row *x)
 {
     json_decref(x->obj);
@@ -366,6 +385,8 @@ static int check_jobs(struct waiter *w, bool all, bool first)
             continue;
         const redisReply *s = h->element[F_STATUS];
         bool known = s->type == REDIS_REPLY_STRING;
+        if (known && !final_status(s->str))
+            j->seen = true;
         if (known && final_status(s->str)) {
             struct row x;
             char *marker;
@@ -384,7 +405,11 @@ static int check_jobs(struct waiter *w, bool all, bool first)
         } else if (!known) { /* no hash: never seen, or expired after it ended */
             struct row x;
             row_lookup(w, j->id, &x);
-            if (x.found)
+            if (!x.found && (j->purged || j->seen)) {
+                row_free(&x);
+                gone_row(j, &x);
+                finish(w, j, NULL, &x);
+            } else if (x.found)
                 finish(w, j, NULL, &x);
             else if (first)
                 fprintf(stderr, "llmq %s: %s: not known to Redis yet (no job hash); waiting for it\n", CMD,
@@ -445,10 +470,14 @@ static int read_events(struct waiter *w, char *last, size_t len, int block_ms)
                 else if (!strcmp(f->str, "status"))
                     st = kv->element[k + 1];
             }
-            if (!id || !st || id->type != REDIS_REPLY_STRING || st->type != REDIS_REPLY_STRING ||
-                !final_status(st->str))
+            if (!id || !st || id->type != REDIS_REPLY_STRING || st->type != REDIS_REPLY_STRING)
+                continue;
+            bool purged = !strcmp(st->str, "purged");
+            if (!purged && !final_status(st->str))
                 continue;
             struct wjob *j = find_job(w, id->str, id->len);
+            if (j && purged)
+                j->purged = true;
             if (j && !j->done && !j->check) {
                 j->check = true;
                 marked++;

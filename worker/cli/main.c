@@ -38,6 +38,8 @@ const struct cli_command cli_commands[] = {
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
     {"requeue", cmd_requeue, "run a batch's failed or cancelled jobs again from their stored requests"},
     {"requeue-dead", cmd_requeue_dead, "put dead-lettered jobs back on their queue"},
+    {"dead", cmd_dead, "list dead-lettered jobs with their errors"},
+    {"purge", cmd_purge, "remove the jobs of a queue, the retry set or the dead list, hashes too"},
     {NULL, NULL, NULL},
 };
 
