@@ -7,31 +7,14 @@
 #    no database named, and redis-cli's result line equal to the row's);
 #  - the nightly cron script enqueues a folder with a template, drains it with its own worker and
 #    exports the results with `llmq results`;
-#  - the systemd unit passes `systemd-analyze verify`.
-# The Grafana dashboard and Prometheus config are checked by test_kit_grafana.sh.
+# The Grafana dashboard and Prometheus config are checked by test_kit_grafana.sh, the systemd unit
+# by test_kit_systemd.sh.
 # An example whose runtime is missing is skipped with its reason; the rest still run.
 . "$(dirname "$0")/worker_lib.sh"
 SRC=${LLMQ_SOURCE_DIR:?run through ctest}
 BUILD=${LLMQ_BUILD_DIR:?run through ctest}
 K=$SRC/contrib
 skip() { echo "skip $1"; }
-
-# ---- static checks first: they need no server
-unit=$K/systemd/llmq-worker.service
-if command -v systemd-analyze >/dev/null; then
-  sed "s|^ExecStart=/usr/local/bin/llmq |ExecStart=$LLMQ |" "$unit" >"$T/llmq-worker.service"
-  out=$(systemd-analyze verify "$T/llmq-worker.service" 2>&1)
-  rc=$?
-  mine=$(printf '%s\n' "$out" | grep -F "llmq-worker.service")
-  [ $rc -eq 0 ] && [ -z "$mine" ] && ok "systemd-analyze verify: the unit is clean" || bad "systemd unit: rc $rc: $out"
-else
-  skip "systemd unit: systemd-analyze is not installed"
-fi
-shutdown_s=$("$LLMQ" config --get worker.shutdown_timeout_s)
-stop_s=$(sed -n 's/^TimeoutStopSec=//p' "$unit")
-[ -n "$stop_s" ] && [ "$stop_s" -gt "$shutdown_s" ] && grep -q '^KillSignal=SIGTERM' "$unit" &&
-  grep -q '^Restart=on-failure' "$unit" && ok "unit: SIGTERM, TimeoutStopSec $stop_s > shutdown_timeout_s $shutdown_s" ||
-  bad "unit: TimeoutStopSec '$stop_s' vs worker.shutdown_timeout_s $shutdown_s"
 
 # ---- a worker for the clients
 redis_start
