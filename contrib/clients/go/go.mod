@@ -1,5 +1,5 @@
 module llmq-client-example
 
-go 1.21
+go 1.19
 
-require github.com/redis/go-redis/v9 v9.7.0
+require github.com/gomodule/redigo v1.8.3

@@ -16,20 +16,21 @@
 // the job, then XREAD from that entry on; an entry with the job's id and a final status ends the
 // wait. The job hash is read after every empty XREAD too, so a trimmed stream cannot make it hang.
 "use strict";
-const { createClient } = require("redis");
 const { randomUUID } = require("node:crypto");
 const { execFileSync } = require("node:child_process");
 const fs = require("node:fs");
 
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 
+const USAGE =
+  "usage: node enqueue_wait.js [--redis URL] [--prefix P] [--queue short|long] " +
+  "(--prompt TEXT | --template NAME [--var NAME=TEXT|NAME=@FILE]...) [--max-tokens N] " +
+  "[--temperature T] [--id ID] [--db PATH] [--timeout S]\n" +
+  "  --timeout S: seconds to wait (default 300); exit 0 completed, 1 failed or cancelled, 2 timeout or usage";
+
 function usage(msg) {
   console.error(`enqueue_wait.js: ${msg}`);
-  console.error(
-    "usage: node enqueue_wait.js [--redis URL] [--prefix P] [--queue short|long] " +
-      "(--prompt TEXT | --template NAME [--var NAME=TEXT|NAME=@FILE]...) [--max-tokens N] " +
-      "[--temperature T] [--id ID] [--db PATH] [--timeout S]"
-  );
+  console.error(USAGE);
   process.exit(2);
 }
 
@@ -40,6 +41,7 @@ function parseArgs(argv) {
     const opt = argv[i];
     const val = () => (i + 1 < argv.length ? argv[++i] : usage(`${opt} needs a value`));
     switch (opt) {
+      case "-h": case "--help": console.log(USAGE); process.exit(0);
       case "--redis": a.redis = val(); break;
       case "--prefix": a.prefix = val(); break;
       case "--queue": a.queue = val(); break;
@@ -90,6 +92,7 @@ async function main() {
   else Object.assign(job, { template: a.template, vars: a.vars });
   const events = `${a.prefix}:events`, hkey = `${a.prefix}:job:${id}`;
 
+  const { createClient } = require("redis"); // after the arguments, so --help works without it
   const r = createClient({ url: a.redis });
   r.on("error", (e) => console.error("redis:", e.message));
   await r.connect();

@@ -24,8 +24,6 @@ import sys
 import time
 import uuid
 
-import redis
-
 FINAL = {"completed", "failed", "cancelled"}
 
 
@@ -43,7 +41,7 @@ def parse_args():
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--id", help="job id (default: a new UUID)")
     p.add_argument("--db", help="the worker's SQLite database, to print the generated text")
-    p.add_argument("--timeout", type=float, default=300, help="seconds to wait")
+    p.add_argument("--timeout", type=float, default=300, metavar="S", help="seconds to wait")
     return p.parse_args()
 
 
@@ -67,6 +65,8 @@ def build_job(a):
 
 def main():
     a = parse_args()
+    import redis  # after the arguments, so --help works without redis-py
+
     r = redis.Redis.from_url(a.redis, decode_responses=True)
     job = build_job(a)
     jid, pre = job["id"], a.prefix

@@ -3,7 +3,7 @@
 # redis-cli (and the sqlite3 shell for the text).
 #
 #   enqueue_wait.sh [-u REDIS_URL] [-p PREFIX] [-q short|long] [-n MAX_TOKENS] [-i ID] [-d DB]
-#                   [-t TIMEOUT_S] PROMPT
+#                   [-t SECONDS] PROMPT          (-t: seconds to wait, default 300)
 #   enqueue_wait.sh -T TEMPLATE -V NAME=@FILE|NAME=TEXT [-V ...] [options]     (a templated job)
 #
 # Prints one JSON line: {"id", "status", "finish_reason", "prompt_tokens", "completion_tokens",
@@ -20,6 +20,7 @@ set -uo pipefail
 url=redis://127.0.0.1:6379/0 prefix=llmq queue=short max_tokens=64 id= db= timeout=300 template=
 vars=()
 usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+case ${1-} in -h | --help) sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 while getopts "u:p:q:n:i:d:t:T:V:h" opt; do
   case $opt in
     u) url=$OPTARG ;; p) prefix=$OPTARG ;; q) queue=$OPTARG ;; n) max_tokens=$OPTARG ;;
