@@ -24,6 +24,7 @@ redis_start
 make_model --max-position 32768 # room for a job that runs long enough to be cancelled
 write_config
 out=$("$LLMQ" worker -c "$CFG" --model "$T/no-model" 2>&1); eq "worker: missing model folder" "$?" 1
+eq "worker: missing model folder, said once" "$(grep -c "model $T/no-model: not a model folder (it does not exist)$" <<<"$out")" 1
 
 # ---- jobs from redis-cli, both forms, with and without ids
 cat >"$T/jobs.jsonl" <<'EOF'
