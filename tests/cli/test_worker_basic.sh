@@ -117,6 +117,17 @@ out=$("$LLMQ" status -c "$CFG"); eq "status" "$?" 0
 echo "$out" | grep -q "short 4  long 1" && ok "status shows queue depths" || bad "status: $out"
 out=$("$LLMQ" status -c "$CFG" --json)
 eq "status --json" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["queues"]["short"], d["queues"]["long"], d["dead"])')" "4 1 0"
+# its reals as stored: the shortest text that reads back (Python's repr), not 17 digits
+python3 - "$out" <<'PY' && ok "status --json: reals written short" || bad "status --json reals: $out"
+import json, re, sys
+text = sys.argv[1]
+reals = re.findall(r'(?<=[:\[,])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?=[,\]}])', re.sub(r'"(?:[^"\\]|\\.)*"', '""', text))
+reals = [r for r in reals if "." in r or "e" in r.lower()]
+assert any(r for r in reals), "no real in the output"
+for r in reals:
+    assert r == repr(float(r)), (r, repr(float(r)))
+assert isinstance(json.loads(text)["time"], float)
+PY
 
 "$LLMQ" status -c "$CFG" --watch --json >"$T/watch.out" 2>&1 &
 watch_pid=$!
