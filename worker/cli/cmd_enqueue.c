@@ -653,6 +653,7 @@ int cmd_enqueue(int argc, char **argv)
         jo.template_ctx = ts;
         jo.template_where = "in the config or published in Redis";
         e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
+        progress_hide_rate(e.bar); /* nothing is generated here */
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
             jobs++;
