@@ -302,7 +302,8 @@ static void *reader(void *arg)
         struct slot *s = &p->slots[p->next_fill % p->n_slots];
         pthread_mutex_unlock(&p->mu);
         s->in.len = 0;
-        buf_append(&s->in, carry.p, carry.len);
+        if (carry.len)
+            buf_append(&s->in, carry.p, carry.len);
         carry.len = 0;
         /* one read (a terminal or a pipe gives what it has), more until a whole line is there */
         size_t start = s->in.len;
