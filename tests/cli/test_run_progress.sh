@@ -5,7 +5,7 @@
 . "$(dirname "$0")/cli_lib.sh"
 command -v script >/dev/null || { echo "SKIPPED: no script(1) for a pseudo-terminal"; exit 77; }
 tiny_model "$tmp/m"
-for i in 1 2 3; do echo '{"prompt": "hi", "max_tokens": 1500, "ignore_eos": true, "temperature": 0}'; done >"$tmp/in.jsonl"
+for i in 1 2 3; do echo '{"prompt": "hi", "max_tokens": 2000, "ignore_eos": true, "temperature": 0}'; done >"$tmp/in.jsonl"
 TERM=xterm script -qfec "'$LLMQ_BIN' run --model '$tmp/m' --input '$tmp/in.jsonl' --output '$tmp/out.jsonl'" "$tmp/tty.log" >/dev/null
 rc=$?
 [ $rc -eq 0 ] && ok "run on a terminal: exit 0" || bad "run on a terminal: exit $rc"
