@@ -2,6 +2,7 @@
  * engine/safetensors.h; every weight is checked against the shapes the config implies. */
 #include "engine/model.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -159,10 +160,22 @@ static json_t *load_json(const char *dir, const char *file, bool optional, bool 
         *absent = true;
         return NULL;
     }
+    if (!optional && stat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+        if (stat(dir, &st) != 0)
+            errfmt(err, errlen, "not a model folder (it does not exist)");
+        else if (!S_ISDIR(st.st_mode))
+            errfmt(err, errlen, "not a model folder (a file)");
+        else
+            errfmt(err, errlen, "not a model folder (no %s)", file);
+        return NULL;
+    }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        errfmt(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+        if (je.line > 0)
+            errfmt(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+        else /* the file could not be read: jansson's text names it */
+            errfmt(err, errlen, "%s", je.text);
         return NULL;
     }
     if (!json_is_object(root)) {

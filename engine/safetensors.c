@@ -314,7 +314,10 @@ static struct st_set *open_index(const char *dir, const char *index_path, char *
     json_error_t je;
     json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        errfmt(err, errlen, "%s: %s (line %d)", index_path, je.text, je.line);
+        if (je.line > 0)
+            errfmt(err, errlen, "%s: %s (line %d)", index_path, je.text, je.line);
+        else /* the file could not be read: jansson's text names it */
+            errfmt(err, errlen, "%s", je.text);
         return NULL;
     }
     struct st_set *s = NULL;

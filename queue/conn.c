@@ -126,12 +126,27 @@ static void ctx_error(const struct rq_conn *c, const redisContext *ctx, int time
 }
 
 /* One command during the handshake; 0, -1 with the reason in msg, or -2 when the server answered
- * with an error (the reason in msg too). */
-static int handshake(redisContext *ctx, char *msg, size_t len, const char *what, int argc, const char **argv)
+ * with an error (the reason in msg too). The first command is where a port that is not Redis's
+ * shows: an answer that is not in the Redis protocol (an HTTP server), a hang-up, or silence. */
+static int handshake(redisContext *ctx, int timeout_ms, char *msg, size_t len, const char *what, int argc,
+                     const char **argv)
 {
     redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
     if (!r) {
-        snprintf(msg, len, "%s: %s", what, ctx->errstr[0] ? ctx->errstr : "no reply");
+        if (ctx->err == REDIS_ERR_PROTOCOL)
+            snprintf(msg, len, "not a Redis server: its answer to %s is not in the Redis protocol (%s)", what,
+                     ctx->errstr);
+        else if (ctx->err == REDIS_ERR_EOF)
+            snprintf(msg, len, "%s: the server closed the connection without answering (not a Redis server?)",
+                     what);
+        else if (ctx->err == REDIS_ERR_IO &&
+                 (strstr(ctx->errstr, "temporarily unavailable") || strstr(ctx->errstr, "timed out")))
+            snprintf(msg, len,
+                     "%s: no answer within %d ms: something listens there but does not answer (a stopped "
+                     "Redis, or not a Redis server)",
+                     what, timeout_ms);
+        else
+            snprintf(msg, len, "%s: %s", what, ctx->errstr[0] ? ctx->errstr : "no reply");
         return -1;
     }
     int rc = 0;
@@ -164,21 +179,21 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
     int rc = 0;
     if (c->addr.user[0]) {
         const char *argv[] = {"AUTH", c->addr.user, c->addr.password};
-        rc = handshake(ctx, msg, len, "AUTH (ACL user)", 3, argv);
+        rc = handshake(ctx, c->connect_timeout_ms, msg, len, "AUTH (ACL user)", 3, argv);
     } else if (c->addr.password[0]) {
         const char *argv[] = {"AUTH", c->addr.password};
-        rc = handshake(ctx, msg, len, "AUTH", 2, argv);
+        rc = handshake(ctx, c->connect_timeout_ms, msg, len, "AUTH", 2, argv);
     }
     c->auth_refused = rc == -2; /* WRONGPASS, or a password given to a server that has none */
     if (rc == 0 && c->addr.db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", c->addr.db);
         const char *argv[] = {"SELECT", db};
-        rc = handshake(ctx, msg, len, "SELECT", 2, argv);
+        rc = handshake(ctx, c->connect_timeout_ms, msg, len, "SELECT", 2, argv);
     }
     if (rc == 0) { /* a server that wants a password answers NOAUTH here */
         const char *argv[] = {"PING"};
-        rc = handshake(ctx, msg, len, "PING", 1, argv);
+        rc = handshake(ctx, c->connect_timeout_ms, msg, len, "PING", 1, argv);
         if (rc && strstr(msg, "NOAUTH")) {
             snprintf(msg, len,
                      "the server requires a password (NOAUTH): set redis.password or put it in redis.url");

@@ -25,7 +25,7 @@ with open(sys.argv[1], "w") as f:
 PY
 
 # 1. throughput
-worker_start w1
+worker_start w1 --stats
 wait_until "the database" test -f "$DB"
 ready() { [ "$(rcli EXISTS llmq:worker:w1)" = 1 ]; }
 wait_until "w1's heartbeat" ready
@@ -48,7 +48,7 @@ python3 -c "import sys; sys.exit(0 if $jps >= 200 else 1)" && ok "throughput ove
 rcli FLUSHALL >/dev/null
 jobs_file "$T/decode.jsonl" 256 d- '{"max_tokens": 256, "ignore_eos": true, "temperature": 0}'
 push_file "$T/decode.jsonl"
-worker_start w2 --drain --max-num-seqs 256
+worker_start w2 --drain --max-num-seqs 256 --stats
 worker_wait w2
 eq "decode run exit status" "$WRC" 0
 eq "256 more rows" "$(sql "SELECT count(*) FROM jobs WHERE id LIKE 'd-%' AND completion_tokens = 256")" 256

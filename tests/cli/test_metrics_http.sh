@@ -198,6 +198,20 @@ worker_wait w2
 eq "w2 without metrics still runs (drain exit)" "$WRC" 0
 grep -q "cannot listen on 127.0.0.1 port $MP" "$T/w2.log" && ok "w2 says why it has no metrics" || bad "w2 log: $(grep -i metric "$T/w2.log" | head -3)"
 
+# ---- the Redis gauges from the first scrape (a metrics interval of an hour: none has passed)
+LLMQ_METRICS_INTERVAL_S=3600 worker_start w3 --queues short
+w3_port() { grep -q "metrics: http://127.0.0.1:[0-9]*/metrics" "$T/w3.log"; }
+if wait_until "w3's metrics line" w3_port; then
+  w1_port=$MP
+  MP=$(grep -o "metrics: http://127.0.0.1:[0-9]*" "$T/w3.log" | head -1 | sed 's/.*://')
+  scrape "$T/first.txt" || bad "w3: no first scrape"
+  MP=$w1_port
+  eq "first scrape: dead depth" "$(val "$T/first.txt" llmq_dead_depth)" "$(rcli LLEN llmq:dead)"
+  eq "first scrape: retry depth" "$(val "$T/first.txt" llmq_retry_depth)" "$(rcli ZCARD llmq:retry)"
+  eq "first scrape: long queue depth" "$(val "$T/first.txt" 'llmq_queue_depth{queue="long"}')" 3
+fi
+kill -TERM "$W_w3"; worker_wait w3; eq "w3 stops" "$WRC" 0
+
 # ---- /health follows Redis
 redis_stop
 down() { o=$(get /health); [ "$(echo "$o" | head -1 | cut -d' ' -f1)" = 503 ] && echo "$o" | grep -q "^redis: "; }

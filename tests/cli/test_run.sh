@@ -34,6 +34,12 @@ check_merged "input missing" 1 "$LLMQ_BIN" run --model "$M" --input "$tmp/nope.j
 echo "$out" | grep -q "nope.jsonl" || bad "missing input not named: $out"
 echo '{"prompt": "a"}' >"$tmp/one.jsonl"
 check_merged "model missing" 1 "$LLMQ_BIN" run --model "$tmp/no-model" --input "$tmp/one.jsonl" --output "$tmp/o"
+[ "$out" = "llmq run: model $tmp/no-model: not a model folder (it does not exist)" ] && ok "model missing: said once" ||
+  bad "model missing: $out"
+mkdir "$tmp/empty-model"
+check_merged "no config.json" 1 "$LLMQ_BIN" run --model "$tmp/empty-model" --input "$tmp/one.jsonl" --output "$tmp/o"
+[ "$out" = "llmq run: model $tmp/empty-model: not a model folder (no config.json)" ] && ok "no config.json: said once" ||
+  bad "no config.json: $out"
 check_merged "same file" 2 "$LLMQ_BIN" run --model "$M" --input "$tmp/one.jsonl" --output "$tmp/one.jsonl"
 
 # ---- a mixed batch

@@ -247,6 +247,51 @@ grep -q 'line 2' "$tmp/uns.out" && grep -q 'wordcount' "$tmp/uns.out" && grep -q
   ok "an unsupported construct is an error naming the file, the line and the construct" ||
   bad "unsupported construct: $(cat "$tmp/uns.out")"
 
+# ---- many lines at once: answered in batches by several threads, in input order, each answer what
+# the same line gets fed alone (one line at a time, each answer read before the next line is sent)
+python3 - "$tmp/many.jsonl" "$LLMQ_SOURCE_DIR/README.md" <<'EOF'
+import json, sys
+lines = []
+for i, l in enumerate(open(sys.argv[2], encoding="utf-8")):
+    lines.append(json.dumps({"text": l}, ensure_ascii=i % 2 == 0))
+    if i % 50 == 7:
+        lines += ['{"ids": [9707, 11, 1879, 0]}', json.dumps({"messages": [{"role": "user", "content": l}]}),
+                  r'{"text": "\ud83d alone"}', "not json", "", r'  { "text" :	"\u00e9\ud83d\ude80\n" }' + "\r"]
+open(sys.argv[1], "w").write("\n".join(lines * 12))  # ~4 batches; the last line without a newline
+EOF
+"$LLMQ_BIN" tokenize --model "$tokdir" <"$tmp/many.jsonl" >"$tmp/many.out"
+rc=$?
+python3 - "$LLMQ_BIN" "$tokdir" "$tmp/many.jsonl" "$tmp/one_by_one.out" <<'EOF'
+import subprocess, sys
+p = subprocess.Popen([sys.argv[1], "tokenize", "--model", sys.argv[2]], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+with open(sys.argv[3], "rb") as f, open(sys.argv[4], "wb") as o:
+    for line in f.read().split(b"\n"):
+        p.stdin.write(line + b"\n")
+        p.stdin.flush()
+        o.write(p.stdout.readline())  # the answer comes before the next line is sent
+p.stdin.close()
+sys.exit(p.wait())
+EOF
+rc1=$?
+n_in=$(($(wc -l <"$tmp/many.jsonl") + 1))
+if [ $rc -eq 1 ] && [ $rc1 -eq 1 ] && [ "$(wc -l <"$tmp/many.out")" -eq "$n_in" ] && cmp -s "$tmp/many.out" "$tmp/one_by_one.out"; then
+  ok "$n_in lines at once: one answer each, in order, the same as line by line"
+else
+  bad "many lines (exit $rc, $rc1): $(wc -l <"$tmp/many.out") answers for $n_in lines; $(cmp "$tmp/many.out" "$tmp/one_by_one.out" 2>&1)"
+fi
+python3 - "$tmp/many.out" <<'EOF' && ok "answers as json_dumps writes them, error lines numbered in order" || bad "answer format"
+import json, re, sys
+last = 0
+for l in open(sys.argv[1]):
+    v = json.loads(l)
+    if "ids" in v and "text" not in v:
+        assert l == json.dumps(v, separators=(",", ":")) + "\n", l
+    if "error" in v:
+        n = int(re.match(r"line (\d+):", v["error"]).group(1))
+        assert n > last, (n, last)
+        last = n
+EOF
+
 # ---- --bench
 head -c 20000 "$LLMQ_SOURCE_DIR/README.md" >"$tmp/bench.txt"
 check "--bench" 0 "$LLMQ_BIN" tokenize --tokenizer "$tokdir/tokenizer.json" --bench "$tmp/bench.txt" --threads 2

@@ -24,6 +24,7 @@ redis_start
 make_model --max-position 32768 # room for a job that runs long enough to be cancelled
 write_config
 out=$("$LLMQ" worker -c "$CFG" --model "$T/no-model" 2>&1); eq "worker: missing model folder" "$?" 1
+eq "worker: missing model folder, said once" "$(grep -c "model $T/no-model: not a model folder (it does not exist)$" <<<"$out")" 1
 
 # ---- jobs from redis-cli, both forms, with and without ids
 cat >"$T/jobs.jsonl" <<'EOF'
@@ -75,7 +76,8 @@ PY
 eq "workers row: stopped" "$(sql "SELECT id, backend, stopped_at >= started_at, jobs_done FROM workers")" "w1|cpu|1|5"
 eq "a worker_metrics row" "$(sql "SELECT count(*) > 0, sum(jobs_done) FROM worker_metrics WHERE worker_id = 'w1'")" "1|5"
 eq "heartbeat removed" "$(rcli EXISTS llmq:worker:w1)" 0
-grep -q "worker stats: " "$T/w1.log" && ok "timing line at exit" || bad "no timing line at exit"
+# the loop's timing line is a developer's figure: at debug level, or with --stats
+grep -q "worker stats" "$T/w1.log" && bad "a timing line at info level: $(grep "worker stats" "$T/w1.log")" || ok "no timing line at info level"
 
 # ---- enqueue: validation with line numbers, ids, both queues
 cat >"$T/enq.jsonl" <<'EOF'
@@ -115,6 +117,17 @@ out=$("$LLMQ" status -c "$CFG"); eq "status" "$?" 0
 echo "$out" | grep -q "short 4  long 1" && ok "status shows queue depths" || bad "status: $out"
 out=$("$LLMQ" status -c "$CFG" --json)
 eq "status --json" "$(echo "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["queues"]["short"], d["queues"]["long"], d["dead"])')" "4 1 0"
+# its reals as stored: the shortest text that reads back (Python's repr), not 17 digits
+python3 - "$out" <<'PY' && ok "status --json: reals written short" || bad "status --json reals: $out"
+import json, re, sys
+text = sys.argv[1]
+reals = re.findall(r'(?<=[:\[,])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?=[,\]}])', re.sub(r'"(?:[^"\\]|\\.)*"', '""', text))
+reals = [r for r in reals if "." in r or "e" in r.lower()]
+assert any(r for r in reals), "no real in the output"
+for r in reals:
+    assert r == repr(float(r)), (r, repr(float(r)))
+assert isinstance(json.loads(text)["time"], float)
+PY
 
 "$LLMQ" status -c "$CFG" --watch --json >"$T/watch.out" 2>&1 &
 watch_pid=$!
@@ -128,7 +141,7 @@ echo '{"id": "cq", "prompt": "never runs", "max_tokens": 5}' | "$LLMQ" enqueue -
 out=$("$LLMQ" cancel -c "$CFG" cq); eq "cancel a queued job" "$?" 0
 eq "cancel output" "$out" "cq: cancel requested"
 echo '{"id": "cr", "prompt": "runs long", "max_tokens": 30000, "ignore_eos": true, "temperature": 0}' | "$LLMQ" enqueue -c "$CFG" - 2>/dev/null
-worker_start w2
+worker_start w2 --stats
 running() { [ "$(rcli HGET llmq:job:cr completion_tokens)" -ge 20 ] 2>/dev/null; }
 wait_until "job cr to run" running && ok "job cr is running"
 out=$("$LLMQ" cancel -c "$CFG" cr)
@@ -148,6 +161,7 @@ dead_one() { [ "$(rcli LLEN llmq:dead)" = 1 ]; }
 wait_until "a dead letter" dead_one && ok "a job over max_model_len is dead-lettered"
 eq "its row is failed with the reason" "$(sql "SELECT status, error LIKE '%max_model_len%' FROM jobs WHERE id = 'd1'")" "failed|1"
 kill -TERM "$W_w2"; worker_wait w2; eq "worker stops on SIGTERM" "$WRC" 0
+log_has w2 "INFO  worker stats: " && ok "--stats: the timing line at exit" || bad "--stats: no timing line at exit"
 out=$("$LLMQ" requeue-dead -c "$CFG" d1); eq "requeue-dead ID" "$?" 0
 eq "requeue-dead output" "$out" "requeued 1 job"
 eq "back on its queue" "$(rcli LLEN llmq:queue:short)" 1
@@ -166,8 +180,9 @@ echo "$out" | grep -qi "auth\|password" && ok "the missing password is named" ||
 echo '{"id": "auth-1", "prompt": "hi", "max_tokens": 2}' | "$LLMQ" enqueue -c "$CFG" --redis "$AURL" - 2>/dev/null
 eq "enqueue as the ACL user into db 3" "$(acli -n 3 LLEN llmq:queue:short)" 1
 eq "db 0 untouched" "$(acli -n 0 EXISTS llmq:job:auth-1)" 0
-LLMQ_REDIS_USERNAME=worker LLMQ_REDIS_PASSWORD=wpass LLMQ_REDIS_DB=3 worker_start w3 --redis "redis://127.0.0.1:$PORT" --drain
+LLMQ_REDIS_USERNAME=worker LLMQ_REDIS_PASSWORD=wpass LLMQ_REDIS_DB=3 worker_start w3 --redis "redis://127.0.0.1:$PORT" --drain --log-level debug
 worker_wait w3
+log_has w3 "DEBUG worker stats: " && ok "--log-level debug: the timing line at exit" || bad "debug: no timing line at exit"
 eq "worker with ACL user from the environment" "$WRC" 0
 eq "its row" "$(sql "SELECT status, worker_id FROM jobs WHERE id = 'auth-1'")" "completed|w3"
 eq "its hash in db 3" "$(acli -n 3 HGET llmq:job:auth-1 status)" completed

@@ -56,6 +56,19 @@ for mode in --drain ""; do
   eq "read-only $name: no processing list" "$(rcli EXISTS "llmq:processing:$name")" 0
 done
 
+# ---- a folder the worker cannot write in, and one that does not exist: said at the start
+mkdir "$T/rodir" && chmod 555 "$T/rodir"
+LLMQ_SQLITE_PATH=$T/rodir/r.db user_start rodir --drain
+WAIT_S=30 worker_wait rodir
+eq "read-only folder: exit status" "$WRC" 1
+log_has rodir "ERROR sqlite: $T/rodir/r.db: permission denied: this process cannot write in the folder $T/rodir " &&
+  ok "read-only folder: permission denied, the folder named" || bad "read-only folder: $(grep ERROR "$T/rodir.log" | head -2)"
+LLMQ_SQLITE_PATH=$T/nodir/r.db user_start nodir --drain
+WAIT_S=30 worker_wait nodir
+eq "missing folder: exit status" "$WRC" 1
+log_has nodir "ERROR sqlite: $T/nodir/r.db: cannot create it: the folder $T/nodir does not exist" &&
+  ok "missing folder: said so" || bad "missing folder: $(grep ERROR "$T/nodir.log" | head -2)"
+
 # ---- unwritable during a run: the file deleted, the directory read-only
 chmod 644 "$DB"
 rcli DEL llmq:queue:short >/dev/null

@@ -1,5 +1,7 @@
 /* worker/cli/progress.c: the line progress_format draws (counts with thousands separators, percent, the
- * rate in its unit, elapsed and ETA), the bar's fill, an unknown total, and an inactive bar. */
+ * rate in its unit, elapsed and ETA), the bar's fill, an unknown total, and an inactive bar; work
+ * under way (progress_set_partial) moving the fill, percent and ETA before anything is done, and a
+ * bar without a rate. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,11 +48,36 @@ static void test_rate_unit_and_unknown_total(void **state)
     progress_free(p);
 }
 
+static void test_partial_and_no_rate(void **state)
+{
+    (void)state;
+    struct progress *p = progress_new_ex(stderr, "jobs", 10, false);
+    char line[256];
+    /* nothing done, 2.5 jobs' worth of tokens under way after 5 s: 25 %, ETA 15 s */
+    progress_set_partial(p, 2.5);
+    progress_format(p, 0, 1000, 5.0, 120, line, sizeof line);
+    assert_non_null(strstr(line, "0/10 jobs   25%  200 tok/s  0:05 elapsed  ETA 0:15"));
+    assert_int_equal(strncmp(line, "[==========>", 12), 0); /* a quarter of 40 columns */
+    /* partial beyond the total is capped */
+    progress_set_partial(p, 30);
+    progress_format(p, 4, 1000, 5.0, 120, line, sizeof line);
+    assert_non_null(strstr(line, "4/10 jobs  100%"));
+    progress_set_partial(p, 0);
+    progress_hide_rate(p);
+    progress_format(p, 4, 0, 8.0, 120, line, sizeof line);
+    assert_non_null(strstr(line, "4/10 jobs   40%  0:08 elapsed  ETA 0:12"));
+    assert_null(strstr(line, "/s"));
+    progress_free(p);
+}
+
 static void test_null_is_accepted(void **state)
 {
     (void)state;
     progress_set_rate_unit(NULL, "x");
     progress_set_total(NULL, 3);
+    progress_set_partial(NULL, 1);
+    progress_hide_rate(NULL);
+    assert_false(progress_due(NULL));
     progress_update(NULL, 1, 1);
     progress_finish(NULL);
     progress_free(NULL);
@@ -62,6 +89,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_rate_unit_and_unknown_total),
+        cmocka_unit_test(test_partial_and_no_rate),
         cmocka_unit_test(test_null_is_accepted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

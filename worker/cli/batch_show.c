@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "engine/util/json_exact.h"
 #include "queue/batch_admin.h"
 
 const char *batch_show_time(double t, char *buf, size_t len)
@@ -46,7 +47,7 @@ json_t *batch_show_json(const struct rq_batch_info *b)
 
 void batch_show_put_json(FILE *f, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_exact(j, JSON_COMPACT) : NULL;
     if (s)
         fprintf(f, "%s\n", s);
     free(s);

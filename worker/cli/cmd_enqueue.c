@@ -11,6 +11,7 @@
 
 #include "engine/util/array.h"
 #include "engine/util/buf.h"
+#include "engine/util/json_exact.h"
 #include "queue/batch.h"
 #include "queue/jobid.h"
 #include "queue/keys.h"
@@ -596,7 +597,7 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
         rc = map_reduce_job(ea, job, vars);
     if (rc == 0 && json_object_size(vars) && json_object_set(job, "vars", vars))
         rc = 1;
-    *line = rc == 0 ? json_dumps(job, JSON_COMPACT) : NULL;
+    *line = rc == 0 ? json_dumps_exact(job, JSON_COMPACT) : NULL;
     if (rc == 0 && !*line) {
         fprintf(stderr, "llmq %s: out of memory\n", CMD);
         rc = 1;
@@ -695,6 +696,7 @@ int cmd_enqueue(int argc, char **argv)
         jo.template_where = ea.dry_run ? "in the config (--dry-run does not see templates published in Redis)"
                                        : "in the config or published in Redis";
         e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
+        progress_hide_rate(e.bar); /* nothing is generated here */
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
             jobs++;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/util/atomic_file.h"
+#include "engine/util/json_exact.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/json_path.h"
 #include "worker/config/config.h"
@@ -364,7 +365,7 @@ static void put_csv_json(FILE *f, const json_t *v)
     } else if (json_is_boolean(v)) {
         fputs(json_is_true(v) ? "true" : "false", f);
     } else {
-        char *s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        char *s = json_dumps_exact(v, JSON_COMPACT);
         put_csv_text(f, s);
         free(s);
     }

@@ -82,6 +82,7 @@ struct slot {
     char *out;              /* the result line, once finished */
     long lineno;
     int truncated_tokens; /* prompt tokens its "truncate" dropped */
+    int max_tokens;       /* its request's, for the progress bar */
     double deadline;      /* engine_request.deadline of its requests (0 = none) */
     bool done;
 };
@@ -244,6 +245,7 @@ static void take_line(struct run *r, const char *line, size_t len, long lineno)
     if (rc == 0) {
         in.req.user = &s->ref;
         s->truncated_tokens = in.truncated_tokens;
+        s->max_tokens = in.req.max_tokens;
         in.req.deadline = s->deadline;
         rc = grammar_cache_for_job(r->grammars, &s->job, r->eng, &in.req.grammar, err, sizeof err);
         s->seq = rc ? NULL : engine_add(r->eng, &in.req, err, sizeof err);
@@ -316,6 +318,30 @@ static void flush_ready(struct run *r)
         s->out = NULL;
         r->head++;
     }
+}
+
+/* The progress bar's work under way, in jobs: a finished job not yet written counts whole, a
+ * running one its tokens over what it is expected to generate (its max_tokens, or the finished
+ * jobs' mean when that is less), at most 0.95 of a job; so the bar and its ETA move with the
+ * tokens, not only with written lines. */
+static double jobs_under_way(const struct run *r)
+{
+    long finished = r->completed + r->failed;
+    double mean = finished > 0 ? (double)r->generated_tokens / (double)finished : 0;
+    double partial = 0;
+    for (long i = r->head; i < r->tail; i++) {
+        const struct slot *s = &r->slots[i % WINDOW];
+        if (s->done) { /* finished, waiting for an earlier line to be written */
+            partial += 1;
+            continue;
+        }
+        if (!s->seq || s->max_tokens <= 0)
+            continue;
+        double expect = mean >= 1 && mean < s->max_tokens ? mean : s->max_tokens;
+        double f = (double)s->seq->n_output / expect;
+        partial += f < 0.95 ? f : 0.95;
+    }
+    return partial;
 }
 
 /* Strips a trailing newline / CR; true when what is left is only whitespace. */
@@ -487,6 +513,8 @@ static int run_batch(struct run *r)
         }
         struct engine_stats st;
         engine_get_stats(r->eng, &st);
+        if (progress_due(r->bar))
+            progress_set_partial(r->bar, jobs_under_way(r));
         progress_update(r->bar, r->head, (int64_t)st.generated_tokens);
     }
     free(line);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/util/json_exact.h"
 #include "queue/conn.h"
 #include "queue/route.h"
 #include "queue/rq.h"
@@ -266,7 +267,7 @@ static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_
     json_object_set_new(o, "running", json_integer(s->running));
     json_object_set_new(o, "workers", ws);
     json_object_set_new(o, "jobs", js);
-    char *txt = json_dumps(o, JSON_COMPACT);
+    char *txt = json_dumps_exact(o, JSON_COMPACT);
     if (txt)
         fprintf(f, "%s\n", txt);
     free(txt);

@@ -7,12 +7,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "engine/util/buf.h"
 #include "engine/util/errfmt.h"
 #include "worker/cli/cli.h"
+#include "worker/cli/tokenize_lines.h"
 
 static void usage(FILE *f)
 {
@@ -86,220 +88,6 @@ static struct tok *load(const char *model, const char *file, char *err, size_t e
     struct tok *tok = tok_load(file, stat(cfg, &st) == 0 ? cfg : NULL, err, errlen);
     free(cfg);
     return tok;
-}
-
-static json_t *ids_json(const int32_t *ids, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer(ids[i])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
-/* The tokenizer and, loaded on the first line with messages, the chat template. */
-struct tk {
-    const struct tok *tok;
-    const char *tpl_dir;  /* the folder of tokenizer_config.json */
-    const char *tpl_file; /* --chat-template, or NULL */
-    struct chat_template *chat;
-    bool chat_tried;
-    char chat_err[1024];
-    bool skip_special;
-};
-
-enum { ANSWER_OK = 0, ANSWER_BAD = -1, ANSWER_RAISED = -2 };
-
-/* {"messages", ...}: the rendered prompt and its ids into *out. */
-static int answer_chat(struct tk *t, json_t *in, json_t **out, char *err, size_t errlen)
-{
-    json_t *msgs = json_object_get(in, "messages"), *tools = json_object_get(in, "tools"),
-           *docs = json_object_get(in, "documents"), *agp = json_object_get(in, "add_generation_prompt"),
-           *kwargs = json_object_get(in, "chat_template_kwargs"),
-           *think = json_object_get(in, "enable_thinking");
-    if (!json_is_array(msgs))
-        return errfmt(err, errlen, "\"messages\": expected an array");
-    if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return errfmt(err, errlen, "\"tools\": expected an array");
-    if (docs && !json_is_null(docs) && !json_is_array(docs))
-        return errfmt(err, errlen, "\"documents\": expected an array");
-    if (agp && !json_is_boolean(agp))
-        return errfmt(err, errlen, "\"add_generation_prompt\": expected true or false");
-    if (kwargs && !json_is_object(kwargs))
-        return errfmt(err, errlen, "\"chat_template_kwargs\": expected an object");
-    if (think && !json_is_boolean(think))
-        return errfmt(err, errlen, "\"enable_thinking\": expected true or false");
-    if (!t->chat_tried) {
-        t->chat_tried = true;
-        t->chat = chat_template_load(t->tpl_dir, t->tpl_file, t->chat_err, sizeof t->chat_err);
-    }
-    if (!t->chat)
-        return errfmt(err, errlen, "%s", t->chat_err);
-    json_t *kw = kwargs ? json_copy(kwargs) : json_object();
-    if (!kw)
-        return errfmt(err, errlen, "out of memory");
-    if (think && !json_object_get(kw, "enable_thinking"))
-        json_object_set(kw, "enable_thinking", think);
-    struct chat_input ci = {.messages = msgs,
-                            .tools = json_is_array(tools) ? tools : NULL,
-                            .documents = json_is_array(docs) ? docs : NULL,
-                            .kwargs = kw,
-                            .add_generation_prompt = agp ? json_is_true(agp) : true};
-    char *prompt = NULL;
-    size_t len = 0;
-    int rc = chat_template_render(t->chat, &ci, &prompt, &len, err, errlen);
-    json_decref(kw);
-    if (rc == CHAT_RAISED)
-        return ANSWER_RAISED;
-    if (rc)
-        return ANSWER_BAD;
-    int32_t *v = NULL;
-    size_t n = 0;
-    if (tok_encode_ex(t->tok, prompt, len, false, &v, &n, err, errlen) != 0) {
-        free(prompt);
-        return ANSWER_BAD;
-    }
-    *out = json_pack("{s:s%,s:o}", "text", prompt, len, "ids", ids_json(v, n));
-    free(prompt);
-    free(v);
-    return ANSWER_OK;
-}
-
-/* Answers one input line: a new JSON object in *out, or an error in err (ANSWER_RAISED: err is
- * the template's own message). */
-static int answer(struct tk *t, const char *line, size_t len, json_t **out, char *err, size_t errlen)
-{
-    *out = NULL;
-    json_error_t je;
-    json_t *in = json_loadb(line, len, JSON_ALLOW_NUL, &je);
-    if (!in)
-        return errfmt(err, errlen, "not valid JSON: %s (column %d)", je.text, je.column);
-    const json_t *text = json_object_get(in, "text"), *msgs = json_object_get(in, "messages"),
-                 *ids = json_object_get(in, "ids");
-    const char *key;
-    json_t *val;
-    int rc = ANSWER_BAD;
-    if (!json_is_object(in)) {
-        snprintf(err, errlen, "expected a JSON object");
-        goto done;
-    }
-    static const char *const chat_keys[] = {
-        "tools", "documents", "add_generation_prompt", "chat_template_kwargs", "enable_thinking", NULL};
-    json_object_foreach(in, key, val)
-    {
-        bool chat_key = false;
-        for (const char *const *k = chat_keys; *k; k++)
-            chat_key = chat_key || !strcmp(*k, key);
-        if (chat_key && !msgs) {
-            snprintf(err, errlen, "\"%s\" goes with \"messages\"", key);
-            goto done;
-        }
-        if (!chat_key && strcmp(key, "text") && strcmp(key, "messages") && strcmp(key, "ids")) {
-            snprintf(err, errlen, "unknown key '%s' (expected \"text\", \"messages\" or \"ids\")", key);
-            goto done;
-        }
-    }
-    if (!!text + !!msgs + !!ids != 1) {
-        snprintf(err, errlen, "expected exactly one of \"text\", \"messages\", \"ids\"");
-        goto done;
-    }
-    int32_t *v = NULL;
-    size_t n = 0;
-    if (text) {
-        if (!json_is_string(text)) {
-            snprintf(err, errlen, "\"text\": expected a string");
-            goto done;
-        }
-        if (tok_encode(t->tok, json_string_value(text), json_string_length(text), &v, &n, err, errlen) != 0)
-            goto done;
-        *out = json_pack("{s:o}", "ids", ids_json(v, n));
-        free(v);
-    } else if (msgs) {
-        rc = answer_chat(t, in, out, err, errlen);
-        if (rc != ANSWER_OK)
-            goto done;
-    } else {
-        if (!json_is_array(ids)) {
-            snprintf(err, errlen, "\"ids\": expected an array of token ids");
-            goto done;
-        }
-        n = json_array_size(ids);
-        v = malloc((n ? n : 1) * sizeof *v);
-        if (!v) {
-            snprintf(err, errlen, "out of memory");
-            goto done;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const json_t *x = json_array_get(ids, i);
-            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-                json_integer_value(x) >= tok_vocab_size(t->tok)) {
-                if (json_is_integer(x))
-                    snprintf(err, errlen, "ids[%zu]: %lld is not a token id (vocabulary size %d)", i,
-                             (long long)json_integer_value(x), tok_vocab_size(t->tok));
-                else
-                    snprintf(err, errlen, "ids[%zu]: expected an integer", i);
-                free(v);
-                goto done;
-            }
-            v[i] = (int32_t)json_integer_value(x);
-        }
-        char *s = NULL;
-        size_t slen;
-        int drc = tok_decode(t->tok, v, n, t->skip_special, &s, &slen, err, errlen);
-        free(v);
-        if (drc != 0)
-            goto done;
-        *out = json_pack("{s:s%}", "text", s, slen);
-        free(s);
-    }
-    rc = ANSWER_OK;
-    if (!*out) {
-        snprintf(err, errlen, "out of memory");
-        rc = ANSWER_BAD;
-    }
-done:
-    json_decref(in);
-    return rc;
-}
-
-static int run_lines(struct tk *t)
-{
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    int status = 0;
-    while ((len = getline(&line, &cap, stdin)) >= 0) {
-        lineno++;
-        if (len > 0 && line[len - 1] == '\n')
-            len--;
-        char err[1024];
-        json_t *out = NULL;
-        int rc = answer(t, line, (size_t)len, &out, err, sizeof err);
-        if (rc == ANSWER_RAISED) {
-            out = json_pack("{s:s}", "error", err);
-            status = 1;
-        } else if (rc != ANSWER_OK) {
-            char msg[1100];
-            snprintf(msg, sizeof msg, "line %ld: %s", lineno, err);
-            out = json_pack("{s:s}", "error", msg);
-            status = 1;
-        }
-        char *s = out ? json_dumps(out, JSON_COMPACT) : NULL;
-        if (s) {
-            puts(s);
-            fflush(stdout);
-        } else {
-            printf("{\"error\": \"line %ld: out of memory\"}\n", lineno);
-            status = 1;
-        }
-        free(s);
-        json_decref(out);
-    }
-    free(line);
-    return status;
 }
 
 /* ---- --bench */
@@ -542,9 +330,13 @@ int cmd_tokenize(int argc, char **argv)
         else
             strcpy(dir, ".");
     }
-    struct tk t = {.tok = tok, .tpl_dir = dir, .tpl_file = chat_file, .skip_special = skip};
-    int rc = run_lines(&t);
-    chat_template_free(t.chat);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    struct tokenize_lines_opts lo = {.tok = tok,
+                                     .tpl_dir = dir,
+                                     .tpl_file = chat_file,
+                                     .skip_special = skip,
+                                     .threads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores};
+    int rc = tokenize_lines(STDIN_FILENO, stdout, &lo);
     free(dir);
     tok_free(tok);
     return rc;

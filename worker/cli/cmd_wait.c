@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/util/json_exact.h"
 #include "queue/conn.h"
 #include "queue/keys.h"
 #include "queue/rq.h"
@@ -303,7 +304,7 @@ static void print_job(struct waiter *w, const char *id, json_t *o, const struct 
         json_object_update(line, o);
         json_t *res = x->result ? json_loads(x->result, 0, NULL) : NULL;
         json_object_set_new(line, "result", res ? res : json_null());
-        char *txt = json_dumps(line, JSON_COMPACT);
+        char *txt = json_dumps_exact(line, JSON_COMPACT);
         if (txt)
             printf("%s\n", txt);
         free(txt);

@@ -15,7 +15,8 @@ struct progress {
     FILE *f;
     const char *unit, *rate_unit;
     int64_t total, done, tokens;
-    bool active, drawn;
+    double partial; /* work under way, in done's unit */
+    bool active, drawn, no_rate;
     double t0, last_draw;
     int last_len; /* length of the last line drawn, to blank leftovers */
     struct {
@@ -56,6 +57,23 @@ void progress_set_rate_unit(struct progress *p, const char *rate_unit)
 {
     if (p && rate_unit)
         p->rate_unit = rate_unit;
+}
+
+void progress_hide_rate(struct progress *p)
+{
+    if (p)
+        p->no_rate = true;
+}
+
+void progress_set_partial(struct progress *p, double partial)
+{
+    if (p)
+        p->partial = partial > 0 ? partial : 0;
+}
+
+bool progress_due(const struct progress *p)
+{
+    return p && p->active && (p->last_draw < 0 || llmq_mono_s() - p->last_draw >= REDRAW_S);
 }
 
 void progress_set_total(struct progress *p, int64_t total)
@@ -114,28 +132,35 @@ static double rate(const struct progress *p, int64_t tokens, double elapsed)
 void progress_format(const struct progress *p, int64_t done, int64_t tokens, double elapsed_s, int width,
                      char *buf, size_t len)
 {
-    char d[32], t[32], tps[32], el[32], eta[48] = "";
+    char d[32], t[32], tps[32], rate_text[64] = "", el[32], eta[48] = "";
     commas(done, d, sizeof d);
     commas(p->total, t, sizeof t);
-    commas((int64_t)(rate(p, tokens, elapsed_s) + 0.5), tps, sizeof tps);
+    if (!p->no_rate) {
+        commas((int64_t)(rate(p, tokens, elapsed_s) + 0.5), tps, sizeof tps);
+        snprintf(rate_text, sizeof rate_text, "  %s %s", tps, p->rate_unit);
+    }
     clock_str(elapsed_s, el, sizeof el);
+    /* what is done, with the work under way: the fill, the percent and the ETA */
+    double moved = (double)done + p->partial;
+    if (p->total > 0 && moved > (double)p->total)
+        moved = (double)p->total;
     char text[256];
     if (p->total > 0) {
-        if (done > 0 && done < p->total) {
+        if (moved > 0 && done < p->total) {
             char e[32];
-            clock_str(elapsed_s * (double)(p->total - done) / (double)done, e, sizeof e);
+            clock_str(elapsed_s * ((double)p->total - moved) / moved, e, sizeof e);
             snprintf(eta, sizeof eta, "  ETA %s", e);
         }
-        snprintf(text, sizeof text, "%s/%s %s  %3d%%  %s %s  %s elapsed%s", d, t, p->unit,
-                 (int)(100.0 * (double)done / (double)p->total), tps, p->rate_unit, el, eta);
+        snprintf(text, sizeof text, "%s/%s %s  %3d%%%s  %s elapsed%s", d, t, p->unit,
+                 (int)(100.0 * moved / (double)p->total), rate_text, el, eta);
     } else {
-        snprintf(text, sizeof text, "%s %s  %s %s  %s elapsed", d, p->unit, tps, p->rate_unit, el);
+        snprintf(text, sizeof text, "%s %s%s  %s elapsed", d, p->unit, rate_text, el);
     }
     int room = width - 1 - (int)strlen(text) - 3; /* "[...] " and one spare column */
     int bar = room > 40 ? 40 : room;
     if (p->total > 0 && bar >= 10) {
         char b[48];
-        int fill = (int)((double)bar * (double)(done > p->total ? p->total : done) / (double)p->total);
+        int fill = (int)((double)bar * moved / (double)p->total);
         for (int i = 0; i < bar; i++)
             b[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
         if (fill == bar)

@@ -32,6 +32,18 @@ bool progress_active(const struct progress *p);
  * progress_update is then counted in it (e.g. "MB/s" with megabytes). */
 void progress_set_rate_unit(struct progress *p, const char *rate_unit);
 
+/* Leaves the rate out of the line (when the second number of progress_update means nothing). */
+void progress_hide_rate(struct progress *p);
+
+/* Work under way, in done's unit: e.g. 2.4 when the running jobs have generated 2.4 jobs' worth of
+ * their tokens. The bar's fill, the percent and the ETA count done + partial (so they move before
+ * the first item is done); the count shown is done's. Kept until set again. */
+void progress_set_partial(struct progress *p, double partial);
+
+/* Whether progress_update would draw now (an active bar whose last draw is old enough): for
+ * callers whose partial takes some work to count. */
+bool progress_due(const struct progress *p);
+
 /* Changes the total (e.g. once the input's length is known); 0 = unknown. */
 void progress_set_total(struct progress *p, int64_t total);
 

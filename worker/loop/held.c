@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "engine/util/json_exact.h"
 #include "worker/jobs/answer_json.h"
 #include "worker/jobs/result.h"
 #include "worker/jobs/summarize.h"
@@ -69,7 +70,7 @@ static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
 
 static char *dump(const json_t *v)
 {
-    return v ? json_dumps(v, JSON_COMPACT) : NULL;
+    return v ? json_dumps_exact(v, JSON_COMPACT) : NULL;
 }
 
 void wk_job_admitted(struct wk_job *j)

@@ -1327,10 +1327,11 @@ static void add_metrics_row(struct wk *w, double now)
     publish(w, now);
 }
 
-static void timing_line(const char *what, struct timing *t)
+/* The loop's per-phase timings as one line at `level`. */
+static void timing_line(enum log_level level, const char *what, struct timing *t)
 {
     if (!t->steps) {
-        log_info("%s: no engine steps", what);
+        log_msg(level, "%s: no engine steps", what);
         return;
     }
     char buf[512];
@@ -1346,7 +1347,8 @@ static void timing_line(const char *what, struct timing *t)
     }
     double p50 = wk_percentile(t->ovh.v, t->ovh.n, 50), p95 = wk_percentile(t->ovh.v, t->ovh.n, 95);
     double pmax = wk_percentile(t->ovh.v, t->ovh.n, 100);
-    log_info(
+    log_msg(
+        level,
         "%s: %llu steps; worker overhead per step %.1f us mean, %.1f p50, %.1f p95, %.1f max "
         "(engine step %.1f us mean); at full batch %.1f us mean over %llu steps; per phase (us/step): %s",
         what, (unsigned long long)t->steps, ovh / (double)t->steps * 1e6, p50, p95, pmax,
@@ -1739,7 +1741,7 @@ static void store_and_report(struct wk *w, double now)
         add_metrics_row(w, now);
         w->stats.next_row = now + w->cfg->metrics.interval_s;
         if (w->opts.stats) {
-            timing_line("worker stats (last interval)", &w->stats.interval_timing);
+            timing_line(LOG_INFO, "worker stats (last interval)", &w->stats.interval_timing);
             timing_reset(&w->stats.interval_timing);
         }
     }
@@ -2116,13 +2118,15 @@ static int setup(struct wk *w)
         snprintf(s->version, sizeof s->version, "%s", LLMQ_VERSION);
         s->started_at = w->rq->started_at;
         s->gpu_mem_bytes = w->gpu_mem_bytes;
-        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->stats.http, err, sizeof err))
+        if (wk_http_start(c->metrics.listen_address, c->metrics.port, &w->stats.http, err, sizeof err)) {
             log_warn("%s; the worker runs without GET /metrics and /health", err);
-        else
+        } else {
+            read_redis_figures(w); /* the Redis gauges from the first scrape on, not after an interval */
+            publish(w, now);
             log_info("metrics: http://%s%s%s:%d/metrics and /health",
                      strchr(c->metrics.listen_address, ':') ? "[" : "", c->metrics.listen_address,
                      strchr(c->metrics.listen_address, ':') ? "]" : "", wk_http_port(w->stats.http));
-        publish(w, now);
+        }
     }
     return 0;
 }
@@ -2292,7 +2296,8 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
     if (!w->id_lost)
         finish_run(w, hard);
     double dt = llmq_mono_s() - t_start;
-    timing_line("worker stats", &w->stats.run_timing);
+    /* a developer's figure: at debug level, or with --stats */
+    timing_line(w->opts.stats ? LOG_INFO : LOG_DEBUG, "worker stats", &w->stats.run_timing);
     /* a cron job learns from the status that jobs failed; a service is only told how it stopped */
     int status = w->exit_code                                       ? w->exit_code
                  : w->opts.drain && (w->stats.failed || w->stats.dead) ? WK_EXIT_JOBS_FAILED

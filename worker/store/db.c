@@ -2,6 +2,7 @@
 #include "worker/store/db.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1178,6 +1179,29 @@ static void note_files(struct db *db)
     }
 }
 
+/* When the folder of db->path is why the database cannot be made or written (missing, or not
+ * writable by this process: SQLite makes the file and its -wal and -shm files there), says so in
+ * db->err and returns true. */
+static bool folder_to_blame(struct db *db)
+{
+    char dir[4096];
+    const char *slash = strrchr(db->path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == db->path ? 1 : (int)(slash - db->path), db->path);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        set_err(db, "cannot create it: the folder %s does not exist", dir);
+    else if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) != 0)
+        set_err(db, "permission denied: this process cannot write in the folder %s (SQLite keeps the database "
+                    "and its -wal and -shm files there)",
+                dir);
+    else
+        return false;
+    return true;
+}
+
 /* Opens db->path with db->o into db->h: the connection, its settings, the schema; for a read-write
  * open also a write to prove it can write, and the files it opened. DB_OK or the code with db->err. */
 static int open_conn(struct db *db)
@@ -1186,7 +1210,8 @@ static int open_conn(struct db *db)
     db->version = 0;
     int rc = sqlite3_open_v2(db->path, &db->h, flags, NULL);
     if (rc != SQLITE_OK) {
-        set_err(db, "cannot open: %s", db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+        if (db->o.readonly || !folder_to_blame(db))
+            set_err(db, "cannot open: %s", db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
         return DB_ERR;
     }
     if ((rc = configure(db)) != DB_OK || (rc = check_schema(db)) != DB_OK || db->o.readonly)
@@ -1196,7 +1221,11 @@ static int open_conn(struct db *db)
                     "file system)");
         return DB_UNWRITABLE;
     }
-    if ((rc = set_wal(db)) != DB_OK || (rc = migrate(db)) != DB_OK)
+    if ((rc = set_wal(db)) != DB_OK) {
+        folder_to_blame(db); /* no -wal file can be made beside it */
+        return rc;
+    }
+    if ((rc = migrate(db)) != DB_OK)
         return rc;
     /* Locked by another writer: the file takes writes, and what is written later waits for the
      * lock as any write does; the open does not wait for it (a migration it needed has run). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/json_exact.h"
 /* llmq's result object from the columns (the shape of worker/jobs/result.h, without what only
  * the stored line has: token ids, logprobs). */
 static char *built_line(const struct db_result *r)
@@ -37,7 +38,7 @@ static char *built_line(const struct db_result *r)
     json_t *md = r->metadata ? json_loads(r->metadata, 0, NULL) : NULL;
     if (md)
         json_object_set_new(o, "metadata", md);
-    char *txt = json_dumps(o, JSON_COMPACT);
+    char *txt = json_dumps_exact(o, JSON_COMPACT);
     json_decref(o);
     return txt;
 }
