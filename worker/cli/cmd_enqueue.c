@@ -76,10 +76,11 @@ static void usage(FILE *f)
         "                      Without it a known id refuses the file; a queued or running one always does\n"
         "      --print-ids     print each pushed job's id on stdout, one per line (instead of the\n"
         "                      batch id), for `xargs llmq wait`\n"
+        "      --quiet         no progress bar and no summary line when every job was pushed\n"
         "  -h, --help          this text\n"
         "\n"
         "One templated job from options instead of a file (the config must define the template):\n"
-        "  -t, --template NAME the job's \"template\"\n"
+        "      --template NAME the job's \"template\"\n"
         "      --var K=TEXT    vars.K = TEXT; K=@FILE reads the file (UTF-8 text), K=@- reads stdin\n"
         "      --id ID         the job's \"id\" (default: a new UUIDv7)\n"
         "      --set F=JSON    any other job field, its value as JSON: --set max_tokens=128\n"
@@ -90,7 +91,7 @@ static void usage(FILE *f)
         "                      --set summarize='{\"chunk_tokens\": 8192, \"max_tokens\": 256}'\n"
         "\n"
         "A progress bar is drawn on stderr while the file is checked when stderr is a terminal; a\n"
-        "summary line is always printed.\n"
+        "summary line is printed (with --quiet only when something was not pushed).\n"
         "Exit status: 0 every job was pushed, 1 nothing was pushed (a bad line, a duplicate or known\n"
         "id, an existing batch, Redis failed) or, after a Redis failure part way, not everything,\n"
         "2 the command line is wrong.\n");
@@ -387,7 +388,7 @@ static int push_all(struct enq *e, const char *input, bool append, enum rq_push_
     return rc;
 }
 
-enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE };
+enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE, O_TEMPLATE, O_QUIET };
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -395,7 +396,7 @@ enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPL
 struct enq_args {
     const char *queue;               /* -q/--queue */
     bool print_ids;                  /* --print-ids */
-    const char *template_name;       /* -t/--template */
+    const char *template_name;       /* --template */
     const char *id;                  /* --id */
     const char *vars[MAX_OPT_ITEMS]; /* --var K=V, in order */
     const char *sets[MAX_OPT_ITEMS]; /* --set F=JSON, in order */
@@ -404,6 +405,7 @@ struct enq_args {
     const char *batch;              /* -b/--batch */
     bool append, no_batch, replace; /* --append, --no-batch, --replace */
     bool map_reduce;                /* --map-reduce */
+    bool quiet;                     /* --quiet */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -413,8 +415,10 @@ static void on_opt(int opt, const char *arg, void *ctx)
         ea->queue = arg;
     else if (opt == O_IDS)
         ea->print_ids = true;
-    else if (opt == 't')
+    else if (opt == O_TEMPLATE)
         ea->template_name = arg;
+    else if (opt == O_QUIET)
+        ea->quiet = true;
     else if (opt == O_ID)
         ea->id = arg;
     else if (opt == 'b')
@@ -576,15 +580,16 @@ int cmd_enqueue(int argc, char **argv)
 {
     static const struct option own[] = {
         {"queue", required_argument, NULL, 'q'},         {"print-ids", no_argument, NULL, O_IDS},
-        {"template", required_argument, NULL, 't'},      {"var", required_argument, NULL, O_VAR},
+        {"template", required_argument, NULL, O_TEMPLATE},      {"var", required_argument, NULL, O_VAR},
         {"id", required_argument, NULL, O_ID},           {"set", required_argument, NULL, O_SET},
         {"batch", required_argument, NULL, 'b'},         {"append", no_argument, NULL, O_APPEND},
         {"no-batch", no_argument, NULL, O_NO_BATCH},     {"replace", no_argument, NULL, O_REPLACE},
-        {"map-reduce", no_argument, NULL, O_MAP_REDUCE}, {NULL, 0, NULL, 0},
+        {"map-reduce", no_argument, NULL, O_MAP_REDUCE}, {"quiet", no_argument, NULL, O_QUIET},
+        {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};
     const struct cli_redis_spec spec = {
-        .usage = usage, .shortopts = "q:t:b:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
+        .usage = usage, .shortopts = "q:b:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
     struct cli_redis_args a;
     if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
         return a.exit;
@@ -651,7 +656,7 @@ int cmd_enqueue(int argc, char **argv)
         jo.template_find = tpl_source_find; /* the config's, else those workers published */
         jo.template_ctx = ts;
         jo.template_where = "in the config or published in Redis";
-        e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
+        e.bar = tjob || ea.quiet ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
             jobs++;
@@ -704,7 +709,7 @@ int cmd_enqueue(int argc, char **argv)
         if (total == 0)
             fprintf(stderr, "llmq %s: %ld job%s read, %ld with problems: nothing pushed\n", CMD, jobs,
                     jobs == 1 ? "" : "s", e.bad);
-        else
+        else if (!ea.quiet || total < jobs)
             fprintf(
                 stderr,
                 "llmq %s: %s%s%s%ld of %ld job%s pushed (%ld to %s%s, %ld to %s%s, %ld to model queues)%s\n",
