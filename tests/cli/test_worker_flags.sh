@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `llmq worker` takes the engine flags of `llmq run` and `llmq bench` (one table) and
 # --metrics-port/--metrics-address, each over the config file's key; --quiet leaves warnings and
-# errors only. Two --drain workers on an empty queue, their start-up log lines checked.
+# errors only. Two --drain workers on an empty queue, their start-up log lines checked; then
+# enqueue --quiet.
 . "$(dirname "$0")/worker_lib.sh"
 redis_start
 make_model
@@ -22,4 +23,14 @@ worker_start b --drain --quiet
 worker_wait b
 eq "worker --quiet: exit status" "$WRC" 0
 [ -s "$T/b.log" ] && bad "--quiet logged: $(head -3 "$T/b.log")" || ok "--quiet: no info lines"
+
+# ---- enqueue --quiet: no summary when every job was pushed; the summary when something was not
+echo '{"id": "q1", "prompt": "hi", "max_tokens": 1}' >"$T/q.jsonl"
+"$LLMQ" enqueue -c "$CFG" --no-batch --quiet "$T/q.jsonl" >/dev/null 2>"$T/q.err"
+eq "enqueue --quiet: exit status" "$?" 0
+[ -s "$T/q.err" ] && bad "enqueue --quiet printed: $(cat "$T/q.err")" || ok "enqueue --quiet: stderr empty"
+eq "  the job was pushed" "$(rcli LLEN llmq:queue:short)" 1
+"$LLMQ" enqueue -c "$CFG" --no-batch --quiet "$T/q.jsonl" >/dev/null 2>"$T/q.err"
+eq "enqueue --quiet of a known id: exit status" "$?" 1
+grep -q "nothing pushed" "$T/q.err" && ok "  says nothing was pushed" || bad "  stderr: $(cat "$T/q.err")"
 finish
