@@ -40,7 +40,8 @@ static const char *nearest_option(const struct option *longopts, const char *typ
     return best && best_d <= (len > 6 ? 3 : 2) && best_d < len ? best : NULL;
 }
 
-int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts, const char *shortopts)
+int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts,
+                   const char *shortopts)
 {
     const char *typed = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
     if (!strncmp(typed, "--", 2) && typed[2]) {
@@ -71,8 +72,8 @@ int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *
             return cli_usage_error(cmd, "option --%.*s is ambiguous (%s)", (int)len, name, list);
         }
         const char *near = nearest_option(longopts, name, len);
-        return cli_usage_error(cmd, "unknown option --%.*s%s%s%s", (int)len, name, near ? " (did you mean --" : "",
-                               near ? near : "", near ? "?)" : "");
+        return cli_usage_error(cmd, "unknown option --%.*s%s%s%s", (int)len, name,
+                               near ? " (did you mean --" : "", near ? near : "", near ? "?)" : "");
     }
 short_option:
     if (optopt > 0 && optopt < 256 && optopt != ':' && strchr(shortopts, optopt))

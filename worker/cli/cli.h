@@ -29,7 +29,8 @@ struct option;
  * argv and what is wrong with it: "unknown option --limt (did you mean --limit?)", "option --lim
  * is ambiguous (--limit, --lines)", "--limit needs a value", "--drain takes no value". longopts and
  * shortopts are the tables given to getopt_long. Returns 2. */
-int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts, const char *shortopts);
+int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts,
+                   const char *shortopts);
 
 /* Lines of the regular file at path, for a progress bar's total: every line, or with skip_blank
  * only those holding something besides spaces, tabs and '\r'; a last line without '\n' counts.

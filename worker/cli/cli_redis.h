@@ -42,7 +42,8 @@ int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_re
 int cli_redis_config(const char *cmd, const char *config, const char *redis_url, struct cfg *c);
 
 /* Opens and connects a queue handle for c (c must outlive it). Returns 0, or after printing why on
- * stderr (*q is then NULL) CLI_EXIT_UNREACHABLE when Redis cannot be reached, else 1 (refused credentials too). */
+ * stderr (*q is then NULL) CLI_EXIT_UNREACHABLE when Redis cannot be reached, else 1 (refused credentials
+ * too). */
 int cli_redis_open(const char *cmd, const struct cfg *c, struct rq **q);
 
 /* cli_redis_config from a, then cli_redis_open. Returns 0, or the exit status after printing why

@@ -388,7 +388,18 @@ static int push_all(struct enq *e, const char *input, bool append, enum rq_push_
     return rc;
 }
 
-enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE, O_TEMPLATE, O_QUIET };
+enum {
+    O_IDS = CLI_REDIS_O_OWN,
+    O_VAR,
+    O_ID,
+    O_SET,
+    O_APPEND,
+    O_NO_BATCH,
+    O_REPLACE,
+    O_MAP_REDUCE,
+    O_TEMPLATE,
+    O_QUIET
+};
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -579,12 +590,18 @@ static int build_job(const struct enq_args *ea, int64_t max_bytes, char **line)
 int cmd_enqueue(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"queue", required_argument, NULL, 'q'},         {"print-ids", no_argument, NULL, O_IDS},
-        {"template", required_argument, NULL, O_TEMPLATE},      {"var", required_argument, NULL, O_VAR},
-        {"id", required_argument, NULL, O_ID},           {"set", required_argument, NULL, O_SET},
-        {"batch", required_argument, NULL, 'b'},         {"append", no_argument, NULL, O_APPEND},
-        {"no-batch", no_argument, NULL, O_NO_BATCH},     {"replace", no_argument, NULL, O_REPLACE},
-        {"map-reduce", no_argument, NULL, O_MAP_REDUCE}, {"quiet", no_argument, NULL, O_QUIET},
+        {"queue", required_argument, NULL, 'q'},
+        {"print-ids", no_argument, NULL, O_IDS},
+        {"template", required_argument, NULL, O_TEMPLATE},
+        {"var", required_argument, NULL, O_VAR},
+        {"id", required_argument, NULL, O_ID},
+        {"set", required_argument, NULL, O_SET},
+        {"batch", required_argument, NULL, 'b'},
+        {"append", no_argument, NULL, O_APPEND},
+        {"no-batch", no_argument, NULL, O_NO_BATCH},
+        {"replace", no_argument, NULL, O_REPLACE},
+        {"map-reduce", no_argument, NULL, O_MAP_REDUCE},
+        {"quiet", no_argument, NULL, O_QUIET},
         {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};

@@ -38,36 +38,35 @@ static const char CMD[] = "run";
 
 static void usage(FILE *f)
 {
-    fputs(
-        "Usage: llmq run --model DIR --input IN.jsonl --output OUT.jsonl [options]\n"
-        "\n"
-        "Runs a batch of jobs through the engine without Redis. Every line of IN is a job, in llmq's form\n"
-        "({\"id\", \"prompt\" | \"messages\", \"max_tokens\", ...}) or as an OpenAI Batch request line\n"
-        "({\"custom_id\", \"method\", \"url\", \"body\"}); docs/JOBS.md lists every field. OUT gets one "
-        "line\n"
-        "per job in input order: llmq's result object, or an OpenAI Batch output line for OpenAI lines.\n"
-        "A bad line gets a failed result with the reason and the batch goes on. Blank lines are skipped.\n"
-        "IN and OUT may be '-' for stdin and stdout.\n"
-        "\n"
-        "Options (flags override the config file and LLMQ_* variables; docs/CLI.md):\n"
-        "  -i, --input FILE                jobs, one JSON object per line\n"
-        "  -o, --output FILE               results, one JSON object per line (overwritten)\n"
-        "  -c, --config FILE               llmq.yaml (default $LLMQ_CONFIG; sampling defaults,\n"
-        "                                  limits, templates)\n"
-        "      --chat-template FILE        a Jinja chat template used instead of the model's own\n"
-        "                                  (model.chat_template; docs/CHAT_TEMPLATES.md)\n"
-        "      --quiet                     no progress bar and no summary line\n"
-        "  -h, --help                      this text\n"
-        "      --version                   llmq's version\n"
-        "\n"
-        "Engine and model (the same flags as llmq worker and llmq bench take):\n",
-        f);
+    fputs("Usage: llmq run --model DIR --input IN.jsonl --output OUT.jsonl [options]\n"
+          "\n"
+          "Runs a batch of jobs through the engine without Redis. Every line of IN is a job, in llmq's form\n"
+          "({\"id\", \"prompt\" | \"messages\", \"max_tokens\", ...}) or as an OpenAI Batch request line\n"
+          "({\"custom_id\", \"method\", \"url\", \"body\"}); docs/JOBS.md lists every field. OUT gets one "
+          "line\n"
+          "per job in input order: llmq's result object, or an OpenAI Batch output line for OpenAI lines.\n"
+          "A bad line gets a failed result with the reason and the batch goes on. Blank lines are skipped.\n"
+          "IN and OUT may be '-' for stdin and stdout.\n"
+          "\n"
+          "Options (flags override the config file and LLMQ_* variables; docs/CLI.md):\n"
+          "  -i, --input FILE                jobs, one JSON object per line\n"
+          "  -o, --output FILE               results, one JSON object per line (overwritten)\n"
+          "  -c, --config FILE               llmq.yaml (default $LLMQ_CONFIG; sampling defaults,\n"
+          "                                  limits, templates)\n"
+          "      --chat-template FILE        a Jinja chat template used instead of the model's own\n"
+          "                                  (model.chat_template; docs/CHAT_TEMPLATES.md)\n"
+          "      --quiet                     no progress bar and no summary line\n"
+          "  -h, --help                      this text\n"
+          "      --version                   llmq's version\n"
+          "\n"
+          "Engine and model (the same flags as llmq worker and llmq bench take):\n",
+          f);
     engine_flags_usage(f, ENGINE_FLAGS_ENGINE);
     fputs("\n"
           "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
           "is printed there at the end (neither with --quiet; failed lines are still reported).\n"
-        "\n"
-        "Exit status: 0 the batch ran (even if some jobs failed), 1 it could not run (input missing,\n"
+          "\n"
+          "Exit status: 0 the batch ran (even if some jobs failed), 1 it could not run (input missing,\n"
           "model or tokenizer did not load, output not writable), 2 the command line is wrong.\n",
           f);
 }
@@ -500,7 +499,8 @@ static int run_batch(struct run *r)
     if (r->reported > MAX_REPORTED)
         fprintf(stderr, "llmq %s: ... and %ld more failed lines\n", CMD, r->reported - MAX_REPORTED);
     if (!r->quiet)
-        fprintf(stderr,
+        fprintf(
+            stderr,
             "llmq %s: %ld job%s: %ld completed, %ld failed in %.2f s; %llu prompt + %llu generated tokens, "
             "%.1f generated tokens/s (%s backend)\n",
             CMD, r->completed + r->failed, r->completed + r->failed == 1 ? "" : "s", r->completed, r->failed,

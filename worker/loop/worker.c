@@ -1891,8 +1891,8 @@ static void finish_run(struct wk *w, bool hard)
 
 /* The first connection to Redis. A --drain worker (a cron job) can do nothing without Redis and
  * must not wait for it forever: it tries for redis.start_timeout_s (--connect-timeout), then gives
- * up with one line and exit WK_EXIT_UNREACHABLE. A service worker starts anyway and keeps trying with backoff, as
- * after a lost connection: systemd would restart it only to do the same, and it is ready the
+ * up with one line and exit WK_EXIT_UNREACHABLE. A service worker starts anyway and keeps trying with
+ * backoff, as after a lost connection: systemd would restart it only to do the same, and it is ready the
  * moment Redis is. A server that refuses the credentials (a wrong password, or none given) fails
  * the start of both with one line: the same password would be refused forever. 0, or -1 (after
  * the log line). */
