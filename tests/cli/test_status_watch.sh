@@ -57,7 +57,7 @@ for l in open(sys.argv[1]):
         if abs(pct - want) > 1 or abs(full - round(20 * want / 100)) > 1:
             print(l, want); sys.exit(1)
 PY
-"$LLMQ" status -c "$CFG" -w -n 0.5 --json >"$T/json.out" &
+"$LLMQ" status -c "$CFG" -w --interval 0.5 --json >"$T/json.out" &
 pid=$!
 wait_until "two JSON frames" frames "$T/json.out" 2 "^{"
 interrupt "$pid"; wait "$pid"

@@ -13,8 +13,8 @@ echo "$out" | grep -q "Examples:" || bad "wait --help has no examples"
 out=$("$LLMQ" wait 2>&1); eq "wait without ids" "$?" 2
 out=$("$LLMQ" wait --timeout soon x 2>&1); eq "wait: bad --timeout" "$?" 2
 out=$("$LLMQ" wait --format xml x 2>&1); eq "wait: bad --format" "$?" 2
-out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis redis://127.0.0.1:1 --db "$T/none.db" x 2>&1); eq "wait: --db missing" "$?" 3
-out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis redis://127.0.0.1:1 x 2>&1); eq "wait: redis unreachable" "$?" 3
+out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis redis://127.0.0.1:1 --db "$T/none.db" x 2>&1); eq "wait: --db missing" "$?" 69
+out=$(env -u LLMQ_CONFIG "$LLMQ" wait --redis redis://127.0.0.1:1 x 2>&1); eq "wait: redis unreachable" "$?" 69
 echo "$out" | grep -qi "refused\|connect" || bad "unreachable redis not explained: $out"
 
 redis_start

@@ -17,7 +17,7 @@ out=$("$LLMQ" enqueue --queue sideways 2>&1); eq "enqueue: bad --queue" "$?" 2
 out=$("$LLMQ" cancel 2>&1); eq "cancel without ids" "$?" 2
 out=$("$LLMQ" requeue-dead 2>&1); eq "requeue-dead without ids" "$?" 2
 out=$("$LLMQ" requeue-dead --all x 2>&1); eq "requeue-dead --all and ids" "$?" 2
-out=$("$LLMQ" status --redis redis://127.0.0.1:1 2>&1); eq "status: redis unreachable" "$?" 1
+out=$("$LLMQ" status --redis redis://127.0.0.1:1 2>&1); eq "status: redis unreachable" "$?" 69
 echo "$out" | grep -qi "refused\|connect" || bad "unreachable redis not explained: $out"
 
 redis_start

@@ -9,13 +9,13 @@ redis_start
 make_model
 write_config
 
-# ---- Redis unreachable at the start: exit 1 after --connect-timeout, with one line
+# ---- Redis unreachable at the start: exit 69 after --connect-timeout, with one line
 dead_port=$(free_port)
 t0=$(date +%s.%N)
 worker_start nored --redis "redis://u:hunter2@127.0.0.1:$dead_port/0" --drain --connect-timeout 2
 worker_wait nored
 took=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
-eq "unreachable Redis: exit status" "$WRC" 1
+eq "unreachable Redis: exit status" "$WRC" 69
 eq "unreachable Redis: one line" "$(wc -l <"$T/nored.log")" 1
 grep -q "ERROR redis redis://u:\*\*\*\*@127.0.0.1:$dead_port/0 cannot be reached: Connection refused (for 2 s" "$T/nored.log" &&
   ok "the line names the address (password hidden) and the reason" || bad "the line: $(cat "$T/nored.log")"

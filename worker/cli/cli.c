@@ -4,9 +4,12 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "worker/config/config.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -19,12 +22,65 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
-int cli_bad_option(const char *cmd, int argc, char **argv)
+/* The nearest long option to the name typed (len bytes of it), or NULL when none is close. */
+static const char *nearest_option(const struct option *longopts, const char *typed, size_t len)
 {
-    const char *opt = (optind - 1 < argc && optind > 0) ? argv[optind - 1] : "?";
-    if (optopt > 0 && optopt < 256 && optopt != '?') /* a long option's value (>= 256) names no letter */
-        return cli_usage_error(cmd, "option '-%c' is unknown or needs a value", optopt);
-    return cli_usage_error(cmd, "option '%s' is unknown or needs a value", opt);
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)len, typed);
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (const struct option *o = longopts; o->name; o++) {
+        size_t d = cfg_edit_distance(name, o->name);
+        if (d < best_d)
+            best_d = d, best = o->name;
+    }
+    size_t d = cfg_edit_distance(name, "version"); /* every subcommand takes it (main.c) */
+    if (d < best_d)
+        best_d = d, best = "version";
+    return best && best_d <= (len > 6 ? 3 : 2) && best_d < len ? best : NULL;
+}
+
+int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts,
+                   const char *shortopts)
+{
+    const char *typed = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
+    if (!strncmp(typed, "--", 2) && typed[2]) {
+        const char *name = typed + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option *match = NULL;
+        int prefixes = 0;
+        for (const struct option *o = longopts; o->name; o++)
+            if (!strncmp(o->name, name, len)) {
+                if (strlen(o->name) == len) { /* exact: no ambiguity */
+                    match = o, prefixes = 1;
+                    break;
+                }
+                match = o, prefixes++;
+            }
+        if (optopt != 0 && !(prefixes == 1 && match->val == optopt))
+            goto short_option; /* typed is done with; getopt stopped inside a later "-xy" */
+        if (prefixes == 1 && match->has_arg == no_argument && eq)
+            return cli_usage_error(cmd, "--%.*s takes no value", (int)len, name);
+        if (prefixes == 1)
+            return cli_usage_error(cmd, "--%.*s needs a value", (int)len, name);
+        if (prefixes > 1) {
+            char list[512] = "";
+            size_t at = 0;
+            for (const struct option *o = longopts; o->name && at < sizeof list - 1; o++)
+                if (!strncmp(o->name, name, len))
+                    at += (size_t)snprintf(list + at, sizeof list - at, "%s--%s", at ? ", " : "", o->name);
+            return cli_usage_error(cmd, "option --%.*s is ambiguous (%s)", (int)len, name, list);
+        }
+        const char *near = nearest_option(longopts, name, len);
+        return cli_usage_error(cmd, "unknown option --%.*s%s%s%s", (int)len, name,
+                               near ? " (did you mean --" : "", near ? near : "", near ? "?)" : "");
+    }
+short_option:
+    if (optopt > 0 && optopt < 256 && optopt != ':' && strchr(shortopts, optopt))
+        return cli_usage_error(cmd, "-%c needs a value", optopt);
+    if (optopt > 0 && optopt < 256)
+        return cli_usage_error(cmd, "unknown option -%c", optopt);
+    return cli_usage_error(cmd, "unknown option '%s'", typed);
 }
 
 long cli_count_lines(const char *path, bool skip_blank)

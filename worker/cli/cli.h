@@ -1,10 +1,15 @@
 /* The `llmq` command line: one entry per subcommand, and helpers every subcommand shares.
  *
  * A subcommand is `int cmd_<name>(int argc, char **argv)`: argv[0] is the subcommand's name,
- * options are parsed with getopt_long. It returns the process exit status: 0 ok, 1 the work
- * failed, 2 the command line was wrong (cli_usage_error prints why). */
+ * options are parsed with getopt_long (opterr = 0; cli_bad_option reports a bad one). It returns the
+ * process exit status: 0 ok, 1 the work failed, 2 the command line was wrong (cli_usage_error
+ * prints why); docs/CLI.md has the conventions every subcommand follows. */
 #pragma once
 #include <stdbool.h>
+
+/* The exit status of every command when Redis cannot be reached (sysexits' EX_UNAVAILABLE; the
+ * worker's WK_EXIT_UNREACHABLE); docs/CLI.md lists the others. */
+enum { CLI_EXIT_UNREACHABLE = 69 };
 
 struct cli_command {
     const char *name;
@@ -18,8 +23,14 @@ extern const struct cli_command cli_commands[];
 /* Prints "llmq <cmd>: <message>" and a hint to run --help on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* For getopt_long's '?' case: reports the offending option (optopt / argv[optind-1]); returns 2. */
-int cli_bad_option(const char *cmd, int argc, char **argv);
+struct option;
+
+/* For getopt_long's '?' (or ':') return, with opterr = 0: reports on stderr the option as typed in
+ * argv and what is wrong with it: "unknown option --limt (did you mean --limit?)", "option --lim
+ * is ambiguous (--limit, --lines)", "--limit needs a value", "--drain takes no value". longopts and
+ * shortopts are the tables given to getopt_long. Returns 2. */
+int cli_bad_option(const char *cmd, int argc, char **argv, const struct option *longopts,
+                   const char *shortopts);
 
 /* Lines of the regular file at path, for a progress bar's total: every line, or with skip_blank
  * only those holding something besides spaces, tabs and '\r'; a last line without '\n' counts.

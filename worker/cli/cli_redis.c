@@ -2,6 +2,7 @@
 #include "worker/cli/cli_redis.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,14 +17,19 @@ enum { OWN_MAX = 16 };
 int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_redis_spec *s,
                      struct cli_redis_args *a)
 {
-    struct option longopts[3 + OWN_MAX + 1] = {
+    struct option longopts[4 + OWN_MAX + 1] = {
         {"config", required_argument, NULL, 'c'},
         {"redis", required_argument, NULL, CLI_REDIS_O_REDIS},
         {"help", no_argument, NULL, 'h'},
     };
     int n = 3;
-    for (const struct option *o = s->longopts; o && o->name && n < 3 + OWN_MAX; o++)
+    bool format = false; /* the command has -f/--format: --json is --format json */
+    for (const struct option *o = s->longopts; o && o->name && n < 3 + OWN_MAX; o++) {
         longopts[n++] = *o;
+        format = format || (o->val == 'f' && !strcmp(o->name, "format"));
+    }
+    if (format)
+        longopts[n++] = (struct option){"json", no_argument, NULL, CLI_REDIS_O_JSON};
     memset(&longopts[n], 0, sizeof longopts[n]);
     char shortopts[64];
     snprintf(shortopts, sizeof shortopts, "c:h%s", s->shortopts ? s->shortopts : "");
@@ -45,12 +51,15 @@ int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_re
         case CLI_REDIS_O_REDIS:
             a->redis = optarg;
             break;
+        case CLI_REDIS_O_JSON:
+            s->on_opt('f', "json", s->ctx);
+            break;
         default:
             if (opt != '?' && s->on_opt) { /* one of the command's own */
                 s->on_opt(opt, optarg, s->ctx);
                 break;
             }
-            a->exit = cli_bad_option(cmd, argc, argv);
+            a->exit = cli_bad_option(cmd, argc, argv, longopts, shortopts);
             return -1;
         }
     }
@@ -89,9 +98,10 @@ int cli_redis_open(const char *cmd, const struct cfg *c, struct rq **q)
     }
     if (rq_connect(*q)) {
         fprintf(stderr, "llmq %s: %s\n", cmd, rq_error(*q));
+        int rc = rq_auth_refused(*q) ? 1 : CLI_EXIT_UNREACHABLE; /* refused credentials: reached */
         rq_free(*q);
         *q = NULL;
-        return 1;
+        return rc;
     }
     return 0;
 }

@@ -8,9 +8,9 @@ struct cfg;
 struct rq;
 struct option;
 
-/* The value getopt_long gives --redis; a command numbers its own long-only options from
- * CLI_REDIS_O_OWN up. */
-enum { CLI_REDIS_O_REDIS = 256, CLI_REDIS_O_OWN };
+/* The values getopt_long gives --redis and --json; a command numbers its own long-only options
+ * from CLI_REDIS_O_OWN up. */
+enum { CLI_REDIS_O_REDIS = 256, CLI_REDIS_O_JSON, CLI_REDIS_O_OWN };
 
 /* A command's own options, besides those every Redis client command takes. */
 struct cli_redis_spec {
@@ -29,7 +29,8 @@ struct cli_redis_args {
 };
 
 /* Parses argv with getopt_long: -c/--config, --redis and -h/--help (prints s->usage(stdout)) into
- * *a, the command's own options through s->on_opt. Returns 0 with optind at the first operand, or
+ * *a, the command's own options through s->on_opt. A command with -f/--format also takes --json,
+ * given to on_opt as 'f' with "json". Returns 0 with optind at the first operand, or
  * -1 when the command is done, with a->exit set: 0 after --help, 2 after an unknown option or one
  * without its value (reported on stderr as "llmq <cmd>: ..."). */
 int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_redis_spec *s,
@@ -40,8 +41,9 @@ int cli_redis_getopt(const char *cmd, int argc, char **argv, const struct cli_re
  * stderr (1 for a bad file, 2 for a bad flag value). *c must be given to cfg_free either way. */
 int cli_redis_config(const char *cmd, const char *config, const char *redis_url, struct cfg *c);
 
-/* Opens and connects a queue handle for c (c must outlive it). Returns 0, or 1 after printing
- * why on stderr (*q is then NULL). */
+/* Opens and connects a queue handle for c (c must outlive it). Returns 0, or after printing why on
+ * stderr (*q is then NULL) CLI_EXIT_UNREACHABLE when Redis cannot be reached, else 1 (refused credentials
+ * too). */
 int cli_redis_open(const char *cmd, const struct cfg *c, struct rq **q);
 
 /* cli_redis_config from a, then cli_redis_open. Returns 0, or the exit status after printing why

@@ -58,6 +58,7 @@ static void list_usage(FILE *f)
                "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
                "  -n, --limit N       at most N batches (default 20; 0 = all)\n"
                "  -f, --format F      text (default: a table) or json (one object per line)\n"
+               "      --json          the same as --format json\n"
                "  -h, --help          this text\n"
                "\n"
                "Exit status: 0, 1 when Redis fails, 2 when the command line is wrong.\n");
@@ -168,6 +169,7 @@ static void status_usage(FILE *f)
                "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
                "      --db PATH       the results database (an error when it cannot be read)\n"
                "  -f, --format F      text (default) or json (one object; \"db\" holds the database's part)\n"
+               "      --json          the same as --format json\n"
                "  -h, --help          this text\n"
                "\n"
                "Exit status: 0 the batch was found, 1 neither Redis nor the database knows it (or Redis\n"

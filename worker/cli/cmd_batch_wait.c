@@ -25,7 +25,7 @@ enum {
     SAFETY_MS = 5000, /* the hash is read at least this often */
     SLICE_MS = 1000,  /* longest single wait, so Ctrl-C and --timeout are seen promptly */
     EXIT_FAILED = 1,  /* completed, some jobs failed or were cancelled */
-    EXIT_REDIS = 3,   /* Redis cannot be reached at the start, or it has no such batch */
+    EXIT_REDIS = 3,   /* Redis has no such batch, or fails while waiting */
     EXIT_CANCELLED = 4,
     EXIT_TIMEOUT = 124,
     EXIT_INTERRUPTED = 130,
@@ -53,7 +53,8 @@ static void usage(FILE *f)
                "    4  the batch was cancelled (llmq batch cancel); every job has ended\n"
                "  124  --timeout passed first (the counts so far are printed)\n"
                "  130  interrupted (Ctrl-C, SIGTERM)\n"
-               "    3  Redis cannot be reached at the start, or has no such batch\n"
+               "   69  Redis cannot be reached at the start\n"
+               "    3  Redis has no such batch, or fails while waiting\n"
                "    2  the command line is wrong\n");
 }
 
@@ -158,7 +159,7 @@ int cmd_batch_wait(int argc, char **argv)
     int rc = cli_redis_connect(CMD, &a, &c, &q);
     if (rc) {
         cfg_free(&c);
-        return rc == 2 ? 2 : EXIT_REDIS;
+        return rc == CLI_EXIT_UNREACHABLE || rc == 2 ? rc : EXIT_REDIS;
     }
     int64_t start = rq_mono_ms();
     int64_t deadline = timeout > 0 ? start + (int64_t)(timeout * 1000) : INT64_MAX;

@@ -46,6 +46,7 @@
 #include "worker/backends/backend_open.h"
 #include "worker/cli/bench_mapreduce.h"
 #include "worker/cli/cli.h"
+#include "worker/cli/engine_flags.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
@@ -452,8 +453,6 @@ struct bench_args {
 };
 
 enum opt_kind {
-    OPT_KEY,        /* sets the configuration key `key` to its argument (over --config and LLMQ_*) */
-    OPT_KEY_FIXED,  /* no argument: sets `key` to `value` */
     OPT_INT,        /* an int of struct bench_args at `field`, at least `min` */
     OPT_STR,        /* a string of struct bench_args at `field` */
     OPT_TRUE,       /* no argument: a bool of struct bench_args at `field` */
@@ -466,8 +465,6 @@ struct bench_opt {
     char letter;      /* the short flag, or 0 */
     const char *arg;  /* its argument in --help; NULL: it takes none */
     enum opt_kind kind;
-    const char *key;   /* OPT_KEY*: the configuration key; "%s" in help prints its default */
-    const char *value; /* OPT_KEY_FIXED: the value it sets */
     size_t field;      /* OPT_INT, OPT_STR, OPT_TRUE: offsetof(struct bench_args, ...) */
     int min;           /* OPT_INT: the least value */
     bool lanes;        /* implies --lanes */
@@ -478,15 +475,10 @@ struct bench_opt {
 
 /* In the order --help lists them. */
 static const struct bench_opt opts[] = {
-    {"--model", 'm', "DIR", OPT_KEY, "model.path",
-     .help = "a Hugging Face model folder (default: model.path of --config)"},
     {"--random-weights", 'r', "SHAPE", OPT_STR, .field = ARG(shape),
      .help = "qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
              "(the CPU backend takes only qwen3-0.6b)"},
-    {"--tokenizer", 0, "DIR", OPT_KEY, "model.tokenizer",
-     .help = "the tokenizer folder (default: the model's; with --random-weights a scratch\n"
-             "byte-level one)"},
-    {"--workload", 'w', "W", OPT_STR, .field = ARG(workload),
+    {"--workload", 0, "W", OPT_STR, .field = ARG(workload),
      .help = "chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
              "summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
              "single (1 x 128 / 512), mapreduce (50 documents x 200000\n"
@@ -505,11 +497,6 @@ static const struct bench_opt opts[] = {
              "of the chunk, 128 for 8192)"},
     {"--shared-prefix", 0, "N", OPT_INT, .field = ARG(shared), .min = 0,
      .help = "the first N prompt tokens are the same in every request"},
-    {"--no-prefix-caching", 0, NULL, OPT_KEY_FIXED, "engine.enable_prefix_caching", "false",
-     .help = "turn the prefix cache off (engine.enable_prefix_caching)"},
-    {"--admission-reserve", 0, "X", OPT_KEY, "engine.admission_reserve",
-     .help = "share of max_tokens admission keeps KV blocks for, 0..1\n"
-             "(engine.admission_reserve, default 1; 0 = admit, preempt later)"},
     {"--background", 0, "W[:N]", OPT_BACKGROUND, .lanes = true,
      .help = "N requests (default: W's) of workload W run in the long lane\n"
              "while the workload runs in the short lane (implies --lanes)"},
@@ -519,50 +506,9 @@ static const struct bench_opt opts[] = {
      .help = "the background's generated tokens (default: W's)"},
     {"--lanes", 0, NULL, OPT_TRUE, .field = ARG(lanes),
      .help = "run in the worker's short lane of two (queues.short_*/long_*)"},
-    {"--config", 0, "FILE", OPT_STR, .field = ARG(config), .lanes = true,
+    {"--config", 'c', "FILE", OPT_STR, .field = ARG(config), .lanes = true,
      .help = "the model, engine and queues sections of this llmq.yaml (as\n"
              "llmq worker reads them); implies --lanes"},
-    {"--long-max-num-seqs", 0, "N", OPT_KEY, "queues.long_max_num_seqs", .lanes = true,
-     .help = "queues.long_max_num_seqs (default %s)"},
-    {"--long-max-num-batched-tokens", 0, "N", OPT_KEY, "queues.long_max_num_batched_tokens", .lanes = true,
-     .help = "queues.long_max_num_batched_tokens (default %s)"},
-    {"--short-max-num-seqs", 0, "N", OPT_KEY, "queues.short_max_num_seqs", .lanes = true,
-     .help = "queues.short_max_num_seqs (default %s)"},
-    {"--short-max-num-batched-tokens", 0, "N", OPT_KEY, "queues.short_max_num_batched_tokens", .lanes = true,
-     .help = "queues.short_max_num_batched_tokens (default %s)"},
-    {"--backend", 0, "B", OPT_KEY, "engine.backend", .help = "auto | cpu | cuda (default %s)"},
-    {"--max-num-seqs", 0, "N", OPT_KEY, "engine.max_num_seqs", .help = "sequences per step (default %s)"},
-    {"--max-num-batched-tokens", 0, "N", OPT_KEY, "engine.max_num_batched_tokens",
-     .help = "tokens per step (default %s)"},
-    {"--max-model-len", 0, "N", OPT_KEY, "model.max_model_len",
-     .help = "longest sequence (default: the longest request; with --config\n"
-             "the model's, as the worker); above the\n"
-             "model's max_position_embeddings it enables YaRN"},
-    {"--block-size", 0, "N", OPT_KEY, "engine.block_size", .help = "KV block size in tokens (default %s)"},
-    {"--gpu-memory-utilization", 0, "X", OPT_KEY, "engine.gpu_memory_utilization",
-     .help = "share of GPU memory for weights, activations and KV (default %s)"},
-    {"--no-cuda-graphs", 0, NULL, OPT_KEY_FIXED, "engine.cuda_graphs", "false",
-     .help = "run decode steps eagerly"},
-    {"--cuda-graph-max-batch", 0, "N", OPT_KEY, "engine.cuda_graph_max_batch",
-     .help = "largest decode batch run as a graph (default %s)"},
-    {"--dtype", 0, "D", OPT_KEY, "model.dtype",
-     .help = "weights: auto (the checkpoint's) | bf16 | fp8 (linear weights\n"
-             "quantized at load in 128x128 blocks) | fp16 (weights,\n"
-             "activations and KV cache in fp16; CUDA; model.dtype)"},
-    {"--lm-head-dtype", 0, "D", OPT_KEY, "model.lm_head_dtype",
-     .help = "auto (the checkpoint's) | bf16 | fp8 (quantized at load;\n"
-             "model.lm_head_dtype)"},
-    {"--kv-cache-dtype", 0, "D", OPT_KEY, "engine.kv_cache_dtype",
-     .help = "bf16 | fp8 (e4m3 with a scale per token and KV head; CUDA)"},
-    {"--decode-weight-copies", 0, "C", OPT_KEY, "engine.decode_weight_copies",
-     .help = "auto | on | off: a second copy of the weights in the decode\n"
-             "GEMVs' read order (CUDA; engine.decode_weight_copies; auto =\n"
-             "on where the KV cache still holds every sequence)"},
-    {"--gemm-tuning-file", 0, "PATH", OPT_KEY, "engine.gemm_tuning_file",
-     .help = "keep the GEMM algorithms chosen by timing in PATH: read at\n"
-             "start, written at exit (CUDA; engine.gemm_tuning_file)"},
-    {"--threads", 0, "N", OPT_KEY, "engine.threads", .help = "CPU backend threads (default all)"},
-    {"--device", 0, "N", OPT_KEY, "engine.device", .help = "CUDA device index (default 0; engine.device)"},
     {"--seed", 0, "N", OPT_INT, .field = ARG(seed), .min = 0, .help = "prompt seed (default 0)"},
     {"--response-format", 0, "FILE", OPT_STR, .field = ARG(response_format),
      .help = "every request of the workload under this structured output: a JSON file holding\n"
@@ -573,12 +519,10 @@ static const struct bench_opt opts[] = {
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
-/* --help: the flags from the table; the defaults printed are the configuration's (llmq config), so
- * the text cannot drift from them. */
+/* --help: the flags from the tables; the engine's defaults printed are the configuration's (llmq
+ * config), so the text cannot drift from them. */
 static void usage(FILE *f)
 {
-    struct cfg c;
-    cfg_defaults(&c);
     fputs(
         "Usage: llmq bench (--model DIR | --random-weights SHAPE) --workload W [options]\n"
         "\n"
@@ -590,65 +534,58 @@ static void usage(FILE *f)
         "worker` take them: the defaults below, then --config FILE, then LLMQ_* variables, then the flags.\n"
         "\n",
         f);
-    for (size_t i = 0; i < N_OPTS; i++) {
-        const struct bench_opt *o = &opts[i];
-        char flag[64], dflt[64] = "", help[512];
-        snprintf(flag, sizeof flag, "%s%c%s%s%s%s", o->letter ? "-" : " ", o->letter ? o->letter : ' ',
-                 o->letter ? ", " : "  ", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-        if (o->key)
-            cfg_format_value(&c, cfg_key_find(o->key), dflt, sizeof dflt);
-        snprintf(help, sizeof help, o->help, dflt); /* the table's own format: "%s" is the default */
-        fprintf(f, "  %-32s", flag);
-        if (strlen(flag) >= 32)
-            fputs("  ", f);
-        for (const char *line = help, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
-            nl = strchr(line, '\n');
-            int len = nl ? (int)(nl - line) : (int)strlen(line);
-            fprintf(f, "%s%.*s\n", line == help ? "" : "                                  ", len, line);
-        }
-    }
+    for (size_t i = 0; i < N_OPTS; i++)
+        engine_flags_usage_line(f, opts[i].letter, opts[i].name, opts[i].arg, opts[i].help);
+    engine_flags_usage_line(f, 0, "--version", NULL, "llmq's version");
+    fputs("\nEngine and model (the same flags as llmq run and llmq worker take; without --config,\n"
+          "--max-model-len defaults to the longest request; a lane's cap implies --lanes):\n",
+          f);
+    engine_flags_usage(f, ENGINE_FLAGS_ENGINE | ENGINE_FLAGS_LANES);
     fputs("\nExit status: 0 every request finished, 1 the run failed, 2 the command line is wrong.\n", f);
-    cfg_free(&c);
 }
 
 /* Parses argv into *a. Returns 0, -1 after --help (printed), or the exit status of a usage error. */
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
-    struct option longopts[N_OPTS + 1];
-    char shortopts[2 * N_OPTS + 1];
-    size_t ns = 0;
+    struct option own[N_OPTS + 1];
+    char shortopts[2 * N_OPTS + 3] = "m:"; /* --model is an engine flag */
+    size_t ns = 2;
     for (size_t i = 0; i < N_OPTS; i++) {
         int val = opts[i].letter ? opts[i].letter : 256 + (int)i;
-        longopts[i] =
-            (struct option){opts[i].name + 2, opts[i].arg ? required_argument : no_argument, NULL, val};
+        own[i] = (struct option){opts[i].name + 2, opts[i].arg ? required_argument : no_argument, NULL, val};
         if (opts[i].letter) {
             shortopts[ns++] = opts[i].letter;
             if (opts[i].arg)
                 shortopts[ns++] = ':';
         }
     }
-    longopts[N_OPTS] = (struct option){NULL, 0, NULL, 0};
+    own[N_OPTS] = (struct option){NULL, 0, NULL, 0};
     shortopts[ns] = 0;
+    struct option longopts[N_OPTS + ENGINE_FLAGS_MAX + 1];
+    engine_flags_longopts(longopts, own, ENGINE_FLAGS_ENGINE | ENGINE_FLAGS_LANES);
     memset(a, 0, sizeof *a);
     a->seed = -1;
     a->overlap = -1;
     optind = 1;
+    opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        bool lanes = false;
+        int engine_flag = engine_flags_opt(&a->flags, c, optarg, &lanes); /* applied over --config, LLMQ_* */
+        if (engine_flag < 0)
+            return cli_usage_error(CMD, "too many options");
+        a->lanes = a->lanes || lanes;
+        if (engine_flag > 0)
+            continue;
         const struct bench_opt *o = NULL;
         for (size_t i = 0; i < N_OPTS && !o; i++)
             if (c == (opts[i].letter ? opts[i].letter : 256 + (int)i))
                 o = &opts[i];
         if (!o)
-            return cli_bad_option(CMD, argc, argv);
+            return cli_bad_option(CMD, argc, argv, longopts, shortopts);
         char *field = (char *)a + o->field;
         int rc = 0;
         switch (o->kind) {
-        case OPT_KEY:
-        case OPT_KEY_FIXED: /* applied over --config and LLMQ_* by engine_cfg_load */
-            if (engine_cfg_flag_add(&a->flags, o->key, o->kind == OPT_KEY ? optarg : o->value, o->name))
-                return cli_usage_error(CMD, "too many options");
-            break;
         case OPT_INT:
             rc = parse_int(o->name, optarg, o->min, (int *)(void *)field);
             break;

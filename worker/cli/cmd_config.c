@@ -134,9 +134,10 @@ int cmd_config(int argc, char **argv)
         fprintf(stderr, "llmq config: out of memory\n");
         return 1;
     }
+    static const char shortopts[] = ":c:h";
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":c:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (opt) {
         case 'c':
             path = optarg;
@@ -166,7 +167,7 @@ int cmd_config(int argc, char **argv)
             return 0;
         default:
             free(sets);
-            return cli_bad_option("config", argc, argv);
+            return cli_bad_option("config", argc, argv, opts, shortopts);
         }
     }
     if (optind < argc) {

@@ -82,10 +82,11 @@ static void usage(FILE *f)
         "                      Redis: nothing is pushed and Redis is not asked, so templates workers\n"
         "                      published there are not seen (a job naming one is a bad line here),\n"
         "                      and an existing batch or known job id is not noticed\n"
+        "      --quiet         no progress bar and no summary line when every job was pushed\n"
         "  -h, --help          this text\n"
         "\n"
         "One templated job from options instead of a file (the config must define the template):\n"
-        "  -t, --template NAME the job's \"template\"\n"
+        "      --template NAME the job's \"template\"\n"
         "      --var K=TEXT    vars.K = TEXT; K=@FILE reads the file (UTF-8 text), K=@- reads stdin\n"
         "      --id ID         the job's \"id\" (default: a new UUIDv7)\n"
         "      --set F=JSON    any other job field, its value as JSON: --set max_tokens=128\n"
@@ -96,7 +97,7 @@ static void usage(FILE *f)
         "                      --set summarize='{\"chunk_tokens\": 8192, \"max_tokens\": 256}'\n"
         "\n"
         "A progress bar is drawn on stderr while the file is checked when stderr is a terminal; a\n"
-        "summary line is always printed.\n"
+        "summary line is printed (with --quiet only when something was not pushed).\n"
         "Exit status: 0 every job was pushed (--dry-run: every job is good), 1 nothing was pushed (a bad\n"
         "line, a duplicate or known id, an existing batch, Redis failed) or, after a Redis failure part\n"
         "way, not everything, 2 the command line is wrong.\n");
@@ -393,8 +394,19 @@ static int push_all(struct enq *e, const char *input, bool append, enum rq_push_
     return rc;
 }
 
-enum { O_IDS = CLI_REDIS_O_OWN, O_VAR, O_ID, O_SET, O_APPEND, O_NO_BATCH, O_REPLACE, O_MAP_REDUCE };
-enum { O_DRY_RUN = O_MAP_REDUCE + 1 };
+enum {
+    O_IDS = CLI_REDIS_O_OWN,
+    O_VAR,
+    O_ID,
+    O_SET,
+    O_APPEND,
+    O_NO_BATCH,
+    O_REPLACE,
+    O_MAP_REDUCE,
+    O_TEMPLATE,
+    O_QUIET,
+    O_DRY_RUN
+};
 
 #define MAX_OPT_ITEMS 64 /* --var and --set each */
 
@@ -402,7 +414,7 @@ enum { O_DRY_RUN = O_MAP_REDUCE + 1 };
 struct enq_args {
     const char *queue;               /* -q/--queue */
     bool print_ids;                  /* --print-ids */
-    const char *template_name;       /* -t/--template */
+    const char *template_name;       /* --template */
     const char *id;                  /* --id */
     const char *vars[MAX_OPT_ITEMS]; /* --var K=V, in order */
     const char *sets[MAX_OPT_ITEMS]; /* --set F=JSON, in order */
@@ -412,6 +424,7 @@ struct enq_args {
     bool append, no_batch, replace; /* --append, --no-batch, --replace */
     bool map_reduce;                /* --map-reduce */
     bool dry_run;                   /* --dry-run */
+    bool quiet;                     /* --quiet */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -421,8 +434,10 @@ static void on_opt(int opt, const char *arg, void *ctx)
         ea->queue = arg;
     else if (opt == O_IDS)
         ea->print_ids = true;
-    else if (opt == 't')
+    else if (opt == O_TEMPLATE)
         ea->template_name = arg;
+    else if (opt == O_QUIET)
+        ea->quiet = true;
     else if (opt == O_ID)
         ea->id = arg;
     else if (opt == 'b')
@@ -612,7 +627,7 @@ int cmd_enqueue(int argc, char **argv)
     static const struct option own[] = {
         {"queue", required_argument, NULL, 'q'},
         {"print-ids", no_argument, NULL, O_IDS},
-        {"template", required_argument, NULL, 't'},
+        {"template", required_argument, NULL, O_TEMPLATE},
         {"var", required_argument, NULL, O_VAR},
         {"id", required_argument, NULL, O_ID},
         {"set", required_argument, NULL, O_SET},
@@ -622,11 +637,12 @@ int cmd_enqueue(int argc, char **argv)
         {"replace", no_argument, NULL, O_REPLACE},
         {"map-reduce", no_argument, NULL, O_MAP_REDUCE},
         {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {"quiet", no_argument, NULL, O_QUIET},
         {NULL, 0, NULL, 0},
     };
     struct enq_args ea = {.queue = "short"};
     const struct cli_redis_spec spec = {
-        .usage = usage, .shortopts = "q:t:b:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
+        .usage = usage, .shortopts = "q:b:", .longopts = own, .on_opt = on_opt, .ctx = &ea};
     struct cli_redis_args a;
     if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
         return a.exit;
@@ -695,7 +711,7 @@ int cmd_enqueue(int argc, char **argv)
         jo.template_ctx = ts;
         jo.template_where = ea.dry_run ? "in the config (--dry-run does not see templates published in Redis)"
                                        : "in the config or published in Redis";
-        e.bar = tjob ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
+        e.bar = tjob || ea.quiet ? NULL : progress_new(stderr, "lines", cli_count_lines(input, false));
         progress_hide_rate(e.bar); /* nothing is generated here */
         if (tjob) {
             take(&e, &jo, &c, mode, tjob, strlen(tjob), 0);
@@ -755,7 +771,7 @@ int cmd_enqueue(int argc, char **argv)
         else if (total == 0)
             fprintf(stderr, "llmq %s: %ld job%s read, %ld with problems: nothing pushed\n", CMD, jobs,
                     jobs == 1 ? "" : "s", e.bad);
-        else
+        else if (!ea.quiet || total < jobs)
             fprintf(
                 stderr,
                 "llmq %s: %s%s%s%ld of %ld job%s pushed (%ld to %s%s, %ld to %s%s, %ld to model queues)%s\n",

@@ -106,8 +106,11 @@ int cmd_make_tiny_model(int argc, char **argv)
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     struct tiny_opts o = tiny_opts_default();
+    static const char shortopts[] = "h";
     int c, rc = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             usage(stdout);
@@ -197,7 +200,7 @@ int cmd_make_tiny_model(int argc, char **argv)
             o.tokenizer_dir = optarg;
             break;
         default:
-            return cli_bad_option(CMD, argc, argv);
+            return cli_bad_option(CMD, argc, argv, longopts, shortopts);
         }
         if (rc)
             return rc;

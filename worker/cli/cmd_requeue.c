@@ -47,14 +47,14 @@ static void usage(FILE *f)
             "      --db PATH       the results database (default: the config's sqlite.path)\n"
             "  -b, --batch ID      the batch (required)\n"
             "  -s, --status S      failed (default), cancelled, or a comma list; may be repeated\n"
-            "  -n, --dry-run       list the jobs it would push (key, status, error code) and stop\n"
+            "      --dry-run       list the jobs it would push (key, status, error code) and stop\n"
             "  -h, --help          this text\n"
             "\n"
             "Exit status: 0 pushed (or nothing to push, or --dry-run), 1 refused, the database cannot be\n"
             "read, a row has no stored request, or Redis failed; 2 the command line is wrong.\n");
 }
 
-enum { O_DB = CLI_REDIS_O_OWN };
+enum { O_DB = CLI_REDIS_O_OWN, O_DRY_RUN };
 
 struct opts {
     const char *batch, *db;
@@ -73,7 +73,7 @@ static void on_opt(int opt, const char *arg, void *ctx)
     case O_DB:
         o->db = arg;
         break;
-    case 'n':
+    case O_DRY_RUN:
         o->dry_run = true;
         break;
     case 's': {
@@ -180,13 +180,13 @@ int cmd_requeue(int argc, char **argv)
     static const struct option own[] = {
         {"batch", required_argument, NULL, 'b'},
         {"status", required_argument, NULL, 's'},
-        {"dry-run", no_argument, NULL, 'n'},
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
         {"db", required_argument, NULL, O_DB},
         {NULL, 0, NULL, 0},
     };
     struct opts o = {0};
     const struct cli_redis_spec spec = {
-        .usage = usage, .shortopts = "b:s:n", .longopts = own, .on_opt = on_opt, .ctx = &o};
+        .usage = usage, .shortopts = "b:s:", .longopts = own, .on_opt = on_opt, .ctx = &o};
     struct cli_redis_args a;
     if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
         return a.exit;

@@ -52,7 +52,8 @@ static void usage(FILE *f)
             "                      2025-06-01 22:00+02:00; no zone = local time), unix seconds, or an\n"
             "                      age: 30m, 12h, 7d (that long ago)\n"
             "      --until T       finished before T (same forms)\n"
-            "  -f, --format F      jsonl (default), csv or openai\n"
+            "  -f, --format F      jsonl (default; json is the same), csv or openai\n"
+            "      --json          the same as --format json\n"
             "  -o, --output FILE   write FILE (complete or not at all: a temporary file is renamed at\n"
             "                      the end); default or '-': stdout\n"
             "  -e, --errors FILE   with --format openai: the failed and cancelled requests go to FILE\n"
@@ -523,7 +524,7 @@ static int on_row(void *ctx, const struct db_result *r)
 
 /* ---- the command */
 
-enum { O_DB = 256, O_SINCE, O_UNTIL, O_COLUMNS };
+enum { O_DB = 256, O_SINCE, O_UNTIL, O_COLUMNS, O_JSON };
 
 /* Commits (ok) or removes a --output / --errors file; 0, or 1 after saying why. */
 static int finish_file(struct atomic_file *af, bool ok, const char *path, int64_t rows)
@@ -555,6 +556,7 @@ int cmd_results(int argc, char **argv)
         {"batch", required_argument, NULL, 'b'},
         {"errors", required_argument, NULL, 'e'},
         {"columns", required_argument, NULL, O_COLUMNS},
+        {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -564,9 +566,10 @@ int cmd_results(int argc, char **argv)
     enum fmt fmt = F_JSONL;
     char err[1024];
     int opt;
+    static const char shortopts[] = "c:s:f:o:n:b:e:h";
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "c:s:f:o:n:b:e:h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         switch (opt) {
         case 'h':
             usage(stdout);
@@ -588,6 +591,9 @@ int cmd_results(int argc, char **argv)
             break;
         case O_UNTIL:
             until_s = optarg;
+            break;
+        case O_JSON:
+            fmt = F_JSONL;
             break;
         case 'f':
             if (!strcmp(optarg, "jsonl") || !strcmp(optarg, "json"))
@@ -624,7 +630,7 @@ int cmd_results(int argc, char **argv)
             break;
         }
         default:
-            return cli_bad_option(CMD, argc, argv);
+            return cli_bad_option(CMD, argc, argv, longopts, shortopts);
         }
     }
     if (optind < argc)

@@ -22,6 +22,7 @@
 #include "engine/util/mono.h"
 #include "worker/backends/backend_open.h"
 #include "worker/cli/cli.h"
+#include "worker/cli/engine_flags.h"
 #include "worker/cli/progress.h"
 #include "worker/config/config.h"
 #include "worker/config/engine_cfg.h"
@@ -37,40 +38,37 @@ static const char CMD[] = "run";
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "Usage: llmq run --model DIR --input IN.jsonl --output OUT.jsonl [options]\n"
-        "\n"
-        "Runs a batch of jobs through the engine without Redis. Every line of IN is a job, in llmq's form\n"
-        "({\"id\", \"prompt\" | \"messages\", \"max_tokens\", ...}) or as an OpenAI Batch request line\n"
-        "({\"custom_id\", \"method\", \"url\", \"body\"}); docs/JOBS.md lists every field. OUT gets one "
-        "line\n"
-        "per job in input order: llmq's result object, or an OpenAI Batch output line for OpenAI lines.\n"
-        "A bad line gets a failed result with the reason and the batch goes on. Blank lines are skipped.\n"
-        "IN and OUT may be '-' for stdin and stdout.\n"
-        "\n"
-        "Options (flags override the config file):\n"
-        "  -m, --model DIR               Hugging Face model folder (model.path)\n"
-        "  -i, --input FILE              jobs, one JSON object per line\n"
-        "  -o, --output FILE             results, one JSON object per line (overwritten)\n"
-        "  -c, --config FILE             llmq.yaml (default $LLMQ_CONFIG; sampling defaults, limits, "
-        "templates)\n"
-        "      --backend B               auto | cpu | cuda (engine.backend)\n"
-        "      --max-num-seqs N          sequences per engine step (engine.max_num_seqs)\n"
-        "      --max-num-batched-tokens N  tokens per engine step (engine.max_num_batched_tokens)\n"
-        "      --max-model-len N         longest prompt + output; 0 = the model's (model.max_model_len)\n"
-        "      --block-size N            KV cache block size in tokens (engine.block_size)\n"
-        "      --threads N               CPU backend threads; 0 = all cores (engine.threads)\n"
-        "      --device N                CUDA device index (engine.device; default 0)\n"
-        "      --chat-template FILE      a Jinja chat template used instead of the model's own\n"
-        "                                (model.chat_template; docs/CHAT_TEMPLATES.md)\n"
-        "  -h, --help                    this text\n"
-        "\n"
-        "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
-        "is always printed there at the end.\n"
-        "\n"
-        "Exit status: 0 the batch ran (even if some jobs failed), 1 it could not run (input missing,\n"
-        "model or tokenizer did not load, output not writable), 2 the command line is wrong.\n");
+    fputs("Usage: llmq run --model DIR --input IN.jsonl --output OUT.jsonl [options]\n"
+          "\n"
+          "Runs a batch of jobs through the engine without Redis. Every line of IN is a job, in llmq's form\n"
+          "({\"id\", \"prompt\" | \"messages\", \"max_tokens\", ...}) or as an OpenAI Batch request line\n"
+          "({\"custom_id\", \"method\", \"url\", \"body\"}); docs/JOBS.md lists every field. OUT gets one "
+          "line\n"
+          "per job in input order: llmq's result object, or an OpenAI Batch output line for OpenAI lines.\n"
+          "A bad line gets a failed result with the reason and the batch goes on. Blank lines are skipped.\n"
+          "IN and OUT may be '-' for stdin and stdout.\n"
+          "\n"
+          "Options (flags override the config file and LLMQ_* variables; docs/CLI.md):\n"
+          "  -i, --input FILE                jobs, one JSON object per line\n"
+          "  -o, --output FILE               results, one JSON object per line (overwritten)\n"
+          "  -c, --config FILE               llmq.yaml (default $LLMQ_CONFIG; sampling defaults,\n"
+          "                                  limits, templates)\n"
+          "      --chat-template FILE        a Jinja chat template used instead of the model's own\n"
+          "                                  (model.chat_template; docs/CHAT_TEMPLATES.md)\n"
+          "      --quiet                     no progress bar and no summary line\n"
+          "  -h, --help                      this text\n"
+          "      --version                   llmq's version\n"
+          "\n"
+          "Engine and model (the same flags as llmq worker and llmq bench take):\n",
+          f);
+    engine_flags_usage(f, ENGINE_FLAGS_ENGINE);
+    fputs("\n"
+          "A progress bar (jobs, tokens/s, ETA) is drawn on stderr when it is a terminal; a summary line\n"
+          "is printed there at the end (neither with --quiet; failed lines are still reported).\n"
+          "\n"
+          "Exit status: 0 the batch ran (even if some jobs failed), 1 it could not run (input missing,\n"
+          "model or tokenizer did not load, output not writable), 2 the command line is wrong.\n",
+          f);
 }
 
 /* One input line on its way to the output. */
@@ -105,6 +103,7 @@ struct run {
     long completed, failed, reported;
     uint64_t prompt_tokens, generated_tokens;
     bool write_failed, read_failed;
+    bool quiet; /* --quiet: no progress bar, no summary line */
 };
 
 static const char *token_bytes(const void *ctx, int32_t id, size_t *len)
@@ -466,7 +465,8 @@ static int setup(struct run *r, const char *input, const char *output)
         fprintf(stderr, "llmq %s: cannot write %s: %s\n", CMD, output, strerror(errno));
         return 1;
     }
-    r->bar = progress_new(stderr, "jobs", cli_count_lines(input, true));
+    if (!r->quiet)
+        r->bar = progress_new(stderr, "jobs", cli_count_lines(input, true));
     return 0;
 }
 
@@ -526,7 +526,9 @@ static int run_batch(struct run *r)
     }
     if (r->reported > MAX_REPORTED)
         fprintf(stderr, "llmq %s: ... and %ld more failed lines\n", CMD, r->reported - MAX_REPORTED);
-    fprintf(stderr,
+    if (!r->quiet)
+        fprintf(
+            stderr,
             "llmq %s: %ld job%s: %ld completed, %ld failed in %.2f s; %llu prompt + %llu generated tokens, "
             "%.1f generated tokens/s (%s backend)\n",
             CMD, r->completed + r->failed, r->completed + r->failed == 1 ? "" : "s", r->completed, r->failed,
@@ -537,23 +539,28 @@ static int run_batch(struct run *r)
 
 int cmd_run(int argc, char **argv)
 {
-    static const struct option longopts[] = {
+    enum { O_CHAT_TEMPLATE = 256, O_QUIET };
+    static const struct option own[] = {
         {"input", required_argument, NULL, 'i'},
         {"output", required_argument, NULL, 'o'},
         {"config", required_argument, NULL, 'c'},
-        ENGINE_CFG_LONGOPTS,       /* --model, --backend, --threads, --device, --max-num-seqs */
-        ENGINE_CFG_LONGOPTS_SHAPE, /* --max-num-batched-tokens, --max-model-len, --block-size */
+        {"chat-template", required_argument, NULL, O_CHAT_TEMPLATE},
+        {"quiet", no_argument, NULL, O_QUIET},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    struct option longopts[sizeof own / sizeof own[0] + ENGINE_FLAGS_MAX];
+    engine_flags_longopts(longopts, own, ENGINE_FLAGS_ENGINE);
+    static const char shortopts[] = "m:i:o:c:h";
     /* flags are applied after the file, in the order given */
     struct engine_cfg_flags flags = {0};
     const char *input = NULL, *output = NULL, *config = cfg_default_path();
+    bool quiet = false;
     int opt;
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "m:i:o:c:h", longopts, NULL)) != -1) {
-        int engine_flag = engine_cfg_flag_opt(&flags, opt, optarg);
+    while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        int engine_flag = engine_flags_opt(&flags, opt, optarg, NULL);
         if (engine_flag < 0)
             return cli_usage_error(CMD, "too many options");
         if (engine_flag > 0)
@@ -571,8 +578,15 @@ int cmd_run(int argc, char **argv)
         case 'c':
             config = optarg;
             continue;
+        case O_CHAT_TEMPLATE:
+            if (engine_cfg_flag_add(&flags, "model.chat_template", optarg, "--chat-template"))
+                return cli_usage_error(CMD, "too many options");
+            continue;
+        case O_QUIET:
+            quiet = true;
+            continue;
         default:
-            return cli_bad_option(CMD, argc, argv);
+            return cli_bad_option(CMD, argc, argv, longopts, shortopts);
         }
     }
     if (optind < argc)
@@ -584,6 +598,7 @@ int cmd_run(int argc, char **argv)
 
     struct run r;
     memset(&r, 0, sizeof r);
+    r.quiet = quiet;
     char err[1024];
     int rc = engine_cfg_load(CMD, config, &flags, &r.cfg);
     if (rc) {

@@ -44,21 +44,22 @@ static void usage(FILE *f)
             "Options:\n"
             "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): the redis section\n"
             "      --redis URL     redis://[user:password@]host:port[/db] (redis.url)\n"
-            "      --json          one JSON object instead of the table (all running jobs)\n"
+            "  -f, --format F      text (default: the table) or json: one JSON object (all running jobs)\n"
+            "      --json          the same as --format json\n"
             "  -w, --watch         a live view, redrawn in place every interval until Ctrl-C; with\n"
             "                      --json, or when stdout is not a terminal, one frame after another\n"
-            "  -n, --interval S    seconds between refreshes (default 1; 0.1 to 3600; implies --watch)\n"
+            "      --interval S    seconds between refreshes (default 1; 0.1 to 3600; implies --watch)\n"
             "  -h, --help          this text\n"
             "\n"
             "Examples:\n"
             "  llmq status -c /etc/llmq/llmq.yaml           # one look\n"
             "  llmq status --watch                          # live view; Ctrl-C to leave\n"
-            "  llmq status -w -n 5 --json >> status.jsonl    # a JSON line every 5 s\n"
+            "  llmq status -w --interval 5 --json >> status.jsonl  # a JSON line every 5 s\n"
             "  llmq status --json | jq '.queues.short'      # the short queue's depth\n"
             "  llmq status --json | jq '.models'            # jobs waiting per model, and who serves it\n"
             "\n"
-            "Exit status: 0 (also when --watch is stopped with Ctrl-C), 1 when Redis cannot be reached,\n"
-            "2 when the command line is wrong.\n");
+            "Exit status: 0 (also when --watch is stopped with Ctrl-C), 1 when Redis fails, 2 when the\n"
+            "command line is wrong, 69 when Redis cannot be reached.\n");
 }
 
 static void fmt_age(double now, double t, char *buf, size_t len)
@@ -274,13 +275,14 @@ static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_
     json_decref(o);
 }
 
-enum { O_JSON = CLI_REDIS_O_OWN };
+enum { O_JSON = CLI_REDIS_O_OWN, O_INTERVAL };
 
 /* status's own options. */
 struct status_args {
-    bool json;       /* --json */
-    bool watch;      /* -w/--watch */
-    const char *ivl; /* -n/--interval, or NULL */
+    bool json;          /* --json or --format json */
+    bool watch;         /* -w/--watch */
+    const char *ivl;    /* --interval, or NULL */
+    const char *format; /* -f/--format, or NULL */
 };
 
 static void on_opt(int opt, const char *arg, void *ctx)
@@ -290,8 +292,10 @@ static void on_opt(int opt, const char *arg, void *ctx)
         sa->json = true;
     else if (opt == 'w')
         sa->watch = true;
-    else if (opt == 'n')
+    else if (opt == O_INTERVAL)
         sa->ivl = arg;
+    else if (opt == 'f')
+        sa->format = arg;
 }
 
 /* The terminal's rows and columns, 0 when unknown. */
@@ -402,15 +406,20 @@ int cmd_status(int argc, char **argv)
     static const struct option own[] = {
         {"json", no_argument, NULL, O_JSON},
         {"watch", no_argument, NULL, 'w'},
-        {"interval", required_argument, NULL, 'n'},
+        {"interval", required_argument, NULL, O_INTERVAL},
+        {"format", required_argument, NULL, 'f'},
         {NULL, 0, NULL, 0},
     };
     struct status_args st = {0};
     const struct cli_redis_spec spec = {
-        .usage = usage, .shortopts = "wn:", .longopts = own, .on_opt = on_opt, .ctx = &st};
+        .usage = usage, .shortopts = "wf:", .longopts = own, .on_opt = on_opt, .ctx = &st};
     struct cli_redis_args a;
     if (cli_redis_getopt(CMD, argc, argv, &spec, &a))
         return a.exit;
+    if (st.format && !strcmp(st.format, "json"))
+        st.json = true;
+    else if (st.format && strcmp(st.format, "text"))
+        return cli_usage_error(CMD, "--format: expected text or json, got '%s'", st.format);
     double interval = 1;
     if (st.ivl) {
         char *end;

@@ -270,9 +270,10 @@ int cmd_tokenize(int argc, char **argv)
     bool skip = false;
     int opt, threads = 1;
     char *end;
+    static const char shortopts[] = ":h";
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (opt) {
         case OPT_MODEL:
             model = optarg;
@@ -299,7 +300,7 @@ int cmd_tokenize(int argc, char **argv)
             usage(stdout);
             return 0;
         default:
-            return cli_bad_option("tokenize", argc, argv);
+            return cli_bad_option("tokenize", argc, argv, opts, shortopts);
         }
     }
     if (optind < argc)

@@ -32,7 +32,7 @@ static const char CMD[] = "wait";
 
 #define EXIT_TIMEOUT 124
 #define EXIT_INTERRUPTED 130
-#define EXIT_UNREACHABLE 3
+#define EXIT_UNREACHABLE CLI_EXIT_UNREACHABLE
 #define RECHECK_S 5.0    /* pending hashes are read again at least this often */
 #define XREAD_COUNT 1000 /* events read per round */
 
@@ -62,6 +62,7 @@ static void usage(FILE *f)
             "  -f, --format F      text (default): a line per job, then its text indented by two spaces;\n"
             "                      json: one JSON object per job and line, with its result line (as\n"
             "                      `llmq results` exports it) under \"result\"\n"
+            "      --json          the same as --format json\n"
             "  -h, --help          this text\n"
             "\n"
             "Examples:\n"
@@ -74,7 +75,7 @@ static void usage(FILE *f)
             "\n"
             "Exit status: 0 when every job completed; 1 when any failed (dead-lettered included), was\n"
             "cancelled or purged; 124 on --timeout (the jobs still pending are listed on stderr); 130 on\n"
-            "Ctrl-C; 2 when the command line is wrong; 3 when Redis (or a database named with --db)\n"
+            "Ctrl-C; 2 when the command line is wrong; 69 when Redis (or a database named with --db)\n"
             "cannot be reached.\n");
 }
 

@@ -93,8 +93,14 @@ int main(int argc, char **argv)
         return 0;
     }
     for (const struct cli_command *c = cli_commands; c->name; c++)
-        if (!strcmp(c->name, name))
+        if (!strcmp(c->name, name)) {
+            for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+                if (!strcmp(argv[i], "--version")) { /* every subcommand takes it (docs/CLI.md) */
+                    print_version();
+                    return 0;
+                }
             return c->run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "llmq: unknown command '%s'. Run 'llmq help' for the list.\n", name);
     return 2;
 }

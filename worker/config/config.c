@@ -178,7 +178,7 @@ static const struct cfg_key keys[] = {
     INT("redis", "connect_timeout_ms", redis.connect_timeout_ms, "2000", 100, 600000,
         "connect and command timeout"),
     INT("redis", "start_timeout_s", redis.start_timeout_s, "30", 0, 86400,
-        "worker --drain (--connect-timeout): exit 1 when Redis cannot be reached this long at start; 0 = "
+        "worker --drain (--connect-timeout): exit 69 when Redis cannot be reached this long at start; 0 = "
         "keep trying"),
     INT("redis", "block_timeout_ms", redis.block_timeout_ms, "1000", 10, 60000,
         "longest blocking fetch; shutdown waits at most this long on idle queues"),
@@ -382,7 +382,7 @@ static bool section_known(const char *sec)
     return false;
 }
 
-static size_t levenshtein(const char *a, const char *b)
+size_t cfg_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63)
@@ -430,7 +430,7 @@ static const struct cfg_key *nearest_key(const char *s, bool full, size_t *dist)
             snprintf(text, sizeof text, "%s.%s", keys[i].section, keys[i].name);
         else
             snprintf(text, sizeof text, "%s", keys[i].section);
-        size_t d = levenshtein(s, text);
+        size_t d = cfg_edit_distance(s, text);
         if (d < *dist) {
             *dist = d;
             best = &keys[i];

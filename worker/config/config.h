@@ -227,6 +227,9 @@ struct cfg_key {
 const struct cfg_key *cfg_keys(size_t *n);
 /* The key for "section.name", or NULL. "templates.<anything>" finds the templates entry. */
 const struct cfg_key *cfg_key_find(const char *dotted);
+/* The Levenshtein distance between a and b; SIZE_MAX when either is longer than 63 bytes. */
+size_t cfg_edit_distance(const char *a, const char *b);
+
 /* The closest known key to a mistyped "section.name" (or section name), or NULL if none is close. */
 const struct cfg_key *cfg_key_suggest(const char *dotted);
 /* "LLMQ_ENGINE_BLOCK_SIZE" for engine.block_size. */

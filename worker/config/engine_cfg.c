@@ -80,30 +80,6 @@ int engine_cfg_flag_add(struct engine_cfg_flags *f, const char *key, const char 
     return 0;
 }
 
-/* The configuration key and flag name of each engine flag, by getopt_long value. */
-static const struct {
-    int opt;
-    const char *key, *flag;
-} engine_flags[] = {
-    {'m', "model.path", "--model"},
-    {ENGINE_CFG_O_BACKEND, "engine.backend", "--backend"},
-    {ENGINE_CFG_O_THREADS, "engine.threads", "--threads"},
-    {ENGINE_CFG_O_DEVICE, "engine.device", "--device"},
-    {ENGINE_CFG_O_SEQS, "engine.max_num_seqs", "--max-num-seqs"},
-    {ENGINE_CFG_O_BATCHED, "engine.max_num_batched_tokens", "--max-num-batched-tokens"},
-    {ENGINE_CFG_O_MAXLEN, "model.max_model_len", "--max-model-len"},
-    {ENGINE_CFG_O_BLOCK, "engine.block_size", "--block-size"},
-    {ENGINE_CFG_O_CHAT_TEMPLATE, "model.chat_template", "--chat-template"},
-};
-
-int engine_cfg_flag_opt(struct engine_cfg_flags *f, int opt, const char *value)
-{
-    for (size_t i = 0; i < sizeof engine_flags / sizeof engine_flags[0]; i++)
-        if (engine_flags[i].opt == opt)
-            return engine_cfg_flag_add(f, engine_flags[i].key, value, engine_flags[i].flag) ? -1 : 1;
-    return 0;
-}
-
 int engine_cfg_load(const char *cmd, const char *config, const struct engine_cfg_flags *f, struct cfg *c)
 {
     char err[1024];

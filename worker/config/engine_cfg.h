@@ -23,8 +23,9 @@ const char *engine_cfg_backend(const struct cfg *c);
  * short_* caps and ENGINE_CFG_LANE_LONG with the long_* caps (0 = the global value). */
 void engine_cfg_lanes(struct engine_opts *o, const struct cfg *c);
 
-/* Command-line flags that set configuration keys (--model sets model.path, ...), kept in the
- * order given. The strings are borrowed (argv and literals) and must outlive the list. */
+/* Command-line flags that set configuration keys (--model sets model.path, ...; the table is
+ * worker/cli/engine_flags.c), kept in the order given. The strings are borrowed (argv and literals)
+ * and must outlive the list. */
 struct engine_cfg_flags {
     struct {
         const char *key, *value, *flag;
@@ -34,44 +35,6 @@ struct engine_cfg_flags {
 
 /* Appends one flag to f; returns 0, or -1 when f is full (nothing added). */
 int engine_cfg_flag_add(struct engine_cfg_flags *f, const char *key, const char *value, const char *flag);
-
-/* getopt_long values of the engine flags below ('m' for --model); a command numbers its own long
- * options from ENGINE_CFG_O_NEXT. */
-enum {
-    ENGINE_CFG_O_BACKEND = 256,
-    ENGINE_CFG_O_THREADS,
-    ENGINE_CFG_O_DEVICE,
-    ENGINE_CFG_O_SEQS,
-    ENGINE_CFG_O_BATCHED,
-    ENGINE_CFG_O_MAXLEN,
-    ENGINE_CFG_O_BLOCK,
-    ENGINE_CFG_O_CHAT_TEMPLATE,
-    ENGINE_CFG_O_NEXT
-};
-
-/* struct option entries (<getopt.h>) for a command's getopt_long table; the command's short
- * options must include "m:". ENGINE_CFG_LONGOPTS: the flags of every command that opens an engine
- * (--model, --backend, --threads, --device, --max-num-seqs, --chat-template); ENGINE_CFG_LONGOPTS_SHAPE: the
- * batch shape
- * (--max-num-batched-tokens, --max-model-len, --block-size). */
-// clang-format off
-#define ENGINE_CFG_LONGOPTS                                                       \
-    {"model", required_argument, NULL, 'm'},                                      \
-    {"backend", required_argument, NULL, ENGINE_CFG_O_BACKEND},                   \
-    {"threads", required_argument, NULL, ENGINE_CFG_O_THREADS},                   \
-    {"device", required_argument, NULL, ENGINE_CFG_O_DEVICE},                     \
-    {"max-num-seqs", required_argument, NULL, ENGINE_CFG_O_SEQS},                 \
-    {"chat-template", required_argument, NULL, ENGINE_CFG_O_CHAT_TEMPLATE}
-#define ENGINE_CFG_LONGOPTS_SHAPE                                                 \
-    {"max-num-batched-tokens", required_argument, NULL, ENGINE_CFG_O_BATCHED},    \
-    {"max-model-len", required_argument, NULL, ENGINE_CFG_O_MAXLEN},              \
-    {"block-size", required_argument, NULL, ENGINE_CFG_O_BLOCK}
-// clang-format on
-
-/* Handles getopt_long's value opt when it is one of the engine flags above: appends its key and
- * value to f. Returns 1 when handled, 0 when opt is not an engine flag (f untouched), -1 when f is
- * full. */
-int engine_cfg_flag_opt(struct engine_cfg_flags *f, int opt, const char *value);
 
 /* Fills *c for a command that opens an engine: defaults < the file (config, may be NULL) < LLMQ_*
  * environment < the flags f, in order; not yet validated (the caller adjusts, then validates).

@@ -216,6 +216,7 @@ struct wk {
     bool stopping;        /* a signal came: no more fetching */
     bool id_lost;         /* another instance took this worker id over: no more Redis writes */
     bool start_stopped;   /* a stop signal came during set-up: a clean exit */
+    bool start_unreachable; /* --drain gave up on reaching Redis at the start */
     double stop_deadline; /* running jobs are handed back from this monotonic time */
 };
 
@@ -1892,8 +1893,8 @@ static void finish_run(struct wk *w, bool hard)
 
 /* The first connection to Redis. A --drain worker (a cron job) can do nothing without Redis and
  * must not wait for it forever: it tries for redis.start_timeout_s (--connect-timeout), then gives
- * up with one line and exit 1. A service worker starts anyway and keeps trying with backoff, as
- * after a lost connection: systemd would restart it only to do the same, and it is ready the
+ * up with one line and exit WK_EXIT_UNREACHABLE. A service worker starts anyway and keeps trying with
+ * backoff, as after a lost connection: systemd would restart it only to do the same, and it is ready the
  * moment Redis is. A server that refuses the credentials (a wrong password, or none given) fails
  * the start of both with one line: the same password would be refused forever. 0, or -1 (after
  * the log line). */
@@ -1924,10 +1925,12 @@ static int redis_start(struct wk *w)
     if (wk_signals_count()) {
         log_info("redis %s cannot be reached (%s) and %s came: exiting", url, rq_error(w->rq), wk_signals_last());
         w->start_stopped = true; /* a stop asked for: exit 0 */
-    } else
+    } else {
         log_error("redis %s cannot be reached: %s (for %.0f s; --connect-timeout, redis.start_timeout_s): a "
                   "--drain worker does not start without it",
                   url, rq_error(w->rq), llmq_mono_s() - t0);
+        w->start_unreachable = true;
+    }
     return -1;
 }
 
@@ -2255,7 +2258,7 @@ int wk_run(const struct cfg *c, const struct wk_opts *o)
         /* nothing was fetched: the heartbeat goes, and an earlier run's list to the reaper */
         if (w->rq && w->rq->claimed && rq_heartbeat_stop(w->rq))
             log_warn("redis: removing the heartbeat failed: %s", rq_error(w->rq));
-        int rc = w->start_stopped ? 0 : 1;
+        int rc = w->start_stopped ? 0 : w->start_unreachable ? WK_EXIT_UNREACHABLE : 1;
         teardown(w);
         free(w);
         return rc;

@@ -28,12 +28,14 @@ struct wk_opts {
 };
 
 #define WK_EXIT_JOBS_FAILED 3 /* --drain: jobs failed or were dead-lettered during the run */
+#define WK_EXIT_UNREACHABLE 69 /* --drain: Redis unreachable at the start (CLI_EXIT_UNREACHABLE) */
 
 /* Runs the worker until a stop signal (worker/loop/signals.h) or, with drain, until there is
  * nothing left. c must be validated; it is borrowed for the run. Returns the exit status: 0 after a
  * clean stop (also when the signal came during set-up), 1 when the worker could not start (model,
- * tokenizer, engine, database, options, its id held by another live worker, or with drain Redis
- * unreachable for redis.start_timeout_s) or when another instance took its id over while it ran,
+ * tokenizer, engine, database, options, its id held by another live worker) or when another
+ * instance took its id over while it ran, WK_EXIT_UNREACHABLE with drain when Redis stayed
+ * unreachable for redis.start_timeout_s,
  * WK_EXIT_JOBS_FAILED with drain when any job finished failed or was dead-lettered (by this worker or its
  * reaper). */
 int wk_run(const struct cfg *c, const struct wk_opts *o);
