@@ -27,7 +27,7 @@ echo "$out" | grep -q "line 2: .*published-only.*--dry-run does not see template
   ok "dry run: an unknown template names what it did not look at" || bad "dry run template: $out"
 echo "$out" | grep -q "line 3: .*x-1" && ok "dry run: a duplicate id in the file" || bad "dry run duplicate: $out"
 echo "$out" | grep -q "nothing would be pushed" && ok "dry run: nothing would be pushed" || bad "dry run bad: $out"
-out=$("$LLMQ" enqueue -c "$CFG" "$T/good.jsonl" 2>&1); eq "without --dry-run the same config needs Redis" "$?" 1
+out=$("$LLMQ" enqueue -c "$CFG" "$T/good.jsonl" 2>&1); eq "without --dry-run the same config needs Redis (exit 69)" "$?" 69
 
 redis_start
 make_model

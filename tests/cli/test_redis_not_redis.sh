@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Redis URL that reaches something other than Redis says so: a real HTTP server (python3's
 # http.server) answers PING with HTTP, a listener that never answers stays silent, a closed port
-# refuses; `llmq status` exits 1 with a line that tells these apart. No Redis is started.
+# refuses; `llmq status` exits 69 (Redis unreachable, docs/CLI.md) with a line that tells these apart. No Redis is started.
 . "$(dirname "$0")/cli_lib.sh"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pids=()
@@ -25,14 +25,14 @@ pids+=($!)
 closed=$(free_port)
 wait_listening "$http" && wait_listening "$silent" || { bad "the listeners did not start"; finish; exit; }
 
-check "an HTTP server: exit 1" 1 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$http"
+check "an HTTP server: exit 69" 69 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$http"
 grep -q "redis 127.0.0.1:$http: not a Redis server: its answer to PING is not in the Redis protocol" "$tmp/err" &&
   ok "an HTTP server: not a Redis server" || bad "an HTTP server: $(cat "$tmp/err")"
 export LLMQ_REDIS_CONNECT_TIMEOUT_MS=300
-check "a silent listener: exit 1" 1 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$silent"
+check "a silent listener: exit 69" 69 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$silent"
 grep -q "redis 127.0.0.1:$silent: PING: no answer within 300 ms: something listens there but does not answer" "$tmp/err" &&
   ok "a silent listener: said so" || bad "a silent listener: $(cat "$tmp/err")"
-check "a closed port: exit 1" 1 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$closed"
+check "a closed port: exit 69" 69 "$LLMQ_BIN" status --redis "redis://127.0.0.1:$closed"
 grep -q "redis 127.0.0.1:$closed: Connection refused" "$tmp/err" && ok "a closed port: refused" ||
   bad "a closed port: $(cat "$tmp/err")"
 finish

@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "      --json          --format json\n"
             "  -h, --help          this text\n"
             "\n"
-            "Exit status: 0 (also when the list is empty), 1 Redis failed, 2 the command line is wrong.\n",
+            "Exit status: 0 (also when the list is empty), 1 Redis failed, 2 the command line is wrong, 69\n"
+            "Redis cannot be reached.\n",
             ERROR_COLS);
 }
 

@@ -43,8 +43,8 @@ static void usage(FILE *f)
         "      --yes           remove them\n"
         "  -h, --help          this text\n"
         "\n"
-        "Exit status: 0 removed (or nothing to remove), 1 Redis failed, 2 the command line is wrong or\n"
-        "--yes was not given.\n");
+        "Exit status: 0 removed (or nothing to remove), 1 Redis failed part way, 2 the command line is\n"
+        "wrong or --yes was not given, 69 Redis cannot be reached.\n");
 }
 
 enum { O_QUEUE = CLI_REDIS_O_OWN, O_MODEL, O_YES };
