@@ -53,6 +53,7 @@ int cmd_worker(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_results(int argc, char **argv);
+int cmd_collect(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
 int cmd_cancel(int argc, char **argv);
 int cmd_requeue_dead(int argc, char **argv);

@@ -269,6 +269,11 @@ int db_status_from_name(const char *name)
     return -1;
 }
 
+int db_status_rank(int status)
+{
+    return status == DB_COMPLETED ? 2 : status == DB_CANCELLED ? 1 : 0;
+}
+
 double db_now(void)
 {
     struct timespec ts;
@@ -505,6 +510,68 @@ static int step_reset(sqlite3_stmt *st)
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return rc;
+}
+
+/* The string of a text column of base (C_TEXT, C_JSON, C_OUTPUT) and its length; NULL for others. */
+static const char *col_text(const struct col *c, const void *base, size_t *len)
+{
+    const char *p = (const char *)base + c->off;
+    if (c->kind != C_TEXT && c->kind != C_JSON && c->kind != C_OUTPUT)
+        return NULL;
+    const char *s = *(const char *const *)p;
+    size_t n = c->kind == C_OUTPUT ? *(const size_t *)(p + sizeof(const char *)) : 0;
+    *len = s && n == 0 ? strlen(s) : n;
+    return s;
+}
+
+struct db_result *db_result_dup(const struct db_result *r)
+{
+    size_t total = sizeof *r, len;
+    for (size_t i = 0; i < N_JOB_COLS; i++)
+        if (col_text(&job_cols[i], r, &len))
+            total += len + 1;
+    struct db_result *d = malloc(total);
+    if (!d)
+        return NULL;
+    *d = *r;
+    d->batch = NULL;
+    char *at = (char *)(d + 1);
+    for (size_t i = 0; i < N_JOB_COLS; i++) {
+        const char *s = col_text(&job_cols[i], r, &len);
+        if (!s)
+            continue;
+        memcpy(at, s, len);
+        at[len] = 0;
+        char *p = (char *)d + job_cols[i].off;
+        *(const char **)p = at;
+        if (job_cols[i].kind == C_OUTPUT)
+            *(size_t *)(p + sizeof(const char *)) = len;
+        at += len + 1;
+    }
+    return d;
+}
+
+bool db_result_same(const struct db_result *a, const struct db_result *b)
+{
+    for (size_t i = 0; i < N_JOB_COLS; i++) {
+        const struct col *c = &job_cols[i];
+        const char *pa = (const char *)a + c->off, *pb = (const char *)b + c->off;
+        size_t la, lb;
+        const char *sa = col_text(c, a, &la), *sb = col_text(c, b, &lb);
+        bool same;
+        if (c->kind == C_TEXT || c->kind == C_JSON || c->kind == C_OUTPUT)
+            same = (!sa && !sb) || (sa && sb && la == lb && !memcmp(sa, sb, la));
+        else if (c->kind == C_REAL) {
+            double x = *(const double *)pa, y = *(const double *)pb;
+            same = x == y || (isnan(x) && isnan(y));
+        } else if (c->kind == C_INT || c->kind == C_INT_OPT)
+            same = *(const int64_t *)pa == *(const int64_t *)pb;
+        else
+            same = *(const int *)pa == *(const int *)pb;
+        if (!same)
+            return false;
+    }
+    return true;
 }
 
 /* ---- transactions with retries */
@@ -763,6 +830,38 @@ int db_get_parts(struct db *db, const char *job_id, const char *plan, db_part_fn
     }
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    return ret;
+}
+
+int db_query_batches(struct db *db, const char *id, db_batch_fn fn, void *ctx)
+{
+    assert(db && fn);
+    if (!db->h) {
+        set_err(db, "reading batches: the database is not open");
+        return DB_ERR;
+    }
+    char *sql = build_select("batches", batch_cols, N_BATCH_COLS, id ? " WHERE id = ?1" : " ORDER BY id");
+    sqlite3_stmt *st = NULL;
+    if (!sql || sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
+        set_err(db, "reading batches: %s", sql ? sqlite3_errmsg(db->h) : "out of memory");
+        free(sql);
+        return DB_ERR;
+    }
+    free(sql);
+    if (id)
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct db_batch b;
+        read_cols(st, batch_cols, N_BATCH_COLS, &b);
+        if ((ret = fn(ctx, &b)) != 0)
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE) {
+        set_err(db, "reading batches: %s", sqlite3_errmsg(db->h));
+        ret = is_busy(rc) ? DB_BUSY : DB_ERR;
+    }
+    sqlite3_finalize(st);
     return ret;
 }
 
@@ -1069,7 +1168,7 @@ static int check_schema(struct db *db)
                 "the database has schema version %lld, older than this llmq's %d: open it once read-write "
                 "(e.g. with a worker) to migrate it",
                 (long long)ver, n);
-        return DB_ERR;
+        return DB_ERR_OLDER;
     }
     return DB_OK;
 }

@@ -42,14 +42,16 @@ struct sqlite3;
 /* Return codes (0 = ok). */
 enum {
     DB_OK = 0,
-    DB_ERR = -1,       /* failed; nothing of this call was written */
-    DB_BUSY = -2,      /* the database stayed locked by another connection past every retry of this
-                          call; nothing was written, try again later */
-    DB_ERR_ROW = -3,   /* db_put_results: some rows were rejected (row_rc), the others committed */
-    DB_ERR_NEWER = -4, /* db_open: the database's schema is newer than this binary knows */
-    DB_UNWRITABLE = -5 /* the database cannot be written and retrying soon will not mend it: a
+    DB_ERR = -1,        /* failed; nothing of this call was written */
+    DB_BUSY = -2,       /* the database stayed locked by another connection past every retry of this
+                           call; nothing was written, try again later */
+    DB_ERR_ROW = -3,    /* db_put_results: some rows were rejected (row_rc), the others committed */
+    DB_ERR_NEWER = -4,  /* db_open: the database's schema is newer than this binary knows */
+    DB_UNWRITABLE = -5, /* the database cannot be written and retrying soon will not mend it: a
                           read-only file, directory or file system, no permission, an I/O error,
                           a file that cannot be opened or created; nothing was written */
+    DB_ERR_OLDER = -6   /* db_open, readonly: the database's schema is older than this binary's (a
+                           read-write open would migrate it) */
 };
 
 /* One embedded migration; db_migrations[i].version == i + 1. */
@@ -79,9 +81,10 @@ struct db_opts db_opts_default(void);
  * fails here (DB_UNWRITABLE), and notes which files the path, its -wal and its -shm are (for
  * db_file_moved). Fails on a database whose schema is newer than this binary's (DB_ERR_NEWER), a
  * file that is not a SQLite database, or a database of another program (tables, but no llmq
- * schema). o may be NULL (defaults). On success *out is the handle (the caller owns it:
- * db_close); on failure *out is NULL, err says why (it starts with the path) and the return value
- * is DB_ERR, DB_BUSY, DB_ERR_NEWER or DB_UNWRITABLE. */
+ * schema); a readonly open also on an older schema (DB_ERR_OLDER). o may be NULL (defaults). On
+ * success *out is the handle (the caller owns it: db_close); on failure *out is NULL, err says why
+ * (it starts with the path) and the return value is DB_ERR, DB_BUSY, DB_ERR_NEWER, DB_ERR_OLDER or
+ * DB_UNWRITABLE. */
 int db_open(const char *path, const struct db_opts *o, struct db **out, char *err, size_t errlen);
 
 /* Read-write handles: whether the path (or its -wal or -shm) no longer names the file the
@@ -118,6 +121,8 @@ enum db_status { DB_COMPLETED, DB_FAILED, DB_CANCELLED };
 const char *db_status_name(int status);
 /* The enum for a name, or -1. */
 int db_status_from_name(const char *name);
+/* The rank of a status in the upsert (completed 2 > cancelled 1 > failed 0). */
+int db_status_rank(int status);
 
 enum db_form { DB_FORM_LLMQ, DB_FORM_OPENAI };
 
@@ -174,6 +179,14 @@ struct db_result {
  * completed, form llmq. */
 struct db_result db_result_empty(void);
 
+/* A copy of r in one malloc'd block (the struct, then its strings), so that it outlives the
+ * callback that lent it; `batch` is not copied (NULL). Free it with free(). NULL when out of
+ * memory. */
+struct db_result *db_result_dup(const struct db_result *r);
+
+/* Whether a and b hold the same value in every column of `jobs` (NULL equals NULL). */
+bool db_result_same(const struct db_result *a, const struct db_result *b);
+
 /* Writes rows[0..n) in one transaction (BEGIN IMMEDIATE ... COMMIT), each as the upsert described
  * at the top of this file, with its `batch` inserted first when `batches` has no row for it (a
  * row that is there only gets the columns it lacks; a batch row SQLite refuses is left out). A row is
@@ -187,6 +200,14 @@ int db_put_results(struct db *db, const struct db_result *rows, size_t n, int *r
  * are given (state, finished_at and total; input and created_at only where they are NULL).
  * Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a row without an id fails the call). */
 int db_put_batches(struct db *db, const struct db_batch *rows, size_t n);
+
+/* Called once per batch row; the row and its strings are borrowed for the call only. Return 0 to
+ * go on, anything else to stop. */
+typedef int (*db_batch_fn)(void *ctx, const struct db_batch *batch);
+
+/* Streams the rows of `batches` to fn, by id; only the row of `id` when id is not NULL. Returns
+ * 0, fn's nonzero value, or DB_ERR / DB_BUSY with db_errmsg. */
+int db_query_batches(struct db *db, const char *id, db_batch_fn fn, void *ctx);
 
 /* One row of `job_parts` (schemas/006_job_parts.sql): a committed partial summary of a map-reduce
  * job (worker/jobs/summarize.h). Strings are borrowed; finish_reason and worker_id may be NULL. */

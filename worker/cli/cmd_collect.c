@@ -1,0 +1,192 @@
+/* `llmq collect --from-db FILE... [--db CENTRAL]`: merges worker databases into one central
+ * database under the upsert rules of the store (worker/store/merge.h); docs/FLEET.md is the
+ * user's side. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/cli/cli.h"
+#include "worker/config/config.h"
+#include "worker/store/db.h"
+#include "worker/store/merge.h"
+
+static const char CMD[] = "collect";
+
+/* Rows per transaction in the target. */
+enum { BATCH_ROWS = 1000 };
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: llmq collect --from-db FILE [--from-db FILE ...] [-c FILE | --db PATH] [--quiet]\n"
+            "                    [--format json]\n"
+            "\n"
+            "Merges llmq databases (a worker's sqlite.path file from each host) into one central\n"
+            "database, for SQL over a fleet's results and for backfills of hosts that were offline.\n"
+            "Each source is opened read-only and never changed (one with an older schema is copied\n"
+            "beside the target, the copy migrated and removed). For each job id the central row is\n"
+            "the one that ranks highest: completed > cancelled > failed, then the later finished_at;\n"
+            "attempts is the largest any copy had. Merging again changes nothing, and the order of\n"
+            "the sources does not matter. Batch rows are merged too; workers, worker_metrics and\n"
+            "job_parts are not. Rows go in transactions of %d.\n"
+            "\n"
+            "Options:\n"
+            "      --from-db FILE  a database to merge (repeat for more; they are merged in order)\n"
+            "  -c, --config FILE   llmq.yaml (default $LLMQ_CONFIG): its sqlite.path is the target\n"
+            "      --db PATH       the target database (overrides the config; created when missing)\n"
+            "  -f, --format F      text (default: one summary line per source on stderr) or json\n"
+            "                      (one JSON object on stdout)\n"
+            "      --json          the same as --format json\n"
+            "      --quiet         no summary lines (errors are still printed)\n"
+            "  -h, --help          this text\n"
+            "\n"
+            "Counts per source and table: read (rows in the source), written (new rows, replaced\n"
+            "rows, or a kept row's attempts raised), kept (the target's row was the same or ranks\n"
+            "higher: nothing written).\n"
+            "\n"
+            "Exit status: 0 every source merged, 1 a source or the target failed (the other sources\n"
+            "are still merged; what a failed source committed stays, and merging it again completes\n"
+            "it), 2 the command line is wrong.\n",
+            BATCH_ROWS);
+}
+
+enum { O_DB = 256, O_FROM_DB, O_JSON, O_QUIET };
+
+static json_t *count_json(const struct merge_count *c)
+{
+    return json_pack("{sIsIsI}", "read", (json_int_t)c->read, "written", (json_int_t)c->written, "kept",
+                     (json_int_t)c->kept);
+}
+
+int cmd_collect(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"db", required_argument, NULL, O_DB},
+        {"from-db", required_argument, NULL, O_FROM_DB},
+        {"format", required_argument, NULL, 'f'},
+        {"json", no_argument, NULL, O_JSON},
+        {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    static const char shortopts[] = "c:f:h";
+    const char *config = cfg_default_path(), *dbpath = NULL;
+    bool json = false, quiet = false;
+    const char **from = calloc((size_t)argc, sizeof *from);
+    size_t n_from = 0;
+    if (!from) {
+        fprintf(stderr, "llmq %s: out of memory\n", CMD);
+        return 1;
+    }
+    int opt, rc = 0;
+    optind = 1;
+    opterr = 0;
+    while (rc == 0 && (opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            free(from);
+            return 0;
+        case 'c':
+            config = optarg;
+            break;
+        case O_DB:
+            dbpath = optarg;
+            break;
+        case O_FROM_DB:
+            if (!*optarg)
+                rc = cli_usage_error(CMD, "--from-db: expected a file name, got ''");
+            from[n_from++] = optarg;
+            break;
+        case 'f':
+            if (!strcmp(optarg, "json"))
+                json = true;
+            else if (!strcmp(optarg, "text"))
+                json = false;
+            else
+                rc = cli_usage_error(CMD, "--format: expected text or json, got '%s'", optarg);
+            break;
+        case O_JSON:
+            json = true;
+            break;
+        case O_QUIET:
+            quiet = true;
+            break;
+        default:
+            rc = cli_bad_option(CMD, argc, argv, longopts, shortopts);
+        }
+    }
+    if (rc == 0 && optind < argc)
+        rc = cli_usage_error(CMD, "unexpected argument '%s' (name each source with --from-db)", argv[optind]);
+    if (rc == 0 && n_from == 0)
+        rc = cli_usage_error(CMD, "name a database to merge: --from-db FILE");
+    if (rc) {
+        free(from);
+        return rc;
+    }
+
+    /* the target: --db, else the config's sqlite.path (file < environment) */
+    char err[1024];
+    struct cfg c;
+    cfg_defaults(&c);
+    if ((config && cfg_load_file(&c, config, err, sizeof err)) || cfg_load_env(&c, err, sizeof err) ||
+        (dbpath && cfg_set(&c, "sqlite.path", dbpath, "--db", err, sizeof err))) {
+        fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        cfg_free(&c);
+        free(from);
+        return dbpath && strstr(err, "--db") ? 2 : 1;
+    }
+    struct db_opts o = db_opts_default();
+    o.busy_timeout_ms = c.sqlite.busy_timeout_ms;
+    struct db *db = NULL;
+    if (!c.sqlite.path[0] || db_open(c.sqlite.path, &o, &db, err, sizeof err)) {
+        if (!c.sqlite.path[0])
+            fprintf(stderr, "llmq %s: no target database: name it with --db PATH or -c FILE's sqlite.path\n",
+                    CMD);
+        else
+            fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        cfg_free(&c);
+        free(from);
+        return 1;
+    }
+
+    json_t *sources = json_array();
+    for (size_t i = 0; i < n_from; i++) {
+        struct merge_stats st;
+        int r = merge_db(db, from[i], BATCH_ROWS, &st, err, sizeof err);
+        if (r)
+            fprintf(stderr, "llmq %s: %s\n", CMD, err);
+        if (r == 0 && !quiet && !json)
+            fprintf(stderr,
+                    "llmq %s: %s into %s: jobs %lld read, %lld written, %lld kept; batches %lld read, %lld "
+                    "written, %lld kept\n",
+                    CMD, from[i], c.sqlite.path, (long long)st.jobs.read, (long long)st.jobs.written,
+                    (long long)st.jobs.kept, (long long)st.batches.read, (long long)st.batches.written,
+                    (long long)st.batches.kept);
+        json_t *s = json_pack("{sssbsoso}", "path", from[i], "ok", r == 0, "jobs", count_json(&st.jobs),
+                              "batches", count_json(&st.batches));
+        if (s && r)
+            json_object_set_new(s, "error", json_string(err));
+        json_array_append_new(sources, s);
+        if (r)
+            rc = 1;
+    }
+    if (json) {
+        json_t *out = json_pack("{sssbso}", "target", c.sqlite.path, "ok", rc == 0, "sources", sources);
+        char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        json_decref(out);
+    } else {
+        json_decref(sources);
+    }
+    db_close(db);
+    cfg_free(&c);
+    free(from);
+    return rc;
+}

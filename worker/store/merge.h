@@ -1,0 +1,36 @@
+/* Merging one llmq database into another (`llmq collect --from-db`): the rows of a worker's file
+ * go into a central one under the same rules as a worker's own writes (db.h), so that merging is
+ * idempotent and does not depend on the order of the sources.
+ *
+ * For each job id the target ends with the row that ranks highest: completed > cancelled > failed,
+ * among equal statuses the later finished_at (then the greater worker_id); attempts is the largest
+ * any copy had. A source row identical to the target's is not written. Rows are written through
+ * db_put_results, so the upsert's rules hold for every write. For each batch id the target ends
+ * with the row furthest along: its state (queued < running < completed, cancelled), then the later
+ * finished_at, then the larger total (a batch grows with `enqueue --append`); a column that row
+ * lacks is filled in from the other. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+struct db;
+
+/* Rows of one table: read from the source; written into the target (new, replacing, or raising
+ * attempts); kept (the target's row was the same or ranks higher: nothing written). */
+struct merge_count {
+    int64_t read, written, kept;
+};
+
+struct merge_stats {
+    struct merge_count jobs, batches;
+};
+
+/* Merges the llmq database at source_path into target (opened read-write with db_open), writing
+ * at most batch_rows rows per transaction (0 = 1000). The source is opened read-only and never
+ * changed; one with an older schema is first copied (VACUUM INTO a temporary file beside the
+ * target, removed afterwards) and the copy migrated. Refused, with err naming the file: a source
+ * that is the target's file, that does not exist, is not an llmq database, or has a newer schema.
+ * *st (zeroed first) counts the rows, also of a merge that failed part way (the transactions
+ * committed before the failure stay: merging again completes it). Returns 0, or -1 with err. */
+int merge_db(struct db *target, const char *source_path, size_t batch_rows, struct merge_stats *st, char *err,
+             size_t errlen);
