@@ -46,7 +46,10 @@ sums() { sha256sum "$T"/host[123].db; }
 before=$(sums)
 
 # jobs: every column, by id; batches likewise
-dump() { sqlite3 -batch "$1" "SELECT * FROM jobs ORDER BY id" "SELECT * FROM batches ORDER BY id"; }
+dump() {
+  sqlite3 -batch "$1" "SELECT * FROM jobs ORDER BY id" "SELECT * FROM batches ORDER BY id" \
+    "SELECT * FROM workers ORDER BY id" "SELECT * FROM worker_metrics ORDER BY worker_id, ts"
+}
 union() { # the jobs rows of the three sources, by id (ids are unique across them here)
   for w in 1 2 3; do sqlite3 -batch "$T/host$w.db" "SELECT * FROM jobs"; done | sort
 }
@@ -57,6 +60,9 @@ out=$("$LLMQ" collect --db "$C" --from-db "$T/host1.db" --from-db "$T/host2.db" 
 eq "collect exit status" "$?" 0
 eq "central rows" "$(sqlite3 "$C" "SELECT count(*) FROM jobs")" 8
 eq "central rows are the union" "$(sqlite3 -batch "$C" "SELECT * FROM jobs" | sort)" "$(union)"
+eq "workers: the union" "$(sqlite3 "$C" "SELECT * FROM workers ORDER BY id")" "$(for w in 1 2 3; do sqlite3 "$T/host$w.db" "SELECT * FROM workers"; done)"
+eq "worker_metrics: the union" "$(sqlite3 "$C" "SELECT * FROM worker_metrics" | sort)" "$(for w in 1 2 3; do sqlite3 "$T/host$w.db" "SELECT * FROM worker_metrics"; done | sort)"
+[ "$(sqlite3 "$C" "SELECT count(*) FROM worker_metrics")" -ge 3 ] && ok "metrics rows merged" || bad "no metrics rows merged"
 eq "the batch row, finished" "$(sqlite3 "$C" "SELECT id, total, state, finished_at IS NOT NULL FROM batches")" "nightly|4|completed|1"
 eq "the batch's jobs" "$(sqlite3 "$C" "SELECT jobs, completed FROM batch_summary WHERE batch_id = 'nightly'")" "4|4"
 eq "the batch row is host3's, the later" "$(sqlite3 "$C" "SELECT * FROM batches")" "$(sqlite3 "$T/host3.db" "SELECT * FROM batches")"

@@ -290,8 +290,8 @@ static void test_open_creates_schema(void **state)
 static void test_columns_match_schema(void **state)
 {
     struct db *db = open_ok(NULL);
-    const char *tables[] = {"jobs", "worker_metrics", "batches", "job_parts"};
-    for (int t = 0; t < 4; t++) {
+    const char *tables[] = {"jobs", "worker_metrics", "batches", "job_parts", "workers"};
+    for (int t = 0; t < 5; t++) {
         char sql[128];
         snprintf(sql, sizeof sql, "SELECT name FROM pragma_table_info('%s') ORDER BY cid", tables[t]);
         sqlite3_stmt *st;

@@ -1,7 +1,8 @@
 /* worker/store/merge.c on real SQLite files: the cases of the merge rules a worker's databases
  * rarely produce (tests/cli/test_collect.sh runs real workers): a kept row that still takes a
  * source's larger attempts (lower and equal rank), a later failure over an earlier one, batches
- * of rows per transaction, identical rows not written, db_result_dup and db_result_same. */
+ * of rows per transaction, identical rows not written, a restarted worker's row updated in place
+ * (its metrics kept), db_result_dup and db_result_same. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,63 @@ static void test_batches_of_rows(void **state)
     db_close(dst);
 }
 
+static void put_worker(const char *p, const char *id, double started, double seen, double ts)
+{
+    struct db *db = open_at(p);
+    struct db_worker w = {.id = id, .host = p, .pid = 7, .backend = "cpu", .started_at = started};
+    assert_int_equal(db_put_worker(db, &w), DB_OK);
+    assert_int_equal(db_touch_worker(db, id, seen, 5, true), DB_OK);
+    struct db_metrics mr = db_metrics_empty();
+    mr.worker_id = id;
+    mr.ts = ts;
+    mr.interval_s = 1;
+    assert_int_equal(db_put_metrics(db, &mr, 1), DB_OK);
+    db_close(db);
+}
+
+static int64_t count(const char *sql)
+{
+    sqlite3 *h;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open(dst_path, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return v;
+}
+
+/* A worker that restarted: the later row replaces the target's in place, whose metrics stay (an
+ * upsert, not a delete that would cascade); an earlier one is kept out. */
+static void test_worker_restart(void **state)
+{
+    (void)state;
+    put_worker(dst_path, "w", 100, 150, 150);
+    put_worker(src_path, "w", 200, 250, 250);
+    struct merge_stats st = merge(0);
+    assert_int_equal(st.workers.written, 1);
+    assert_int_equal(st.metrics.written, 1);
+    assert_int_equal(
+        count("SELECT started_at = 200 AND last_seen_at = 250 AND stopped_at = 250 AND jobs_done = 5 "
+              "AND pid = 7 FROM workers WHERE id = 'w'"),
+        1);
+    assert_int_equal(count("SELECT count(*) FROM worker_metrics WHERE worker_id = 'w'"), 2);
+    /* the other way round: the target's later row stays */
+    char tmp[192];
+    snprintf(tmp, sizeof tmp, "%s", src_path);
+    snprintf(src_path, sizeof src_path, "%s/old.db", dir);
+    put_worker(src_path, "w", 50, 60, 60);
+    st = merge(0);
+    assert_int_equal(st.workers.kept, 1);
+    assert_int_equal(st.metrics.written, 1);
+    assert_int_equal(count("SELECT started_at FROM workers WHERE id = 'w'"), 200);
+    assert_int_equal(count("SELECT count(*) FROM worker_metrics WHERE worker_id = 'w'"), 3);
+    st = merge(0);
+    assert_int_equal(st.workers.written + st.metrics.written, 0);
+    snprintf(src_path, sizeof src_path, "%s", tmp);
+}
+
 static void test_dup_and_same(void **state)
 {
     (void)state;
@@ -173,6 +231,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_kept_rows_take_attempts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches_of_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dup_and_same, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,8 +30,8 @@ static void usage(FILE *f)
             "beside the target, the copy migrated and removed). For each job id the central row is\n"
             "the one that ranks highest: completed > cancelled > failed, then the later finished_at;\n"
             "attempts is the largest any copy had. Merging again changes nothing, and the order of\n"
-            "the sources does not matter. Batch rows are merged too; workers, worker_metrics and\n"
-            "job_parts are not. Rows go in transactions of %d.\n"
+            "the sources does not matter. Batches, workers and worker_metrics are merged too\n"
+            "(docs/FLEET.md says how); job_parts are not. Rows go in transactions of %d.\n"
             "\n"
             "Options:\n"
             "      --from-db FILE  a database to merge (repeat for more; they are merged in order)\n"
@@ -45,7 +45,8 @@ static void usage(FILE *f)
             "\n"
             "Counts per source and table: read (rows in the source), written (new rows, replaced\n"
             "rows, or a kept row's attempts raised), kept (the target's row was the same or ranks\n"
-            "higher: nothing written).\n"
+            "higher: nothing written); the text line gives batches, workers and metrics rows as\n"
+            "read/written/kept.\n"
             "\n"
             "Exit status: 0 every source merged, 1 a source or the target failed (the other sources\n"
             "are still merged; what a failed source committed stays, and merging it again completes\n"
@@ -162,13 +163,16 @@ int cmd_collect(int argc, char **argv)
             fprintf(stderr, "llmq %s: %s\n", CMD, err);
         if (r == 0 && !quiet && !json)
             fprintf(stderr,
-                    "llmq %s: %s into %s: jobs %lld read, %lld written, %lld kept; batches %lld read, %lld "
-                    "written, %lld kept\n",
+                    "llmq %s: %s into %s: jobs %lld read, %lld written, %lld kept; batches %lld/%lld/%lld, "
+                    "workers %lld/%lld/%lld, metrics rows %lld/%lld/%lld\n",
                     CMD, from[i], c.sqlite.path, (long long)st.jobs.read, (long long)st.jobs.written,
                     (long long)st.jobs.kept, (long long)st.batches.read, (long long)st.batches.written,
-                    (long long)st.batches.kept);
-        json_t *s = json_pack("{sssbsoso}", "path", from[i], "ok", r == 0, "jobs", count_json(&st.jobs),
-                              "batches", count_json(&st.batches));
+                    (long long)st.batches.kept, (long long)st.workers.read, (long long)st.workers.written,
+                    (long long)st.workers.kept, (long long)st.metrics.read, (long long)st.metrics.written,
+                    (long long)st.metrics.kept);
+        json_t *s = json_pack("{sssbsosososo}", "path", from[i], "ok", r == 0, "jobs", count_json(&st.jobs),
+                              "batches", count_json(&st.batches), "workers", count_json(&st.workers),
+                              "worker_metrics", count_json(&st.metrics));
         if (s && r)
             json_object_set_new(s, "error", json_string(err));
         json_array_append_new(sources, s);

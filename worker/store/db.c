@@ -126,6 +126,25 @@ static const struct col part_cols[] = {
 };
 #define N_PART_COLS (sizeof part_cols / sizeof part_cols[0])
 
+#define WCOL(f, k)                                                                                           \
+    {                                                                                                        \
+#f, k, offsetof(struct db_worker_row, f)                                                             \
+    }
+static const struct col worker_cols[] = {
+    {"id", C_TEXT, offsetof(struct db_worker_row, w.id)},
+    {"host", C_TEXT, offsetof(struct db_worker_row, w.host)},
+    {"pid", C_INT_OPT, offsetof(struct db_worker_row, w.pid)},
+    {"gpu", C_TEXT, offsetof(struct db_worker_row, w.gpu)},
+    {"model", C_TEXT, offsetof(struct db_worker_row, w.model)},
+    {"backend", C_TEXT, offsetof(struct db_worker_row, w.backend)},
+    {"started_at", C_REAL, offsetof(struct db_worker_row, w.started_at)},
+    WCOL(last_seen_at, C_REAL),
+    WCOL(stopped_at, C_REAL),
+    WCOL(jobs_done, C_INT),
+    {"version", C_TEXT, offsetof(struct db_worker_row, w.version)},
+};
+#define N_WORKER_COLS (sizeof worker_cols / sizeof worker_cols[0])
+
 /* For the test that compares these tables with the schema: the column names of `table`, in
  * order, or NULL for a table without one. Not in db.h: only tests declare it. */
 const char *db_test_column(const char *table, size_t i);
@@ -139,6 +158,8 @@ const char *db_test_column(const char *table, size_t i)
         return i < N_BATCH_COLS ? batch_cols[i].name : NULL;
     if (!strcmp(table, "job_parts"))
         return i < N_PART_COLS ? part_cols[i].name : NULL;
+    if (!strcmp(table, "workers"))
+        return i < N_WORKER_COLS ? worker_cols[i].name : NULL;
     return NULL;
 }
 
@@ -162,6 +183,7 @@ enum {
     ST_PART,      /* a map-reduce job's part (db_put_parts), built from part_cols */
     ST_PART_STALE, /* the job's parts of another plan */
     ST_PART_GET,  /* db_get_parts */
+    ST_WORKER_ROW, /* a whole worker row (db_put_worker_rows), built from worker_cols */
     ST_COUNT
 };
 
@@ -391,6 +413,8 @@ static sqlite3_stmt *stmt(struct db *db, int which)
             ", attempts = max(jobs.attempts, excluded.attempts) WHERE " RANK("excluded") " >= " RANK("jobs"));
     else if (which == ST_METRICS)
         built = build_upsert("worker_metrics", metric_cols, N_METRIC_COLS, 2, "worker_id, ts", "");
+    else if (which == ST_WORKER_ROW)
+        built = build_upsert("workers", worker_cols, N_WORKER_COLS, 1, "id", "");
     else if (which == ST_PART)
         built = build_upsert("job_parts", part_cols, N_PART_COLS, 3, "job_id, level, part", "");
     else if (which == ST_PART_GET)
@@ -551,10 +575,11 @@ struct db_result *db_result_dup(const struct db_result *r)
     return d;
 }
 
-bool db_result_same(const struct db_result *a, const struct db_result *b)
+/* Whether a and b (structs of cols) hold the same value in every column (NULL equals NULL). */
+static bool same_cols(const struct col *cols, size_t n, const void *a, const void *b)
 {
-    for (size_t i = 0; i < N_JOB_COLS; i++) {
-        const struct col *c = &job_cols[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct col *c = &cols[i];
         const char *pa = (const char *)a + c->off, *pb = (const char *)b + c->off;
         size_t la, lb;
         const char *sa = col_text(c, a, &la), *sb = col_text(c, b, &lb);
@@ -572,6 +597,16 @@ bool db_result_same(const struct db_result *a, const struct db_result *b)
             return false;
     }
     return true;
+}
+
+bool db_result_same(const struct db_result *a, const struct db_result *b)
+{
+    return same_cols(job_cols, N_JOB_COLS, a, b);
+}
+
+bool db_metrics_same(const struct db_metrics *a, const struct db_metrics *b)
+{
+    return same_cols(metric_cols, N_METRIC_COLS, a, b);
 }
 
 /* ---- transactions with retries */
@@ -833,36 +868,88 @@ int db_get_parts(struct db *db, const char *job_id, const char *plan, db_part_fn
     return ret;
 }
 
-int db_query_batches(struct db *db, const char *id, db_batch_fn fn, void *ctx)
+/* A typed row callback (db_batch_fn, db_worker_fn, db_metrics_fn) and its context. */
+struct row_fn {
+    int (*call)(const struct row_fn *f, const void *row);
+    void (*fn)(void); /* the typed callback, cast back by call */
+    void *ctx;
+};
+static int call_batch(const struct row_fn *f, const void *row)
 {
-    assert(db && fn);
+    return ((db_batch_fn)f->fn)(f->ctx, row);
+}
+static int call_worker(const struct row_fn *f, const void *row)
+{
+    return ((db_worker_fn)f->fn)(f->ctx, row);
+}
+static int call_metrics(const struct row_fn *f, const void *row)
+{
+    return ((db_metrics_fn)f->fn)(f->ctx, row);
+}
+
+/* Streams the rows of "SELECT <cols> FROM table<tail>" to f (its parameters: text p1, then real
+ * p2 when not NAN), each read into a struct of `size` bytes. 0, f's value, DB_ERR or DB_BUSY. */
+static int query_rows(struct db *db, const char *table, const struct col *cols, size_t n, size_t size,
+                      const char *tail, const char *p1, double p2, const struct row_fn *f)
+{
     if (!db->h) {
-        set_err(db, "reading batches: the database is not open");
+        set_err(db, "reading %s: the database is not open", table);
         return DB_ERR;
     }
-    char *sql = build_select("batches", batch_cols, N_BATCH_COLS, id ? " WHERE id = ?1" : " ORDER BY id");
+    char *sql = build_select(table, cols, n, tail);
     sqlite3_stmt *st = NULL;
     if (!sql || sqlite3_prepare_v2(db->h, sql, -1, &st, NULL) != SQLITE_OK) {
-        set_err(db, "reading batches: %s", sql ? sqlite3_errmsg(db->h) : "out of memory");
+        set_err(db, "reading %s: %s", table, sql ? sqlite3_errmsg(db->h) : "out of memory");
         free(sql);
         return DB_ERR;
     }
     free(sql);
-    if (id)
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    if (p1)
+        sqlite3_bind_text(st, 1, p1, -1, SQLITE_STATIC);
+    if (!isnan(p2))
+        sqlite3_bind_double(st, 2, p2);
+    char row[512];
+    assert(size <= sizeof row);
     int rc, ret = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct db_batch b;
-        read_cols(st, batch_cols, N_BATCH_COLS, &b);
-        if ((ret = fn(ctx, &b)) != 0)
+        memset(row, 0, size);
+        read_cols(st, cols, n, row);
+        if ((ret = f->call(f, row)) != 0)
             break;
     }
     if (!ret && rc != SQLITE_DONE) {
-        set_err(db, "reading batches: %s", sqlite3_errmsg(db->h));
+        set_err(db, "reading %s: %s", table, sqlite3_errmsg(db->h));
         ret = is_busy(rc) ? DB_BUSY : DB_ERR;
     }
     sqlite3_finalize(st);
     return ret;
+}
+
+int db_query_batches(struct db *db, const char *id, db_batch_fn fn, void *ctx)
+{
+    assert(db && fn);
+    return query_rows(db, "batches", batch_cols, N_BATCH_COLS, sizeof(struct db_batch),
+                      id ? " WHERE id = ?1" : " ORDER BY id", id, NAN,
+                      &(struct row_fn){call_batch, (void (*)(void))fn, ctx});
+}
+
+int db_query_workers(struct db *db, const char *id, db_worker_fn fn, void *ctx)
+{
+    assert(db && fn);
+    return query_rows(db, "workers", worker_cols, N_WORKER_COLS, sizeof(struct db_worker_row),
+                      id ? " WHERE id = ?1" : " ORDER BY id", id, NAN,
+                      &(struct row_fn){call_worker, (void (*)(void))fn, ctx});
+}
+
+int db_query_metrics(struct db *db, const char *worker_id, double ts, db_metrics_fn fn, void *ctx)
+{
+    assert(db && fn);
+    const char *tail = !worker_id  ? " ORDER BY worker_id, ts"
+                       : isnan(ts) ? " WHERE worker_id = ?1 ORDER BY ts"
+                                   : " WHERE worker_id = ?1 AND ts = ?2";
+    return query_rows(db, "worker_metrics", metric_cols, N_METRIC_COLS, sizeof(struct db_metrics), tail,
+                      worker_id, worker_id ? ts : NAN,
+                      &(struct row_fn){call_metrics, (void (*)(void))fn, ctx});
 }
 
 int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void *ctx)
@@ -1067,6 +1154,19 @@ int db_put_metrics(struct db *db, const struct db_metrics *rows, size_t n)
     char what[64];
     snprintf(what, sizeof what, "writing %zu metrics row%s", n, n == 1 ? "" : "s");
     return write_txn(db, what, put_rows_body, &p);
+}
+
+int db_put_worker_rows(struct db *db, const struct db_worker_row *rows, size_t n)
+{
+    assert(db && (rows || n == 0));
+    for (size_t i = 0; i < n; i++)
+        if (!rows[i].w.id || !rows[i].w.id[0] || !isfinite(rows[i].w.started_at)) {
+            set_err(db, "writing workers: row %zu has no %s", i + 1,
+                    !rows[i].w.id || !rows[i].w.id[0] ? "id" : "started_at");
+            return DB_ERR;
+        }
+    struct put_rows p = {ST_WORKER_ROW, worker_cols, N_WORKER_COLS, rows, sizeof *rows, n};
+    return put_rows_txn(db, &p, "worker row", put_rows_body);
 }
 
 /* ---- opening and migrating */

@@ -280,6 +280,27 @@ struct db_worker {
  * stopped_at NULL). */
 int db_put_worker(struct db *db, const struct db_worker *w);
 
+/* One row of `workers` as stored: what db_put_worker wrote and db_touch_worker updated since.
+ * stopped_at NAN is NULL (running, or it crashed); w.pid < 0 is NULL. */
+struct db_worker_row {
+    struct db_worker w;
+    double last_seen_at, stopped_at;
+    int64_t jobs_done;
+};
+
+/* Called once per worker row; the row and its strings are borrowed for the call only. Return 0 to
+ * go on, anything else to stop. */
+typedef int (*db_worker_fn)(void *ctx, const struct db_worker_row *row);
+
+/* Streams the rows of `workers` to fn, by id; only the row of `id` when id is not NULL. Returns
+ * 0, fn's nonzero value, or DB_ERR / DB_BUSY with db_errmsg. */
+int db_query_workers(struct db *db, const char *id, db_worker_fn fn, void *ctx);
+
+/* Writes whole worker rows in one transaction: a known id gets every column of the row (an update
+ * in place: its metrics stay). Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a row without
+ * an id or started_at fails the call). */
+int db_put_worker_rows(struct db *db, const struct db_worker_row *rows, size_t n);
+
 /* Sets last_seen_at = now and jobs_done (since the worker started); with `stopped` also
  * stopped_at = now. A worker id with no row is an error (DB_ERR). */
 int db_touch_worker(struct db *db, const char *id, double now, int64_t jobs_done, bool stopped);
@@ -304,6 +325,17 @@ struct db_metrics {
 };
 /* Every real NAN, every count 0, gpu_mem_bytes and the depths -1. */
 struct db_metrics db_metrics_empty(void);
+
+/* Called once per metrics row; borrowed for the call only. Return 0 to go on, else stop. */
+typedef int (*db_metrics_fn)(void *ctx, const struct db_metrics *row);
+
+/* Streams worker_metrics rows to fn by worker_id, then ts: all of them (worker_id NULL), one
+ * worker's (ts NAN), or the one row of (worker_id, ts). Returns 0, fn's nonzero value, or DB_ERR /
+ * DB_BUSY with db_errmsg. */
+int db_query_metrics(struct db *db, const char *worker_id, double ts, db_metrics_fn fn, void *ctx);
+
+/* Whether a and b hold the same value in every column of worker_metrics. */
+bool db_metrics_same(const struct db_metrics *a, const struct db_metrics *b);
 
 /* Writes metrics rows in one transaction; a row for a (worker_id, ts) already there replaces it.
  * Returns DB_OK, DB_BUSY or DB_ERR (nothing written: a bad row fails the call). */

@@ -28,6 +28,10 @@ struct merge {
     size_t n_jobs;
     struct db_batch *batches; /* pending batch rows; strings owned (free_batch) */
     size_t n_batches;
+    struct db_worker_row *workers; /* pending worker rows; strings owned (free_worker) */
+    size_t n_workers;
+    struct db_metrics *metrics; /* pending metrics rows; worker_id owned */
+    size_t n_metrics;
     struct db_result *found; /* the target's row of the id being merged (lookup) */
     char *err;
     size_t errlen;
@@ -241,6 +245,127 @@ static int merge_batch(void *ctx, const struct db_batch *b)
     return m->n_batches == m->cap ? flush_batches(m) : 0;
 }
 
+/* ---- workers and metrics */
+
+static void free_worker(struct db_worker_row *w)
+{
+    free((char *)w->w.id);
+    free((char *)w->w.host);
+    free((char *)w->w.gpu);
+    free((char *)w->w.model);
+    free((char *)w->w.backend);
+    free((char *)w->w.version);
+}
+
+static char *dup_opt(const char *s, bool *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    *oom |= s && !d;
+    return d;
+}
+
+static int flush_workers(struct merge *m)
+{
+    int rc = m->n_workers ? db_put_worker_rows(m->dst, m->workers, m->n_workers) : DB_OK;
+    for (size_t i = 0; i < m->n_workers; i++)
+        free_worker(&m->workers[i]);
+    if (rc == DB_OK)
+        m->st->workers.written += (int64_t)m->n_workers;
+    m->n_workers = 0;
+    if (rc != DB_OK)
+        snprintf(m->err, m->errlen, "%s", db_errmsg(m->dst));
+    return rc == DB_OK ? 0 : STOP;
+}
+
+struct worker_probe {
+    const struct db_worker_row *src;
+    bool found, write;
+};
+
+static int probe_worker(void *ctx, const struct db_worker_row *t)
+{
+    struct worker_probe *p = ctx;
+    const struct db_worker_row *s = p->src;
+    p->found = true;
+    p->write = s->w.started_at != t->w.started_at ? s->w.started_at > t->w.started_at
+                                                  : s->last_seen_at > t->last_seen_at;
+    return 0;
+}
+
+static int merge_worker(void *ctx, const struct db_worker_row *row)
+{
+    struct merge *m = ctx;
+    m->st->workers.read++;
+    struct worker_probe p = {row, false, false};
+    if (db_query_workers(m->dst, row->w.id, probe_worker, &p)) {
+        snprintf(m->err, m->errlen, "%s", db_errmsg(m->dst));
+        return STOP;
+    }
+    if (p.found && !p.write) {
+        m->st->workers.kept++;
+        return 0;
+    }
+    struct db_worker_row *d = &m->workers[m->n_workers];
+    bool oom = false;
+    *d = *row;
+    d->w.id = dup_opt(row->w.id, &oom);
+    d->w.host = dup_opt(row->w.host, &oom);
+    d->w.gpu = dup_opt(row->w.gpu, &oom);
+    d->w.model = dup_opt(row->w.model, &oom);
+    d->w.backend = dup_opt(row->w.backend, &oom);
+    d->w.version = dup_opt(row->w.version, &oom);
+    if (oom) {
+        free_worker(d);
+        snprintf(m->err, m->errlen, "out of memory");
+        return STOP;
+    }
+    m->n_workers++;
+    return m->n_workers == m->cap ? flush_workers(m) : 0;
+}
+
+static int flush_metrics(struct merge *m)
+{
+    int rc = m->n_metrics ? db_put_metrics(m->dst, m->metrics, m->n_metrics) : DB_OK;
+    for (size_t i = 0; i < m->n_metrics; i++)
+        free((char *)m->metrics[i].worker_id);
+    if (rc == DB_OK)
+        m->st->metrics.written += (int64_t)m->n_metrics;
+    m->n_metrics = 0;
+    if (rc != DB_OK)
+        snprintf(m->err, m->errlen, "%s", db_errmsg(m->dst));
+    return rc == DB_OK ? 0 : STOP;
+}
+
+static int found_metrics(void *ctx, const struct db_metrics *row)
+{
+    (void)row;
+    *(bool *)ctx = true;
+    return 0;
+}
+
+static int merge_metrics(void *ctx, const struct db_metrics *row)
+{
+    struct merge *m = ctx;
+    m->st->metrics.read++;
+    bool found = false;
+    if (db_query_metrics(m->dst, row->worker_id, row->ts, found_metrics, &found)) {
+        snprintf(m->err, m->errlen, "%s", db_errmsg(m->dst));
+        return STOP;
+    }
+    if (found) {
+        m->st->metrics.kept++;
+        return 0;
+    }
+    struct db_metrics *d = &m->metrics[m->n_metrics];
+    *d = *row;
+    if (!(d->worker_id = strdup(row->worker_id))) {
+        snprintf(m->err, m->errlen, "out of memory");
+        return STOP;
+    }
+    m->n_metrics++;
+    return m->n_metrics == m->cap ? flush_metrics(m) : 0;
+}
+
 /* ---- the source */
 
 /* Whether a and b name the same file (b may not exist yet: then not). */
@@ -330,7 +455,9 @@ int merge_db(struct db *target, const char *source_path, size_t batch_rows, stru
     int rc = -1;
     if (array_resize(&m.jobs, m.cap, sizeof *m.jobs) || array_resize(&m.flat, m.cap, sizeof *m.flat) ||
         array_resize(&m.row_rc, m.cap, sizeof *m.row_rc) ||
-        array_resize(&m.batches, m.cap, sizeof *m.batches)) {
+        array_resize(&m.batches, m.cap, sizeof *m.batches) ||
+        array_resize(&m.workers, m.cap, sizeof *m.workers) ||
+        array_resize(&m.metrics, m.cap, sizeof *m.metrics)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -338,6 +465,14 @@ int merge_db(struct db *target, const char *source_path, size_t batch_rows, stru
     int q = db_query_batches(m.src, NULL, merge_batch, &m);
     if (q == 0)
         q = flush_batches(&m);
+    if (q == 0)
+        q = db_query_workers(m.src, NULL, merge_worker, &m);
+    if (q == 0)
+        q = flush_workers(&m);
+    if (q == 0) /* after the workers: a metrics row names its worker (a foreign key) */
+        q = db_query_metrics(m.src, NULL, NAN, merge_metrics, &m);
+    if (q == 0)
+        q = flush_metrics(&m);
     if (q == 0)
         q = db_query_results(m.src, NULL, merge_job, &m);
     if (q == 0)
@@ -350,6 +485,12 @@ out:
         free(m.jobs[i]);
     for (size_t i = 0; i < m.n_batches; i++)
         free_batch(&m.batches[i]);
+    for (size_t i = 0; i < m.n_workers; i++)
+        free_worker(&m.workers[i]);
+    for (size_t i = 0; i < m.n_metrics; i++)
+        free((char *)m.metrics[i].worker_id);
+    free(m.workers);
+    free(m.metrics);
     free(m.jobs);
     free(m.flat);
     free(m.row_rc);

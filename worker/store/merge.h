@@ -8,7 +8,11 @@
  * db_put_results, so the upsert's rules hold for every write. For each batch id the target ends
  * with the row furthest along: its state (queued < running < completed, cancelled), then the later
  * finished_at, then the larger total (a batch grows with `enqueue --append`); a column that row
- * lacks is filled in from the other. */
+ * lacks is filled in from the other. A worker row ends as the latest (started_at, then
+ * last_seen_at: a restart, then a later heartbeat), updated in place so that its metrics stay; a
+ * worker_metrics row is added when the target has none for its (worker_id, ts), and one there
+ * already is kept (the same worker id on two hosts is a misconfiguration: the first merged wins).
+ * job_parts (partial map-reduce summaries, a worker's own resume state) are not merged. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -22,7 +26,7 @@ struct merge_count {
 };
 
 struct merge_stats {
-    struct merge_count jobs, batches;
+    struct merge_count jobs, batches, workers, metrics;
 };
 
 /* Merges the llmq database at source_path into target (opened read-write with db_open), writing
