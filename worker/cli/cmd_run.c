@@ -187,20 +187,8 @@ static void take_part(struct run *r, struct sum_run *ref, struct engine_seq *q)
             return;
     }
     sum_stop_parts(s->sum, r->eng);
-    struct sum_totals t;
-    sum_get_totals(s->sum, &t);
-    bool answered = f == FINISH_STOP || f == FINISH_LENGTH;
-    struct res_output o = {
-        .finish = answered && t.any_length ? FINISH_LENGTH : f,
-        .text = answered ? p->output : "",
-        .text_len = answered ? p->output_len : 0,
-        .prompt_tokens = t.prompt_tokens > INT32_MAX ? INT32_MAX : (int)t.prompt_tokens,
-        .completion_tokens = t.completion_tokens > INT32_MAX ? INT32_MAX : (int)t.completion_tokens,
-        .chunks = t.chunks,
-        .depth = t.depth,
-        .model = r->model_name,
-        .created = (int64_t)time(NULL),
-    };
+    struct res_output o = {.model = r->model_name, .created = (int64_t)time(NULL)};
+    sum_result(s->sum, f, &o);
     if (f == FINISH_TIMEOUT) {
         job_timeout_error(&s->job, o.completion_tokens, err, sizeof err);
         o.error = err;

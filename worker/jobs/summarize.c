@@ -14,6 +14,7 @@
 #include "engine/util/hash.h"
 #include "worker/jobs/chunker.h"
 #include "worker/jobs/grammar_cache.h"
+#include "worker/jobs/result.h"
 #include "worker/jobs/summary_tree.h"
 #include "worker/jobs/template.h"
 
@@ -551,6 +552,21 @@ void sum_get_totals(const struct sum_job *s, struct sum_totals *t)
         n = (n + per - 1) / per;
         t->parts_total += n;
     }
+}
+
+void sum_result(const struct sum_job *s, enum finish_reason how, struct res_output *o)
+{
+    struct sum_totals t;
+    sum_get_totals(s, &t);
+    const struct sum_part *root = sum_root(s);
+    bool answered = (how == FINISH_STOP || how == FINISH_LENGTH) && root && root->output;
+    o->finish = answered && t.any_length ? FINISH_LENGTH : how;
+    o->text = answered ? root->output : "";
+    o->text_len = answered ? root->output_len : 0;
+    o->prompt_tokens = t.prompt_tokens > INT32_MAX ? INT32_MAX : (int)t.prompt_tokens;
+    o->completion_tokens = t.completion_tokens > INT32_MAX ? INT32_MAX : (int)t.completion_tokens;
+    o->chunks = t.chunks;
+    o->depth = t.depth;
 }
 
 int sum_start_parts(struct sum_job *s, const struct sum_start *st, int *started, char *err, size_t errlen)

@@ -172,3 +172,11 @@ struct sum_totals {
     bool any_length; /* some part ended at its max_tokens */
 };
 void sum_get_totals(const struct sum_job *s, struct sum_totals *t);
+
+struct res_output;
+/* The result of a job that ended how (FINISH_STOP or FINISH_LENGTH when its root finished; else
+ * FINISH_TIMEOUT, FINISH_CANCELLED or FINISH_ERROR), into o's finish, text, usage, chunks and
+ * depth (the rest of *o is left as it is): the root's summary when it answered, else ""; finish
+ * FINISH_LENGTH when it answered and some part was cut by its max_tokens; tokens summed over every
+ * part done, at most INT32_MAX. o->text borrows from s. */
+void sum_result(const struct sum_job *s, enum finish_reason how, struct res_output *o);

@@ -252,28 +252,21 @@ int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct eng
     return finish_output(j, c, &o, now_wall);
 }
 
-int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, const struct wk_summary *sm,
-                          double now_mono, double now_wall)
+int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, enum finish_reason how, int error_rc,
+                          const char *error, double now_mono, double now_wall)
 {
     common(j, now_wall);
-    j->prompt_tokens = sm->prompt_tokens > INT32_MAX ? INT32_MAX : (int)sm->prompt_tokens;
-    j->completion_tokens = sm->completion_tokens > INT32_MAX ? INT32_MAX : (int)sm->completion_tokens;
+    struct res_output o = {0};
+    sum_result(j->sum, how, &o);
+    j->prompt_tokens = o.prompt_tokens;
+    j->completion_tokens = o.completion_tokens;
     j->latency_ms = (now_mono - j->fetched_mono) * 1e3;
     j->reasoning_tokens = -1;
-    if (sm->finish == FINISH_ERROR) {
-        wk_job_finish_failed(j, c, sm->error_rc ? sm->error_rc : JOB_ERR_ENGINE,
-                             sm->error ? sm->error : "the engine failed", now_wall);
+    if (how == FINISH_ERROR) {
+        wk_job_finish_failed(j, c, error_rc ? error_rc : JOB_ERR_ENGINE, error ? error : "the engine failed",
+                             now_wall);
         return 0;
     }
-    struct res_output o = {
-        .finish = sm->finish,
-        .text = sm->text,
-        .text_len = sm->text_len,
-        .prompt_tokens = j->prompt_tokens,
-        .completion_tokens = j->completion_tokens,
-        .chunks = sm->chunks,
-        .depth = sm->depth,
-    };
     return finish_output(j, c, &o, now_wall);
 }
 

@@ -130,21 +130,12 @@ const char *wk_job_id(const struct wk_job *j);
  * 0, or -1 out of memory (the job is then failed with that message). */
 int wk_job_finish_seq(struct wk_job *j, const struct wk_ctx *c, const struct engine_seq *s, double now_mono,
                       double now_wall);
-/* How a map-reduce summary job ended (worker/jobs/summarize.h): the root's text, the totals over
- * its parts. finish FINISH_ERROR fails it with error_rc (0: JOB_ERR_ENGINE) and error. */
-struct wk_summary {
-    enum finish_reason finish;
-    const char *text; /* borrowed */
-    size_t text_len;
-    int64_t prompt_tokens, completion_tokens;
-    int chunks, depth;
-    int error_rc;
-    const char *error;
-};
-/* Finishes a summary job as wk_job_finish_seq finishes one that ran in one piece; its usage also
- * has chunks and depth. 0, or -1 out of memory (the job is then failed with that message). */
-int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, const struct wk_summary *sm,
-                          double now_mono, double now_wall);
+/* Finishes a map-reduce summary job (worker/jobs/summarize.h) that ended how, as wk_job_finish_seq
+ * finishes one that ran in one piece, from sum_result (its usage also has chunks and depth); how
+ * FINISH_ERROR fails it with error_rc (0: JOB_ERR_ENGINE) and error. 0, or -1 out of memory (the job
+ * is then failed with that message). */
+int wk_job_finish_summary(struct wk_job *j, const struct wk_ctx *c, enum finish_reason how, int error_rc,
+                          const char *error, double now_mono, double now_wall);
 /* Finishes a job that never ran: failed with rc (enum job_error) and err. */
 int wk_job_finish_failed(struct wk_job *j, const struct wk_ctx *c, int rc, const char *err, double now_wall);
 /* Finishes a job cancelled before it ran (status cancelled, empty output). */

@@ -411,6 +411,19 @@ static void reuse_line_row(struct wk *w, struct wk_job *j)
     rq_done_clear(&d);
 }
 
+/* A job that ran is finished: one the engine failed goes back for another attempt while it has
+ * some (counted once redis_retry knows whether it is retried or dead), any other waits for its row. */
+static void after_run(struct wk *w, struct wk_job *j)
+{
+    if (j->status == RQ_STATUS_FAILED && (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) &&
+        j->rj.id[0] && j->rj.attempts - j->rj.stalls < w->cfg->queues.max_attempts) {
+        move(w, j, WK_RETRY);
+    } else {
+        count_finish(w, j, false);
+        move(w, j, WK_PENDING);
+    }
+}
+
 /* A job that cannot run: failed row first, then the dead list. */
 static void fail_job(struct wk *w, struct wk_job *j, int rc, const char *err)
 {
@@ -526,30 +539,11 @@ static void end_summary(struct wk *w, struct wk_job *j, enum finish_reason finis
     stop_seqs(w, j);
     struct sum_totals t;
     sum_get_totals(j->sum, &t);
-    const struct sum_part *root = sum_root(j->sum);
-    bool answered = (finish == FINISH_STOP || finish == FINISH_LENGTH) && root && root->output;
-    struct wk_summary sm = {
-        .finish = finish == FINISH_STOP && t.any_length ? FINISH_LENGTH : finish,
-        .text = answered ? root->output : "",
-        .text_len = answered ? root->output_len : 0,
-        .prompt_tokens = t.prompt_tokens,
-        .completion_tokens = t.completion_tokens,
-        .chunks = t.chunks,
-        .depth = t.depth,
-        .error_rc = rc,
-        .error = err,
-    };
-    wk_job_finish_summary(j, &w->ctx, &sm, llmq_mono_s(), db_now());
+    wk_job_finish_summary(j, &w->ctx, finish, rc, err, llmq_mono_s(), db_now());
     if (t.parts_restored)
         log_info("job %s: %d of its %d parts were committed by an earlier delivery and not computed again",
                  wk_job_id(j), t.parts_restored, t.parts_done);
-    if (j->status == RQ_STATUS_FAILED && (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) &&
-        j->rj.id[0] && j->rj.attempts - j->rj.stalls < w->cfg->queues.max_attempts) {
-        move(w, j, WK_RETRY);
-    } else {
-        count_finish(w, j, false);
-        move(w, j, WK_PENDING);
-    }
+    after_run(w, j);
 }
 
 /* Adds the parts of job j that wait (a new level's) to the engine. */
@@ -1614,14 +1608,7 @@ static void phase_step(struct wk *w, double *ph)
         wk_job_finish_seq(j, &w->ctx, s, t2, nw);
         engine_release(w->eng, s);
         j->seq = NULL;
-        if (j->status == RQ_STATUS_FAILED &&
-            (j->error_rc == JOB_ERR_ENGINE || j->error_rc == JOB_ERR_INTERNAL) && j->rj.id[0] &&
-            j->rj.attempts - j->rj.stalls < w->cfg->queues.max_attempts) {
-            move(w, j, WK_RETRY); /* counted once redis_retry knows whether it is retried or dead */
-        } else {
-            count_finish(w, j, false);
-            move(w, j, WK_PENDING);
-        }
+        after_run(w, j);
     }
     ph[PH_FINISH] += llmq_mono_s() - t2;
 }
