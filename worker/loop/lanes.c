@@ -100,3 +100,11 @@ enum wk_route wk_lanes_route(const struct wk_lanes *l, int lane, int prepare_rc,
         return WK_ROUTE_LONG;
     return WK_ROUTE_FAIL;
 }
+
+int wk_lanes_part(void *ctx, int n_prompt, int max_tokens)
+{
+    const struct wk_lanes *l = ctx;
+    bool short_fits = n_prompt <= l->long_threshold &&
+                      (long long)n_prompt + max_tokens <= l->max_model_len[WK_LANE_SHORT];
+    return short_fits ? WK_LANE_SHORT : WK_LANE_LONG;
+}

@@ -57,3 +57,9 @@ enum wk_route {
 
 /* Where a job of `lane` goes after job_prepare returned prepare_rc with n_tokens prompt tokens. */
 enum wk_route wk_lanes_route(const struct wk_lanes *l, int lane, int prepare_rc, int n_tokens);
+
+/* The engine lane of a part of a summary job (worker/jobs/summarize.h, sum_start.lane; ctx is the
+ * struct wk_lanes): the short one when its prompt is at most queues.long_threshold_tokens and it
+ * fits the short lane's context with max_tokens, else the long one. Parts are never moved to
+ * another queue: their job is. */
+int wk_lanes_part(void *ctx, int n_prompt, int max_tokens);

@@ -521,16 +521,6 @@ static void admit(struct wk *w, struct wk_job *j)
 
 /* ---- map-reduce summary jobs (worker/jobs/summarize.h): each part is a seq of its own */
 
-/* The lane of a part: the short one when its prompt is at most queues.long_threshold_tokens and it
- * fits the short lane's context, else the long one. */
-static int part_lane(void *ctx, int n_tokens, int max_tokens)
-{
-    const struct wk *w = ctx;
-    bool short_fits = n_tokens <= w->lanes.long_threshold &&
-                      (long long)n_tokens + max_tokens <= w->lanes.max_model_len[WK_LANE_SHORT];
-    return short_fits ? WK_LANE_SHORT : WK_LANE_LONG;
-}
-
 /* The job ends (its root finished, a part failed, timed out or was cancelled): its other parts are
  * stopped, the job is finished with the totals over its parts, and it goes the way of any
  * finished job. rc and err: why it failed (finish FINISH_ERROR). */
@@ -556,8 +546,8 @@ static void pump_summary(struct wk *w, struct wk_job *j)
         .owner = j,
         .deadline = job_deadline(&j->job, j->fetched_mono),
         .isolated = j->rj.stalls >= WK_ISOLATE_STALLS,
-        .lane = part_lane,
-        .lane_ctx = w,
+        .lane = wk_lanes_part,
+        .lane_ctx = &w->lanes,
     };
     int rc = sum_start_parts(j->sum, &st, &j->parts_running, err, sizeof err);
     if (rc)
