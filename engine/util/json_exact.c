@@ -7,15 +7,12 @@
 #include <string.h>
 
 #include "engine/util/buf.h"
+#include "engine/util/fmt_double.h"
 
 void json_real_text(double x, char *buf, size_t len)
 {
     char t[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(t, sizeof t, "%.*g", p, x);
-        if (strtod(t, NULL) == x)
-            break;
-    }
+    fmt_double(x, t, sizeof t);
     char *e = strchr(t, 'e');
     int exp10 = e ? atoi(e + 1) : 0;
     if (e && exp10 >= 0 && exp10 < 17) { /* %g chose an exponent for fewer digits: fixed, as %.17g */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/util/atomic_file.h"
+#include "engine/util/fmt_double.h"
 #include "engine/util/json_exact.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/json_path.h"
@@ -189,11 +190,7 @@ struct out {
 static void put_real(FILE *f, double v)
 {
     char b[40];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(b, sizeof b, "%.*g", prec, v);
-        if (strtod(b, NULL) == v)
-            break;
-    }
+    fmt_double(v, b, sizeof b);
     fputs(b, f);
 }
 

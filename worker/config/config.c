@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "engine/util/errfmt.h"
+#include "engine/util/fmt_double.h"
 #include "engine/util/log.h"
 #include "queue/keys.h"
 #include "queue/redis_url.h"
@@ -499,22 +500,12 @@ static void format_size(int64_t v, char *buf, size_t len)
     snprintf(buf, len, "%lld", (long long)v);
 }
 
-/* The shortest %g text that reads back as exactly v. */
-static void format_double(double v, char *buf, size_t len)
-{
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            return;
-    }
-}
-
 static void format_bound(const struct cfg_key *k, double v, char *buf, size_t len)
 {
     if (k->type == CFG_T_SIZE)
         format_size((int64_t)v, buf, len);
     else if (k->type == CFG_T_DOUBLE)
-        format_double(v, buf, len);
+        fmt_double(v, buf, len);
     else
         snprintf(buf, len, "%.0f", v);
 }
@@ -1366,7 +1357,7 @@ void cfg_format_value(const struct cfg *c, const struct cfg_key *k, char *buf, s
         snprintf(buf, len, "%d", *(const int *)p);
         break;
     case CFG_T_DOUBLE:
-        format_double(*(const double *)p, buf, len);
+        fmt_double(*(const double *)p, buf, len);
         break;
     case CFG_T_BOOL:
         snprintf(buf, len, "%s", *(const bool *)p ? "true" : "false");

@@ -10,20 +10,11 @@
 
 #include "engine/util/buf.h"
 #include "engine/util/errfmt.h"
+#include "engine/util/fmt_double.h"
 
 static bool name_char(char ch)
 {
     return isalnum((unsigned char)ch) || ch == '_' || ch == '-' || ch == '.';
-}
-
-/* The shortest %.Ng text (N = 15..17) that reads back as v, as Python's repr of a float. */
-static void format_real(double v, char *num, size_t len)
-{
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(num, len, "%.*g", prec, v);
-        if (strtod(num, NULL) == v)
-            break;
-    }
 }
 
 /* Appends vars.name to b; TMPL_OK or TMPL_ERR_MISSING / TMPL_ERR_TYPE. */
@@ -39,7 +30,7 @@ static int put_var(struct buf *b, const json_t *vars, const char *name)
         snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v));
         buf_append(b, num, strlen(num));
     } else if (json_is_real(v)) {
-        format_real(json_real_value(v), num, sizeof num);
+        fmt_double(json_real_value(v), num, sizeof num);
         buf_append(b, num, strlen(num));
     } else {
         return TMPL_ERR_TYPE;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/util/fmt_double.h"
+
 void prom_init(struct prom *p)
 {
     memset(p, 0, sizeof *p);
@@ -116,11 +118,7 @@ void prom_format_value(double v, char *buf, size_t n)
         snprintf(buf, n, "%.0f", v == 0 ? 0.0 : v); /* no "-0" */
         return;
     }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, n, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v)
-            return;
-    }
+    fmt_double(v, buf, n);
 }
 
 /* Whether name was declared already; declares it if not. */
