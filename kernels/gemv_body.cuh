@@ -69,11 +69,14 @@ __device__ __forceinline__ bool last_part(unsigned *ticket, int tile, int ks)
 // row-major lane (g, t)'s 16 bytes of row 8h + g at byte b0 + 16t are at tile * 16 KB + b0 * 16 +
 // h * 512 + lane * 16. So one load instruction reads 512 contiguous bytes instead of 8 stretches of 64,
 // and a CTA of 8 warps reads 8 x 2 KB (fp8 u2) or 16 x 2 KB (bf16 u4) in one piece.
-template <typename E, int WARPS, int U, int R, bool FP8, int DC, bool GLU, bool TL = false>
+//
+// GX (the mixture-of-experts GEMVs, kernels/moe_gemv.cu): row m of X is row xrows[m] of Xv, read with
+// ld_dep before the body's own PDL wait (the caller has waited already).
+template <typename E, int WARPS, int U, int R, bool FP8, int DC, bool GLU, bool TL = false, bool GX = false>
 __device__ __forceinline__ void gemv_body(const void *__restrict__ Xv, const void *__restrict__ Wv,
                                           const float *__restrict__ w_scale, void *__restrict__ Y, int y_f32,
                                           int M, int N, int K, int ks, unsigned *__restrict__ ticket,
-                                          float *__restrict__ part_sum)
+                                          float *__restrict__ part_sum, const int32_t *xrows = nullptr)
 {
     static_assert(!(FP8 || GLU) || !elt16<E>::f16, "the fp8 paths are bf16 only");
     constexpr int EPL = FP8 ? 16 : 8;      // weight elements per 16-byte load
@@ -105,7 +108,10 @@ __device__ __forceinline__ void gemv_body(const void *__restrict__ Xv, const voi
                     (const char *)Wv + ((size_t)(n < (GLU ? 2 * N : N) ? n : 0) * K + (size_t)t * EPL) * WB;
             }
         }
-    const char *xrow = (const char *)Xv + ((size_t)(okx ? g : 0) * K + t * EPL) * XB;
+    int xr = okx ? g : 0;
+    if constexpr (GX)
+        xr = ld_dep(xrows + xr);
+    const char *xrow = (const char *)Xv + ((size_t)xr * K + t * EPL) * XB;
     const int kblocks = (K + 127) / 128;
     // A 16-row tile lies in one 128-row scale block; so do GLU's 8 gate rows and (N % 8 == 0) its 8 up
     // rows, each half with its own block.

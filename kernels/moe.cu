@@ -11,8 +11,8 @@ struct moe_ws {
     int32_t *ids;
     float *w;
     struct k_moe_perm perm;
-    bf16 *xy; // [P][H]: the gathered rows (decode), then the experts' down outputs
-    bf16 *h;  // [P][I]: the SwiGLU outputs
+    bf16 *y; // [P][H]: the experts' down outputs
+    bf16 *h; // [P][I]: the SwiGLU outputs
 };
 
 static size_t moe_carve(char *base, int T, int k, int E, int H, int I, struct moe_ws *ws)
@@ -30,7 +30,7 @@ static size_t moe_carve(char *base, int T, int k, int E, int H, int I, struct mo
     ws->perm.active = (int32_t *)take((size_t)E * 4);
     ws->perm.perm_tok = (int32_t *)take(P * 4);
     ws->perm.pair_pos = (int32_t *)take(P * 4);
-    ws->xy = (bf16 *)take(P * H * 2);
+    ws->y = (bf16 *)take(P * H * 2);
     ws->h = (bf16 *)take(P * I * 2);
     return at;
 }
@@ -52,17 +52,16 @@ extern "C" int k_moe_mlp(const bf16 *X, const float *logits, int T, int k, int n
     const size_t need = moe_carve((char *)ws, T, k, w->E, w->H, w->I, &a);
     K_REQUIRE(ws && ws_bytes >= need && (uintptr_t)ws % 256 == 0,
               "k_moe_mlp: workspace %p of %zu bytes; %zu needed, 256-byte aligned", ws, ws_bytes, need);
-    if (k_moe_route(logits, T, w->E, k, norm, a.ids, a.w, stream) ||
-        k_moe_permute(a.ids, T, k, w->E, &a.perm, stream))
-        return -1;
     if (T <= K_MOE_GEMV_MAX_T) {
-        if (k_moe_gather(X, &a.perm, T, k, w->E, w->H, a.xy, stream) ||
-            k_moe_gemv_gate_up(a.xy, &a.perm, T, k, w, a.h, stream) ||
-            k_moe_gemv_down(a.h, &a.perm, T, k, w, a.xy, stream))
+        if (k_moe_route_permute(logits, T, w->E, k, norm, a.ids, a.w, &a.perm, stream) ||
+            k_moe_gemv_gate_up(X, &a.perm, T, k, w, a.h, stream) ||
+            k_moe_gemv_down(a.h, &a.perm, T, k, w, a.y, stream))
             return -1;
-    } else if (k_moe_gemm_gate_up(X, &a.perm, T, k, w, a.h, stream) ||
-               k_moe_gemm_down(a.h, &a.perm, T, k, w, a.xy, stream)) {
+    } else if (k_moe_route(logits, T, w->E, k, norm, a.ids, a.w, stream) ||
+               k_moe_permute(a.ids, T, k, w->E, &a.perm, stream) ||
+               k_moe_gemm_gate_up(X, &a.perm, T, k, w, a.h, stream) ||
+               k_moe_gemm_down(a.h, &a.perm, T, k, w, a.y, stream)) {
         return -1;
     }
-    return k_moe_combine(a.xy, &a.perm, a.w, T, k, w->H, out, stream);
+    return k_moe_combine(a.y, &a.perm, a.w, T, k, w->H, out, stream);
 }

@@ -69,11 +69,11 @@ struct k_moe_perm {
 int k_moe_permute(const int32_t *ids, int T, int k, int E, const struct k_moe_perm *perm,
                   cudaStream_t stream);
 
-/* k_moe_gather: Xp[i, :] = X[perm_tok[i], :] for the rows i < expert_off[E] (X [T][H], Xp [P][H] bf16;
- * rows past expert_off[E] are not written). H a multiple of 8, 16-byte aligned rows. The decode path's
- * input (the grouped GEMM gathers its rows itself). */
-int k_moe_gather(const bf16 *X, const struct k_moe_perm *perm, int T, int k, int E, int H, bf16 *Xp,
-                 cudaStream_t stream);
+/* k_moe_route_permute: k_moe_route and k_moe_permute in one launch of one CTA (warp w routes tokens w,
+ * w + 32, ...; then the sort): the same ids, w and permutation, bit for bit. For decode-sized T (k_moe_mlp
+ * takes it up to K_MOE_GEMV_MAX_T tokens), where a launch less matters more than spreading the routing. */
+int k_moe_route_permute(const float *logits, int T, int E, int k, int norm, int32_t *ids, float *w,
+                        const struct k_moe_perm *perm, cudaStream_t stream);
 
 /* k_moe_combine: out[t, :] = bf16(sum over s < k of w[t * k + s] * Yp[pair_pos[t * k + s], :]), the sum
  * in fp32 in slot order (a dropped pair adds nothing): the inverse of the permutation with the routing
@@ -86,13 +86,15 @@ int k_moe_combine(const bf16 *Yp, const struct k_moe_perm *perm, const float *w,
  * bf16 first (k_silu_mul of a [P][2I] product), then Yp [P][H] = Hp_e . Wd_e^T rounded to bf16, where row i
  * of expert e uses e's weights. Rows past expert_off[E] are not written. */
 
+/* The gate/up launchers of both paths gather their rows: row i of expert e is X[perm_tok[i]] (X [T][H],
+ * the tokens' hidden states). */
+
 /* Grouped GEMM (moe_gemm.cu), for prefill-sized steps: mma.sync tiles of 128 rows of one expert (the
- * expert found from the tile's index and expert_off) x 128 weight rows, 4-stage cp.async pipeline. The
- * gate/up launch gathers its rows itself (row i of expert e is X[perm_tok[i]]) and applies SwiGLU in its
- * epilogue. Grid (output column tiles, ceil(P / 128) + E): CTAs past the step's tiles exit at once.
- * H and I multiples of 32 (fp8: of 128), rows 16-byte aligned. fp8 weights: the products use the
- * weights' e4m3 values exactly (bf16 X, no activation quantization), each 128-k block's fp32 sum times
- * its block scale. */
+ * expert found from the tile's index and expert_off) x 128 weight rows, 4-stage cp.async pipeline;
+ * gate/up applies SwiGLU in its epilogue. Grid (output column tiles, ceil(P / 128) + E): CTAs past the step's
+ * tiles exit at once. H and I multiples of 32 (fp8: of 128), rows 16-byte aligned. fp8 weights: the products
+ * use the weights' e4m3 values exactly (bf16 X, no activation quantization), each 128-k block's fp32 sum
+ * times its block scale. */
 int k_moe_gemm_gate_up(const bf16 *X, const struct k_moe_perm *perm, int T, int k,
                        const struct k_moe_weights *w, bf16 *Hp, cudaStream_t stream);
 int k_moe_gemm_down(const bf16 *Hp, const struct k_moe_perm *perm, int T, int k,
@@ -101,9 +103,9 @@ int k_moe_gemm_down(const bf16 *Hp, const struct k_moe_perm *perm, int T, int k,
 /* Decode GEMVs (moe_gemv.cu), for small T: the decode GEMV's body (kernels/gemv_body.cuh) with one CTA
  * per (16-row tile of outputs, active expert): only the selected experts' weights are read, each once
  * per 8 of its rows (an expert with more than 8 rows walks its weights again from L2). The gate/up launch
- * is the fused gate/up + SwiGLU GEMV (k_gemv_fp8_glu's tile of 8 gate and 8 up rows) on Xp
- * (k_moe_gather's rows). Grid (column tiles, min(E, P)). H and I multiples of 16 (fp8: of 128). */
-int k_moe_gemv_gate_up(const bf16 *Xp, const struct k_moe_perm *perm, int T, int k,
+ * is the fused gate/up + SwiGLU GEMV (k_gemv_fp8_glu's tile of 8 gate and 8 up rows). Grid (column
+ * tiles, min(E, P)). H and I multiples of 16 (fp8: of 128). */
+int k_moe_gemv_gate_up(const bf16 *X, const struct k_moe_perm *perm, int T, int k,
                        const struct k_moe_weights *w, bf16 *Hp, cudaStream_t stream);
 int k_moe_gemv_down(const bf16 *Hp, const struct k_moe_perm *perm, int T, int k,
                     const struct k_moe_weights *w, bf16 *Yp, cudaStream_t stream);
@@ -113,9 +115,10 @@ int k_moe_gemv_down(const bf16 *Hp, const struct k_moe_perm *perm, int T, int k,
 /* Workspace bytes k_moe_mlp needs for up to T tokens (256-byte aligned pieces). */
 size_t k_moe_workspace(int T, int k, int E, int H, int I);
 /* k_moe_mlp: out [T][H] bf16 = the MoE MLP of X [T][H] bf16 (the post-attention-norm hidden states) for
- * router logits [T][E] fp32: k_moe_route, k_moe_permute, then for T <= K_MOE_GEMV_MAX_T k_moe_gather and
- * the decode GEMVs, else the grouped GEMMs, then k_moe_combine. ws: k_moe_workspace(T, ...) bytes,
- * 256-byte aligned, no initialization. Six launches (decode) or five (grouped), no host synchronization. */
+ * router logits [T][E] fp32: for T <= K_MOE_GEMV_MAX_T k_moe_route_permute and the decode GEMVs, else
+ * k_moe_route, k_moe_permute and the grouped GEMMs; then k_moe_combine. ws: k_moe_workspace(T, ...)
+ * bytes, 256-byte aligned, no initialization. Four launches (decode) or five (grouped), no host
+ * synchronization. */
 int k_moe_mlp(const bf16 *X, const float *logits, int T, int k, int norm, const struct k_moe_weights *w,
               bf16 *out, void *ws, size_t ws_bytes, cudaStream_t stream);
 

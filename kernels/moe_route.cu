@@ -1,11 +1,13 @@
 // The mixture-of-experts MLP's routing and its permutation (kernels/moe.h): k_moe_route (top-k of the
 // router logits with the softmax and the optional renormalization, one warp a token), k_moe_permute
-// (a stable counting sort of the (token, slot) pairs by expert, one CTA), k_moe_gather (the decode path's
-// rows in expert order) and k_moe_combine (the weighted sum of each token's expert outputs in token order).
+// (a stable counting sort of the (token, slot) pairs by expert, one CTA), k_moe_route_permute (both in one
+// CTA, for decode-sized steps) and k_moe_combine (the weighted sum of each token's expert outputs in token
+// order).
 //
 // Everything these kernels read was written by an earlier kernel of the step (the router GEMM's logits,
-// the routing's ids and weights, the permutation, the experts' outputs, the norm's X), so all of it is
-// read after the PDL wait with ld_dep (kernels/launch.cuh), none of it on the non-coherent path.
+// the routing's ids and weights, the permutation, the experts' outputs) or, in the fused kernel, by the
+// CTA itself before a barrier (the ids), so all of it is read after the PDL wait with ld_dep
+// (kernels/launch.cuh), none of it on the non-coherent path.
 #include <math.h>
 #include <stdint.h>
 
@@ -25,15 +27,11 @@ __device__ __forceinline__ void arg_max(float &v, int &i, float ov, int oi)
         v = ov, i = oi;
 }
 
-__global__ void __launch_bounds__(ROUTE_WARPS * 32)
-    moe_route_kernel(const float *__restrict__ logits, int T, int E, int k, int norm,
-                     int32_t *__restrict__ ids, float *__restrict__ w)
+// Token t's routing by one warp (every lane calls it): ids[t * k + s] and w[t * k + s] for s < k.
+__device__ __forceinline__ void route_token(const float *logits, int t, int E, int k, int norm, int32_t *ids,
+                                            float *w)
 {
-    pdl_enter(); // kernels/launch.cuh
     const int lane = threadIdx.x & 31;
-    const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
-    if (t >= T)
-        return;
     const float *row = logits + (size_t)t * E;
     float v[ROUTE_J];
     float mx = -INFINITY;
@@ -94,6 +92,16 @@ __global__ void __launch_bounds__(ROUTE_WARPS * 32)
         ids[(size_t)t * k + lane] = my_id;
         w[(size_t)t * k + lane] = my_p;
     }
+}
+
+__global__ void __launch_bounds__(ROUTE_WARPS * 32)
+    moe_route_kernel(const float *__restrict__ logits, int T, int E, int k, int norm,
+                     int32_t *__restrict__ ids, float *__restrict__ w)
+{
+    pdl_enter(); // kernels/launch.cuh
+    const int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    if (t < T)
+        route_token(logits, t, E, k, norm, ids, w);
 }
 
 static int moe_bf16_only(const char *fn)
@@ -185,14 +193,13 @@ __device__ __forceinline__ void perm_load(const int32_t *ids, int p0, int hi, in
     }
 }
 
-__global__ void __launch_bounds__(PERM_THREADS)
-    moe_permute_kernel(const int32_t *__restrict__ ids, int P, int k, int E, int32_t *__restrict__ expert_off,
-                       int32_t *__restrict__ active, int32_t *__restrict__ perm_tok,
-                       int32_t *__restrict__ pair_pos)
+// The sort by the whole CTA (PERM_THREADS threads, PERM_WARPS * E ints of dynamic shared memory), after
+// the PDL wait; ids is read with ld_dep (an earlier kernel's, or this CTA's before a barrier).
+__device__ __forceinline__ void permute_body(const int32_t *ids, int P, int k, int E, int32_t *expert_off,
+                                             int32_t *active, int32_t *perm_tok, int32_t *pair_pos)
 {
     extern __shared__ int cnt[]; // [PERM_WARPS][E]
     __shared__ int part0[PERM_WARPS + 1], part1[PERM_WARPS + 1];
-    pdl_enter(); // kernels/launch.cuh
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int i = tid; i < PERM_WARPS * E; i += PERM_THREADS)
         cnt[i] = 0;
@@ -258,6 +265,29 @@ __global__ void __launch_bounds__(PERM_THREADS)
     }
 }
 
+__global__ void __launch_bounds__(PERM_THREADS)
+    moe_permute_kernel(const int32_t *__restrict__ ids, int P, int k, int E, int32_t *__restrict__ expert_off,
+                       int32_t *__restrict__ active, int32_t *__restrict__ perm_tok,
+                       int32_t *__restrict__ pair_pos)
+{
+    pdl_enter(); // kernels/launch.cuh
+    permute_body(ids, P, k, E, expert_off, active, perm_tok, pair_pos);
+}
+
+// k_moe_route_permute: warp w routes tokens w, w + PERM_WARPS, ..., then the CTA sorts the pairs.
+__global__ void __launch_bounds__(PERM_THREADS)
+    moe_route_permute_kernel(const float *__restrict__ logits, int T, int E, int k, int norm, int32_t *ids,
+                             float *__restrict__ w, int32_t *__restrict__ expert_off,
+                             int32_t *__restrict__ active, int32_t *__restrict__ perm_tok,
+                             int32_t *__restrict__ pair_pos)
+{
+    pdl_enter(); // kernels/launch.cuh
+    for (int t = threadIdx.x >> 5; t < T; t += PERM_WARPS)
+        route_token(logits, t, E, k, norm, ids, w);
+    __syncthreads(); // the block's global writes (ids) are visible to all its threads
+    permute_body(ids, T * k, k, E, expert_off, active, perm_tok, pair_pos);
+}
+
 static int perm_check(const char *fn, const struct k_moe_perm *perm)
 {
     K_REQUIRE(perm && perm->expert_off && perm->active && perm->perm_tok && perm->pair_pos,
@@ -285,6 +315,17 @@ extern "C" int k_moe_check(const char *fn, int T, int k, const struct k_moe_perm
     return 0;
 }
 
+// The dynamic shared memory of the sorting kernels for E experts, opted in above 48 KiB (E > 384; a host
+// call, per device).
+template <typename K> static int perm_smem(K kern, int E, size_t *smem)
+{
+    *smem = (size_t)PERM_WARPS * E * sizeof(int);
+    if (*smem > 48 * 1024)
+        K_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)(PERM_WARPS * K_MOE_MAX_E * sizeof(int))));
+    return 0;
+}
+
 extern "C" int k_moe_permute(const int32_t *ids, int T, int k, int E, const struct k_moe_perm *perm,
                              cudaStream_t stream)
 {
@@ -294,32 +335,35 @@ extern "C" int k_moe_permute(const int32_t *ids, int T, int k, int E, const stru
     if (T == 0)
         return 0;
     K_REQUIRE(ids, "%s: NULL ids", fn);
-    const size_t smem = (size_t)PERM_WARPS * E * sizeof(int);
-    if (smem > 48 * 1024) // the opt-in above 48 KiB (E > 384; a host call, per device)
-        K_CHECK(cudaFuncSetAttribute(moe_permute_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)(PERM_WARPS * K_MOE_MAX_E * sizeof(int))));
+    size_t smem;
+    if (perm_smem(moe_permute_kernel, E, &smem))
+        return -1;
     K_CHECK(k_launch(moe_permute_kernel, 1, PERM_THREADS, smem, stream, ids, T * k, k, E, perm->expert_off,
                      perm->active, perm->perm_tok, perm->pair_pos));
     return 0;
 }
 
-// ---- gather and combine: 16 bytes (8 bf16) a thread
+extern "C" int k_moe_route_permute(const float *logits, int T, int E, int k, int norm, int32_t *ids, float *w,
+                                   const struct k_moe_perm *perm, cudaStream_t stream)
+{
+    const char *fn = "k_moe_route_permute";
+    if (moe_sizes(fn, T, k, E) || perm_check(fn, perm))
+        return -1;
+    if (T == 0)
+        return 0;
+    K_REQUIRE(logits && ids && w, "%s: NULL pointer (logits %p ids %p w %p)", fn, (const void *)logits,
+              (void *)ids, (void *)w);
+    size_t smem;
+    if (perm_smem(moe_route_permute_kernel, E, &smem))
+        return -1;
+    K_CHECK(k_launch(moe_route_permute_kernel, 1, PERM_THREADS, smem, stream, logits, T, E, k, norm, ids, w,
+                     perm->expert_off, perm->active, perm->perm_tok, perm->pair_pos));
+    return 0;
+}
+
+// ---- combine: 16 bytes (8 bf16) a thread
 
 constexpr int ROW_THREADS = 128;
-
-__global__ void __launch_bounds__(ROW_THREADS)
-    moe_gather_kernel(const bf16 *__restrict__ X, const int32_t *__restrict__ expert_off,
-                      const int32_t *__restrict__ perm_tok, int E, int H, bf16 *__restrict__ Xp)
-{
-    pdl_enter();
-    const int i = blockIdx.x;
-    if (i >= ld_dep(expert_off + E))
-        return;
-    const uint4 *src = (const uint4 *)(X + (size_t)ld_dep(perm_tok + i) * H);
-    uint4 *dst = (uint4 *)(Xp + (size_t)i * H);
-    for (int u = threadIdx.x; u < H / 8; u += ROW_THREADS)
-        dst[u] = ld_dep(src + u);
-}
 
 __global__ void __launch_bounds__(ROW_THREADS)
     moe_combine_kernel(const bf16 *__restrict__ Yp, const int32_t *__restrict__ pair_pos,
@@ -362,21 +406,6 @@ static int row_check(const char *fn, const void *a, const void *b, int H)
     K_REQUIRE(a && b, "%s: NULL pointer", fn);
     K_REQUIRE(H >= 8 && H % 8 == 0, "%s: H %d not a positive multiple of 8", fn, H);
     K_REQUIRE((uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0, "%s: rows must be 16-byte aligned", fn);
-    return 0;
-}
-
-extern "C" int k_moe_gather(const bf16 *X, const struct k_moe_perm *perm, int T, int k, int E, int H,
-                            bf16 *Xp, cudaStream_t stream)
-{
-    const char *fn = "k_moe_gather";
-    if (moe_sizes(fn, T, k, E) || perm_check(fn, perm))
-        return -1;
-    if (T == 0)
-        return 0;
-    if (row_check(fn, X, Xp, H))
-        return -1;
-    K_CHECK(k_launch(moe_gather_kernel, T * k, ROW_THREADS, 0, stream, X, (const int32_t *)perm->expert_off,
-                     (const int32_t *)perm->perm_tok, E, H, Xp));
     return 0;
 }
 

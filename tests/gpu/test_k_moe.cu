@@ -1,6 +1,6 @@
 /* The mixture-of-experts kernels (kernels/moe.h) against double-precision C references: k_moe_route,
- * k_moe_permute, k_moe_gather, k_moe_combine, the experts' products by both paths (the decode GEMVs and
- * the grouped GEMM, bf16 and fp8 weights) and the whole MLP (k_moe_mlp), with uneven expert loads (one
+ * k_moe_permute, k_moe_route_permute, k_moe_combine, the experts' products by both paths (the decode GEMVs
+ * and the grouped GEMM, bf16 and fp8 weights) and the whole MLP (k_moe_mlp), with uneven expert loads (one
  * expert in every token, most experts without a row), k = 1 and k = 8, E = 128, token counts from 1 to
  * prefill-sized, CUDA graph capture, argument errors, and timing at Qwen3-30B-A3B's shapes.
  *
@@ -16,7 +16,8 @@
  *     logits: the fp32 exponent l - max errs by <= R 2^-24 (relative error of its exp, once in the term
  *     and once in the sum), expf by <= 2 ulp, the softmax sum of E positive terms by <= E ulp of the
  *     sum, the division and the renormalization by a few more; 1.5x margin.
- *   permutation, gather: exact (integers, copies).
+ *   permutation: exact (integers); k_moe_route_permute: k_moe_route's ids and weights bit for bit and
+ *     the permutation exact.
  *   combine: |got - ref| <= 2^-8 |ref| + k 2^-23 sum_s |w_s y_s|: the bf16 rounding of the output (half
  *     an ulp, <= 2^-9 relative: 2x margin) and k fp32 fmas, each erring by <= 2^-24 of a partial sum.
  *   gate/up + SwiGLU (h = silu(g) u): |got - ref| <= 2^-8 (|silu'(g) g u| + |silu(g) u| + |ref|) +
@@ -95,7 +96,7 @@ struct tally {
     double rel() const { return den > 0 ? sqrt(num / den) : sqrt(num); }
 };
 
-/* ---- routing */
+/* ---- the routing reference */
 
 /* the reference top-k of one row: descending, equal logits by the lower id, NaN as -inf; weights in
  * double */
@@ -121,58 +122,6 @@ static void ref_route(const float *l, int E, int k, int norm, int *ids, double *
     if (norm)
         for (int s = 0; s < k; s++)
             w[s] /= tot;
-}
-
-/* kind 0: N(0, 2) logits; 1: logits on a grid of 0.25 (many ties); 2: with NaN and -inf sprinkled in */
-static void route_case(int T, int E, int k, int norm, int kind)
-{
-    uint64_t s = next_seed();
-    std::vector<float> logits((size_t)T * E);
-    for (auto &v : logits) {
-        v = 2.f * gt_normal(&s);
-        if (kind == 1)
-            v = roundf(v * 4.f) / 4.f;
-        if (kind == 2 && gt_next(&s) % 13 == 0)
-            v = gt_next(&s) & 1 ? NAN : -INFINITY;
-    }
-    float *dl = upload(logits);
-    int32_t *ids = gt_poisoned<int32_t>((size_t)T * k);
-    float *w = gt_poisoned<float>((size_t)T * k);
-    K_OK(k_moe_route(dl, T, E, k, norm, ids, w, 0));
-    auto hi = to_host(ids, (size_t)T * k);
-    auto hw = to_host(w, (size_t)T * k);
-    int bad_ids = 0, bad_w = 0;
-    double worst = 0;
-    std::vector<int> ri(k);
-    std::vector<double> rw(k);
-    for (int t = 0; t < T; t++) {
-        ref_route(&logits[(size_t)t * E], E, k, norm, ri.data(), rw.data());
-        float lo = INFINITY, up = -INFINITY; /* the finite logits' range: the exponents' size */
-        for (int e = 0; e < E; e++) {
-            const float v = logits[(size_t)t * E + e];
-            if (std::isfinite(v))
-                lo = std::min(lo, v), up = std::max(up, v);
-        }
-        const double tol = (2.0 * (up > lo ? up - lo : 0) + E + k + 4) * 1.5 / 16777216.0;
-        for (int j = 0; j < k; j++) {
-            if (hi[(size_t)t * k + j] != ri[j] && bad_ids++ < 3)
-                printf("     token %d slot %d: id %d, want %d\n", t, j, hi[(size_t)t * k + j], ri[j]);
-            const double diff = fabs(hw[(size_t)t * k + j] - rw[j]), d = rw[j] > 0 ? diff / rw[j] : diff;
-            worst = std::max(worst, std::isnan(d) ? INFINITY : d);
-            if (!(d <= tol))
-                bad_w++;
-        }
-    }
-    gt_check(bad_ids == 0 && bad_w == 0,
-             "route T %d E %d k %d norm %d %s: %d wrong ids, %d weights past tolerance (worst rel err %.2e)",
-             T, E, k, norm,
-             kind == 0   ? "normal"
-             : kind == 1 ? "ties"
-                         : "NaN/-inf",
-             bad_ids, bad_w, worst);
-    GPU_OK(cudaFree(dl));
-    GPU_OK(cudaFree(ids));
-    GPU_OK(cudaFree(w));
 }
 
 /* ---- permutation */
@@ -293,28 +242,85 @@ static void permute_case(int T, int k, int E, int kind)
     GPU_OK(cudaFree(dids));
 }
 
-/* ---- gather and combine */
+/* ---- routing, and routing with the permutation in one launch */
 
-static void gather_combine_case(int T, int k, int E, int H, int kind)
+/* kind 0: N(0, 2) logits; 1: logits on a grid of 0.25 (many ties); 2: with NaN and -inf sprinkled in */
+static void route_case(int T, int E, int k, int norm, int kind)
+{
+    uint64_t s = next_seed();
+    std::vector<float> logits((size_t)T * E);
+    for (auto &v : logits) {
+        v = 2.f * gt_normal(&s);
+        if (kind == 1)
+            v = roundf(v * 4.f) / 4.f;
+        if (kind == 2 && gt_next(&s) % 13 == 0)
+            v = gt_next(&s) & 1 ? NAN : -INFINITY;
+    }
+    float *dl = upload(logits);
+    int32_t *ids = gt_poisoned<int32_t>((size_t)T * k);
+    float *w = gt_poisoned<float>((size_t)T * k);
+    K_OK(k_moe_route(dl, T, E, k, norm, ids, w, 0));
+    auto hi = to_host(ids, (size_t)T * k);
+    auto hw = to_host(w, (size_t)T * k);
+    int bad_ids = 0, bad_w = 0;
+    double worst = 0;
+    std::vector<int> ri(k);
+    std::vector<double> rw(k);
+    for (int t = 0; t < T; t++) {
+        ref_route(&logits[(size_t)t * E], E, k, norm, ri.data(), rw.data());
+        float lo = INFINITY, up = -INFINITY; /* the finite logits' range: the exponents' size */
+        for (int e = 0; e < E; e++) {
+            const float v = logits[(size_t)t * E + e];
+            if (std::isfinite(v))
+                lo = std::min(lo, v), up = std::max(up, v);
+        }
+        const double tol = (2.0 * (up > lo ? up - lo : 0) + E + k + 4) * 1.5 / 16777216.0;
+        for (int j = 0; j < k; j++) {
+            if (hi[(size_t)t * k + j] != ri[j] && bad_ids++ < 3)
+                printf("     token %d slot %d: id %d, want %d\n", t, j, hi[(size_t)t * k + j], ri[j]);
+            const double diff = fabs(hw[(size_t)t * k + j] - rw[j]), d = rw[j] > 0 ? diff / rw[j] : diff;
+            worst = std::max(worst, std::isnan(d) ? INFINITY : d);
+            if (!(d <= tol))
+                bad_w++;
+        }
+    }
+    gt_check(bad_ids == 0 && bad_w == 0,
+             "route T %d E %d k %d norm %d %s: %d wrong ids, %d weights past tolerance (worst rel err %.2e)",
+             T, E, k, norm,
+             kind == 0   ? "normal"
+             : kind == 1 ? "ties"
+                         : "NaN/-inf",
+             bad_ids, bad_w, worst);
+    /* the fused launch: the same ids and weights, and the permutation of those ids */
+    int32_t *ids2 = gt_poisoned<int32_t>((size_t)T * k);
+    float *w2 = gt_poisoned<float>((size_t)T * k);
+    dperm d;
+    perm_alloc(d, T, k, E);
+    K_OK(k_moe_route_permute(dl, T, E, k, norm, ids2, w2, &d.p, 0));
+    const auto hi2 = to_host(ids2, (size_t)T * k);
+    const auto hw2 = to_host(w2, (size_t)T * k);
+    gt_check(hi2 == hi && !memcmp(hw2.data(), hw.data(), hw.size() * 4),
+             "route_permute T %d E %d k %d: k_moe_route's ids and weights bit for bit", T, E, k);
+    perm_read(d);
+    perm_verify(d, hi, "(route_permute)");
+    perm_free(d);
+    GPU_OK(cudaFree(ids2));
+    GPU_OK(cudaFree(w2));
+    GPU_OK(cudaFree(dl));
+    GPU_OK(cudaFree(ids));
+    GPU_OK(cudaFree(w));
+}
+
+/* ---- combine */
+
+static void combine_case(int T, int k, int E, int H, int kind)
 {
     const size_t P = (size_t)T * k;
     const auto ids = make_ids(T, k, E, kind, next_seed());
     dperm d;
     int32_t *dids = permute_ids(d, ids, T, k, E);
-    if (!perm_verify(d, ids, "(gather/combine input)"))
+    if (!perm_verify(d, ids, "(combine input)"))
         return;
-    const auto x = random_x((size_t)T * H, next_seed());
-    uint16_t *dx = upload(x);
-    bf16 *xp = gt_poisoned<bf16>(P * H);
-    K_OK(k_moe_gather((const bf16 *)dx, &d.p, T, k, E, H, xp, 0));
-    const auto hxp = to_host((const uint16_t *)xp, P * H);
-    size_t bad = 0;
-    for (int i = 0; i < d.off[E]; i++)
-        bad += memcmp(&hxp[(size_t)i * H], &x[(size_t)d.tok[i] * H], (size_t)H * 2) != 0;
-    for (size_t i = d.off[E]; i < P; i++) /* rows past expert_off[E] stay poisoned */
-        bad += hxp[i * H] != 0xffff;
-    gt_check(bad == 0, "gather T %d k %d H %d: %zu rows wrong", T, k, H, bad);
-
     /* combine: Yp random, weights random in (0, 1] */
     uint64_t s = next_seed();
     const auto y = random_x(P * H, next_seed());
@@ -341,8 +347,6 @@ static void gather_combine_case(int T, int k, int E, int H, int kind)
         }
     gt_check(cb.bad == 0, "combine T %d k %d H %d%s: %zu outputs past tolerance (worst %.2f of it)", T, k, H,
              kind == 2 ? " (dropped pairs)" : "", cb.bad, cb.worst);
-    GPU_OK(cudaFree(dx));
-    GPU_OK(cudaFree(xp));
     GPU_OK(cudaFree(dy));
     GPU_OK(cudaFree(dw));
     GPU_OK(cudaFree(out));
@@ -435,13 +439,11 @@ static void experts_path(const experts &x, const dperm &d, const std::vector<uin
     const int T = d.T, k = d.k, E = x.E, H = x.H, I = x.I;
     const size_t P = (size_t)T * k;
     const int rows = d.off[E];
-    bf16 *xp = gt_poisoned<bf16>(P * H), *hp = gt_poisoned<bf16>(P * I), *yp = gt_poisoned<bf16>(P * H);
-    if (path == 0) {
-        K_OK(k_moe_gather((const bf16 *)dX, &d.p, T, k, E, H, xp, 0));
-        K_OK(k_moe_gemv_gate_up(xp, &d.p, T, k, &x.w, hp, 0));
-    } else {
+    bf16 *hp = gt_poisoned<bf16>(P * I), *yp = gt_poisoned<bf16>(P * H);
+    if (path == 0)
+        K_OK(k_moe_gemv_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, hp, 0));
+    else
         K_OK(k_moe_gemm_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, hp, 0));
-    }
     const auto hh = to_host((const uint16_t *)hp, P * I);
     /* expert of each row */
     std::vector<int> row_e(rows);
@@ -497,7 +499,6 @@ static void experts_path(const experts &x, const dperm &d, const std::vector<uin
              "(tol 4e-3)",
              path ? "grouped" : "gemv", x.fp8 ? "fp8 " : "bf16", what, T, k, E, H, I, dn.bad, dn.worst,
              dn.rel());
-    GPU_OK(cudaFree(xp));
     GPU_OK(cudaFree(hp));
     GPU_OK(cudaFree(yp));
 }
@@ -634,7 +635,7 @@ static void argument_checks(const experts &x)
                 "multiples");
     w = x.w, w.down = NULL;
     expect_fail(k_moe_gemv_down(buf, &d.p, 4, 2, &w, buf, 0), "NULL down weights", "NULL weight");
-    expect_fail(k_moe_gather(buf, &d.p, 4, 2, x.E, 12, buf, 0), "H not a multiple of 8", "multiple of 8");
+    expect_fail(k_moe_combine(buf, &d.p, f, 4, 2, 12, buf, 0), "H not a multiple of 8", "multiple of 8");
     expect_fail(k_moe_mlp(buf, f, 4, 2, 1, &x.w, buf, buf, 100, 0), "a small workspace", "workspace");
     gt_check(k_moe_mlp(buf, f, 0, 2, 1, &x.w, buf, NULL, 0, 0) == 0, "T = 0: nothing to do, 0");
     k_set_f16(1);
@@ -777,11 +778,11 @@ int main(void)
     permute_case(1000, 16, 512, 0);
     permute_case(50, 2, 3, 2);
 
-    printf("\n== gather and combine\n");
-    gather_combine_case(1, 8, 128, 2048, 0);
-    gather_combine_case(130, 8, 128, 264, 1);
-    gather_combine_case(40, 1, 128, 64, 0);
-    gather_combine_case(40, 4, 16, 64, 2);
+    printf("\n== combine\n");
+    combine_case(1, 8, 128, 2048, 0);
+    combine_case(130, 8, 128, 264, 1);
+    combine_case(40, 1, 128, 64, 0);
+    combine_case(40, 4, 16, 64, 2);
 
     printf("\n== the experts' products, both paths (gemv: decode GEMVs; grouped: grouped GEMM)\n");
     for (int fp8 = 0; fp8 < 2; fp8++) {
