@@ -38,13 +38,6 @@ struct k_moe_weights {
     const float *down_scale;    /* fp8: [E][ceil(H/128)][ceil(I/128)] */
 };
 
-/* k_moe_check (moe_route.cu): the checks every expert-product launcher makes: bf16 mode, the sizes
- * above, the permutation's arrays, the weights (present, shaped E x H x I with H and I positive
- * multiples of mult, of 128 for fp8 when fp8_128, 16-byte aligned) and, for T > 0, the input X (16-byte
- * aligned) and the output Y. 0, or -1 recorded under fn's name. */
-int k_moe_check(const char *fn, int T, int k, const struct k_moe_perm *perm, const struct k_moe_weights *w,
-                int mult, int fp8_128, const bf16 *X, const bf16 *Y);
-
 /* ---- routing (moe_route.cu) */
 
 /* k_moe_route: per token t, the k largest of logits[t, 0..E) (fp32 [T][E]) in descending order (equal
@@ -68,6 +61,13 @@ struct k_moe_perm {
 /* One CTA (the counts of E experts over P pairs in shared memory): tens of microseconds at P = 65536. */
 int k_moe_permute(const int32_t *ids, int T, int k, int E, const struct k_moe_perm *perm,
                   cudaStream_t stream);
+
+/* k_moe_check (moe_route.cu): the checks every expert-product launcher makes: bf16 mode, the sizes
+ * above, the permutation's arrays, the weights (present, shaped E x H x I with H and I positive
+ * multiples of mult, of 128 for fp8 when fp8_128, 16-byte aligned) and, for T > 0, the input X (16-byte
+ * aligned) and the output Y. 0, or -1 recorded under fn's name. */
+int k_moe_check(const char *fn, int T, int k, const struct k_moe_perm *perm, const struct k_moe_weights *w,
+                int mult, int fp8_128, const bf16 *X, const bf16 *Y);
 
 /* k_moe_route_permute: k_moe_route and k_moe_permute in one launch of one CTA (warp w routes tokens w,
  * w + 32, ...; then the sort): the same ids, w and permutation, bit for bit. For decode-sized T (k_moe_mlp

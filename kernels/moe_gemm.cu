@@ -286,6 +286,8 @@ static int moe_gemm_run(const bf16 *A, const int32_t *gather, const void *W, con
     auto kern = moe_gemm_kernel<FP8, GLU, MINB>;
     const int smem = STAGES * stage_bytes<FP8>();
     K_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    K_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared)); // room for MINB CTAs' stages
     const int bno = GLU ? BN / 2 : BN;
     const dim3 grid((N + bno - 1) / bno, (P + BM - 1) / BM + E);
     K_CHECK(k_launch(kern, grid, THREADS, smem, stream, A, gather, W, s, Y, N, K, E, off));
