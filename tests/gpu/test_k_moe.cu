@@ -33,9 +33,11 @@
  *     expert or weight errs by >= 1 / sqrt(k) of a token's norm (the pairs' outputs are independent).
  * Outputs are poisoned (0xFF: NaN) before each run; a NaN or a written row past expert_off[E] fails.
  *
- * Timing (informational): k_moe_mlp at Qwen3-30B-A3B's layer (E 128, k 8, H 2048, I 768) with
- * device-filled random weights, bf16 and fp8, T = 1, 8, 64 (decode path: the distinct experts' weight
- * bytes a step reads, as TB/s) and T = 512, 4096 (grouped GEMM: TFLOP/s of the 2 P (3 H I) flops). */
+ * Timing (informational): one MoE layer at Qwen3-30B-A3B's shape (E 128, k 8, H 2048, I 768) with
+ * device-filled random weights, bf16 and fp8, each run on other tokens (so other experts than the run
+ * before, not served from L2): T = 1, 8, 64 (decode path: the distinct experts' weight bytes a step reads,
+ * as TB/s) and T = 512, 4096 (grouped GEMM: TFLOP/s of the 2 P (3 H I) flops), with each stage's time
+ * alone; and both paths at T = 16 .. 256, for K_MOE_GEMV_MAX_T. */
 #include <algorithm>
 #include <cmath>
 #include <stdarg.h>
@@ -439,12 +441,27 @@ static void experts_path(const experts &x, const dperm &d, const std::vector<uin
     const int T = d.T, k = d.k, E = x.E, H = x.H, I = x.I;
     const size_t P = (size_t)T * k;
     const int rows = d.off[E];
-    bf16 *hp = gt_poisoned<bf16>(P * I), *yp = gt_poisoned<bf16>(P * H);
-    if (path == 0)
-        K_OK(k_moe_gemv_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, hp, 0));
-    else
-        K_OK(k_moe_gemm_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, hp, 0));
+    bf16 *hp = gt_poisoned<bf16>(P * I), *yp = gt_poisoned<bf16>(P * H),
+         *again = gt_poisoned<bf16>(P * std::max(H, I));
+    auto gate_up = [&](bf16 *out) {
+        K_OK(path == 0 ? k_moe_gemv_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, out, 0)
+                       : k_moe_gemm_gate_up((const bf16 *)dX, &d.p, T, k, &x.w, out, 0));
+    };
+    auto down = [&](bf16 *out) {
+        K_OK(path == 0 ? k_moe_gemv_down(hp, &d.p, T, k, &x.w, out, 0)
+                       : k_moe_gemm_down(hp, &d.p, T, k, &x.w, out, 0));
+    };
+    /* every output twice: the same bits (no race, no order that depends on timing) */
+    auto same_again = [&](const char *stage, const std::vector<uint16_t> &first, size_t n) {
+        const auto second = to_host((const uint16_t *)again, n);
+        gt_check(second == first, "%s %s %s: a second run gives the same bits", path ? "grouped" : "gemv",
+                 stage, x.fp8 ? "fp8" : "bf16");
+    };
+    gate_up(hp);
     const auto hh = to_host((const uint16_t *)hp, P * I);
+    GPU_OK(cudaMemset(again, 0xff, P * I * 2));
+    gate_up(again);
+    same_again("gate/up", hh, P * I);
     /* expert of each row */
     std::vector<int> row_e(rows);
     for (int e = 0; e < E; e++)
@@ -475,11 +492,11 @@ static void experts_path(const experts &x, const dperm &d, const std::vector<uin
         path ? "grouped" : "gemv", x.fp8 ? "fp8 " : "bf16", what, T, k, E, H, I, rows, gu.bad, gu.worst,
         gu.rel());
 
-    if (path == 0)
-        K_OK(k_moe_gemv_down(hp, &d.p, T, k, &x.w, yp, 0));
-    else
-        K_OK(k_moe_gemm_down(hp, &d.p, T, k, &x.w, yp, 0));
+    down(yp);
     const auto hy = to_host((const uint16_t *)yp, P * H);
+    GPU_OK(cudaMemset(again, 0xff, P * H * 2));
+    down(again);
+    same_again("down", hy, P * H);
     tally dn;
     for (int i = 0; i < rows; i++) {
         const int e = row_e[i];
@@ -501,6 +518,7 @@ static void experts_path(const experts &x, const dperm &d, const std::vector<uin
              dn.rel());
     GPU_OK(cudaFree(hp));
     GPU_OK(cudaFree(yp));
+    GPU_OK(cudaFree(again));
 }
 
 static void experts_case(int T, int k, int E, int H, int I, bool fp8, int kind)
@@ -671,9 +689,73 @@ static void fill(void *p, size_t n, float scale, int fp8)
     GPU_OK(cudaGetLastError());
 }
 
+/* The step's buffers for timing, at up to TMAX tokens. */
+struct bench {
+    int E, k, H, I, TMAX;
+    k_moe_weights w;
+    bf16 *X, *out, *h, *y;
+    float *logits, *rw;
+    int32_t *ids;
+    dperm d;
+    cudaEvent_t ev[5];
+};
+
+/* The median over 9 runs (after 2) of one MoE layer of T tokens by one path (gemv: the decode path, else
+ * the grouped GEMM), each run on the next T tokens (other experts: what a step reads is not in L2 from
+ * the run before). *stage gets the four stages' medians (routing + sort, gate/up, down, combine), timed
+ * by events between them (which keep the stages from overlapping under PDL); the return value is the
+ * whole of a k_moe_mlp-like run without those events when whole, else their sum. */
+static double time_path(bench &b, int T, bool gemv, bool whole, double *stage)
+{
+    const int E = b.E, k = b.k;
+    std::vector<float> per[5];
+    for (int r = -2; r < 9; r++) {
+        const int o = (int)((long)(r + 2) * T % (b.TMAX - T + 1));
+        const bf16 *X = b.X + (size_t)o * b.H;
+        const float *lg = b.logits + (size_t)o * E;
+        auto mark = [&](int i) {
+            if (!whole || i == 0 || i == 4)
+                GPU_OK(cudaEventRecord(b.ev[i]));
+        };
+        mark(0);
+        if (gemv) {
+            K_OK(k_moe_route_permute(lg, T, E, k, 1, b.ids, b.rw, &b.d.p, 0));
+        } else {
+            K_OK(k_moe_route(lg, T, E, k, 1, b.ids, b.rw, 0));
+            K_OK(k_moe_permute(b.ids, T, k, E, &b.d.p, 0));
+        }
+        mark(1);
+        K_OK(gemv ? k_moe_gemv_gate_up(X, &b.d.p, T, k, &b.w, b.h, 0)
+                  : k_moe_gemm_gate_up(X, &b.d.p, T, k, &b.w, b.h, 0));
+        mark(2);
+        K_OK(gemv ? k_moe_gemv_down(b.h, &b.d.p, T, k, &b.w, b.y, 0)
+                  : k_moe_gemm_down(b.h, &b.d.p, T, k, &b.w, b.y, 0));
+        mark(3);
+        K_OK(k_moe_combine(b.y, &b.d.p, b.rw, T, k, b.H, b.out, 0));
+        mark(4);
+        GPU_OK(cudaEventSynchronize(b.ev[4]));
+        if (r < 0)
+            continue;
+        float ms;
+        GPU_OK(cudaEventElapsedTime(&ms, b.ev[0], b.ev[4]));
+        per[4].push_back(ms);
+        for (int i = 0; i < 4 && !whole; i++) {
+            GPU_OK(cudaEventElapsedTime(&ms, b.ev[i], b.ev[i + 1]));
+            per[i].push_back(ms);
+        }
+    }
+    for (int i = 0; i < 5; i++)
+        std::sort(per[i].begin(), per[i].end());
+    for (int i = 0; i < 4 && stage; i++)
+        stage[i] = whole ? 0 : per[i][4] * 1e3;
+    return per[4][4] * 1e3;
+}
+
 static void timing(bool fp8)
 {
-    const int E = 128, k = 8, H = 2048, I = 768, TMAX = 4096;
+    bench b;
+    const int E = 128, k = 8, H = 2048, I = 768, TMAX = 4096 + 64;
+    b.E = E, b.k = k, b.H = H, b.I = I, b.TMAX = TMAX;
     const size_t ngu = (size_t)E * 2 * I * H, ndn = (size_t)E * H * I, wb = fp8 ? 1 : 2;
     void *gu, *dn;
     float *gus = NULL, *dns = NULL;
@@ -683,75 +765,58 @@ static void timing(bool fp8)
     fill(dn, ndn, 1.f / sqrtf((float)I), fp8);
     if (fp8) {
         const size_t sgu = (size_t)E * (2 * I / 128) * (H / 128), sdn = (size_t)E * (H / 128) * (I / 128);
-        std::vector<float> a(sgu, 1.f / (64.f * sqrtf((float)H))), b(sdn, 1.f / (64.f * sqrtf((float)I)));
-        gus = upload(a), dns = upload(b);
+        std::vector<float> a(sgu, 1.f / (64.f * sqrtf((float)H))), c(sdn, 1.f / (64.f * sqrtf((float)I)));
+        gus = upload(a), dns = upload(c);
     }
-    const k_moe_weights w = {E, H, I, fp8 ? 1 : 0, gu, gus, dn, dns};
-    bf16 *X, *out;
-    float *logits;
-    GPU_OK(cudaMalloc(&X, (size_t)TMAX * H * 2));
-    GPU_OK(cudaMalloc(&out, (size_t)TMAX * H * 2));
-    GPU_OK(cudaMalloc(&logits, (size_t)TMAX * E * 4));
-    fill(X, (size_t)TMAX * H, 1.f, 0);
+    b.w = {E, H, I, fp8 ? 1 : 0, gu, gus, dn, dns};
+    const size_t P = (size_t)TMAX * k;
+    GPU_OK(cudaMalloc(&b.X, (size_t)TMAX * H * 2));
+    GPU_OK(cudaMalloc(&b.out, (size_t)TMAX * H * 2));
+    GPU_OK(cudaMalloc(&b.h, P * I * 2));
+    GPU_OK(cudaMalloc(&b.y, P * H * 2));
+    GPU_OK(cudaMalloc(&b.logits, (size_t)TMAX * E * 4));
+    GPU_OK(cudaMalloc(&b.ids, P * 4));
+    GPU_OK(cudaMalloc(&b.rw, P * 4));
+    perm_alloc(b.d, TMAX, k, E);
+    fill(b.X, (size_t)TMAX * H, 1.f, 0);
     {
         uint64_t s = next_seed();
         std::vector<float> l((size_t)TMAX * E);
         for (auto &v : l)
             v = 2.f * gt_normal(&s);
-        GPU_OK(cudaMemcpy(logits, l.data(), l.size() * 4, cudaMemcpyHostToDevice));
+        GPU_OK(cudaMemcpy(b.logits, l.data(), l.size() * 4, cudaMemcpyHostToDevice));
     }
-    const size_t wsb = k_moe_workspace(TMAX, k, E, H, I);
-    void *ws;
-    GPU_OK(cudaMalloc(&ws, wsb));
-    int32_t *ids;
-    float *rw;
-    GPU_OK(cudaMalloc(&ids, (size_t)TMAX * k * 4));
-    GPU_OK(cudaMalloc(&rw, (size_t)TMAX * k * 4));
-    cudaEvent_t e0, e1;
-    GPU_OK(cudaEventCreate(&e0));
-    GPU_OK(cudaEventCreate(&e1));
+    for (auto &e : b.ev)
+        GPU_OK(cudaEventCreate(&e));
     const double expert_bytes = (double)(2 * I * H + H * I) * wb;
+    const char *dt = fp8 ? "fp8 " : "bf16";
     for (int T : {1, 8, 64, 512, 4096}) {
-        for (int r = 0; r < 2; r++)
-            K_OK(k_moe_mlp(X, logits, T, k, 1, &w, out, ws, wsb, 0));
-        float ms[9];
-        for (int r = 0; r < 9; r++) {
-            GPU_OK(cudaEventRecord(e0));
-            K_OK(k_moe_mlp(X, logits, T, k, 1, &w, out, ws, wsb, 0));
-            GPU_OK(cudaEventRecord(e1));
-            GPU_OK(cudaEventSynchronize(e1));
-            GPU_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        std::sort(ms, ms + 9);
-        const double us = ms[4] * 1e3;
-        /* the distinct experts of the step: its routing and permutation again, into buffers of our own */
-        const size_t P = (size_t)T * k;
-        dperm d;
-        perm_alloc(d, T, k, E);
-        K_OK(k_moe_route(logits, T, E, k, 1, ids, rw, 0));
-        K_OK(k_moe_permute(ids, T, k, E, &d.p, 0));
-        perm_read(d);
-        perm_free(d);
+        const bool gemv = T <= K_MOE_GEMV_MAX_T;
+        double st[4];
+        const double us = time_path(b, T, gemv, true, NULL);
+        time_path(b, T, gemv, false, st);
+        /* the distinct experts of the last run's tokens */
+        b.d.T = T;
+        perm_read(b.d);
         int distinct = 0;
         for (int e = 0; e < E; e++)
-            distinct += d.active[e] >= 0;
-        const double flops = 2.0 * P * 3.0 * H * I;
-        printf("time %s T %4d: %8.1f us  %3d experts: %.2f TB/s of their weights, %.1f TFLOP/s (%s path)\n",
-               fp8 ? "fp8 " : "bf16", T, us, distinct, distinct * expert_bytes / us * 1e-6, flops / us * 1e-6,
-               T <= K_MOE_GEMV_MAX_T ? "gemv" : "grouped");
+            distinct += b.d.active[e] >= 0;
+        printf("time %s T %4d: %8.1f us (%s path), %3d experts: %.2f TB/s of their weights, %.1f TFLOP/s; "
+               "alone: route+sort %.1f, gate/up %.1f, down %.1f, combine %.1f us\n",
+               dt, T, us, gemv ? "gemv" : "grouped", distinct, distinct * expert_bytes / us * 1e-6,
+               2.0 * T * k * 3.0 * H * I / us * 1e-6, st[0], st[1], st[2], st[3]);
     }
-    GPU_OK(cudaEventDestroy(e0));
-    GPU_OK(cudaEventDestroy(e1));
-    GPU_OK(cudaFree(gu));
-    GPU_OK(cudaFree(dn));
-    GPU_OK(cudaFree(gus));
-    GPU_OK(cudaFree(dns));
-    GPU_OK(cudaFree(X));
-    GPU_OK(cudaFree(out));
-    GPU_OK(cudaFree(logits));
-    GPU_OK(cudaFree(ws));
-    GPU_OK(cudaFree(ids));
-    GPU_OK(cudaFree(rw));
+    /* where the grouped GEMM overtakes the GEMVs (K_MOE_GEMV_MAX_T) */
+    for (int T : {16, 32, 64, 128, 256})
+        printf("crossover %s T %3d: gemv path %8.1f us, grouped path %8.1f us\n", dt, T,
+               time_path(b, T, true, true, NULL), time_path(b, T, false, true, NULL));
+    for (auto &e : b.ev)
+        GPU_OK(cudaEventDestroy(e));
+    b.d.T = TMAX;
+    perm_free(b.d);
+    for (void *p : {(void *)gu, (void *)dn, (void *)gus, (void *)dns, (void *)b.X, (void *)b.out, (void *)b.h,
+                    (void *)b.y, (void *)b.logits, (void *)b.ids, (void *)b.rw})
+        GPU_OK(cudaFree(p));
 }
 
 int main(void)
