@@ -138,6 +138,20 @@ static inline float gt_normal(uint64_t *s)
     return a * 0.8660254f; /* sum of 4 U(-1,1) has variance 4/3 */
 }
 
+/* A random e4m3 weight code: 90% e4m3(N(0, 1) * 64) (up to the +-448 edge), 10% uniformly random codes
+ * (subnormals and every exponent; not the NaN codes 0x7f / 0xff). */
+static inline uint8_t gt_random_e4m3(uint64_t *s)
+{
+    if (gt_next(s) % 10 == 0) {
+        uint8_t b;
+        do
+            b = (uint8_t)(gt_next(s) >> 32);
+        while ((b & 0x7f) == 0x7f);
+        return b;
+    }
+    return f32_to_e4m3(gt_normal(s) * 64.f);
+}
+
 static inline float gt_bf16_round(float x)
 {
     return __bfloat162float(__float2bfloat16(x));

@@ -103,18 +103,6 @@ static const char *dt_name(const problem &p)
     return p.fp8 ? "fp8 " : p.f16 ? "fp16" : "bf16";
 }
 
-static uint8_t random_e4m3(uint64_t *s)
-{
-    if (gt_next(s) % 10 == 0) {
-        uint8_t b;
-        do
-            b = (uint8_t)(gt_next(s) >> 32);
-        while ((b & 0x7f) == 0x7f);
-        return b;
-    }
-    return f32_to_e4m3(gt_normal(s) * 64.f);
-}
-
 /* kind: 0 normal inputs; 1 fp8 codes restricted to subnormals and zero, scale 1 (a decode that
  * flushes subnormals gives 0); 2 X with large magnitudes (x 1000, a few outliers of 3e4).
  * f16 (16-bit W only): X and W in fp16, for fp16 mode. */
@@ -146,7 +134,7 @@ static void make_problem(problem &p, bool fp8, int M, int N, int K, uint64_t see
                 const uint8_t sub = (uint8_t)(gt_next(&s) % 8); /* 0 .. 7: zero and the subnormals */
                 v = sub | (gt_next(&s) & 1 ? 0x80 : 0);
             } else
-                v = random_e4m3(&s);
+                v = gt_random_e4m3(&s);
         }
         p.sc.resize((size_t)nb * kb);
         for (auto &v : p.sc)
