@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the (document, summary) pairs the tiny summarizer is trained on, from text Debian ships.
 
-    contrib/train/make_data.py --out DIR [--seed 1] [--no-man] [--dumpavail FILE]
+    contrib/train/make_data.py --out DIR [--seed 1] [--man] [--dumpavail FILE]
 
 Sources (Python's standard library only):
   * package descriptions: every binary package in the archive index has a one-line short
@@ -9,8 +9,9 @@ Sources (Python's standard library only):
     in the index's English translation files, which apt fetches only when asked:
         apt-get -o Acquire::Languages=en update
     (the package's source name comes from `apt-cache dumpavail`);
-  * manual pages installed on this machine (/usr/share/man/man1 and man8): the NAME line's text
-    after "\\-" (the summary) against the DESCRIPTION section (the document).
+  * with --man, the manual pages installed on this machine (/usr/share/man/man1 and man8): the
+    NAME line's text after "\\-" (the summary) against the DESCRIPTION section (the document).
+    Off by default: which pages are installed differs between machines, the index does not.
 
 Pairs are cleaned (Debian's " ." blank lines, list bullets, roff escapes), deduplicated (the same
 document text is kept once), and pairs whose document is shorter than 12 words or whose summary is
@@ -181,7 +182,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--seed", type=int, default=1, help="split seed (default 1)")
-    ap.add_argument("--no-man", action="store_true", help="package descriptions only")
+    ap.add_argument("--man", action="store_true", help="add the installed manual pages")
     ap.add_argument("--dumpavail", help="read this file instead of running apt-cache dumpavail")
     args = ap.parse_args()
 
@@ -195,7 +196,7 @@ def main():
         except (OSError, subprocess.CalledProcessError) as e:
             sys.exit(f"make_data: apt-cache dumpavail failed ({e}); run apt-get update first")
     sources = [("debian-packages", package_pairs(dump, translation_texts()))]
-    if not args.no_man:
+    if args.man:
         sources.append(("man-pages", man_pairs()))
 
     os.makedirs(args.out, exist_ok=True)
