@@ -7,7 +7,8 @@
  *   - a MoE model whose experts are all one MLP equals the dense Qwen3 with that MLP: bit for bit with
  *     one expert per token (its weight is exactly 1), within 1e-5 with two renormalized, and not with two
  *     unnormalized (the weights then sum to less than 1: the comparison can fail);
- *   - through the engine, prefix caching and batching do not change a MoE model's outputs. */
+ *   - through the engine, prefix caching and batching do not change a MoE model's outputs;
+ *   - random weights: the qwen3-30b-a3b preset's views, and a small random MoE run on the CPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "engine/model.h"
+#include "engine/random_model.h"
 #include "engine/safetensors.h"
 #include "engine/util/log.h"
 
@@ -337,6 +339,47 @@ static void test_engine_invariance(void **state)
     model_free(m);
 }
 
+/* Random weights (engine/random_model.h): qwen3-30b-a3b's lazy views have the checkpoint's names and shapes
+ * and its 30.5 B parameters; a small MoE config materialized runs on the CPU backend (every router and
+ * expert view got its values). */
+static void test_random_weights(void **state)
+{
+    (void)state;
+    struct model_config c;
+    assert_int_equal(random_model_config("qwen3-30b-a3b", &c, err, sizeof err), 0);
+    assert_int_equal(c.arch, ARCH_QWEN3_MOE);
+    assert_true(fabs((double)random_model_params(&c) / 1e9 - 30.53) < 0.01);
+    struct model *m = random_model_create(&c, false, err, sizeof err);
+    assert_non_null(m);
+    const struct layer_weights *w = &m->layers[47];
+    assert_null(w->router.data);
+    assert_string_equal(w->router.name, "model.layers.47.mlp.gate.weight");
+    assert_string_equal(w->experts[127].w_down.name, "model.layers.47.mlp.experts.127.down_proj.weight");
+    assert_int_equal(w->experts[127].w_down.shape[0], 2048);
+    assert_int_equal(w->experts[127].w_down.shape[1], 768);
+    assert_null(w->w_gate.name);
+    random_model_free(m);
+
+    c.hidden = 64, c.intermediate = 96, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+    c.vocab = 300, c.n_experts = 4, c.n_experts_active = 2, c.moe_intermediate = 32;
+    c.eos_ids[0] = c.eos_ids[1] = 0, c.pad_id = 0;
+    c.mlp_only[0] = 1; /* layer 0 dense */
+    m = random_model_create(&c, true, err, sizeof err);
+    assert_non_null(m);
+    assert_non_null(m->layers[1].experts[3].w_up.data);
+    assert_non_null(m->layers[0].w_up.data);
+    struct backend_opts bo = cpu_test_opts(4, 2, 64, 64);
+    struct backend *be = cpu_test_backend(m, &bo);
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, table[4] = {0, 1, 2, 3};
+    struct sampling_params sp = cpu_test_greedy(2);
+    struct be_seq s = cpu_test_seq(tok, 0, 9, table, 3, &sp);
+    struct be_out out;
+    cpu_test_step(be, &s, 1, &out);
+    assert_true(out.token >= 0 && out.token < 300 && isfinite(out.logprob));
+    backend_free(be);
+    random_model_free(m);
+}
+
 int main(void)
 {
     log_set_level(LOG_WARN);
@@ -347,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_identical_experts_are_dense),
         cmocka_unit_test(test_engine_invariance),
+        cmocka_unit_test(test_random_weights),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     test_remove_tree(tmpdir);
