@@ -1,5 +1,6 @@
 /* Qwen3-MoE checkpoints (engine/model.h) as `llmq make-tiny-model --experts` writes them, loaded and run
  * on the CPU backend, without transformers' goldens (test_hf_reference_moe.c has those):
+ *   - Qwen3-30B-A3B's published config.json, and transformers' defaults for absent MoE keys;
  *   - the layout: which layers are MoE (decoder_sparse_step, mlp_only_layers), the router and expert
  *     views with their shapes and dtypes, bf16 and fp8 (block scales on the experts, a bf16 router);
  *   - errors that name the key or the tensor: config values out of range, a router or an expert missing
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/model.h"
 #include "engine/random_model.h"
@@ -95,6 +97,58 @@ static void test_layout(void **state)
         }
         model_free(m);
     }
+}
+
+/* Qwen3-30B-A3B's config.json as published (its keys and values): read as Qwen3-MoE, every layer MoE. */
+static void test_published_config(void **state)
+{
+    (void)state;
+    static const char CFG[] =
+        "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": "
+        "0.0, "
+        "\"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128, "
+        "\"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, "
+        "\"intermediate_size\": 6144, \"max_position_embeddings\": 40960, \"max_window_layers\": 48, "
+        "\"mlp_only_layers\": [], \"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, "
+        "\"norm_topk_prob\": true, \"num_attention_heads\": 32, \"num_experts\": 128, "
+        "\"num_experts_per_tok\": 8, \"num_hidden_layers\": 48, \"num_key_value_heads\": 4, "
+        "\"output_router_logits\": false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, "
+        "\"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, \"sliding_window\": null, "
+        "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"use_cache\": true, "
+        "\"use_sliding_window\": false, \"vocab_size\": 151936}";
+    const char *dir = sub("published");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(CFG, f);
+    fclose(f);
+    struct model_config c;
+    if (model_config_load(dir, &c, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(c.arch, ARCH_QWEN3_MOE);
+    assert_int_equal(c.n_experts, 128);
+    assert_int_equal(c.n_experts_active, 8);
+    assert_int_equal(c.moe_intermediate, 768);
+    assert_true(c.norm_topk_prob);
+    assert_int_equal(model_moe_layers(&c), 48);
+    /* transformers' defaults where keys are absent: 128 experts, top 8, 768, norm_topk_prob false */
+    json_error_t je;
+    json_t *j = json_loads(CFG, 0, &je);
+    assert_non_null(j);
+    json_object_del(j, "num_experts"), json_object_del(j, "num_experts_per_tok");
+    json_object_del(j, "moe_intermediate_size"), json_object_del(j, "norm_topk_prob");
+    json_object_del(j, "decoder_sparse_step"), json_object_del(j, "mlp_only_layers");
+    assert_int_equal(json_dump_file(j, path, 0), 0);
+    json_decref(j);
+    if (model_config_load(dir, &c, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(c.n_experts, 128);
+    assert_int_equal(c.n_experts_active, 8);
+    assert_int_equal(c.moe_intermediate, 768);
+    assert_false(c.norm_topk_prob);
+    assert_int_equal(model_moe_layers(&c), 48);
 }
 
 /* A fresh copy of the layout checkpoint (layer 1 MoE) with config keys replaced by `keys` (owned). */
@@ -394,6 +448,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_published_config),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_identical_experts_are_dense),
         cmocka_unit_test(test_engine_invariance),
