@@ -584,8 +584,8 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
         return NULL;
     if (model_moe_layers(c) > 0) {
         snprintf(err, errlen,
-                 "%s: %d of %d layers are mixture-of-experts (%d experts, %d per token); the CUDA backend does "
-                 "not run MoE layers yet (the CPU backend does: engine.backend cpu)",
+                 "%s: %d of %d layers are mixture-of-experts (%d experts, %d per token); the CUDA "
+                 "backend does not run MoE layers yet (the CPU backend does: engine.backend cpu)",
                  c->arch_name, model_moe_layers(c), c->n_layers, c->n_experts, c->n_experts_active);
         return NULL;
     }
