@@ -464,7 +464,11 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
         if (load_weight(&lw->mlp_norm, "post_attention_layernorm", l, C, 0, w, plain, err, errlen))
             return -1;
         cl->mlp_norm = w;
-        if (lw->experts) {
+        if (model_layer_moe(c, l)) {
+            if (!lw->experts) {
+                snprintf(err, errlen, "layer %d: a mixture-of-experts layer without its experts", l);
+                return -1;
+            }
             TAKE(w, E * C); /* the router: logits in fp32, never fp8 */
             if (load_weight(&lw->router, "mlp.gate", l, E, C, w, plain, err, errlen))
                 return -1;
