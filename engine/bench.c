@@ -28,8 +28,11 @@ void bench_roofline_step(struct bench_roofline *r, const struct model_config *c,
 {
     const double C = c->hidden, F = c->intermediate, L = c->n_layers, D = c->head_dim, V = c->vocab;
     const double H = c->n_heads, KVH = c->n_kv_heads, HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD;
-    const double lin = QKV * C + HD * C + 3 * F * C; /* matrix weights of a layer */
-    const double small = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? QKV : 0); /* norms, biases */
+    /* matrix weights of the layers: attention, then dense MLPs; a MoE layer's router and experts below */
+    const double moe_l = model_moe_layers(c), E = c->n_experts, K = c->n_experts_active,
+                 FE = c->moe_intermediate;
+    const double lin = L * (QKV * C + HD * C) + (L - moe_l) * 3 * F * C + moe_l * E * C; /* every token's */
+    const double small = 2 * C + (c->qk_norm ? 2 * D : 0) + (c->qkv_bias ? QKV : 0);     /* norms, biases */
     double T = 0, samp = 0, kv_read = 0, attn = 0;
     for (int i = 0; i < n; i++) {
         double pos = seqs[i].pos, q = seqs[i].n_new;
@@ -40,15 +43,19 @@ void bench_roofline_step(struct bench_roofline *r, const struct model_config *c,
     }
     if (T == 0)
         return;
+    /* a MoE layer reads the experts the step's tokens selected: with routing taken as uniform, the
+       expected number of distinct experts among T tokens' K picks is E (1 - (1 - K/E)^T) */
+    const double experts_read = E > 0 ? moe_l * E * (1 - pow(1 - K / E, T)) * 3 * FE * C : 0,
+                 experts_run = moe_l * K * 3 * FE * C;
     const double wb = r->fp8_weights ? 1 : 2;                       /* bytes per linear weight */
     const double kvb = r->fp8_kv ? 2 * KVH * (D + 4) : 2 * 2 * KVD; /* K and V bytes per token and layer */
     const double lmb = r->fp8_lm_head ? 1 : 2;                      /* bytes per lm_head weight */
-    double bytes = L * (wb * lin + 2 * small) + 2 * C + (samp > 0 ? lmb * V * C : 0) +
+    double bytes = wb * (lin + experts_read) + L * 2 * small + 2 * C + (samp > 0 ? lmb * V * C : 0) +
                    2 * C * T           /* embedding rows */
                    + L * kvb * kv_read /* K and V read */
                    + L * kvb * T;      /* K and V written */
-    double lin_flops = 2 * L * lin * T, lm_flops = 2 * V * C * samp, attn_flops = 4 * L * HD * attn,
-           flops = lin_flops + lm_flops + attn_flops;
+    double lin_flops = 2 * (lin + experts_run) * T, lm_flops = 2 * V * C * samp,
+           attn_flops = 4 * L * HD * attn, flops = lin_flops + lm_flops + attn_flops;
     double tb = bytes / BENCH_COPY_BPS,
            tf = lin_flops / (r->fp8_weights ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +
                 lm_flops / (r->fp8_lm_head ? BENCH_FP8_FLOPS : BENCH_BF16_FLOPS) +

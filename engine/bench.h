@@ -14,7 +14,12 @@
  * its V * C weights count 1 byte each and its flops run at the fp8 rate.
  *
  * Attention's part of the floor: per step max(K/V bytes read / BENCH_COPY_BPS, attention flops /
- * BENCH_BF16_FLOPS), never more than the step's ideal time (each term is part of the step's). */
+ * BENCH_BF16_FLOPS), never more than the step's ideal time (each term is part of the step's).
+ *
+ * Mixture of experts (engine/model.h): a MoE layer's router counts as a linear weight read and run by
+ * every token; its experts are read as E (1 - (1 - K/E)^T) distinct experts of 3 FE C weights each (the
+ * expected number under uniform routing of T tokens' K picks: all E once T K >> E) and run as K experts
+ * per token. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,8 +1,9 @@
 /* The fp32 CPU reference backend: the oracle every faster path is tested against.
  *
  * Weights are converted to fp32 at open (tensor_to_f32) into one allocation: q/k/v fused into
- * one (H+2KVH)·D × C matrix and gate/up into one 2F × C matrix. One step runs every new token of
- * every sequence as one [T, ·] activation matrix; attention reads the paged KV pool through each
+ * one (H+2KVH)·D × C matrix and gate/up into one 2F × C matrix (per expert 2FE × C in a MoE layer, the
+ * router E × C beside them: moe_mlp runs only the experts the step's rows selected). One step runs every new
+ * token of every sequence as one [T, ·] activation matrix; attention reads the paged KV pool through each
  * sequence's block table; logits are computed only for the last token of sequences that sample.
  *
  * KV pool layout (fp32), one allocation of num_blocks blocks:
@@ -48,6 +49,7 @@
 #include "engine/decode_split.h"
 #include "engine/fp8.h"
 #include "engine/model.h"
+#include "engine/moe.h"
 #include "engine/sampler.h"
 #include "engine/util/log.h"
 
@@ -67,8 +69,11 @@ struct cpu_layer {
     const float *q_norm, *k_norm; /* (D), or NULL without qk_norm */
     const float *wo;              /* (C, H*D) */
     const float *mlp_norm;        /* (C) */
-    const float *wgu;             /* (2F, C): gate rows, then up rows */
+    const float *wgu;             /* (2F, C): gate rows, then up rows — dense layers */
     const float *wdown;           /* (C, F) */
+    const float *router;          /* (E, C) — MoE layers; NULL in a dense layer */
+    const float *ewgu;            /* (E, 2FE, C): each expert's gate rows, then its up rows */
+    const float *edown;           /* (E, C, FE) */
 };
 
 struct cpu_backend {
@@ -78,6 +83,8 @@ struct cpu_backend {
     int C, F, L, H, KVH, D, V;
     int QKV, HD, KVD; /* (H + 2 KVH) D, H D, KVH D */
     float eps;
+    int E, K, FE;   /* experts, experts per token, expert MLP size; E == 0 without MoE layers */
+    bool norm_topk; /* norm_topk_prob */
 
     float *weights;           /* the one allocation behind every pointer below */
     const float *embed;       /* (V, C) */
@@ -122,6 +129,13 @@ struct cpu_backend {
     int *pick;              /* [LOGIT_CHUNK] sequence index per logits row */
     char (*perr)[256];      /* [LOGIT_CHUNK] sampler errors */
     struct samp_ctx **samp; /* [nthreads] */
+    /* MoE scratch (E > 0), grown with cap_rows: rows grouped by expert, TK = T * K */
+    float *mlog, *mw;  /* [T, E] router logits, [T, K] routing weights */
+    int *msel, *mslot; /* [T, K] selected experts, and where each (row, k) sits in the grouped rows */
+    float *mx, *mgu;   /* [TK, C] grouped inputs, [TK, 2FE] their gate/up outputs */
+    float *mact, *my;  /* [TK, FE] SiLU(gate) * up, [TK, C] the experts' outputs */
+    int *moff;         /* [E + 1] first grouped row of each expert (moff[E] = TK) */
+    int *mitem;        /* [E * max(ceil(2FE / GEMM_NB), ceil(C / GEMM_NB))] GEMM work items */
 };
 
 /* ---- math */
@@ -165,6 +179,25 @@ static inline void dot4(const float *w, const float *x0, const float *x1, const 
     }
 }
 
+/* Columns [n0, n1) of y[M, N] = x[M, K] · w[N, K]^T: one GEMM work item. Each y element is dot() of its
+ * row and column whatever M is (dot4 is bitwise dot). */
+static void matmul_block(float *y, const float *x, const float *w, int M, int N, int K, int n0, int n1)
+{
+    int m = 0;
+    for (; m + 4 <= M; m += 4) {
+        const float *x0 = x + (size_t)m * K;
+        for (int n = n0; n < n1; n++) {
+            float o[4];
+            dot4(w + (size_t)n * K, x0, x0 + K, x0 + 2 * (size_t)K, x0 + 3 * (size_t)K, K, o);
+            for (int r = 0; r < 4; r++)
+                y[(size_t)(m + r) * N + n] = o[r];
+        }
+    }
+    for (; m < M; m++)
+        for (int n = n0; n < n1; n++)
+            y[(size_t)m * N + n] = dot(x + (size_t)m * K, w + (size_t)n * K, K);
+}
+
 /* y[M, N] = x[M, K] · w[N, K]^T. Work items are blocks of GEMM_NB rows of w (kept in cache while
  * every row of x passes over them); the K loop is innermost over contiguous memory. */
 static void matmul(float *y, const float *x, const float *w, int M, int N, int K, int nt)
@@ -173,19 +206,7 @@ static void matmul(float *y, const float *x, const float *w, int M, int N, int K
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int b = 0; b < nblk; b++) {
         int n0 = b * GEMM_NB, n1 = n0 + GEMM_NB < N ? n0 + GEMM_NB : N;
-        int m = 0;
-        for (; m + 4 <= M; m += 4) {
-            const float *x0 = x + (size_t)m * K;
-            for (int n = n0; n < n1; n++) {
-                float o[4];
-                dot4(w + (size_t)n * K, x0, x0 + K, x0 + 2 * (size_t)K, x0 + 3 * (size_t)K, K, o);
-                for (int r = 0; r < 4; r++)
-                    y[(size_t)(m + r) * N + n] = o[r];
-            }
-        }
-        for (; m < M; m++)
-            for (int n = n0; n < n1; n++)
-                y[(size_t)m * N + n] = dot(x + (size_t)m * K, w + (size_t)n * K, K);
+        matmul_block(y, x, w, M, N, K, n0, n1);
     }
 }
 
@@ -323,11 +344,11 @@ static enum lw_mode emu_mode(const struct backend_opts *o)
 
 /* The mode of one (fused) linear weight: fp8 where engine/fp8.h says the CUDA backend runs it in fp8. */
 static enum lw_mode linear_mode(const struct backend_opts *o, const struct tensor_view *const *parts, int n,
-                                enum lw_mode plain, int *n_fp8)
+                                enum lw_mode plain, int *n_fp8, bool quiet)
 {
     char why[256];
     if (!fp8_linear_use(o->weight_dtype, parts, n, why, sizeof why)) {
-        if (why[0])
+        if (why[0] && !quiet) /* quiet: said for the first expert already */
             log_info("cpu backend: %s", why);
         return plain;
     }
@@ -358,13 +379,18 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
     int n_fp8 = 0, n_lin = 0;
     const struct model_config *c = &b->cfg;
     const int64_t C = b->C, F = b->F, D = b->D, V = b->V, QKV = b->QKV, HD = b->HD, KVD = b->KVD;
-    size_t per_layer = (size_t)(C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD +
-                                C + 2 * F * C + C * F);
+    const int64_t E = b->E, FE = b->FE;
+    const size_t attn =
+                     (size_t)(C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD + C),
+                 dense = (size_t)(2 * F * C + C * F), moe = (size_t)(E * C + E * (2 * FE * C + C * FE));
+    size_t layers = 0;
+    for (int l = 0; l < b->L; l++)
+        layers += attn + (model_layer_moe(c, l) ? moe : dense);
     /* the output projection in fp8 (model.lm_head_dtype; the GPU's values) needs its own copy when tied */
     const struct tensor_view *lm_src = c->tie_embeddings ? &m->embed : &m->lm_head;
     const enum lw_mode ml = lm_head_mode(o, lm_src);
     const bool lm_own = !c->tie_embeddings || ml == LW_FP8;
-    size_t total = (size_t)(V * C) * (lm_own ? 2 : 1) + (size_t)C + per_layer * (size_t)b->L;
+    size_t total = (size_t)(V * C) * (lm_own ? 2 : 1) + (size_t)C + layers;
     b->weights = malloc(total * sizeof(float));
     b->n_weights = total;
     b->layers = calloc((size_t)b->L, sizeof *b->layers);
@@ -396,16 +422,14 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
         return -1;
     b->final_norm = w;
 
+    bool experts_said = false;
     for (int l = 0; l < b->L; l++) {
         const struct layer_weights *lw = &m->layers[l];
         struct cpu_layer *cl = &b->layers[l];
-        const struct tensor_view *pq[3] = {&lw->wq, &lw->wk, &lw->wv}, *po[1] = {&lw->wo},
-                                 *pg[2] = {&lw->w_gate, &lw->w_up}, *pd[1] = {&lw->w_down};
-        const enum lw_mode mq = linear_mode(o, pq, 3, plain, &n_fp8),
-                           mo = linear_mode(o, po, 1, plain, &n_fp8),
-                           mg = linear_mode(o, pg, 2, plain, &n_fp8),
-                           md = linear_mode(o, pd, 1, plain, &n_fp8);
-        n_lin += 4;
+        const struct tensor_view *pq[3] = {&lw->wq, &lw->wk, &lw->wv}, *po[1] = {&lw->wo};
+        const enum lw_mode mq = linear_mode(o, pq, 3, plain, &n_fp8, false),
+                           mo = linear_mode(o, po, 1, plain, &n_fp8, false);
+        n_lin += 2;
         TAKE(w, C);
         if (load_weight(&lw->attn_norm, "input_layernorm", l, C, 0, w, plain, err, errlen))
             return -1;
@@ -440,6 +464,39 @@ static int load_weights(struct cpu_backend *b, const struct model *m, const stru
         if (load_weight(&lw->mlp_norm, "post_attention_layernorm", l, C, 0, w, plain, err, errlen))
             return -1;
         cl->mlp_norm = w;
+        if (model_layer_moe(c, l)) {
+            if (!lw->experts) {
+                snprintf(err, errlen, "layer %d: a mixture-of-experts layer without its experts", l);
+                return -1;
+            }
+            TAKE(w, E * C); /* the router: logits in fp32, never fp8 */
+            if (load_weight(&lw->router, "mlp.gate", l, E, C, w, plain, err, errlen))
+                return -1;
+            cl->router = w;
+            TAKE(w, E * 2 * FE * C);
+            cl->ewgu = w;
+            TAKE(w, E * C * FE);
+            cl->edown = w;
+            for (int e = 0; e < E; e++) {
+                const struct expert_weights *x = &lw->experts[e];
+                const struct tensor_view *pg[2] = {&x->w_gate, &x->w_up}, *pd[1] = {&x->w_down};
+                const enum lw_mode mg = linear_mode(o, pg, 2, plain, &n_fp8, experts_said),
+                                   md = linear_mode(o, pd, 1, plain, &n_fp8, experts_said);
+                experts_said = true; /* why an expert is not fp8: said once, not E x layers times */
+                float *gu = (float *)cl->ewgu + (size_t)e * 2 * FE * C,
+                      *dn = (float *)cl->edown + (size_t)e * C * FE;
+                if (load_weight(&x->w_gate, "expert gate_proj", l, FE, C, gu, mg, err, errlen) ||
+                    load_weight(&x->w_up, "expert up_proj", l, FE, C, gu + FE * C, mg, err, errlen) ||
+                    load_weight(&x->w_down, "expert down_proj", l, C, FE, dn, md, err, errlen))
+                    return -1;
+                n_lin += 2;
+            }
+            continue;
+        }
+        const struct tensor_view *pg[2] = {&lw->w_gate, &lw->w_up}, *pd[1] = {&lw->w_down};
+        const enum lw_mode mg = linear_mode(o, pg, 2, plain, &n_fp8, false),
+                           md = linear_mode(o, pd, 1, plain, &n_fp8, false);
+        n_lin += 2;
         TAKE(w, 2 * F * C);
         if (load_weight(&lw->w_gate, "gate_proj", l, F, C, w, mg, err, errlen) ||
             load_weight(&lw->w_up, "up_proj", l, F, C, w + F * C, mg, err, errlen))
@@ -540,7 +597,13 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
     }
     b->base.ops = &cpu_ops;
     b->cfg = *c;
-    b->C = c->hidden, b->F = c->intermediate, b->L = c->n_layers, b->H = c->n_heads, b->KVH = c->n_kv_heads;
+    const int n_moe = model_moe_layers(c);
+    b->C = c->hidden, b->L = c->n_layers, b->H = c->n_heads, b->KVH = c->n_kv_heads;
+    b->F = n_moe < c->n_layers ? c->intermediate : 0; /* 0: no dense MLP (its scratch is not sized) */
+    if (n_moe > 0) {
+        b->E = c->n_experts, b->K = c->n_experts_active, b->FE = c->moe_intermediate;
+        b->norm_topk = c->norm_topk_prob;
+    }
     b->D = c->head_dim, b->V = c->vocab;
     b->HD = b->H * b->D, b->KVD = b->KVH * b->D, b->QKV = b->HD + 2 * b->KVD;
     b->eps = c->rms_eps;
@@ -570,6 +633,17 @@ struct backend *cpu_backend_open(const struct model *m, const struct backend_opt
         }
     }
 
+    if (b->E) {
+        const int nb_gu = (2 * b->FE + GEMM_NB - 1) / GEMM_NB, nb_dn = (b->C + GEMM_NB - 1) / GEMM_NB;
+        b->moff = malloc((size_t)(b->E + 1) * sizeof *b->moff);
+        b->mitem = malloc((size_t)b->E * (size_t)(nb_gu > nb_dn ? nb_gu : nb_dn) * sizeof *b->mitem);
+        if (!b->moff || !b->mitem) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        log_info("cpu backend: %d of %d layers mixture of experts: %d experts of %d, %d per token, %s", n_moe,
+                 b->L, b->E, b->FE, b->K, b->norm_topk ? "renormalized" : "not renormalized");
+    }
     b->hfin = malloc((size_t)LOGIT_CHUNK * b->C * sizeof(float));
     b->logits = malloc((size_t)LOGIT_CHUNK * b->V * sizeof(float));
     b->pick = malloc(LOGIT_CHUNK * sizeof *b->pick);
@@ -609,6 +683,8 @@ static void cpu_free(struct backend *be)
     free(b->x), free(b->h), free(b->qkv), free(b->att), free(b->tmp), free(b->gu), free(b->act);
     free(b->rcos), free(b->rsin), free(b->row_seq), free(b->row_pos), free(b->scores), free(b->mrun);
     free(b->vgrp);
+    free(b->mlog), free(b->mw), free(b->msel), free(b->mslot), free(b->mx), free(b->mgu), free(b->mact);
+    free(b->my), free(b->moff), free(b->mitem);
     free(b->hfin), free(b->logits), free(b->pick), free(b->perr);
     if (b->samp)
         for (int t = 0; t < b->nthreads; t++)
@@ -634,10 +710,18 @@ static int reserve(struct cpu_backend *b, int rows, int ctx)
         size_t r = (size_t)rows, f = sizeof(float);
         if (grow((void **)&b->x, r * b->C * f) || grow((void **)&b->h, r * b->C * f) ||
             grow((void **)&b->qkv, r * b->QKV * f) || grow((void **)&b->att, r * b->HD * f) ||
-            grow((void **)&b->tmp, r * b->C * f) || grow((void **)&b->gu, r * 2 * b->F * f) ||
-            grow((void **)&b->act, r * b->F * f) || grow((void **)&b->rcos, r * (b->D / 2 + 1) * f) ||
+            grow((void **)&b->tmp, r * b->C * f) || grow((void **)&b->gu, r * 2 * (b->F ? b->F : 1) * f) ||
+            grow((void **)&b->act, r * (b->F ? b->F : 1) * f) ||
+            grow((void **)&b->rcos, r * (b->D / 2 + 1) * f) ||
             grow((void **)&b->rsin, r * (b->D / 2 + 1) * f) || grow((void **)&b->row_seq, r * sizeof(int)) ||
             grow((void **)&b->row_pos, r * sizeof(int)))
+            return -1;
+        const size_t E = (size_t)b->E, K = (size_t)b->K, FE = (size_t)b->FE;
+        if (E &&
+            (grow((void **)&b->mlog, r * E * f) || grow((void **)&b->mw, r * K * f) ||
+             grow((void **)&b->msel, r * K * sizeof(int)) || grow((void **)&b->mslot, r * K * sizeof(int)) ||
+             grow((void **)&b->mx, r * K * b->C * f) || grow((void **)&b->mgu, r * K * 2 * FE * f) ||
+             grow((void **)&b->mact, r * K * FE * f) || grow((void **)&b->my, r * K * b->C * f)))
             return -1;
         b->cap_rows = rows;
     }
@@ -903,6 +987,101 @@ static void attention_emu(struct cpu_backend *b, int layer, const struct be_seq 
     }
 }
 
+/* SiLU(gate) * up of rows [0, M) of gu (M, 2N: gate, then up) into act (M, N); emulate_cuda: stored as the
+ * CUDA backend's k_silu_mul stores it. */
+static void silu_mul(const struct cpu_backend *b, const float *gu, float *act, int M, int N)
+{
+#pragma omp parallel for schedule(static) num_threads(b->nthreads)
+    for (int r = 0; r < M; r++) {
+        const float *g = gu + (size_t)r * 2 * N, *u = g + N;
+        float *a = act + (size_t)r * N;
+        if (b->emu) /* k_silu_mul: g / (1 + e^-g) * u in fp32, stored in bf16 */
+            for (int j = 0; j < N; j++)
+                a[j] = emu_round(b, g[j] / (1.0f + expf(-g[j])) * u[j]);
+        else
+            for (int j = 0; j < N; j++)
+                a[j] = g[j] * (1.0f / (1.0f + expf(-g[j]))) * u[j];
+    }
+}
+
+/* GEMMs of every expert that has rows: for expert e, y_e[n_e, N] = x_e[n_e, Kd] · w_e[N, Kd]^T, where x_e
+ * and y_e are its rows of the grouped x and y (b->moff) and w_e = w + e N Kd. One parallel loop over
+ * (expert, GEMM_NB-column block) work items, so few rows per expert still keep every thread busy. */
+static void expert_gemms(struct cpu_backend *b, float *y, const float *x, const float *w, int N, int Kd)
+{
+    const int nb = (N + GEMM_NB - 1) / GEMM_NB;
+    int n_items = 0;
+    for (int e = 0; e < b->E; e++)
+        if (b->moff[e + 1] > b->moff[e])
+            for (int k = 0; k < nb; k++)
+                b->mitem[n_items++] = e * nb + k;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->nthreads)
+    for (int it = 0; it < n_items; it++) {
+        const int e = b->mitem[it] / nb, n0 = b->mitem[it] % nb * GEMM_NB,
+                  n1 = n0 + GEMM_NB < N ? n0 + GEMM_NB : N;
+        const size_t r0 = (size_t)b->moff[e];
+        matmul_block(y + r0 * N, x + r0 * Kd, w + (size_t)e * N * Kd, b->moff[e + 1] - b->moff[e], N, Kd, n0,
+                     n1);
+    }
+}
+
+/* The mixture-of-experts MLP of rows [0, T) of b->h into b->tmp (engine/model.h, engine/moe.h): router
+ * logits in fp32, each row routed (moe_route), the rows grouped by expert (ascending rows within an
+ * expert), only the selected experts' GEMMs run, and each row's output summed over its experts in
+ * ascending expert order (as transformers' index_add over experts). Every row's result is the same
+ * whatever else is in the step. emulate_cuda: the expert GEMM outputs and SiLU * up are rounded as in the
+ * dense MLP, each expert's output is weighted and summed in fp32, and the sum is rounded once. */
+static void moe_mlp(struct cpu_backend *b, const struct cpu_layer *cl, int T)
+{
+    const int C = b->C, E = b->E, K = b->K, FE = b->FE, nt = b->nthreads;
+    matmul(b->mlog, b->h, cl->router, T, E, C, nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < T; r++)
+        moe_route(b->mlog + (size_t)r * E, E, K, b->norm_topk, b->msel + (size_t)r * K,
+                  b->mw + (size_t)r * K);
+    /* group: counting sort of the (row, k) pairs by expert */
+    memset(b->moff, 0, (size_t)(E + 1) * sizeof *b->moff);
+    for (int i = 0; i < T * K; i++)
+        b->moff[b->msel[i] + 1]++;
+    for (int e = 0; e < E; e++)
+        b->moff[e + 1] += b->moff[e];
+    for (int i = 0; i < T * K; i++) { /* moff[e] moves to the end of e's rows here, then back */
+        const int at = b->moff[b->msel[i]]++;
+        b->mslot[i] = at;
+        memcpy(b->mx + (size_t)at * C, b->h + (size_t)(i / K) * C, (size_t)C * sizeof(float));
+    }
+    for (int e = E; e > 0; e--)
+        b->moff[e] = b->moff[e - 1];
+    b->moff[0] = 0;
+    const size_t TK = (size_t)T * K;
+    expert_gemms(b, b->mgu, b->mx, cl->ewgu, 2 * FE, C);
+    if (b->emu)
+        emu_round_n(b, b->mgu, TK * 2 * FE, nt);
+    silu_mul(b, b->mgu, b->mact, (int)TK, FE);
+    expert_gemms(b, b->my, b->mact, cl->edown, C, FE);
+    if (b->emu)
+        emu_round_n(b, b->my, TK * C, nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int r = 0; r < T; r++) {
+        float *o = b->tmp + (size_t)r * C;
+        const int *sel = b->msel + (size_t)r * K;
+        memset(o, 0, (size_t)C * sizeof(float));
+        for (int done = 0, last = -1; done < K; done++) { /* the next larger expert index than last */
+            int k = -1;
+            for (int j = 0; j < K; j++)
+                if (sel[j] > last && (k < 0 || sel[j] < sel[k]))
+                    k = j;
+            last = sel[k];
+            const float w = b->mw[(size_t)r * K + k], *y = b->my + (size_t)b->mslot[(size_t)r * K + k] * C;
+            for (int j = 0; j < C; j++)
+                o[j] += w * y[j];
+        }
+        if (b->emu)
+            for (int j = 0; j < C; j++)
+                o[j] = emu_round(b, o[j]);
+    }
+}
+
 static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct be_out *out)
 {
     struct cpu_backend *b = (struct cpu_backend *)be;
@@ -990,20 +1169,16 @@ static int cpu_step(struct backend *be, const struct be_seq *seqs, int n, struct
         }
         if (b->emu)
             emu_round_n(b, b->h, TC, nt);
+        if (cl->router) { /* a mixture of experts: its output into tmp */
+            moe_mlp(b, cl, T);
+            for (size_t j = 0; j < TC; j++)
+                b->x[j] += b->tmp[j];
+            continue;
+        }
         matmul(b->gu, b->h, cl->wgu, T, 2 * F, C, nt);
         if (b->emu)
             emu_round_n(b, b->gu, (size_t)T * 2 * F, nt);
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (int r = 0; r < T; r++) {
-            const float *g = b->gu + (size_t)r * 2 * F, *u = g + F;
-            float *a = b->act + (size_t)r * F;
-            if (b->emu) /* k_silu_mul: g / (1 + e^-g) * u in fp32, stored in bf16 */
-                for (int j = 0; j < F; j++)
-                    a[j] = emu_round(b, g[j] / (1.0f + expf(-g[j])) * u[j]);
-            else
-                for (int j = 0; j < F; j++)
-                    a[j] = g[j] * (1.0f / (1.0f + expf(-g[j]))) * u[j];
-        }
+        silu_mul(b, b->gu, b->act, T, F);
         matmul(b->tmp, b->act, cl->wdown, T, C, F, nt);
         if (b->emu)
             emu_round_n(b, b->tmp, TC, nt);

@@ -310,6 +310,60 @@ static int parse_rope(const struct jsrc *s, const json_t *o, struct model_config
                   s->file, type);
 }
 
+/* Qwen3MoeConfig's keys, with transformers' defaults where one is absent (num_experts 128,
+ * num_experts_per_tok 8, moe_intermediate_size 768, norm_topk_prob false, decoder_sparse_step 1,
+ * mlp_only_layers []). num_experts 0 makes every layer dense, as in transformers. */
+static int parse_moe(const struct jsrc *s, const json_t *o, struct model_config *c)
+{
+    if (read_int(s, o, "num_experts", false, 128, 0, &c->n_experts) < 0 ||
+        read_int(s, o, "num_experts_per_tok", false, 8, 1, &c->n_experts_active) < 0 ||
+        read_int(s, o, "moe_intermediate_size", false, 768, 1, &c->moe_intermediate) < 0 ||
+        read_bool(s, o, "norm_topk_prob", false, &c->norm_topk_prob) < 0 ||
+        read_int(s, o, "decoder_sparse_step", false, 1, 1, &c->decoder_sparse_step) < 0)
+        return -1;
+    if (c->n_experts > 0 && c->n_experts_active > c->n_experts)
+        return errfmt(s->err, s->errlen, "%s: num_experts_per_tok (%d) is larger than num_experts (%d)",
+                      s->file, c->n_experts_active, c->n_experts);
+    if (c->n_experts > 0 && c->n_layers > MODEL_MAX_MOE_LAYERS)
+        return errfmt(s->err, s->errlen,
+                      "%s: num_hidden_layers %d: at most %d layers are supported with experts", s->file,
+                      c->n_layers, MODEL_MAX_MOE_LAYERS);
+    json_t *v = jget(o, "mlp_only_layers");
+    if (!v)
+        return 0;
+    if (!json_is_array(v))
+        return wrong_type(s, "mlp_only_layers", "a list of layer indices", v);
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x)
+    {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= c->n_layers)
+            return errfmt(s->err, s->errlen, "%s: \"mlp_only_layers\"[%zu] must be a layer index below %d",
+                          s->file, i, c->n_layers);
+        int l = (int)json_integer_value(x);
+        if (l < MODEL_MAX_MOE_LAYERS)
+            c->mlp_only[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return 0;
+}
+
+bool model_layer_moe(const struct model_config *c, int l)
+{
+    if (c->n_experts <= 0 || l < 0 || l >= MODEL_MAX_MOE_LAYERS || c->decoder_sparse_step < 1)
+        return false;
+    if (c->mlp_only[l / 64] >> (l % 64) & 1)
+        return false;
+    return (l + 1) % c->decoder_sparse_step == 0;
+}
+
+int model_moe_layers(const struct model_config *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += model_layer_moe(c, l);
+    return n;
+}
+
 static int parse_config(const json_t *o, struct model_config *c, char *err, size_t errlen)
 {
     struct jsrc s = {"config.json", "", err, errlen};
@@ -328,10 +382,13 @@ static int parse_config(const json_t *o, struct model_config *c, char *err, size
         c->qkv_bias = true;
     } else if (!strcmp(arch, "LlamaForCausalLM")) {
         c->arch = ARCH_LLAMA;
+    } else if (!strcmp(arch, "Qwen3MoeForCausalLM")) {
+        c->arch = ARCH_QWEN3_MOE;
+        c->qk_norm = true;
     } else {
         return errfmt(err, errlen,
                       "config.json: architecture '%s' is not supported (Qwen3ForCausalLM, Qwen2ForCausalLM, "
-                      "LlamaForCausalLM)",
+                      "LlamaForCausalLM, Qwen3MoeForCausalLM)",
                       arch);
     }
     if (read_int(&s, o, "hidden_size", true, 0, 1, &c->hidden) < 0 ||
@@ -374,7 +431,8 @@ static int parse_config(const json_t *o, struct model_config *c, char *err, size
         return errfmt(err, errlen, "config.json: use_sliding_window true is not supported");
     if (act && strcmp(act, "silu"))
         return errfmt(err, errlen, "config.json: hidden_act '%s' is not supported (only silu)", act);
-    if (parse_dtype_name(&s, o, c) < 0 || parse_quant(&s, o, c) < 0 || parse_rope(&s, o, c) < 0)
+    if (parse_dtype_name(&s, o, c) < 0 || parse_quant(&s, o, c) < 0 || parse_rope(&s, o, c) < 0 ||
+        (c->arch == ARCH_QWEN3_MOE && parse_moe(&s, o, c) < 0))
         return -1;
     bool found;
     if (read_eos(&s, o, c, &found) < 0 || read_id(&s, o, "bos_token_id", c->vocab, &c->bos_id) < 0 ||
@@ -517,6 +575,27 @@ static int linear(struct loader *L, struct tensor_view *v, int64_t out, int64_t 
     return 0;
 }
 
+/* The router and the experts of MoE layer l (its layer_weights.experts already points at its [E]). */
+static int load_experts(struct loader *L, int l)
+{
+    const struct model_config *c = &L->m->cfg;
+    struct layer_weights *w = &L->m->layers[l];
+    const int64_t C = c->hidden, FE = c->moe_intermediate;
+    if (linear(L, &w->router, c->n_experts, C, l, "mlp.gate") < 0)
+        return -1;
+    for (int e = 0; e < c->n_experts; e++) {
+        struct expert_weights *x = &w->experts[e];
+        char g[64], u[64], d[64];
+        snprintf(g, sizeof g, "mlp.experts.%d.gate_proj", e);
+        snprintf(u, sizeof u, "mlp.experts.%d.up_proj", e);
+        snprintf(d, sizeof d, "mlp.experts.%d.down_proj", e);
+        if (linear(L, &x->w_gate, FE, C, l, g) < 0 || linear(L, &x->w_up, FE, C, l, u) < 0 ||
+            linear(L, &x->w_down, C, FE, l, d) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int load_layer(struct loader *L, int l)
 {
     const struct model_config *c = &L->m->cfg;
@@ -528,11 +607,16 @@ static int load_layer(struct loader *L, int l)
         linear(L, &w->wk, KD, C, l, "self_attn.k_proj") < 0 ||
         linear(L, &w->wv, KD, C, l, "self_attn.v_proj") < 0 ||
         linear(L, &w->wo, C, QD, l, "self_attn.o_proj") < 0 ||
-        get(L, &w->mlp_norm, FLOATS, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l) < 0 ||
-        linear(L, &w->w_gate, F, C, l, "mlp.gate_proj") < 0 ||
-        linear(L, &w->w_up, F, C, l, "mlp.up_proj") < 0 ||
-        linear(L, &w->w_down, C, F, l, "mlp.down_proj") < 0)
+        get(L, &w->mlp_norm, FLOATS, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight", l) < 0)
         return -1;
+    if (w->experts) {
+        if (load_experts(L, l) < 0)
+            return -1;
+    } else if (linear(L, &w->w_gate, F, C, l, "mlp.gate_proj") < 0 ||
+               linear(L, &w->w_up, F, C, l, "mlp.up_proj") < 0 ||
+               linear(L, &w->w_down, C, F, l, "mlp.down_proj") < 0) {
+        return -1;
+    }
     if (c->qkv_bias && (get(L, &w->bq, FLOATS, 1, QD, 0, "model.layers.%d.self_attn.q_proj.bias", l) < 0 ||
                         get(L, &w->bk, FLOATS, 1, KD, 0, "model.layers.%d.self_attn.k_proj.bias", l) < 0 ||
                         get(L, &w->bv, FLOATS, 1, KD, 0, "model.layers.%d.self_attn.v_proj.bias", l) < 0))
@@ -574,6 +658,14 @@ struct model *model_load(const char *dir, char *err, size_t errlen)
         errfmt(err, errlen, "out of memory");
         goto fail;
     }
+    const int n_moe = model_moe_layers(c);
+    if (n_moe > 0 && !(m->experts = calloc((size_t)n_moe * (size_t)c->n_experts, sizeof *m->experts))) {
+        errfmt(err, errlen, "out of memory");
+        goto fail;
+    }
+    for (int l = 0, k = 0; l < c->n_layers; l++)
+        if (model_layer_moe(c, l))
+            m->layers[l].experts = m->experts + (size_t)k++ * (size_t)c->n_experts;
     struct loader L = {.m = m, .err = err, .errlen = errlen};
     if (get(&L, &m->embed, FLOATS, 2, c->vocab, c->hidden, "model.embed_tokens.weight") < 0)
         goto fail;
@@ -601,6 +693,7 @@ void model_free(struct model *m)
         return;
     st_free(m->files);
     free(m->layers);
+    free(m->experts);
     free(m);
 }
 

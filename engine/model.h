@@ -2,7 +2,17 @@
  * borrowed views of every weight tensor in the mmap'd safetensors files.
  *
  * Supported architectures: Qwen3ForCausalLM (q/k RMSNorm, no biases), Qwen2ForCausalLM (q/k/v
- * bias, no q/k norm) and LlamaForCausalLM (neither) — one forward pass with flags. */
+ * bias, no q/k norm) and LlamaForCausalLM (neither) — one forward pass with flags — and
+ * Qwen3MoeForCausalLM: Qwen3's attention with a mixture-of-experts MLP in the layers model_layer_moe
+ * names (the others keep Qwen3's dense MLP of intermediate_size).
+ *
+ * A MoE layer's MLP (transformers' Qwen3MoeSparseMoeBlock) on a normed row h (C):
+ *     logits = router · h                              (E), fp32
+ *     p      = softmax(logits) over all E experts
+ *     S      = the K experts of the largest logits (ties: the lower index), K = num_experts_per_tok
+ *     w_e    = p_e / sum_{j in S} p_j  if norm_topk_prob, else p_e          (e in S)
+ *     out    = sum_{e in S} w_e · down_e(silu(gate_e · h) * (up_e · h))
+ * (engine/moe.h computes S and w). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -10,8 +20,9 @@
 #include "engine/dtype.h"
 
 #define MODEL_MAX_EOS 8
+#define MODEL_MAX_MOE_LAYERS 1024 /* layers a MoE model may have (mlp_only_layers is a bit set) */
 
-enum model_arch { ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA };
+enum model_arch { ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA, ARCH_QWEN3_MOE };
 enum rope_type { ROPE_DEFAULT, ROPE_YARN, ROPE_LLAMA3 };
 
 struct model_config {
@@ -30,6 +41,13 @@ struct model_config {
     bool tie_embeddings;   /* tie_word_embeddings: lm_head is embed_tokens */
     bool qk_norm;          /* per-head RMSNorm on q and k before RoPE (Qwen3) */
     bool qkv_bias;         /* biases on q, k, v projections (Qwen2) */
+    /* mixture of experts (Qwen3MoeForCausalLM; n_experts 0 for every other architecture) */
+    int n_experts;         /* num_experts, E; 0: every layer is dense */
+    int n_experts_active;  /* num_experts_per_tok, K (1 <= K <= E) */
+    int moe_intermediate;  /* moe_intermediate_size, FE: each expert's MLP size */
+    bool norm_topk_prob;   /* renormalize the K selected probabilities to sum 1 */
+    int decoder_sparse_step; /* layer l is MoE when (l + 1) % step == 0 (and not in mlp_only_layers) */
+    uint64_t mlp_only[MODEL_MAX_MOE_LAYERS / 64]; /* bit l: mlp_only_layers lists layer l (dense) */
     struct {
         enum rope_type type;
         double factor;            /* yarn/llama3 scaling factor */
@@ -66,8 +84,16 @@ struct layer_weights {
     struct tensor_view q_norm, k_norm;     /* (D) — qk_norm only */
     struct tensor_view wo;                 /* (C, H*D) */
     struct tensor_view mlp_norm;           /* (C) post_attention_layernorm */
-    struct tensor_view w_gate, w_up;       /* (F, C) */
+    struct tensor_view w_gate, w_up;       /* (F, C) — dense layers; data == NULL in a MoE layer */
     struct tensor_view w_down;             /* (C, F) */
+    struct tensor_view router;             /* (E, C) mlp.gate.weight — MoE layers only */
+    struct expert_weights *experts;        /* [E] into model.experts — MoE layers only, else NULL */
+};
+
+/* One expert of a MoE layer: model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight */
+struct expert_weights {
+    struct tensor_view w_gate, w_up; /* (FE, C) */
+    struct tensor_view w_down;       /* (C, FE) */
 };
 
 struct model {
@@ -77,6 +103,7 @@ struct model {
     struct tensor_view final_norm;  /* (C) model.norm.weight */
     struct tensor_view lm_head;     /* (V, C); == embed when tie_embeddings */
     struct layer_weights *layers;   /* [n_layers] */
+    struct expert_weights *experts; /* [MoE layers][E], the experts of every MoE layer; NULL if none */
     struct st_set *files;           /* the mmap'd safetensors files (engine/safetensors.h) */
 };
 
@@ -92,6 +119,12 @@ void model_free(struct model *m);
  * err. For the backends, which check the views they are given again. */
 int tensor_view_check_shape(const struct tensor_view *t, const char *name, int64_t d0, int64_t d1, char *err,
                             size_t errlen);
+
+/* Whether layer l's MLP is a mixture of experts: E > 0, l not in mlp_only_layers and
+ * (l + 1) % decoder_sparse_step == 0, as transformers' Qwen3MoeDecoderLayer decides. */
+bool model_layer_moe(const struct model_config *c, int l);
+/* The number of layers model_layer_moe names. */
+int model_moe_layers(const struct model_config *c);
 
 /* Parses only config.json (+ generation_config.json when present) into *cfg. */
 int model_config_load(const char *dir, struct model_config *cfg, char *err, size_t errlen);

@@ -28,37 +28,67 @@ static const struct {
     {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, true},
 };
 
+/* Qwen3-MoE: every layer a mixture of experts with normalized top-k, untied; intermediate is config.json's
+ * intermediate_size (unused: no dense layer). */
+static const struct {
+    const char *name;
+    int hidden, intermediate, layers, heads, kv_heads, head_dim, experts, experts_active, moe_intermediate;
+} MOE_SHAPES[] = {
+    {"qwen3-30b-a3b", 2048, 6144, 48, 32, 4, 128, 128, 8, 768},
+};
+
+/* The fields of a Qwen3 shape and the constants every shape shares. */
+static void qwen3_config(struct model_config *cfg, const char *arch_name, int hidden, int intermediate,
+                         int layers, int heads, int kv_heads, int head_dim, bool tie)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->arch = ARCH_QWEN3;
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", arch_name);
+    cfg->hidden = hidden;
+    cfg->intermediate = intermediate;
+    cfg->n_layers = layers;
+    cfg->n_heads = heads;
+    cfg->n_kv_heads = kv_heads;
+    cfg->head_dim = head_dim;
+    cfg->vocab = 151936;
+    cfg->max_position = 131072;
+    cfg->rms_eps = 1e-6f;
+    cfg->rope_theta = 1e6;
+    cfg->tie_embeddings = tie;
+    cfg->qk_norm = true;
+    cfg->qkv_bias = false;
+    cfg->rope_scaling.type = ROPE_DEFAULT;
+    cfg->torch_dtype = DT_BF16;
+    cfg->eos_ids[0] = 151645; /* <|im_end|> */
+    cfg->eos_ids[1] = 151643; /* <|endoftext|> */
+    cfg->n_eos = 2;
+    cfg->bos_id = -1;
+    cfg->pad_id = 151643;
+}
+
 int random_model_config(const char *name, struct model_config *cfg, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
-        if (!name || strcmp(name, SHAPES[i].name))
-            continue;
-        memset(cfg, 0, sizeof *cfg);
-        cfg->arch = ARCH_QWEN3;
-        snprintf(cfg->arch_name, sizeof cfg->arch_name, "Qwen3ForCausalLM");
-        cfg->hidden = SHAPES[i].hidden;
-        cfg->intermediate = SHAPES[i].intermediate;
-        cfg->n_layers = SHAPES[i].layers;
-        cfg->n_heads = SHAPES[i].heads;
-        cfg->n_kv_heads = SHAPES[i].kv_heads;
-        cfg->head_dim = SHAPES[i].head_dim;
-        cfg->vocab = 151936;
-        cfg->max_position = 131072;
-        cfg->rms_eps = 1e-6f;
-        cfg->rope_theta = 1e6;
-        cfg->tie_embeddings = SHAPES[i].tie;
-        cfg->qk_norm = true;
-        cfg->qkv_bias = false;
-        cfg->rope_scaling.type = ROPE_DEFAULT;
-        cfg->torch_dtype = DT_BF16;
-        cfg->eos_ids[0] = 151645; /* <|im_end|> */
-        cfg->eos_ids[1] = 151643; /* <|endoftext|> */
-        cfg->n_eos = 2;
-        cfg->bos_id = -1;
-        cfg->pad_id = 151643;
-        return 0;
-    }
-    snprintf(err, errlen, "unknown model shape '%s' (expected qwen3-14b, qwen3-8b or qwen3-0.6b)",
+    for (size_t i = 0; name && i < sizeof SHAPES / sizeof SHAPES[0]; i++)
+        if (!strcmp(name, SHAPES[i].name)) {
+            qwen3_config(cfg, "Qwen3ForCausalLM", SHAPES[i].hidden, SHAPES[i].intermediate, SHAPES[i].layers,
+                         SHAPES[i].heads, SHAPES[i].kv_heads, SHAPES[i].head_dim, SHAPES[i].tie);
+            return 0;
+        }
+    for (size_t i = 0; name && i < sizeof MOE_SHAPES / sizeof MOE_SHAPES[0]; i++)
+        if (!strcmp(name, MOE_SHAPES[i].name)) {
+            qwen3_config(cfg, "Qwen3MoeForCausalLM", MOE_SHAPES[i].hidden, MOE_SHAPES[i].intermediate,
+                         MOE_SHAPES[i].layers, MOE_SHAPES[i].heads, MOE_SHAPES[i].kv_heads,
+                         MOE_SHAPES[i].head_dim, false);
+            cfg->arch = ARCH_QWEN3_MOE;
+            cfg->n_experts = MOE_SHAPES[i].experts;
+            cfg->n_experts_active = MOE_SHAPES[i].experts_active;
+            cfg->moe_intermediate = MOE_SHAPES[i].moe_intermediate;
+            cfg->norm_topk_prob = true;
+            cfg->decoder_sparse_step = 1;
+            return 0;
+        }
+    snprintf(err, errlen,
+             "unknown model shape '%s' (expected qwen3-14b, qwen3-8b, qwen3-0.6b or qwen3-30b-a3b)",
              name ? name : "");
     return -1;
 }
@@ -67,8 +97,11 @@ int64_t random_model_params(const struct model_config *c)
 {
     int64_t C = c->hidden, F = c->intermediate, D = c->head_dim, V = c->vocab;
     int64_t HD = (int64_t)c->n_heads * D, KVD = (int64_t)c->n_kv_heads * D, QKV = HD + 2 * KVD;
-    int64_t layer = 2 * C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD + 3 * F * C;
-    return V * C * (c->tie_embeddings ? 1 : 2) + C + layer * c->n_layers;
+    int64_t layer = 2 * C + QKV * C + (c->qkv_bias ? QKV : 0) + (c->qk_norm ? 2 * D : 0) + C * HD;
+    int64_t n_moe = model_moe_layers(c),
+            moe = (int64_t)c->n_experts * (C + 3 * (int64_t)c->moe_intermediate * C);
+    return V * C * (c->tie_embeddings ? 1 : 2) + C + layer * c->n_layers + 3 * F * C * (c->n_layers - n_moe) +
+           moe * n_moe;
 }
 
 /* ---- the rule */
@@ -132,6 +165,25 @@ static void view(struct rmodel *r, struct tensor_view *t, const char *fmt, int l
     t->shape[1] = d1;
 }
 
+/* The router and experts of MoE layer l, the k-th MoE layer. */
+static void experts_views(struct rmodel *r, struct model *m, int l, int k)
+{
+    const struct model_config *c = &m->cfg;
+    const int64_t C = c->hidden, FE = c->moe_intermediate;
+    struct layer_weights *w = &m->layers[l];
+    char fmt[NAME_LEN];
+    view(r, &w->router, "model.layers.%d.mlp.gate.weight", l, c->n_experts, C);
+    w->experts = m->experts + (size_t)k * (size_t)c->n_experts;
+    for (int e = 0; e < c->n_experts; e++) {
+        snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.gate_proj.weight", e);
+        view(r, &w->experts[e].w_gate, fmt, l, FE, C);
+        snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.up_proj.weight", e);
+        view(r, &w->experts[e].w_up, fmt, l, FE, C);
+        snprintf(fmt, sizeof fmt, "model.layers.%%d.mlp.experts.%d.down_proj.weight", e);
+        view(r, &w->experts[e].w_down, fmt, l, C, FE);
+    }
+}
+
 /* Calls fn on every tensor view of m. */
 static void each_view(struct model *m, void (*fn)(struct tensor_view *, void *), void *ctx)
 {
@@ -143,10 +195,15 @@ static void each_view(struct model *m, void (*fn)(struct tensor_view *, void *),
         struct layer_weights *w = &m->layers[l];
         struct tensor_view *all[] = {&w->attn_norm, &w->wq,     &w->wk,     &w->wv,     &w->bq,
                                      &w->bk,        &w->bv,     &w->q_norm, &w->k_norm, &w->wo,
-                                     &w->mlp_norm,  &w->w_gate, &w->w_up,   &w->w_down};
+                                     &w->mlp_norm,  &w->w_gate, &w->w_up,   &w->w_down, &w->router};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             if (all[i]->name)
                 fn(all[i], ctx);
+        for (int e = 0; w->experts && e < m->cfg.n_experts; e++) {
+            fn(&w->experts[e].w_gate, ctx);
+            fn(&w->experts[e].w_up, ctx);
+            fn(&w->experts[e].w_down, ctx);
+        }
     }
 }
 
@@ -183,8 +240,11 @@ struct model *random_model_create(const struct model_config *cfg, bool materiali
     m->cfg = *c;
     snprintf(m->dir, sizeof m->dir, "(random weights)");
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    r->cap_names = 3 + 14 * c->n_layers;
+    const int n_moe = model_moe_layers(c);
+    r->cap_names = 3 + 15 * c->n_layers + 3 * c->n_experts * n_moe;
     r->names = calloc((size_t)r->cap_names, NAME_LEN);
+    if (n_moe && !(m->experts = calloc((size_t)n_moe * (size_t)c->n_experts, sizeof *m->experts)))
+        goto oom;
     if (!m->layers || !r->names)
         goto oom;
 
@@ -196,7 +256,7 @@ struct model *random_model_create(const struct model_config *cfg, bool materiali
     else
         view(r, &m->lm_head, "lm_head.weight", 0, V, C);
     view(r, &m->final_norm, "model.norm.weight", 0, C, 0);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0, k_moe = 0; l < c->n_layers; l++) {
         struct layer_weights *w = &m->layers[l];
         view(r, &w->attn_norm, "model.layers.%d.input_layernorm.weight", l, C, 0);
         view(r, &w->wq, "model.layers.%d.self_attn.q_proj.weight", l, HD, C);
@@ -213,6 +273,10 @@ struct model *random_model_create(const struct model_config *cfg, bool materiali
         }
         view(r, &w->wo, "model.layers.%d.self_attn.o_proj.weight", l, C, HD);
         view(r, &w->mlp_norm, "model.layers.%d.post_attention_layernorm.weight", l, C, 0);
+        if (model_layer_moe(c, l)) {
+            experts_views(r, m, l, k_moe++);
+            continue;
+        }
         view(r, &w->w_gate, "model.layers.%d.mlp.gate_proj.weight", l, F, C);
         view(r, &w->w_up, "model.layers.%d.mlp.up_proj.weight", l, F, C);
         view(r, &w->w_down, "model.layers.%d.mlp.down_proj.weight", l, C, F);
@@ -247,5 +311,6 @@ void random_model_free(struct model *m)
     free(r->data);
     free(r->names);
     free(m->layers);
+    free(m->experts);
     free(r);
 }

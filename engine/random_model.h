@@ -29,8 +29,10 @@
 
 /* Fills *cfg with a named shape: "qwen3-14b", "qwen3-8b" or "qwen3-0.6b" (Qwen3 dense, as
  * contrib/bench/transformers_peer.py defines them: vocab 151936, rope_theta 1e6, rms_norm_eps 1e-6,
- * max_position_embeddings 131072, EOS 151645/151643; 0.6b ties its embeddings). Returns 0, or -1
- * with err listing the known names. */
+ * max_position_embeddings 131072, EOS 151645/151643; 0.6b ties its embeddings), or "qwen3-30b-a3b"
+ * (Qwen3-MoE with the same constants: 48 layers, hidden 2048, 32/4 heads of 128, every layer 128
+ * experts of 768 with 8 per token, normalized; intermediate_size 6144 as its config.json says, unused).
+ * Returns 0, or -1 with err listing the known names. */
 int random_model_config(const char *name, struct model_config *cfg, char *err, size_t errlen);
 
 /* Weights (parameters) of a config, the embedding (and untied lm_head) included. */

@@ -24,6 +24,7 @@
 #define OUT_GAIN 4.0      /* o_proj and down_proj: N(0, OUT_GAIN / sqrt(in)) */
 #define NORM_STD 0.1      /* norm weights: 1 + N(0, NORM_STD) */
 #define BIAS_STD 0.5      /* q/k/v biases */
+#define ROUTER_GAIN 2.0   /* MoE router: N(0, ROUTER_GAIN / sqrt(hidden)) */
 #define FP8_BLOCK 128     /* weight_block_size [128, 128] */
 #define QWEN_VOCAB 151936 /* Qwen3's padded vocab_size, the default with a Qwen tokenizer that fits */
 #define TINY_VOCAB 512    /* the default with the minimal tokenizer */
@@ -42,6 +43,11 @@ struct tiny_opts tiny_opts_default(void)
                               .max_position = 4096,
                               .rope_theta = 10000.0,
                               .tie = true,
+                              .experts = 0,
+                              .experts_per_token = 2,
+                              .moe_intermediate = 0,
+                              .norm_topk_prob = true,
+                              .decoder_sparse_step = 1,
                               .dtype = DT_BF16,
                               .shards = 1,
                               .seed = 0,
@@ -80,7 +86,7 @@ static uint64_t stream_seed(uint64_t seed, const char *name)
 
 /* ---- the tensor list ---- */
 
-enum kind { K_EMBED, K_LINEAR, K_NORM, K_BIAS, K_LM_HEAD, K_SCALE };
+enum kind { K_EMBED, K_LINEAR, K_NORM, K_BIAS, K_LM_HEAD, K_SCALE, K_ROUTER };
 
 struct spec {
     char name[96];
@@ -131,11 +137,48 @@ static int add_linear(struct plan *p, const struct tiny_opts *o, int64_t out, in
     return 0;
 }
 
+/* The model_config of the options' MoE settings, for model_layer_moe. */
+static struct model_config moe_config(const struct tiny_opts *o)
+{
+    struct model_config c = {.n_layers = o->layers,
+                             .n_experts = o->experts,
+                             .n_experts_active = o->experts_per_token,
+                             .moe_intermediate = o->moe_intermediate,
+                             .decoder_sparse_step = o->decoder_sparse_step};
+    memcpy(c.mlp_only, o->mlp_only, sizeof c.mlp_only);
+    return c;
+}
+
+/* The MLP of layer l: dense (gate/up/down of intermediate) or router + experts. */
+static int add_mlp(struct plan *p, const struct tiny_opts *o, int l)
+{
+    const struct model_config mc = moe_config(o);
+    const int64_t C = o->hidden, F = o->intermediate, FE = o->moe_intermediate;
+    if (!model_layer_moe(&mc, l))
+        return add_linear(p, o, F, C, l, "mlp.gate_proj") < 0 ||
+                       add_linear(p, o, F, C, l, "mlp.up_proj") < 0 ||
+                       add_linear(p, o, C, F, l, "mlp.down_proj") < 0
+                   ? -1
+                   : 0;
+    enum dtype dt = o->dtype == DT_F8_E4M3 ? DT_BF16 : o->dtype;
+    if (add(p, K_ROUTER, dt, o->experts, C, "model.layers.%d.mlp.gate.weight", l) < 0)
+        return -1;
+    for (int e = 0; e < o->experts; e++) {
+        char g[64], u[64], d[64];
+        snprintf(g, sizeof g, "mlp.experts.%d.gate_proj", e);
+        snprintf(u, sizeof u, "mlp.experts.%d.up_proj", e);
+        snprintf(d, sizeof d, "mlp.experts.%d.down_proj", e);
+        if (add_linear(p, o, FE, C, l, g) < 0 || add_linear(p, o, FE, C, l, u) < 0 ||
+            add_linear(p, o, C, FE, l, d) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int make_plan(struct plan *p, const struct tiny_opts *o)
 {
     enum dtype dt = o->dtype == DT_F8_E4M3 ? DT_BF16 : o->dtype; /* non-linear tensors */
-    int64_t C = o->hidden, F = o->intermediate, D = o->head_dim, QD = (int64_t)o->heads * D,
-            KD = (int64_t)o->kv_heads * D;
+    int64_t C = o->hidden, D = o->head_dim, QD = (int64_t)o->heads * D, KD = (int64_t)o->kv_heads * D;
     if (add(p, K_EMBED, dt, o->vocab, C, "model.embed_tokens.weight") < 0)
         return -1;
     for (int l = 0; l < o->layers; l++) {
@@ -149,14 +192,13 @@ static int make_plan(struct plan *p, const struct tiny_opts *o)
              add(p, K_BIAS, dt, KD, 0, "model.layers.%d.self_attn.k_proj.bias", l) < 0 ||
              add(p, K_BIAS, dt, KD, 0, "model.layers.%d.self_attn.v_proj.bias", l) < 0))
             return -1;
-        if (o->arch == ARCH_QWEN3 &&
+        if ((o->arch == ARCH_QWEN3 || o->arch == ARCH_QWEN3_MOE) &&
             (add(p, K_NORM, dt, D, 0, "model.layers.%d.self_attn.q_norm.weight", l) < 0 ||
              add(p, K_NORM, dt, D, 0, "model.layers.%d.self_attn.k_norm.weight", l) < 0))
             return -1;
         if (add_linear(p, o, C, QD, l, "self_attn.o_proj") < 0 ||
             add(p, K_NORM, dt, C, 0, "model.layers.%d.post_attention_layernorm.weight", l) < 0 ||
-            add_linear(p, o, F, C, l, "mlp.gate_proj") < 0 || add_linear(p, o, F, C, l, "mlp.up_proj") < 0 ||
-            add_linear(p, o, C, F, l, "mlp.down_proj") < 0)
+            add_mlp(p, o, l) < 0)
             return -1;
     }
     if (add(p, K_NORM, dt, C, 0, "model.norm.weight") < 0)
@@ -210,6 +252,9 @@ static int generate(struct spec *t, const struct tiny_opts *o)
         break;
     case K_BIAS:
         std = BIAS_STD;
+        break;
+    case K_ROUTER:
+        std = ROUTER_GAIN / sqrt((double)t->shape[1]);
         break;
     case K_SCALE:
         return 0; /* drawn with its weight */
@@ -545,7 +590,27 @@ static int copy_tokenizer(const char *tdir, const char *dir, char *err, size_t e
 
 static const char *arch_class(enum model_arch a)
 {
-    return a == ARCH_QWEN2 ? "Qwen2ForCausalLM" : a == ARCH_LLAMA ? "LlamaForCausalLM" : "Qwen3ForCausalLM";
+    return a == ARCH_QWEN2       ? "Qwen2ForCausalLM"
+           : a == ARCH_LLAMA     ? "LlamaForCausalLM"
+           : a == ARCH_QWEN3_MOE ? "Qwen3MoeForCausalLM"
+                                 : "Qwen3ForCausalLM";
+}
+
+/* Qwen3MoeConfig's keys (transformers' configuration_qwen3_moe.py). */
+static void moe_keys(json_t *c, const struct tiny_opts *o)
+{
+    json_object_set_new(c, "num_experts", json_integer(o->experts));
+    json_object_set_new(c, "num_experts_per_tok", json_integer(o->experts_per_token));
+    json_object_set_new(c, "moe_intermediate_size", json_integer(o->moe_intermediate));
+    json_object_set_new(c, "norm_topk_prob", json_boolean(o->norm_topk_prob));
+    json_object_set_new(c, "decoder_sparse_step", json_integer(o->decoder_sparse_step));
+    json_t *only = json_array();
+    for (int l = 0; l < o->layers && l < MODEL_MAX_MOE_LAYERS; l++)
+        if (o->mlp_only[l / 64] >> (l % 64) & 1)
+            json_array_append_new(only, json_integer(l));
+    json_object_set_new(c, "mlp_only_layers", only);
+    json_object_set_new(c, "output_router_logits", json_false());
+    json_object_set_new(c, "router_aux_loss_coef", json_real(0.001));
 }
 
 static int write_configs(const char *dir, const struct tiny_opts *o, const struct tok_info *ti, char *err,
@@ -556,9 +621,10 @@ static int write_configs(const char *dir, const struct tiny_opts *o, const struc
     json_t *c = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", arch_class(o->arch)));
     json_object_set_new(c, "model_type",
-                        json_string(o->arch == ARCH_QWEN2   ? "qwen2"
-                                    : o->arch == ARCH_LLAMA ? "llama"
-                                                            : "qwen3"));
+                        json_string(o->arch == ARCH_QWEN2       ? "qwen2"
+                                    : o->arch == ARCH_LLAMA     ? "llama"
+                                    : o->arch == ARCH_QWEN3_MOE ? "qwen3_moe"
+                                                                : "qwen3"));
     json_object_set_new(c, "hidden_size", json_integer(o->hidden));
     json_object_set_new(c, "intermediate_size", json_integer(o->intermediate));
     json_object_set_new(c, "num_hidden_layers", json_integer(o->layers));
@@ -588,6 +654,8 @@ static int write_configs(const char *dir, const struct tiny_opts *o, const struc
         json_object_set_new(c, "sliding_window", json_null());
         json_object_set_new(c, "max_window_layers", json_integer(o->layers));
     }
+    if (o->arch == ARCH_QWEN3_MOE)
+        moe_keys(c, o);
     if (o->dtype == DT_F8_E4M3)
         json_object_set_new(c, "quantization_config",
                             json_pack("{s:s, s:s, s:s, s:[i, i]}", "activation_scheme", "dynamic", "fmt",
@@ -768,6 +836,29 @@ static int check_opts(const struct tiny_opts *o, char *err, size_t errlen)
                          dtype_name(o->dtype) ? dtype_name(o->dtype) : "?");
     if (o->arch != ARCH_QWEN3 && o->arch != ARCH_QWEN2 && o->arch != ARCH_LLAMA)
         return errfmt_rc(err, errlen, TINY_EBADOPT, "unknown architecture");
+    if (o->experts < 0 || o->experts > 4096)
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--experts %d is out of range [0, 4096]", o->experts);
+    if (!o->experts)
+        return 0;
+    if (o->arch != ARCH_QWEN3)
+        return errfmt_rc(err, errlen, TINY_EBADOPT,
+                         "--experts: mixture of experts is Qwen3-MoE (--arch qwen3)");
+    if (o->experts_per_token < 1 || o->experts_per_token > o->experts)
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--experts-per-token %d is out of range [1, %d]",
+                         o->experts_per_token, o->experts);
+    if (o->moe_intermediate < 0 || o->moe_intermediate > 1 << 18)
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--moe-intermediate %d is out of range [0, %d]",
+                         o->moe_intermediate, 1 << 18);
+    if (o->decoder_sparse_step < 1 || o->decoder_sparse_step > 1024)
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--decoder-sparse-step %d is out of range [1, 1024]",
+                         o->decoder_sparse_step);
+    if (o->layers > MODEL_MAX_MOE_LAYERS)
+        return errfmt_rc(err, errlen, TINY_EBADOPT, "--layers %d: at most %d with --experts", o->layers,
+                         MODEL_MAX_MOE_LAYERS);
+    for (int l = o->layers; l < MODEL_MAX_MOE_LAYERS; l++)
+        if (o->mlp_only[l / 64] >> (l % 64) & 1)
+            return errfmt_rc(err, errlen, TINY_EBADOPT, "--mlp-only-layers: %d is not a layer (0 .. %d)", l,
+                             o->layers - 1);
     return 0;
 }
 
@@ -783,12 +874,17 @@ int tiny_model_write(const char *dir, const struct tiny_opts *opts, char *err, s
     if (o.tokenizer_dir && (rc = read_tokenizer(o.tokenizer_dir, &ti, err, errlen)) < 0)
         return rc;
     if (o.tokenizer_dir && o.arch_from_tokenizer)
-        o.arch = ti.qwen ? ARCH_QWEN3 : ARCH_LLAMA;
+        o.arch = ti.qwen || o.experts ? ARCH_QWEN3 : ARCH_LLAMA;
+    if (o.experts) {
+        o.arch = ARCH_QWEN3_MOE;
+        if (!o.moe_intermediate)
+            o.moe_intermediate = o.intermediate;
+    }
     int need = o.tokenizer_dir ? ti.max_id + 1 : MIN_TOKENS;
     if (!o.vocab)
-        o.vocab = !o.tokenizer_dir                   ? TINY_VOCAB
+        o.vocab = !o.tokenizer_dir                ? TINY_VOCAB
                   : ti.qwen && need <= QWEN_VOCAB ? QWEN_VOCAB
-                                                    : (need + 127) / 128 * 128;
+                                                  : (need + 127) / 128 * 128;
     if (o.vocab < need)
         return errfmt_rc(err, errlen, TINY_EBADOPT, "--vocab %d is smaller than the tokenizer's %d tokens",
                          o.vocab, need);

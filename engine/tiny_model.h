@@ -17,7 +17,12 @@
  * prompts of 5-300 tokens): the top-2 logit gap is over 0.05 in ~95% of greedy steps, top-1 probability
  * ~0.4-0.8. (With N(0, 1) embeddings and unit gains tied models repeat one token forever.)
  * fp8: linear weights are F8_E4M3 with BF16 `<name>_scale_inv` per 128x128 block (as Qwen3-*-FP8
- * ships them): scale_inv = bf16(amax / 448), w8 = e4m3(w / scale_inv); everything else is BF16. */
+ * ships them): scale_inv = bf16(amax / 448), w8 = e4m3(w / scale_inv); everything else is BF16 (the
+ * MoE router too).
+ * Mixture of experts (experts > 0): a Qwen3MoeForCausalLM whose MoE layers (engine/model.h,
+ * model_layer_moe) have mlp.gate.weight (E, C) and mlp.experts.{e}.{gate,up,down}_proj.weight, drawn as
+ * the dense MLP's weights (experts' down_proj with OUT_GAIN), the router N(0, ROUTER_GAIN/sqrt(hidden))
+ * so that router logits have std ~2 and a token's K-th and K+1-th experts are rarely near a tie. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,21 +34,28 @@
 #define TINY_EBADOPT (-2) /* tiny_model_write: the options are invalid (the CLI exits 2) */
 
 struct tiny_opts {
-    enum model_arch arch;      /* ARCH_QWEN3 */
-    bool arch_from_tokenizer;  /* true: with tokenizer_dir, arch follows the tokenizer instead: qwen3 for
-                                  a Qwen tokenizer (tokenizer_class Qwen2Tokenizer), llama for any
-                                  other (Llama-3, DeepSeek-V3: dense Llama is what llmq runs of them) */
-    int hidden;                /* 64 */
-    int intermediate;          /* 128 */
-    int layers;                /* 2 */
-    int heads;                 /* 4 */
-    int kv_heads;              /* 2 */
-    int head_dim;              /* 0 = hidden / heads (16) */
-    int vocab;                 /* 0 = 512; with a Qwen tokenizer 151936 (if it fits), with any other its
-                                  highest id + 1, rounded up to a multiple of 128 (Llama-3: 128256) */
-    int max_position;          /* 4096 */
-    double rope_theta;         /* 10000 */
-    bool tie;                  /* true: lm_head is embed_tokens */
+    enum model_arch arch;     /* ARCH_QWEN3 */
+    bool arch_from_tokenizer; /* true: with tokenizer_dir, arch follows the tokenizer instead: qwen3 for
+                                 a Qwen tokenizer (tokenizer_class Qwen2Tokenizer), llama for any
+                                 other (Llama-3, DeepSeek-V3: dense Llama is what llmq runs of them) */
+    int hidden;               /* 64 */
+    int intermediate;         /* 128 */
+    int layers;               /* 2 */
+    int heads;                /* 4 */
+    int kv_heads;             /* 2 */
+    int head_dim;             /* 0 = hidden / heads (16) */
+    int vocab;                /* 0 = 512; with a Qwen tokenizer 151936 (if it fits), with any other its
+                                 highest id + 1, rounded up to a multiple of 128 (Llama-3: 128256) */
+    int max_position;         /* 4096 */
+    double rope_theta;        /* 10000 */
+    bool tie;                 /* true: lm_head is embed_tokens */
+    /* mixture of experts: experts > 0 writes a Qwen3MoeForCausalLM (arch must be ARCH_QWEN3) */
+    int experts;                                  /* 0: dense */
+    int experts_per_token;                        /* 2 (1 .. experts) */
+    int moe_intermediate;                         /* 0 = intermediate */
+    bool norm_topk_prob;                          /* true */
+    int decoder_sparse_step;                      /* 1: every layer not in mlp_only is MoE */
+    uint64_t mlp_only[MODEL_MAX_MOE_LAYERS / 64]; /* bit l: layer l keeps a dense MLP (mlp_only_layers) */
     enum dtype dtype;          /* DT_BF16; DT_F16, DT_F32, or DT_F8_E4M3 (fp8 linear weights) */
     int shards;                /* 1: model.safetensors; N > 1: N shards + index */
     uint64_t seed;             /* 0 */

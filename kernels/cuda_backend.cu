@@ -582,6 +582,13 @@ extern "C" struct backend *cuda_backend_open(const struct model *m, const struct
     const struct model_config *c = &m->cfg;
     if (backend_check_model(c, err, errlen))
         return NULL;
+    if (model_moe_layers(c) > 0) {
+        snprintf(err, errlen,
+                 "%s: %d of %d layers are mixture-of-experts (%d experts, %d per token); the CUDA "
+                 "backend does not run MoE layers yet (the CPU backend does: engine.backend cpu)",
+                 c->arch_name, model_moe_layers(c), c->n_layers, c->n_experts, c->n_experts_active);
+        return NULL;
+    }
     const bool f16 = o->weight_dtype == BE_WEIGHTS_F16;
     if (o->kv_dtype != DT_BF16 && o->kv_dtype != DT_F8_E4M3 && o->kv_dtype != DT_F16) {
         snprintf(

@@ -4,7 +4,8 @@
  * after <cmocka.h>.
  *
  *   - tiny checkpoints (engine/tiny_model.h) written and loaded, with their tokenizer, alone or in a
- *     scratch folder of their own (struct cpu_test_fixture); keys of config.json replaced;
+ *     scratch folder of their own (struct cpu_test_fixture); keys of config.json replaced; a load that
+ *     must fail with a given message; a loaded view of a given name, dtype and shape;
  *   - backend options of the size these tests use, a CPU backend opened, a step, a greedy sampling with
  *     logprobs, and a one-sequence step description (struct be_seq);
  *   - an engine opened, a greedy request, a sequence added, the engine run until it has no work;
@@ -92,6 +93,60 @@ static inline void cpu_test_set_config(const char *dir, json_t *keys)
     assert_int_equal(json_object_update(c, keys), 0);
     assert_int_equal(json_dump_file(c, path, JSON_INDENT(2)), 0);
     json_decref(c);
+}
+
+/* "dir/name" in one of four static buffers, used in turn (valid for the next three calls). */
+static inline const char *cpu_test_path(const char *dir, const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* model_load(dir) must fail with an error containing `want`; returns the whole error (a static buffer,
+ * valid until the next call). */
+static inline const char *cpu_test_expect_load_error(const char *dir, const char *want)
+{
+    static char err[1024];
+    err[0] = 0;
+    struct model *m = model_load(dir, err, sizeof err);
+    if (m) {
+        model_free(m);
+        fail_msg("model_load %s succeeded, want \"%s\"", dir, want);
+    }
+    if (!strstr(err, want))
+        fail_msg("error \"%s\" does not contain \"%s\"", err, want);
+    return err;
+}
+
+/* A loaded weight view is `name` of dtype dt and shape [d0] (d1 == 0) or [d0, d1]; an F8_E4M3 one has its
+ * BF16 <name>_scale_inv of 128 x 128 blocks, any other none. */
+static inline void cpu_test_check_view(const struct tensor_view *v, const char *name, enum dtype dt,
+                                       int64_t d0, int64_t d1)
+{
+    assert_non_null(v->data);
+    assert_string_equal(v->name, name);
+    if (v->dtype != dt)
+        fail_msg("%s: dtype %s, want %s", name, dtype_name(v->dtype), dtype_name(dt));
+    assert_int_equal(v->ndim, d1 ? 2 : 1);
+    assert_int_equal(v->shape[0], d0);
+    if (d1)
+        assert_int_equal(v->shape[1], d1);
+    if (dt == DT_F8_E4M3) {
+        char sname[512];
+        snprintf(sname, sizeof sname, "%.400s_scale_inv", name);
+        assert_non_null(v->scale_inv);
+        assert_string_equal(v->scale_inv->name, sname);
+        assert_int_equal(v->scale_inv->dtype, DT_BF16);
+        assert_int_equal(v->scale_inv->shape[0], (d0 + 127) / 128);
+        assert_int_equal(v->scale_inv->shape[1], (d1 + 127) / 128);
+        assert_int_equal(v->block[0], 128);
+        assert_int_equal(v->block[1], 128);
+    } else {
+        assert_null(v->scale_inv);
+    }
 }
 
 /* A tiny checkpoint in its own temporary folder, loaded. */

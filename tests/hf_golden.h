@@ -230,6 +230,38 @@ static inline double hf_golden_compare(struct hf_goldens *f, struct model *m, st
     return worst;
 }
 
+/* Prompts [from, to) in one engine of blocks of block_size and a token budget, compared with their goldens
+ * (hf_golden_compare); prints the largest |dlogprob|. */
+static inline void hf_golden_run(struct hf_goldens *f, struct model *m, struct tok *tok, int from, int to,
+                                 int block_size, int budget, const char *label)
+{
+    struct engine_opts o = hf_golden_engine_opts(block_size, budget, 4096);
+    double worst = hf_golden_compare(f, m, tok, &o, from, to, label);
+    printf("%-22s %-8s prompts %d..%d: ids equal, max |dlogprob| %.2e\n", f->name, label, from, to - 1,
+           worst);
+}
+
+/* The usual comparison of the models.json entry `entry`: its goldens read and its checkpoint made, then
+ * all prompts in one batch (blocks of 16), each alone (blocks of 32), and all chunked (blocks of 8, a
+ * token budget of chunk_budget, so prompt chunks share steps with decodes). Returns the model's config. */
+static inline struct model_config hf_golden_runs(json_t *entry, int chunk_budget)
+{
+    struct hf_goldens f;
+    hf_goldens_load(&f, entry);
+    struct model *m;
+    struct tok *tok;
+    cpu_test_load_dir(f.dir, &m, &tok);
+    hf_golden_run(&f, m, tok, 0, f.n, 16, 4096, "batch");
+    for (int i = 0; i < f.n; i++)
+        hf_golden_run(&f, m, tok, i, i + 1, 32, 8192, "alone");
+    hf_golden_run(&f, m, tok, 0, f.n, 8, chunk_budget, "chunked");
+    struct model_config c = m->cfg;
+    tok_free(tok);
+    model_free(m);
+    hf_goldens_free(&f);
+    return c;
+}
+
 /* The whole program: one cmocka test `test` per entry of models.json's array `key` (its state the
  * entry), in group `group`, with a temporary folder $TMPDIR/llmq-<tag>-XXXXXX removed afterwards. With
  * skip_missing, a missing <name>.jsonl or .sha256 skips the program (goldens not generated yet: they

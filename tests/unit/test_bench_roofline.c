@@ -92,9 +92,39 @@ static void test_attention_floor(void **state)
     }
 }
 
+/* Qwen3-30B-A3B (every layer MoE, 128 experts, 8 per token): a token runs ~2.7 B matrix weights (attention,
+ * router, 8 experts of 3 x 768 x 2048 per layer; ~3.3 B "active" with the embedding and lm_head); one
+ * token reads only its 8 experts, a step of many tokens reads all ~29.9 B layer weights. */
+static void test_moe(void **state)
+{
+    (void)state;
+    struct model_config c;
+    char err[256];
+    assert_int_equal(random_model_config("qwen3-30b-a3b", &c, err, sizeof err), 0);
+    assert_int_equal(model_moe_layers(&c), 48);
+    const double C = 2048, attn = (4096.0 + 2 * 512) * C + 4096 * C, expert = 3 * 768 * C;
+    const double per_token = 48 * (attn + 128 * C + 8 * expert), all = 48 * (attn + 128 * C + 128 * expert);
+    struct bench_roofline r;
+    memset(&r, 0, sizeof r);
+    struct be_seq s;
+    memset(&s, 0, sizeof s);
+    s.pos = 0, s.n_new = 1; /* one token, no sampling, no context: weights, one embedding row, its K/V */
+    bench_roofline_step(&r, &c, &s, 1);
+    assert_true(near(r.flops, 2 * per_token + 4 * 48 * 4096.0));
+    const double kv = 48 * 2 * 2 * 512.0 * 2; /* K and V read and written, bf16 */
+    const double small = 48 * 2 * (2 * C + 2 * 128);
+    assert_true(near(r.bytes, 2 * per_token + small + 2 * C + 2 * C + kv));
+    /* 4096 tokens select (almost) every expert: the weights read approach all of them */
+    memset(&r, 0, sizeof r);
+    s.n_new = 4096;
+    bench_roofline_step(&r, &c, &s, 1);
+    assert_true(r.bytes > 2 * all && r.bytes < 2 * all * 1.01 + 4096 * (2 * C + kv));
+    assert_true(near(r.flops / 4096, 2 * per_token + 4 * 48 * 4096.0 * 4097 / 2)); /* causal pairs / token */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_lm_head_bytes),
-                                       cmocka_unit_test(test_attention_floor)};
+                                       cmocka_unit_test(test_attention_floor), cmocka_unit_test(test_moe)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

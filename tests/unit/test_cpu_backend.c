@@ -1,6 +1,7 @@
 /* engine/cpu_backend: the paged fp32 forward against a naive reference written here (unpaged,
  * whole sequence at once, double precision, straightforward loops) on random in-memory models of
- * several shapes, and the paging invariants: chunking, block size, block order and batching must
+ * several shapes — Qwen3-MoE ones among them (router softmax, top-k, renormalized or not, dense and
+ * MoE layers mixed) — and the paging invariants: chunking, block size, block order and batching must
  * not change a sequence's logits. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,34 +25,46 @@
 
 /* ---- random in-memory models */
 
+#define MAX_E 8 /* experts of the MoE shapes, at most */
+
 struct shape {
     const char *name;
     enum model_arch arch;
     int C, F, L, H, KVH, D, V;
     bool tied, bf16;
     double theta;
+    /* ARCH_QWEN3_MOE: E experts of FE, K per token; layers in mlp_only and those with (l + 1) % step
+       != 0 stay dense */
+    int E, K, FE, step;
+    bool norm;
+    uint64_t mlp_only;
 };
 
 /* Qwen3 tied with H*D != C and GQA 2; Qwen2 with biases, GQA 1, untied; Llama with GQA 4 and
- * theta 500000; a Qwen3 with bf16 weights (through tensor_to_f32) and GQA 4. */
+ * theta 500000; a Qwen3 with bf16 weights (through tensor_to_f32) and GQA 4; Qwen3-MoE with 8 experts,
+ * 2 per token renormalized, layer 1 dense (mlp_only_layers); Qwen3-MoE with bf16 weights, 6 experts, 3
+ * per token not renormalized, every second layer MoE (decoder_sparse_step 2). */
 static const struct shape SHAPES[] = {
-    {"qwen3-tied", ARCH_QWEN3, 64, 96, 2, 4, 2, 32, 211, true, false, 1000000},
-    {"qwen2-bias", ARCH_QWEN2, 48, 80, 2, 6, 6, 8, 173, false, false, 10000},
-    {"llama-gqa4", ARCH_LLAMA, 64, 112, 3, 8, 2, 16, 157, false, false, 500000},
-    {"qwen3-bf16", ARCH_QWEN3, 40, 64, 2, 4, 1, 20, 101, false, true, 10000},
+    {"qwen3-tied", ARCH_QWEN3, 64, 96, 2, 4, 2, 32, 211, true, false, 1000000, 0, 0, 0, 0, false, 0},
+    {"qwen2-bias", ARCH_QWEN2, 48, 80, 2, 6, 6, 8, 173, false, false, 10000, 0, 0, 0, 0, false, 0},
+    {"llama-gqa4", ARCH_LLAMA, 64, 112, 3, 8, 2, 16, 157, false, false, 500000, 0, 0, 0, 0, false, 0},
+    {"qwen3-bf16", ARCH_QWEN3, 40, 64, 2, 4, 1, 20, 101, false, true, 10000, 0, 0, 0, 0, false, 0},
+    {"qwen3moe-norm", ARCH_QWEN3_MOE, 64, 96, 3, 4, 2, 16, 199, false, false, 10000, 8, 2, 40, 1, true, 0x2},
+    {"qwen3moe-step2", ARCH_QWEN3_MOE, 48, 64, 2, 4, 2, 16, 151, true, true, 1000000, 6, 3, 24, 2, false, 0},
 };
 #define N_SHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 
 struct tmodel {
     struct model m;
     const struct shape *sh;
-    void *allocs[256];
+    void *allocs[512];
     int n_allocs;
     /* fp32 copies of what the views hold (bf16-rounded for bf16 models), for the reference */
     float *embed, *lm_head, *final_norm;
     struct {
         float *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *q_norm, *k_norm, *wo, *mlp_norm, *w_gate, *w_up,
             *w_down;
+        float *router, *e_gate[MAX_E], *e_up[MAX_E], *e_down[MAX_E]; /* MoE layers: router != NULL */
     } l[4];
 };
 
@@ -68,7 +81,7 @@ static void *tm_alloc(struct tmodel *t, size_t bytes)
 {
     void *p = calloc(1, bytes);
     assert_non_null(p);
-    assert_true(t->n_allocs < 256);
+    assert_true(t->n_allocs < 512);
     t->allocs[t->n_allocs++] = p;
     return p;
 }
@@ -114,7 +127,11 @@ static struct tmodel *make_model(const struct shape *sh)
     c->rms_eps = 1e-6f;
     c->rope_theta = sh->theta;
     c->tie_embeddings = sh->tied;
-    c->qk_norm = sh->arch == ARCH_QWEN3;
+    c->qk_norm = sh->arch == ARCH_QWEN3 || sh->arch == ARCH_QWEN3_MOE;
+    c->n_experts = sh->E, c->n_experts_active = sh->K, c->moe_intermediate = sh->FE;
+    c->decoder_sparse_step = sh->step, c->norm_topk_prob = sh->norm, c->mlp_only[0] = sh->mlp_only;
+    if (sh->E)
+        t->m.experts = tm_alloc(t, (size_t)sh->L * (size_t)sh->E * sizeof *t->m.experts);
     c->qkv_bias = sh->arch == ARCH_QWEN2;
     c->rope_scaling.type = ROPE_DEFAULT;
     c->bos_id = c->pad_id = -1;
@@ -148,6 +165,17 @@ static struct tmodel *make_model(const struct shape *sh)
         }
         t->l[l].wo = tm_weight(t, &lw->wo, C, HD, 0, sqrt(3.0 / HD));
         t->l[l].mlp_norm = tm_weight(t, &lw->mlp_norm, C, 0, 1, 0.2);
+        if (model_layer_moe(c, l)) { /* router logits of std ~1.5 */
+            const int FE = sh->FE;
+            t->l[l].router = tm_weight(t, &lw->router, sh->E, C, 0, 1.5 * wc);
+            lw->experts = t->m.experts + (size_t)l * (size_t)sh->E;
+            for (int e = 0; e < sh->E; e++) {
+                t->l[l].e_gate[e] = tm_weight(t, &lw->experts[e].w_gate, FE, C, 0, wc);
+                t->l[l].e_up[e] = tm_weight(t, &lw->experts[e].w_up, FE, C, 0, wc);
+                t->l[l].e_down[e] = tm_weight(t, &lw->experts[e].w_down, C, FE, 0, sqrt(3.0 / FE));
+            }
+            continue;
+        }
         t->l[l].w_gate = tm_weight(t, &lw->w_gate, F, C, 0, wc);
         t->l[l].w_up = tm_weight(t, &lw->w_up, F, C, 0, wc);
         t->l[l].w_down = tm_weight(t, &lw->w_down, C, F, 0, sqrt(3.0 / F));
@@ -186,6 +214,54 @@ static void ref_rope(double *v, int D, int pos, double theta)
     }
 }
 
+/* xp += the SwiGLU MLP (gate, up: F x C; down: C x F) of h, times w */
+static void ref_mlp(double *xp, const double *h, const float *gate, const float *up, const float *down, int C,
+                    int F, double w)
+{
+    double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u);
+    ref_linear(g, gate, NULL, h, F, C);
+    ref_linear(u, up, NULL, h, F, C);
+    for (int i = 0; i < F; i++)
+        g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+    for (int i = 0; i < C; i++) {
+        double s = 0;
+        for (int j = 0; j < F; j++)
+            s += (double)down[(size_t)i * F + j] * g[j];
+        xp[i] += w * s;
+    }
+    free(g), free(u);
+}
+
+/* xp += the mixture of experts of MoE layer l on h, straight from the definition in double: softmax over
+ * all experts, the K largest (ties to the lower index), renormalized when the shape says so */
+static void ref_moe(const struct tmodel *t, int l, double *xp, const double *h)
+{
+    const struct shape *sh = t->sh;
+    double lg[MAX_E], p[MAX_E], z = 0, mx = -INFINITY;
+    bool taken[MAX_E] = {false};
+    int sel[MAX_E];
+    ref_linear(lg, t->l[l].router, NULL, h, sh->E, sh->C);
+    for (int e = 0; e < sh->E; e++)
+        mx = fmax(mx, lg[e]);
+    for (int e = 0; e < sh->E; e++)
+        z += p[e] = exp(lg[e] - mx);
+    double psel = 0;
+    for (int k = 0; k < sh->K; k++) {
+        int best = -1;
+        for (int e = 0; e < sh->E; e++)
+            if (!taken[e] && (best < 0 || lg[e] > lg[best]))
+                best = e;
+        taken[best] = true;
+        sel[k] = best;
+        psel += p[best] / z;
+    }
+    for (int k = 0; k < sh->K; k++) {
+        const int e = sel[k];
+        ref_mlp(xp, h, t->l[l].e_gate[e], t->l[l].e_up[e], t->l[l].e_down[e], sh->C, sh->FE,
+                p[e] / z / (sh->norm ? psel : 1));
+    }
+}
+
 /* log_softmax of the logits at every position of tokens[0, n): lp[n][V] */
 static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
 {
@@ -196,8 +272,7 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
     double *x = calloc((size_t)n * C, sizeof *x), *h = calloc((size_t)C, sizeof *h);
     double *q = calloc((size_t)n * HD, sizeof *q), *k = calloc((size_t)n * KVD, sizeof *k);
     double *v = calloc((size_t)n * KVD, sizeof *v), *o = calloc((size_t)HD, sizeof *o);
-    double *y = calloc((size_t)C, sizeof *y), *g = calloc((size_t)F, sizeof *g),
-           *u = calloc((size_t)F, sizeof *u);
+    double *y = calloc((size_t)C, sizeof *y);
     double *sc = calloc((size_t)n, sizeof *sc), *lp = calloc((size_t)n * V, sizeof *lp);
     for (int p = 0; p < n; p++)
         for (int i = 0; i < C; i++)
@@ -247,16 +322,10 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
         for (int p = 0; p < n; p++) {
             double *xp = x + (size_t)p * C;
             cpu_test_rmsnorm(h, xp, t->l[l].mlp_norm, C, eps);
-            ref_linear(g, t->l[l].w_gate, NULL, h, F, C);
-            ref_linear(u, t->l[l].w_up, NULL, h, F, C);
-            for (int i = 0; i < F; i++)
-                g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-            for (int i = 0; i < C; i++) {
-                double s = 0;
-                for (int j = 0; j < F; j++)
-                    s += (double)t->l[l].w_down[(size_t)i * F + j] * g[j];
-                xp[i] += s;
-            }
+            if (t->l[l].router)
+                ref_moe(t, l, xp, h);
+            else
+                ref_mlp(xp, h, t->l[l].w_gate, t->l[l].w_up, t->l[l].w_down, C, F, 1.0);
         }
     }
     for (int p = 0; p < n; p++) {
@@ -265,7 +334,7 @@ static double *ref_forward(const struct tmodel *t, const int32_t *tok, int n)
         ref_linear(row, t->lm_head, NULL, h, V, C);
         cpu_test_log_softmax(row, V);
     }
-    free(x), free(h), free(q), free(k), free(v), free(o), free(y), free(g), free(u), free(sc);
+    free(x), free(h), free(q), free(k), free(v), free(o), free(y), free(sc);
     return lp;
 }
 
@@ -431,8 +500,10 @@ static void test_fp8_lm_head(void **state)
     (void)state;
     enum { N = 24 };
     static const struct shape LM[] = {
-        {"qwen3-untied-v256", ARCH_QWEN3, 128, 192, 2, 4, 2, 32, 256, false, false, 1000000},
-        {"qwen3-tied-v384", ARCH_QWEN3, 128, 160, 2, 4, 2, 32, 384, true, false, 1000000},
+        {"qwen3-untied-v256", ARCH_QWEN3, 128, 192, 2, 4, 2, 32, 256, false, false, 1000000, 0, 0, 0, 0,
+         false, 0},
+        {"qwen3-tied-v384", ARCH_QWEN3, 128, 160, 2, 4, 2, 32, 384, true, false, 1000000, 0, 0, 0, 0, false,
+         0},
     };
     for (int si = 0; si < 2; si++) {
         struct tmodel *t = make_model(&LM[si]);

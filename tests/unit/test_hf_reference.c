@@ -21,31 +21,9 @@
 #include "cpu_test.h"
 #include "hf_golden.h"
 
-/* Runs prompts [from, to) in one engine; compares each with its golden (ids equal, logprobs within
- * HF_GOLDEN_TOL). */
-static void run_and_compare(struct hf_goldens *f, struct model *m, struct tok *tok, int from, int to,
-                            int block_size, int budget, const char *label)
-{
-    struct engine_opts o = hf_golden_engine_opts(block_size, budget, 4096);
-    double worst = hf_golden_compare(f, m, tok, &o, from, to, label);
-    printf("%-20s %-12s prompts %d..%d: ids equal, max |dlogprob| %.2e\n", f->name, label, from, to - 1,
-           worst);
-}
-
 static void test_model(void **state)
 {
-    struct hf_goldens f;
-    hf_goldens_load(&f, *state);
-    struct model *m;
-    struct tok *tok;
-    cpu_test_load_dir(f.dir, &m, &tok);
-    run_and_compare(&f, m, tok, 0, f.n, 16, 4096, "batch");
-    for (int i = 0; i < f.n; i++)
-        run_and_compare(&f, m, tok, i, i + 1, 32, 8192, "alone");
-    run_and_compare(&f, m, tok, 0, f.n, 8, 200, "chunked");
-    tok_free(tok);
-    model_free(m);
-    hf_goldens_free(&f);
+    hf_golden_runs(*state, 200);
 }
 
 int main(void)

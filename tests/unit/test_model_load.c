@@ -37,11 +37,7 @@ static int teardown(void **state)
 
 static const char *sub(const char *name)
 {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
+    return cpu_test_path(tmpdir, name);
 }
 
 static void sh(const char *fmt, ...)
@@ -53,42 +49,6 @@ static void sh(const char *fmt, ...)
     va_end(ap);
     if (system(cmd) != 0)
         fail_msg("command failed: %s", cmd);
-}
-
-static void expect_load_error(const char *dir, const char *want)
-{
-    struct model *m = model_load(dir, err, sizeof err);
-    if (m) {
-        model_free(m);
-        fail_msg("model_load %s succeeded, want \"%s\"", dir, want);
-    }
-    if (!strstr(err, want))
-        fail_msg("error \"%s\" does not contain \"%s\"", err, want);
-}
-
-static void check_view(const struct tensor_view *v, const char *name, enum dtype dt, int64_t d0, int64_t d1)
-{
-    assert_non_null(v->data);
-    assert_string_equal(v->name, name);
-    if (v->dtype != dt)
-        fail_msg("%s: dtype %s, want %s", name, dtype_name(v->dtype), dtype_name(dt));
-    assert_int_equal(v->ndim, d1 ? 2 : 1);
-    assert_int_equal(v->shape[0], d0);
-    if (d1)
-        assert_int_equal(v->shape[1], d1);
-    if (dt == DT_F8_E4M3) {
-        char sname[200];
-        snprintf(sname, sizeof sname, "%s_scale_inv", name);
-        assert_non_null(v->scale_inv);
-        assert_string_equal(v->scale_inv->name, sname);
-        assert_int_equal(v->scale_inv->dtype, DT_BF16);
-        assert_int_equal(v->scale_inv->shape[0], (d0 + 127) / 128);
-        assert_int_equal(v->scale_inv->shape[1], (d1 + 127) / 128);
-        assert_int_equal(v->block[0], 128);
-        assert_int_equal(v->block[1], 128);
-    } else {
-        assert_null(v->scale_inv);
-    }
 }
 
 static void check_model(const struct model *m, const struct tiny_opts *o)
@@ -124,38 +84,38 @@ static void check_model(const struct model *m, const struct tiny_opts *o)
     int64_t C = o->hidden, F = o->intermediate, V = c->vocab, QD = (int64_t)o->heads * D,
             KD = (int64_t)o->kv_heads * D;
     char n[200];
-    check_view(&m->embed, "model.embed_tokens.weight", other, V, C);
-    check_view(&m->final_norm, "model.norm.weight", other, C, 0);
+    cpu_test_check_view(&m->embed, "model.embed_tokens.weight", other, V, C);
+    cpu_test_check_view(&m->final_norm, "model.norm.weight", other, C, 0);
     if (o->tie) {
         assert_ptr_equal(m->lm_head.data, m->embed.data);
     } else {
-        check_view(&m->lm_head, "lm_head.weight", other, V, C);
+        cpu_test_check_view(&m->lm_head, "lm_head.weight", other, V, C);
         assert_ptr_not_equal(m->lm_head.data, m->embed.data);
     }
     for (int l = 0; l < o->layers; l++) {
         const struct layer_weights *w = &m->layers[l];
 #define NAME(s) (snprintf(n, sizeof n, "model.layers.%d.%s", l, s), n)
-        check_view(&w->attn_norm, NAME("input_layernorm.weight"), other, C, 0);
-        check_view(&w->mlp_norm, NAME("post_attention_layernorm.weight"), other, C, 0);
-        check_view(&w->wq, NAME("self_attn.q_proj.weight"), lin, QD, C);
-        check_view(&w->wk, NAME("self_attn.k_proj.weight"), lin, KD, C);
-        check_view(&w->wv, NAME("self_attn.v_proj.weight"), lin, KD, C);
-        check_view(&w->wo, NAME("self_attn.o_proj.weight"), lin, C, QD);
-        check_view(&w->w_gate, NAME("mlp.gate_proj.weight"), lin, F, C);
-        check_view(&w->w_up, NAME("mlp.up_proj.weight"), lin, F, C);
-        check_view(&w->w_down, NAME("mlp.down_proj.weight"), lin, C, F);
+        cpu_test_check_view(&w->attn_norm, NAME("input_layernorm.weight"), other, C, 0);
+        cpu_test_check_view(&w->mlp_norm, NAME("post_attention_layernorm.weight"), other, C, 0);
+        cpu_test_check_view(&w->wq, NAME("self_attn.q_proj.weight"), lin, QD, C);
+        cpu_test_check_view(&w->wk, NAME("self_attn.k_proj.weight"), lin, KD, C);
+        cpu_test_check_view(&w->wv, NAME("self_attn.v_proj.weight"), lin, KD, C);
+        cpu_test_check_view(&w->wo, NAME("self_attn.o_proj.weight"), lin, C, QD);
+        cpu_test_check_view(&w->w_gate, NAME("mlp.gate_proj.weight"), lin, F, C);
+        cpu_test_check_view(&w->w_up, NAME("mlp.up_proj.weight"), lin, F, C);
+        cpu_test_check_view(&w->w_down, NAME("mlp.down_proj.weight"), lin, C, F);
         if (o->arch == ARCH_QWEN2) {
-            check_view(&w->bq, NAME("self_attn.q_proj.bias"), other, QD, 0);
-            check_view(&w->bk, NAME("self_attn.k_proj.bias"), other, KD, 0);
-            check_view(&w->bv, NAME("self_attn.v_proj.bias"), other, KD, 0);
+            cpu_test_check_view(&w->bq, NAME("self_attn.q_proj.bias"), other, QD, 0);
+            cpu_test_check_view(&w->bk, NAME("self_attn.k_proj.bias"), other, KD, 0);
+            cpu_test_check_view(&w->bv, NAME("self_attn.v_proj.bias"), other, KD, 0);
         } else {
             assert_null(w->bq.data);
             assert_null(w->bk.data);
             assert_null(w->bv.data);
         }
         if (o->arch == ARCH_QWEN3) {
-            check_view(&w->q_norm, NAME("self_attn.q_norm.weight"), other, D, 0);
-            check_view(&w->k_norm, NAME("self_attn.k_norm.weight"), other, D, 0);
+            cpu_test_check_view(&w->q_norm, NAME("self_attn.q_norm.weight"), other, D, 0);
+            cpu_test_check_view(&w->k_norm, NAME("self_attn.k_norm.weight"), other, D, 0);
         } else {
             assert_null(w->q_norm.data);
             assert_null(w->k_norm.data);
@@ -450,23 +410,26 @@ static void test_broken_checkpoints(void **state)
     model_free(cpu_test_load_model(sub("bad"))); /* the rewrite itself changes nothing */
 
     rewrite(sub("good"), sub("bad"), m_drop_up);
-    expect_load_error(sub("bad"), "model.layers.1.mlp.up_proj.weight: missing (not in model.safetensors)");
+    cpu_test_expect_load_error(sub("bad"),
+                               "model.layers.1.mlp.up_proj.weight: missing (not in model.safetensors)");
     rewrite(sub("good"), sub("bad"), m_transpose_k);
-    expect_load_error(
+    cpu_test_expect_load_error(
         sub("bad"),
         "model.layers.0.self_attn.k_proj.weight in model.safetensors: shape [64, 32], expected [32, 64]");
     rewrite(sub("good"), sub("bad"), m_norm_i32);
-    expect_load_error(sub("bad"), "model.norm.weight in model.safetensors: dtype I32, expected F32|F16|BF16");
+    cpu_test_expect_load_error(sub("bad"),
+                               "model.norm.weight in model.safetensors: dtype I32, expected F32|F16|BF16");
     rewrite(sub("good"), sub("bad"), m_embed_f8);
-    expect_load_error(sub("bad"),
-                      "model.embed_tokens.weight in model.safetensors: dtype F8_E4M3, expected F32|F16|BF16");
+    cpu_test_expect_load_error(
+        sub("bad"), "model.embed_tokens.weight in model.safetensors: dtype F8_E4M3, expected F32|F16|BF16");
     rewrite(sub("good"), sub("bad"), m_drop_qnorm);
-    expect_load_error(sub("bad"),
-                      "model.layers.1.self_attn.q_norm.weight: missing (not in model.safetensors)");
+    cpu_test_expect_load_error(sub("bad"),
+                               "model.layers.1.self_attn.q_norm.weight: missing (not in model.safetensors)");
     rewrite(sub("good"), sub("bad"), m_drop_lm_head);
-    expect_load_error(sub("bad"), "lm_head.weight: missing (not in model.safetensors)");
+    cpu_test_expect_load_error(sub("bad"), "lm_head.weight: missing (not in model.safetensors)");
     rewrite(sub("good"), sub("bad"), m_lm_head_short);
-    expect_load_error(sub("bad"), "lm_head.weight in model.safetensors: shape [500, 64], expected [512, 64]");
+    cpu_test_expect_load_error(sub("bad"),
+                               "lm_head.weight in model.safetensors: shape [500, 64], expected [512, 64]");
 
     /* tied: a present lm_head.weight is used (and checked); without it lm_head is the embedding */
     o.tie = true;
@@ -483,44 +446,46 @@ static void test_broken_checkpoints(void **state)
     assert_ptr_not_equal(m->lm_head.data, m->embed.data);
     model_free(m);
     rewrite(sub("untied"), sub("bad"), m_lm_head_short);
-    expect_load_error(sub("bad"), "lm_head.weight in model.safetensors: shape [500, 64], expected [512, 64]");
+    cpu_test_expect_load_error(sub("bad"),
+                               "lm_head.weight in model.safetensors: shape [500, 64], expected [512, 64]");
 
     /* a truncated file */
     sh("cp -r '%s' '%s'/cut && truncate -s -100 '%s'/cut/model.safetensors", sub("good"), tmpdir, tmpdir);
-    expect_load_error(sub("cut"), "lm_head.weight in model.safetensors: data_offsets");
-    expect_load_error(sub("cut"), "beyond the data section");
+    cpu_test_expect_load_error(sub("cut"), "lm_head.weight in model.safetensors: data_offsets");
+    cpu_test_expect_load_error(sub("cut"), "beyond the data section");
 
     /* qwen2 biases */
     o = opts(ARCH_QWEN2, DT_BF16, true, 1);
     cpu_test_write_model(sub("q2"), &o);
     rewrite(sub("q2"), sub("bad"), m_drop_bias);
-    expect_load_error(sub("bad"), "model.layers.0.self_attn.v_proj.bias: missing (not in model.safetensors)");
+    cpu_test_expect_load_error(sub("bad"),
+                               "model.layers.0.self_attn.v_proj.bias: missing (not in model.safetensors)");
 
     /* fp8 block scales */
     o = opts(ARCH_QWEN3, DT_F8_E4M3, true, 1);
     cpu_test_write_model(sub("fp8"), &o);
     rewrite(sub("fp8"), sub("bad"), m_drop_scale);
-    expect_load_error(sub("bad"),
-                      "model.layers.0.self_attn.q_proj.weight in model.safetensors: F8_E4M3 weight "
-                      "without its block scales model.layers.0.self_attn.q_proj.weight_scale_inv");
+    cpu_test_expect_load_error(sub("bad"),
+                               "model.layers.0.self_attn.q_proj.weight in model.safetensors: F8_E4M3 weight "
+                               "without its block scales model.layers.0.self_attn.q_proj.weight_scale_inv");
     rewrite(sub("fp8"), sub("bad"), m_scale_shape);
-    expect_load_error(sub("bad"),
-                      "model.layers.1.mlp.down_proj.weight_scale_inv in model.safetensors: shape [2, 1], "
-                      "expected [1, 1]");
+    cpu_test_expect_load_error(
+        sub("bad"), "model.layers.1.mlp.down_proj.weight_scale_inv in model.safetensors: shape [2, 1], "
+                    "expected [1, 1]");
 
     /* shards: a missing one, and one cut short */
     o = opts(ARCH_LLAMA, DT_BF16, false, 3);
     cpu_test_write_model(sub("sharded"), &o);
     sh("rm '%s'/model-00002-of-00003.safetensors", sub("sharded"));
-    expect_load_error(sub("sharded"),
-                      "model-00002-of-00003.safetensors: No such file or directory (a shard listed in "
-                      "model.safetensors.index.json)");
+    cpu_test_expect_load_error(
+        sub("sharded"), "model-00002-of-00003.safetensors: No such file or directory (a shard listed in "
+                        "model.safetensors.index.json)");
     cpu_test_write_model(sub("sharded"), &o);
     sh("truncate -s 20 '%s'/model-00003-of-00003.safetensors", sub("sharded"));
-    expect_load_error(sub("sharded"), "model-00003-of-00003.safetensors: header length");
+    cpu_test_expect_load_error(sub("sharded"), "model-00003-of-00003.safetensors: header length");
     /* no weights at all */
     sh("rm '%s'/model-0000* '%s'/model.safetensors.index.json", sub("sharded"), sub("sharded"));
-    expect_load_error(sub("sharded"), "no model.safetensors or model.safetensors.index.json");
+    cpu_test_expect_load_error(sub("sharded"), "no model.safetensors or model.safetensors.index.json");
     /* rewriting a folder with one file removes the old shards and index */
     o.shards = 1;
     cpu_test_write_model(sub("sharded"), &o);
@@ -600,13 +565,13 @@ static json_t *parse(const char *s)
 /* A path that is not a model folder: said once, without jansson's "(line -1)". */
 static void test_not_a_model_folder(void **state)
 {
-    expect_load_error(sub("nowhere"), "not a model folder (it does not exist)");
-    assert_string_equal(err, "not a model folder (it does not exist)");
+    assert_string_equal(cpu_test_expect_load_error(sub("nowhere"), "not a model folder (it does not exist)"),
+                        "not a model folder (it does not exist)");
     sh("mkdir -p '%s'", sub("empty"));
-    expect_load_error(sub("empty"), "not a model folder (no config.json)");
-    assert_string_equal(err, "not a model folder (no config.json)");
+    assert_string_equal(cpu_test_expect_load_error(sub("empty"), "not a model folder (no config.json)"),
+                        "not a model folder (no config.json)");
     sh("echo x > '%s'", sub("plainfile"));
-    expect_load_error(sub("plainfile"), "not a model folder (a file)");
+    cpu_test_expect_load_error(sub("plainfile"), "not a model folder (a file)");
 }
 
 static void test_config_errors(void **state)
@@ -789,9 +754,9 @@ static void test_config_values(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_variants_load), cmocka_unit_test(test_dtypes_agree),
-        cmocka_unit_test(test_weight_scales), cmocka_unit_test(test_broken_checkpoints),
-        cmocka_unit_test(test_config_errors), cmocka_unit_test(test_config_values),
+        cmocka_unit_test(test_variants_load),      cmocka_unit_test(test_dtypes_agree),
+        cmocka_unit_test(test_weight_scales),      cmocka_unit_test(test_broken_checkpoints),
+        cmocka_unit_test(test_config_errors),      cmocka_unit_test(test_config_values),
         cmocka_unit_test(test_not_a_model_folder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

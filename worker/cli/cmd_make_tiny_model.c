@@ -34,6 +34,13 @@ static void usage(FILE *f)
         "  --max-position N   max_position_embeddings (default %d)\n"
         "  --rope-theta X     RoPE base (default %g)\n"
         "  --tie | --no-tie   tie lm_head to the embeddings (default --tie)\n"
+        "  --experts N        a Qwen3-MoE (Qwen3MoeForCausalLM) with N experts per MoE layer (default 0:\n"
+        "                     dense)\n"
+        "  --experts-per-token K  experts each token is routed to (default %d)\n"
+        "  --moe-intermediate N   each expert's MLP size (default: --intermediate)\n"
+        "  --norm-topk-prob | --no-norm-topk-prob  renormalize the K routing weights (default on)\n"
+        "  --decoder-sparse-step N  layer l is MoE when (l + 1) %% N == 0 (default 1)\n"
+        "  --mlp-only-layers L,L,...  layers that keep the dense MLP of --intermediate (default none)\n"
         "  --dtype T          bf16 | f16 | f32 | fp8 (F8_E4M3 linear weights, 128x128 block scales) (default "
         "bf16)\n"
         "  --shards N         split the weights into N files with an index (default 1)\n"
@@ -45,7 +52,8 @@ static void usage(FILE *f)
         "                     minimal byte-level BPE tokenizer with <|endoftext|>, <|im_start|>, "
         "<|im_end|>)\n"
         "  -h, --help         this text\n",
-        d.hidden, d.intermediate, d.layers, d.heads, d.kv_heads, d.max_position, d.rope_theta);
+        d.hidden, d.intermediate, d.layers, d.heads, d.kv_heads, d.max_position, d.rope_theta,
+        d.experts_per_token);
 }
 
 static int parse_int(const char *flag, const char *s, int *out)
@@ -57,6 +65,24 @@ static int parse_int(const char *flag, const char *s, int *out)
         return cli_usage_error(CMD, "%s: '%s' is not an integer", flag, s);
     *out = (int)v;
     return 0;
+}
+
+/* "3,5,7": sets those bits of only[]; each a layer index below MODEL_MAX_MOE_LAYERS. */
+static int parse_layers(const char *s, uint64_t *only)
+{
+    const char *p = s;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v >= MODEL_MAX_MOE_LAYERS || (*end && *end != ','))
+            return cli_usage_error(CMD, "--mlp-only-layers: '%s' is not a list of layer indices below %d", s,
+                                   MODEL_MAX_MOE_LAYERS);
+        only[v / 64] |= (uint64_t)1 << (v % 64);
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 static void show_progress(void *arg, uint64_t done, uint64_t total)
@@ -84,7 +110,14 @@ int cmd_make_tiny_model(int argc, char **argv)
         O_SHARDS,
         O_SEED,
         O_TOK,
-        O_THREADS
+        O_THREADS,
+        O_EXPERTS,
+        O_EXPERTS_K,
+        O_MOE_INTER,
+        O_NORM_TOPK,
+        O_NO_NORM_TOPK,
+        O_SPARSE_STEP,
+        O_MLP_ONLY
     };
     static const struct option longopts[] = {{"hidden", required_argument, NULL, O_HIDDEN},
                                              {"intermediate", required_argument, NULL, O_INTER},
@@ -103,6 +136,13 @@ int cmd_make_tiny_model(int argc, char **argv)
                                              {"seed", required_argument, NULL, O_SEED},
                                              {"tokenizer", required_argument, NULL, O_TOK},
                                              {"threads", required_argument, NULL, O_THREADS},
+                                             {"experts", required_argument, NULL, O_EXPERTS},
+                                             {"experts-per-token", required_argument, NULL, O_EXPERTS_K},
+                                             {"moe-intermediate", required_argument, NULL, O_MOE_INTER},
+                                             {"norm-topk-prob", no_argument, NULL, O_NORM_TOPK},
+                                             {"no-norm-topk-prob", no_argument, NULL, O_NO_NORM_TOPK},
+                                             {"decoder-sparse-step", required_argument, NULL, O_SPARSE_STEP},
+                                             {"mlp-only-layers", required_argument, NULL, O_MLP_ONLY},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     struct tiny_opts o = tiny_opts_default();
@@ -167,6 +207,29 @@ int cmd_make_tiny_model(int argc, char **argv)
                 rc = cli_usage_error(CMD, "--seed: '%s' is not a non-negative integer", optarg);
             break;
         }
+        case O_EXPERTS:
+            rc = parse_int("--experts", optarg, &o.experts);
+            break;
+        case O_EXPERTS_K:
+            rc = parse_int("--experts-per-token", optarg, &o.experts_per_token);
+            break;
+        case O_MOE_INTER:
+            rc = parse_int("--moe-intermediate", optarg, &o.moe_intermediate);
+            if (!rc && o.moe_intermediate < 1)
+                rc = cli_usage_error(CMD, "--moe-intermediate must be at least 1");
+            break;
+        case O_NORM_TOPK:
+            o.norm_topk_prob = true;
+            break;
+        case O_NO_NORM_TOPK:
+            o.norm_topk_prob = false;
+            break;
+        case O_SPARSE_STEP:
+            rc = parse_int("--decoder-sparse-step", optarg, &o.decoder_sparse_step);
+            break;
+        case O_MLP_ONLY:
+            rc = parse_layers(optarg, o.mlp_only);
+            break;
         case O_TIE:
             o.tie = true;
             break;
