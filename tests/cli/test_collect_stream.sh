@@ -23,7 +23,7 @@ C=$T/central.db
 collector() { # collector NAME [options]: in the background, pid in C_<NAME>, log $T/NAME.log
   local name=$1; shift
   "$LLMQ" collect -c "$CFG" --stream --db "$C" --group central --consumer "$name" --claim-idle-ms 1000 \
-    --batch 16 "$@" >"$T/$name.log" 2>&1 &
+    --batch-size 16 "$@" >"$T/$name.log" 2>&1 &
   WORKER_PIDS+=("$!")
   printf -v "C_$name" '%s' "$!"
 }
@@ -41,11 +41,13 @@ kill -9 "$W_w2"; wait "$W_w2" 2>/dev/null
 worker_start w2 --drain --db "$T/w2.db" "${SMALL[@]}" # the same id: it takes back its list (committed rows acknowledged)
 wait_until "the collector to write $((N / 4)) rows" crows_at_least $((N / 4))
 kill -9 "$C_c1"; wait "$C_c1" 2>/dev/null
+C1_ROWS=$(crows)
 for w in w1 w2 w3; do worker_wait "$w"; eq "worker $w --drain exit status" "$WRC" 0; done
 collector c2 --once
 wait_until "collector c2 to exit" exited "$C_c2"
 wait "$C_c2"; eq "collector c2 --once exit status" "$?" 0
 grep -q "claimed" "$T/c2.log" || bad "collector c2 printed no summary: $(cat "$T/c2.log")"
+echo "local rows: w1 $(sqlite3 "$T/w1.db" "SELECT count(*) FROM jobs"), w2 $(sqlite3 "$T/w2.db" "SELECT count(*) FROM jobs"), w3 $(sqlite3 "$T/w3.db" "SELECT count(*) FROM jobs"); central before c1's kill: $C1_ROWS; $(cat "$T/c2.log")"
 
 # the reference: the three local files merged into an empty database
 "$LLMQ" collect --db "$T/merged.db" --from-db "$T/w1.db" --from-db "$T/w2.db" --from-db "$T/w3.db" --quiet

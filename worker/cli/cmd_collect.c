@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "Usage: llmq collect --from-db FILE [--from-db FILE ...] [-c FILE | --db PATH] [--quiet]\n"
             "                    [--format json]\n"
             "       llmq collect (--redis URL | --stream) [-c FILE | --db PATH] [--group G]\n"
-            "                    [--consumer NAME] [--once] [--claim-idle-ms MS] [--batch N]\n"
+            "                    [--consumer NAME] [--once] [--claim-idle-ms MS] [--batch-size N]\n"
             "\n"
             "Merges llmq databases (a worker's sqlite.path file from each host) into one central\n"
             "database, for SQL over a fleet's results and for backfills of hosts that were offline.\n"
@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "      --once          exit when caught up: nothing new, nothing pending in the group\n"
             "      --claim-idle-ms MS  take over entries pending this long on another consumer\n"
             "                      (default 60000)\n"
-            "      --batch N       entries read and written in one transaction (default 1000)\n"
+            "      --batch-size N  entries read, and rows written in one transaction (default 1000)\n"
             "  -h, --help          this text\n"
             "\n"
             "Counts per source and table: read (rows in the source), written (new rows, replaced\n"
@@ -160,7 +160,7 @@ int cmd_collect(int argc, char **argv)
         {"consumer", required_argument, NULL, O_CONSUMER},
         {"once", no_argument, NULL, O_ONCE},
         {"claim-idle-ms", required_argument, NULL, O_CLAIM},
-        {"batch", required_argument, NULL, O_BATCH},
+        {"batch-size", required_argument, NULL, O_BATCH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -238,7 +238,7 @@ int cmd_collect(int argc, char **argv)
             break;
         case O_BATCH:
             if ((co.batch = (int)num_arg(optarg, 1, 100000)) < 0)
-                rc = cli_usage_error(CMD, "--batch: expected 1 to 100000, got '%s'", optarg);
+                rc = cli_usage_error(CMD, "--batch-size: expected 1 to 100000, got '%s'", optarg);
             break;
         default:
             rc = cli_bad_option(CMD, argc, argv, longopts, shortopts);
