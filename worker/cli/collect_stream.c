@@ -129,6 +129,9 @@ int collect_stream(struct rq *q, struct db *db, const struct collect_opts *o, st
         bool failed = n < 0;
         if (failed) {
             fprintf(stderr, "llmq collect: %s\n", rq_error(q));
+            /* the group is gone (a Redis that restarted without persistence, XGROUP DESTROY) */
+            if (strstr(rq_error(q), "NOGROUP") && rq_group_create(q, o->group) == 0)
+                fprintf(stderr, "llmq collect: group %s created again\n", o->group);
         } else if (n == 0 && own) {
             own = false;
             continue;
