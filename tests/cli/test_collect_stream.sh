@@ -105,6 +105,14 @@ worker_wait w6; eq "worker w6 (no database) exit status" "$WRC" 0
 eq "no database file written" "$(ls "$T" | grep -c '^results.db')" 0
 eq "12 rows in the stream" "$(rcli XLEN llmq:results)" 12
 eq "12 completed hashes" "$(for i in $(seq 0 11); do rcli HGET "llmq:job:n$i" status; done | grep -c completed)" 12
-"$LLMQ" collect -c "$CFG" --stream --db "$T/nodb.db" --group central --once --quiet; eq "collect the no-database rows" "$?" 0
+# and two entries no collector can write (no row; a row SQLite refuses): skipped, not stuck
+rcli XADD llmq:results '*' id x1 worker w0 >/dev/null
+rcli XADD llmq:results '*' id x2 worker w0 row '{"id":"x2","status":"completed","finished_at":1,"params":"{not json"}' >/dev/null
+out=$("$LLMQ" collect -c "$CFG" --stream --db "$T/nodb.db" --group central --once --json 2>"$T/nodb.err")
+eq "collect the no-database rows" "$?" 0
 eq "their rows" "$(sqlite3 "$T/nodb.db" "SELECT count(*) FROM jobs WHERE status = 'completed' AND worker_id = 'w6'")" 12
+eq "the two bad entries skipped" "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["jobs_written"], d["malformed"])' "$out")" "12 2"
+eq "no row for them" "$(sqlite3 "$T/nodb.db" "SELECT count(*) FROM jobs WHERE id LIKE 'x%'")" 0
+grep -q "refused" "$T/nodb.err" && ok "the refused row is reported" || bad "no report of the refused row: $(cat "$T/nodb.err")"
+eq "the stream is empty after them" "$(rcli XLEN llmq:results)" 0
 finish

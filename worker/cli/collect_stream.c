@@ -80,6 +80,10 @@ static int write_entries(struct db *db, const struct rq_entries *es, int batch, 
     else {
         st->jobs_written += ms.jobs.written;
         st->jobs_kept += ms.jobs.kept;
+        st->malformed += ms.jobs.rejected;
+        if (ms.jobs.rejected)
+            fprintf(stderr, "llmq collect: %lld rows refused by %s, acknowledged and skipped: %s\n",
+                    (long long)ms.jobs.rejected, db_path(db), merge_rejected(m));
     }
     merge_close(m);
     return rc;

@@ -24,7 +24,8 @@ struct collect_stats {
     int64_t claimed;                 /* ... of which taken over from another consumer */
     int64_t jobs_written, jobs_kept; /* jobs rows: written (new, replaced, attempts raised) / kept */
     int64_t metrics_rows, worker_rows;
-    int64_t malformed; /* entries without a readable row: acknowledged and skipped (logged) */
+    int64_t malformed; /* entries without a readable row, or whose row the database refused (a rule of its
+                          schema): acknowledged and skipped (logged) */
     int64_t trimmed;   /* entries trimmed from the streams after every group had them */
     double seconds;
 };

@@ -35,6 +35,7 @@ struct merge {
     struct db_result *found; /* the target's row of the id being merged (lookup) */
     char *err;
     size_t errlen;
+    char rejected_err[512]; /* why the first row the target refused was refused */
 };
 
 /* ---- jobs */
@@ -63,6 +64,16 @@ static int flush_jobs(struct merge *m)
         m->flat[i] = *m->jobs[i];
     int rc = db_put_results(m->dst, m->flat, m->n_jobs, m->row_rc);
     size_t written = m->n_jobs;
+    if (rc == DB_ERR_ROW) { /* the others are committed: the refused ones are counted, not retried */
+        for (size_t i = 0; i < m->n_jobs; i++)
+            if (m->row_rc[i] == DB_ERR_ROW) {
+                written--;
+                m->st->jobs.rejected++;
+            }
+        if (!m->rejected_err[0])
+            snprintf(m->rejected_err, sizeof m->rejected_err, "%s", db_errmsg(m->dst));
+        rc = DB_OK;
+    }
     for (size_t i = 0; i < m->n_jobs; i++)
         free(m->jobs[i]);
     m->n_jobs = 0;
@@ -526,6 +537,11 @@ int merge_add_metrics(struct merge *m, const struct db_metrics *row)
     return merge_metrics(m, row) ? -1 : 0;
 }
 
+const char *merge_rejected(const struct merge *m)
+{
+    return m->rejected_err;
+}
+
 int merge_flush(struct merge *m)
 {
     /* after the workers: a metrics row names its worker (a foreign key) */
@@ -565,6 +581,11 @@ int merge_db(struct db *target, const char *source_path, size_t batch_rows, stru
         if (q != 0 && q != STOP)
             snprintf(err, errlen, "%s", db_errmsg(src));
         rc = q == 0 ? 0 : -1;
+        if (rc == 0 && st->jobs.rejected) {
+            snprintf(err, errlen, "%s: %lld rows refused by the target (the others are merged): %s",
+                     source_path, (long long)st->jobs.rejected, m->rejected_err);
+            rc = -1;
+        }
     }
     merge_close(m);
     db_close(src);

@@ -27,6 +27,7 @@ struct db_metrics;
  * attempts); kept (the target's row was the same or ranks higher: nothing written). */
 struct merge_count {
     int64_t read, written, kept;
+    int64_t rejected; /* jobs: rows the target refused (a rule of its schema); the others are written */
 };
 
 struct merge_stats {
@@ -39,7 +40,9 @@ struct merge_stats {
  * target, removed afterwards) and the copy migrated. Refused, with err naming the file: a source
  * that is the target's file, that does not exist, is not an llmq database, or has a newer schema.
  * *st (zeroed first) counts the rows, also of a merge that failed part way (the transactions
- * committed before the failure stay: merging again completes it). Returns 0, or -1 with err. */
+ * committed before the failure stay: merging again completes it). A jobs row the target refuses
+ * is left out and counted (st->jobs.rejected): the merge goes on, and then returns -1 with err
+ * saying how many. Returns 0, or -1 with err. */
 int merge_db(struct db *target, const char *source_path, size_t batch_rows, struct merge_stats *st, char *err,
              size_t errlen);
 
@@ -68,7 +71,10 @@ int merge_add_worker(struct merge *m, const struct db_worker_row *row);
  * (started_at 0, the rest NULL) is written first, which the worker's own row replaces when it
  * comes. */
 int merge_add_metrics(struct merge *m, const struct db_metrics *row);
-/* Writes what is pending. */
+/* Writes what is pending. A jobs row the target refuses (db_put_results: DB_ERR_ROW) does not fail
+ * the call: it is counted in st->jobs.rejected and the others are written. */
 int merge_flush(struct merge *m);
+/* Why the first refused row was refused ("" when none was). Borrowed from m. */
+const char *merge_rejected(const struct merge *m);
 /* Frees m, dropping what is pending unwritten. Accepts NULL. */
 void merge_close(struct merge *m);
