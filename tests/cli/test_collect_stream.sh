@@ -108,11 +108,16 @@ eq "12 completed hashes" "$(for i in $(seq 0 11); do rcli HGET "llmq:job:n$i" st
 # and two entries no collector can write (no row; a row SQLite refuses): skipped, not stuck
 rcli XADD llmq:results '*' id x1 worker w0 >/dev/null
 rcli XADD llmq:results '*' id x2 worker w0 row '{"id":"x2","status":"completed","finished_at":1,"params":"{not json"}' >/dev/null
-out=$("$LLMQ" collect -c "$CFG" --stream --db "$T/nodb.db" --group central --once --json 2>"$T/nodb.err")
+# a collector that read 5 entries and died before acknowledging them: claimed once idle
+rcli XGROUP CREATE llmq:results central 0 >/dev/null # (the stream was deleted above, with its groups)
+rcli XREADGROUP GROUP central gone COUNT 5 STREAMS llmq:results '>' >/dev/null
+eq "5 entries pending on the dead consumer" "$(rcli XPENDING llmq:results central | head -1)" 5
+out=$("$LLMQ" collect -c "$CFG" --stream --db "$T/nodb.db" --group central --once --json --claim-idle-ms 500 2>"$T/nodb.err")
 eq "collect the no-database rows" "$?" 0
 eq "their rows" "$(sqlite3 "$T/nodb.db" "SELECT count(*) FROM jobs WHERE status = 'completed' AND worker_id = 'w6'")" 12
 eq "the two bad entries skipped" "$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["jobs_written"], d["malformed"])' "$out")" "12 2"
 eq "no row for them" "$(sqlite3 "$T/nodb.db" "SELECT count(*) FROM jobs WHERE id LIKE 'x%'")" 0
 grep -q "refused" "$T/nodb.err" && ok "the refused row is reported" || bad "no report of the refused row: $(cat "$T/nodb.err")"
 eq "the stream is empty after them" "$(rcli XLEN llmq:results)" 0
+eq "the dead consumer's 5 entries were claimed" "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["claimed"])' "$out")" 5
 finish
