@@ -68,6 +68,9 @@ rcli XGROUP CREATE llmq:metrics copy '$' >/dev/null
 jobs_file "$T/more.jsonl" 40 m '{"max_tokens": 2, "temperature": 0}'
 push_file "$T/more.jsonl"
 collector s1; collector s2
+# both waiting in XREADGROUP before the rows come: each is served from the same adds
+consumers_up() { local c; c=$(rcli XINFO CONSUMERS llmq:results central | grep -c -x -e s1 -e s2); [ "$c" = 2 ]; }
+wait_until "collectors s1 and s2 to read the group" consumers_up
 worker_start w4 --drain --db "$T/w4.db"
 worker_wait w4; eq "worker w4 exit status" "$WRC" 0
 wait_until "the central group to take all 40" crows_at_least $((N + 40))
