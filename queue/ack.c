@@ -1,6 +1,8 @@
 /* See ack.h. */
 #include "queue/ack.h"
 
+#include <stdbool.h>
+
 #include "queue/rq.h"
 
 const char *rq_status_name(enum rq_status s)
@@ -16,8 +18,10 @@ int rq_ack(struct rq *q, struct rq_result *res, int n)
     rq_stamp(q);
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
-    rq_script_cmd(q, p, RQ_SCRIPT_ACK, q->proc_key, NULL, 0);
+    const char *xk[] = {q->keys.results, q->keys.dropped};
+    rq_script_cmd(q, p, RQ_SCRIPT_ACK, q->proc_key, xk, 2);
     rq_pipe_int(p, n);
+    rq_pipe_str(p, q->rescap_s);
     for (int i = 0; i < n; i++) {
         struct rq_result *r = &res[i];
         const struct rq_job *j = r->job;
@@ -42,6 +46,9 @@ int rq_ack(struct rq *q, struct rq_result *res, int n)
         else
             rq_pipe_str(p, "");
         rq_pipe_str(p, r->result ? r->result : "");
+        bool pub = r->row && q->rescap_s[0];
+        rq_pipe_str(p, pub && r->row_id ? r->row_id : "");
+        rq_pipe_str(p, pub ? r->row : "");
     }
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "ack");

@@ -7,7 +7,8 @@
  * error_code and result (so a client that sees the final status finds the result with it);
  * EXPIRE after result_ttl; SREM from <p>:cancel; XADD the state change to <p>:events; the count
  * of the job's batch moves with its status, and the ack that makes a batch's last job final
- * completes the batch (queue/scripts.h). */
+ * completes the batch (queue/scripts.h); with results_stream on, the job's row goes onto
+ * <p>:results in the same script (queue/results.h). */
 #pragma once
 
 #include "queue/fetch.h"
@@ -37,6 +38,8 @@ struct rq_result {
     double first_token_at;     /* unix seconds; 0 = leave as it is */
     const char *result;        /* the hash's `result` field (the exported result line, or the marker
                                   that it is in SQLite only); NULL = none written */
+    const char *row_id;        /* the row published onto <p>:results with the ack (queue/results.h): its id */
+    const char *row;           /* ... and its JSON; NULL = none (or q publishes no rows) */
     /* set by rq_ack */
     long long batch_done; /* > 0: this ack completed the job's batch (job->batch_id), of this many jobs */
 };

@@ -1,23 +1,30 @@
 /* See dead.h. */
 #include "queue/dead.h"
 
+#include <stdbool.h>
+
 #include "queue/rq.h"
 
 int rq_dead(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
-            long long *batch_done)
+            const struct rq_row *row, long long *batch_done)
 {
     if (batch_done)
         *batch_done = 0;
     rq_stamp(q);
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
-    rq_script_cmd(q, p, RQ_SCRIPT_DEAD, q->proc_key, NULL, 0);
+    const char *xk[] = {q->keys.results, q->keys.dropped};
+    rq_script_cmd(q, p, RQ_SCRIPT_DEAD, q->proc_key, xk, 2);
     rq_pipe_arg(p, job->raw, job->len);
     rq_pipe_str(p, error ? error : "failed");
     rq_pipe_str(p, job->queue[0] ? job->queue : q->default_queue);
     rq_pipe_str(p, job->id);
     rq_pipe_str(p, code ? code : "internal");
     rq_pipe_str(p, result ? result : "");
+    bool pub = row && row->json && q->rescap_s[0];
+    rq_pipe_str(p, pub ? q->rescap_s : "");
+    rq_pipe_str(p, pub && row->id ? row->id : "");
+    rq_pipe_str(p, pub ? row->json : "");
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "dead-letter");
     const redisReply *r = p->reply[0];

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "queue/fetch.h"
+#include "queue/results.h"
 
 struct rq;
 
@@ -18,9 +19,10 @@ struct rq;
  * atomically: LREM from processing + LPUSH <p>:dead + hash failed, with `result` as the hash's
  * result field (NULL = none). Returns 1, 0 when the job was no longer in this worker's
  * processing list (nothing done), or -1 (rq_error; still held, try again). batch_done (may be
- * NULL) gets the job's batch's total when this completed the batch, else 0. */
+ * NULL) gets the job's batch's total when this completed the batch, else 0. row (NULL = none): the
+ * job's row, published onto <p>:results in the same script (queue/results.h). */
 int rq_dead(struct rq *q, const struct rq_job *job, const char *code, const char *error, const char *result,
-            long long *batch_done);
+            const struct rq_row *row, long long *batch_done);
 
 /* Puts dead entries back at the end of the queue they failed on, oldest first, with a fresh
  * hash (status queued, attempts 0): those whose id is in ids[0..n), or every entry when n == 0

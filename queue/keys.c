@@ -47,6 +47,9 @@ int rq_keys_init(struct rq_keys *k, const char *prefix, char *err, size_t errlen
     build(k->batches, RQ_KEY_MAX, prefix, "batches", "");
     build(k->batch_done, RQ_KEY_MAX, prefix, "batch-done", "");
     build(k->lines, RQ_KEY_MAX, prefix, "lines", "");
+    build(k->results, RQ_KEY_MAX, prefix, "results", "");
+    build(k->metrics, RQ_KEY_MAX, prefix, "metrics", "");
+    build(k->dropped, RQ_KEY_MAX, prefix, "stream-dropped", "");
     return 0;
 }
 

@@ -16,6 +16,9 @@
  *   <p>:batch:<id>          hash    a batch: input, created_at, total, counts by status, state
  *   <p>:batches             zset    batch ids scored by created_at
  *   <p>:batch-done          channel a batch id is PUBLISHed when its last job becomes final
+ *   <p>:results             stream  finished jobs' rows for `llmq collect --redis` (results.h)
+ *   <p>:metrics             stream  workers' and worker_metrics rows for the same
+ *   <p>:stream-dropped      hash    entries the length cap took from those streams, by stream
  *
  * Model queues. A job that names a model (llmq "model", OpenAI "body.model") waits in its model's
  * queues; the unnamed queues keep jobs that name none. Inside llmq a queue is named by a "queue
@@ -59,6 +62,9 @@ struct rq_keys {
     char batches[RQ_KEY_MAX];     /* <p>:batches */
     char batch_done[RQ_KEY_MAX];  /* <p>:batch-done (a pub/sub channel) */
     char lines[RQ_KEY_MAX];       /* <p>:lines: lines without an id put back by the reaper */
+    char results[RQ_KEY_MAX];     /* <p>:results */
+    char metrics[RQ_KEY_MAX];     /* <p>:metrics */
+    char dropped[RQ_KEY_MAX];     /* <p>:stream-dropped */
 };
 
 /* Fills k for `prefix` (NULL = "llmq"). Fails, with the reason in err, on a prefix that is empty,

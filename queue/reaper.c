@@ -21,6 +21,7 @@ void rq_done_clear(struct rq_done *d)
     free(d->error);
     free(d->error_code);
     free(d->result);
+    free(d->row);
     memset(d, 0, sizeof *d);
 }
 
@@ -113,15 +114,16 @@ static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, cha
     rq_key_processing(&q->keys, worker, proc, RQ_KEY_MAX);
     rq_key_worker(&q->keys, worker, hb, RQ_KEY_MAX);
     rq_key_lapsed(&q->keys, worker, mark, RQ_KEY_MAX);
-    const char *xk[] = {q->keys.workers, hb, mark, q->keys.lines};
+    const char *xk[] = {q->keys.workers, hb, mark, q->keys.lines, q->keys.results, q->keys.dropped};
     struct rq_pipe *p = &q->pipe;
-    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 4);
+    rq_script_cmd(q, p, RQ_SCRIPT_REAP, proc, xk, 6);
     rq_pipe_str(p, worker);
     rq_pipe_str(p, check ? "1" : "0");
     rq_pipe_str(p, reason);
     rq_pipe_int(p, check ? 1000LL * q->o.heartbeat_interval_s : 0);
     rq_pipe_int(p, q->o.max_stalls);
     rq_pipe_int(p, f ? (long long)f->n : 0);
+    rq_pipe_str(p, q->rescap_s);
     for (size_t i = 0; f && i < f->n; i++) {
         const struct rq_done *d = &f->rows[i].d;
         rq_pipe_arg(p, f->rows[i].key, f->rows[i].key_len);
@@ -138,6 +140,9 @@ static void add_reap(struct rq *q, const char *worker, char *proc, char *hb, cha
         else
             rq_pipe_str(p, "");
         rq_pipe_str(p, d->result ? d->result : "");
+        bool pub = d->row && q->rescap_s[0];
+        rq_pipe_str(p, pub && d->id ? d->id : "");
+        rq_pipe_str(p, pub ? d->row : "");
     }
 }
 

@@ -33,6 +33,8 @@ struct rq_done {
     int prompt_tokens, completion_tokens;
     double first_token_at; /* 0 = unknown */
     char *result;          /* the hash's `result` field (the result line, or its marker); NULL = none */
+    char *row;             /* the row as JSON, published onto <p>:results with the ack (queue/results.h);
+                              NULL = none */
 };
 /* Frees d's strings and zeroes it. */
 void rq_done_clear(struct rq_done *d);

@@ -33,6 +33,7 @@ void rq_opts_default(struct rq_opts *o)
     o->reaper_interval_s = 10;
     o->max_job_bytes = 4 << 20;
     o->fetch_max_bytes = 8 << 20;
+    o->results_maxlen = -1;
 }
 
 /* 16 hex digits from /dev/urandom (the clock and pid mixed where it cannot be read): a token that
@@ -155,6 +156,8 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
     snprintf(q->maxbytes_s, sizeof q->maxbytes_s, "%lld",
              (long long)(q->o.max_job_bytes > 0 ? q->o.max_job_bytes : 0));
     snprintf(q->maxatt_s, sizeof q->maxatt_s, "%d", q->o.max_attempts);
+    if (q->o.results_maxlen >= 0)
+        snprintf(q->rescap_s, sizeof q->rescap_s, "%lld", (long long)q->o.results_maxlen);
 
     rq_conn_init(&q->cmd, &a, "commands", q->o.connect_timeout_ms, q->o.connect_timeout_ms,
                  q->o.reconnect_max_ms);

@@ -55,6 +55,8 @@ struct rq_opts {
     int reaper_interval_s;    /* rq_tick: reaper period */
     int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
     int64_t fetch_max_bytes;  /* job JSON one fetch moves at most (one job always; 0 = no limit) */
+    int64_t results_maxlen;   /* < 0: no rows published; else <p>:results and <p>:metrics keep at most
+                                 this many entries, 0 = no cap (queue/results.h) */
     bool quiet;               /* no log lines from the connections (tests) */
     bool force_id;            /* the first heartbeat takes the id over even from a live instance */
 };
@@ -83,6 +85,7 @@ struct rq {
     /* preformatted common script arguments */
     char now[32]; /* rq_stamp: unix seconds with milliseconds */
     char maxlen_s[16], ttl_s[16], maxbytes_s[24], maxatt_s[16];
+    char rescap_s[24]; /* results_maxlen, "" when no rows are published */
 
     double started_at; /* unix seconds at rq_open */
     char host[256];

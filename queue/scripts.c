@@ -31,6 +31,20 @@
 "  end\n" \
 "end\n"
 
+/* Publishing a row to a results stream (queue/results.h): XADD, then, when the stream is longer
+ * than cap (> 0), XTRIM MAXLEN cap (exact), the entries it took counted in the hash `dropped`
+ * under `name`. cap '' = rows are not published (nothing happens). */
+#define PUBLISH \
+"local function publish(stream, dropped, cap, name, ...)\n" \
+"  if cap == '' then return end\n" \
+"  redis.call('XADD', stream, '*', ...)\n" \
+"  local c = tonumber(cap) or 0\n" \
+"  if c > 0 and redis.call('XLEN', stream) > c then\n" \
+"    local d = redis.call('XTRIM', stream, 'MAXLEN', c)\n" \
+"    if d > 0 then redis.call('HINCRBY', dropped, name, d) end\n" \
+"  end\n" \
+"end\n"
+
 /* A job whose own hash, or the hash of the batch its hash names, has the wrong type is handled as
  * a job without an id in Redis: no script reads or writes those keys for it (they are left as
  * they are for the operator), it still runs and is acknowledged, retried or dead-lettered like
@@ -69,6 +83,7 @@
 "-- an enqueue that never sealed its batch (killed) holds it open at most this long\n" \
 "local ENQUEUE_LEASE_S = 3600\n" \
 KEYTYPES \
+PUBLISH \
 "-- whether s is UTF-8 without stray or missing continuation bytes, overlong forms, surrogates or\n" \
 "-- code points over U+10FFFF (what jansson reads)\n" \
 "local function utf8_ok(s)\n" \
@@ -374,13 +389,15 @@ static const char requeue_src[] = PRELUDE
 
 /* KEYS[4] the lapsed worker's processing list, KEYS[5] <p>:workers, KEYS[6] its heartbeat key,
  * KEYS[7] its lapse mark (<p>:lapsed:<id>), KEYS[8] <p>:lines (a line without an id that goes
- * back is marked there with the lapsed worker's id, for the start script); ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
+ * back is marked there with the lapsed worker's id, for the start script), KEYS[9] <p>:results,
+ * KEYS[10] <p>:stream-dropped; ARGV[13] its id, ARGV[14] '1' = only if the heartbeat
  * key is gone (and SREM it from workers), ARGV[15] the reason recorded on each job, ARGV[16] the
- * grace in ms, ARGV[17] max_stalls; ARGV[18] n, then 11 per job whose row the caller found
+ * grace in ms, ARGV[17] max_stalls; ARGV[18] n, ARGV[19] the results stream's cap ('' = rows are
+ * not published), then 13 per job whose row the caller found
  * committed: its key (the job's id; for a line the caller found no id in, "\0<k>\0<the line>": the
  * k-th line of the list with that text), the row's worker, its started_at, status,
  * finish_reason, error, error code, prompt_tokens, completion_tokens, first_token_at, result
- * ('' = none, as for ack). With ARGV[14] '1' a worker is reaped only once its heartbeat has stayed
+ * ('' = none, as for ack), the row's id and its JSON for <p>:results ('' = none). With ARGV[14] '1' a worker is reaped only once its heartbeat has stayed
  * gone for the grace as Redis counts it: the first call marks it (the mark's PTTL is the clock;
  * the worker's next heartbeat deletes the mark), so a worker that could not reach Redis, but comes
  * back as soon as Redis answers, keeps its jobs.
@@ -411,6 +428,12 @@ static const char reap_src[] = PRELUDE
 "  end\n"
 "end\n"
 "need(PROC, 'list', KEYS[5], 'set', DEAD, 'list')\n"
+"local RESCAP = ARGV[19]\n"
+"if RESCAP ~= '' then need(KEYS[9], 'stream', KEYS[10], 'hash') end\n"
+"-- a committed row acknowledged here goes onto the results stream, as its worker's ack would have\n"
+"local function publish_row(c)\n"
+"  if ARGV[c + 12] ~= '' then publish(KEYS[9], KEYS[10], RESCAP, 'results', 'id', ARGV[c + 11], 'worker', ARGV[c + 1], 'row', ARGV[c + 12]) end\n"
+"end\n"
 "-- a line without an id put back: marked with the worker that held it, whose failed row the\n"
 "-- next worker to fetch it may find in its own database (and then writes over, not beside it);\n"
 "-- the mark only informs: a <p>:lines of another type is left as it is\n"
@@ -422,7 +445,7 @@ static const char reap_src[] = PRELUDE
 "end\n"
 "local committed, lines = {}, false\n"
 "for i = 0, (tonumber(ARGV[18]) or 0) - 1 do\n"
-"  local c = 19 + i * 11\n"
+"  local c = 20 + i * 13\n"
 "  committed[ARGV[c]] = c\n"
 "  lines = lines or string.byte(ARGV[c], 1) == 0\n"
 "end\n"
@@ -449,6 +472,7 @@ static const char reap_src[] = PRELUDE
 "    -- a line without an id for the caller, whose failed row is committed: dead-lettered with\n"
 "    -- it, as its worker would have, not failed again into a second row\n"
 "    to_dead(raw, id, ARGV[lk + 6], ARGV[lk + 5], 0, ARGV[lk + 1], origin(id))\n"
+"    publish_row(lk)\n"
 "    acked = acked + 1\n"
 "  elseif not json then\n"
 "    -- not JSON: back to its queue like any other, where the next fetch fails it with a row and\n"
@@ -474,9 +498,11 @@ static const char reap_src[] = PRELUDE
 "      -- a failed row (bad input, out of attempts): dead-lettered, as its worker would have\n"
 "      to_dead(raw, id, ARGV[ck + 6], ARGV[ck + 5], a, ARGV[ck + 1], q)\n"
 "      if ARGV[ck + 10] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[ck + 10]) end\n"
+"      publish_row(ck)\n"
 "      acked = acked + 1\n"
 "    elseif ck then\n"
 "      ack_job(id, ARGV[ck + 3], q, ARGV[ck + 4], ARGV[ck + 5], ARGV[ck + 6], ARGV[ck + 7], ARGV[ck + 8], ARGV[ck + 9], ARGV[ck + 10], ARGV[ck + 1])\n"
+"      publish_row(ck)\n"
 "      acked = acked + 1\n"
 "    else\n"
 "      local s = ran and redis.call('HINCRBY', JOB .. id, 'stalls', 1) or 0\n"
@@ -540,11 +566,14 @@ static const char retry_due_src[] = PRELUDE
 "end\n"
 "return #due\n";
 
-/* ARGV[13] raw, ARGV[14] error, ARGV[15] queue, ARGV[16] id ('' = none), ARGV[17] the error's
- * code, ARGV[18] the hash's result field ('' = none). Returns {1, batch} (batch: its batch's total
+/* KEYS[5] <p>:results, KEYS[6] <p>:stream-dropped; ARGV[13] raw, ARGV[14] error, ARGV[15] queue,
+ * ARGV[16] id ('' = none), ARGV[17] the error's code, ARGV[18] the hash's result field ('' =
+ * none), ARGV[19] the results stream's cap ('' = not published), ARGV[20] the row's id, ARGV[21]
+ * the row ('' = none published). Returns {1, batch} (batch: its batch's total
  * when this completed it, else 0), or {0, 0} when the job was not in the processing list. */
 static const char dead_src[] = PRELUDE
 "need(PROC, 'list', DEAD, 'list')\n"
+"if ARGV[19] ~= '' then need(KEYS[5], 'stream', KEYS[6], 'hash') end\n"
 "local id = ARGV[16] ~= '' and ARGV[16] or nil\n"
 "if badkey(id) then id = nil end\n"
 "if redis.call('LREM', PROC, -1, ARGV[13]) == 0 then return {0, 0} end\n"
@@ -552,6 +581,7 @@ static const char dead_src[] = PRELUDE
 "if id then a = tonumber(redis.call('HGET', JOB .. id, 'attempts')) or 0 end\n"
 "local done = to_dead(ARGV[13], id, ARGV[17], ARGV[14], a, WORKER, ARGV[15])\n"
 "if id and ARGV[18] and ARGV[18] ~= '' then redis.call('HSET', JOB .. id, 'result', ARGV[18]) end\n"
+"if ARGV[21] ~= '' then publish(KEYS[5], KEYS[6], ARGV[19], 'results', 'id', ARGV[20], 'worker', WORKER, 'row', ARGV[21]) end\n"
 "return {1, done}\n";
 
 /* ARGV[13..] ids of jobs this worker starts running. Per id: its attempts after counting this
@@ -651,18 +681,22 @@ static const char cancel_src[] = PRELUDE
 "if added and TTL > 0 then redis.call('EXPIRE', CANCEL, TTL) end\n"
 "return out\n";
 
-/* ARGV[13] n, then 11 per job: raw, id ('' = none), status, queue, finish_reason, error, error
- * code ('' = none for these three), prompt_tokens, completion_tokens, first_token_at ('' = leave
- * as it is), result ('' = none). Per job, in one script for the batch: LREM from the processing
- * list; the hash's final status, finished_at, counters, error and code (removed when none),
- * result, its TTL; SREM from the cancel set; an event. Returns 2 values per job: 1 if it was still in the processing list (else 0), and
- * its batch's total when this completed the batch (else 0). */
+/* KEYS[5] <p>:results, KEYS[6] <p>:stream-dropped; ARGV[13] n, ARGV[14] the results stream's
+ * cap ('' = rows are not published), then 13 per job: raw, id ('' = none), status, queue,
+ * finish_reason, error, error code ('' = none for these three), prompt_tokens, completion_tokens,
+ * first_token_at ('' = leave as it is), result ('' = none), the row's id and the row (JSON; ''
+ * = none published). Per job, in one script for the batch: LREM from the processing list; the
+ * hash's final status, finished_at, counters, error and code (removed when none), result, its
+ * TTL; SREM from the cancel set; an event; the row onto <p>:results (publish()), so a row is in
+ * the stream exactly when its job is acknowledged. Returns 2 values per job: 1 if it was still in
+ * the processing list (else 0), and its batch's total when this completed the batch (else 0). */
 static const char ack_src[] = PRELUDE
+"local n, out, cap = tonumber(ARGV[13]), {}, ARGV[14]\n"
 "need(PROC, 'list')\n"
-"local n, out = tonumber(ARGV[13]), {}\n"
+"if cap ~= '' then need(KEYS[5], 'stream', KEYS[6], 'hash') end\n"
 "local cancel_ok = not wrong(CANCEL, 'set')\n"
 "for i = 0, n - 1 do\n"
-"  local k = 14 + i * 11\n"
+"  local k = 15 + i * 13\n"
 "  local raw, id, st, q = ARGV[k], ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]\n"
 "  local fr, err, code = ARGV[k + 4], ARGV[k + 5], ARGV[k + 6]\n"
 "  local pt, ct, ft, res = ARGV[k + 7], ARGV[k + 8], ARGV[k + 9], ARGV[k + 10]\n"
@@ -670,9 +704,23 @@ static const char ack_src[] = PRELUDE
 "  if id ~= '' and badkey(id) then id = '' end\n"
 "  local done = 0\n"
 "  if id ~= '' then done = ack_job(id, st, q, fr, err, code, pt, ct, ft, res, WORKER) end\n"
+"  if ARGV[k + 12] ~= '' then publish(KEYS[5], KEYS[6], cap, 'results', 'id', ARGV[k + 11], 'worker', WORKER, 'row', ARGV[k + 12]) end\n"
 "  out[#out + 1] = done\n"
 "end\n"
 "return out\n";
+
+/* KEYS[5] the stream, KEYS[6] <p>:stream-dropped; ARGV[13] its cap ('' or 0 = none), ARGV[14]
+ * its name in the dropped hash, ARGV[15] n, then 6 per entry: three field, value pairs. Adds the
+ * entries in order (publish()). Returns n. */
+static const char publish_src[] = PRELUDE
+"local cap, name, n = ARGV[13], ARGV[14], tonumber(ARGV[15])\n"
+"if cap == '' then cap = '0' end\n"
+"need(KEYS[5], 'stream', KEYS[6], 'hash')\n"
+"for i = 0, n - 1 do\n"
+"  local k = 16 + i * 6\n"
+"  publish(KEYS[5], KEYS[6], cap, name, ARGV[k], ARGV[k + 1], ARGV[k + 2], ARGV[k + 3], ARGV[k + 4], ARGV[k + 5])\n"
+"end\n"
+"return n\n";
 
 /* KEYS[5] the queue; ARGV[13] batch id ('' = none), ARGV[14] mode: 'new' refuses a job whose
  * hash exists, 'replace' refuses one that is not final (queued or running) and resets a final
@@ -931,6 +979,7 @@ static const struct {
     [RQ_SCRIPT_ATTEMPT] = {"attempt", attempt_src},
     [RQ_SCRIPT_HEARTBEAT] = {"heartbeat", heartbeat_src},
     [RQ_SCRIPT_PURGE] = {"purge", purge_src},
+    [RQ_SCRIPT_PUBLISH] = {"publish", publish_src},
 };
 
 const char *rq_script_name(enum rq_script s)

@@ -46,6 +46,7 @@ enum rq_script {
     RQ_SCRIPT_ATTEMPT,      /* count a delivery of jobs that start running */
     RQ_SCRIPT_HEARTBEAT,    /* a worker's heartbeat, unless another instance holds its id */
     RQ_SCRIPT_PURGE,        /* operator: empty a queue, the retry set or the dead list, hashes too */
+    RQ_SCRIPT_PUBLISH,      /* rows onto a results stream, under its length cap (queue/results.h) */
     RQ_SCRIPT_COUNT
 };
 

@@ -42,7 +42,7 @@ check "example --check" 0 "$LLMQ_BIN" config -c "$conf" --check
 keys=$("$LLMQ_BIN" config --keys | awk -F'`' '/^\| `/{print $2}' | grep -v '^templates\.' | sort)
 nkeys=$(printf '%s\n' "$keys" | wc -l)
 [ "$nkeys" -gt 60 ] && ok "--keys lists $nkeys keys" || bad "--keys lists only $nkeys keys"
-infile=$(awk '/^[a-z]+:/{sec=$1; sub(":","",sec)} /^  [a-z_]+:/{k=$1; sub(":","",k); if (sec!="templates") print sec "." k}' "$conf" | sort)
+infile=$(awk '/^[a-z_]+:/{sec=$1; sub(":","",sec)} /^  [a-z_]+:/{k=$1; sub(":","",k); if (sec!="templates") print sec "." k}' "$conf" | sort)
 if [ "$keys" = "$infile" ]; then ok "conf/llmq.yaml has exactly the keys of --keys"; else
   bad "conf/llmq.yaml and --keys differ: $(diff <(echo "$keys") <(echo "$infile") | tr '\n' ' ')"; fi
 uncommented=$(awk '/^  [a-z_]+:/ && prev !~ /^ *#/ && $0 !~ /#/ {print FILENAME ":" NR ": " $1} {prev=$0}' "$conf")

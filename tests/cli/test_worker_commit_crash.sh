@@ -9,11 +9,12 @@
 # and then the worker is killed. Lines without an id (not JSON) whose failed rows are committed
 # the same way are dead-lettered with those rows, once, not failed again into second rows; and
 # when the reaper cannot see the row (another database file), the line goes back marked, and a
-# worker that can see it fails it again under the same row id (the row written over).
+# worker that can see it fails it again under the same row id (the row written over). With
+# results_stream on, each row acknowledged that way goes onto llmq:results once, as committed.
 . "$(dirname "$0")/worker_lib.sh"
 redis_start
 make_model
-write_config
+write_config "results_stream:" "  enabled: true"
 export LLMQ_QUEUES_MAX_ATTEMPTS=1 LLMQ_REDIS_CONNECT_TIMEOUT_MS=200
 N=10
 trap 'kill -CONT "$REDIS_PID" 2>/dev/null; cleanup' EXIT
@@ -84,6 +85,18 @@ check_acked() { # PREFIX WORKER(the one that crashed)
   eq "$1: nothing dead-lettered" "$(rcli LLEN llmq:dead)" 0
   eq "$1: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
   eq "$1: one completed row per job" "$(sql "SELECT count(*) FROM jobs WHERE id LIKE '$1%' AND status = 'completed'")" "$N"
+  # the rows on the results stream: one per job, each the committed row (its started_at)
+  eq "$1: each committed row published once, as committed" "$(python3 - "$PORT" "$1" <<'PY'
+import json, subprocess, sys
+rows = []
+for line in subprocess.run(["redis-cli", "-p", sys.argv[1], "XRANGE", "llmq:results", "-", "+"], capture_output=True, text=True).stdout.split("\n"):
+    if line.startswith("{"):
+        r = json.loads(line)
+        if r["id"].startswith(sys.argv[2]):
+            rows.append("%s|%s" % (r["id"], repr(r["started_at"])))
+print(" ".join(sorted(rows)))
+PY
+)" "$(python3 -c 'import sqlite3, sys; print(" ".join(sorted("%s|%r" % r for r in sqlite3.connect(sys.argv[1]).execute("SELECT id, started_at FROM jobs WHERE id LIKE ?", (sys.argv[2] + "%",)))))' "$DB" "$1")"
   sql "SELECT id, started_at FROM jobs WHERE id LIKE '$1%' ORDER BY id" >"$T/$1.after"
   cmp -s "$T/$1.rows" "$T/$1.after" && ok "$1: no job ran again (rows unchanged)" ||
     bad "$1: rows changed: $(diff "$T/$1.rows" "$T/$1.after" | head -4 | tr "\n" " ")"
@@ -144,6 +157,7 @@ wait_until "the 4 lines in the dead list" test "$(rcli LLEN llmq:dead)" = 4
 eq "c: one failed row per line, none added" "$(line_rows)" 4
 eq "c: the dead entries are the lines, each once" "$(rcli LRANGE llmq:dead 0 -1 | python3 -c 'import json,sys; print(" ".join(sorted(json.loads(l)["job"] for l in sys.stdin)))')" "$(sort "$T/c.lines" | xargs)"
 eq "c: nothing put back" "$(rcli LLEN llmq:queue:short)" 0
+eq "c: the 4 failed rows published" "$(rcli XRANGE llmq:results - + | grep -c '"status":"failed"')" 4
 interrupt "$W_w5"
 worker_wait w5
 eq "c: still one failed row per line after w5 stopped" "$(line_rows)" 4

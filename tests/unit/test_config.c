@@ -197,8 +197,8 @@ static void test_table(void **state)
     size_t n;
     const struct cfg_key *keys = cfg_keys(&n);
     assert_true(n > 60 && n <= CFG_MAX_KEYS);
-    static const char *const sections[] = {"redis",  "queues",   "model",   "engine",   "sqlite",
-                                           "worker", "sampling", "metrics", "templates"};
+    static const char *const sections[] = {"redis",  "queues",   "model",   "engine",         "sqlite",
+                                           "worker", "sampling", "metrics", "results_stream", "templates"};
     for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
         bool found = false;
         for (size_t i = 0; i < n; i++)
@@ -251,7 +251,7 @@ static void test_key_api(void **state)
     assert_string_equal(buf, "[1KiB, 1GiB]");
     cfg_key_bounds(cfg_key_find("engine.backend"), buf, sizeof buf);
     assert_string_equal(buf, "auto|cpu|cuda");
-    cfg_key_bounds(cfg_key_find("sqlite.path"), buf, sizeof buf);
+    cfg_key_bounds(cfg_key_find("metrics.listen_address"), buf, sizeof buf);
     assert_string_equal(buf, "not empty");
     assert_null(cfg_key_find("engine"));
     assert_null(cfg_key_find("engine."));
@@ -608,7 +608,6 @@ static void test_every_bound(void **state)
 /* strings with rules of their own */
 static void test_string_rules(void **state)
 {
-    set_error("sqlite.path", "", "--x: must not be empty");
     set_error("redis.url", "", "--x: must not be empty");
     set_error("metrics.listen_address", "", "--x: must not be empty");
     set_error("worker.queues", "", "--x: must not be empty");
@@ -631,7 +630,7 @@ static void test_string_rules(void **state)
     set_error("redis.url", "redis://h:0", "--x: port \"0\" is not a number in [1, 65535]");
     file_error("redis:\n  url: redis://h:70000/1\n",
                "2: redis.url: port \"70000\" is not a number in [1, 65535]");
-    file_error("sqlite:\n  path:\n", "2: sqlite.path: must not be empty");
+    file_error("metrics:\n  listen_address:\n", "2: metrics.listen_address: must not be empty");
     struct cfg c;
     char err[256];
     cfg_defaults(&c);
@@ -847,7 +846,10 @@ static void test_env_errors(void **state)
     env_error("LLMQ_ENGINE_BACKEND", "tpu",
               "LLMQ_ENGINE_BACKEND: expected one of auto|cpu|cuda, got \"tpu\"");
     env_error("LLMQ_METRICS_ENABLED", "sure", "LLMQ_METRICS_ENABLED: expected true or false, got \"sure\"");
-    env_error("LLMQ_SQLITE_PATH", "", "LLMQ_SQLITE_PATH: must not be empty");
+    env_error(
+        "LLMQ_SQLITE_PATH", "",
+        "LLMQ_SQLITE_PATH: sqlite.path () may be \"\" (no local database) only with results_stream.enabled "
+        "(false)");
     env_error("LLMQ_WORKER_HEARTBEAT_TTL_S", "90", "LLMQ_WORKER_HEARTBEAT_TTL_S: 90 is out of range [2, 60]");
     env_error("LLMQ_REDIS_URL", "rediss://h",
               "LLMQ_REDIS_URL: rediss:// (TLS) is not supported; use redis:// or unix://");

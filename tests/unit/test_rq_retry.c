@@ -55,7 +55,7 @@ static void test_retry_backoff_then_dead(void **state)
             assert_string_equal(j.id, "other");
             struct rq_job o = j;
             assert_int_equal(fetch1(q, "long", &j), 1);
-            assert_int_equal(rq_dead(q, &o, NULL, "not this one's test", NULL, NULL), 1);
+            assert_int_equal(rq_dead(q, &o, NULL, "not this one's test", NULL, NULL, NULL), 1);
             rq_job_free(&o);
         }
         assert_string_equal(j.id, "r1");
@@ -144,7 +144,7 @@ static void test_unparseable_dead_at_once(void **state)
     assert_string_equal(j.id, "");
     assert_int_equal(j.attempts, 0);
     assert_int_equal(rq_dead(q, &j, "invalid_json",
-                             "invalid_json: invalid JSON (line 1, column 1): '[' or '{' expected", NULL,
+                             "invalid_json: invalid JSON (line 1, column 1): '[' or '{' expected", NULL, NULL,
                              NULL),
                      1);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
@@ -163,7 +163,7 @@ static void test_unparseable_dead_at_once(void **state)
     assert_int_equal(fetch1(q, "short", &j), 1);
     assert_int_equal(rq_dead(q, &j, "invalid_request",
                              "invalid_request: field 'max_tokens': expected an integer >= 1, got -3", NULL,
-                             NULL),
+                             NULL, NULL),
                      1);
     assert_string_equal(sval("HGET llmq:job:v1 status"), "failed");
     assert_string_equal(sval("HGET llmq:job:v1 error"),
@@ -190,13 +190,13 @@ static void test_requeue_dead(void **state)
         rq_test_push(q, i == 2 ? "long" : "short", raws[i], ids[i]);
         struct rq_job j;
         assert_int_equal(fetch1(q, i == 2 ? "long" : "short", &j), 1);
-        assert_int_equal(rq_dead(q, &j, NULL, "broken", NULL, NULL), 1);
+        assert_int_equal(rq_dead(q, &j, NULL, "broken", NULL, NULL, NULL), 1);
         rq_job_free(&j);
     }
     run("LPUSH llmq:queue:short %s", "garbage");
     struct rq_job g;
     assert_int_equal(fetch1(q, "short", &g), 1);
-    assert_int_equal(rq_dead(q, &g, "invalid_json", "invalid_json", NULL, NULL), 1);
+    assert_int_equal(rq_dead(q, &g, "invalid_json", "invalid_json", NULL, NULL, NULL), 1);
     rq_job_free(&g);
     assert_int_equal(ival("LLEN llmq:dead"), 4);
     /* by id */

@@ -55,7 +55,7 @@ static void test_stats(void **state)
     /* one job in retry, one dead */
     assert_int_equal(rq_fetch(a, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j + 2), 2);
     assert_int_equal(rq_retry(a, &j[2], NULL, "transient", NULL, NULL, NULL), RQ_RETRY_SCHEDULED);
-    assert_int_equal(rq_dead(a, &j[3], NULL, "broken", NULL, NULL), 1);
+    assert_int_equal(rq_dead(a, &j[3], NULL, "broken", NULL, NULL, NULL), 1);
     /* a lapsed worker left a job behind; a cancel is pending */
     run("SADD llmq:workers ghost");
     run("LPUSH llmq:processing:ghost %s", "{\"id\":\"gj\"}");
@@ -256,7 +256,7 @@ static void test_cancel_cleared(void **state)
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 2, 0, j), 2);
     const char *ids[] = {"e0", "e1"};
     assert_int_equal(rq_cancel(q, ids, 2, NULL), 2);
-    assert_int_equal(rq_dead(q, &j[0], "invalid_request", "bad", NULL, NULL), 1);
+    assert_int_equal(rq_dead(q, &j[0], "invalid_request", "bad", NULL, NULL, NULL), 1);
     assert_int_equal(ival("SISMEMBER llmq:cancel e0"), 0);
     struct rq_job *jp = &j[1];
     assert_int_equal(rq_attempt(q, &jp, 1), 0);

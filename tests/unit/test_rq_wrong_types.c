@@ -175,7 +175,7 @@ static void test_retry_and_dead(void **state)
     run("SET llmq:dead x");
     assert_int_equal(rq_retry(q, &j[0], "engine_error", "boom", NULL, &delay, NULL), -1);
     assert_badkey(q, "llmq:dead");
-    assert_int_equal(rq_dead(q, &j[1], "invalid_request", "bad", NULL, NULL), -1);
+    assert_int_equal(rq_dead(q, &j[1], "invalid_request", "bad", NULL, NULL, NULL), -1);
     assert_badkey(q, "llmq:dead");
     assert_int_equal(ival("LLEN llmq:processing:w1"), 2);
     assert_string_equal(sval("HGET llmq:job:r0 status"), "running");
@@ -211,7 +211,7 @@ static void test_retry_and_dead(void **state)
     assert_int_equal(fetch_n(q, "short", 1, &d), 1);
     assert_string_equal(d.id, "r0");
     run("SET llmq:job:r0 x");
-    assert_int_equal(rq_dead(q, &d, "invalid_request", "bad", NULL, NULL), 1);
+    assert_int_equal(rq_dead(q, &d, "invalid_request", "bad", NULL, NULL, NULL), 1);
     assert_int_equal(ival("LLEN llmq:dead"), 2);
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
     assert_string_equal(sval("GET llmq:job:r0"), "x");
@@ -228,7 +228,7 @@ static void test_dead_requeue(void **state)
     rq_test_push_id(q, "short", "d1");
     struct rq_job j;
     assert_int_equal(fetch_n(q, "short", 1, &j), 1);
-    assert_int_equal(rq_dead(q, &j, "invalid_request", "bad", NULL, NULL), 1);
+    assert_int_equal(rq_dead(q, &j, "invalid_request", "bad", NULL, NULL, NULL), 1);
     rq_job_free(&j);
     const char *ids[] = {"d1"};
     run("SET llmq:job:d1 x");

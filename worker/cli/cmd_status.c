@@ -20,6 +20,7 @@
 #include "queue/stats.h"
 #include "worker/cli/cli.h"
 #include "worker/cli/cli_redis.h"
+#include "worker/cli/status_collect.h"
 #include "worker/cli/status_models.h"
 #include "worker/config/config.h"
 
@@ -228,7 +229,7 @@ static void print_text(struct frame *fr, const struct rq_stats *s, const char *p
 }
 
 static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_queue *mq, int nmq,
-                       const char *prefix)
+                       const struct status_collect *sc, const char *prefix)
 {
     json_t *o = json_object(), *qs = json_object(), *ws = json_array(), *js = json_array();
     for (int i = 0; i < s->nqueues; i++)
@@ -268,6 +269,7 @@ static void print_json(FILE *f, const struct rq_stats *s, const struct rq_model_
     json_object_set_new(o, "running", json_integer(s->running));
     json_object_set_new(o, "workers", ws);
     json_object_set_new(o, "jobs", js);
+    json_object_set_new(o, "collect", status_collect_json(sc));
     char *txt = json_dumps_exact(o, JSON_COMPACT);
     if (txt)
         fprintf(f, "%s\n", txt);
@@ -341,6 +343,9 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
         int rc = rq_stats(q, queues, 2, true, &s);
         if (rc == 0)
             rc = rq_model_queues(q, &mq, &nmq);
+        struct status_collect sc;
+        if (rc == 0)
+            rc = status_collect_read(q, &sc);
         double now = rq_wall_s();
         char *buf = NULL;
         size_t len = 0;
@@ -357,7 +362,7 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
             if (rc)
                 fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(q));
             else
-                print_json(fr.f, &s, mq, nmq, c->redis.prefix);
+                print_json(fr.f, &s, mq, nmq, &sc, c->redis.prefix);
         } else {
             char clock[64];
             time_t tt = (time_t)now;
@@ -381,6 +386,7 @@ static int watch_loop(struct rq *q, const struct cfg *c, bool json, double inter
                     max_jobs = 3;
                 print_text(&fr, &s, c->redis.prefix, max_jobs, &rate);
                 status_models_print(fr.f, mq, nmq);
+                status_collect_print(fr.f, &sc);
             }
             if (live)
                 fputs("\033[J", fr.f); /* clear what the last frame left below */
@@ -446,15 +452,18 @@ int cmd_status(int argc, char **argv)
         struct rq_stats s;
         struct rq_model_queue *mq = NULL;
         int nmq = 0;
-        if (rq_stats(q, queues, 2, true, &s) || rq_model_queues(q, &mq, &nmq)) {
+        struct status_collect sc;
+        if (rq_stats(q, queues, 2, true, &s) || rq_model_queues(q, &mq, &nmq) ||
+            status_collect_read(q, &sc)) {
             fprintf(stderr, "llmq %s: %s\n", CMD, rq_error(q));
             rc = 1;
         } else if (st.json) {
-            print_json(stdout, &s, mq, nmq, c.redis.prefix);
+            print_json(stdout, &s, mq, nmq, &sc, c.redis.prefix);
         } else {
             struct frame fr = {.f = stdout};
             print_text(&fr, &s, c.redis.prefix, -1, NULL);
             status_models_print(stdout, mq, nmq);
+            status_collect_print(stdout, &sc);
         }
         rq_stats_free(&s);
         free(mq);

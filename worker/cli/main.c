@@ -34,7 +34,7 @@ const struct cli_command cli_commands[] = {
     {"batch", cmd_batch, "batches of jobs: list, status, wait for one, cancel one"},
     {"status", cmd_status, "queue depths, retry and dead counts, live workers, running jobs"},
     {"results", cmd_results, "export results from SQLite: JSON lines, CSV or an OpenAI Batch output file"},
-    {"collect", cmd_collect, "merge worker databases into one central database (idempotent)"},
+    {"collect", cmd_collect, "one central database: collect the result streams, or merge worker databases"},
     {"wait", cmd_wait, "block until jobs finish and print their results"},
     {"cancel", cmd_cancel, "cancel queued or running jobs by id"},
     {"requeue", cmd_requeue, "run a batch's failed or cancelled jobs again from their stored requests"},

@@ -212,9 +212,11 @@ static const struct cfg_key keys[] = {
     SIZE("queues", "fetch_max_bytes", queues.fetch_max_bytes, "8MiB", KiB, GiB,
          "job JSON one fetch moves, and a worker holds, at most (one job always)"),
     INT("queues", "max_attempts", queues.max_attempts, "3", 1, 100,
-        "deliveries (first + retries) before a job goes to the dead list; those that lost their worker count as stalls"),
+        "deliveries (first + retries) before a job goes to the dead list; those that lost their worker count "
+        "as stalls"),
     INT("queues", "max_stalls", queues.max_stalls, "10", 1, 100,
-        "deliveries that ran a job and lost their worker (kill -9, a crash) before it goes to the dead list; from the second it runs isolated"),
+        "deliveries that ran a job and lost their worker (kill -9, a crash) before it goes to the dead list; "
+        "from the second it runs isolated"),
     INT("queues", "retry_backoff_base_ms", queues.retry_backoff_base_ms, "1000", 0, 3600000,
         "first retry delay; doubles each attempt, with jitter"),
     INT("queues", "retry_backoff_max_ms", queues.retry_backoff_max_ms, "60000", 0, 86400000,
@@ -289,8 +291,9 @@ static const struct cfg_key keys[] = {
     INT("engine", "seed", engine.seed, "0", 0, INT_MAX,
         "base seed for jobs without one and for random weights"),
 
-    STR("sqlite", "path", sqlite.path, "llmq.db", CFG_F_NONEMPTY, NULL,
-        "results database; created with its schema if missing"),
+    STR("sqlite", "path", sqlite.path, "llmq.db", 0, NULL,
+        "results database; created with its schema if missing; \"\" = none (a worker then needs "
+        "results_stream.enabled: its rows are only in Redis until a collector has them)"),
     INT("sqlite", "busy_timeout_ms", sqlite.busy_timeout_ms, "5000", 0, 600000,
         "wait this long for a lock before retrying with backoff"),
     INT("sqlite", "commit_interval_ms", sqlite.commit_interval_ms, "50", 0, 60000,
@@ -339,6 +342,13 @@ static const struct cfg_key keys[] = {
     INT("metrics", "port", metrics.port, "9464", 0, 65535, "metrics port; 0 = any free port (logged)"),
     INT("metrics", "interval_s", metrics.interval_s, "10", 1, 3600,
         "one worker_metrics row in SQLite per interval"),
+
+    BOOL("results_stream", "enabled", results_stream.enabled, "false",
+         "publish each finished job's row to `<prefix>:results` and the workers and metrics rows to "
+         "`<prefix>:metrics`, for `llmq collect --redis` (a fleet's one database)"),
+    INT("results_stream", "max_len", results_stream.max_len, "1000000", 0, 1000000000,
+        "entries each of those streams keeps at most; past it the oldest are dropped (counted in "
+        "<prefix>:stream-dropped, shown by `llmq status`); 0 = no cap"),
 
     {"templates", "<name>", CFG_T_MAP, OFF(templates), "", 0, 0, NULL, 0, check_template,
      "prompt template a job names with \"template\"; {var} is filled from its \"vars\". summarize_map and "
@@ -1299,7 +1309,9 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
         rule(c, !mlen || q->short_max_model_len <= mlen, "queues.short_max_model_len", "model.max_model_len",
              "must not exceed", err, errlen) ||
         rule(c, !mlen || q->long_max_model_len <= mlen, "queues.long_max_model_len", "model.max_model_len",
-             "must not exceed", err, errlen))
+             "must not exceed", err, errlen) ||
+        rule(c, c->sqlite.path[0] || c->results_stream.enabled, "sqlite.path", "results_stream.enabled",
+             "may be \"\" (no local database) only with", err, errlen))
         return -1;
     return 0;
 }

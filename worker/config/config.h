@@ -157,6 +157,12 @@ struct cfg_metrics {
     int interval_s;       /* one worker_metrics row in SQLite per interval */
 };
 
+/* The result streams (queue/results.h): what `llmq collect --redis` reads. */
+struct cfg_results_stream {
+    bool enabled; /* publish each finished job's row and the metrics rows to Redis */
+    int max_len;  /* entries each stream keeps at most; 0 = no cap */
+};
+
 /* Where a value came from. */
 enum cfg_source { CFG_SRC_DEFAULT, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_FLAG };
 
@@ -185,6 +191,7 @@ struct cfg {
     struct cfg_worker worker;
     struct cfg_sampling sampling;
     struct cfg_metrics metrics;
+    struct cfg_results_stream results_stream;
     struct cfg_template *templates; /* [n_templates], owned */
     size_t n_templates;
     char *path;                             /* the file last loaded; NULL if none (owned) */

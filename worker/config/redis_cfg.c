@@ -46,4 +46,5 @@ void cfg_rq_opts(struct rq_opts *o, const struct cfg *c)
     o->reaper_interval_s = c->worker.reaper_interval_s;
     o->max_job_bytes = c->queues.max_job_bytes;
     o->fetch_max_bytes = c->queues.fetch_max_bytes;
+    o->results_maxlen = c->results_stream.enabled ? c->results_stream.max_len : -1;
 }

@@ -8,6 +8,7 @@
 #include "engine/util/log.h"
 #include "queue/ack.h"
 #include "worker/store/db.h"
+#include "worker/store/row_json.h"
 
 struct wk_committed {
     struct db *db;
@@ -78,7 +79,8 @@ static int take_row(void *ctx, const struct db_result *r)
             d->result = strdup(r->result);
         }
     }
-    f->ok = d->id && d->worker && d->result ? 1 : -1;
+    d->row = row_json_result(r); /* published with the ack when results_stream is on */
+    f->ok = d->id && d->worker && d->result && d->row ? 1 : -1;
     return 1; /* one row is all there is (id is the key) */
 }
 

@@ -34,6 +34,7 @@
 #include "queue/reaper.h"
 #include "queue/redis_url.h"
 #include "queue/requeue.h"
+#include "queue/results.h"
 #include "queue/retry.h"
 #include "queue/rq.h"
 #include "queue/stats.h"
@@ -49,14 +50,15 @@
 #include "worker/loop/committed.h"
 #include "worker/loop/held.h"
 #include "worker/loop/lanes.h"
-#include "worker/loop/part_rows.h"
-#include "worker/loop/stream.h"
 #include "worker/loop/models.h"
-#include "worker/loop/signals.h"
+#include "worker/loop/part_rows.h"
 #include "worker/loop/redis_gate.h"
+#include "worker/loop/signals.h"
+#include "worker/loop/stream.h"
 #include "worker/metrics/http.h"
 #include "worker/metrics/metrics.h"
 #include "worker/store/db.h"
+#include "worker/store/row_json.h"
 #include "worker/store/writer.h"
 
 #define MAX_BATCH 4096         /* rows in one transaction */
@@ -774,6 +776,33 @@ static void lost_id(struct wk *w)
     w->exit_code = 1;
 }
 
+/* The rows of jobs[0..n) as published on <p>:results (worker/store/row_json.h): the values their
+ * commit wrote. NULL when q publishes no rows, or out of memory (then nothing is owned). */
+static char **publish_rows(struct wk *w, struct wk_job *const *jobs, int n)
+{
+    if (!rq_results_on(w->rq))
+        return NULL;
+    char **rows = calloc((size_t)n, sizeof *rows);
+    for (int i = 0; rows && i < n; i++) {
+        struct db_result r;
+        wk_job_row(jobs[i], &w->ctx, &r);
+        if (!(rows[i] = row_json_result(&r))) {
+            for (int k = 0; k < i; k++)
+                free(rows[k]);
+            free(rows);
+            return NULL;
+        }
+    }
+    return rows;
+}
+
+static void free_rows(char **rows, int n)
+{
+    for (int i = 0; rows && i < n; i++)
+        free(rows[i]);
+    free(rows);
+}
+
 static void redis_committed(struct wk *w)
 {
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
@@ -788,6 +817,11 @@ static void redis_committed(struct wk *w)
             return;
         }
         int64_t max_bytes = w->cfg->redis.result_max_bytes;
+        char **rows = publish_rows(w, w->scratch.jobs, n);
+        if (rq_results_on(w->rq) && !rows) {
+            redis_trouble(w, "ack (out of memory for the rows to publish)");
+            return;
+        }
         for (int i = 0; i < n; i++) {
             struct wk_job *j = w->scratch.jobs[i];
             w->scratch.results[i] = (struct rq_result){
@@ -800,9 +834,13 @@ static void redis_committed(struct wk *w)
                 .completion_tokens = j->completion_tokens,
                 .first_token_at = isnan(j->first_token_at) ? 0 : j->first_token_at,
                 .result = wk_job_hash_result(j, &w->ctx, max_bytes),
+                .row_id = wk_job_id(j),
+                .row = rows ? rows[i] : NULL,
             };
         }
+        /* redis.wait_replicas: a WAIT for the ack (and its published rows) belongs after this call */
         int removed = rq_ack(w->rq, w->scratch.results, n);
+        free_rows(rows, n);
         if (removed < 0) {
             redis_trouble(w, "ack");
             return;
@@ -822,8 +860,13 @@ static void redis_committed(struct wk *w)
     for (int i = 0; i < n; i++) {
         struct wk_job *j = w->scratch.jobs[i];
         long long done = 0;
-        int r = rq_dead(w->rq, &j->rj, wk_job_error_code(j), j->error,
-                        wk_job_hash_result(j, &w->ctx, w->cfg->redis.result_max_bytes), &done);
+        char **rows = publish_rows(w, &j, 1);
+        struct rq_row row = {wk_job_id(j), rows ? rows[0] : NULL};
+        int r = rq_results_on(w->rq) && !rows
+                    ? -1
+                    : rq_dead(w->rq, &j->rj, wk_job_error_code(j), j->error,
+                              wk_job_hash_result(j, &w->ctx, w->cfg->redis.result_max_bytes), &row, &done);
+        free_rows(rows, 1);
         if (r < 0) {
             redis_trouble(w, "dead-lettering");
             return;
@@ -837,6 +880,20 @@ static void redis_committed(struct wk *w)
         drop(w, j);
     }
     n = jobs_of(w, WK_COMMITTED, WK_AFTER_NONE);
+    if (n && rq_results_on(w->rq)) { /* Redis let them go before the commit: their rows go out now */
+        char **rows = publish_rows(w, w->scratch.jobs, n);
+        struct rq_row *pr = rows ? calloc((size_t)n, sizeof *pr) : NULL;
+        for (int i = 0; pr && i < n; i++)
+            pr[i] = (struct rq_row){wk_job_id(w->scratch.jobs[i]), rows[i]};
+        int r = pr ? rq_results_publish(w->rq, pr, n) : -1;
+        free(pr);
+        free_rows(rows, n);
+        if (r < 0) {
+            redis_trouble(w, "publishing rows");
+            return;
+        }
+        redis_ok(w);
+    }
     for (int i = 0; i < n; i++)
         drop(w, w->scratch.jobs[i]);
 }
@@ -1283,6 +1340,24 @@ static void publish(struct wk *w, double now)
     wk_http_publish(w->stats.http, s);
 }
 
+/* With results_stream.enabled: this worker's workers row and the metrics row m onto <p>:metrics
+ * (one try: a row made while Redis does not answer is not published; a local database keeps it). */
+static void publish_metrics(struct wk *w, const struct db_metrics *m)
+{
+    if (!rq_results_on(w->rq) || !redis_open(w))
+        return;
+    struct db_worker_row wr = {.w = w->store.worker_row, .jobs_done = w->stats.done, .stopped_at = NAN};
+    wr.w.started_at = w->rq->started_at;
+    wr.last_seen_at = m->ts;
+    char *json[2] = {row_json_worker(&wr), row_json_metrics(m)};
+    static const char *const kinds[2] = {"worker", "metrics"};
+    struct rq_row rows[2] = {{w->worker_id, json[0]}, {w->worker_id, json[1]}};
+    if (json[0] && json[1] && rq_metrics_publish(w->rq, kinds, rows, 2))
+        log_debug("metrics: publishing the metrics row failed: %s", rq_error(w->rq));
+    free(json[0]);
+    free(json[1]);
+}
+
 static void add_metrics_row(struct wk *w, double now)
 {
     read_redis_figures(w);
@@ -1301,6 +1376,7 @@ static void add_metrics_row(struct wk *w, double now)
     if (w->store.n_metrics < MAX_METRICS)
         w->store.metrics[w->store.n_metrics++] = row;
     w->store.want_touch = true;
+    publish_metrics(w, &row);
     log_info("worker: %lld done in %.0f s (%lld failed, %lld cancelled), %.0f prompt + %.0f generated tok/s, "
              "running %d, waiting %d, held %d, kv %.0f%%",
              (long long)w->stats.interval_done, row.interval_s, (long long)w->stats.interval_failed,
@@ -2029,21 +2105,27 @@ static int setup(struct wk *w)
     struct db_opts dbo = db_opts_default();
     dbo.busy_timeout_ms = c->sqlite.busy_timeout_ms;
     struct db *db = NULL;
-    if (db_open(c->sqlite.path, &dbo, &db, err, sizeof err)) {
+    bool no_db = !c->sqlite.path[0]; /* rows only on the result streams (cfg_validate: enabled) */
+    if (!no_db && db_open(c->sqlite.path, &dbo, &db, err, sizeof err)) {
         log_error("sqlite: %s", err);
         return -1;
     }
+    if (no_db)
+        log_info("sqlite: no local database (sqlite.path \"\"): a job's row is only on %s once it is "
+                 "acknowledged, until a collector has it",
+                 w->rq->keys.results);
     if (wk_writer_start(db, &w->store.writer, err, sizeof err)) {
         db_close(db);
         log_error("%s", err);
         return -1;
     }
     /* jobs a lapsed worker (or this id's previous run) committed but did not acknowledge */
-    w->store.committed = wk_committed_open(c->sqlite.path, c->sqlite.busy_timeout_ms,
-                                           c->redis.result_max_bytes, err, sizeof err);
+    w->store.committed = no_db ? NULL
+                               : wk_committed_open(c->sqlite.path, c->sqlite.busy_timeout_ms,
+                                                   c->redis.result_max_bytes, err, sizeof err);
     if (w->store.committed)
         rq_reap_set_lookup(w->rq, wk_committed_lookup, w->store.committed);
-    else
+    else if (!no_db)
         log_warn("sqlite: %s (read-only); the reaper cannot see committed rows: jobs committed but not "
                  "acknowledged by a crashed worker are run again",
                  err);

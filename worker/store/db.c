@@ -1014,7 +1014,7 @@ int db_query_results(struct db *db, const struct db_query *q, db_row_fn fn, void
 
     int rc, ret = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct db_result r;
+        struct db_result r = db_result_empty(); /* `batch` is not a column: NULL */
         read_cols(st, job_cols, N_JOB_COLS, &r);
         ret = fn(ctx, &r);
         if (ret)
@@ -1054,7 +1054,7 @@ int db_find_failed_line(struct db *db, const char *worker_id, const char *line, 
     sqlite3_bind_int(st, 3, nth - 1);
     int rc = sqlite3_step(st), ret = 0;
     if (rc == SQLITE_ROW) {
-        struct db_result r;
+        struct db_result r = db_result_empty();
         read_cols(st, job_cols, N_JOB_COLS, &r);
         ret = fn(ctx, &r);
     } else if (rc != SQLITE_DONE) {

@@ -35,6 +35,7 @@ struct merge {
     struct db_result *found; /* the target's row of the id being merged (lookup) */
     char *err;
     size_t errlen;
+    char rejected_err[512]; /* why the first row the target refused was refused */
 };
 
 /* ---- jobs */
@@ -63,6 +64,16 @@ static int flush_jobs(struct merge *m)
         m->flat[i] = *m->jobs[i];
     int rc = db_put_results(m->dst, m->flat, m->n_jobs, m->row_rc);
     size_t written = m->n_jobs;
+    if (rc == DB_ERR_ROW) { /* the others are committed: the refused ones are counted, not retried */
+        for (size_t i = 0; i < m->n_jobs; i++)
+            if (m->row_rc[i] == DB_ERR_ROW) {
+                written--;
+                m->st->jobs.rejected++;
+            }
+        if (!m->rejected_err[0])
+            snprintf(m->rejected_err, sizeof m->rejected_err, "%s", db_errmsg(m->dst));
+        rc = DB_OK;
+    }
     for (size_t i = 0; i < m->n_jobs; i++)
         free(m->jobs[i]);
     m->n_jobs = 0;
@@ -440,62 +451,144 @@ static int open_source(struct db *target, const char *path, struct db **out, cha
     return 0;
 }
 
+/* ---- rows one at a time */
+
+struct merge *merge_open(struct db *target, size_t batch_rows, struct merge_stats *st, char *err,
+                         size_t errlen)
+{
+    struct merge *m = calloc(1, sizeof *m);
+    if (m) {
+        *m = (struct merge){
+            .dst = target, .cap = batch_rows ? batch_rows : 1000, .st = st, .err = err, .errlen = errlen};
+        memset(st, 0, sizeof *st);
+    }
+    if (!m || array_resize(&m->jobs, m->cap, sizeof *m->jobs) ||
+        array_resize(&m->flat, m->cap, sizeof *m->flat) ||
+        array_resize(&m->row_rc, m->cap, sizeof *m->row_rc) ||
+        array_resize(&m->batches, m->cap, sizeof *m->batches) ||
+        array_resize(&m->workers, m->cap, sizeof *m->workers) ||
+        array_resize(&m->metrics, m->cap, sizeof *m->metrics)) {
+        snprintf(err, errlen, "out of memory");
+        merge_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+void merge_close(struct merge *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_jobs; i++)
+        free(m->jobs[i]);
+    for (size_t i = 0; i < m->n_batches; i++)
+        free_batch(&m->batches[i]);
+    for (size_t i = 0; i < m->n_workers; i++)
+        free_worker(&m->workers[i]);
+    for (size_t i = 0; i < m->n_metrics; i++)
+        free((char *)m->metrics[i].worker_id);
+    free(m->workers);
+    free(m->metrics);
+    free(m->jobs);
+    free(m->flat);
+    free(m->row_rc);
+    free(m->batches);
+    free(m);
+}
+
+int merge_add_job(struct merge *m, const struct db_result *row)
+{
+    return merge_job(m, row) ? -1 : 0;
+}
+
+int merge_add_batch(struct merge *m, const struct db_batch *row)
+{
+    return merge_batch(m, row) ? -1 : 0;
+}
+
+int merge_add_worker(struct merge *m, const struct db_worker_row *row)
+{
+    /* written at once: a later row of the same worker is then compared with this one */
+    return flush_workers(m) || merge_worker(m, row) || flush_workers(m) ? -1 : 0;
+}
+
+static int found_worker(void *ctx, const struct db_worker_row *row)
+{
+    (void)row;
+    *(bool *)ctx = true;
+    return 0;
+}
+
+int merge_add_metrics(struct merge *m, const struct db_metrics *row)
+{
+    if (flush_workers(m))
+        return -1;
+    bool known = false;
+    if (db_query_workers(m->dst, row->worker_id, found_worker, &known)) {
+        snprintf(m->err, m->errlen, "%s", db_errmsg(m->dst));
+        return -1;
+    }
+    if (!known) { /* its workers row never came: a placeholder any real row replaces */
+        struct db_worker_row w = {.w = {.id = row->worker_id, .pid = -1, .started_at = 0}};
+        w.last_seen_at = w.stopped_at = NAN;
+        if (merge_worker(m, &w) || flush_workers(m))
+            return -1;
+    }
+    return merge_metrics(m, row) ? -1 : 0;
+}
+
+const char *merge_rejected(const struct merge *m)
+{
+    return m->rejected_err;
+}
+
+int merge_flush(struct merge *m)
+{
+    /* after the workers: a metrics row names its worker (a foreign key) */
+    return flush_batches(m) || flush_workers(m) || flush_metrics(m) || flush_jobs(m) ? -1 : 0;
+}
+
 int merge_db(struct db *target, const char *source_path, size_t batch_rows, struct merge_stats *st, char *err,
              size_t errlen)
 {
     memset(st, 0, sizeof *st);
-    struct merge m = {
-        .dst = target, .cap = batch_rows ? batch_rows : 1000, .st = st, .err = err, .errlen = errlen};
     char tmp[4200];
-    if (open_source(target, source_path, &m.src, tmp, sizeof tmp, err, errlen) != 0) {
+    struct db *src = NULL;
+    if (open_source(target, source_path, &src, tmp, sizeof tmp, err, errlen) != 0) {
         if (tmp[0])
             remove_db_files(tmp);
         return -1;
     }
+    struct merge *m = merge_open(target, batch_rows, st, err, errlen);
     int rc = -1;
-    if (array_resize(&m.jobs, m.cap, sizeof *m.jobs) || array_resize(&m.flat, m.cap, sizeof *m.flat) ||
-        array_resize(&m.row_rc, m.cap, sizeof *m.row_rc) ||
-        array_resize(&m.batches, m.cap, sizeof *m.batches) ||
-        array_resize(&m.workers, m.cap, sizeof *m.workers) ||
-        array_resize(&m.metrics, m.cap, sizeof *m.metrics)) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
+    if (m) {
+        /* STOP: a callback or flush failed and set err; DB_ERR / DB_BUSY: reading the source failed */
+        int q = db_query_batches(src, NULL, merge_batch, m);
+        if (q == 0)
+            q = flush_batches(m);
+        if (q == 0)
+            q = db_query_workers(src, NULL, merge_worker, m);
+        if (q == 0)
+            q = flush_workers(m);
+        if (q == 0) /* after the workers: a metrics row names its worker (a foreign key) */
+            q = db_query_metrics(src, NULL, NAN, merge_metrics, m);
+        if (q == 0)
+            q = flush_metrics(m);
+        if (q == 0)
+            q = db_query_results(src, NULL, merge_job, m);
+        if (q == 0)
+            q = flush_jobs(m);
+        if (q != 0 && q != STOP)
+            snprintf(err, errlen, "%s", db_errmsg(src));
+        rc = q == 0 ? 0 : -1;
+        if (rc == 0 && st->jobs.rejected) {
+            snprintf(err, errlen, "%s: %lld rows refused by the target (the others are merged): %s",
+                     source_path, (long long)st->jobs.rejected, m->rejected_err);
+            rc = -1;
+        }
     }
-    /* STOP: a callback or flush failed and set err; DB_ERR / DB_BUSY: reading the source failed */
-    int q = db_query_batches(m.src, NULL, merge_batch, &m);
-    if (q == 0)
-        q = flush_batches(&m);
-    if (q == 0)
-        q = db_query_workers(m.src, NULL, merge_worker, &m);
-    if (q == 0)
-        q = flush_workers(&m);
-    if (q == 0) /* after the workers: a metrics row names its worker (a foreign key) */
-        q = db_query_metrics(m.src, NULL, NAN, merge_metrics, &m);
-    if (q == 0)
-        q = flush_metrics(&m);
-    if (q == 0)
-        q = db_query_results(m.src, NULL, merge_job, &m);
-    if (q == 0)
-        q = flush_jobs(&m);
-    if (q != 0 && q != STOP)
-        snprintf(err, errlen, "%s", db_errmsg(m.src));
-    rc = q == 0 ? 0 : -1;
-out:
-    for (size_t i = 0; i < m.n_jobs; i++)
-        free(m.jobs[i]);
-    for (size_t i = 0; i < m.n_batches; i++)
-        free_batch(&m.batches[i]);
-    for (size_t i = 0; i < m.n_workers; i++)
-        free_worker(&m.workers[i]);
-    for (size_t i = 0; i < m.n_metrics; i++)
-        free((char *)m.metrics[i].worker_id);
-    free(m.workers);
-    free(m.metrics);
-    free(m.jobs);
-    free(m.flat);
-    free(m.row_rc);
-    free(m.batches);
-    db_close(m.src);
+    merge_close(m);
+    db_close(src);
     if (tmp[0])
         remove_db_files(tmp);
     return rc;

@@ -50,7 +50,8 @@ struct wk_batch {
 };
 
 /* Starts the thread; it owns db from now on (closed by wk_writer_stop). 0, or -1 with err (db is
- * then still the caller's).
+ * then still the caller's). db NULL: a worker without a database (sqlite.path "", its rows go to
+ * the result streams only): every batch comes back written (DB_OK) without writing anything.
  *
  * Before and after each batch the thread checks that db's path still names the file it writes
  * (db_file_moved). When it does not (the file was deleted or replaced), it opens the path again
