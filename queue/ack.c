@@ -1,6 +1,7 @@
 /* See ack.h. */
 #include "queue/ack.h"
 
+#include "queue/replicas.h"
 #include "queue/rq.h"
 
 const char *rq_status_name(enum rq_status s)
@@ -13,6 +14,8 @@ int rq_ack(struct rq *q, struct rq_result *res, int n)
 {
     if (n <= 0)
         return 0;
+    if (rq_wait_ready(q, "ack")) /* a replica short: fail at once, not after a WAIT timeout */
+        return -1;
     rq_stamp(q);
     struct rq_pipe *p = &q->pipe;
     rq_pipe_reset(p);
@@ -43,6 +46,7 @@ int rq_ack(struct rq *q, struct rq_result *res, int n)
             rq_pipe_str(p, "");
         rq_pipe_str(p, r->result ? r->result : "");
     }
+    int waits = rq_wait_cmd(q, p); /* WAIT in the same round trip */
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "ack");
     const redisReply *r = p->reply[0];
@@ -50,6 +54,8 @@ int rq_ack(struct rq *q, struct rq_result *res, int n)
         return -1;
     if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != 2 * n)
         return rq_fail(q, "ack: unexpected reply from the ack script");
+    if (waits && rq_wait_check(q, p->reply[1], "ack")) /* held still: the ack is sent again */
+        return -1;
     int removed = 0;
     for (int i = 0; i < n; i++) {
         const redisReply *x = r->element[2 * i], *b = r->element[2 * i + 1];

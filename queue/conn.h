@@ -13,6 +13,13 @@
  * drops the connection (a half-read pipeline cannot be resumed) and every pending reply is lost;
  * the caller sees -1 and tries again later.
  *
+ * With Sentinel (c->sentinel.n > 0), every connect, the first and every one after a loss, first
+ * asks the sentinels where the master of c->sentinel.master_name is (queue/sentinel.h), connects
+ * there (c->addr's host and port become that address; its credentials and database stay) and
+ * checks with ROLE that the server is a master; a server that answers READONLY to a write (a
+ * master demoted to a replica while the connection stayed up) drops the connection like an I/O
+ * error, so the next attempt asks the sentinels again. A change of master is logged.
+ *
  * hiredis writes with write(2), so rq_conn_init sets SIGPIPE to SIG_IGN if it is still at its
  * default: a server that goes away must not kill the process.
  *
@@ -25,10 +32,14 @@
 #include <hiredis/hiredis.h>
 
 #include "queue/redis_url.h"
+#include "queue/sentinel.h"
 
 struct rq_conn {
     redisContext *ctx; /* NULL while down (owned) */
-    struct rq_addr addr;
+    struct rq_addr addr;          /* with Sentinel: the last master's address (host, port) */
+    struct rq_sentinels sentinel; /* n = 0: no Sentinel (set after rq_conn_init) */
+    int sentinel_from;            /* the sentinel asked first (the last that answered) */
+    char master_seen[300];        /* with Sentinel: the master last connected to ("" = none) */
     char name[64];          /* "commands", "blocking": which connection, for log lines */
     char client_name[200];  /* CLIENT SETNAME after connecting; "" = none */
     int connect_timeout_ms; /* connect, AUTH and SELECT */

@@ -9,6 +9,7 @@
 #include "engine/util/log.h"
 #include "queue/badkey.h"
 #include "queue/jobid.h"
+#include "queue/replicas.h"
 #include "queue/rq.h"
 
 #define MAX_SOURCES RQ_FETCH_MAX_SOURCES
@@ -271,6 +272,8 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *
         int64_t left = deadline - rq_mono_ms();
         if (left <= 0)
             break;
+        if (q->blk.ctx && q->blk.sentinel.n && strcmp(q->blk.master_seen, q->cmd.master_seen))
+            rq_conn_drop(&q->blk, "the commands connection found a new master"); /* not the old one's jobs */
         if (wait_ready(&q->blk, deadline)) /* down: wait as a blocking call would, then fail */
             return rq_fail(q, "fetch: %s", q->blk.err);
         left = deadline - rq_mono_ms();
@@ -377,6 +380,17 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
     n = start_jobs(q, out, n);
     if (n <= 0)
         return n;
+    if (rq_wait(q, "fetch")) {
+        if (rq_wait_lost(q)) { /* not known to be started: the next fetch puts them back */
+            for (int k = 0; k < n; k++)
+                rq_job_free(&out[k]);
+            q->need_reconcile = true;
+            return -1;
+        }
+        if (q->wait_shortfalls == 1 || q->wait_shortfalls % 100 == 0) /* handed out all the same */
+            log_warn("redis: %s; the jobs run (a shortfall of %lld so far)", rq_error(q),
+                     (long long)q->wait_shortfalls);
+    }
     for (int i = 0; i < n; i++)
         if (rq_held_add(q, out[i].raw, out[i].len)) {
             for (int k = 0; k < n; k++)

@@ -55,6 +55,11 @@ struct rq_opts {
     int reaper_interval_s;    /* rq_tick: reaper period */
     int64_t max_job_bytes;    /* larger jobs are not parsed for an id (0 = no limit) */
     int64_t fetch_max_bytes;  /* job JSON one fetch moves at most (one job always; 0 = no limit) */
+    const char *sentinels;    /* "host:port, ..." of Redis Sentinels; NULL or "" = none (use url) */
+    const char *master_name;  /* the master's name at the sentinels */
+    const char *sentinel_username, *sentinel_password; /* AUTH to the sentinels; NULL or "" = none */
+    int wait_replicas;        /* WAIT for this many replicas after push, fetch and ack (replicas.h) */
+    int wait_timeout_ms;      /* WAIT's timeout */
     bool quiet;               /* no log lines from the connections (tests) */
     bool force_id;            /* the first heartbeat takes the id over even from a live instance */
 };
@@ -99,6 +104,9 @@ struct rq {
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
     uint64_t badkeys[RQ_BADKEY_MEMORY]; /* keys of the wrong type reported (queue/badkey.h) */
     int nbadkeys;
+    bool wait_short;         /* the last WAIT had fewer confirmations than wait_replicas (replicas.h) */
+    bool wait_lost;          /* the last rq_wait failed with the connection */
+    int64_t wait_shortfalls; /* WAITs with fewer confirmations than wait_replicas */
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
     int (*done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,
