@@ -75,6 +75,6 @@ int rq_wait_ready(struct rq *q, const char *what)
     freeReplyObject(r);
     if (n < 0 || n >= q->o.wait_replicas) /* an ACL that forbids ROLE: let WAIT tell */
         return 0;
-    return rq_fail(q, "%s: %lld replica%s connected, redis.wait_replicas asks for %d: waiting for replicas",
-                   what, n, n == 1 ? "" : "s", q->o.wait_replicas);
+    return rq_fail(q, "%s: %lld replica%s connected, redis.wait_replicas asks for %d", what, n,
+                   n == 1 ? "" : "s", q->o.wait_replicas);
 }

@@ -107,6 +107,7 @@ struct rq {
     bool wait_short;         /* the last WAIT had fewer confirmations than wait_replicas (replicas.h) */
     bool wait_lost;          /* the last rq_wait failed with the connection */
     int64_t wait_shortfalls; /* WAITs with fewer confirmations than wait_replicas */
+    int64_t short_log_ms;    /* a fetch held back for want of replicas is logged again from this time */
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
     int (*done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,

@@ -8,70 +8,12 @@
 # row of one of the two workers' databases. Events, not sleeps: the test waits for the sentinels'
 # answers and the workers' log lines.
 . "$(dirname "$0")/worker_lib.sh"
-command -v redis-sentinel >/dev/null ||
-  { echo "SKIPPED: redis-sentinel is not installed (contrib/install-deps.sh installs it)"; exit 77; }
-
-# server NAME PORT [options]: a redis-server in $T/NAME, its pid in PID_NAME (killed by cleanup)
-server() {
-  local name=$1 port=$2; shift 2
-  mkdir -p "$T/$name"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$T/$name" --logfile "$T/$name/redis.log" --save "" \
-    --appendonly no "$@" >/dev/null 2>&1 &
-  WORKER_PIDS+=($!)
-  printf -v "PID_$name" '%s' $!
-  wait_until "redis $name on port $port" pong "$port"
-}
-pong() { redis-cli -p "$1" ping 2>/dev/null | grep -q PONG; }
-PM=$(free_port); PR=$(free_port)
-server master "$PM"
-server replica "$PR" --replicaof 127.0.0.1 "$PM"
-synced() { redis-cli -p "$PR" info replication | grep -q "master_link_status:up"; }
-wait_until "the replica to sync" synced
-
-SENT=()
-for i in 1 2 3; do
-  p=$(free_port)
-  SENT+=("$p")
-  mkdir -p "$T/s$i"
-  cat >"$T/s$i/sentinel.conf" <<EOF
-port $p
-bind 127.0.0.1
-dir $T/s$i
-logfile $T/s$i/sentinel.log
-sentinel monitor mymaster 127.0.0.1 $PM 2
-sentinel down-after-milliseconds mymaster 400
-sentinel failover-timeout mymaster 2000
-sentinel parallel-syncs mymaster 1
-EOF
-  redis-sentinel "$T/s$i/sentinel.conf" >/dev/null 2>&1 &
-  WORKER_PIDS+=($!)
-done
-# every sentinel knows the replica and the two other sentinels (needed to elect a leader)
-knows_all() {
-  local p
-  for p in "${SENT[@]}"; do
-    [ "$(redis-cli -p "$p" sentinel replicas mymaster 2>/dev/null | grep -c "^name$")" -ge 1 ] || return 1
-    [ "$(redis-cli -p "$p" sentinel sentinels mymaster 2>/dev/null | grep -c "^name$")" -ge 2 ] || return 1
-  done
-}
-wait_until "the sentinels to know each other and the replica" knows_all
-master_port() { redis-cli -p "${SENT[0]}" sentinel get-master-addr-by-name mymaster 2>/dev/null | sed -n 2p; }
+. "$(dirname "$0")/sentinel_lib.sh"
+sentinel_setup
 eq "the sentinels name the master" "$(master_port)" "$PM"
 
 make_model
-URL=redis://127.0.0.1:1 # nothing listens there: only the sentinels lead to the master
-write_config "  sentinels: [127.0.0.1:${SENT[0]}, 127.0.0.1:${SENT[1]}, 127.0.0.1:${SENT[2]}]" \
-  "  master_name: mymaster" "  wait_replicas: 1" "  wait_timeout_ms: 300"
-# the list lines belong to the redis section: move them up there
-python3 - "$CFG" <<'PY'
-import sys
-p = sys.argv[1]
-lines = open(p).read().splitlines()
-extra = [l for l in lines if l.startswith("  sentinels:") or l.startswith("  master_name:") or l.startswith("  wait_")]
-rest = [l for l in lines if l not in extra]
-i = rest.index("redis:") + 1
-open(p, "w").write("\n".join(rest[:i] + extra + rest[i:]) + "\n")
-PY
+sentinel_config "  wait_replicas: 1" "  wait_timeout_ms: 300"
 eq "config keys" "$("$LLMQ" config -c "$CFG" --get redis.sentinels)" \
   "127.0.0.1:${SENT[0]}, 127.0.0.1:${SENT[1]}, 127.0.0.1:${SENT[2]}"
 
@@ -107,7 +49,7 @@ check "enqueue without a replica fails (exit $rc)" test "$rc" -ne 0
 check "and says why" grep -q "0 of 1 replica confirmed" "$T/enqueue2.log"
 
 # the old master comes back as a replica of the new one: acks and the rest go through
-server old "$PM" --replicaof 127.0.0.1 "$PR"
+rejoin_old
 want=$((N + 5))
 done_all() {
   [ "$(total)" -ge "$want" ] && [ "$(redis-cli -p "$PR" llen llmq:queue:short)" = 0 ] &&

@@ -278,9 +278,10 @@ static void test_noscript_fallback(void **state)
 }
 
 /* redis.wait_replicas against a server without replicas, then with one (a second redis-server,
- * REPLICAOF): a push fails and says why, a fetch hands the job out (the shortfall counted), an
- * ack fails and keeps the job held and then fails at once (ROLE) without waiting; with the replica
- * connected the ack goes through and the push succeeds. */
+ * REPLICAOF): a push fails and says why; a fetch takes nothing while no replica is connected (ROLE),
+ * and hands back what it fetched when WAIT falls short; an ack fails, keeps the job held and then
+ * fails at once (ROLE) without waiting; with the replica connected the held ack goes through and
+ * push and fetch succeed. */
 static void test_wait_replicas(void **state)
 {
     struct rq_opts o = rq_test_opts(srv.url, "w1");
@@ -294,11 +295,21 @@ static void test_wait_replicas(void **state)
 
     struct rq_source src = {"short", 1};
     struct rq_job j;
-    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 0); /* ROLE: no replica */
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1);
+    q->wait_short = false; /* as if a replica had confirmed the last write: the fetch runs, then WAITs */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 0);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1); /* handed back */
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
+    assert_string_equal(sval("HGET llmq:job:a status"), "queued");
     assert_int_equal(q->wait_shortfalls, 2);
+
+    q->o.wait_replicas = 0; /* a fetch without WAIT, to hold the job */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    q->o.wait_replicas = 1;
+    q->wait_short = false;
     struct rq_result res = {
         .job = &j, .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
-    q->wait_short = false; /* as after a fetch whose WAIT was confirmed: the ack is sent, then WAITs */
     assert_int_equal(rq_ack(q, &res, 1), -1);
     assert_non_null(strstr(rq_error(q), "ack: 0 of 1 replica confirmed within 100 ms"));
     assert_int_equal(ival("LLEN llmq:processing:w1"), 0); /* done on the master */
@@ -324,10 +335,14 @@ static void test_wait_replicas(void **state)
     assert_int_equal(rq_held_count(q), 0);
     assert_false(rq_wait_short(q));
     assert_string_equal(sval("HGET llmq:job:a status"), "completed");
+    rq_job_free(&j);
     it.id = "b";
     it.raw = "{\"id\":\"b\",\"prompt\":\"x\"}";
     assert_int_equal(rq_push(q, "short", NULL, RQ_PUSH_NEW, &it, 1), 0);
     rq_push_item_clear(&it, 1);
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_string_equal(j.id, "b");
+    assert_int_equal(q->wait_shortfalls, 3);
     rq_job_free(&j);
     rq_free(q);
     redis_server_cleanup(&rep);

@@ -208,10 +208,11 @@ static const struct cfg_key keys[] = {
     STR("redis", "sentinel_password", redis.sentinel_password, "", CFG_F_SECRET, NULL,
         "password of the sentinels; \"\" = none"),
     INT("redis", "wait_replicas", redis.wait_replicas, "0", 0, 64,
-        "WAIT for this many replicas after enqueue, fetch and ack (an ack stays pending until they "
-        "confirm); 0 = no WAIT"),
+        "WAIT for this many replicas after enqueue, fetch and ack, so a failover cannot take them back "
+        "(docs/FLEET.md); 0 = no WAIT"),
     INT("redis", "wait_timeout_ms", redis.wait_timeout_ms, "1000", 1, 600000,
-        "WAIT's timeout: fewer confirmations by then fail the enqueue and hold the ack"),
+        "WAIT's timeout: fewer confirmations by then fail the enqueue, hand the fetched jobs back and "
+        "hold the ack"),
 
     INT("queues", "long_threshold_tokens", queues.long_threshold_tokens, "4096", 1, MAX_LEN,
         "a short-queue job whose prompt has more tokens moves to the long queue"),
