@@ -439,8 +439,9 @@ int rq_conn_read(struct rq_conn *c, redisReply **r)
     c->pending--;
     const redisReply *x = reply;
     if (c->sentinel.n && x->type == REDIS_REPLY_ERROR &&
-        (!strncmp(x->str, "READONLY", 8) || strstr(x->str, "READONLY You can't write"))) {
-        freeReplyObject(reply); /* a demoted master: the sentinels know the new one */
+        (!strncmp(x->str, "READONLY", 8) || strstr(x->str, "READONLY You can't write") ||
+         !strncmp(x->str, "UNBLOCKED", 9))) { /* a demoted master (UNBLOCKED: a BLMOVE it ended) */
+        freeReplyObject(reply);               /* the sentinels know the new one */
         rq_conn_drop(c, "the server is a replica now (READONLY): asking the sentinels for the master");
         return -1;
     }

@@ -17,8 +17,9 @@
  * asks the sentinels where the master of c->sentinel.master_name is (queue/sentinel.h), connects
  * there (c->addr's host and port become that address; its credentials and database stay) and
  * checks with ROLE that the server is a master; a server that answers READONLY to a write (a
- * master demoted to a replica while the connection stayed up) drops the connection like an I/O
- * error, so the next attempt asks the sentinels again. A change of master is logged.
+ * master demoted to a replica while the connection stayed up), or UNBLOCKED to a blocking
+ * command (the demotion ended it), drops the connection like an I/O error, so the next attempt
+ * asks the sentinels again. A change of master is logged.
  *
  * hiredis writes with write(2), so rq_conn_init sets SIGPIPE to SIG_IGN if it is still at its
  * default: a server that goes away must not kill the process.

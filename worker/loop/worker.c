@@ -1298,6 +1298,7 @@ static void publish(struct wk *w, double now)
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     struct wk_snapshot *s = &w->stats.snapshot;
+    wk_metrics_wait_shortfalls(&w->stats.metrics, w->rq->wait_shortfalls);
     wk_metrics_snapshot(&w->stats.metrics, &st, s);
     s->ready = 1;
     s->stopping = w->stopping;
