@@ -9,12 +9,15 @@
  *     the caller reports an error and may enqueue them again: a job with an id is refused while it
  *     is queued, so nothing runs twice);
  *   - ack: fewer than N fail the ack; the jobs stay held and the ack is sent again later (the ack
- *     script is idempotent); while the last WAIT fell short, an ack first checks with ROLE that N
+ *     script is idempotent; a batch its first run completed is reported by the run that succeeds,
+ *     rq_result.batch_done); while the last WAIT fell short, an ack first checks with ROLE that N
  *     replicas are connected and fails at once when not, so a missing replica does not cost a
  *     WAIT timeout per ack;
- *   - fetch (the start of the fetched jobs): fewer than N are logged and counted and the jobs are
- *     handed out (holding them would stop the worker; a failover in that moment can run such a
- *     job twice).
+ *   - fetch (the start of the fetched jobs, queue/fetch.c): fewer than N put the fetched jobs back
+ *     on their queue (event reason replicas_short) and the fetch returns none, so no job runs
+ *     whose fetch a failover could undo (it would be handed out again); while the last WAIT fell
+ *     short, a fetch first checks with ROLE and takes nothing while fewer than N replicas are
+ *     connected.
  *
  * Every shortfall is counted in q->wait_shortfalls. */
 #pragma once

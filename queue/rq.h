@@ -32,6 +32,7 @@
 
 struct rq_done;
 #define RQ_BADKEY_MEMORY 64
+#define RQ_SHORT_DONE_MAX 64
 
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
@@ -108,6 +109,13 @@ struct rq {
     bool wait_lost;          /* the last rq_wait failed with the connection */
     int64_t wait_shortfalls; /* WAITs with fewer confirmations than wait_replicas */
     int64_t short_log_ms;    /* a fetch held back for want of replicas is logged again from this time */
+    /* Acks whose WAIT fell short and that completed a batch: the ack sent again finds the job final
+     * and the batch done, so it reports batch_done from here (queue/ack.c). */
+    struct {
+        uint64_t hash; /* rq_hash of the job's raw text */
+        long long batch_done;
+    } short_done[RQ_SHORT_DONE_MAX];
+    int nshort_done;
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
     int (*done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,

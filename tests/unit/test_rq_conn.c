@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "queue/ack.h"
+#include "queue/batch.h"
 #include "queue/fetch.h"
 #include "queue/progress.h"
 #include "queue/push.h"
@@ -288,8 +289,11 @@ static void test_wait_replicas(void **state)
     o.wait_replicas = 1;
     o.wait_timeout_ms = 100;
     struct rq *q = rq_test_open(&o);
+    q->o.wait_replicas = 0; /* the batch opened without WAIT: the push below WAITs for both */
+    assert_int_equal(rq_batch_open(q, "bt", NULL, false), 0);
+    q->o.wait_replicas = 1;
     struct rq_push_item it = {"{\"id\":\"a\",\"prompt\":\"x\"}", 23, "a", NULL};
-    assert_int_equal(rq_push(q, "short", NULL, RQ_PUSH_NEW, &it, 1), -1);
+    assert_int_equal(rq_push(q, "short", "bt", RQ_PUSH_NEW, &it, 1), -1);
     assert_non_null(strstr(rq_error(q), "push: 0 of 1 replica confirmed within 100 ms"));
     assert_int_equal(ival("LLEN llmq:queue:short"), 1); /* on the master all the same */
 
@@ -304,8 +308,9 @@ static void test_wait_replicas(void **state)
     assert_string_equal(sval("HGET llmq:job:a status"), "queued");
     assert_int_equal(q->wait_shortfalls, 2);
 
-    q->o.wait_replicas = 0; /* a fetch without WAIT, to hold the job */
+    q->o.wait_replicas = 0; /* a fetch without WAIT, to hold the job; the batch sealed */
     assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_true(rq_batch_seal(q, "bt") >= 0);
     q->o.wait_replicas = 1;
     q->wait_short = false;
     struct rq_result res = {
@@ -332,6 +337,8 @@ static void test_wait_replicas(void **state)
             redis_server_sleep_ms(20);
     }
     assert_int_equal(removed, 0); /* its first run took it out of the list already */
+    assert_int_equal(res.batch_done, 1); /* and completed the batch: reported now */
+    assert_string_equal(sval("HGET llmq:batch:bt state"), "completed");
     assert_int_equal(rq_held_count(q), 0);
     assert_false(rq_wait_short(q));
     assert_string_equal(sval("HGET llmq:job:a status"), "completed");
