@@ -107,7 +107,9 @@ void rq_conn_close(struct rq_conn *c)
 
 void rq_conn_describe(const struct rq_conn *c, char *buf, size_t len)
 {
-    if (c->addr.unix_path[0])
+    if (c->sentinel.n && !c->sentinel_named)
+        snprintf(buf, len, "(the master \"%.60s\" of the sentinels)", c->sentinel.master_name);
+    else if (c->addr.unix_path[0])
         snprintf(buf, len, "unix:%s", c->addr.unix_path);
     else if (strchr(c->addr.host, ':'))
         snprintf(buf, len, "[%s]:%d", c->addr.host, c->addr.port);
@@ -281,6 +283,7 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
         snprintf(c->addr.host, sizeof c->addr.host, "%s", host);
         c->addr.port = port;
         c->addr.unix_path[0] = 0;
+        c->sentinel_named = true;
         int rc = connect_server(c, why, sizeof why);
         char sname[300];
         rq_sentinel_describe(&c->sentinel, c->sentinel_from, sname, sizeof sname);
@@ -442,7 +445,7 @@ int rq_conn_read(struct rq_conn *c, redisReply **r)
         (!strncmp(x->str, "READONLY", 8) || strstr(x->str, "READONLY You can't write") ||
          !strncmp(x->str, "UNBLOCKED", 9))) { /* a demoted master (UNBLOCKED: a BLMOVE it ended) */
         freeReplyObject(reply);               /* the sentinels know the new one */
-        rq_conn_drop(c, "the server is a replica now (READONLY): asking the sentinels for the master");
+        rq_conn_drop(c, "the server is no longer the master (READONLY): asking the sentinels for the master");
         return -1;
     }
     *r = reply;

@@ -41,6 +41,7 @@ struct rq_conn {
     struct rq_sentinels sentinel; /* n = 0: no Sentinel (set after rq_conn_init) */
     int sentinel_from;            /* the sentinel asked first (the last that answered) */
     char master_seen[300];        /* with Sentinel: the master last connected to ("" = none) */
+    bool sentinel_named;          /* with Sentinel: a sentinel has named the master (addr is it) */
     char name[64];          /* "commands", "blocking": which connection, for log lines */
     char client_name[200];  /* CLIENT SETNAME after connecting; "" = none */
     int connect_timeout_ms; /* connect, AUTH and SELECT */
@@ -75,7 +76,8 @@ void rq_conn_init(struct rq_conn *c, const struct rq_addr *addr, const char *nam
 /* Closes the socket. Accepts NULL. */
 void rq_conn_close(struct rq_conn *c);
 
-/* "127.0.0.1:6379" or "unix:/path.sock" into buf. */
+/* "127.0.0.1:6379" or "unix:/path.sock" into buf; with Sentinel, before any sentinel named the
+ * master: (the master "mymaster" of the sentinels). */
 void rq_conn_describe(const struct rq_conn *c, char *buf, size_t len);
 
 /* Connects if needed: 0 when connected, -1 (c->err) when the server cannot be reached, AUTH or
