@@ -8,6 +8,7 @@ pkgs=(
   libhiredis-dev libsqlite3-dev libyaml-dev libjansson-dev libpcre2-dev libutf8proc-dev
   libcmocka-dev libmicrohttpd-dev
   redis-server redis-tools sqlite3 python3 jq
+  redis-sentinel             # tests/cli/test_sentinel.sh: failover of a master to its replica
   python3-jsonschema         # tests/tools/redis_schemas: the Redis side against schemas/
   prometheus                 # tests/cli/test_kit_grafana.sh: the dashboard's queries on a real Prometheus
   golang-go golang-github-gomodule-redigo-dev python3-redis  # contrib/clients' Go and Python examples,

@@ -107,7 +107,9 @@ void rq_conn_close(struct rq_conn *c)
 
 void rq_conn_describe(const struct rq_conn *c, char *buf, size_t len)
 {
-    if (c->addr.unix_path[0])
+    if (c->sentinel.n && !c->sentinel_named)
+        snprintf(buf, len, "(the master \"%.60s\" of the sentinels)", c->sentinel.master_name);
+    else if (c->addr.unix_path[0])
         snprintf(buf, len, "unix:%s", c->addr.unix_path);
     else if (strchr(c->addr.host, ':'))
         snprintf(buf, len, "[%s]:%d", c->addr.host, c->addr.port);
@@ -158,7 +160,29 @@ static int handshake(redisContext *ctx, int timeout_ms, char *msg, size_t len, c
     return rc;
 }
 
-static int connect_once(struct rq_conn *c, char *msg, size_t len)
+/* With Sentinel: whether the server is a master (ROLE). 0, -1 (msg) when it cannot be asked, or -3
+ * when it is a replica. A server whose ACL forbids ROLE is taken for what the sentinel said. */
+static int check_master(redisContext *ctx, char *msg, size_t len)
+{
+    redisReply *r = redisCommand(ctx, "ROLE");
+    if (!r) {
+        snprintf(msg, len, "ROLE: %s", ctx->errstr[0] ? ctx->errstr : "no reply");
+        return -1;
+    }
+    int rc = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(r->element[0]->str, "master") != 0) {
+        snprintf(msg, len, "the sentinels named a server that is a %s, not a master (a failover in progress)",
+                 r->element[0]->str);
+        rc = -3;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Connects to c->addr: AUTH, SELECT, PING, the version check, ROLE with Sentinel, CLIENT SETNAME.
+ * 0, -1 (msg), or -3 when Sentinel is on and the server is not a master. */
+static int connect_server(struct rq_conn *c, char *msg, size_t len)
 {
     struct timeval tv = tv_ms(c->connect_timeout_ms);
     redisContext *ctx = c->addr.unix_path[0] ? redisConnectUnixWithTimeout(c->addr.unix_path, tv)
@@ -219,6 +243,8 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
             rc = -1;
         }
     }
+    if (rc == 0 && c->sentinel.n)
+        rc = check_master(ctx, msg, len);
     if (rc == 0 && c->client_name[0]) { /* best effort: an ACL may forbid it */
         redisReply *r = redisCommand(ctx, "CLIENT SETNAME %s", c->client_name);
         if (r) {
@@ -230,11 +256,54 @@ static int connect_once(struct rq_conn *c, char *msg, size_t len)
     }
     if (rc) {
         redisFree(ctx);
-        return -1;
+        return rc == -3 ? -3 : -1;
     }
     redisSetTimeout(ctx, tv_ms(c->cmd_timeout_ms));
     c->ctx = ctx;
     return 0;
+}
+
+/* With Sentinel: asks the sentinels for the master and connects to it; a server that is not a
+ * master (a sentinel that has not seen the failover yet) sends the question to the next
+ * sentinel. A master that cannot be reached ends the attempt (the backoff retries: the sentinels
+ * fail it over after their down-after-milliseconds). Else connect_server. 0 or -1 (msg). */
+static int connect_once(struct rq_conn *c, char *msg, size_t len)
+{
+    if (!c->sentinel.n)
+        return connect_server(c, msg, len) ? -1 : 0;
+    for (int k = 0; k < c->sentinel.n; k++) {
+        char host[sizeof c->addr.host], why[400];
+        int port = 0;
+        if (rq_sentinel_master(&c->sentinel, c->connect_timeout_ms, &c->sentinel_from, host, sizeof host,
+                               &port, why, sizeof why)) {
+            snprintf(msg, len, "no sentinel named the master \"%.60s\": %.300s", c->sentinel.master_name,
+                     why);
+            return -1;
+        }
+        snprintf(c->addr.host, sizeof c->addr.host, "%s", host);
+        c->addr.port = port;
+        c->addr.unix_path[0] = 0;
+        c->sentinel_named = true;
+        int rc = connect_server(c, why, sizeof why);
+        char sname[300];
+        rq_sentinel_describe(&c->sentinel, c->sentinel_from, sname, sizeof sname);
+        if (rc == 0) {
+            char addr[300];
+            rq_conn_describe(c, addr, sizeof addr);
+            if (!c->quiet && strcmp(addr, c->master_seen))
+                log_info("redis sentinel %s: the master \"%s\" is %s%s%s (%s connection)", sname,
+                         c->sentinel.master_name, addr, c->master_seen[0] ? ", was " : "", c->master_seen,
+                         c->name);
+            snprintf(c->master_seen, sizeof c->master_seen, "%s", addr);
+            return 0;
+        }
+        snprintf(msg, len, "master \"%.40s\" at %.60s:%d (from sentinel %.60s): %.150s",
+                 c->sentinel.master_name, host, port, sname, why);
+        if (rc != -3)
+            return -1;
+        c->sentinel_from = (c->sentinel_from + 1) % c->sentinel.n; /* ask the next one */
+    }
+    return -1;
 }
 
 static int attempt(struct rq_conn *c)
@@ -243,6 +312,7 @@ static int attempt(struct rq_conn *c)
     rq_conn_describe(c, addr, sizeof addr);
     int64_t now = rq_mono_ms();
     if (connect_once(c, msg, sizeof msg) == 0) {
+        rq_conn_describe(c, addr, sizeof addr); /* with Sentinel: the master it found */
         if (!c->quiet) {
             if (c->failures > 0 || c->down_since_ms)
                 log_info("redis %s (%s connection): connected again after %.1f s (%d failed attempt%s)", addr,
@@ -370,6 +440,14 @@ int rq_conn_read(struct rq_conn *c, redisReply **r)
         return -1;
     }
     c->pending--;
+    const redisReply *x = reply;
+    if (c->sentinel.n && x->type == REDIS_REPLY_ERROR &&
+        (!strncmp(x->str, "READONLY", 8) || strstr(x->str, "READONLY You can't write") ||
+         !strncmp(x->str, "UNBLOCKED", 9))) { /* a demoted master (UNBLOCKED: a BLMOVE it ended) */
+        freeReplyObject(reply);               /* the sentinels know the new one */
+        rq_conn_drop(c, "the server is no longer the master (READONLY): asking the sentinels for the master");
+        return -1;
+    }
     *r = reply;
     return 0;
 }

@@ -13,6 +13,14 @@
  * drops the connection (a half-read pipeline cannot be resumed) and every pending reply is lost;
  * the caller sees -1 and tries again later.
  *
+ * With Sentinel (c->sentinel.n > 0), every connect, the first and every one after a loss, first
+ * asks the sentinels where the master of c->sentinel.master_name is (queue/sentinel.h), connects
+ * there (c->addr's host and port become that address; its credentials and database stay) and
+ * checks with ROLE that the server is a master; a server that answers READONLY to a write (a
+ * master demoted to a replica while the connection stayed up), or UNBLOCKED to a blocking
+ * command (the demotion ended it), drops the connection like an I/O error, so the next attempt
+ * asks the sentinels again. A change of master is logged.
+ *
  * hiredis writes with write(2), so rq_conn_init sets SIGPIPE to SIG_IGN if it is still at its
  * default: a server that goes away must not kill the process.
  *
@@ -25,10 +33,15 @@
 #include <hiredis/hiredis.h>
 
 #include "queue/redis_url.h"
+#include "queue/sentinel.h"
 
 struct rq_conn {
     redisContext *ctx; /* NULL while down (owned) */
-    struct rq_addr addr;
+    struct rq_addr addr;          /* with Sentinel: the last master's address (host, port) */
+    struct rq_sentinels sentinel; /* n = 0: no Sentinel (set after rq_conn_init) */
+    int sentinel_from;            /* the sentinel asked first (the last that answered) */
+    char master_seen[300];        /* with Sentinel: the master last connected to ("" = none) */
+    bool sentinel_named;          /* with Sentinel: a sentinel has named the master (addr is it) */
     char name[64];          /* "commands", "blocking": which connection, for log lines */
     char client_name[200];  /* CLIENT SETNAME after connecting; "" = none */
     int connect_timeout_ms; /* connect, AUTH and SELECT */
@@ -63,7 +76,8 @@ void rq_conn_init(struct rq_conn *c, const struct rq_addr *addr, const char *nam
 /* Closes the socket. Accepts NULL. */
 void rq_conn_close(struct rq_conn *c);
 
-/* "127.0.0.1:6379" or "unix:/path.sock" into buf. */
+/* "127.0.0.1:6379" or "unix:/path.sock" into buf; with Sentinel, before any sentinel named the
+ * master: (the master "mymaster" of the sentinels). */
 void rq_conn_describe(const struct rq_conn *c, char *buf, size_t len);
 
 /* Connects if needed: 0 when connected, -1 (c->err) when the server cannot be reached, AUTH or

@@ -9,9 +9,13 @@
 #include "engine/util/log.h"
 #include "queue/badkey.h"
 #include "queue/jobid.h"
+#include "queue/replicas.h"
 #include "queue/rq.h"
 
 #define MAX_SOURCES RQ_FETCH_MAX_SOURCES
+#define SHORT_LOG_MS 10000 /* a fetch held back for want of replicas is logged at most this often */
+
+static int put_back(struct rq *q, const char *reason);
 
 void rq_job_free(struct rq_job *j)
 {
@@ -271,6 +275,8 @@ static int fetch_blocking(struct rq *q, const struct rq_source *src, const int *
         int64_t left = deadline - rq_mono_ms();
         if (left <= 0)
             break;
+        if (q->blk.ctx && q->blk.sentinel.n && strcmp(q->blk.master_seen, q->cmd.master_seen))
+            rq_conn_drop(&q->blk, "the commands connection found a new master"); /* not the old one's jobs */
         if (wait_ready(&q->blk, deadline)) /* down: wait as a blocking call would, then fail */
             return rq_fail(q, "fetch: %s", q->blk.err);
         left = deadline - rq_mono_ms();
@@ -340,6 +346,19 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
     if (max_bytes <= 0)
         max_bytes = q->o.fetch_max_bytes;
     int64_t t0 = rq_mono_ms();
+    if (rq_wait_ready(q, "fetch")) { /* fewer replicas than wait_replicas: take nothing now */
+        if (!q->cmd.ctx) {
+            if (block_ms > 0 && wait_ready(&q->cmd, t0 + block_ms) == 0)
+                sleep_ms(t0 + block_ms - rq_mono_ms());
+            return -1;
+        }
+        if (t0 >= q->short_log_ms) {
+            log_warn("redis: %s: not fetching until they are", rq_error(q));
+            q->short_log_ms = t0 + SHORT_LOG_MS;
+        }
+        sleep_ms(t0 + block_ms - rq_mono_ms());
+        return 0;
+    }
     if (q->need_reconcile && rq_reconcile(q) < 0) {
         if (block_ms > 0 &&
             wait_ready(&q->cmd, t0 + block_ms) == 0) /* Redis is away: wait like a blocking call */
@@ -377,6 +396,21 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
     n = start_jobs(q, out, n);
     if (n <= 0)
         return n;
+    if (rq_wait(q, "fetch")) { /* not on the replicas: a failover would put them back in their queue */
+        for (int k = 0; k < n; k++)
+            rq_job_free(&out[k]);
+        q->need_reconcile = true; /* the connection failed: the next fetch puts them back */
+        if (rq_wait_lost(q))
+            return -1;
+        int64_t now = rq_mono_ms();
+        if (now >= q->short_log_ms) {
+            log_warn("redis: %s; the %d fetched job%s go back to their queue", rq_error(q), n, n == 1 ? "" : "s");
+            q->short_log_ms = now + SHORT_LOG_MS;
+        }
+        if (put_back(q, "replicas_short") >= 0)
+            q->need_reconcile = false;
+        return 0;
+    }
     for (int i = 0; i < n; i++)
         if (rq_held_add(q, out[i].raw, out[i].len)) {
             for (int k = 0; k < n; k++)
@@ -388,6 +422,13 @@ int rq_fetch_grouped(struct rq *q, const struct rq_source *src, const int *group
 }
 
 int rq_reconcile(struct rq *q)
+{
+    return put_back(q, "fetch_lost");
+}
+
+/* Puts back every entry of the processing list that rq does not hold, with `reason` in the
+ * events; logs the count only for fetch_lost. Returns how many, or -1. */
+static int put_back(struct rq *q, const char *reason)
 {
     redisReply *r = rq_conn_command(&q->cmd, "LRANGE %s 0 -1", q->proc_key);
     if (!r)
@@ -425,7 +466,7 @@ int rq_reconcile(struct rq *q)
         rq_pipe_arg(&q->pipe, x->str, x->len);
         rq_pipe_str(&q->pipe, "");
         rq_pipe_str(&q->pipe, "0"); /* never handed out, so never counted (queue/attempt.h) */
-        rq_pipe_str(&q->pipe, "fetch_lost");
+        rq_pipe_str(&q->pipe, reason);
         orphans++;
     }
     free(tmp);
@@ -437,7 +478,7 @@ int rq_reconcile(struct rq *q)
     for (int i = 0; i < q->pipe.nreply && orphans; i++)
         if (q->pipe.reply[i] && q->pipe.reply[i]->type == REDIS_REPLY_INTEGER)
             moved += (int)q->pipe.reply[i]->integer;
-    if (moved)
+    if (moved && !strcmp(reason, "fetch_lost"))
         log_warn("redis: put %d job%s back on their queue after a fetch lost its reply", moved,
                  moved == 1 ? "" : "s");
     q->need_reconcile = false;

@@ -6,6 +6,7 @@
 
 #include "engine/util/log.h"
 #include "queue/badkey.h"
+#include "queue/replicas.h"
 #include "queue/rq.h"
 
 #define CHUNK 1000 /* jobs per script call */
@@ -48,6 +49,7 @@ int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_
             rq_pipe_str(p, items[i].id ? items[i].id : "");
         }
     }
+    int waits = rq_wait_cmd(q, p); /* after every script call, in the same round trip */
     if (rq_pipe_exec(p, &q->cmd, &q->scripts))
         return rq_fail_conn(q, "push");
     int refused = 0;
@@ -64,7 +66,7 @@ int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_
             return -1;
         }
     }
-    for (int c = 0; c + first < p->nreply; c++) {
+    for (int c = 0; c + first + waits < p->nreply; c++) {
         const redisReply *r = p->reply[c + first];
         if (rq_reply_error(r, "push", q->err, sizeof q->err))
             return -1;
@@ -79,6 +81,8 @@ int rq_push(struct rq *q, const char *queue, const char *batch_id, enum rq_push_
             }
         }
     }
+    if (waits && rq_wait_check(q, p->reply[p->nreply - 1], "push"))
+        return -1;
     return refused;
 }
 

@@ -34,6 +34,8 @@ void rq_opts_default(struct rq_opts *o)
     o->max_job_bytes = 4 << 20;
     o->fetch_max_bytes = 8 << 20;
     o->results_maxlen = -1;
+    o->master_name = "mymaster";
+    o->wait_timeout_ms = 1000;
 }
 
 /* 16 hex digits from /dev/urandom (the clock and pid mixed where it cannot be read): a token that
@@ -92,6 +94,22 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
         snprintf(a.password, sizeof a.password, "%s", o->password);
     if (o->db >= 0)
         a.db = o->db;
+    struct rq_sentinels sen;
+    memset(&sen, 0, sizeof sen);
+    if (o->sentinels && *o->sentinels) {
+        if (rq_sentinels_parse(o->sentinels, &sen, msg, sizeof msg)) {
+            snprintf(err, errlen, "redis sentinels: %s", msg);
+            goto fail;
+        }
+        if (!o->master_name || !*o->master_name || strlen(o->master_name) >= sizeof sen.master_name) {
+            snprintf(err, errlen, "redis sentinels: a master name of 1 to %d bytes is needed",
+                     (int)sizeof sen.master_name - 1);
+            goto fail;
+        }
+        snprintf(sen.master_name, sizeof sen.master_name, "%s", o->master_name);
+        snprintf(sen.user, sizeof sen.user, "%s", o->sentinel_username ? o->sentinel_username : "");
+        snprintf(sen.password, sizeof sen.password, "%s", o->sentinel_password ? o->sentinel_password : "");
+    }
 
     if (gethostname(q->host, sizeof q->host) != 0 || !q->host[0])
         snprintf(q->host, sizeof q->host, "localhost");
@@ -136,6 +154,8 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
     q->o.prefix = q->keys.prefix;
     q->o.worker_id = q->worker;
     q->o.default_queue = q->default_queue;
+    /* the sentinel settings live in cmd.sentinel and blk.sentinel */
+    q->o.sentinels = q->o.master_name = q->o.sentinel_username = q->o.sentinel_password = NULL;
     if (q->o.max_attempts < 1)
         q->o.max_attempts = 1;
     if (q->o.max_stalls < 1)
@@ -165,6 +185,7 @@ int rq_open(const struct rq_opts *o, struct rq **out, char *err, size_t errlen)
     rq_conn_init(&q->blk, &a, "blocking", q->o.connect_timeout_ms,
                  q->o.block_timeout_ms + q->cmd.connect_timeout_ms, q->o.reconnect_max_ms);
     q->cmd.quiet = q->blk.quiet = o->quiet;
+    q->cmd.sentinel = q->blk.sentinel = sen;
     snprintf(q->cmd.client_name, sizeof q->cmd.client_name, "llmq:%s", q->worker);
     snprintf(q->blk.client_name, sizeof q->blk.client_name, "llmq:%s:blocking", q->worker);
     rq_pipe_init(&q->pipe);

@@ -32,6 +32,7 @@
 
 struct rq_done;
 #define RQ_BADKEY_MEMORY 64
+#define RQ_SHORT_DONE_MAX 64
 
 struct rq_opts {
     const char *url;      /* redis://[user:password@]host:port[/db], unix:///path.sock[?db=N] or /path.sock */
@@ -57,6 +58,11 @@ struct rq_opts {
     int64_t fetch_max_bytes;  /* job JSON one fetch moves at most (one job always; 0 = no limit) */
     int64_t results_maxlen;   /* < 0: no rows published; else <p>:results and <p>:metrics keep at most
                                  this many entries, 0 = no cap (queue/results.h) */
+    const char *sentinels;    /* "host:port, ..." of Redis Sentinels; NULL or "" = none (use url) */
+    const char *master_name;  /* the master's name at the sentinels */
+    const char *sentinel_username, *sentinel_password; /* AUTH to the sentinels; NULL or "" = none */
+    int wait_replicas;        /* WAIT for this many replicas after push, fetch and ack (replicas.h) */
+    int wait_timeout_ms;      /* WAIT's timeout */
     bool quiet;               /* no log lines from the connections (tests) */
     bool force_id;            /* the first heartbeat takes the id over even from a live instance */
 };
@@ -102,6 +108,17 @@ struct rq {
     int64_t duplicates; /* jobs a fetch recognized as duplicates and did not hand out (fetch.h) */
     uint64_t badkeys[RQ_BADKEY_MEMORY]; /* keys of the wrong type reported (queue/badkey.h) */
     int nbadkeys;
+    bool wait_short;         /* the last WAIT had fewer confirmations than wait_replicas (replicas.h) */
+    bool wait_lost;          /* the last rq_wait failed with the connection */
+    int64_t wait_shortfalls; /* WAITs with fewer confirmations than wait_replicas */
+    int64_t short_log_ms;    /* a fetch held back for want of replicas is logged again from this time */
+    /* Acks whose WAIT fell short and that completed a batch: the ack sent again finds the job final
+     * and the batch done, so it reports batch_done from here (queue/ack.c). */
+    struct {
+        uint64_t hash; /* rq_hash of the job's raw text */
+        long long batch_done;
+    } short_done[RQ_SHORT_DONE_MAX];
+    int nshort_done;
 
     int64_t next_heartbeat_ms, next_reap_ms, next_retry_ms; /* rq_tick schedule (monotonic) */
     int (*done_fn)(void *ctx, const char *id, const char *worker, const char *line, size_t len, int nth,

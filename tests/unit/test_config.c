@@ -642,6 +642,34 @@ static void test_string_rules(void **state)
     cfg_free(&c);
 }
 
+/* redis.sentinels: a YAML list (flow or block) or one string; its entries checked */
+static void test_sentinels_list(void **state)
+{
+    const char *forms[] = {
+        "redis:\n  sentinels: [10.0.0.1:26379, \"[::1]:26380\", host3]\n",
+        "redis:\n  sentinels:\n    - 10.0.0.1:26379\n    - \"[::1]:26380\"\n    - host3\n",
+        "redis:\n  sentinels: \"10.0.0.1:26379, [::1]:26380, host3\"\n",
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        struct cfg c;
+        char err[512] = "", v[256];
+        assert_int_equal(load_text(&c, forms[i], err, sizeof err), 0);
+        value_of(&c, "redis.sentinels", v, sizeof v);
+        assert_string_equal(v, "10.0.0.1:26379, [::1]:26380, host3");
+        cfg_free(&c);
+    }
+    file_error("redis:\n  sentinels: [a:1, {b: 2}]\n",
+               "2: redis.sentinels: expected a list of strings, got a mapping in it");
+    file_error("redis:\n  sentinels: [a:99999]\n",
+               "2: redis.sentinels: \"a:99999\": the port is not a number in [1, 65535]");
+    file_error("redis:\n  sentinels: [\"a,b\"]\n",
+               "2: redis.sentinels: expected a list of strings, got \"a,b\" in it");
+    file_error("redis:\n  prefix: [a]\n", "2: redis.prefix: expected a string, got a sequence");
+    set_error("redis.sentinels", "::1:26379",
+              "--x: \"::1:26379\": put an IPv6 address in brackets: [::1]:26379");
+    set_error("redis.sentinels", "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9", "--x: at most 8 sentinels");
+}
+
 /* the structure of the file */
 static void test_file_errors(void **state)
 {
@@ -1135,6 +1163,8 @@ static void other_value(const struct cfg_key *k, char *buf, size_t len)
             snprintf(buf, len, "long");
         else if (!strcmp(dotted, "model.aliases"))
             snprintf(buf, len, "qwen3-8b,Qwen/Qwen3-8B");
+        else if (!strcmp(dotted, "redis.sentinels"))
+            snprintf(buf, len, "10.0.0.1:26379, [::1]:26380");
         else
             snprintf(buf, len, "%s: say \"hi\" \\ # é\n\ttab\x01 ''", k->name);
     }
@@ -1274,15 +1304,15 @@ static void test_every_env(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),     cmocka_unit_test(test_table),
-        cmocka_unit_test(test_key_api),      cmocka_unit_test(test_example_file),
-        cmocka_unit_test(test_types),        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_type_errors),  cmocka_unit_test(test_every_bound),
-        cmocka_unit_test(test_string_rules), cmocka_unit_test(test_file_errors),
-        cmocka_unit_test(test_precedence),   cmocka_unit_test(test_env_errors),
-        cmocka_unit_test(test_cfg_set),      cmocka_unit_test(test_cross_rules),
-        cmocka_unit_test(test_redis_url),    cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_every_env),
+        cmocka_unit_test(test_defaults),       cmocka_unit_test(test_table),
+        cmocka_unit_test(test_key_api),        cmocka_unit_test(test_example_file),
+        cmocka_unit_test(test_types),          cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_type_errors),    cmocka_unit_test(test_every_bound),
+        cmocka_unit_test(test_string_rules),   cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_sentinels_list), cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_env_errors),     cmocka_unit_test(test_cfg_set),
+        cmocka_unit_test(test_cross_rules),    cmocka_unit_test(test_redis_url),
+        cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_every_env),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -13,9 +13,11 @@
 #include <cmocka.h>
 
 #include "queue/ack.h"
+#include "queue/batch.h"
 #include "queue/fetch.h"
 #include "queue/progress.h"
 #include "queue/push.h"
+#include "queue/replicas.h"
 #include "queue/rq.h"
 #include "rq_test.h"
 
@@ -276,6 +278,83 @@ static void test_noscript_fallback(void **state)
     rq_free(q);
 }
 
+/* redis.wait_replicas against a server without replicas, then with one (a second redis-server,
+ * REPLICAOF): a push fails and says why; a fetch takes nothing while no replica is connected (ROLE),
+ * and hands back what it fetched when WAIT falls short; an ack fails, keeps the job held and then
+ * fails at once (ROLE) without waiting; with the replica connected the held ack goes through and
+ * push and fetch succeed. */
+static void test_wait_replicas(void **state)
+{
+    struct rq_opts o = rq_test_opts(srv.url, "w1");
+    o.wait_replicas = 1;
+    o.wait_timeout_ms = 100;
+    struct rq *q = rq_test_open(&o);
+    q->o.wait_replicas = 0; /* the batch opened without WAIT: the push below WAITs for both */
+    assert_int_equal(rq_batch_open(q, "bt", NULL, false), 0);
+    q->o.wait_replicas = 1;
+    struct rq_push_item it = {"{\"id\":\"a\",\"prompt\":\"x\"}", 23, "a", NULL};
+    assert_int_equal(rq_push(q, "short", "bt", RQ_PUSH_NEW, &it, 1), -1);
+    assert_non_null(strstr(rq_error(q), "push: 0 of 1 replica confirmed within 100 ms"));
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1); /* on the master all the same */
+
+    struct rq_source src = {"short", 1};
+    struct rq_job j;
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 0); /* ROLE: no replica */
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1);
+    q->wait_short = false; /* as if a replica had confirmed the last write: the fetch runs, then WAITs */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 0);
+    assert_int_equal(ival("LLEN llmq:queue:short"), 1); /* handed back */
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 0);
+    assert_string_equal(sval("HGET llmq:job:a status"), "queued");
+    assert_int_equal(q->wait_shortfalls, 2);
+
+    q->o.wait_replicas = 0; /* a fetch without WAIT, to hold the job; the batch sealed */
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_true(rq_batch_seal(q, "bt") >= 0);
+    q->o.wait_replicas = 1;
+    q->wait_short = false;
+    struct rq_result res = {
+        .job = &j, .status = RQ_STATUS_COMPLETED, .prompt_tokens = -1, .completion_tokens = -1};
+    assert_int_equal(rq_ack(q, &res, 1), -1);
+    assert_non_null(strstr(rq_error(q), "ack: 0 of 1 replica confirmed within 100 ms"));
+    assert_int_equal(ival("LLEN llmq:processing:w1"), 0); /* done on the master */
+    assert_int_equal(rq_held_count(q), 1);                /* but held until a replica has it */
+    assert_true(rq_wait_short(q));
+    assert_int_equal(rq_ack(q, &res, 1), -1); /* at once: ROLE shows no replica */
+    assert_non_null(strstr(rq_error(q), "ack: 0 replicas connected, redis.wait_replicas asks for 1"));
+    assert_int_equal(rq_held_count(q), 1);
+
+    struct redis_server rep;
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv.port);
+    const char *extra[] = {"--replicaof", "127.0.0.1", port, NULL};
+    assert_int_equal(redis_server_start(&rep, extra), 0);
+    int64_t t0 = rq_mono_ms();
+    int removed = -1;
+    while (removed < 0 && rq_mono_ms() - t0 < 20000) { /* until the replica has synced */
+        removed = rq_ack(q, &res, 1);
+        if (removed < 0)
+            redis_server_sleep_ms(20);
+    }
+    assert_int_equal(removed, 0); /* its first run took it out of the list already */
+    assert_int_equal(res.batch_done, 1); /* and completed the batch: reported now */
+    assert_string_equal(sval("HGET llmq:batch:bt state"), "completed");
+    assert_int_equal(rq_held_count(q), 0);
+    assert_false(rq_wait_short(q));
+    assert_string_equal(sval("HGET llmq:job:a status"), "completed");
+    rq_job_free(&j);
+    it.id = "b";
+    it.raw = "{\"id\":\"b\",\"prompt\":\"x\"}";
+    assert_int_equal(rq_push(q, "short", NULL, RQ_PUSH_NEW, &it, 1), 0);
+    rq_push_item_clear(&it, 1);
+    assert_int_equal(rq_fetch(q, &src, 1, RQ_ORDER_PRIORITY, 1, 0, &j), 1);
+    assert_string_equal(j.id, "b");
+    assert_int_equal(q->wait_shortfalls, 3);
+    rq_job_free(&j);
+    rq_free(q);
+    redis_server_cleanup(&rep);
+}
+
 static void test_client_names(void **state)
 {
     struct rq *q = open_url(srv.url, NULL, NULL, -1);
@@ -296,6 +375,7 @@ int main(void)
         cmocka_unit_test_setup(test_reconnect_after_restart, setup),
         cmocka_unit_test_setup(test_noscript_fallback, setup),
         cmocka_unit_test_setup(test_client_names, setup),
+        cmocka_unit_test_setup(test_wait_replicas, setup),
     };
     return cmocka_run_group_tests(tests, rq_test_group_setup, rq_test_group_teardown);
 }

@@ -74,7 +74,8 @@ int cli_redis_config(const char *cmd, const char *config, const char *redis_url,
         fprintf(stderr, "llmq %s: %s\n", cmd, err);
         return 1;
     }
-    if (redis_url && cfg_set(c, "redis.url", redis_url, "--redis", err, sizeof err)) {
+    if (redis_url && (cfg_set(c, "redis.url", redis_url, "--redis", err, sizeof err) ||
+                      cfg_set(c, "redis.sentinels", "", "--redis", err, sizeof err))) { /* that server */
         fprintf(stderr, "llmq %s: %s\n", cmd, err);
         return 2;
     }

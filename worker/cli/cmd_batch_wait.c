@@ -166,6 +166,7 @@ int cmd_batch_wait(int argc, char **argv)
     struct rq_conn sub;
     rq_conn_init(&sub, &q->cmd.addr, "subscribe", q->o.connect_timeout_ms, 0, q->o.reconnect_max_ms);
     sub.quiet = true;
+    sub.sentinel = q->cmd.sentinel;
     bool subscribed = subscribe(&sub, q->keys.batch_done) == 0;
     bool first = true, warned = false;
     int64_t next_check = 0; /* read the hash now */

@@ -122,6 +122,7 @@ struct enq {
     size_t nmodels, models_cap;
     long bad, reported;
     struct progress *bar;
+    bool push_failed; /* a push failed: some of its jobs may be queued all the same */
 };
 
 static size_t prompt_bytes(const struct job *j)
@@ -332,6 +333,7 @@ static long push_lane(struct enq *e, int lane, const char *model, const char *qu
         int refused = m ? rq_push(e->q, queue, e->batch, mode, items, m) : 0;
         if (refused < 0) {
             fprintf(stderr, "llmq %s: pushing onto queue %s failed: %s\n", CMD, queue, rq_error(e->q));
+            e->push_failed = true;
             pushed = -1;
             break;
         }
@@ -768,6 +770,11 @@ int cmd_enqueue(int argc, char **argv)
             printf("%s\n", e.lines[i].key);
         if (ea.dry_run)
             ; /* dry_run_summary said it */
+        else if (total == 0 && e.push_failed)
+            fprintf(stderr,
+                    "llmq %s: %ld job%s read; the push failed (above): some may be on the queue all the same "
+                    "(llmq status)\n",
+                    CMD, jobs, jobs == 1 ? "" : "s");
         else if (total == 0)
             fprintf(stderr, "llmq %s: %ld job%s read, %ld with problems: nothing pushed\n", CMD, jobs,
                     jobs == 1 ? "" : "s", e.bad);

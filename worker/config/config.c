@@ -17,6 +17,7 @@
 #include "engine/util/log.h"
 #include "queue/keys.h"
 #include "queue/redis_url.h"
+#include "queue/sentinel.h"
 #include "worker/jobs/template.h"
 
 /* ---- per-key checks beyond type and bounds */
@@ -129,6 +130,13 @@ static int check_aliases(const void *v, char *msg, size_t len)
     return 0;
 }
 
+/* redis.sentinels: host:port entries (queue/sentinel.h) */
+static int check_sentinels(const void *v, char *msg, size_t len)
+{
+    struct rq_sentinels s;
+    return rq_sentinels_parse(*(char *const *)v, &s, msg, len);
+}
+
 /* templates.<name>: the template's syntax (braces balanced, placeholders are names) */
 static int check_template(const void *v, char *msg, size_t len)
 {
@@ -192,6 +200,20 @@ static const struct cfg_key keys[] = {
         "approximate length cap of a streaming job's text stream (llmq:stream:<id>)"),
     INT("redis", "stream_interval_ms", redis.stream_interval_ms, "100", 0, 60000,
         "new text of streaming jobs goes to Redis at most this often (one round trip for all)"),
+    STR("redis", "sentinels", redis.sentinels, "", CFG_F_LIST, check_sentinels,
+        "Redis Sentinels to ask for the master (host:port list); \"\" = none: redis.url is the server"),
+    STR("redis", "master_name", redis.master_name, "mymaster", CFG_F_NONEMPTY, NULL,
+        "the name the sentinels monitor the master under (redis.sentinels)"),
+    STR("redis", "sentinel_username", redis.sentinel_username, "", 0, NULL,
+        "ACL user name for the sentinels; \"\" = none"),
+    STR("redis", "sentinel_password", redis.sentinel_password, "", CFG_F_SECRET, NULL,
+        "password of the sentinels; \"\" = none"),
+    INT("redis", "wait_replicas", redis.wait_replicas, "0", 0, 64,
+        "WAIT for this many replicas after enqueue, fetch and ack, so a failover cannot take them back "
+        "(docs/FLEET.md); 0 = no WAIT"),
+    INT("redis", "wait_timeout_ms", redis.wait_timeout_ms, "1000", 1, 600000,
+        "WAIT's timeout: fewer confirmations by then fail the enqueue, hand the fetched jobs back and "
+        "hold the ack"),
 
     INT("queues", "long_threshold_tokens", queues.long_threshold_tokens, "4096", 1, MAX_LEN,
         "a short-queue job whose prompt has more tokens moves to the long queue"),
@@ -1058,6 +1080,45 @@ static int read_template(struct yreader *r, const struct cfg_key *k, const yaml_
     return 0;
 }
 
+/* After a SEQUENCE_START: its scalars up to SEQUENCE_END joined with ", " into *out (malloc). 0, or
+ * -1 (yfail). */
+static int read_list(struct yreader *r, const char *dotted, char **out)
+{
+    size_t n = 0;
+    char *s = calloc(1, 1), q[96];
+    for (;;) {
+        yaml_event_t ev;
+        if (!s || next(r, &ev)) {
+            free(s);
+            return s ? -1 : yfail(r, 0, "out of memory");
+        }
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            *out = s;
+            return 0;
+        }
+        if (ev.type != YAML_SCALAR_EVENT || memchr(scalar(&ev), 0, ev.data.scalar.length) ||
+            strchr(scalar(&ev), ',')) {
+            int rc = yfail(r, line_of(&ev), "%s: expected a list of strings, got %s in it", dotted,
+                           kind(&ev, q, sizeof q));
+            yaml_event_delete(&ev);
+            free(s);
+            return rc;
+        }
+        size_t k = ev.data.scalar.length;
+        char *t = realloc(s, n + k + 3);
+        if (t) {
+            s = t;
+            n += (size_t)sprintf(s + n, "%s%s", n ? ", " : "", scalar(&ev));
+        }
+        yaml_event_delete(&ev);
+        if (!t) {
+            free(s);
+            return yfail(r, 0, "out of memory");
+        }
+    }
+}
+
 static int read_key(struct yreader *r, const char *sec, const yaml_event_t *key, const yaml_event_t *val)
 {
     const char *name = scalar(key);
@@ -1072,12 +1133,19 @@ static int read_key(struct yreader *r, const char *sec, const yaml_event_t *key,
     size_t i = (size_t)(k - keys);
     if (r->key_line[i])
         return yfail(r, line, "%s: duplicate key (first on line %d)", dotted, r->key_line[i]);
-    if (val->type != YAML_SCALAR_EVENT)
+    char *joined = NULL;
+    if (val->type == YAML_SEQUENCE_START_EVENT && (k->flags & CFG_F_LIST)) {
+        if (read_list(r, dotted, &joined))
+            return -1;
+    } else if (val->type != YAML_SCALAR_EVENT) {
         return yfail(r, line, "%s: %s, got %s", dotted, expected(k, e, sizeof e), kind(val, q, sizeof q));
-    if (memchr(scalar(val), 0, val->data.scalar.length))
+    } else if (memchr(scalar(val), 0, val->data.scalar.length)) {
         return yfail(r, line, "%s: contains a NUL byte", dotted);
+    }
     union cfg_val v;
-    if (parse_value(k, scalar(val), is_null(val), &v, msg, sizeof msg))
+    int prc = parse_value(k, joined ? joined : scalar(val), !joined && is_null(val), &v, msg, sizeof msg);
+    free(joined);
+    if (prc)
         return yfail(r, line, "%s: %s", dotted, msg);
     store(r->c, k, v);
     r->key_line[i] = line;

@@ -64,6 +64,12 @@ struct cfg_redis {
     int64_t result_max_bytes; /* longest result line kept in a job hash; longer: a marker (0: always) */
     int stream_maxlen;        /* XADD llmq:stream:<id> MAXLEN ~ this */
     int stream_interval_ms;   /* streaming jobs' new text goes out at most this often */
+    char *sentinels;          /* "host:port, ..." of Redis Sentinels; "" = none (redis.url is the server) */
+    char *master_name;        /* the master's name at the sentinels */
+    char *sentinel_username;  /* AUTH to the sentinels; "" = none */
+    char *sentinel_password;  /* "" = no AUTH to the sentinels */
+    int wait_replicas;        /* WAIT for this many replicas after enqueue, fetch and ack; 0 = no WAIT */
+    int wait_timeout_ms;      /* WAIT's timeout */
 };
 
 struct cfg_queues {
@@ -215,6 +221,7 @@ enum {
     CFG_F_NONEMPTY = 2, /* a string that must not be empty */
     CFG_F_SECRET = 4,   /* hidden by `llmq config` unless --show-secrets */
     CFG_F_MIN_OPEN = 8, /* min is excluded: (min, max] */
+    CFG_F_LIST = 16,    /* a string that a YAML file may also give as a sequence (joined with ", ") */
 };
 
 struct cfg_key {

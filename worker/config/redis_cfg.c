@@ -47,4 +47,10 @@ void cfg_rq_opts(struct rq_opts *o, const struct cfg *c)
     o->max_job_bytes = c->queues.max_job_bytes;
     o->fetch_max_bytes = c->queues.fetch_max_bytes;
     o->results_maxlen = c->results_stream.enabled ? c->results_stream.max_len : -1;
+    o->sentinels = c->redis.sentinels;
+    o->master_name = c->redis.master_name;
+    o->sentinel_username = c->redis.sentinel_username;
+    o->sentinel_password = c->redis.sentinel_password;
+    o->wait_replicas = c->redis.wait_replicas;
+    o->wait_timeout_ms = c->redis.wait_timeout_ms;
 }

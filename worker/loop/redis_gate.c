@@ -93,6 +93,7 @@ int wk_gate_start(struct wk_gate *g, const struct rq_conn *like, const char *cli
     rq_conn_init(&p->conn, &like->addr, "probe", like->connect_timeout_ms, like->cmd_timeout_ms,
                  like->reconnect_max_ms);
     p->conn.quiet = true; /* the worker logs the outage once for all its connections */
+    p->conn.sentinel = like->sentinel; /* with Sentinel, the probe asks where the master is now */
     snprintf(p->conn.client_name, sizeof p->conn.client_name, "%s", client_name);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);

@@ -33,6 +33,7 @@
 #include "queue/progress.h"
 #include "queue/reaper.h"
 #include "queue/redis_url.h"
+#include "queue/replicas.h"
 #include "queue/requeue.h"
 #include "queue/results.h"
 #include "queue/retry.h"
@@ -110,6 +111,8 @@ struct wk_redis {
     double next_log;      /* a failing step is logged again from this time */
     struct wk_gate gate;  /* Redis steps skipped while it does not answer; the heartbeat's lease */
     bool unleased;        /* rows are held back: the lease ran out (logged once) */
+    double short_since;   /* acks wait for replicas (redis.wait_replicas) since; 0 = they do not */
+    double short_next_log;
 };
 
 /* One iteration's arrays, each with room for cap entries, grown as needed (grow_scratch). */
@@ -803,6 +806,20 @@ static void free_rows(char **rows, int n)
     free(rows);
 }
 
+/* An ack was held for want of replicas (queue/replicas.h): logged at most every TROUBLE_LOG_S; the
+ * jobs stay held (rows written) and the ack is sent again at the next round. */
+static void replicas_short(struct wk *w)
+{
+    double now = llmq_mono_s();
+    if (w->redis.short_since == 0)
+        w->redis.short_since = now;
+    if (now >= w->redis.short_next_log) {
+        log_warn("redis: %s; the acks wait (%d jobs held, their rows written) and are sent again",
+                 rq_error(w->rq), held_count(w));
+        w->redis.short_next_log = now + TROUBLE_LOG_S;
+    }
+}
+
 static void redis_committed(struct wk *w)
 {
     int n = jobs_of(w, WK_COMMITTED, WK_AFTER_ACK);
@@ -838,15 +855,24 @@ static void redis_committed(struct wk *w)
                 .row = rows ? rows[i] : NULL,
             };
         }
-        /* redis.wait_replicas: a WAIT for the ack (and its published rows) belongs after this call */
         int removed = rq_ack(w->rq, w->scratch.results, n);
         free_rows(rows, n);
+        if (removed < 0 && w->rq->cmd.ctx && rq_wait_short(w->rq)) {
+            replicas_short(w);
+            return;
+        }
         if (removed < 0) {
             redis_trouble(w, "ack");
             return;
         }
         redis_ok(w);
-        if (removed < n)
+        bool again = w->redis.short_since > 0; /* sent before: its first run took them out of the list */
+        if (again) {
+            log_info("redis: replicas confirm again after %.1f s; the held acks went through",
+                     llmq_mono_s() - w->redis.short_since);
+            w->redis.short_since = w->redis.short_next_log = 0;
+        }
+        if (removed < n && !again)
             log_info("redis: %d of %d acknowledged jobs were no longer in %s (reaped while this worker was "
                      "unreachable, or lost in a Redis restart); their rows are written",
                      n - removed, n, w->rq->proc_key);
@@ -1328,6 +1354,7 @@ static void publish(struct wk *w, double now)
     struct engine_stats st;
     engine_get_stats(w->eng, &st);
     struct wk_snapshot *s = &w->stats.snapshot;
+    wk_metrics_wait_shortfalls(&w->stats.metrics, w->rq->wait_shortfalls);
     wk_metrics_snapshot(&w->stats.metrics, &st, s);
     s->ready = 1;
     s->stopping = w->stopping;

@@ -169,6 +169,11 @@ void wk_metrics_routed(struct wk_metrics *m, int64_t n)
     m->tot.routed += n;
 }
 
+void wk_metrics_wait_shortfalls(struct wk_metrics *m, int64_t n)
+{
+    m->tot.wait_shortfalls = n;
+}
+
 void wk_metrics_redis(struct wk_metrics *m, int ok, const int64_t *depth, int64_t retry, int64_t dead)
 {
     for (int i = 0; i < WK_METRICS_QUEUES; i++)
@@ -289,6 +294,9 @@ int wk_metrics_format(const struct wk_snapshot *s, struct prom *p)
     one(p, "llmq_jobs_routed_total", PROM_COUNTER,
         "Jobs this worker moved from the short to the long queue (prompt over the threshold).",
         (double)t->routed);
+    one(p, "llmq_redis_wait_shortfalls_total", PROM_COUNTER,
+        "WAITs after an enqueue, fetch or ack that fewer replicas than redis.wait_replicas confirmed.",
+        (double)t->wait_shortfalls);
 
     family(p, "llmq_time_to_first_token_seconds", PROM_HISTOGRAM,
            "Time to first token: fetched from Redis to the first generated token.");

@@ -35,6 +35,7 @@ struct wk_totals {
     int64_t completed, failed, cancelled; /* jobs finished for good, by status */
     int64_t stop, length;                 /* completed jobs by finish_reason */
     int64_t dead, retried, routed;        /* dead-lettered, failed and retried, moved to the long queue */
+    int64_t wait_shortfalls; /* WAITs with fewer replicas than redis.wait_replicas (queue/replicas.h) */
     struct hist ttft, itl, e2e, queue;    /* seconds */
     /* Redis, read every interval (wk_metrics_redis); -1 = unknown (never read, or the last read
      * failed) */
@@ -74,6 +75,8 @@ void wk_metrics_finish(struct wk_metrics *m, const struct wk_finished *f);
 /* A job dead-lettered / moved to the long queue by this worker. */
 void wk_metrics_dead(struct wk_metrics *m);
 void wk_metrics_routed(struct wk_metrics *m, int64_t n);
+/* The queue handle's count of WAITs that fell short (rq->wait_shortfalls), as it is now. */
+void wk_metrics_wait_shortfalls(struct wk_metrics *m, int64_t n);
 /* The Redis figures of the interval: depth[i] of queue wk_lane_queue(i), the retry set and the
  * dead list, or ok = 0 when they could not be read (all unknown). */
 void wk_metrics_redis(struct wk_metrics *m, int ok, const int64_t *depth, int64_t retry, int64_t dead);
