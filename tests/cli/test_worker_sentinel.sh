@@ -14,7 +14,7 @@ sentinel_setup
 eq "the sentinels name the master" "$(master_port)" "$PM"
 
 make_model
-sentinel_config "  wait_replicas: 1" "  wait_timeout_ms: 300"
+sentinel_config "  wait_replicas: 1" "  wait_timeout_ms: 2000"
 eq "config keys" "$("$LLMQ" config -c "$CFG" --get redis.sentinels)" \
   "127.0.0.1:${SENT[0]}, 127.0.0.1:${SENT[1]}, 127.0.0.1:${SENT[2]}"
 
