@@ -4,8 +4,8 @@ shapes and the same named workloads, one JSON line per run.
 
 Every request gets a random prompt of exactly input_len token ids and generates exactly output_len
 tokens (greedy, EOS ignored through min_new_tokens), as in `llmq bench`. The model is
-`--random-weights SHAPE` (the shapes of engine/random_model.c: Qwen3 dense, random weights of the
-same spread, made on the GPU) or `--model DIR` (a Hugging Face checkpoint). The JSON fields are named
+`--random-weights SHAPE` (the shapes of engine/random_model.c: Qwen3 dense and Qwen3-MoE, random
+weights of the same spread, made on the GPU) or `--model DIR` (a Hugging Face checkpoint). The JSON fields are named
 as in `llmq bench`'s line where they mean the same (engine, model, workload, requests, input_len,
 output_len, seconds, requests_per_s, output_tokens_per_s, total_tokens_per_s, weight_dtype,
 kv_cache_dtype, gpu, failed), so the two lines join on `workload`. docs/PERFORMANCE.md lists the
@@ -30,7 +30,9 @@ WORKLOADS = {
     "single": (1, 128, 512),
 }
 
-# The shapes of `llmq bench --random-weights` (engine/random_model.c), as Qwen3Config fields.
+# The shapes of `llmq bench --random-weights` (engine/random_model.c), as Qwen3Config fields, or
+# Qwen3MoeConfig fields where num_experts is given (every layer a mixture of experts with normalized top-k;
+# intermediate_size is config.json's, unused without a dense layer).
 SHAPES = {
     "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
                       num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
@@ -38,6 +40,10 @@ SHAPES = {
                      num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                        num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "qwen3-30b-a3b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, tie_word_embeddings=False, num_experts=128,
+                          num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                          decoder_sparse_step=1, mlp_only_layers=[]),
 }
 # What every shape shares (engine/random_model.c): no q/k/v bias, q/k norms (always in Qwen3).
 COMMON = dict(vocab_size=151936, max_position_embeddings=131072, rope_theta=1e6, rms_norm_eps=1e-6,
@@ -48,13 +54,29 @@ MODES = ("static", "compiled", "cb")
 DTYPES = ("bf16", "fp16")
 
 
+def is_moe(shape):
+    """Whether a named shape is a Qwen3-MoE one."""
+    return "num_experts" in SHAPES[shape]
+
+
+def moe_layers(s):
+    """How many layers of shape fields s are a mixture of experts (transformers' Qwen3MoeDecoderLayer rule)."""
+    if not s.get("num_experts"):
+        return 0
+    return sum(1 for l in range(s["num_hidden_layers"])
+               if l not in s["mlp_only_layers"] and (l + 1) % s["decoder_sparse_step"] == 0)
+
+
 def shape_params(shape):
-    """Parameters of a named shape, embedding and untied lm_head included (random_model_params's count)."""
+    """Parameters of a named shape, embedding, untied lm_head and MoE routers included (random_model_params's
+    count)."""
     s = dict(COMMON, **SHAPES[shape])
     C, F, D, V = s["hidden_size"], s["intermediate_size"], s["head_dim"], s["vocab_size"]
-    HD, KVD = s["num_attention_heads"] * D, s["num_key_value_heads"] * D
-    layer = 2 * C + (HD + 2 * KVD) * C + 2 * D + C * HD + 3 * F * C  # two norms, q/k/v, q/k norms, o, MLP
-    return V * C * (1 if s["tie_word_embeddings"] else 2) + C + s["num_hidden_layers"] * layer
+    HD, KVD, L = s["num_attention_heads"] * D, s["num_key_value_heads"] * D, s["num_hidden_layers"]
+    layer = 2 * C + (HD + 2 * KVD) * C + 2 * D + C * HD  # two norms, q/k/v, q/k norms, o
+    n_moe = moe_layers(s)
+    moe = s.get("num_experts", 0) * (C + 3 * s.get("moe_intermediate_size", 0) * C)  # router row, expert MLP
+    return V * C * (1 if s["tie_word_embeddings"] else 2) + C + L * layer + (L - n_moe) * 3 * F * C + n_moe * moe
 
 
 def describe():
@@ -100,7 +122,8 @@ little with the count). Exit status: 0 every request generated its length, 1 a r
 line is wrong.""")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("-r", "--random-weights", metavar="SHAPE", choices=sorted(SHAPES),
-                     help="random weights of a named shape: " + " | ".join(SHAPES) + " (no files)")
+                     help="random weights of a named shape: " + " | ".join(SHAPES) + " (no files; "
+                     + ", ".join(s for s in SHAPES if is_moe(s)) + " is Qwen3-MoE)")
     src.add_argument("-m", "--model", metavar="DIR", help="a Hugging Face checkpoint folder instead")
     ap.add_argument("-w", "--workload", metavar="W[,W...]",
                     help="one or more of " + ", ".join(WORKLOADS) + " (comma-separated; one JSON line each)")
@@ -159,18 +182,21 @@ def torch_dtype(torch, name):
 
 
 def qwen3_config(transformers, shape, attn):
-    """A Qwen3Config of a named shape, checked field by field after construction (the RoPE base moved
-    from rope_theta to rope_parameters in transformers 5, and a silently dropped field would change
-    the model)."""
+    """A Qwen3Config (a Qwen3MoeConfig for a MoE shape, router logits not returned) of a named shape,
+    checked field by field after construction (the RoPE base moved from rope_theta to rope_parameters in
+    transformers 5, Qwen3MoeConfig has no head_dim field but keeps it as an attribute, and a silently
+    dropped field would change the model)."""
     import inspect
-    Qwen3Config = transformers.Qwen3Config
+    Config = transformers.Qwen3MoeConfig if is_moe(shape) else transformers.Qwen3Config
     kw = dict(COMMON, **SHAPES[shape])
+    if is_moe(shape):
+        kw["output_router_logits"] = False
     theta = kw.pop("rope_theta")
-    if "rope_parameters" in inspect.signature(Qwen3Config).parameters:
+    if "rope_parameters" in inspect.signature(Config).parameters:
         kw["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
     else:
         kw["rope_theta"] = theta
-    cfg = Qwen3Config(**kw)
+    cfg = Config(**kw)
     cfg._attn_implementation = attn
     rope = getattr(cfg, "rope_parameters", None)
     got = dict((k, getattr(cfg, k)) for k in kw if k not in ("rope_parameters", "rope_theta"))
@@ -179,21 +205,22 @@ def qwen3_config(transformers, shape, attn):
     want.pop("rope_parameters", None)
     want.pop("rope_theta", None)
     if got != want or float(got_theta) != theta:
-        raise RuntimeError(f"Qwen3Config did not keep the shape: got {got}, rope_theta {got_theta}; "
+        raise RuntimeError(f"{Config.__name__} did not keep the shape: got {got}, rope_theta {got_theta}; "
                            f"want {want}, rope_theta {theta}")
     return cfg
 
 
 def random_model(torch, transformers, shape, dtype, attn, device, seed):
-    """A Qwen3ForCausalLM of a named shape, made on the GPU in dtype, with llmq's weight rule: norm
-    weights 1, every other weight uniform with standard deviation WEIGHT_STD. Checks that its parameter
-    count is the shape's (shape_params), so the peer computes what llmq computes."""
+    """A Qwen3ForCausalLM (Qwen3MoeForCausalLM for a MoE shape) of a named shape, made on the GPU in dtype,
+    with llmq's weight rule: norm weights 1, every other weight (MoE routers and experts included) uniform
+    with standard deviation WEIGHT_STD. Checks that its parameter count is the shape's (shape_params), so
+    the peer computes what llmq computes."""
     cfg = qwen3_config(transformers, shape, attn)
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = transformers.Qwen3ForCausalLM(cfg)
+            model = (transformers.Qwen3MoeForCausalLM if is_moe(shape) else transformers.Qwen3ForCausalLM)(cfg)
     finally:
         torch.set_default_dtype(prev)
     amp = WEIGHT_STD * math.sqrt(3.0)

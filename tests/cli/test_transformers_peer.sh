@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # contrib/bench/transformers_peer.py (the transformers peer of `llmq bench`) without a GPU or torch:
 # --help answers and lists the workloads and modes, a wrong command line exits 2, and the script's
-# workloads, model shapes and weight/prompt rules are llmq's. Those are read from the sources that
-# define them (engine/bench.c, engine/random_model.c and .h, worker/cli/cmd_bench.c), from `llmq bench
-# --help`, and from llmq itself: the CPU backend refuses the large shapes naming their parameter
-# count, which the peer's shape must give to 0.1 B. So a shape or workload changed on one side only
+# workloads, model shapes (dense and Qwen3-MoE) and weight/prompt rules are llmq's. Those are read from
+# the sources that define them (engine/bench.c, engine/random_model.c and .h, worker/cli/cmd_bench.c),
+# from `llmq bench --help`, and from llmq itself: the CPU backend refuses the large shapes naming their
+# parameter count, which the peer's shape must give to 0.1 B. So a shape or workload changed on one side only
 # fails here. contrib/bench/ceilings.py's --help is checked too (a GPU run is not possible here).
 . "$(dirname "$0")/cli_lib.sh"
 peer=$LLMQ_SOURCE_DIR/contrib/bench/transformers_peer.py
 
 check "--help" 0 python3 "$peer" --help
-for w in chat decode summarize longdoc single static compiled cb --random-weights --model --num-prompts --dtype; do
+for w in chat decode summarize longdoc single static compiled cb --random-weights --model --num-prompts --dtype \
+  qwen3-14b qwen3-8b qwen3-0.6b qwen3-30b-a3b; do
   grep -q -- "$w" <<<"$out" || bad "--help does not mention $w"
 done
 check "no workload" 2 python3 "$peer" --random-weights qwen3-14b
@@ -26,7 +27,7 @@ check "ceilings.py --help" 0 python3 "$LLMQ_SOURCE_DIR/contrib/bench/ceilings.py
 check "--describe" 0 python3 "$peer" --describe
 echo "$out" >"$tmp/peer.json"
 "$LLMQ_BIN" bench --help >"$tmp/bench_help.txt" 2>&1 || bad "llmq bench --help failed"
-for s in qwen3-14b qwen3-8b; do # the CPU backend's refusal names the shape's parameters
+for s in qwen3-14b qwen3-8b qwen3-30b-a3b; do # the CPU backend's refusal names the shape's parameters
   "$LLMQ_BIN" bench --random-weights "$s" --workload single --backend cpu >/dev/null 2>"$tmp/refusal_$s.txt"
   [ $? -eq 1 ] || bad "llmq bench --random-weights $s on the CPU did not refuse: $(cat "$tmp/refusal_$s.txt")"
 done
@@ -57,19 +58,31 @@ listed = found("workloads in llmq bench --help", re.findall(r"(\w+) \((\d+) x (\
 same("workloads (llmq bench --help)", peer["workloads"],
      {w: dict(requests=int(n), input_len=int(i), output_len=int(o)) for w, n, i, o in listed})
 
-# shapes: engine/random_model.c's table and the constants every shape shares
+# shapes: engine/random_model.c's tables (dense, then MoE) and the constants every shape shares
 rm = read("engine/random_model.c")
+def const(pattern, what):
+    m = re.search(pattern, rm)
+    found(what, m)
+    return m.group(1) if m else None
 rows = found("SHAPES in engine/random_model.c", re.findall(
     r'\{"(qwen3-[\w.]+)",\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false)\}', rm))
 keys = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
         "head_dim"]
 llmq_s = {r[0]: dict(zip(keys, map(int, r[1:7])), tie_word_embeddings=r[7] == "true") for r in rows}
+m = re.search(r"MOE_SHAPES\[\] = \{(.*?)\n\};", rm, re.S)
+moe_rows = found("MOE_SHAPES in engine/random_model.c", re.findall(
+    r'\{"(qwen3-[\w.-]+)",' + r",".join([r"\s*(\d+)"] * 9) + r"\}", m.group(1) if m else ""))
+# what random_model_config sets for every MoE shape: untied, normalized top-k, every layer MoE (no mlp_only)
+moe_tie = const(r"MOE_SHAPES\[i\]\.head_dim, (true|false)\);", "the MoE shapes' tie_embeddings")
+moe_norm = const(r"cfg->norm_topk_prob = (true|false);", "cfg->norm_topk_prob")
+moe_step = const(r"cfg->decoder_sparse_step = (\d+);", "cfg->decoder_sparse_step")
+for r in moe_rows:
+    llmq_s[r[0]] = dict(zip(keys, map(int, r[1:7])), tie_word_embeddings=moe_tie == "true",
+                        num_experts=int(r[7]), num_experts_per_tok=int(r[8]), moe_intermediate_size=int(r[9]),
+                        norm_topk_prob=moe_norm == "true", decoder_sparse_step=int(moe_step or 0),
+                        mlp_only_layers=[])
 same("shapes (engine/random_model.c)", {s: {k: v for k, v in d.items() if k != "params"}
                                        for s, d in peer["shapes"].items()}, llmq_s)
-def const(pattern, what):
-    m = re.search(pattern, rm)
-    found(what, m)
-    return m.group(1) if m else None
 c = peer["common"]
 same("vocab", str(c["vocab_size"]), const(r"cfg->vocab = (\d+);", "cfg->vocab"))
 same("max_position", str(c["max_position_embeddings"]), const(r"cfg->max_position = (\d+);", "cfg->max_position"))
@@ -86,7 +99,7 @@ m = re.search(r"#define PROMPT_ID_RANGE (\d+)", read("worker/cli/cmd_bench.c"))
 same("prompt id range (worker/cli/cmd_bench.c)", peer["prompt_id_range"], int(found("PROMPT_ID_RANGE", m).group(1)) if m else None)
 
 # llmq's own parameter count of the large shapes, from its refusal on the CPU
-for s in ("qwen3-14b", "qwen3-8b"):
+for s in ("qwen3-14b", "qwen3-8b", "qwen3-30b-a3b"):
     m = re.search(r"\(([\d.]+) B parameters\)", open(f"{tmp}/refusal_{s}.txt").read())
     if found(f"the parameter count in llmq's refusal of {s}", m):
         same(f"{s} parameters (to 0.1 B)", f"{peer['shapes'][s]['params'] / 1e9:.1f}", m.group(1))
