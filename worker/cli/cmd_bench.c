@@ -476,8 +476,9 @@ struct bench_opt {
 /* In the order --help lists them. */
 static const struct bench_opt opts[] = {
     {"--random-weights", 'r', "SHAPE", OPT_STR, .field = ARG(shape),
-     .help = "qwen3-14b | qwen3-8b | qwen3-0.6b, random bf16 weights, no files\n"
-             "(the CPU backend takes only qwen3-0.6b)"},
+     .help = "qwen3-14b | qwen3-8b | qwen3-0.6b | qwen3-30b-a3b (Qwen3-MoE),\n"
+             "random bf16 weights, no files (the CPU backend takes only\n"
+             "qwen3-0.6b)"},
     {"--workload", 0, "W", OPT_STR, .field = ARG(workload),
      .help = "chat (1000 x 512 in / 128 out), decode (512 x 128 / 1024),\n"
              "summarize (200 x 4096 / 256), longdoc (8 x 65536 / 256),\n"
